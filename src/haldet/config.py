@@ -1,0 +1,149 @@
+"""One resolved run configuration (YAML file + CLI flags) and the hashes that name caches.
+
+Every section forbids unknown keys, so a typo in a config file is an error naming the field, not a silently
+ignored setting. `RunConfig.hash()` covers everything that changes any output; stages derive narrower keys
+from the sections they read (see `stage_key`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from haldet.errors import HaldetError
+
+DEFAULT_DETECTORS = ["perplexity"]
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class GenerationConfig(Section):
+    """Greedy primary answer."""
+
+    max_new_tokens: int = Field(64, ge=1)
+    batch_size: int = Field(8, ge=1)
+
+
+class PromptConfig(Section):
+    system_prompt: str = "You are a helpful, accurate, and honest AI assistant."
+    n_shots: int = Field(0, ge=0)
+    shot_seed: int = 42
+    template_dir: str | None = None
+
+
+class JudgeConfig(Section):
+    kind: Literal["rule", "exec", "llm", "cascade"] = "cascade"
+    base_url: str | None = None
+    model: str | None = None
+
+
+class EvaluationConfig(Section):
+    split: tuple[float, float, float] = (0.6, 0.2, 0.2)
+    split_seed: int = 42
+    bootstrap: int = Field(1000, ge=0)
+    ci: float = Field(0.95, gt=0, lt=1)
+    bootstrap_seed: int = 42
+
+    @field_validator("split")
+    @classmethod
+    def _sums_to_one(cls, value: tuple[float, float, float]) -> tuple[float, float, float]:
+        if abs(sum(value) - 1.0) > 1e-6 or min(value) <= 0:
+            raise ValueError(f"split fractions {value} must be positive and sum to 1")
+        return value
+
+
+class RunConfig(Section):
+    datasets: list[str] = Field(default_factory=lambda: ["halueval_qa"])
+    models: list[str] = Field(default_factory=lambda: ["smollm2-135m"])
+    detectors: list[str] = Field(default_factory=lambda: list(DEFAULT_DETECTORS))
+    limit: int | None = Field(200, ge=1)
+    data_seed: int = 42
+    data_dir: str | None = None
+    on_bad_row: Literal["skip", "fail"] = "fail"
+    device: str = "auto"
+    generation: GenerationConfig = Field(default_factory=GenerationConfig)
+    prompt: PromptConfig = Field(default_factory=PromptConfig)
+    judge: JudgeConfig = Field(default_factory=JudgeConfig)
+    evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
+    detector_params: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+    def canonical(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+    def hash(self) -> str:
+        return digest(self.canonical())
+
+    def diff(self, other: RunConfig) -> list[str]:
+        """Top-level and section fields that differ, as dotted names (for 'config changed' messages)."""
+        mine, theirs = self.canonical(), other.canonical()
+        changed: list[str] = []
+        for key in sorted(set(mine) | set(theirs)):
+            a, b = mine.get(key), theirs.get(key)
+            if isinstance(a, dict) and isinstance(b, dict) and key != "detector_params":
+                changed += [f"{key}.{k}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+            elif a != b:
+                changed.append(key)
+        return changed
+
+
+def digest(obj: Any, length: int = 16) -> str:
+    """Stable short hash of a JSON-able object (sorted keys, no whitespace)."""
+    text = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:length]
+
+
+def stage_key(stage: str, *parts: Any) -> str:
+    """Cache key of one stage's output for one item: the stage name plus every input that changes it."""
+    return digest([stage, *parts])
+
+
+def split_names(values: list[str] | None) -> list[str]:
+    """Multi-valued CLI options accept repeats and comma lists: `--detector a,b --detector c`."""
+    out: list[str] = []
+    for value in values or []:
+        out += [v.strip() for v in value.split(",") if v.strip()]
+    return out
+
+
+def load_config(path: Path | None = None, **overrides: Any) -> RunConfig:
+    """Read a YAML/JSON config file (optional) and apply CLI overrides (None = not given)."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        try:
+            text = path.read_text()
+        except OSError as exc:
+            raise HaldetError(f"cannot read config file: {exc.strerror}", where=str(path),
+                              hint="check the path given to --config") from None
+        try:
+            loaded = yaml.safe_load(text) or {}
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f"{path}, line {mark.line + 1}" if mark else str(path)
+            raise HaldetError("config file is not valid YAML", where=where,
+                              hint="fix the syntax near that line") from None
+        if not isinstance(loaded, dict):
+            raise HaldetError("config file must hold a mapping of settings", where=str(path))
+        data.update(loaded)
+    for key, value in overrides.items():
+        if value is None or value == []:
+            continue
+        section, _, field = key.partition("__")
+        if field:
+            data.setdefault(section, {})[field] = value
+        else:
+            data[key] = value
+    try:
+        return RunConfig.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        field_name = ".".join(str(p) for p in first["loc"])
+        raise HaldetError(f"invalid setting {field_name!r}: {first['msg']}",
+                          where=str(path) if path else "command-line options",
+                          hint="see `haldet run --help` and docs/config.md for the accepted settings") from None

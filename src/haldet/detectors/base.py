@@ -1,0 +1,94 @@
+"""The detector interface and registry (DESIGN section 7).
+
+A detector is one class in one file with one decorator:
+
+    @register("my_detector")
+    class MyDetector(Detector):
+        requires = frozenset({Signal.TOKEN_LOGPROBS})
+        def score(self, items: SignalView) -> Scores: ...
+
+Scores are oriented by the method (higher = more likely hallucinated) and never flipped with test labels;
+a detector that learns an orientation learns it in `fit`, from the training view's labels.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+
+from haldet.registry import Registry
+from haldet.schema import Access
+from haldet.signals import Signal, SignalView, access_of
+
+
+@dataclass
+class Scores:
+    """Scores for a view's items in order; NaN marks an invalid item and `reasons` says why."""
+
+    values: np.ndarray
+    reasons: list[str] = field(default_factory=list)
+
+    @classmethod
+    def empty(cls, n: int) -> Scores:
+        return cls(values=np.full(n, np.nan, dtype=np.float64), reasons=[""] * n)
+
+    def set(self, i: int, value: float) -> None:
+        self.values[i] = value
+        self.reasons[i] = ""
+
+    def invalid(self, i: int, reason: str) -> None:
+        self.values[i] = np.nan
+        self.reasons[i] = reason
+
+    def __post_init__(self) -> None:
+        self.values = np.asarray(self.values, dtype=np.float64)
+        if not self.reasons:
+            self.reasons = ["" if np.isfinite(v) else "non-finite score" for v in self.values]
+        if len(self.reasons) != len(self.values):
+            raise ValueError("one reason per score")
+
+
+class Detector:
+    """Base class. Subclasses set `requires` (and `trains`, `variants`, `defaults`) and implement `score`."""
+
+    name: ClassVar[str] = ""
+    requires: ClassVar[frozenset[Signal]] = frozenset()
+    trains: ClassVar[bool] = False
+    variants: ClassVar[dict[str, str]] = {}
+    defaults: ClassVar[dict[str, Any]] = {}
+
+    def __init__(self, **params: Any) -> None:
+        unknown = set(params) - set(self.defaults)
+        if unknown:
+            raise ValueError(
+                f"detector {self.name!r} has no parameter(s) {sorted(unknown)}; known: {sorted(self.defaults)}"
+            )
+        self.params: dict[str, Any] = {**self.defaults, **params}
+        variant = self.params.get("variant")
+        if variant is not None and self.variants and variant not in self.variants:
+            raise ValueError(f"detector {self.name!r} has no variant {variant!r}; known: {sorted(self.variants)}")
+
+    @classmethod
+    def family(cls) -> Access:
+        return access_of(cls.requires)
+
+    def fit(self, train: SignalView, val: SignalView | None) -> None:
+        """Learn from labelled train (and val) items. Training-free detectors keep this no-op."""
+
+    def score(self, items: SignalView) -> Scores:
+        raise NotImplementedError
+
+
+DETECTORS: Registry[type[Detector]] = Registry("detector", "haldet.detectors")
+
+
+def register(name: str):  # type: ignore[no-untyped-def]
+    """Class decorator: register a detector under `name` (sets `cls.name`)."""
+
+    def decorate(cls: type[Detector]) -> type[Detector]:
+        cls.name = name
+        return DETECTORS.register(name)(cls)
+
+    return decorate

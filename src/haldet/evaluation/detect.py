@@ -1,0 +1,77 @@
+"""Fit and score detectors on a cell's split, then evaluate on test: the only place labels meet scores.
+
+Detectors are fitted on the train view (and may use val for choices), then score val and test views that
+carry no labels. Metrics use the test labels after scoring; nothing about orientation is decided here.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from haldet.config import RunConfig, digest
+from haldet.detectors.base import DETECTORS, Detector, Scores
+from haldet.evaluation.metrics import MetricValue, evaluate
+from haldet.signals import SignalView
+from haldet.store import CellStore
+
+
+@dataclass
+class DetectorRun:
+    """One detector's outcome on one cell: test scores, metrics, timings."""
+
+    name: str
+    family: str
+    scores: Scores | None = None
+    metrics: list[MetricValue] = field(default_factory=list)
+    fit_seconds: float = 0.0
+    score_seconds: float = 0.0
+    error: str = ""
+    cached: bool = False
+
+
+def make_detector(name: str, config: RunConfig) -> Detector:
+    cls = DETECTORS.get(name, where="--detector")
+    return cls(**config.detector_params.get(name, {}))
+
+
+def run_detector(name: str, config: RunConfig, store: CellStore, view: SignalView,
+                 split: dict[str, list[str]], labels: dict[str, int], evidence_key: str) -> DetectorRun:
+    """Fit on train, score test, evaluate; cached in `scores/<name>.jsonl` by detector params, split and evidence."""
+    detector = make_detector(name, config)
+    run = DetectorRun(name=name, family=str(detector.family()))
+    position = {item_id: i for i, item_id in enumerate(view.ids)}
+    test_idx = [position[i] for i in split["test"]]
+    key = digest([name, detector.params, evidence_key, split if detector.trains else None])
+    log = store.log(f"scores/{name}")
+    cached = log.read(key)
+    if all(view.ids[i] in cached for i in test_idx) and test_idx:
+        values = np.array([np.nan if cached[view.ids[i]]["value"] is None else cached[view.ids[i]]["value"]
+                           for i in test_idx], dtype=np.float64)
+        run.scores = Scores(values=values, reasons=[cached[view.ids[i]]["reason"] for i in test_idx])
+        run.cached = True
+    else:
+        train = view.subset([position[i] for i in split["train"]], with_labels=True)
+        val = view.subset([position[i] for i in split["val"]], with_labels=True)
+        test = view.subset(test_idx, with_labels=False)
+        start = time.perf_counter()
+        if detector.trains:
+            detector.fit(train, val)
+        run.fit_seconds = time.perf_counter() - start
+        start = time.perf_counter()
+        run.scores = detector.score(test)
+        run.score_seconds = time.perf_counter() - start
+        log.append({"id": item_id, "key": key, "value": _json_float(v), "reason": r}
+                   for item_id, v, r in zip(test.ids, run.scores.values, run.scores.reasons, strict=True))
+    y = np.array([labels[view.ids[i]] for i in test_idx], dtype=int)
+    ev = config.evaluation
+    run.metrics = evaluate(y, run.scores.values, n_boot=ev.bootstrap, ci=ev.ci, seed=ev.bootstrap_seed)
+    return run
+
+
+def _json_float(value: Any) -> float | None:
+    value = float(value)
+    return value if np.isfinite(value) else None

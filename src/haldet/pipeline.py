@@ -1,0 +1,215 @@
+"""The whole flow for a run: per (dataset, model) cell, load items, render prompts, run the evidence stages the
+selected detectors need, annotate, split, fit/score/evaluate detectors; then write results and the manifest.
+
+A cell that fails (unreachable data, a model that cannot load) is reported and the other cells still finish.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import platform
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from haldet import __version__
+from haldet.backends.base import Backend
+from haldet.config import RunConfig, digest
+from haldet.datasets.base import DATASETS
+from haldet.detectors.base import DETECTORS
+from haldet.errors import HaldetError
+from haldet.evaluation.detect import DetectorRun, run_detector
+from haldet.evaluation.splits import stratified_split
+from haldet.prompts import build_messages
+from haldet.schema import Category
+from haldet.signals import Signal, SignalView
+from haldet.stages.annotate import AnnotateStage, labels_of
+from haldet.stages.base import CellContext, Item, Progress, no_progress
+from haldet.stages.generate import GenerateStage, attach_generations
+from haldet.store import RunStore
+
+LIBRARIES = ("torch", "transformers", "numpy", "scikit-learn", "h5py", "pydantic", "datasets", "typer", "rich")
+
+
+def library_versions() -> dict[str, str]:
+    out = {"python": platform.python_version(), "haldet": __version__}
+    for lib in LIBRARIES:
+        try:
+            out[lib] = metadata.version(lib)
+        except metadata.PackageNotFoundError:
+            out[lib] = "not installed"
+    return out
+
+
+def make_backend(model: str, config: RunConfig) -> Backend:
+    from haldet.backends.hf import HFBackend
+
+    return HFBackend(model, device=config.device)
+
+
+@dataclass
+class CellResult:
+    dataset: str
+    scenario: str
+    model: str
+    detectors: list[DetectorRun] = field(default_factory=list)
+    label_counts: dict[str, int] = field(default_factory=dict)
+    split_sizes: dict[str, int] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)
+    fingerprint: dict[str, Any] = field(default_factory=dict)
+    data: dict[str, Any] = field(default_factory=dict)
+    error: str = ""
+
+
+def check_run_dir(store: RunStore, config: RunConfig, *, update: bool) -> dict[str, Any]:
+    """A run dir belongs to one config; a different one is refused unless `update` (nothing is deleted:
+    records are keyed, so still-valid evidence is reused and the old config is kept in the history)."""
+    manifest = store.read_manifest() or {}
+    old = manifest.get("config")
+    if old is not None:
+        previous = RunConfig.model_validate(old)
+        changed = previous.diff(config)
+        if changed and not update:
+            raise HaldetError(
+                f"this output directory holds a run with a different config (changed: {', '.join(changed)})",
+                where=str(store.root),
+                hint="pass a new --out DIR, or --update to re-run here (cached evidence that still matches is "
+                     "reused; nothing is deleted)",
+            )
+        if changed:
+            manifest.setdefault("history", []).append({"config_hash": manifest.get("config_hash"),
+                                                       "config": old, "replaced_at": _now()})
+    return manifest
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
+
+
+def run_cell(config: RunConfig, store: RunStore, dataset: str, model: str, progress: Progress,
+             backends: dict[str, Backend]) -> CellResult:
+    adapter = DATASETS.get(dataset, where="--dataset")(data_dir=config.data_dir)
+    result = CellResult(dataset=dataset, scenario=adapter.scenario, model=model)
+    start = time.perf_counter()
+    instances, report = adapter.load(limit=config.limit, seed=config.data_seed, on_bad_row=config.on_bad_row)
+    if not instances:
+        raise HaldetError(f"dataset {dataset!r} gave no items", where=report.origin)
+    result.data = {"origin": report.origin, "n_items": len(instances), "n_skipped": report.n_skipped,
+                   "skipped": report.skipped,
+                   "fingerprint": digest([i.model_dump(mode="json") for i in instances])}
+    load_seconds = time.perf_counter() - start
+
+    def backend_factory() -> Backend:
+        if model not in backends:
+            backends[model] = make_backend(model, config)
+        return backends[model]
+
+    cell = store.cell(dataset, model)
+    ctx = CellContext(config=config, dataset=dataset, model=model, store=cell, backend_factory=backend_factory,
+                      progress=progress)
+    ctx.timings["load_data"] = load_seconds
+    prompts = [ctx.backend.render_chat(build_messages(inst, config.prompt.system_prompt)) for inst in instances]
+    items = [Item(instance=inst, prompt=prompt) for inst, prompt in zip(instances, prompts, strict=True)]
+    result.fingerprint = ctx.backend.fingerprint()
+
+    generate = GenerateStage(ctx)
+    gen_records = generate.ensure(items)
+    attach_generations(items, gen_records)
+    labels = labels_of(AnnotateStage(ctx).ensure(items))
+    counts: dict[str, int] = {}
+    for lab in labels.values():
+        counts[lab.category.value] = counts.get(lab.category.value, 0) + 1
+    result.label_counts = counts
+
+    binary = {i: int(lab.category is Category.HALLUCINATION) for i, lab in labels.items()
+              if lab.category in (Category.CORRECT, Category.HALLUCINATION)}
+    ev = config.evaluation
+    split = stratified_split(binary, ev.split, ev.split_seed)
+    cell.write_json("split.json", {"seed": ev.split_seed, "fractions": list(ev.split), **split})
+    result.split_sizes = {k: len(v) for k, v in split.items()}
+
+    labelled = [item for item in items if item.id in binary]
+    view = SignalView(ids=[i.id for i in labelled], instances=[i.instance for i in labelled],
+                      generations=[i.generation for i in labelled if i.generation is not None],
+                      loader=_no_loader, labels=np.array([binary[i.id] for i in labelled]))
+    evidence_key = digest(sorted((i.id, gen_records[i.id]["key"]) for i in labelled))
+    for name in config.detectors:
+        try:
+            run = run_detector(name, config, cell, view, split, binary, evidence_key)
+        except (ValueError, RuntimeError) as exc:  # a detector bug or bad parameter: reported, no number
+            run = DetectorRun(name=name, family="?", error=f"{type(exc).__name__}: {exc}")
+        result.detectors.append(run)
+    result.timings = dict(ctx.timings)
+    result.counts = dict(ctx.counts)
+    return result
+
+
+def _no_loader(signal: Signal, ids: Any) -> list[Any]:
+    raise HaldetError(f"signal {signal.value!r} is not produced by any stage in this version",
+                      hint="drop the detectors that need it")
+
+
+def result_rows(cell: CellResult) -> list[dict[str, Any]]:
+    rows = []
+    for run in cell.detectors:
+        for m in run.metrics:
+            rows.append({
+                "dataset": cell.dataset, "scenario": cell.scenario, "model": cell.model,
+                "detector": run.name, "family": run.family, "metric": m.metric,
+                "value": m.value, "ci_low": m.ci_low, "ci_high": m.ci_high, "n": m.n, "n_pos": m.n_pos,
+                "coverage": m.coverage, "fit_s": round(run.fit_seconds, 4), "score_s": round(run.score_seconds, 4),
+                "note": m.note,
+            })
+    return rows
+
+
+def validate_names(config: RunConfig) -> None:
+    """Fail before any work on unknown dataset or detector names."""
+    for name in config.datasets:
+        DATASETS.get(name, where="--dataset")
+    for name in config.detectors:
+        DETECTORS.get(name, where="--detector")
+
+
+def run(config: RunConfig, out: Path, *, update: bool = False, progress: Progress = no_progress,
+        on_cell: Callable[[CellResult], None] | None = None) -> tuple[list[dict[str, Any]], list[CellResult]]:
+    validate_names(config)
+    store = RunStore(out)
+    manifest = check_run_dir(store, config, update=update)
+    started = time.perf_counter()
+    manifest.update({"config": config.canonical(), "config_hash": config.hash(), "versions": library_versions(),
+                     "created": manifest.get("created", _now()), "status": "running"})
+    store.write_manifest(manifest)
+    backends: dict[str, Backend] = {}
+    cells: list[CellResult] = []
+    rows: list[dict[str, Any]] = []
+    for model in config.models:
+        for dataset in config.datasets:
+            try:
+                cell = run_cell(config, store, dataset, model, progress, backends)
+            except HaldetError as exc:
+                if len(config.models) * len(config.datasets) == 1:
+                    raise
+                cell = CellResult(dataset=dataset, scenario="?", model=model, error=exc.message)
+            cells.append(cell)
+            rows += result_rows(cell)
+            if on_cell is not None:
+                on_cell(cell)
+    store.write_results(rows)
+    manifest.update({
+        "status": "done", "finished": _now(), "seconds": round(time.perf_counter() - started, 3),
+        "cells": [{"dataset": c.dataset, "model": c.model, "error": c.error, "data": c.data,
+                   "model_fingerprint": c.fingerprint, "labels": c.label_counts, "split": c.split_sizes,
+                   "stage_seconds": c.timings, "computed": c.counts,
+                   "detectors": [{"name": d.name, "fit_s": d.fit_seconds, "score_s": d.score_seconds,
+                                  "cached": d.cached, "error": d.error} for d in c.detectors]}
+                  for c in cells],
+    })
+    store.write_manifest(manifest)
+    return rows, cells

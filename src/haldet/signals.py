@@ -1,0 +1,120 @@
+"""The signals detectors read, which stage produces each, and the read-only view detectors get.
+
+Detectors never call the model: they declare `requires` (a set of `Signal`) and read those signals from a
+`SignalView`. The runner computes only the stages that the selected detectors' signals need.
+A training view carries labels; a scoring view never does, so a detector cannot see test labels.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+import numpy as np
+
+from haldet.schema import Access, Generation, Instance
+
+
+class Signal(StrEnum):
+    """Each signal: (stage that produces it, access it implies)."""
+
+    RESPONSE = "response"                    # greedy answer text
+    TOKEN_LOGPROBS = "token_logprobs"        # log p of each generated token
+    SAMPLES = "samples"                      # K stochastic answer texts
+    SAMPLE_LOGLIKS = "sample_logliks"        # per-sample (sum log p, n tokens)
+    SAMPLE_HIDDEN = "sample_hidden"          # per-sample pooled hidden state of one layer
+    VERBALIZED = "verbalized"                # verbalized-confidence response text
+    SELF_EVAL = "self_eval"                  # P(True) and verdict text
+    TOKEN_ENTROPIES = "token_entropies"      # predictive entropy at each generated token
+    HIDDEN_MEAN = "hidden_mean"              # [layers, dim] mean over answer tokens
+    HIDDEN_LAST = "hidden_last"              # [layers, dim] last answer token
+    SEP_FEATURES = "sep_features"            # token-before-generation and second-to-last token states
+    CCS_FEATURES = "ccs_features"            # positive / negated statement states
+    PRISM_FEATURES = "prism_features"        # prompt-guided statement state
+    ICR_FEATURES = "icr_features"            # per-layer residual-update vs attention features
+
+
+SIGNAL_STAGE: dict[Signal, str] = {
+    Signal.RESPONSE: "generate",
+    Signal.TOKEN_LOGPROBS: "generate",
+    Signal.SAMPLES: "sample",
+    Signal.SAMPLE_LOGLIKS: "sample",
+    Signal.SAMPLE_HIDDEN: "sample",
+    Signal.VERBALIZED: "auxiliary",
+    Signal.SELF_EVAL: "auxiliary",
+    Signal.TOKEN_ENTROPIES: "features",
+    Signal.HIDDEN_MEAN: "features",
+    Signal.HIDDEN_LAST: "features",
+    Signal.SEP_FEATURES: "features",
+    Signal.CCS_FEATURES: "features",
+    Signal.PRISM_FEATURES: "features",
+    Signal.ICR_FEATURES: "features",
+}
+
+SIGNAL_ACCESS: dict[Signal, Access] = {
+    Signal.RESPONSE: Access.BLACK,
+    Signal.SAMPLES: Access.BLACK,
+    Signal.VERBALIZED: Access.BLACK,
+    Signal.TOKEN_LOGPROBS: Access.GRAY,
+    Signal.SAMPLE_LOGLIKS: Access.GRAY,
+    Signal.SELF_EVAL: Access.GRAY,
+    Signal.TOKEN_ENTROPIES: Access.GRAY,
+}
+
+
+def access_of(signals: frozenset[Signal]) -> Access:
+    """The family a set of signals implies: the most privileged access among them."""
+    order = [Access.BLACK, Access.GRAY, Access.WHITE]
+    levels = [order.index(SIGNAL_ACCESS.get(s, Access.WHITE)) for s in signals] or [0]
+    return order[max(levels)]
+
+
+def stages_for(signals: frozenset[Signal] | set[Signal]) -> list[str]:
+    """Stages needed for these signals, in pipeline order."""
+    order = ["generate", "sample", "auxiliary", "features"]
+    needed = {SIGNAL_STAGE[s] for s in signals} | {"generate"}
+    return [s for s in order if s in needed]
+
+
+SignalLoader = Callable[[Signal, Sequence[str]], list[Any]]
+
+
+@dataclass
+class SignalView:
+    """What a detector may see of a set of items: instances, generations and lazily loaded signals.
+
+    `labels` (1 = hallucination, 0 = correct) is set only for training/validation views.
+    """
+
+    ids: list[str]
+    instances: list[Instance]
+    generations: list[Generation]
+    loader: SignalLoader
+    labels: np.ndarray | None = None
+    _cache: dict[Signal, list[Any]] = field(default_factory=dict, repr=False)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def get(self, signal: Signal) -> list[Any]:
+        """Per-item values of a signal, in `ids` order (loaded once per view)."""
+        if signal not in self._cache:
+            if signal is Signal.RESPONSE:
+                self._cache[signal] = [g.response for g in self.generations]
+            elif signal is Signal.TOKEN_LOGPROBS:
+                self._cache[signal] = [np.asarray(g.token_logprobs, dtype=np.float64) for g in self.generations]
+            else:
+                self._cache[signal] = self.loader(signal, self.ids)
+        return self._cache[signal]
+
+    def subset(self, idx: Sequence[int], *, with_labels: bool) -> SignalView:
+        idx = list(idx)
+        return SignalView(
+            ids=[self.ids[i] for i in idx],
+            instances=[self.instances[i] for i in idx],
+            generations=[self.generations[i] for i in idx],
+            loader=self.loader,
+            labels=(self.labels[idx] if with_labels and self.labels is not None else None),
+        )

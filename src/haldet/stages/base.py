@@ -1,0 +1,105 @@
+"""Evidence stages: compute a per-item output once, keyed by every input that changes it, resumably.
+
+A stage names its output file (`<stage>.jsonl` in the cell), defines `key(item)` and `compute(batch)`; the
+shared `ensure` finds the items whose record with the current key is missing, computes them in batches with a
+progress bar, and appends each batch's records as soon as they exist. Killed at any point, a rerun computes
+exactly the missing items.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from haldet.backends.base import Backend
+from haldet.config import RunConfig
+from haldet.schema import Generation, Instance
+from haldet.store import CellStore
+
+Progress = Callable[[str, int], Callable[[int], None]]  # (description, total) -> advance(n)
+
+
+def no_progress(description: str, total: int) -> Callable[[int], None]:
+    return lambda n: None
+
+
+@dataclass
+class Item:
+    """One benchmark item as the stages see it: the instance, its rendered prompt, and (later) its answer."""
+
+    instance: Instance
+    prompt: str
+    generation: Generation | None = None
+
+    @property
+    def id(self) -> str:
+        return self.instance.id
+
+
+@dataclass
+class CellContext:
+    """Everything a stage may use for one (dataset, model) cell. The backend is created on first use."""
+
+    config: RunConfig
+    dataset: str
+    model: str
+    store: CellStore
+    backend_factory: Callable[[], Backend]
+    progress: Progress = no_progress
+    timings: dict[str, float] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)
+    _backend: Backend | None = None
+
+    @property
+    def backend(self) -> Backend:
+        if self._backend is None:
+            self._backend = self.backend_factory()
+        return self._backend
+
+
+class Stage:
+    """Base class of an evidence stage."""
+
+    name: ClassVar[str] = ""
+
+    def __init__(self, ctx: CellContext) -> None:
+        self.ctx = ctx
+
+    def key(self, item: Item) -> str:
+        raise NotImplementedError
+
+    def items_per_batch(self) -> int:
+        """Items computed (and appended, and advanced on the progress bar) together."""
+        return 32
+
+    def compute(self, batch: list[Item]) -> list[dict[str, Any]]:
+        """Records (without `key`) for a batch of items, each with `id`."""
+        raise NotImplementedError
+
+    def records(self, items: Sequence[Item]) -> dict[str, dict[str, Any]]:
+        """The current-key record of each item that has one."""
+        return self.ctx.store.log(self.name).read({item.id: self.key(item) for item in items})
+
+    def ensure(self, items: Sequence[Item]) -> dict[str, dict[str, Any]]:
+        """Compute what is missing, then return every item's record."""
+        done = self.records(items)
+        todo = [item for item in items if item.id not in done]
+        self.ctx.counts[f"{self.name}_computed"] = len(todo)
+        if todo:
+            start = time.perf_counter()
+            advance = self.ctx.progress(f"{self.name} [{self.ctx.dataset} | {self.ctx.model}]", len(todo))
+            log = self.ctx.store.log(self.name)
+            step = max(1, self.items_per_batch())
+            for i in range(0, len(todo), step):
+                batch = todo[i : i + step]
+                keys = {item.id: self.key(item) for item in batch}
+                recs = self.compute(batch)
+                for rec in recs:
+                    rec["key"] = keys[rec["id"]]
+                    done[rec["id"]] = rec
+                log.append(recs)
+                advance(len(batch))
+            self.ctx.timings[self.name] = self.ctx.timings.get(self.name, 0.0) + time.perf_counter() - start
+        return done

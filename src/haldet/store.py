@@ -1,0 +1,273 @@
+"""The run directory: manifest, per-stage JSONL records, HDF5 arrays, results.
+
+Layout:
+    RUN/manifest.json                     resolved config, hash, versions, fingerprints, timings
+    RUN/results.json, results.csv         one row per (dataset, scenario, model, detector, family, metric)
+    RUN/<dataset>/<model>/<stage>.jsonl   one record per item (`id`, `key`, payload)
+    RUN/<dataset>/<model>/<stage>/*.h5    array shards, each written whole then renamed into place
+
+Crash safety. A JSONL line is appended with one `write` on an O_APPEND descriptor and fsynced; a line cut by a
+kill has no trailing newline and is dropped (and truncated away before the next append), so a record is either
+complete or absent. Array shards are written to a temporary file and renamed, and their JSONL records are
+appended only after the rename, so a record marks an item "done" only once all its parts exist.
+Records carry a `key` (the stage's cache key for that item); reads keep only records with the wanted key, so a
+changed setting recomputes exactly the affected items and older records stay on disk untouched.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import tempfile
+import uuid
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+
+from haldet.errors import HaldetError
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write a whole file so readers see the old or the new content, never a mix."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise HaldetError(f"malformed JSON at line {exc.lineno}: {exc.msg}", where=str(path),
+                          hint="restore the file or remove it to recompute") from None
+
+
+class StageLog:
+    """Append-only JSONL of one stage's per-item records."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def _repair_tail(self) -> None:
+        """Cut a trailing partial line left by a killed writer (it never became a record)."""
+        if not self.path.exists():
+            return
+        with open(self.path, "rb+") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            if size == 0:
+                return
+            fh.seek(size - 1)
+            if fh.read(1) == b"\n":
+                return
+            # scan back for the last newline
+            pos = size - 1
+            chunk = 4096
+            while pos > 0:
+                start = max(0, pos - chunk)
+                fh.seek(start)
+                data = fh.read(pos - start)
+                idx = data.rfind(b"\n")
+                if idx >= 0:
+                    fh.truncate(start + idx + 1)
+                    return
+                pos = start
+            fh.truncate(0)
+
+    def append(self, records: Iterable[Mapping[str, Any]]) -> int:
+        """Append complete records (each with `id` and `key`) in one write + fsync. Returns the count."""
+        lines = []
+        for rec in records:
+            if "id" not in rec or "key" not in rec:
+                raise ValueError(f"record for {self.path.name} needs 'id' and 'key': {sorted(rec)}")
+            lines.append(json.dumps(rec, separators=(",", ":"), allow_nan=True) + "\n")
+        if not lines:
+            return 0
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._repair_tail()
+        data = "".join(lines).encode()
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                written = os.write(fd, view)
+                view = view[written:]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        return len(lines)
+
+    def read(self, key: str | Mapping[str, str] | None = None) -> dict[str, dict[str, Any]]:
+        """Complete records by id (first matching record per id wins).
+
+        `key` filters: one key for all records, or a mapping id -> wanted key (ids not in it are skipped).
+        """
+        out: dict[str, dict[str, Any]] = {}
+        if not self.path.exists():
+            return out
+        with open(self.path, "rb") as fh:
+            lines = fh.read().split(b"\n")
+        # the last element is b"" for a complete file, or a partial line cut by a kill: never a record
+        for lineno, raw in enumerate(lines[:-1], start=1):
+            if not raw.strip():
+                continue
+            try:
+                rec = json.loads(raw)
+            except json.JSONDecodeError as exc:
+                raise HaldetError(f"corrupt record at line {lineno}: {exc.msg}", where=str(self.path),
+                                  hint="delete that line (or the file) and run again to recompute it") from None
+            if isinstance(key, str) and rec.get("key") != key:
+                continue
+            if isinstance(key, Mapping) and key.get(rec.get("id")) != rec.get("key"):
+                continue
+            out.setdefault(rec["id"], rec)
+        return out
+
+
+class ArrayStore:
+    """HDF5 arrays of one stage: `<stage>/<shard>.h5`, datasets at `/<item id>/<name>`.
+
+    Each shard is written by one writer to a temporary name and renamed; arrays are float16 by default
+    (ints stay ints), chunked and gzip-compressed, contiguous per item, plain numeric dtypes only.
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def write(self, items: Mapping[str, Mapping[str, np.ndarray]], *, dtype: str = "float16") -> str:
+        """Write one shard holding `{item id: {array name: array}}`; returns the shard file name."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        name = f"{uuid.uuid4().hex[:12]}.h5"
+        tmp = self.root / f".{name}.tmp"
+        with h5py.File(tmp, "w") as fh:
+            for item_id, arrays in items.items():
+                group = fh.require_group(_h5_name(item_id))
+                for arr_name, arr in arrays.items():
+                    arr = np.asarray(arr)
+                    if np.issubdtype(arr.dtype, np.floating):
+                        arr = arr.astype(dtype)
+                    group.create_dataset(arr_name, data=arr, chunks=arr.shape or None,
+                                         compression="gzip" if arr.size > 64 else None)
+            fh.flush()
+        os.replace(tmp, self.root / name)
+        return name
+
+    def read(self, shard: str, item_id: str, name: str) -> np.ndarray:
+        path = self.root / shard
+        try:
+            with h5py.File(path, "r") as fh:
+                return np.asarray(fh[_h5_name(item_id)][name][()])
+        except (OSError, KeyError) as exc:
+            raise HaldetError(f"array {name!r} of {item_id} is missing or unreadable: {exc}", where=str(path),
+                              hint="remove the stage's records for this item to recompute them") from None
+
+    def read_many(self, refs: Iterable[tuple[str, str]], name: str) -> list[np.ndarray]:
+        """Read `name` for many (shard, item id) refs, opening each shard once."""
+        refs = list(refs)
+        by_shard: dict[str, list[int]] = {}
+        for i, (shard, _) in enumerate(refs):
+            by_shard.setdefault(shard, []).append(i)
+        out: list[np.ndarray | None] = [None] * len(refs)
+        for shard, idxs in by_shard.items():
+            path = self.root / shard
+            try:
+                with h5py.File(path, "r") as fh:
+                    for i in idxs:
+                        out[i] = np.asarray(fh[_h5_name(refs[i][1])][name][()])
+            except (OSError, KeyError) as exc:
+                raise HaldetError(f"array {name!r} missing or unreadable: {exc}", where=str(path),
+                                  hint="remove the stage's records for these items to recompute them") from None
+        return [o for o in out if o is not None]
+
+
+def _h5_name(item_id: str) -> str:
+    """Item ids contain '/', which HDF5 reads as nesting; keep them flat and readable."""
+    return item_id.replace("/", "|")
+
+
+class CellStore:
+    """Evidence of one (dataset, model) pair: per-stage logs and arrays."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def log(self, stage: str) -> StageLog:
+        return StageLog(self.root / f"{stage}.jsonl")
+
+    def arrays(self, stage: str) -> ArrayStore:
+        return ArrayStore(self.root / stage)
+
+    def write_json(self, name: str, obj: Any) -> None:
+        atomic_write_text(self.root / name, json.dumps(obj, indent=2, sort_keys=True))
+
+    def read_json(self, name: str) -> Any | None:
+        path = self.root / name
+        return read_json(path) if path.exists() else None
+
+
+def model_slug(model: str) -> str:
+    """A model name usable as a folder name (hub ids and paths contain '/')."""
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in model.strip("/"))[-80:]
+
+
+class RunStore:
+    """A run directory: the manifest, the results, and one `CellStore` per (dataset, model)."""
+
+    MANIFEST = "manifest.json"
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+
+    def cell(self, dataset: str, model: str) -> CellStore:
+        return CellStore(self.root / dataset / model_slug(model))
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.root / self.MANIFEST
+
+    def read_manifest(self) -> dict[str, Any] | None:
+        return read_json(self.manifest_path) if self.manifest_path.exists() else None
+
+    def write_manifest(self, manifest: dict[str, Any]) -> None:
+        atomic_write_text(self.manifest_path, json.dumps(manifest, indent=2, sort_keys=True, default=str))
+
+    def write_results(self, rows: list[dict[str, Any]]) -> None:
+        """`results.json` (list of row objects) and `results.csv` with the same columns."""
+        atomic_write_text(self.root / "results.json", json.dumps(rows, indent=2, default=_json_default))
+        columns: list[str] = []
+        for row in rows:
+            columns += [c for c in row if c not in columns]
+        tmp = self.root / ".results.csv.tmp"
+        with open(tmp, "w", newline="") as fh:
+            writer = csv.DictWriter(fh, fieldnames=columns)
+            writer.writeheader()
+            writer.writerows(rows)
+        os.replace(tmp, self.root / "results.csv")
+
+    def read_results(self) -> list[dict[str, Any]]:
+        path = self.root / "results.json"
+        if not path.exists():
+            raise HaldetError("no results in this run yet", where=str(self.root),
+                              hint="run `haldet run --out DIR` (or `haldet score DIR`) first")
+        rows = read_json(path)
+        if not isinstance(rows, list):
+            raise HaldetError("results.json must hold a list of rows", where=str(path))
+        return rows
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, np.floating | np.integer):
+        return obj.item()
+    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
