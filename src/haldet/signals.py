@@ -18,7 +18,25 @@ from haldet.schema import Access, Generation, Instance
 
 
 class Signal(StrEnum):
-    """Each signal: (stage that produces it, access it implies)."""
+    """What `SignalView.get(signal)` returns per item (L = number of layers, hidden_states index 0 is the
+    embedding output, so layer axes have L + 1 entries; D = hidden size; K = samples; T = answer tokens):
+
+    RESPONSE         str
+    TOKEN_LOGPROBS   float64 [T]
+    SAMPLES          list[str] of K answers (an empty string is an empty sample, kept in place)
+    SAMPLE_LOGLIKS   float64 [K, 2]: (sum of token log-probs, token count) per sample
+    SAMPLE_HIDDEN    float32 [K, D]: pooled state of the configured layer per sample
+    VERBALIZED       str: the verbalized-confidence response
+    SELF_EVAL        dict {"p_true": float | None, "text": str}
+    TOKEN_ENTROPIES  float64 [T]
+    HIDDEN_MEAN      float32 [L + 1, D] mean over answer tokens (configured layers only: see features meta)
+    HIDDEN_LAST      float32 [L + 1, D] last answer token
+    SEP_FEATURES     float32 [2, L + 1, D]: 0 = token before generation, 1 = second-to-last answer token
+    CCS_FEATURES     float32 [2, L + 1, D]: 0 = "the answer is correct" statement, 1 = negated statement
+    PRISM_FEATURES   float32 [L + 1, D]: prompt-guided statement, last token
+    ICR_FEATURES     float32 [L, F]: per-layer ICR features
+    A missing or invalid value for an item is None (detectors then give NaN with a reason).
+    """
 
     RESPONSE = "response"                    # greedy answer text
     TOKEN_LOGPROBS = "token_logprobs"        # log p of each generated token
