@@ -39,9 +39,31 @@ class PromptConfig(Section):
 
 
 class JudgeConfig(Section):
+    """How answers are labelled (docs/judges.md). `kind`: rule (deterministic rules only), exec (code execution
+    only), llm (the LLM judge for everything), cascade (rule + exec where they apply, the LLM judge for the rest
+    when `model` is set; `invalid` otherwise)."""
+
     kind: Literal["rule", "exec", "llm", "cascade"] = "cascade"
-    base_url: str | None = None
-    model: str | None = None
+    backend: Literal["openai", "hf"] = "openai"  # LLM judge: OpenAI-compatible endpoint, or a local hf model
+    base_url: str | None = None                  # OpenAI-compatible endpoint (None = the openai default)
+    model: str | None = None                     # LLM judge model (endpoint model name, or hf id/alias/path)
+    api_key_env: str = "OPENAI_API_KEY"          # environment variable holding the API key
+    concurrency: int = Field(8, ge=1)            # requests in flight at once
+    retries: int = Field(4, ge=0)                # extra attempts after the first (429/5xx/timeout/malformed)
+    backoff: float = Field(1.0, ge=0)            # first retry wait in seconds, doubled each retry
+    timeout: float = Field(60.0, gt=0)           # seconds per request
+    max_tokens: int = Field(256, ge=16)          # judge reply budget
+    seed: int = 0                                # sent with every request (deterministic decoding)
+    json_mode: bool = True                       # ask the endpoint for a JSON object (response_format)
+    few_shot: bool = True                        # include the calibration examples
+    template_dir: str | None = None              # judge_*.txt / judge_examples.json overriding the packaged ones
+    price_in: float | None = Field(None, ge=0)   # USD per 1M prompt tokens (cost accounting; None = unknown)
+    price_out: float | None = Field(None, ge=0)  # USD per 1M completion tokens
+    f1_threshold: float = Field(0.5, gt=0, le=1)  # short answers: token F1 that counts as a match
+    math_rel_tol: float = Field(1e-4, ge=0)      # math: relative tolerance of the final-number match
+    exec_timeout: float = Field(10.0, gt=0)      # code: seconds per program
+    exec_memory_mb: int = Field(1024, ge=64)     # code: address-space limit per program
+    exec_workers: int = Field(2, ge=1)           # code: programs run in parallel
 
 
 class EvaluationConfig(Section):

@@ -92,8 +92,10 @@ def _now() -> str:
     return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
 
 
-def run_cell(config: RunConfig, store: RunStore, dataset: str, model: str, progress: Progress,
-             backends: dict[str, Backend]) -> CellResult:
+def prepare_cell(config: RunConfig, store: RunStore, dataset: str, model: str, progress: Progress,
+                 backends: dict[str, Backend]) -> tuple[CellResult, CellContext, list[Item]]:
+    """Load a cell's items and render their prompts exactly as the run does (also used by `haldet annotate`,
+    which must find the same generation records)."""
     adapter = DATASETS.get(dataset, where="--dataset")(data_dir=config.data_dir)
     result = CellResult(dataset=dataset, scenario=adapter.scenario, model=model)
     start = time.perf_counter()
@@ -117,6 +119,13 @@ def run_cell(config: RunConfig, store: RunStore, dataset: str, model: str, progr
     prompts = [ctx.backend.render_chat(build_messages(inst, config.prompt.system_prompt)) for inst in instances]
     items = [Item(instance=inst, prompt=prompt) for inst, prompt in zip(instances, prompts, strict=True)]
     result.fingerprint = ctx.backend.fingerprint()
+    return result, ctx, items
+
+
+def run_cell(config: RunConfig, store: RunStore, dataset: str, model: str, progress: Progress,
+             backends: dict[str, Backend]) -> CellResult:
+    result, ctx, items = prepare_cell(config, store, dataset, model, progress, backends)
+    cell = ctx.store
 
     generate = GenerateStage(ctx)
     gen_records = generate.ensure(items)
