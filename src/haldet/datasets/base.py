@@ -1,16 +1,20 @@
 """Dataset adapters: one registry, each adapter maps its source's rows into `Instance`s.
 
-An adapter declares where its data lives (hub id + config, packaged file, or local files) and how one row
-maps into the unified schema. Loading, split fallback, seeded shuffling, `limit`, `--data-dir` files and the
-`--on-bad-row` policy live here once, so an adapter is a `row_to_instance` plus a few class attributes.
+An adapter declares where its data lives (hub id + config(s), packaged file, or local files) and how one row
+maps into the unified schema. Loading, split fallback, seeded shuffling, `limit`, `--data-dir` files, adapter
+options and the `--on-bad-row` policy live here once, so an adapter is a `row_to_instance` plus a few class
+attributes.
 """
 
 from __future__ import annotations
 
+import csv
+import gzip
 import json
 import random
-from collections.abc import Iterator
-from dataclasses import dataclass
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -21,15 +25,23 @@ from haldet.registry import Registry
 from haldet.schema import Instance
 
 SPLIT_ORDER = ("test", "validation", "dev", "train")
+EXTENSIONS = ("jsonl", "json", "parquet", "csv", "jsonl.gz", "json.gz")
+ABSTAIN_REFERENCE = "The context does not contain the answer."  # matched by judges.text.is_abstention
+LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 
 class BadRow(ValueError):
     """Raised by `row_to_instance` when a row lacks a required field or has an unusable value."""
 
-    def __init__(self, field: str, problem: str = "missing") -> None:
+    def __init__(self, field: str, problem: str = "missing or empty") -> None:
         self.field = field
         self.problem = problem
         super().__init__(f"field {field!r}: {problem}")
+
+
+class SkipRow(Exception):
+    """Raised by `row_to_instance` for a well-formed row the adapter leaves out by design (e.g. TheoremQA
+    questions that need a picture); counted as filtered, never as an error."""
 
 
 def require(row: dict[str, Any], field: str) -> Any:
@@ -40,27 +52,99 @@ def require(row: dict[str, Any], field: str) -> Any:
     return value
 
 
+def require_json(row: dict[str, Any], field: str) -> Any:
+    """A required field that holds JSON (a string in the source, or already decoded)."""
+    value = require(row, field)
+    if not isinstance(value, str):
+        return value
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise BadRow(field, f"not valid JSON ({exc.msg})") from None
+
+
 def json_safe(obj: Any) -> Any:
     """Original rows kept in `Instance.source`: non-JSON values (dates, bytes, arrays) become strings."""
     if isinstance(obj, dict):
         return {str(k): json_safe(v) for k, v in obj.items()}
     if isinstance(obj, list | tuple):
         return [json_safe(v) for v in obj]
-    if obj is None or isinstance(obj, bool | int | float | str):
+    if obj is None or isinstance(obj, bool | int | str):
         return obj
+    if isinstance(obj, float):
+        return obj if obj == obj and obj not in (float("inf"), float("-inf")) else str(obj)
     if hasattr(obj, "tolist"):
         return json_safe(obj.tolist())
     return str(obj)
 
 
+_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?|-?\.\d+")
+
+
+def number_string(value: Any) -> str:
+    """A numeric answer as a plain string: '1,000' -> '1000', 8.0 -> '8', ' $3.50 ' -> '3.5'."""
+    text = str(value).strip().replace("$", "").replace("%", "")
+    match = _NUMBER.search(text)
+    if match is None:
+        raise ValueError(f"no number in {value!r}")
+    num = float(match.group().replace(",", ""))
+    if num == int(num) and abs(num) < 1e15:
+        return str(int(num))
+    return repr(num)
+
+
 @dataclass
 class LoadReport:
-    """What a load did: rows read, rows skipped (with the first reasons), where the rows came from."""
+    """What a load did: rows read, rows skipped as bad (first reasons), rows filtered by design, origin."""
 
     origin: str
+    split: str = ""
     n_rows: int = 0
     n_skipped: int = 0
-    skipped: list[str] | None = None
+    skipped: list[str] = field(default_factory=list)
+    n_filtered: int = 0
+    filtered: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        text = f"{self.n_rows} rows read from {self.origin} (split {self.split})"
+        if self.n_skipped:
+            text += f"; {self.n_skipped} bad rows skipped (first: {'; '.join(self.skipped[:3])})"
+        if self.n_filtered:
+            text += f"; {self.n_filtered} rows left out by design ({self.filtered[0]})"
+        return text
+
+
+class Rows(Sequence[dict[str, Any]]):
+    """Several row sequences (e.g. one per Belebele language) seen as one, without copying them."""
+
+    def __init__(self, parts: list[Sequence[dict[str, Any]]]) -> None:
+        self.parts = parts
+        self.offsets = []
+        total = 0
+        for part in parts:
+            self.offsets.append(total)
+            total += len(part)
+        self.total = total
+
+    def __len__(self) -> int:
+        return self.total
+
+    def __getitem__(self, index: int) -> dict[str, Any]:  # type: ignore[override]
+        if index < 0 or index >= self.total:
+            raise IndexError(index)
+        for part, offset in zip(reversed(self.parts), reversed(self.offsets), strict=True):
+            if index >= offset:
+                return dict(part[index - offset])
+        raise IndexError(index)
+
+
+@dataclass
+class Source:
+    """Where a load's rows came from."""
+
+    origin: str
+    split: str
+    rows: Sequence[dict[str, Any]]
 
 
 class DatasetAdapter:
@@ -69,112 +153,215 @@ class DatasetAdapter:
     name: ClassVar[str] = ""
     scenario: ClassVar[str] = ""
     task_type: ClassVar[str] = ""
-    source: ClassVar[str] = ""          # hub id or package, for humans
+    source: ClassVar[str] = ""          # where the data comes from, for humans
     license: ClassVar[str] = ""
     hub_id: ClassVar[str | None] = None
     hub_config: ClassVar[str | None] = None
-    local_names: ClassVar[tuple[str, ...]] = ()  # file stems looked for under --data-dir/<name>/
+    split_order: ClassVar[tuple[str, ...]] = SPLIT_ORDER  # first available split is used
+    local_names: ClassVar[tuple[str, ...]] = ()  # extra file stems looked for under --data-dir
     required_fields: ClassVar[tuple[str, ...]] = ()
+    packaged_split: ClassVar[str] = "data"  # split name of the packaged file's rows
+    params: ClassVar[dict[str, Any]] = {}  # adapter options (RunConfig.dataset_params[name]) and defaults
 
     def __init__(self, data_dir: str | Path | None = None, **options: Any) -> None:
         self.data_dir = Path(data_dir) if data_dir else None
-        self.options = options
+        known = {"split": None, **self.params}
+        unknown = sorted(set(options) - set(known))
+        if unknown:
+            raise HaldetError(
+                f"unknown option(s) {', '.join(unknown)} for dataset {self.name!r}",
+                where=f"dataset_params.{self.name}",
+                hint=f"options of {self.name}: {', '.join(sorted(known))}",
+            )
+        self.options: dict[str, Any] = {**known, **options}
 
     # --- what subclasses implement -------------------------------------------------------------------
     def row_to_instance(self, row: dict[str, Any], index: int, split: str) -> Instance | list[Instance]:
         raise NotImplementedError
 
+    def units(self, rows: Sequence[dict[str, Any]]) -> list[tuple[int, int | None]]:
+        """The shuffled, limited units: (row index, sub-unit). One per row by default; CoQA has one per turn."""
+        return [(i, None) for i in range(len(rows))]
+
+    def map_unit(self, row: dict[str, Any], index: int, sub: int | None, split: str) -> Instance | list[Instance]:
+        return self.row_to_instance(row, index, split)
+
     def packaged_path(self) -> Path | None:
         """A data file shipped inside an installed package (offline use); None when not packaged."""
         return None
 
-    def offline_available(self) -> bool:
-        return self.packaged_path() is not None
+    def hub_configs(self) -> list[str | None]:
+        """Hub configs loaded and concatenated (several for per-language datasets)."""
+        return [self.hub_config]
+
+    def hub_source(self) -> str:
+        return f"{self.hub_id}" + (f" ({self.hub_config})" if self.hub_config else "")
 
     # --- shared machinery ----------------------------------------------------------------------------
+    def offline_available(self) -> bool:
+        return self.packaged_path() is not None or (self.data_dir is not None and self.local_file() is not None)
+
+    def instance(self, split: str, native: Any, **fields: Any) -> Instance:
+        """An `Instance` of this dataset with a stable id `<name>/<split>/<native>`."""
+        return Instance(id=f"{self.name}/{split}/{native}", dataset=self.name, scenario=self.scenario,
+                        task_type=fields.pop("task_type", self.task_type), **fields)
+
     def make_id(self, split: str, native: Any) -> str:
         return f"{self.name}/{split}/{native}"
 
-    def rows(self) -> tuple[str, str, list[dict[str, Any]]]:
-        """(origin, split, rows): local files first, then packaged data, then the hub."""
+    def rows(self) -> Source:
+        """Local files first (when --data-dir is given), then packaged data, then the hub."""
         if self.data_dir is not None:
-            return self._local_rows()
+            return self.local_rows()
         packaged = self.packaged_path()
         if packaged is not None:
-            return str(packaged), "data", read_table(packaged)
-        return self._hub_rows()
+            return Source(str(packaged), self.packaged_split, read_table(packaged))
+        return self.hub_rows()
 
-    def _local_rows(self) -> tuple[str, str, list[dict[str, Any]]]:
+    def local_candidates(self) -> list[tuple[Path, str]]:
+        """(path, split) pairs looked for, in order: `DIR/<name>/<split>.<ext>`, `DIR/<name>_<split>.<ext>`,
+        then adapter-specific stems and `data`/`<name>` files; DIR itself may be a single file."""
         assert self.data_dir is not None
-        base = self.data_dir / self.name if (self.data_dir / self.name).is_dir() else self.data_dir
-        stems = self.local_names or (self.name,)
-        for split in (*SPLIT_ORDER, "data", *stems):
-            for ext in ("jsonl", "json", "parquet", "csv"):
-                for stem in ({split} if split in stems else {split, f"{self.name}_{split}"}):
-                    path = base / f"{stem}.{ext}"
-                    if path.exists():
-                        return str(path), split if split in SPLIT_ORDER else "data", read_table(path)
-        raise HaldetError(
+        if self.data_dir.is_file():
+            return [(self.data_dir, "data")]
+        sub = self.data_dir / self.name
+        out: list[tuple[Path, str]] = []
+        for split in self._split_preference():
+            for ext in EXTENSIONS:
+                out += [(sub / f"{split}.{ext}", split), (self.data_dir / f"{self.name}_{split}.{ext}", split)]
+        for stem in (*self.local_names, "data", self.name):
+            for ext in EXTENSIONS:
+                out += [(sub / f"{stem}.{ext}", "data"), (self.data_dir / f"{stem}.{ext}", "data")]
+        return out
+
+    def local_file(self) -> tuple[Path, str] | None:
+        return next(((p, s) for p, s in self.local_candidates() if p.is_file()), None)
+
+    def missing_local(self, looked: str) -> HaldetError:
+        return HaldetError(
             f"no local data file for dataset {self.name!r}",
-            where=str(base),
-            hint=(f"put <split>.jsonl|json|parquet|csv (split one of {', '.join(SPLIT_ORDER)}) there, "
-                  f"with fields {', '.join(self.required_fields) or '(see docs/datasets.md)'}"),
+            where=looked,
+            hint=(f"put a file <split>.jsonl|json|parquet|csv (split one of {', '.join(self._split_preference())}) "
+                  f"in {self.data_dir / self.name if self.data_dir else '<data-dir>/' + self.name}/ in the source's "
+                  f"own schema, with fields {', '.join(self.required_fields) or '(see docs/datasets.md)'}"),
         )
 
-    def _hub_rows(self) -> tuple[str, str, list[dict[str, Any]]]:
+    def local_rows(self) -> Source:
+        found = self.local_file()
+        if found is None:
+            first = self.local_candidates()[0][0] if self.data_dir and not self.data_dir.is_file() else self.data_dir
+            raise self.missing_local(f"{first} (and the other names listed in docs/datasets.md)")
+        path, split = found
+        return Source(str(path), split, read_table(path))
+
+    def _split_preference(self) -> tuple[str, ...]:
+        wanted = self.options.get("split")
+        return (wanted,) if wanted else self.split_order
+
+    def pick_split(self, available: Sequence[str], where: str) -> str:
+        """The first split of the adapter's fixed order that exists; any split as a last resort."""
+        order = self._split_preference()
+        split = next((s for s in order if s in available), None)
+        if split is None and not self.options.get("split") and available:
+            split = available[0]
+        if split is None:
+            raise HaldetError(f"split {'/'.join(order)} not available (available: {', '.join(available) or 'none'})",
+                              where=where, hint="choose another with dataset_params: {name: {split: ...}}")
+        return split
+
+    def hub_rows(self) -> Source:
         if self.hub_id is None:
-            raise HaldetError(f"dataset {self.name!r} has no hub source", hint="pass --data-dir with local files")
+            raise HaldetError(f"dataset {self.name!r} has no hub source",
+                              hint=f"pass --data-dir DIR with files in the source's schema ({self.source})")
         import datasets  # heavy import, only when needed
 
-        try:
-            available = datasets.get_dataset_split_names(self.hub_id, self.hub_config)
-        except Exception as exc:  # network, auth, missing: all user-fixable
-            raise HaldetError(
-                f"cannot reach dataset {self.hub_id!r} on the Hugging Face hub: {type(exc).__name__}",
-                where=f"dataset {self.name}",
-                hint="check the network, or download the files and pass --data-dir DIR",
-            ) from None
-        split = next((s for s in SPLIT_ORDER if s in available), available[0] if available else None)
-        if split is None:
-            raise HaldetError(f"dataset {self.hub_id!r} has no splits", where=f"dataset {self.name}")
-        ds = datasets.load_dataset(self.hub_id, self.hub_config, split=split)
-        return f"hub:{self.hub_id}", split, [dict(r) for r in ds]
+        parts: list[Sequence[dict[str, Any]]] = []
+        split = ""
+        for config in self.hub_configs():
+            where = f"hub dataset {self.hub_id}" + (f", config {config}" if config else "")
+            try:
+                available = datasets.get_dataset_split_names(self.hub_id, config)
+                split = self.pick_split(list(available), where)
+                parts.append(datasets.load_dataset(self.hub_id, config, split=split))
+            except HaldetError:
+                raise
+            except Exception as exc:  # network, auth, gated, missing: all user-fixable
+                raise HaldetError(
+                    f"cannot load dataset {self.hub_id!r} from the Hugging Face hub: {type(exc).__name__}: "
+                    f"{str(exc)[:200]}",
+                    where=where,
+                    hint=f"check the network (and access for gated datasets), or download the data and pass "
+                         f"--data-dir DIR with {self.name}/<split>.jsonl in the source's schema",
+                ) from None
+        return Source(f"hub:{self.hub_id}", split, parts[0] if len(parts) == 1 else Rows(parts))
 
     def load(self, *, limit: int | None = None, seed: int = 42, on_bad_row: str = "fail") -> tuple[
         list[Instance], LoadReport
     ]:
-        """Seeded shuffle, then map rows until `limit` instances; bad rows skip or fail by policy."""
-        origin, split, rows = self.rows()
-        order = list(range(len(rows)))
+        """Seeded shuffle of the units, then map them in that order until `limit` instances.
+
+        The order does not depend on `limit`, so a larger limit extends a smaller one (the rows past the
+        evaluated limit are what the few-shot demo pool is drawn from). Bad rows skip or fail by policy.
+        """
+        if on_bad_row not in ("skip", "fail"):
+            raise HaldetError(f"on_bad_row must be skip or fail, not {on_bad_row!r}", where="--on-bad-row")
+        src = self.rows()
+        order = self.units(src.rows)
         random.Random(seed).shuffle(order)
-        report = LoadReport(origin=origin, skipped=[])
+        report = LoadReport(origin=src.origin, split=src.split)
         out: list[Instance] = []
-        for index in order:
+        seen: dict[str, int] = {}
+        for index, sub in order:
             if limit is not None and len(out) >= limit:
                 break
             report.n_rows += 1
+            row = src.rows[index]
+            where = f"row {index}" + (f", turn {sub}" if sub is not None else "")
             try:
-                mapped = self.row_to_instance(rows[index], index, split)
+                mapped = self.map_unit(dict(row), index, sub, src.split)
+            except SkipRow as exc:
+                report.n_filtered += 1
+                if len(report.filtered) < 10:
+                    report.filtered.append(f"{where}: {exc}")
+                continue
             except (BadRow, ValidationError) as exc:
                 msg = _bad_row_message(exc)
                 if on_bad_row == "fail":
-                    raise HaldetError(f"row {index} of dataset {self.name!r}: {msg}", where=origin,
-                                      hint="fix the row, or pass --on-bad-row skip to skip such rows") from None
+                    raise HaldetError(f"{where} of dataset {self.name!r}: {msg}", where=src.origin,
+                                      hint=f"fix the row (fields: {', '.join(self.required_fields)}), or pass "
+                                           f"--on-bad-row skip to skip such rows") from None
                 report.n_skipped += 1
-                if report.skipped is not None and len(report.skipped) < 10:
-                    report.skipped.append(f"row {index}: {msg}")
+                if len(report.skipped) < 10:
+                    report.skipped.append(f"{where}: {msg}")
                 continue
             for inst in mapped if isinstance(mapped, list) else [mapped]:
-                inst.source = json_safe(inst.source or rows[index])
+                if inst.id in seen:
+                    raise HaldetError(f"two rows of dataset {self.name!r} give the same id {inst.id!r}",
+                                      where=f"{src.origin}, rows {seen[inst.id]} and {index}",
+                                      hint="ids come from the source's own id field; make them unique")
+                seen[inst.id] = index
+                if not inst.source:
+                    inst.source = json_safe(dict(row))
                 out.append(inst)
         if limit is not None:
             out = out[:limit]
         return out, report
 
+    @classmethod
+    def info(cls, data_dir: str | Path | None = None) -> dict[str, Any]:
+        adapter = cls(data_dir=data_dir)
+        return {"name": cls.name, "scenario": cls.scenario, "task_type": cls.task_type,
+                "source": cls.source, "hub_id": cls.hub_id, "hub_config": adapter.hub_source_configs(),
+                "license": cls.license, "offline": adapter.offline_available(),
+                "required_fields": list(cls.required_fields),
+                "params": {k: v for k, v in adapter.options.items()}}
+
+    def hub_source_configs(self) -> list[str] | str | None:
+        configs = [c for c in self.hub_configs() if c]
+        return configs[0] if len(configs) == 1 else (configs or None)
+
     def iter_info(self) -> Iterator[tuple[str, Any]]:
-        yield from (("name", self.name), ("scenario", self.scenario), ("task_type", self.task_type),
-                    ("source", self.source), ("license", self.license),
-                    ("offline", self.offline_available()))
+        yield from self.info(self.data_dir).items()
 
 
 def _bad_row_message(exc: Exception) -> str:
@@ -184,40 +371,59 @@ def _bad_row_message(exc: Exception) -> str:
     return str(exc)
 
 
+def _open_text(path: Path) -> Any:
+    return gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz" else open(path, encoding="utf-8")
+
+
 def read_table(path: Path) -> list[dict[str, Any]]:
-    """Rows of a jsonl/json/parquet/csv file; a malformed line is named with its line number."""
-    suffix = path.suffix.lower()
+    """Rows of a jsonl/json/parquet/csv file (jsonl/json may be gzipped); a malformed line is named."""
+    suffixes = [s.lower() for s in path.suffixes if s.lower() != ".gz"]
+    suffix = suffixes[-1] if suffixes else ""
     if suffix == ".jsonl":
         rows = []
-        with open(path) as fh:
+        with _open_text(path) as fh:
             for lineno, line in enumerate(fh, start=1):
                 if not line.strip():
                     continue
                 try:
-                    rows.append(json.loads(line))
+                    row = json.loads(line)
                 except json.JSONDecodeError as exc:
                     raise HaldetError(f"malformed JSON line: {exc.msg}", where=f"{path}, line {lineno}",
                                       hint="fix or remove that line") from None
+                if not isinstance(row, dict):
+                    raise HaldetError("a JSON line must be an object (one row)", where=f"{path}, line {lineno}")
+                rows.append(row)
         return rows
     if suffix == ".json":
         try:
-            data = json.loads(path.read_text())
+            with _open_text(path) as fh:
+                data = json.load(fh)
         except json.JSONDecodeError as exc:
             raise HaldetError(f"malformed JSON: {exc.msg}", where=f"{path}, line {exc.lineno}") from None
-        if isinstance(data, dict):
-            data = next((v for v in data.values() if isinstance(v, list)), [data])
+        if isinstance(data, dict):  # {"data": [...]} or {"version": ..., "data": [...]}, or one row
+            data = next((v for v in data.values() if isinstance(v, list) and v and isinstance(v[0], dict)), [data])
+        if not all(isinstance(r, dict) for r in data):
+            raise HaldetError("a JSON data file must hold a list of row objects", where=str(path))
         return list(data)
     if suffix == ".parquet":
         import pyarrow.parquet as pq
 
-        return pq.read_table(path).to_pylist()
+        return list(pq.read_table(path).to_pylist())
     if suffix == ".csv":
-        import csv
+        with open(path, newline="", encoding="utf-8") as fh:
+            return [{k: _csv_cell(v) for k, v in row.items()} for row in csv.DictReader(fh)]
+    raise HaldetError(f"unsupported data file type {suffix or path.name!r}", where=str(path),
+                      hint="use .jsonl, .json, .parquet or .csv (.jsonl.gz/.json.gz also work)")
 
-        with open(path, newline="") as fh:
-            return list(csv.DictReader(fh))
-    raise HaldetError(f"unsupported data file type {suffix!r}", where=str(path),
-                      hint="use .jsonl, .json, .parquet or .csv")
+
+def _csv_cell(value: str | None) -> Any:
+    """CSV has no nesting: a cell holding a JSON list/object (e.g. ARC `choices`) is decoded."""
+    if value and value[:1] in "[{":
+        try:
+            return json.loads(value)
+        except json.JSONDecodeError:
+            return value
+    return value
 
 
 DATASETS: Registry[type[DatasetAdapter]] = Registry("dataset", "haldet.datasets")
@@ -231,3 +437,21 @@ def register(name: str):  # type: ignore[no-untyped-def]
         return DATASETS.register(name)(cls)
 
     return decorate
+
+
+def get_adapter(name: str, data_dir: str | Path | None = None, params: dict[str, Any] | None = None,
+                where: str = "--dataset") -> DatasetAdapter:
+    """An adapter instance by registry name (unknown names list the known ones)."""
+    return DATASETS.get(name, where=where)(data_dir=data_dir, **(params or {}))
+
+
+def mcq_options(labels: Sequence[Any], texts: Sequence[Any], field: str) -> tuple[dict[str, str], dict[str, str]]:
+    """Options keyed by letter (numeric labels such as ARC's '1'..'4' become A..D) and a map from the
+    source's label to the letter."""
+    if len(labels) != len(texts) or not texts:
+        raise BadRow(field, f"{len(labels)} labels for {len(texts)} option texts")
+    letters = [str(lab).strip().upper() for lab in labels]
+    if not all(len(lab) == 1 and lab in LETTERS for lab in letters):
+        letters = list(LETTERS[: len(texts)])
+    options = {letter: str(text) for letter, text in zip(letters, texts, strict=True)}
+    return options, {str(lab).strip(): letter for lab, letter in zip(labels, letters, strict=True)}

