@@ -1,42 +1,112 @@
-"""Rule judge for short and grounded answers: normalised match against r+ and r-, abstention detection."""
+"""Rule judge for short and grounded answers: normalised alias match and token F1 against r+ and r-,
+SQuAD v2 unanswerable questions, abstention detection.
+
+Checks, in order:
+1. empty response -> invalid;
+2. SQuAD v2 unanswerable question (`meta["unanswerable"]`, no references): declining is the right answer
+   (correct), anything else is made up (hallucination);
+3. a refusal ("I don't know", "the passage doesn't say") -> abstention, unless it also states a reference;
+4. an acceptable answer (alias) found as a phrase -> correct; a known wrong answer (r-) found -> hallucination;
+   both found -> undecided (the answer lists several candidates, or the r- phrase sits inside the r+ one);
+5. a hedge with nothing else ("I'm not sure.") -> abstention;
+6. token F1 against r+ and r-: the better side wins when it reaches `f1_threshold`; below it, a short-reference
+   item is a hallucination (the answer matches no acceptable answer), a long-reference item (dialogue replies,
+   free-text references) is undecided, since a paraphrase can be right with little word overlap.
+Yes/no references compare the answer's leading yes/no, not any "no" anywhere in the text.
+"""
 
 from __future__ import annotations
 
-from haldet.judges.base import Judge, register
-from haldet.judges.text import contains_phrase, is_abstention, token_f1
+from haldet.judges.base import Judge, Undecided, register
+from haldet.judges.text import contains_phrase, find_phrase, is_abstention, is_refusal, normalize, token_f1, tokens
 from haldet.schema import Category, Generation, Instance, Label
 
-SHORT_TASKS = {"short_answer", "grounded_qa", "span", "multi_hop", "dialogue", "rag", "long_form"}
+# rag/long_form/summarization references are whole responses: word overlap says little there (LLM judge)
+SHORT_TASKS = {"short_answer", "grounded_qa", "span", "multi_hop", "dialogue", "qa"}
+SHORT_REFERENCE_TOKENS = 8
+_YES_NO = {"yes", "no"}
+
+
+def is_unanswerable(instance: Instance) -> bool:
+    return bool(instance.meta.get("unanswerable")) and not instance.references
 
 
 @register("rule:short_answer")
 class ShortAnswerJudge(Judge):
-    """Order of checks: empty -> invalid; a reference phrase in the answer -> correct; declines -> abstention;
-    a known wrong answer matched (phrase or token F1 >= f1_threshold) -> hallucination; otherwise the best
-    token F1 against r+ decides (>= f1_threshold correct, else hallucination)."""
+    def __init__(self, f1_threshold: float = 0.5) -> None:
+        self.f1_threshold = f1_threshold
 
-    f1_threshold = 0.5
+    def fingerprint(self) -> object:
+        return [self.id, self.f1_threshold, SHORT_REFERENCE_TOKENS]
 
     def applies(self, instance: Instance) -> bool:
-        return instance.task_type in SHORT_TASKS and bool(instance.references)
+        if instance.task_type not in SHORT_TASKS or instance.options:
+            return False
+        return bool(instance.references) or is_unanswerable(instance)
 
-    def judge(self, instance: Instance, generation: Generation) -> Label | None:
+    def judge(self, instance: Instance, generation: Generation) -> Label | Undecided:
         answer = generation.response.strip()
 
         def label(category: Category, reasoning: str) -> Label:
-            return Label(id=instance.id, category=category, reasoning=reasoning, judge=self.id)
+            return self.label(instance, category, reasoning)
 
-        if not answer:
+        if not normalize(answer):
             return label(Category.INVALID, "empty response")
-        for ref in instance.references:
-            if contains_phrase(answer, ref):
-                return label(Category.CORRECT, f"answer contains the reference {ref!r}")
-        if is_abstention(answer):
+        if is_unanswerable(instance):
+            if is_abstention(answer):
+                return label(Category.CORRECT, "unanswerable question and the answer declines, as it should")
+            return label(Category.HALLUCINATION, "unanswerable question, yet the answer states something")
+
+        refs = [r for r in instance.references if normalize(r)]
+        wrongs = [w for w in instance.incorrect if normalize(w)]
+        if refs and all(normalize(r) in _YES_NO for r in refs):
+            return self._yes_no(instance, answer, refs)
+        pos = [r for r in refs if contains_phrase(answer, r)]
+        neg = [w for w in wrongs if contains_phrase(answer, w) and not any(_inside(w, r) for r in pos)]
+        if is_refusal(answer):
+            if pos:
+                return Undecided(f"rule:short_answer: the answer declines yet mentions the reference {pos[0]!r}")
             return label(Category.ABSTENTION, "the answer declines to answer")
-        for wrong in instance.incorrect:
-            if contains_phrase(answer, wrong) or token_f1(answer, wrong) >= self.f1_threshold:
-                return label(Category.HALLUCINATION, f"answer matches the known wrong answer {wrong!r}")
-        best = max(token_f1(answer, ref) for ref in instance.references)
-        if best >= self.f1_threshold:
-            return label(Category.CORRECT, f"token F1 {best:.2f} against the references")
-        return label(Category.HALLUCINATION, f"no reference matched (best token F1 {best:.2f})")
+        if pos and neg:
+            return Undecided(f"rule:short_answer: the answer mentions both the reference {pos[0]!r} and the "
+                             f"known wrong answer {neg[0]!r}")
+        if pos:
+            return label(Category.CORRECT, f"answer contains the reference {pos[0]!r}")
+        if neg:
+            return label(Category.HALLUCINATION, f"answer contains the known wrong answer {neg[0]!r}")
+        if is_abstention(answer):
+            return label(Category.ABSTENTION, "the answer only expresses doubt")
+
+        best_pos, ref = max((token_f1(answer, r), r) for r in refs)
+        best_neg, wrong = max(((token_f1(answer, w), w) for w in wrongs), default=(0.0, ""))
+        if max(best_pos, best_neg) >= self.f1_threshold:
+            if best_pos > best_neg:
+                return label(Category.CORRECT, f"token F1 {best_pos:.2f} with the reference {ref!r} "
+                                               f"(vs {best_neg:.2f} with known wrong answers)")
+            if best_neg > best_pos:
+                return label(Category.HALLUCINATION, f"token F1 {best_neg:.2f} with the known wrong answer "
+                                                     f"{wrong!r} (vs {best_pos:.2f} with the references)")
+            return Undecided(f"rule:short_answer: token F1 ties ({best_pos:.2f}) between a reference and a "
+                             "known wrong answer")
+        if max(len(tokens(r)) for r in refs) <= SHORT_REFERENCE_TOKENS:
+            return label(Category.HALLUCINATION,
+                         f"no acceptable answer matched (best token F1 {best_pos:.2f} with {ref!r})")
+        return Undecided(f"rule:short_answer: free-text reference and low word overlap (token F1 {best_pos:.2f}); "
+                         "a paraphrase needs a semantic judge")
+
+    def _yes_no(self, instance: Instance, answer: str, refs: list[str]) -> Label | Undecided:
+        words = tokens(answer)
+        said = next((w for w in words[:3] if w in _YES_NO), None)
+        if said is None:
+            if is_abstention(answer):
+                return self.label(instance, Category.ABSTENTION, "the answer declines to answer")
+            return Undecided("rule:short_answer: yes/no question and the answer does not start with yes or no")
+        wanted = {normalize(r) for r in refs}
+        category = Category.CORRECT if said in wanted else Category.HALLUCINATION
+        return self.label(instance, category, f"the answer says {said!r}, the reference says "
+                                              f"{'/'.join(sorted(wanted))!r}")
+
+
+def _inside(wrong: str, ref: str) -> bool:
+    """Whether the wrong answer's phrase lies within the reference (r+ 'New York City', r- 'York')."""
+    return find_phrase(ref, wrong) >= 0

@@ -1,33 +1,36 @@
-"""Answer normalisation, token F1 and abstention detection shared by the rule judges."""
+"""Answer normalisation, token F1, number parsing and abstention detection shared by the rule judges."""
 
 from __future__ import annotations
 
 import re
 import string
+import unicodedata
 from collections import Counter
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
-_PUNCT = str.maketrans({c: " " for c in string.punctuation + "‘’“”–—"})
+_PUNCT = str.maketrans({c: " " for c in string.punctuation + "‘’“”–—…«»"})
+_DIGIT_COMMA = re.compile(r"(?<=\d),(?=\d{3}\b)")
+_NUMBER_WORDS = {
+    "zero": "0", "one": "1", "two": "2", "three": "3", "four": "4", "five": "5", "six": "6", "seven": "7",
+    "eight": "8", "nine": "9", "ten": "10", "eleven": "11", "twelve": "12", "thirteen": "13", "fourteen": "14",
+    "fifteen": "15", "sixteen": "16", "seventeen": "17", "eighteen": "18", "nineteen": "19", "twenty": "20",
+}
 
-# Phrases models use to decline. Matched on the normalised answer (lower case, no punctuation), so they are
-# written without apostrophes: "don't" normalises to "don t".
-_ABSTAIN = re.compile(
-    r"\b("
-    r"i (do not|don t|dont) know|i m not sure|i am not sure|not sure|i (cannot|can t|cant) (answer|say|tell|determine"
-    r"|provide|find|confirm|be certain)|unable to (answer|determine|find|provide)|no (way|means) to (know|tell)"
-    r"|(do not|don t) have (enough|sufficient|the|any|access)|not enough (information|context|data)"
-    r"|insufficient (information|context|data)|(context|passage|text|document) (does not|doesn t|do not) "
-    r"(mention|say|provide|contain|specify|state)|no information|not (mentioned|specified|provided|stated) in"
-    r"|cannot be determined|can t be determined|unknown|i have no (idea|comment)|no comment"
-    r")\b"
-)
+
+def fold(text: str) -> str:
+    """Unicode-fold: compatibility forms, accents dropped (Zürich == Zurich), curly quotes made straight."""
+    text = unicodedata.normalize("NFKD", text)
+    text = "".join(c for c in text if not unicodedata.combining(c))
+    return text.replace("’", "'").replace("‘", "'").replace("“", '"').replace("”", '"')
 
 
 def normalize(text: str) -> str:
-    """SQuAD-style: lower case, punctuation to spaces, drop articles, collapse whitespace."""
-    text = text.lower().translate(_PUNCT)
-    text = _ARTICLES.sub(" ", text)
-    return " ".join(text.split())
+    """SQuAD-style plus: accents folded, lower case, digit-group commas dropped (1,000 == 1000), punctuation to
+    spaces, articles dropped, small number words as digits (three == 3), whitespace collapsed."""
+    text = _DIGIT_COMMA.sub("", fold(text).lower())
+    text = text.replace("'", "")  # don't -> dont, so contractions stay one token
+    text = _ARTICLES.sub(" ", text.translate(_PUNCT))
+    return " ".join(_NUMBER_WORDS.get(tok, tok) for tok in text.split())
 
 
 def tokens(text: str) -> list[str]:
@@ -46,14 +49,138 @@ def token_f1(prediction: str, reference: str) -> float:
     return 2 * precision * recall / (precision + recall)
 
 
-def contains_phrase(text: str, phrase: str) -> bool:
-    """Whether the normalised phrase occurs in the normalised text as whole tokens."""
+def find_phrase(text: str, phrase: str) -> int:
+    """Token index where the normalised phrase starts in the normalised text, or -1."""
     hay, needle = tokens(text), tokens(phrase)
     if not needle:
-        return False
+        return -1
     n = len(needle)
-    return any(hay[i : i + n] == needle for i in range(len(hay) - n + 1))
+    return next((i for i in range(len(hay) - n + 1) if hay[i : i + n] == needle), -1)
+
+
+def contains_phrase(text: str, phrase: str) -> bool:
+    """Whether the normalised phrase occurs in the normalised text as whole tokens."""
+    return find_phrase(text, phrase) >= 0
+
+
+# --- abstention ---------------------------------------------------------------------------------------------
+# Matched on the normalised answer (lower case, apostrophes removed: "don't" -> "dont", "I'm" -> "im"; articles
+# are gone, so patterns never contain a/an/the).
+# A *refusal* says the model will not or cannot answer; a *hedge* only expresses doubt and is usually followed by
+# an answer ("I'm not sure, but I think it is Paris"), so a hedge alone makes an abstention only when nothing
+# else is said.
+_REFUSAL = re.compile(
+    r"\b("
+    r"i (do not|dont) (know|have ((that|this|any|enough|sufficient|reliable|specific|real time) )?(answer|"
+    r"information|knowledge|data|details|context|records?))"
+    r"|(nobody|no one) (knows|can say)|(im|i am) not sure how to|i (do not|dont) know how to"
+    r"|i (cannot|cant|can not|am unable to|m unable to|am not able to|m not able to|could not|couldnt) "
+    r"(answer|say|tell|determine|provide|find|confirm|know|verify|identify|give|access|help)"
+    r"|(unable|not able) to (answer|determine|find|provide|say|tell|identify|verify|confirm)"
+    r"|no (way|means) to (know|tell|determine)"
+    r"|(do not|dont|does not|doesnt) have (enough|sufficient|access|any information|information|the information"
+    r"|real time|data)"
+    r"|(not|isnt|is not) (enough|sufficient) (information|context|data|evidence)"
+    r"|insufficient (information|context|data|evidence)"
+    r"|(context|passage|text|document|article|information|knowledge|question|story|paragraph)s? "
+    r"(provided |given |above )?(does not|doesnt|do not|dont|did not|didnt|fails to|does) "
+    r"(not )?(mention|say|provide|contain|specify|state|include|give|answer|indicate|tell)"
+    r"|(there is|theres|there are) no (information|mention|data|answer|record|evidence)"
+    r"|no (information|mention) (about|on|of|regarding|is given|is provided)"
+    r"|not (mentioned|specified|provided|stated|given|included|available) in"
+    r"|(cannot|cant|can not) be (determined|answered|known|found|inferred)"
+    r"|(is|remains) (unknown|unanswerable|not known)|answer is unknown|^unknown$|^unanswerable$"
+    r"|(question|this) is unanswerable"
+    r"|i have no (idea|comment|information|knowledge|way)|^no comment"
+    r"|i (would|d) rather not (answer|say|speculate)|i (wont|will not) (answer|speculate|guess)"
+    r"|(beyond|outside) (my|the scope of my) knowledge|my knowledge (cutoff|does not|doesnt)"
+    r"|as (an )?ai( language model| assistant)? i (cannot|cant|do not|dont|am not able|am unable)"
+    r"|i (cannot|cant|do not|dont) (browse|have access)"
+    r")\b"
+)
+_HEDGE = re.compile(
+    r"\b(i m not (sure|certain)|im not (sure|certain)|i am not (sure|certain)|not (entirely |completely |100 )?"
+    r"(sure|certain)|i (cant|cannot) be (sure|certain)|i (m|am) unsure|unsure|i think|i believe|probably|"
+    r"possibly|maybe|perhaps|it (might|may|could) be|if i (recall|remember) correctly)\b"
+)
+_FILLER = {
+    "i", "im", "am", "not", "sure", "certain", "but", "so", "sorry", "unfortunately", "however", "well", "hmm",
+    "about", "this", "that", "it", "answer", "to", "question", "entirely", "completely", "100", "unsure", "of",
+    "is", "be", "can", "cant", "cannot", "very", "really", "honestly", "exactly", "either",
+}
+
+
+def is_refusal(text: str) -> bool:
+    """The answer says it does not or cannot answer (I don't know / the context doesn't say / no comment)."""
+    return bool(_REFUSAL.search(normalize(text)))
+
+
+def is_hedge(text: str) -> bool:
+    return bool(_HEDGE.search(normalize(text)))
 
 
 def is_abstention(text: str) -> bool:
-    return bool(_ABSTAIN.search(normalize(text)))
+    """A refusal, or a hedge with nothing else said ("I'm not sure." / "Hmm, not certain, sorry")."""
+    if is_refusal(text):
+        return True
+    norm = normalize(text)
+    if not _HEDGE.search(norm):
+        return False
+    rest = [tok for tok in _HEDGE.sub(" ", norm).split() if tok not in _FILLER]
+    return not rest
+
+
+# --- numbers ------------------------------------------------------------------------------------------------
+_NUM = r"[-−+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?"
+_NUMBER = re.compile(rf"(?<![\w.]){_NUM}(?:\s*/\s*\d+(?:\.\d+)?)?")
+_FRAC = re.compile(r"\\[dt]?frac\s*\{\s*([^{}]+?)\s*\}\s*\{\s*([^{}]+?)\s*\}")
+_LATEX_NOISE = re.compile(r"\\(?:left|right|,|;|!|quad|qquad|text\s*\{[^{}]*\}|mathrm\s*\{[^{}]*\}|%|\$)")
+
+
+def clean_numbers(text: str) -> str:
+    """Make numbers in free text parseable: 1,234 -> 1234, \\frac{a}{b} -> a/b, unicode minus, currency gone."""
+    text = fold(text).replace("−", "-")
+    text = _DIGIT_COMMA.sub("", text)
+    text = re.sub(r"(?<=\d) (?=\d{3}\b)", "", text)  # thin/normal-space digit groups: 12 000
+    text = _FRAC.sub(lambda m: f"{m.group(1)}/{m.group(2)}", text)
+    text = _LATEX_NOISE.sub(" ", text)
+    return text.replace("$", " ").replace("€", " ").replace("£", " ")
+
+
+def parse_number(text: str) -> float | None:
+    """The value of one number string ("1,234.5", "-3/4", "50%", "$12", "1e-3", "\\frac{1}{2}"), or None."""
+    cleaned = clean_numbers(text).strip().rstrip(".")
+    match = _NUMBER.search(cleaned)
+    if match is None:
+        return None
+    return _value(match.group(0))
+
+
+def as_number(text: str) -> float | None:
+    """The value of a string that is one number and nothing else (a reference like "1,234", "-0.5", "3/4",
+    "50%"), or None ("[1, 2]", "x = 3", "True")."""
+    cleaned = clean_numbers(text).strip().rstrip(".").rstrip("%").strip()
+    if not re.fullmatch(_NUMBER.pattern, cleaned):
+        return None
+    return _value(cleaned)
+
+
+def _value(token: str) -> float | None:
+    token = token.replace(" ", "").replace("−", "-")
+    try:
+        if "/" in token:
+            num, den = token.split("/", 1)
+            return float(num) / float(den) if float(den) != 0 else None
+        return float(token)
+    except ValueError:
+        return None
+
+
+def numbers_in(text: str) -> list[float]:
+    """Every number in the text, in order, after `clean_numbers`."""
+    out = []
+    for match in _NUMBER.finditer(clean_numbers(text)):
+        value = _value(match.group(0))
+        if value is not None:
+            out.append(value)
+    return out

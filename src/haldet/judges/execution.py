@@ -1,0 +1,228 @@
+"""Execution judge for Python code tasks (HumanEval, MBPP): run the task's tests against the answer's code.
+
+Program = the task prompt (HumanEval: signature + docstring, and any helper it defines), then the answer's code,
+then the tests. The code is the fenced block that defines the entry point (else the first fenced block); an
+answer without a fence that does not define the entry point is read as a HumanEval-style completion of the
+prompt's function body. Tests: HumanEval's `check(candidate)` source (called with the entry point), or a list
+of MBPP `assert` lines (with optional setup code).
+
+Isolation: a fresh temporary directory as working dir (deleted afterwards), `python -I` (no user site, no
+PYTHON* variables), a minimal environment, limits by `resource.setrlimit` (address space, CPU seconds, file
+size, core dumps off), its own process group killed whole at the wall-clock limit, and no network: a new
+network namespace via `unshare -rn` when the kernel allows it, plus a preamble that disables the socket module
+in every case. pass -> correct; a failed assertion, an exception or the time limit -> hallucination, with the
+failing test or the error in `reasoning`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
+from functools import cache
+
+from haldet.judges.base import Judge, Pair, Undecided, Verdict, register
+from haldet.judges.text import is_abstention
+from haldet.schema import Category, Generation, Instance, Label
+
+_FENCE = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)(?:```|\Z)", re.DOTALL | re.IGNORECASE)
+
+# Runs before the program: no sockets (even without a network namespace), no subprocesses from the code.
+_PREAMBLE = '''\
+import socket as _s
+def _no_network(*a, **k):
+    raise OSError("network access is disabled in the haldet execution judge")
+_s.socket = _no_network
+_s.create_connection = _no_network
+_s.getaddrinfo = _no_network
+del _s
+'''
+
+_PASSED = "HALDET-EXEC-PASSED"
+
+
+@dataclass
+class ExecResult:
+    passed: bool
+    timed_out: bool
+    returncode: int
+    output: str
+
+
+def extract_code(answer: str, entry_point: str = "") -> tuple[str, str]:
+    """(code, how): the fenced block defining the entry point, else the first fenced block, else the answer."""
+    blocks = [b.strip("\n") for b in _FENCE.findall(answer)]
+    if blocks:
+        if entry_point:
+            for block in blocks:
+                if re.search(rf"^\s*def\s+{re.escape(entry_point)}\s*\(", block, re.MULTILINE):
+                    return block, "fenced block defining the entry point"
+        return blocks[0], "first fenced block"
+    return answer, "whole answer"
+
+
+def build_program(instance: Instance, answer: str) -> tuple[str, str]:
+    """(program source without tests, how the code was found)."""
+    meta = instance.meta
+    entry = str(meta.get("entry_point") or "")
+    prompt = str(meta.get("prompt") or "")
+    code, how = extract_code(answer, entry)
+    defines = bool(entry) and re.search(rf"^\s*def\s+{re.escape(entry)}\s*\(", code, re.MULTILINE) is not None
+    if defines or not prompt:
+        # the prompt may hold imports and helper functions the solution uses; its own stub is redefined
+        return (f"{prompt}\n\n{code}\n" if prompt else f"{code}\n"), how
+    # a completion of the prompt's function body (HumanEval style)
+    if how == "whole answer" and not code.startswith((" ", "\t")):
+        code = _indent_body(code)
+    return f"{prompt}{code}\n", how + " as a completion of the prompt"
+
+
+def _indent_body(code: str) -> str:
+    """A completion whose first line lost its indentation (chat models often strip it)."""
+    lines = code.split("\n")
+    if len(lines) > 1 and lines[1].startswith("    "):
+        return "    " + code
+    return "\n".join("    " + line if line.strip() else line for line in lines)
+
+
+def test_source(instance: Instance) -> str:
+    meta = instance.meta
+    tests = meta.get("tests")
+    entry = str(meta.get("entry_point") or "")
+    if isinstance(tests, str) and "def check" in tests:
+        if not entry:
+            raise ValueError("HumanEval-style tests need meta['entry_point']")
+        return f"{tests}\n\ncheck({entry})\n"
+    setup = str(meta.get("test_setup") or meta.get("test_setup_code") or "")
+    lines = tests if isinstance(tests, list) else [tests] if isinstance(tests, str) else []
+    if not lines:
+        raise ValueError("no tests in meta['tests']")
+    return setup + "\n" + "\n".join(str(t) for t in lines) + "\n"
+
+
+@cache
+def network_namespace_available() -> bool:
+    """Whether `unshare -rn` works here (unprivileged user + network namespaces)."""
+    exe = shutil.which("unshare")
+    if exe is None:
+        return False
+    try:
+        return subprocess.run([exe, "-rn", "true"], capture_output=True, timeout=5).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+def run_python(source: str, *, timeout: float, memory_mb: int) -> ExecResult:
+    """Run a program in a clean temporary directory with limits; kill its whole process group on timeout."""
+    workdir = tempfile.mkdtemp(prefix="haldet-exec-")
+    try:
+        path = os.path.join(workdir, "program.py")
+        with open(path, "w") as fh:
+            fh.write(_PREAMBLE + "\n" + source + f"\nprint({_PASSED!r})\n")
+        cmd = [sys.executable, "-I", "-B", path]
+        if network_namespace_available():
+            cmd = ["unshare", "-rn", *cmd]
+        limit = memory_mb * 1024 * 1024
+        cpu = int(timeout) + 1
+
+        def limits() -> None:
+            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+            resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))
+            resource.setrlimit(resource.RLIMIT_FSIZE, (16 << 20, 16 << 20))
+            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+        env = {"PATH": "/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir, "LANG": "C.UTF-8",
+               "PYTHONHASHSEED": "0"}
+        proc = subprocess.Popen(cmd, cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, preexec_fn=limits, start_new_session=True)
+        try:
+            out, _ = proc.communicate(timeout=timeout)
+            timed_out = False
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            out, _ = proc.communicate()
+            timed_out = True
+        text = out.decode("utf-8", "replace")
+        passed = not timed_out and proc.returncode == 0 and _PASSED in text
+        return ExecResult(passed=passed, timed_out=timed_out, returncode=proc.returncode,
+                          output=text.replace(_PASSED, "").strip())
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+
+
+def failure_summary(result: ExecResult, source: str, timeout: float) -> str:
+    """The failing test or error: the last traceback line and the program line it points at."""
+    if result.timed_out:
+        return f"timed out after {timeout:g}s (killed; an infinite loop or far too slow)"
+    lines = [ln for ln in result.output.splitlines() if ln.strip()]
+    if not lines:
+        return f"exited with status {result.returncode} and no output"
+    if result.returncode < 0:
+        return f"killed by signal {-result.returncode} (memory or CPU limit?): {lines[-1][:200]}"
+    error = lines[-1][:300]
+    program = source.splitlines()
+    located = ""
+    for line in reversed(lines):
+        match = re.search(r'File ".*program\.py", line (\d+)', line)
+        if match:
+            idx = int(match.group(1)) - 1 - _PREAMBLE.count("\n") - 1
+            if 0 <= idx < len(program):
+                located = program[idx].strip()[:300]
+            break
+    return f"{error}" + (f" at `{located}`" if located else "")
+
+
+@register("exec:python")
+class ExecutionJudge(Judge):
+    def __init__(self, timeout: float = 10.0, memory_mb: int = 1024, workers: int = 2) -> None:
+        self.timeout = timeout
+        self.memory_mb = memory_mb
+        self.workers = workers
+
+    def fingerprint(self) -> object:
+        return [self.id, self.timeout, self.memory_mb]
+
+    def applies(self, instance: Instance) -> bool:
+        return instance.task_type == "code" and bool(instance.meta.get("tests"))
+
+    def judge(self, instance: Instance, generation: Generation) -> Label | Undecided:
+        answer = generation.response
+        if not answer.strip():
+            return self.label(instance, Category.INVALID, "empty response")
+        if "```" not in answer and "def " not in answer and is_abstention(answer):
+            return self.label(instance, Category.ABSTENTION, "the answer declines to write code")
+        program, how = build_program(instance, answer)
+        try:
+            tests = test_source(instance)
+        except ValueError as exc:
+            return Undecided(f"exec:python: {exc}")
+        source = program + "\n" + tests
+        result = run_python(source, timeout=self.timeout, memory_mb=self.memory_mb)
+        if result.passed:
+            return self.label(instance, Category.CORRECT, f"all tests pass (code: {how})")
+        return self.label(instance, Category.HALLUCINATION,
+                          f"tests fail: {failure_summary(result, source, self.timeout)} (code: {how})")
+
+    def judge_many(self, pairs: Sequence[Pair], on_done: Callable[[int, Verdict], None]) -> None:
+        """Programs run in parallel threads (each waits on its own subprocess)."""
+        if self.workers <= 1 or len(pairs) <= 1:
+            super().judge_many(pairs, on_done)
+            return
+        with ThreadPoolExecutor(max_workers=self.workers) as pool:
+            futures = {pool.submit(self.judge, inst, gen): i for i, (inst, gen) in enumerate(pairs)}
+            for future in as_completed(futures):
+                on_done(futures[future], future.result())

