@@ -112,6 +112,9 @@ def run(
             console.print(f"[red]cell {cell.dataset} | {cell.model} failed:[/red] {cell.error}")
         else:
             console.print(f"{cell.dataset} | {cell.model}: labels {cell.label_counts}, split {cell.split_sizes}")
+        if cell.data.get("n_skipped"):
+            console.print(f"[yellow]{cell.dataset}: {cell.data['n_skipped']} bad rows skipped[/yellow] "
+                          f"(first: {'; '.join(cell.data.get('skipped') or [])[:300]})", highlight=False)
         for d in cell.detectors:
             if d.error:
                 console.print(f"[red]detector {d.name} failed on {cell.dataset}:[/red] {d.error}")
@@ -123,43 +126,73 @@ def run(
 
 
 @datasets_app.command("list")
-def datasets_list(as_json: Annotated[bool, typer.Option("--json", help="A JSON list of objects.")] = False) -> None:
-    """Every registered dataset adapter with its scenario, task type, source, license and offline availability."""
+def datasets_list(
+    as_json: Annotated[bool, typer.Option("--json", help="A JSON list of objects.")] = False,
+    data_dir: Annotated[Path | None, typer.Option(help="Also count local files here as offline data.")] = None,
+) -> None:
+    """Every registered dataset adapter: scenario, task type, source (hub id/config), license, and whether its
+    data is available offline (packaged, or found under --data-dir)."""
     from rich.table import Table
 
     from haldet.datasets.base import DATASETS
 
-    infos = [dict(cls().iter_info()) for _, cls in DATASETS]
+    infos = [cls.info(data_dir) for _, cls in DATASETS]
     if as_json:
-        print(json.dumps(infos, indent=2))
+        print(json.dumps(infos, indent=2, default=str))
         return
-    table = Table(title="datasets")
-    for col in ("name", "scenario", "task_type", "source", "license", "offline"):
+    table = Table(title=f"datasets ({len(infos)})")
+    cols = ("name", "scenario", "task_type", "source", "license", "offline")
+    for col in cols:
         table.add_column(col)
     for info in infos:
-        table.add_row(*(str(info[c]) for c in ("name", "scenario", "task_type", "source", "license", "offline")))
+        table.add_row(*(str(info[c]) for c in cols))
     out_console.print(table)
+
+
+def _dataset_options(values: list[str] | None) -> dict[str, Any]:
+    """`--option key=value` pairs (value parsed as YAML: lists, numbers, booleans)."""
+    import yaml
+
+    out: dict[str, Any] = {}
+    for item in values or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise HaldetError(f"bad dataset option {item!r}", where="--option", hint="use KEY=VALUE, e.g. "
+                              "--option languages=[eng_Latn,fra_Latn]")
+        out[key.strip()] = yaml.safe_load(value)
+    return out
 
 
 @datasets_app.command("show")
 def datasets_show(
-    name: Annotated[str, typer.Argument(help="Dataset name.")],
+    name: Annotated[str, typer.Argument(help="Dataset name (see `haldet datasets list`).")],
     limit: Annotated[int, typer.Option(help="How many items.")] = 3,
     data_dir: Annotated[Path | None, typer.Option(help="Local files in the source's schema.")] = None,
+    on_bad_row: Annotated[str, typer.Option(help="skip|fail on a row missing a required field.")] = "fail",
+    seed: Annotated[int, typer.Option(help="Shuffle seed (the run's data_seed).")] = 42,
+    option: Annotated[list[str] | None, typer.Option("--option", help="Adapter option KEY=VALUE (repeatable), "
+                                                     "e.g. languages=[eng_Latn,deu_Latn] for belebele.")] = None,
+    prompt: Annotated[bool, typer.Option("--prompt", help="Also print each item's user prompt.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print unified instances as JSON.")] = False,
 ) -> None:
-    """Load a dataset through its adapter and show unified instances."""
-    from haldet.datasets.base import DATASETS
+    """Load a dataset through its adapter and show unified instances (what the run evaluates, same order)."""
+    from haldet.datasets.base import get_adapter
+    from haldet.prompts import PromptBuilder
 
-    adapter = DATASETS.get(name, where="dataset name")(data_dir=data_dir)
-    instances, report = adapter.load(limit=limit)
+    adapter = get_adapter(name, data_dir, _dataset_options(option), where="dataset name")
+    instances, report = adapter.load(limit=limit, seed=seed, on_bad_row=on_bad_row)
+    console.print(f"{name}: {len(instances)} items; {report.summary()}", highlight=False)
+    for reason in report.skipped:
+        console.print(f"  skipped {reason}", highlight=False)
     dumped = [inst.model_dump(mode="json") for inst in instances]
     if as_json:
         print(json.dumps(dumped, indent=2, ensure_ascii=False))
         return
-    console.print(f"{name}: {len(instances)} items from {report.origin}")
-    for inst in dumped:
-        out_console.print_json(json.dumps({k: v for k, v in inst.items() if k != "source"}))
+    builder = PromptBuilder() if prompt else None
+    for inst, data in zip(instances, dumped, strict=True):
+        out_console.print_json(json.dumps({k: v for k, v in data.items() if k != "source"}, ensure_ascii=False))
+        if builder is not None:
+            out_console.print(builder.user_message(inst), markup=False, highlight=False)
 
 
 @detectors_app.command("list")

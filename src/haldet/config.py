@@ -95,6 +95,8 @@ class RunConfig(Section):
     judge: JudgeConfig = Field(default_factory=JudgeConfig)
     evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
     detector_params: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    # adapter options per dataset, e.g. {"belebele": {"languages": ["eng_Latn", "fra_Latn"]}}
+    dataset_params: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
     def canonical(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
@@ -108,7 +110,7 @@ class RunConfig(Section):
         changed: list[str] = []
         for key in sorted(set(mine) | set(theirs)):
             a, b = mine.get(key), theirs.get(key)
-            if isinstance(a, dict) and isinstance(b, dict) and key != "detector_params":
+            if isinstance(a, dict) and isinstance(b, dict) and key not in ("detector_params", "dataset_params"):
                 changed += [f"{key}.{k}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
             elif a != b:
                 changed.append(key)

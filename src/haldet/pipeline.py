@@ -20,12 +20,12 @@ import numpy as np
 from haldet import __version__
 from haldet.backends.base import Backend
 from haldet.config import RunConfig, digest
-from haldet.datasets.base import DATASETS
+from haldet.datasets.base import DATASETS, get_adapter
 from haldet.detectors.base import DETECTORS
 from haldet.errors import HaldetError
 from haldet.evaluation.detect import DetectorRun, run_detector
 from haldet.evaluation.splits import stratified_split
-from haldet.prompts import build_messages
+from haldet.prompts import PromptBuilder, demo_pool_size, render_prompts
 from haldet.schema import Category
 from haldet.signals import Signal, SignalView
 from haldet.stages.annotate import AnnotateStage, labels_of
@@ -96,14 +96,20 @@ def prepare_cell(config: RunConfig, store: RunStore, dataset: str, model: str, p
                  backends: dict[str, Backend]) -> tuple[CellResult, CellContext, list[Item]]:
     """Load a cell's items and render their prompts exactly as the run does (also used by `haldet annotate`,
     which must find the same generation records)."""
-    adapter = DATASETS.get(dataset, where="--dataset")(data_dir=config.data_dir)
+    adapter = get_adapter(dataset, config.data_dir, config.dataset_params.get(dataset))
     result = CellResult(dataset=dataset, scenario=adapter.scenario, model=model)
     start = time.perf_counter()
-    instances, report = adapter.load(limit=config.limit, seed=config.data_seed, on_bad_row=config.on_bad_row)
+    # few-shot demos come from the rows of the same seeded order past the evaluated limit: never an evaluated item
+    n_pool = demo_pool_size(config.prompt.n_shots) if config.limit is not None else 0
+    loaded, report = adapter.load(limit=None if config.limit is None else config.limit + n_pool,
+                                  seed=config.data_seed, on_bad_row=config.on_bad_row)
+    instances, pool = (loaded[: config.limit], loaded[config.limit :]) if config.limit is not None else (loaded, [])
     if not instances:
         raise HaldetError(f"dataset {dataset!r} gave no items", where=report.origin)
-    result.data = {"origin": report.origin, "n_items": len(instances), "n_skipped": report.n_skipped,
-                   "skipped": report.skipped,
+    builder = PromptBuilder(config.prompt)
+    result.data = {"origin": report.origin, "split": report.split, "n_items": len(instances),
+                   "n_skipped": report.n_skipped, "skipped": report.skipped, "n_filtered": report.n_filtered,
+                   "n_demo_pool": len(pool), "prompt_templates": builder.templates.fingerprint(),
                    "fingerprint": digest([i.model_dump(mode="json") for i in instances])}
     load_seconds = time.perf_counter() - start
 
@@ -116,7 +122,7 @@ def prepare_cell(config: RunConfig, store: RunStore, dataset: str, model: str, p
     ctx = CellContext(config=config, dataset=dataset, model=model, store=cell, backend_factory=backend_factory,
                       progress=progress)
     ctx.timings["load_data"] = load_seconds
-    prompts = [ctx.backend.render_chat(build_messages(inst, config.prompt.system_prompt)) for inst in instances]
+    prompts = render_prompts(builder, ctx.backend, instances, pool)
     items = [Item(instance=inst, prompt=prompt) for inst, prompt in zip(instances, prompts, strict=True)]
     result.fingerprint = ctx.backend.fingerprint()
     return result, ctx, items
@@ -180,8 +186,10 @@ def result_rows(cell: CellResult) -> list[dict[str, Any]]:
 
 def validate_names(config: RunConfig) -> None:
     """Fail before any work on unknown dataset or detector names."""
+    for name in config.dataset_params:
+        DATASETS.get(name, where="dataset_params")
     for name in config.datasets:
-        DATASETS.get(name, where="--dataset")
+        get_adapter(name, config.data_dir, config.dataset_params.get(name))  # unknown name or option: fail now
     for name in config.detectors:
         DETECTORS.get(name, where="--detector")
 

@@ -39,6 +39,6 @@ class XLAM(DatasetAdapter):
             instruction=('You can call the tools listed in the context. Reply with the call(s) that fulfil the '
                          'request as a JSON list of objects with "name" and "arguments". If no tool fits, '
                          'answer directly.'),
-            context="Available tools:\n" + json.dumps(tools, ensure_ascii=False, indent=1),
+            context="Available tools:\n" + "\n".join(json.dumps(t, ensure_ascii=False) for t in tools),
             question=str(require(row, "query")), references=[canonical_calls(calls)],
             meta={"tools": tools, "calls": calls, "tool_names": [t.get("name") for t in tools if isinstance(t, dict)]})

@@ -5,11 +5,13 @@ The final answer goes to r+ as a plain string ('42', '2.5'); the worked solution
 
 from __future__ import annotations
 
+import re
 from typing import Any, ClassVar
 
 from haldet.datasets.base import BadRow, DatasetAdapter, SkipRow, number_string, register, require
 from haldet.schema import Instance
 
+_CALC = re.compile(r"<<[^<>]*>>")  # GSM8K's calculator annotations, dropped from the shown solution
 MATH_INSTRUCTION = ("Solve the problem step by step. On the last line, write 'Answer:' followed by the final "
                     "number only.")
 
@@ -37,9 +39,9 @@ class GSM8K(DatasetAdapter):
         solution = str(require(row, "answer"))
         if "####" not in solution:
             raise BadRow("answer", "no '#### <number>' final answer")
-        final = _number(solution.rsplit("####", 1)[1], "answer")
+        steps, final = solution.rsplit("####", 1)
         return self.instance(split, index, instruction=MATH_INSTRUCTION, question=str(require(row, "question")),
-                             references=[final], meta={"solution": solution.rsplit("####", 1)[0].strip()})
+                             references=[_number(final, "answer")], meta={"solution": _CALC.sub("", steps).strip()})
 
 
 @register("svamp")

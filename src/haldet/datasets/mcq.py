@@ -111,17 +111,24 @@ class Belebele(DatasetAdapter):
     def hub_configs(self) -> list[str | None]:
         return list(self.languages())
 
-    def local_rows(self) -> Source:
+    def _language_files(self) -> list[Path]:
         assert self.data_dir is not None
         base = self.data_dir / self.name
-        parts: list[Sequence[dict[str, Any]]] = []
         found: list[Path] = []
         for lang in self.languages():
             for cand in (base / f"{lang}.jsonl", base / "data" / f"{lang}.jsonl", base / f"{lang}.parquet"):
                 if cand.is_file():
-                    parts.append(read_table(cand))
                     found.append(cand)
                     break
+        return found
+
+    def local_file(self) -> tuple[Path, str] | None:
+        found = self._language_files()
+        return (found[0], "test") if found else super().local_file()
+
+    def local_rows(self) -> Source:
+        found = self._language_files()
+        parts: list[Sequence[dict[str, Any]]] = [read_table(path) for path in found]
         if parts:
             return Source(", ".join(map(str, found)), "test", Rows(parts))
         src = super().local_rows()  # one file with every language; keep the selected ones

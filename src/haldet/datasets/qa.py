@@ -72,8 +72,9 @@ class TruthfulQA(DatasetAdapter):
 class SQuADv2(DatasetAdapter):
     """SQuAD 2.0: answer spans from a Wikipedia paragraph; a third of the questions have no answer there.
 
-    Unanswerable questions get `meta['unanswerable'] = True` and an abstention-style reference, so a judge
-    counts a declining answer as correct and any confident span as a hallucination."""
+    Unanswerable questions get `meta['unanswerable'] = True`, no r+ (the short-answer judge's contract: a
+    declining answer is correct, any confident span a hallucination) and `meta['abstain_reference']`, the
+    abstention-style answer a few-shot demo shows for them."""
 
     scenario = "qa_reading"
     task_type = "span"
@@ -94,8 +95,9 @@ class SQuADv2(DatasetAdapter):
             instruction=("Answer with a short span copied from the context. If the context does not contain "
                          "the answer, say so instead of guessing."),
             context=str(require(row, "context")), question=str(require(row, "question")),
-            references=[ABSTAIN_REFERENCE] if unanswerable else spans,
-            meta={"unanswerable": unanswerable, "title": row.get("title", ""),
+            references=[] if unanswerable else spans,
+            meta={"unanswerable": unanswerable, **({"abstain_reference": ABSTAIN_REFERENCE} if unanswerable else {}),
+                  "title": row.get("title", ""),
                   "answer_start": list(answers.get("answer_start") or [])})
 
 
@@ -179,8 +181,9 @@ class CoQA(DatasetAdapter):
             instruction="Answer the latest question about the story in a few words, taking the conversation "
                         "so far into account. If the story does not say, answer that it does not say.",
             context=context, question=str(questions[turn]),
-            references=[ABSTAIN_REFERENCE] if unanswerable else [answer],
+            references=[] if unanswerable else [answer],
             meta={"turn": turn + 1, "n_turns": len(questions), "unanswerable": unanswerable,
+                  **({"abstain_reference": ABSTAIN_REFERENCE} if unanswerable else {}),
                   "story_source": row.get("source", "")})
 
     def row_to_instance(self, row: dict[str, Any], index: int, split: str) -> Instance:
