@@ -1,6 +1,11 @@
 """Detection metrics with stratified bootstrap CIs. Positive class = hallucination (label 1).
 
 Scores are used exactly as the detector oriented them: an AUROC below 0.5 stays below 0.5.
+
+Point values come from scikit-learn. The 1,000-resample bootstrap is vectorised: scores are binned once into their
+distinct values, each resample becomes per-bin counts of positives and negatives, and AUROC (Mann-Whitney with
+half credit for ties), average precision and FPR@95TPR are computed from the counts with the same tie and
+threshold rules as scikit-learn (`tests/test_metrics_fast.py` checks equality on tied data).
 """
 
 from __future__ import annotations
@@ -12,6 +17,8 @@ import numpy as np
 from sklearn.metrics import average_precision_score, roc_auc_score, roc_curve
 
 METRICS = ("auroc", "aupr", "fpr95")
+TPR_TARGET = 0.95
+_BLOCK = 128  # resamples per vectorised block (bounds memory at ~block x distinct scores)
 
 
 def auroc(y: np.ndarray, s: np.ndarray) -> float:
@@ -25,7 +32,7 @@ def aupr(y: np.ndarray, s: np.ndarray) -> float:
 def fpr_at_95_tpr(y: np.ndarray, s: np.ndarray) -> float:
     """False-positive rate at the first threshold where the true-positive rate reaches 95%."""
     fpr, tpr, _ = roc_curve(y, s)
-    return float(fpr[np.searchsorted(tpr, 0.95, side="left")])
+    return float(fpr[np.searchsorted(tpr, TPR_TARGET, side="left")])
 
 
 METRIC_FUNCS: dict[str, Callable[[np.ndarray, np.ndarray], float]] = {
@@ -47,6 +54,76 @@ class MetricValue:
     note: str = ""
 
 
+def stratified_indices(y: np.ndarray, n_boot: int, seed: int) -> np.ndarray:
+    """[n_boot, n] resampled indices: positives and negatives drawn with replacement separately, so every
+    resample keeps the class counts (the draw order is that of the original per-resample loop)."""
+    rng = np.random.default_rng(seed)
+    pos, neg = np.flatnonzero(y == 1), np.flatnonzero(y == 0)
+    out = np.empty((n_boot, len(pos) + len(neg)), dtype=np.int64)
+    for b in range(n_boot):
+        out[b, : len(pos)] = rng.choice(pos, len(pos))
+        out[b, len(pos) :] = rng.choice(neg, len(neg))
+    return out
+
+
+def _bin_counts(y: np.ndarray, s: np.ndarray, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per resample (rows of idx) and per distinct score (ascending), counts of positives and negatives."""
+    _, inv = np.unique(s, return_inverse=True)
+    n_bins = int(inv.max()) + 1
+    rows = np.repeat(np.arange(idx.shape[0]), idx.shape[1])
+    flat_bins = rows * n_bins + inv[idx].ravel()
+    is_pos = y[idx].ravel() == 1
+    size = idx.shape[0] * n_bins
+    cp = np.bincount(flat_bins[is_pos], minlength=size).reshape(idx.shape[0], n_bins).astype(np.float64)
+    cn = np.bincount(flat_bins[~is_pos], minlength=size).reshape(idx.shape[0], n_bins).astype(np.float64)
+    return cp, cn
+
+
+def _auroc_counts(cp: np.ndarray, cn: np.ndarray) -> np.ndarray:
+    """Mann-Whitney AUROC per row: P(score_pos > score_neg) + 0.5 P(tie), equal to sklearn's trapezoid area."""
+    n_pos, n_neg = cp.sum(axis=1), cn.sum(axis=1)
+    below = np.cumsum(cn, axis=1) - cn
+    return (cp * (below + 0.5 * cn)).sum(axis=1) / (n_pos * n_neg)
+
+
+def _aupr_counts(cp: np.ndarray, cn: np.ndarray) -> np.ndarray:
+    """Average precision per row: sum over descending distinct thresholds of recall gain x precision."""
+    cp_d, cn_d = cp[:, ::-1], cn[:, ::-1]
+    tp, fp = np.cumsum(cp_d, axis=1), np.cumsum(cn_d, axis=1)
+    denom = tp + fp
+    precision = np.divide(tp, denom, out=np.zeros_like(tp), where=denom > 0)
+    return (cp_d * precision).sum(axis=1) / cp.sum(axis=1)
+
+
+def _fpr95_counts(cp_row: np.ndarray, cn_row: np.ndarray) -> float:
+    """sklearn's roc_curve (collinear points dropped before the origin is prepended), then the FPR at the first
+    point whose TPR reaches the target."""
+    present = (cp_row + cn_row) > 0
+    tps = np.cumsum(cp_row[::-1][present[::-1]])
+    fps = np.cumsum(cn_row[::-1][present[::-1]])
+    if len(fps) > 2:
+        keep = np.r_[True, np.logical_or(np.diff(fps, 2), np.diff(tps, 2)), True]
+        tps, fps = tps[keep], fps[keep]
+    tpr = np.r_[0.0, tps] / tps[-1]
+    fpr = np.r_[0.0, fps] / fps[-1]
+    return float(fpr[np.searchsorted(tpr, TPR_TARGET, side="left")])
+
+
+def metrics_on_resamples(y: np.ndarray, s: np.ndarray, idx: np.ndarray,
+                         metrics: tuple[str, ...] = METRICS) -> dict[str, np.ndarray]:
+    """Each metric on each resample (rows of `idx`, every row holding both classes), in blocks."""
+    out: dict[str, list[np.ndarray]] = {m: [] for m in metrics}
+    for start in range(0, idx.shape[0], _BLOCK):
+        cp, cn = _bin_counts(y, s, idx[start : start + _BLOCK])
+        if "auroc" in out:
+            out["auroc"].append(_auroc_counts(cp, cn))
+        if "aupr" in out:
+            out["aupr"].append(_aupr_counts(cp, cn))
+        if "fpr95" in out:
+            out["fpr95"].append(np.array([_fpr95_counts(a, b) for a, b in zip(cp, cn, strict=True)]))
+    return {m: np.concatenate(v) if v else np.empty(0) for m, v in out.items()}
+
+
 def evaluate(labels: np.ndarray, scores: np.ndarray, *, n_boot: int = 1000, ci: float = 0.95,
              seed: int = 42) -> list[MetricValue]:
     """All metrics on the items with a finite score; CIs from a stratified bootstrap (positives and negatives
@@ -56,25 +133,20 @@ def evaluate(labels: np.ndarray, scores: np.ndarray, *, n_boot: int = 1000, ci: 
     valid = np.isfinite(scores)
     coverage = float(valid.mean()) if len(scores) else 0.0
     y, s = labels[valid], scores[valid]
-    n, n_pos = int(len(y)), int(y.sum())
+    n, n_pos = len(y), int(y.sum())
     if n_pos == 0 or n_pos == n:
         note = ("no test item has a valid score" if n == 0 else
                 f"test items with a valid score are all one class ({n_pos} positive of {n})")
         return [MetricValue(m, None, None, None, n, n_pos, coverage, note) for m in METRICS]
     point = {m: f(y, s) for m, f in METRIC_FUNCS.items()}
-    boots: dict[str, list[float]] = {m: [] for m in METRICS}
+    boots: dict[str, np.ndarray] = {}
     if n_boot > 0:
-        rng = np.random.default_rng(seed)
-        pos, neg = np.flatnonzero(y == 1), np.flatnonzero(y == 0)
-        for _ in range(n_boot):
-            idx = np.concatenate([rng.choice(pos, len(pos)), rng.choice(neg, len(neg))])
-            for m, f in METRIC_FUNCS.items():
-                boots[m].append(f(y[idx], s[idx]))
+        boots = metrics_on_resamples(y, s, stratified_indices(y, n_boot, seed))
     alpha = (1 - ci) / 2
     out = []
     for m in METRICS:
         lo = hi = None
-        if boots[m]:
+        if m in boots and len(boots[m]):
             lo, hi = (float(q) for q in np.quantile(boots[m], [alpha, 1 - alpha]))
         out.append(MetricValue(m, point[m], lo, hi, n, n_pos, coverage))
     return out
