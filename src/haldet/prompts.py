@@ -70,17 +70,18 @@ class PromptTemplates:
         routing = yaml.safe_load(_packaged_text(ROUTING_FILE))
         override = self._read(user_dir, ROUTING_FILE)
         if override is not None:
+            path = str(Path(template_dir or ".") / ROUTING_FILE)
             try:
                 loaded = yaml.safe_load(override) or {}
             except yaml.YAMLError:
-                raise HaldetError("prompt routing file is not valid YAML", where=str(user_dir / ROUTING_FILE),
+                raise HaldetError("prompt routing file is not valid YAML", where=path,
                                   hint="fix the syntax; see the packaged prompt_routing.yaml") from None
             if not isinstance(loaded, dict):
-                raise HaldetError("prompt routing file must hold a mapping", where=str(user_dir / ROUTING_FILE))
+                raise HaldetError("prompt routing file must hold a mapping", where=path)
             unknown = sorted(set(loaded) - set(routing))
             if unknown:
                 raise HaldetError(f"unknown prompt routing entries {', '.join(unknown)}",
-                                  where=str(user_dir / ROUTING_FILE), hint=f"known: {', '.join(sorted(routing))}")
+                                  where=path, hint=f"known: {', '.join(sorted(routing))}")
             routing = _merge(routing, loaded)
         self.routing: dict[str, Any] = routing
 
@@ -107,7 +108,7 @@ class PromptBuilder:
     """Instance (+ demos) -> chat messages -> rendered prompt, per `PromptConfig`."""
 
     def __init__(self, config: PromptConfig | None = None) -> None:
-        self.config = config or PromptConfig()
+        self.config = config or PromptConfig.model_validate({})
         self.templates = load_templates(self.config.template_dir)
 
     def user_message(self, instance: Instance) -> str:
@@ -175,7 +176,8 @@ def build_messages(instance: Instance, system_prompt: str, demos: list[Instance]
     dict[str, str]
 ]:
     """Chat messages with the packaged templates (kept for callers that only have a system prompt)."""
-    return PromptBuilder(PromptConfig(system_prompt=system_prompt)).messages(instance, demos or [])
+    config = PromptConfig.model_validate({"system_prompt": system_prompt})
+    return PromptBuilder(config).messages(instance, demos or [])
 
 
 def user_message(instance: Instance) -> str:
