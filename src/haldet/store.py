@@ -244,7 +244,7 @@ class RunStore:
         atomic_write_text(self.manifest_path, json.dumps(manifest, indent=2, sort_keys=True, default=str))
 
     def write_results(self, rows: list[dict[str, Any]]) -> None:
-        """`results.json` (list of row objects) and `results.csv` with the same columns."""
+        """`results.json` (list of row objects), `results.csv` and `results.parquet` with the same columns."""
         atomic_write_text(self.root / "results.json", json.dumps(rows, indent=2, default=_json_default))
         columns: list[str] = []
         for row in rows:
@@ -255,6 +255,7 @@ class RunStore:
             writer.writeheader()
             writer.writerows(rows)
         os.replace(tmp, self.root / "results.csv")
+        write_parquet(self.root / "results.parquet", rows, columns)
 
     def read_results(self) -> list[dict[str, Any]]:
         path = self.root / "results.json"
@@ -265,6 +266,30 @@ class RunStore:
         if not isinstance(rows, list):
             raise HaldetError("results.json must hold a list of rows", where=str(path))
         return rows
+
+
+def write_parquet(path: Path, rows: list[dict[str, Any]], columns: list[str]) -> None:
+    """Rows as a Parquet table (missing cells null; numbers float64/int64, text string), written atomically."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    data: dict[str, list[Any]] = {c: [_json_default(r[c]) if isinstance(r.get(c), np.generic) else r.get(c)
+                                      for r in rows] for c in columns}
+    arrays = {}
+    for col, values in data.items():
+        kinds = {"bool" if isinstance(v, bool) else "num" if isinstance(v, int | float) else
+                 "str" if isinstance(v, str) else "other" for v in values if v is not None}
+        if kinds == {"num"} and any(isinstance(v, float) for v in values):
+            arrays[col] = pa.array([None if v is None else float(v) for v in values], type=pa.float64())
+        elif len(kinds) <= 1 and "other" not in kinds:
+            arrays[col] = pa.array(values)
+        else:  # mixed or nested values: one JSON text per cell
+            arrays[col] = pa.array([None if v is None else v if isinstance(v, str) else json.dumps(v, default=str)
+                                    for v in values], type=pa.string())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    pq.write_table(pa.table(arrays), tmp)
+    os.replace(tmp, path)
 
 
 def _json_default(obj: Any) -> Any:

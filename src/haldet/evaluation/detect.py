@@ -31,6 +31,8 @@ class DetectorRun:
     score_seconds: float = 0.0
     error: str = ""
     cached: bool = False
+    key: str = ""        # the score cache key (reports read exactly these test scores)
+    n_scored: int = 0    # test items scored
 
 
 def make_detector(name: str, config: RunConfig) -> Detector:
@@ -46,6 +48,7 @@ def run_detector(name: str, config: RunConfig, store: CellStore, view: SignalVie
     position = {item_id: i for i, item_id in enumerate(view.ids)}
     test_idx = [position[i] for i in split["test"]]
     key = digest([name, detector.params, evidence_key, split if detector.trains else None])
+    run.key, run.n_scored = key, len(test_idx)
     log = store.log(f"scores/{name}")
     cached = log.read(key)
     if all(view.ids[i] in cached for i in test_idx) and test_idx:
