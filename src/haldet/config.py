@@ -31,6 +31,43 @@ class GenerationConfig(Section):
     batch_size: int = Field(8, ge=1)
 
 
+class SampleConfig(Section):
+    """Stochastic samples (paper 4.1: K=5, temperature 1.0, top-p 0.9), seeded per item."""
+
+    k: int = Field(5, ge=1)
+    temperature: float = Field(1.0, gt=0)
+    top_p: float = Field(0.9, gt=0, le=1)
+    seed: int = 42
+    max_new_tokens: int = Field(64, ge=1)
+    batch_size: int = Field(16, ge=1)  # sequences per generate call (prompts per call = batch_size // k)
+    # pooled hidden state per sample (EigenScore): hidden-state index (-1 = last layer), None = not stored
+    hidden_layer: int | None = -1
+    hidden_pooling: Literal["mean", "last"] = "mean"
+
+
+class AuxiliaryConfig(Section):
+    """Verbalized confidence and self-evaluation P(True) (paper appendix E.1), greedy."""
+
+    verbalized: bool = True
+    self_eval: bool = True
+    max_new_tokens: int = Field(24, ge=1)
+    batch_size: int = Field(8, ge=1)
+
+
+FEATURE_GROUPS = ("hidden", "sep", "ccs", "prism", "icr")
+
+
+class FeatureConfig(Section):
+    """One teacher-forced pass over prompt + generated ids (plus one pass for the statement groups)."""
+
+    layers: Literal["all"] | list[int] = "all"  # hidden-state indices (0 = embeddings, -1 = last layer)
+    pooling: list[Literal["mean", "last"]] = Field(default_factory=lambda: ["mean", "last"])
+    dtype: Literal["float16", "float32"] = "float16"
+    groups: list[Literal["hidden", "sep", "ccs", "prism", "icr"]] = Field(
+        default_factory=lambda: list(FEATURE_GROUPS))
+    batch_size: int = Field(8, ge=1)
+
+
 class PromptConfig(Section):
     system_prompt: str = "You are a helpful, accurate, and honest AI assistant."
     n_shots: int = Field(0, ge=0)
@@ -91,6 +128,9 @@ class RunConfig(Section):
     on_bad_row: Literal["skip", "fail"] = "fail"
     device: str = "auto"
     generation: GenerationConfig = Field(default_factory=GenerationConfig)
+    sample: SampleConfig = Field(default_factory=SampleConfig)
+    auxiliary: AuxiliaryConfig = Field(default_factory=AuxiliaryConfig)
+    features: FeatureConfig = Field(default_factory=FeatureConfig)
     prompt: PromptConfig = Field(default_factory=PromptConfig)
     judge: JudgeConfig = Field(default_factory=JudgeConfig)
     evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)

@@ -7,8 +7,10 @@ A cell that fails (unreachable data, a model that cannot load) is reported and t
 from __future__ import annotations
 
 import datetime as _dt
+import gc
 import platform
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -23,14 +25,16 @@ from haldet.config import RunConfig, digest
 from haldet.datasets.base import DATASETS, get_adapter
 from haldet.detectors.base import DETECTORS
 from haldet.errors import HaldetError
+from haldet.evaluation.cost import DEFAULT_N, detector_cost, stage_stats
 from haldet.evaluation.detect import DetectorRun, run_detector
 from haldet.evaluation.splits import stratified_split
 from haldet.prompts import PromptBuilder, demo_pool_size, render_prompts
 from haldet.schema import Category
-from haldet.signals import Signal, SignalView
+from haldet.signals import SignalView
 from haldet.stages.annotate import AnnotateStage, labels_of
 from haldet.stages.base import CellContext, Item, Progress, no_progress
 from haldet.stages.generate import GenerateStage, attach_generations
+from haldet.stages.loader import EvidenceLoader, ensure_stages, evidence_key, needed_stages
 from haldet.store import RunStore
 
 LIBRARIES = ("torch", "transformers", "numpy", "scikit-learn", "h5py", "pydantic", "datasets", "typer", "rich")
@@ -59,9 +63,11 @@ class CellResult:
     model: str
     detectors: list[DetectorRun] = field(default_factory=list)
     label_counts: dict[str, int] = field(default_factory=dict)
+    annotation: dict[str, Any] = field(default_factory=dict)
     split_sizes: dict[str, int] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
+    evidence: dict[str, Any] = field(default_factory=dict)  # per-stage cost stats (haldet.evaluation.cost)
     fingerprint: dict[str, Any] = field(default_factory=dict)
     data: dict[str, Any] = field(default_factory=dict)
     error: str = ""
@@ -129,18 +135,24 @@ def prepare_cell(config: RunConfig, store: RunStore, dataset: str, model: str, p
 
 
 def run_cell(config: RunConfig, store: RunStore, dataset: str, model: str, progress: Progress,
-             backends: dict[str, Backend]) -> CellResult:
+             backends: dict[str, Backend], previous: dict[str, Any] | None = None) -> CellResult:
+    """One (dataset, model) cell: every selected detector reads the same evidence, computed once.
+
+    `previous` is this cell's entry in the run's earlier manifest: a fully cached rerun keeps the timings the
+    evidence and detectors took when they were computed (cost accounting), instead of a cache-read zero.
+    """
+    previous = previous or {}
+    previous_evidence: dict[str, Any] = previous.get("evidence") or {}
     result, ctx, items = prepare_cell(config, store, dataset, model, progress, backends)
     cell = ctx.store
 
     generate = GenerateStage(ctx)
     gen_records = generate.ensure(items)
     attach_generations(items, gen_records)
-    labels = labels_of(AnnotateStage(ctx).ensure(items))
-    counts: dict[str, int] = {}
-    for lab in labels.values():
-        counts[lab.category.value] = counts.get(lab.category.value, 0) + 1
-    result.label_counts = counts
+    annotate = AnnotateStage(ctx)
+    labels = labels_of(annotate.ensure(items))
+    result.annotation = annotate.summary(labels)  # per judge, failures, judge tokens/cost
+    result.label_counts = result.annotation["total"]
 
     binary = {i: int(lab.category is Category.HALLUCINATION) for i, lab in labels.items()
               if lab.category in (Category.CORRECT, Category.HALLUCINATION)}
@@ -150,36 +162,55 @@ def run_cell(config: RunConfig, store: RunStore, dataset: str, model: str, progr
     result.split_sizes = {k: len(v) for k, v in split.items()}
 
     labelled = [item for item in items if item.id in binary]
+    # only the evidence stages the selected detectors read, only for labelled items lacking a current record
+    requires = {name: DETECTORS.get(name, where="--detector").requires for name in config.detectors}
+    stage_records = ensure_stages(ctx, labelled, needed_stages(set().union(*requires.values())))
+    stage_records[GenerateStage.name] = {i.id: gen_records[i.id] for i in labelled}
+    result.evidence = {name: stage_stats(name, recs, wall_seconds=ctx.timings.get(name),
+                                         computed=ctx.counts.get(f"{name}_computed"),
+                                         previous=previous_evidence.get(name))
+                       for name, recs in stage_records.items()}
     view = SignalView(ids=[i.id for i in labelled], instances=[i.instance for i in labelled],
                       generations=[i.generation for i in labelled if i.generation is not None],
-                      loader=_no_loader, labels=np.array([binary[i.id] for i in labelled]))
-    evidence_key = digest(sorted((i.id, gen_records[i.id]["key"]) for i in labelled))
+                      loader=EvidenceLoader(ctx, labelled), labels=np.array([binary[i.id] for i in labelled]))
     for name in config.detectors:
         try:
-            run = run_detector(name, config, cell, view, split, binary, evidence_key)
+            ev_key = evidence_key(ctx, labelled, needed_stages(requires[name]))
+            run = run_detector(name, config, cell, view, split, binary, ev_key)
         except (ValueError, RuntimeError) as exc:  # a detector bug or bad parameter: reported, no number
             run = DetectorRun(name=name, family="?", error=f"{type(exc).__name__}: {exc}")
+        if run.cached:
+            _carry_timings(run, previous)
         result.detectors.append(run)
     result.timings = dict(ctx.timings)
     result.counts = dict(ctx.counts)
     return result
 
 
-def _no_loader(signal: Signal, ids: Any) -> list[Any]:
-    raise HaldetError(f"signal {signal.value!r} is not produced by any stage in this version",
-                      hint="drop the detectors that need it")
+def _carry_timings(run: DetectorRun, previous: dict[str, Any]) -> None:
+    """A cached detector took no time now: keep the fit/score seconds from when its scores were computed."""
+    for entry in previous.get("detectors") or []:
+        if entry.get("name") == run.name and entry.get("key") == run.key:
+            run.fit_seconds = float(entry.get("fit_s") or 0.0)
+            run.score_seconds = float(entry.get("score_s") or 0.0)
+            return
 
 
-def result_rows(cell: CellResult) -> list[dict[str, Any]]:
+def result_rows(cell: CellResult, cost_n: int = DEFAULT_N) -> list[dict[str, Any]]:
+    """The tidy results: one row per (dataset, scenario, model, detector, family, metric), with the metric's
+    value, CI, N, positives and coverage, and the detector's cost columns on this cell (haldet.evaluation.cost)."""
     rows = []
     for run in cell.detectors:
+        cost = detector_cost(DETECTORS.get(run.name, where="--detector").requires, cell.evidence,
+                             fit_s=round(run.fit_seconds, 6), score_s=round(run.score_seconds, 6),
+                             n_scored=run.n_scored, n=cost_n) if not run.error else {}
         for m in run.metrics:
             rows.append({
                 "dataset": cell.dataset, "scenario": cell.scenario, "model": cell.model,
                 "detector": run.name, "family": run.family, "metric": m.metric,
                 "value": m.value, "ci_low": m.ci_low, "ci_high": m.ci_high, "n": m.n, "n_pos": m.n_pos,
                 "coverage": m.coverage, "fit_s": round(run.fit_seconds, 4), "score_s": round(run.score_seconds, 4),
-                "note": m.note,
+                "note": m.note, **cost,
             })
     return rows
 
@@ -203,30 +234,60 @@ def run(config: RunConfig, out: Path, *, update: bool = False, progress: Progres
     manifest.update({"config": config.canonical(), "config_hash": config.hash(), "versions": library_versions(),
                      "created": manifest.get("created", _now()), "status": "running"})
     store.write_manifest(manifest)
+    previous = {(c.get("dataset"), c.get("model")): c for c in manifest.get("cells") or []}
     backends: dict[str, Backend] = {}
     cells: list[CellResult] = []
     rows: list[dict[str, Any]] = []
-    for model in config.models:
+    n_cells = len(config.models) * len(config.datasets)
+    for model in config.models:  # model-major: each model is loaded once and released before the next
         for dataset in config.datasets:
             try:
-                cell = run_cell(config, store, dataset, model, progress, backends)
+                cell = run_cell(config, store, dataset, model, progress, backends,
+                                previous=previous.get((dataset, model)))
             except HaldetError as exc:
-                if len(config.models) * len(config.datasets) == 1:
+                if n_cells == 1:
                     raise
-                cell = CellResult(dataset=dataset, scenario="?", model=model, error=exc.message)
+                cell = CellResult(dataset=dataset, scenario=_scenario_of(dataset), model=model, error=exc.message)
+            except Exception as exc:  # any other failure of one cell is reported; the other cells still run
+                if n_cells == 1:
+                    raise
+                cell = CellResult(dataset=dataset, scenario=_scenario_of(dataset), model=model,
+                                  error=f"{type(exc).__name__}: {exc}")
+                cell.data["traceback"] = traceback.format_exc(limit=8)
             cells.append(cell)
             rows += result_rows(cell)
+            # results and manifest after every cell: a crash later keeps every finished cell
+            store.write_results(rows)
+            manifest["cells"] = [_cell_entry(c) for c in cells]
+            store.write_manifest(manifest)
             if on_cell is not None:
                 on_cell(cell)
+        backends.pop(model, None)
+        gc.collect()
     store.write_results(rows)
     manifest.update({
         "status": "done", "finished": _now(), "seconds": round(time.perf_counter() - started, 3),
-        "cells": [{"dataset": c.dataset, "model": c.model, "error": c.error, "data": c.data,
-                   "model_fingerprint": c.fingerprint, "labels": c.label_counts, "split": c.split_sizes,
-                   "stage_seconds": c.timings, "computed": c.counts,
-                   "detectors": [{"name": d.name, "fit_s": d.fit_seconds, "score_s": d.score_seconds,
-                                  "cached": d.cached, "error": d.error} for d in c.detectors]}
-                  for c in cells],
+        "cells": [_cell_entry(c) for c in cells],
+        "failed_cells": sum(1 for c in cells if c.error),
     })
     store.write_manifest(manifest)
     return rows, cells
+
+
+def _scenario_of(dataset: str) -> str:
+    try:
+        return str(DATASETS.get(dataset, where="--dataset").scenario)
+    except HaldetError:
+        return "?"
+
+
+def _cell_entry(c: CellResult) -> dict[str, Any]:
+    """A cell's manifest entry: what ran, how long each stage took (`stage_seconds`: this run's wall time;
+    `evidence`: per-item cost stats that survive caching), and each detector's score key and timings."""
+    return {"dataset": c.dataset, "scenario": c.scenario, "model": c.model, "error": c.error, "data": c.data,
+            "model_fingerprint": c.fingerprint, "labels": c.label_counts,
+            "annotation": c.annotation, "split": c.split_sizes,
+            "stage_seconds": c.timings, "computed": c.counts, "evidence": c.evidence,
+            "detectors": [{"name": d.name, "family": d.family, "key": d.key, "n_scored": d.n_scored,
+                           "fit_s": d.fit_seconds, "score_s": d.score_seconds,
+                           "cached": d.cached, "error": d.error} for d in c.detectors]}

@@ -6,8 +6,11 @@ a detector needing hidden states from an API model fails with one clear message 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from haldet.errors import SignalUnavailableError
 
@@ -21,6 +24,42 @@ class GenOutput:
     token_logprobs: list[float]
     finish_reason: str  # "stop" (EOS or stop string) or "length"
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ForwardRequest:
+    """One teacher-forced sequence: `ids` (prompt + answer token ids, exactly as generated) and the answer span
+    `[start, len(ids))`. A statement scored only at its last token has `start = len(ids) - 1`."""
+
+    ids: list[int]
+    start: int
+    key: str = ""  # caller's tag (e.g. item id + group), echoed back
+
+
+@dataclass
+class ForwardOutput:
+    """What one teacher-forced pass gives for one request (arrays are numpy, float32 unless noted).
+
+    token_logprobs/token_entropies: [T] over the answer span (log p of each answer token given everything before it,
+    entropy of the model's distribution at that position); pooled: pooling name -> [n_layers, D] for the requested
+    layers (hidden_states index 0 = embedding output); icr: [L, F] (see `ICR_COLUMNS`) or None;
+    window: how a sequence longer than the model window was handled (None when it fit).
+    """
+
+    key: str
+    n_tokens: int
+    token_logprobs: np.ndarray | None = None
+    token_entropies: np.ndarray | None = None
+    pooled: dict[str, np.ndarray] = field(default_factory=dict)
+    icr: np.ndarray | None = None
+    window: dict[str, Any] | None = None
+
+
+# Poolings of hidden states over a request's span [start, end): see `ForwardOutput.pooled`.
+POOLINGS = ("mean", "last", "tbg", "slt")
+# Per-layer ICR feature columns: JSD between the residual update's projection and the attention distribution,
+# summarised over answer tokens, plus the relative size of the update.
+ICR_COLUMNS = ("icr_mean", "icr_std", "icr_max", "update_norm_ratio")
 
 
 class Backend:
@@ -43,6 +82,30 @@ class Backend:
                  progress: Any = None) -> list[GenOutput]:
         """Greedy answers for rendered prompts, in input order."""
         raise self.unavailable("greedy generation")
+
+    def sample(self, prompts: list[str], *, k: int, temperature: float, top_p: float, seeds: Sequence[int],
+               max_new_tokens: int, batch_size: int, progress: Any = None) -> list[list[GenOutput]]:
+        """K stochastic answers per prompt (row j of prompt i seeded by `seeds[i]` and j, so an item's samples do
+        not depend on which other items share its batch); `token_logprobs` are the model's own log-probs."""
+        raise self.unavailable("stochastic sampling")
+
+    def candidate_logprobs(self, prompts: list[str], candidates: Sequence[int], *, max_new_tokens: int,
+                           batch_size: int, progress: Any = None) -> list[GenOutput]:
+        """Greedy answers plus, in `extra["candidate_logprobs"]`, the first-step log-probs of `candidates`."""
+        raise self.unavailable("next-token probabilities")
+
+    def encode_prompt(self, prompt: str) -> list[int]:
+        raise self.unavailable("tokenisation")
+
+    def window(self) -> int:
+        """Longest sequence (tokens) the model accepts."""
+        raise self.unavailable("a context window")
+
+    def forward(self, requests: list[ForwardRequest], *, layers: Sequence[int] | None, poolings: Sequence[str],
+                logprobs: bool, icr: bool, batch_size: int, progress: Any = None) -> list[ForwardOutput]:
+        """One teacher-forced pass per batch over the exact ids: log-probs, entropies, pooled hidden states,
+        ICR features (attentions are requested only when `icr`)."""
+        raise self.unavailable("teacher-forced hidden states")
 
     def unavailable(self, what: str) -> SignalUnavailableError:
         return SignalUnavailableError(

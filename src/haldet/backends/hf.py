@@ -6,6 +6,11 @@ is built from the same config without its quantization config, given the state d
 take well under a second.
 Generation is greedy, left-padded and length-bucketed: prompts are sorted by token length and batched, so a
 batch wastes little compute on padding; outputs are returned in input order.
+Sampling draws K answers per prompt in one `generate` call (`num_return_sequences`), each row with its own seeded
+generator (`SeededSampler`), so samples are reproducible whatever the batch composition.
+`forward` is the teacher-forced pass over exact token ids (right-padded, so positions are the natural ones):
+log-probs and entropies of the answer tokens, pooled hidden states, and ICR features from attentions captured by
+hooks (eager attention only for that pass).
 """
 
 from __future__ import annotations
@@ -14,11 +19,22 @@ import json
 import os
 import shutil
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from haldet.assets import MODEL_ALIASES, cache_dir, file_sha256
-from haldet.backends.base import Backend, GenOutput, role_based_chat
+from haldet.backends.base import (
+    ICR_COLUMNS,
+    POOLINGS,
+    Backend,
+    ForwardOutput,
+    ForwardRequest,
+    GenOutput,
+    role_based_chat,
+)
 from haldet.errors import HaldetError
 
 
@@ -157,7 +173,7 @@ class HFBackend(Backend):
         return ids
 
     def generate(self, prompts: list[str], *, max_new_tokens: int, batch_size: int,
-                 progress: Any = None) -> list[GenOutput]:
+                 progress: Any = None, candidates: Sequence[int] | None = None) -> list[GenOutput]:
         import torch
         from transformers import GenerationConfig
 
@@ -182,6 +198,165 @@ class HFBackend(Backend):
                 progress(len(batch))
         return [r for r in results if r is not None]
 
+    def sample(self, prompts: list[str], *, k: int, temperature: float, top_p: float, seeds: Sequence[int],
+               max_new_tokens: int, batch_size: int, progress: Any = None) -> list[list[GenOutput]]:
+        """K answers per prompt; `batch_size` counts sequences (prompts per call = batch_size // k, at least 1)."""
+        import torch
+        from transformers import GenerationConfig, LogitsProcessorList
+
+        if temperature <= 0 or not 0 < top_p <= 1:
+            raise HaldetError(f"sampling needs temperature > 0 and 0 < top_p <= 1 (got {temperature}, {top_p})",
+                              where="sample.temperature / sample.top_p")
+        model = self.model
+        encoded = [self.encode_prompt(p) for p in prompts]
+        order = sorted(range(len(prompts)), key=lambda i: len(encoded[i]))
+        results: list[list[GenOutput] | None] = [None] * len(prompts)
+        # temperature/top-p are applied by the seeded sampler itself; the built-in warpers are switched off
+        config = GenerationConfig(do_sample=True, temperature=1.0, top_p=1.0, top_k=0, num_return_sequences=k,
+                                  max_new_tokens=max_new_tokens, output_logits=True, return_dict_in_generate=True,
+                                  pad_token_id=self.tokenizer.pad_token_id, eos_token_id=sorted(self.stop_ids))
+        per_call = max(1, batch_size // k)
+        sampler_cls = _sampler_class()
+        for begin in range(0, len(order), per_call):
+            batch = order[begin : begin + per_call]
+            input_ids, attention = self._left_pad([encoded[i] for i in batch])
+            row_seeds = [_row_seed(seeds[i], j) for i in batch for j in range(k)]
+            sampler = sampler_cls(row_seeds, temperature, top_p, self.device)
+            with torch.inference_mode():
+                out = model.generate(input_ids=input_ids, attention_mask=attention, generation_config=config,
+                                     logits_processor=LogitsProcessorList([sampler]))
+            new_tokens = out.sequences[:, input_ids.shape[1]:]
+            # the model's own log-probs (raw logits, temperature 1): the sequence likelihood detectors want
+            logits = torch.stack(out.logits, dim=1).float()
+            logprobs = torch.log_softmax(logits, dim=-1).gather(-1, new_tokens.unsqueeze(-1)).squeeze(-1)
+            for pos, item in enumerate(batch):
+                rows = range(pos * k, (pos + 1) * k)
+                outs = [self._finish(new_tokens[r].tolist(), logprobs[r].tolist()) for r in rows]
+                for o in outs:
+                    o.extra["sanitised_logits"] = sampler.sanitised
+                results[item] = outs
+            if progress is not None:
+                progress(len(batch))
+        return [r for r in results if r is not None]
+
+    def candidate_logprobs(self, prompts: list[str], candidates: Sequence[int], *, max_new_tokens: int,
+                           batch_size: int, progress: Any = None) -> list[GenOutput]:
+        """Greedy answers; the first decoding step's log-probs of `candidates` go to `extra` (no extra pass)."""
+        return self.generate(prompts, max_new_tokens=max_new_tokens, batch_size=batch_size, progress=progress,
+                             candidates=candidates)
+
+    def window(self) -> int:
+        config = self.model.config
+        text = getattr(config, "get_text_config", lambda: config)()
+        value = getattr(text, "max_position_embeddings", None) or getattr(self.tokenizer, "model_max_length", None)
+        return int(value) if value and value < 10**8 else 2048
+
+    def layer_count(self) -> int:
+        """Transformer layers L (hidden-state axes have L + 1 entries, 0 = embedding output)."""
+        config = self.model.config
+        return int(getattr(config, "get_text_config", lambda: config)().num_hidden_layers)
+
+    def forward(self, requests: list[ForwardRequest], *, layers: Sequence[int] | None, poolings: Sequence[str],
+                logprobs: bool, icr: bool, batch_size: int, progress: Any = None) -> list[ForwardOutput]:
+        import torch
+
+        unknown = set(poolings) - set(POOLINGS)
+        if unknown:
+            raise HaldetError(f"unknown pooling(s) {sorted(unknown)}", where="features.pooling",
+                              hint=f"choose from {', '.join(POOLINGS)}")
+        model = self.model
+        n_states = self.layer_count() + 1
+        chosen = list(range(n_states)) if layers is None else [_layer_index(x, n_states) for x in layers]
+        window = self.window()
+        outputs: list[ForwardOutput | None] = [None] * len(requests)
+        runnable: list[tuple[int, list[int], int, dict[str, Any] | None]] = []
+        for i, req in enumerate(requests):
+            if not 1 <= req.start <= len(req.ids):
+                raise ValueError(f"request {req.key}: span start {req.start} outside 1..{len(req.ids)}")
+            ids, start, info = req.ids, req.start, None
+            if len(ids) > window:
+                answer = len(ids) - start
+                if answer + 1 > window:
+                    outputs[i] = ForwardOutput(key=req.key, n_tokens=len(ids), window={
+                        "policy": "skipped", "tokens": len(ids), "window": window,
+                        "reason": "the answer alone exceeds the model window"})
+                    continue
+                drop = len(ids) - window
+                ids, start = ids[drop:], start - drop
+                info = {"policy": "dropped_prompt_head", "tokens": len(req.ids), "window": window,
+                        "dropped_tokens": drop}
+            runnable.append((i, ids, start, info))
+        runnable.sort(key=lambda r: len(r[1]))
+        hooks: list[Any] = []
+        captured: list[Any] = []
+        if icr:
+            model.set_attn_implementation("eager")
+            for module in self._attention_modules():
+                hooks.append(module.register_forward_hook(
+                    lambda mod, args, out: captured.append(out[1].float().mean(dim=1) if out[1] is not None
+                                                           else None)))
+        try:
+            for begin in range(0, len(runnable), max(1, batch_size)):
+                batch = runnable[begin : begin + max(1, batch_size)]
+                captured.clear()
+                width = max(len(r[1]) for r in batch)
+                ids_t = torch.full((len(batch), width), self.tokenizer.pad_token_id, dtype=torch.long)
+                mask = torch.zeros((len(batch), width), dtype=torch.long)
+                for row, (_, ids, _, _) in enumerate(batch):
+                    ids_t[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+                    mask[row, : len(ids)] = 1
+                with torch.inference_mode():
+                    out = model(input_ids=ids_t.to(self.device), attention_mask=mask.to(self.device),
+                                output_hidden_states=True, use_cache=False, logits_to_keep=1)
+                    hidden = out.hidden_states
+                    if icr and (len(captured) != n_states - 1 or any(a is None for a in captured)):
+                        raise HaldetError("this model did not expose attention weights for ICR features",
+                                          where=f"model {self.name}",
+                                          hint="drop the icr feature group (features.groups)")
+                    for row, (i, ids, start, info) in enumerate(batch):
+                        end = len(ids)
+                        res = ForwardOutput(key=requests[i].key, n_tokens=end, window=info)
+                        if logprobs:
+                            res.token_logprobs, res.token_entropies = self._token_stats(hidden[-1][row], ids, start)
+                        for name in poolings:
+                            res.pooled[name] = _pool(hidden, chosen, row, start, end, name)
+                        if icr:
+                            res.icr = icr_features([h[row].float() for h in hidden], [a[row] for a in captured],
+                                                   start, end)
+                        outputs[i] = res
+                if progress is not None:
+                    progress(len(batch))
+        finally:
+            for hook in hooks:
+                hook.remove()
+            if icr:
+                model.set_attn_implementation("sdpa")
+        return [o for o in outputs if o is not None]
+
+    def _attention_modules(self) -> list[Any]:
+        """The self-attention module of every decoder layer, in order."""
+        mods = [m for name, m in self.model.named_modules() if name.endswith("self_attn")]
+        if len(mods) != self.layer_count():
+            raise HaldetError(f"found {len(mods)} attention modules for {self.layer_count()} layers",
+                              where=f"model {self.name}", hint="drop the icr feature group (features.groups)")
+        return mods
+
+    def _token_stats(self, last_hidden: Any, ids: list[int], start: int) -> tuple[np.ndarray, np.ndarray]:
+        """Log-prob and entropy at each answer position, from the final hidden states of that row only."""
+        import torch
+
+        head = self.model.get_output_embeddings()
+        logits = head(last_hidden[start - 1 : len(ids) - 1]).float()
+        cap = getattr(getattr(self.model.config, "get_text_config", lambda: self.model.config)(),
+                      "final_logit_softcapping", None)
+        if cap:
+            logits = torch.tanh(logits / cap) * cap
+        logp = torch.log_softmax(logits, dim=-1)
+        target = torch.tensor(ids[start:], dtype=torch.long, device=logp.device)
+        token_lp = logp.gather(-1, target[:, None]).squeeze(-1)
+        entropy = -(logp.exp() * logp).nan_to_num().sum(-1)
+        return token_lp.double().cpu().numpy(), entropy.double().cpu().numpy()
+
     def _left_pad(self, seqs: list[list[int]]) -> tuple[Any, Any]:
         import torch
 
@@ -202,3 +377,115 @@ class HFBackend(Backend):
         lps = logprobs[: len(ids)]
         text = self.tokenizer.decode(ids, skip_special_tokens=True).strip()
         return GenOutput(text=text, token_ids=ids, token_logprobs=[float(x) for x in lps], finish_reason=finish)
+
+
+def _sampler_class() -> type:
+    """`SeededSampler` subclasses transformers' LogitsProcessor, imported lazily (transformers is heavy)."""
+    from transformers import LogitsProcessor
+
+    class SeededSampler(LogitsProcessor):  # type: ignore[misc]
+        """Sanitise non-finite logits, apply temperature and nucleus (top-p) filtering, and draw one token per row
+        with that row's own generator. Returns scores that are -inf except at the drawn token, so the generate
+        loop's own draw is forced to it: the randomness comes only from the per-row seeds."""
+
+        def __init__(self, seeds: Sequence[int], temperature: float, top_p: float, device: Any) -> None:
+            import torch
+
+            self.generators = [torch.Generator(device=device).manual_seed(int(s)) for s in seeds]
+            self.temperature = temperature
+            self.top_p = top_p
+            self.sanitised = 0
+
+        def __call__(self, input_ids: Any, scores: Any) -> Any:
+            import torch
+
+            logits = scores.float()
+            bad = ~torch.isfinite(logits)
+            if bool(bad.any()):
+                self.sanitised += int(bad.sum())
+                logits = torch.nan_to_num(logits, nan=-1e4, posinf=1e4, neginf=-1e4)
+            logits = logits.clamp(-1e4, 1e4) / self.temperature
+            probs = torch.softmax(logits, dim=-1)
+            if self.top_p < 1.0:
+                sorted_p, sorted_idx = probs.sort(dim=-1, descending=True)
+                before = sorted_p.cumsum(dim=-1) - sorted_p  # mass of strictly more likely tokens
+                keep_sorted = before < self.top_p
+                keep_sorted[:, 0] = True
+                keep = torch.zeros_like(keep_sorted).scatter(-1, sorted_idx, keep_sorted)
+                probs = torch.where(keep, probs, torch.zeros_like(probs))
+            chosen = [int(torch.multinomial(probs[row], 1, generator=gen)) for row, gen in enumerate(self.generators)]
+            forced = torch.full_like(scores, float("-inf"))
+            forced[torch.arange(len(chosen)), torch.tensor(chosen, device=scores.device)] = 0.0
+            return forced
+
+    return SeededSampler
+
+
+def _jsd(p: Any, q: Any) -> Any:
+    """Jensen-Shannon divergence (nats) between distributions along the last axis."""
+    import torch
+
+    m = 0.5 * (p + q)
+
+    def kl(a: Any, b: Any) -> Any:
+        return torch.where(a > 0, a * (torch.log(a.clamp_min(1e-30)) - torch.log(b.clamp_min(1e-30))), 0.0).sum(-1)
+
+    return 0.5 * kl(p, m) + 0.5 * kl(q, m)
+
+
+def icr_features(hidden: Sequence[Any], attn: Sequence[Any], start: int, end: int) -> np.ndarray:
+    """Per-layer ICR features of one sequence (ICR Probe, Zhang et al. 2025, our implementation).
+
+    For layer l (1..L) and answer position t, the residual update is d = h_l[t] - h_{l-1}[t]. Its projection onto
+    each visible token's previous-layer state, <h_{l-1}[j], d> / |h_{l-1}[j]| for j <= t, softmaxed over j, says
+    which tokens the update moved towards; the ICR score is the Jensen-Shannon divergence between that
+    distribution and the layer's head-averaged attention row a_l[t, :t+1]. Columns (`ICR_COLUMNS`): mean, std and
+    max of the score over answer tokens, and the mean relative update size |d| / |h_{l-1}[t]|.
+    `hidden`: L + 1 tensors [S, D] (float32); `attn`: L tensors [S, S] (head-averaged).
+    """
+    import torch
+
+    n_layers = len(attn)
+    out = np.zeros((n_layers, len(ICR_COLUMNS)), dtype=np.float32)
+    positions = torch.arange(start, end)
+    for layer in range(1, n_layers + 1):
+        prev = hidden[layer - 1][:end]
+        delta = hidden[layer][positions] - prev[positions]  # [T, D]
+        norms = prev.norm(dim=-1).clamp_min(1e-6)  # [S]
+        proj = (delta @ prev.T) / norms  # [T, S]
+        causal = torch.arange(end)[None, :] <= positions[:, None]
+        proj = proj.masked_fill(~causal, float("-inf"))
+        p = torch.softmax(proj, dim=-1)
+        a = attn[layer - 1][positions, :end].float()
+        a = a.masked_fill(~causal, 0.0)
+        a = a / a.sum(-1, keepdim=True).clamp_min(1e-12)
+        score = _jsd(p, a)
+        ratio = delta.norm(dim=-1) / norms[positions]
+        out[layer - 1] = [float(score.mean()), float(score.std(unbiased=False)), float(score.max()),
+                          float(ratio.mean())]
+    return out
+
+
+def _row_seed(seed: int, j: int) -> int:
+    """Seed of sample j of an item whose base seed is `seed` (stable across runs and batchings)."""
+    return (int(seed) * 1_000_003 + j * 7_919 + 17) % (2**63 - 1)
+
+
+def _layer_index(layer: int, n_states: int) -> int:
+    idx = layer + n_states if layer < 0 else layer
+    if not 0 <= idx < n_states:
+        raise HaldetError(f"layer {layer} is out of range for a model with {n_states} hidden-state layers "
+                          f"(0 = embeddings .. {n_states - 1})", where="features.layers / sample.hidden_layer")
+    return idx
+
+
+def _pool(hidden: Sequence[Any], layers: list[int], row: int, start: int, end: int, name: str) -> np.ndarray:
+    """[len(layers), D] pooled over the span [start, end): mean, last, tbg (start - 1), slt (end - 2)."""
+    import torch
+
+    if name == "mean":
+        vecs = [hidden[layer][row, start:end].float().mean(dim=0) for layer in layers]
+    else:
+        pos = {"last": end - 1, "tbg": start - 1, "slt": max(start, end - 2)}[name]
+        vecs = [hidden[layer][row, pos].float() for layer in layers]
+    return torch.stack(vecs).cpu().numpy().astype(np.float32)
