@@ -205,3 +205,13 @@ def test_pipeline_renders_demos_from_rows_past_the_evaluated_limit(tmp_path: Pat
     _, _, plain = prepare_cell(zero, RunStore(tmp_path / "run0"), "halueval_qa", "role",
                                lambda d, t: (lambda n: None), backends)
     assert all(p.prompt.count("User: ") == 1 for p in plain)
+
+
+def test_demos_skip_items_of_the_same_story() -> None:
+    turns, _ = get_adapter("coqa", FIX).load()
+    other = Instance(id="coqa/validation/9_1", dataset="coqa", scenario="qa_dialogue", task_type="dialogue",
+                     question="q", references=["a"], meta={"group": "story-9"})
+    target = turns[0]
+    assert draw_demos(target, [*turns, other], 1, seed=0) == [other]  # never a turn of the target's own story
+    with pytest.raises(HaldetError, match="holds only 1"):
+        draw_demos(target, [*turns, other], 2, seed=0)

@@ -158,12 +158,14 @@ class PromptBuilder:
 
 def draw_demos(target: Instance, pool: Sequence[Instance], n: int, seed: int,
                exclude: set[str] | frozenset[str] = frozenset()) -> list[Instance]:
-    """`n` demos for `target`, drawn with a seed from `pool` minus the target and every id in `exclude`
-    (the evaluated items). The draw depends only on the seed, the target id and the pool, not on order of
-    calls, so a resumed or partial run renders the same prompts."""
+    """`n` demos for `target`, drawn with a seed from `pool` minus the target, every id in `exclude` (the
+    evaluated items) and items of the target's `meta['group']` (same story/passage). The draw depends only on
+    the seed, the target id and the pool, not on the order of calls, so a resumed run renders the same prompts."""
     if n <= 0:
         return []
-    candidates = sorted((p for p in pool if p.id != target.id and p.id not in exclude), key=lambda p: p.id)
+    group = target.meta.get("group")  # e.g. a CoQA story: its other turns would show this turn's context/answers
+    candidates = sorted((p for p in pool if p.id != target.id and p.id not in exclude
+                         and (group is None or p.meta.get("group") != group)), key=lambda p: p.id)
     if len(candidates) < n:
         raise HaldetError(f"{n} few-shot demos asked for, but the demo pool holds only {len(candidates)} items",
                           where=f"prompt.n_shots (dataset {target.dataset})",

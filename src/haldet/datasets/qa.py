@@ -97,7 +97,7 @@ class SQuADv2(DatasetAdapter):
             context=str(require(row, "context")), question=str(require(row, "question")),
             references=[] if unanswerable else spans,
             meta={"unanswerable": unanswerable, **({"abstain_reference": ABSTAIN_REFERENCE} if unanswerable else {}),
-                  "title": row.get("title", ""),
+                  "title": row.get("title", ""), "group": f"title-{row.get('title') or index}",
                   "answer_start": list(answers.get("answer_start") or [])})
 
 
@@ -183,6 +183,7 @@ class CoQA(DatasetAdapter):
             context=context, question=str(questions[turn]),
             references=[] if unanswerable else [answer],
             meta={"turn": turn + 1, "n_turns": len(questions), "unanswerable": unanswerable,
+                  "group": f"story-{row.get('id') or index}",
                   **({"abstain_reference": ABSTAIN_REFERENCE} if unanswerable else {}),
                   "story_source": row.get("source", "")})
 
