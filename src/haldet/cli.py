@@ -87,6 +87,11 @@ def run(
     batch_size: Annotated[int | None, typer.Option(help="Generation batch size.")] = None,
     max_new_tokens: Annotated[int | None, typer.Option(help="Max generated tokens per answer.")] = None,
     device: Annotated[str | None, typer.Option(help="auto, cpu, cuda, cuda:1 ...")] = None,
+    judge: Annotated[str | None, typer.Option(help="Labelling: rule | exec | llm | cascade (default cascade; "
+                                              "see `haldet annotate --help`).")] = None,
+    judge_model: Annotated[str | None, typer.Option(help="LLM judge model (enables it in the cascade).")] = None,
+    judge_base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible endpoint of the LLM judge.")] = None,
+    judge_backend: Annotated[str | None, typer.Option(help="LLM judge backend: openai | hf.")] = None,
     update: Annotated[bool, typer.Option(help="Allow a changed config in an existing --out "
                                               "(still-valid cached evidence is reused).")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result rows as JSON.")] = False,
@@ -103,6 +108,7 @@ def run(
         config_file, datasets=split_names(dataset), models=split_names(model), detectors=split_names(detector),
         limit=limit, data_dir=str(data_dir) if data_dir else None, on_bad_row=on_bad_row, device=device,
         generation__batch_size=batch_size, generation__max_new_tokens=max_new_tokens,
+        judge__kind=judge, judge__model=judge_model, judge__base_url=judge_base_url, judge__backend=judge_backend,
     )
     target = out or default_out(config)
     with progress_bars() as make:
@@ -112,6 +118,12 @@ def run(
             console.print(f"[red]cell {cell.dataset} | {cell.model} failed:[/red] {cell.error}")
         else:
             console.print(f"{cell.dataset} | {cell.model}: labels {cell.label_counts}, split {cell.split_sizes}")
+            by_judge = cell.annotation.get("by_judge", {})
+            console.print("  labels by judge: " + "; ".join(f"{j} {c}" for j, c in by_judge.items()),
+                          highlight=False)
+            if cell.annotation.get("failed"):
+                console.print(f"  [red]{cell.annotation['failed']} item(s) could not be judged[/red] "
+                              "(annotate.failed.jsonl; rerun to retry them)")
         if cell.data.get("n_skipped"):
             console.print(f"[yellow]{cell.dataset}: {cell.data['n_skipped']} bad rows skipped[/yellow] "
                           f"(first: {'; '.join(cell.data.get('skipped') or [])[:300]})", highlight=False)
@@ -123,6 +135,53 @@ def run(
     else:
         out_console.print(results_table(rows))
     console.print(f"run directory: {target}")
+
+
+JudgeKind = typer.Option(help="rule | exec | llm | cascade (default: the run's; cascade = rule and execution "
+                                "judges where they apply, the LLM judge for the rest when --judge-model is set).")
+
+
+@app.command()
+def annotate(
+    run_dir: Annotated[Path, typer.Argument(help="A run directory written by `haldet run`.")],
+    judge: Annotated[str | None, JudgeKind] = None,
+    judge_model: Annotated[str | None, typer.Option(help="LLM judge model: endpoint model name (e.g. gpt-4o-mini) "
+                                                   "or, with --judge-backend hf, an hf id/alias/path.")] = None,
+    judge_base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible endpoint, e.g. "
+                                                       "http://localhost:8000/v1 (key from $OPENAI_API_KEY).")] = None,
+    judge_backend: Annotated[str | None, typer.Option(help="openai (any compatible endpoint) | hf (local).")] = None,
+    judge_concurrency: Annotated[int | None, typer.Option(help="LLM requests in flight.")] = None,
+    judge_retries: Annotated[int | None, typer.Option(help="Retries per item (429/5xx/timeout/malformed).")] = None,
+    judge_timeout: Annotated[float | None, typer.Option(help="Seconds per LLM request.")] = None,
+    judge_max_tokens: Annotated[int | None, typer.Option(help="Judge reply token budget.")] = None,
+    judge_template_dir: Annotated[Path | None, typer.Option(help="Folder overriding judge_*.txt / "
+                                                           "judge_examples.json.")] = None,
+    compare_with: Annotated[str | None, typer.Option(help="Also label with this judge kind and report Cohen's "
+                                                     "kappa and the confusion table.")] = None,
+    dataset: Annotated[list[str] | None, typer.Option("--dataset", "-d", help="Only these datasets of the run.")]
+    = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the per-cell reports as JSON.")] = False,
+) -> None:
+    """Label (or relabel) the answers of an existing run: correct / hallucination / abstention / invalid.
+
+    Resumable: labels are appended as they come; items that failed after all retries are listed in
+    annotate.failed.jsonl and a rerun retries only those. The label distribution per dataset and judge goes to
+    the manifest. See docs/judges.md.
+    """
+    from haldet.stages.annotate import annotate_run, render_reports
+
+    overrides = {"kind": judge, "model": judge_model, "base_url": judge_base_url, "backend": judge_backend,
+                 "concurrency": judge_concurrency, "retries": judge_retries, "timeout": judge_timeout,
+                 "max_tokens": judge_max_tokens, "template_dir": str(judge_template_dir) if judge_template_dir
+                 else None}
+    with progress_bars() as make:
+        reports = annotate_run(run_dir, overrides, compare_with=compare_with, datasets=split_names(dataset),
+                               progress=make)
+    if as_json:
+        print(json.dumps(reports, indent=2, default=str))
+        return
+    for renderable in render_reports(reports):
+        out_console.print(renderable)
 
 
 @datasets_app.command("list")

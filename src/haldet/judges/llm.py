@@ -235,6 +235,8 @@ class OpenAIChat:
             raise HaldetError(f"the judge endpoint refused the request ({exc.status_code}): {_short(exc)}",
                               where=f"judge {self.model} at {self.config.base_url or 'api.openai.com'}",
                               hint=_status_hint(exc.status_code)) from None
+        except (openai.APIError, ValueError) as exc:  # a 200 whose body is not a chat completion
+            raise RetryableError("malformed", f"unreadable response body: {_short(exc)}") from exc
         try:
             text = resp.choices[0].message.content or ""
         except (AttributeError, IndexError, TypeError) as exc:
