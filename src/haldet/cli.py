@@ -217,7 +217,7 @@ def _dataset_options(values: list[str] | None) -> dict[str, Any]:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
             raise HaldetError(f"bad dataset option {item!r}", where="--option", hint="use KEY=VALUE, e.g. "
-                              "--option languages=[eng_Latn,fra_Latn]")
+                              "--option languages=eng_Latn,fra_Latn")
         out[key.strip()] = yaml.safe_load(value)
     return out
 
@@ -230,7 +230,7 @@ def datasets_show(
     on_bad_row: Annotated[str, typer.Option(help="skip|fail on a row missing a required field.")] = "fail",
     seed: Annotated[int, typer.Option(help="Shuffle seed (the run's data_seed).")] = 42,
     option: Annotated[list[str] | None, typer.Option("--option", help="Adapter option KEY=VALUE (repeatable), "
-                                                     "e.g. languages=[eng_Latn,deu_Latn] for belebele.")] = None,
+                                                     "e.g. languages=eng_Latn,deu_Latn for belebele.")] = None,
     prompt: Annotated[bool, typer.Option("--prompt", help="Also print each item's user prompt.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print unified instances as JSON.")] = False,
 ) -> None:
