@@ -130,6 +130,12 @@ class Score(Record):
     value: float
     reason: str = ""
 
+    @field_validator("value", mode="before")
+    @classmethod
+    def _null_is_nan(cls, value: Any) -> Any:
+        """JSON has no NaN: an invalid score is written as null and read back as NaN."""
+        return math.nan if value is None else value
+
     @model_validator(mode="after")
     def _invalid_has_reason(self) -> Score:
         if math.isnan(self.value) and not self.reason:

@@ -1,0 +1,5 @@
+"""`python -m haldet` = the `haldet` command."""
+
+from haldet.cli import entry
+
+entry()

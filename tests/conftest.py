@@ -1,0 +1,24 @@
+"""Shared test helpers: run the real CLI in a subprocess (as a user would)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def haldet_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "haldet", *args]
+
+
+def run_cli(*args: str, cwd: Path | None = None, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "COLUMNS": "200"}
+    return subprocess.run(haldet_cmd(*args), capture_output=True, text=True, cwd=cwd, env=env, timeout=timeout)
+
+
+@pytest.fixture
+def cli():
+    return run_cli
