@@ -176,7 +176,7 @@ def run_cell(config: RunConfig, store: RunStore, dataset: str, model: str, progr
     for name in config.detectors:
         try:
             ev_key = evidence_key(ctx, labelled, needed_stages(requires[name]))
-            run = run_detector(name, config, cell, view, split, binary, ev_key)
+            run = run_detector(name, config, cell, view, split, binary, ev_key, progress=progress)
         except (ValueError, RuntimeError) as exc:  # a detector bug or bad parameter: reported, no number
             run = DetectorRun(name=name, family="?", error=f"{type(exc).__name__}: {exc}")
         if run.cached:
@@ -290,4 +290,4 @@ def _cell_entry(c: CellResult) -> dict[str, Any]:
             "stage_seconds": c.timings, "computed": c.counts, "evidence": c.evidence,
             "detectors": [{"name": d.name, "family": d.family, "key": d.key, "n_scored": d.n_scored,
                            "fit_s": d.fit_seconds, "score_s": d.score_seconds,
-                           "cached": d.cached, "error": d.error} for d in c.detectors]}
+                           "cached": d.cached, "error": d.error, "meta": d.meta} for d in c.detectors]}

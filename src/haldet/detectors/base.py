@@ -13,7 +13,9 @@ a detector that learns an orientation learns it in `fit`, from the training view
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
@@ -66,6 +68,12 @@ class Detector:
                 f"detector {self.name!r} has no parameter(s) {sorted(unknown)}; known: {sorted(self.defaults)}"
             )
         self.params: dict[str, Any] = {**self.defaults, **params}
+        # set by the runner before fit/score: the cell directory (per-run caches such as NLI pairs) and a
+        # progress factory (description, total) -> advance(n); `meta` is what the detector reports back
+        # (models actually used, fallbacks taken), recorded in the manifest
+        self.workdir: Path | None = None
+        self.progress: Callable[[str, int], Callable[[int], None]] = lambda description, total: lambda n: None
+        self.meta: dict[str, Any] = {}
         variant = self.params.get("variant")
         if variant is not None and self.variants and variant not in self.variants:
             raise ValueError(f"detector {self.name!r} has no variant {variant!r}; known: {sorted(self.variants)}")

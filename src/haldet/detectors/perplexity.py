@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any, ClassVar
+
 import numpy as np
 
 from haldet.detectors.base import Detector, Scores, register
@@ -13,7 +15,7 @@ class Perplexity(Detector):
     """s = exp(-(1/T) sum log p(y_t | y_<t, x)); capped at 1e10 when the mean NLL exceeds 50 (as in E.14)."""
 
     requires = frozenset({Signal.TOKEN_LOGPROBS})
-    defaults = {"nll_cap": 50.0, "cap_value": 1e10}
+    defaults: ClassVar[dict[str, Any]] = {"nll_cap": 50.0, "cap_value": 1e10}
 
     def score(self, items: SignalView) -> Scores:
         out = Scores.empty(len(items))

@@ -33,6 +33,7 @@ class DetectorRun:
     cached: bool = False
     key: str = ""        # the score cache key (reports read exactly these test scores)
     n_scored: int = 0    # test items scored
+    meta: dict[str, Any] = field(default_factory=dict)  # what the detector reports: models/backends actually used
 
 
 def make_detector(name: str, config: RunConfig) -> Detector:
@@ -41,9 +42,14 @@ def make_detector(name: str, config: RunConfig) -> Detector:
 
 
 def run_detector(name: str, config: RunConfig, store: CellStore, view: SignalView,
-                 split: dict[str, list[str]], labels: dict[str, int], evidence_key: str) -> DetectorRun:
-    """Fit on train, score test, evaluate; cached in `scores/<name>.jsonl` by detector params, split and evidence."""
+                 split: dict[str, list[str]], labels: dict[str, int], evidence_key: str,
+                 progress: Any = None) -> DetectorRun:
+    """Fit on train, score test, evaluate; cached in `scores/<name>.jsonl` by detector params, split and evidence.
+    The detector's `meta` (e.g. which NLI model ran, fallbacks) is kept in `scores/<name>.meta.json` by key."""
     detector = make_detector(name, config)
+    detector.workdir = store.root  # per-run caches (NLI / similarity pairs)
+    if progress is not None:
+        detector.progress = progress
     run = DetectorRun(name=name, family=str(detector.family()))
     position = {item_id: i for i, item_id in enumerate(view.ids)}
     test_idx = [position[i] for i in split["test"]]
@@ -56,6 +62,7 @@ def run_detector(name: str, config: RunConfig, store: CellStore, view: SignalVie
                            for i in test_idx], dtype=np.float64)
         run.scores = Scores(values=values, reasons=[cached[view.ids[i]]["reason"] for i in test_idx])
         run.cached = True
+        run.meta = (store.read_json(f"scores/{name}.meta.json") or {}).get(key, {})
     else:
         train = view.subset([position[i] for i in split["train"]], with_labels=True)
         val = view.subset([position[i] for i in split["val"]], with_labels=True)
@@ -67,6 +74,10 @@ def run_detector(name: str, config: RunConfig, store: CellStore, view: SignalVie
         start = time.perf_counter()
         run.scores = detector.score(test)
         run.score_seconds = time.perf_counter() - start
+        run.meta = dict(detector.meta)
+        if run.meta:
+            store.write_json(f"scores/{name}.meta.json",
+                             {**(store.read_json(f"scores/{name}.meta.json") or {}), key: run.meta})
         log.append({"id": item_id, "key": key, "value": _json_float(v), "reason": r}
                    for item_id, v, r in zip(test.ids, run.scores.values, run.scores.reasons, strict=True))
     y = np.array([labels[view.ids[i]] for i in test_idx], dtype=int)

@@ -1,0 +1,40 @@
+"""Helpers shared by the sample-consistency detectors: valid samples, pair models with recorded fallbacks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from haldet.detectors.base import Detector
+from haldet.nli import PairCache, PairModel, load_pair_model
+
+
+def nonempty(samples: Any) -> list[str] | None:
+    """The non-empty sample texts (stripped), or None when the signal is missing for the item."""
+    if samples is None:
+        return None
+    return [s.strip() for s in samples if isinstance(s, str) and s.strip()]
+
+
+def sample_logliks(value: Any, n_samples: int) -> np.ndarray | None:
+    """SAMPLE_LOGLIKS as a float64 [K, 2] array, or None when missing or misshapen."""
+    if value is None:
+        return None
+    arr = np.asarray(value, dtype=np.float64)
+    if arr.ndim != 2 or arr.shape[1] != 2 or (n_samples >= 0 and arr.shape[0] != n_samples):
+        return None
+    return arr
+
+
+def pair_model(det: Detector, kind: str, model_param: str, fallback_param: str = "fallback",
+               **kw: Any) -> PairModel:
+    """Load the detector's pair model (or its fallback) once per process; record which one in `det.meta`."""
+    model, meta = load_pair_model(kind, det.params[model_param], fallback=det.params.get(fallback_param),
+                                  device=det.params.get("device", "auto"), **kw)
+    det.meta[model_param] = meta
+    return model
+
+
+def cache_for(det: Detector) -> PairCache:
+    return PairCache(det.workdir)

@@ -1,0 +1,57 @@
+"""Self-evaluation P(True) (paper appendix E.3): score 1 - P(True) of the model's verdict on its own answer."""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any, ClassVar
+
+from haldet.detectors.base import Detector, Scores, register
+from haldet.signals import Signal, SignalView
+
+# "incorrect" contains "correct": negative words are matched as whole words and the last verdict word wins
+_VERDICT = re.compile(r"\b(incorrect|not correct|wrong|false|no|correct|right|true|yes)\b", re.IGNORECASE)
+_NEGATIVE = {"incorrect", "not correct", "wrong", "false", "no"}
+
+
+def parse_verdict(text: str | None) -> bool | None:
+    """True for a "correct" verdict, False for "incorrect", None when the text has neither (last word wins)."""
+    if not text:
+        return None
+    found = _VERDICT.findall(text)
+    if not found:
+        return None
+    return found[-1].lower() not in _NEGATIVE
+
+
+@register("self_eval")
+class SelfEval(Detector):
+    """s = 1 - P(True), P(True) clipped to [0, 1]. Only when the probability is absent (an API without
+    log-probs) is the verdict text parsed: "Correct" -> 0, "Incorrect" -> 1; neither -> invalid."""
+
+    requires = frozenset({Signal.SELF_EVAL})
+    defaults: ClassVar[dict[str, Any]] = {"text_fallback": True}
+
+    def score(self, items: SignalView) -> Scores:
+        out = Scores.empty(len(items))
+        for i, value in enumerate(items.get(Signal.SELF_EVAL)):
+            if not isinstance(value, dict):
+                out.invalid(i, "no self-evaluation")
+                continue
+            p_true = value.get("p_true")
+            if p_true is not None:
+                p = float(p_true)
+                if not math.isfinite(p):
+                    out.invalid(i, "non-finite P(True)")
+                    continue
+                out.set(i, 1.0 - min(1.0, max(0.0, p)))
+                continue
+            if not self.params["text_fallback"]:
+                out.invalid(i, "no P(True) (text fallback disabled)")
+                continue
+            verdict = parse_verdict(value.get("text"))
+            if verdict is None:
+                out.invalid(i, f"no P(True) and no verdict in {str(value.get('text'))[:60]!r}")
+            else:
+                out.set(i, 0.0 if verdict else 1.0)
+        return out

@@ -1,0 +1,398 @@
+"""Pair models for the sample-consistency detectors: entailment (NLI), semantic similarity and BERTScore.
+
+One interface, `PairModel.compute(pairs) -> [N, width]`, with these backends:
+
+- `HFEntailment`: any HF sequence-classification NLI model (default roberta-large-mnli; hub id or local path).
+  Columns follow `NLI_COLUMNS` (entailment, neutral, contradiction) whatever the model's own label order.
+- `LLMEntailment` (name `llm:<model>`): a causal LM asked whether the premise entails the hypothesis; the
+  next-token probabilities of the three label words, renormalised, are the three columns.
+- `CrossEncoderSimilarity`: a sentence-transformers cross-encoder (default cross-encoder/stsb-distilroberta-base),
+  one column in [0, 1].
+- `BiEncoderSimilarity` (name `bi:<model>` or an embedding alias such as `minilm`): cosine of sentence
+  embeddings clipped to [0, 1]; the offline stand-in for the cross-encoder.
+- `BERTScorePairs`: the bert-score library's (P, R, F1) of a candidate against a reference.
+
+`PairCache` runs a model over the pairs of many items at once: it drops duplicates, answers pairs already
+computed (in this process or, with a cell directory, in an earlier run: `pairs/<model>.jsonl`), and batches
+the rest (length-sorted), so each distinct pair is computed once per run.
+
+`load_pair_model` tries the requested model and, when it cannot be loaded (offline, missing files), says so on
+the `haldet` logger and loads the configured fallback; the returned `meta` records which model produced the
+numbers, so the manifest shows it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import socket
+from collections.abc import Callable, Sequence
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from haldet.errors import HaldetError
+from haldet.store import StageLog, model_slug
+
+log = logging.getLogger("haldet")
+
+NLI_COLUMNS = ("entailment", "neutral", "contradiction")
+ENTAILMENT, NEUTRAL, CONTRADICTION = 0, 1, 2
+Pair = tuple[str, str]
+Progress = Callable[[int], None]
+
+
+# ---------------------------------------------------------------------------------------------------- loading
+@lru_cache(maxsize=1)
+def hub_reachable() -> bool:
+    """Whether huggingface.co answers; checked once per process so an offline load fails in milliseconds
+    instead of minutes of retries."""
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes"):
+        return False
+    try:
+        socket.create_connection(("huggingface.co", 443), timeout=3).close()
+    except OSError:
+        return False
+    return True
+
+
+def _local_only(name: str) -> bool:
+    """Load from local files only: a local path, or any hub id when the hub cannot be reached."""
+    return Path(name).expanduser().exists() or not hub_reachable()
+
+
+def _device(device: str) -> str:
+    if device != "auto":
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _load_error(name: str, exc: Exception, what: str) -> HaldetError:
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return HaldetError(f"cannot load {what} {name!r}: {first}", where="detector_params",
+                       hint="offline? give a local model directory, or keep the fallback parameter set")
+
+
+class PairModel:
+    """Scores (a, b) text pairs; `id` names exactly what produced the numbers (recorded with the scores)."""
+
+    kind = ""           # "nli", "similarity" or "bertscore"
+    width = 1           # values per pair
+    columns: tuple[str, ...] = ("score",)
+
+    def __init__(self, name: str, *, batch_size: int = 16) -> None:
+        self.name = name
+        self.batch_size = max(1, int(batch_size))
+        self.id = f"{self.kind}:{name}"
+
+    def compute(self, pairs: Sequence[Pair]) -> np.ndarray:
+        """[len(pairs), width] float64 for one batch (callers batch; see `PairCache`)."""
+        raise NotImplementedError
+
+
+class HFEntailment(PairModel):
+    """An HF sequence-classification NLI model; label order read from its config (id2label)."""
+
+    kind = "nli"
+    width = 3
+    columns = NLI_COLUMNS
+
+    def __init__(self, name: str, *, batch_size: int = 16, max_length: int = 512, device: str = "auto") -> None:
+        super().__init__(name, batch_size=batch_size)
+        import torch
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+        self.id = f"hf-nli:{name}"
+        self.max_length = max_length
+        local = _local_only(name)
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(name, local_files_only=local)
+            self.model = AutoModelForSequenceClassification.from_pretrained(name, local_files_only=local)
+        except (OSError, ValueError) as exc:
+            raise _load_error(name, exc, "NLI model") from None
+        self.device = torch.device(_device(device))
+        self.model.to(self.device).eval()
+        self.index = self._label_index(self.model.config.id2label, name)
+
+    @staticmethod
+    def _label_index(id2label: dict[int, str], name: str) -> list[int | None]:
+        """Model column of each of entailment, neutral, contradiction (neutral may be absent: 2-way models)."""
+        found: dict[str, int] = {}
+        for idx, label in id2label.items():
+            low = str(label).lower()
+            for col in NLI_COLUMNS:
+                if low.startswith(col[:6]):
+                    found[col] = int(idx)
+        if "entailment" not in found or "contradiction" not in found:
+            raise HaldetError(f"NLI model {name!r} has labels {sorted(map(str, id2label.values()))}, not "
+                              "entailment/neutral/contradiction", where="detector_params (nli_model)",
+                              hint="use an MNLI-style model whose config names its labels")
+        return [found.get(col) for col in NLI_COLUMNS]
+
+    def compute(self, pairs: Sequence[Pair]) -> np.ndarray:
+        import torch
+
+        enc = self.tokenizer([p for p, _ in pairs], [h for _, h in pairs], truncation=True,
+                             max_length=self.max_length, padding=True, return_tensors="pt")
+        with torch.inference_mode():
+            logits = self.model(**{k: v.to(self.device) for k, v in enc.items()}).logits.float()
+        probs = torch.softmax(logits, dim=-1).cpu().numpy().astype(np.float64)
+        out = np.zeros((len(pairs), 3))
+        for col, idx in enumerate(self.index):
+            if idx is not None:
+                out[:, col] = probs[:, idx]
+        return out
+
+
+NLI_PROMPT = (
+    "Read the premise and the hypothesis.\n\n"
+    "Premise: {premise}\n"
+    "Hypothesis: {hypothesis}\n\n"
+    "If the premise is true, must the hypothesis be true as well? Reply with one word: entailment (it must be "
+    "true), contradiction (it must be false), or neutral (it could be either)."
+)
+NLI_WORDS = ("entailment", "neutral", "contradiction")
+
+
+class LLMEntailment(PairModel):
+    """Entailment from a causal LM: next-token probabilities of the three label words after an NLI question,
+    renormalised over the three. Works with any model `HFBackend` loads (embedded aliases included)."""
+
+    kind = "nli"
+    width = 3
+    columns = NLI_COLUMNS
+
+    def __init__(self, name: str, *, batch_size: int = 8, max_length: int = 1024, device: str = "auto") -> None:
+        super().__init__(name, batch_size=batch_size)
+        from haldet.backends.hf import HFBackend
+
+        self.id = f"llm-nli:{name}"
+        self.max_length = max_length
+        self.backend = HFBackend(name, device=device)
+        self.candidates = self._candidate_ids()
+
+    def _candidate_ids(self) -> list[list[int]]:
+        """Token ids that start each label word (with and without a leading space, any capitalisation)."""
+        tok = self.backend.tokenizer
+        out: list[list[int]] = []
+        for word in NLI_WORDS:
+            ids = {tok(v, add_special_tokens=False).input_ids[0]
+                   for v in (word, word.capitalize(), " " + word, " " + word.capitalize())}
+            out.append(sorted(ids))
+        flat = [i for ids in out for i in ids]
+        if len(flat) != len(set(flat)):
+            raise HaldetError(f"the label words share first tokens in {self.name}'s vocabulary",
+                              where="detector_params (nli_model)", hint="use another model for llm: entailment")
+        return out
+
+    def compute(self, pairs: Sequence[Pair]) -> np.ndarray:
+        import torch
+
+        be = self.backend
+        model = be.model
+        seqs = []
+        for premise, hypothesis in pairs:
+            text = be.render_chat([{"role": "user", "content": NLI_PROMPT.format(premise=premise,
+                                                                               hypothesis=hypothesis)}])
+            seqs.append(be.encode_prompt(text)[-self.max_length:])
+        width = max(len(s) for s in seqs)
+        pad = be.tokenizer.pad_token_id
+        ids = torch.full((len(seqs), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(seqs), width), dtype=torch.long)
+        for row, seq in enumerate(seqs):  # left padding: the next-token position is the last column
+            ids[row, width - len(seq):] = torch.tensor(seq, dtype=torch.long)
+            mask[row, width - len(seq):] = 1
+        with torch.inference_mode():
+            logits = model(input_ids=ids.to(be.device), attention_mask=mask.to(be.device),
+                           logits_to_keep=1).logits[:, -1].float()
+        logp = torch.log_softmax(logits, dim=-1)
+        per_word = torch.stack([torch.logsumexp(logp[:, c], dim=-1) for c in self.candidates], dim=-1)
+        return torch.softmax(per_word, dim=-1).cpu().numpy().astype(np.float64)
+
+
+class CrossEncoderSimilarity(PairModel):
+    """sentence-transformers cross-encoder similarity (STS-B models give one value in [0, 1])."""
+
+    kind = "similarity"
+
+    def __init__(self, name: str, *, batch_size: int = 32, max_length: int = 512, device: str = "auto") -> None:
+        super().__init__(name, batch_size=batch_size)
+        from sentence_transformers import CrossEncoder
+
+        self.id = f"cross-encoder:{name}"
+        try:
+            self.model = CrossEncoder(name, device=_device(device), max_length=max_length,
+                                      local_files_only=_local_only(name))
+        except (OSError, ValueError) as exc:
+            raise _load_error(name, exc, "cross-encoder") from None
+
+    def compute(self, pairs: Sequence[Pair]) -> np.ndarray:
+        scores = self.model.predict([list(p) for p in pairs], batch_size=self.batch_size, show_progress_bar=False)
+        return np.clip(np.asarray(scores, dtype=np.float64).reshape(len(pairs), -1)[:, :1], 0.0, 1.0)
+
+
+class BiEncoderSimilarity(PairModel):
+    """Cosine similarity of sentence embeddings, clipped to [0, 1] (negative cosine = unrelated)."""
+
+    kind = "similarity"
+
+    def __init__(self, name: str, *, batch_size: int = 64, device: str = "auto") -> None:
+        super().__init__(name, batch_size=batch_size)
+        from sentence_transformers import SentenceTransformer
+
+        from haldet.assets import resolve_embedding
+
+        self.id = f"bi-encoder:{name}"
+        path = resolve_embedding(name)
+        try:
+            self.model = SentenceTransformer(path, device=_device(device), local_files_only=_local_only(path))
+        except (OSError, ValueError) as exc:
+            raise _load_error(name, exc, "sentence encoder") from None
+
+    def compute(self, pairs: Sequence[Pair]) -> np.ndarray:
+        texts = sorted({t for p in pairs for t in p})
+        emb = self.model.encode(texts, batch_size=self.batch_size, normalize_embeddings=True,
+                                convert_to_numpy=True, show_progress_bar=False)
+        pos = {t: i for i, t in enumerate(texts)}
+        a = emb[[pos[p[0]] for p in pairs]]
+        b = emb[[pos[p[1]] for p in pairs]]
+        return np.clip((a * b).sum(-1).astype(np.float64), 0.0, 1.0)[:, None]
+
+
+class BERTScorePairs(PairModel):
+    """bert-score (P, R, F1) of candidate a against reference b. `num_layers` defaults to the library's table
+    for known models and to the last layer for any other encoder (e.g. the packaged MiniLM)."""
+
+    kind = "bertscore"
+    width = 3
+    columns = ("precision", "recall", "f1")
+
+    def __init__(self, name: str, *, batch_size: int = 64, num_layers: int | None = None,
+                 rescale_with_baseline: bool = False, device: str = "auto") -> None:
+        super().__init__(name, batch_size=batch_size)
+        from bert_score import BERTScorer
+        from bert_score.utils import model2layers
+        from transformers import AutoConfig
+
+        from haldet.assets import resolve_embedding
+
+        path = resolve_embedding(name)
+        local = _local_only(path)
+        try:
+            if num_layers is None:
+                num_layers = model2layers.get(name) or AutoConfig.from_pretrained(
+                    path, local_files_only=local).num_hidden_layers
+            if local and not Path(path).exists():
+                raise OSError(f"{name} is not available offline")
+            self.scorer = BERTScorer(model_type=path, num_layers=num_layers, batch_size=self.batch_size,
+                                     device=_device(device), lang="en" if rescale_with_baseline else None,
+                                     rescale_with_baseline=rescale_with_baseline)
+        except (OSError, ValueError, KeyError, AssertionError) as exc:
+            raise _load_error(name, exc, "BERTScore encoder") from None
+        self.id = f"bertscore:{name}:L{num_layers}" + (":rescaled" if rescale_with_baseline else "")
+
+    def compute(self, pairs: Sequence[Pair]) -> np.ndarray:
+        p, r, f = self.scorer.score([a for a, _ in pairs], [b for _, b in pairs], batch_size=self.batch_size)
+        return np.stack([p.numpy(), r.numpy(), f.numpy()], axis=-1).astype(np.float64)
+
+
+_LOADED: dict[tuple[Any, ...], PairModel] = {}
+
+
+def _build(kind: str, name: str, **kw: Any) -> PairModel:
+    key = (kind, name, tuple(sorted(kw.items())))
+    if key not in _LOADED:
+        if kind == "nli":
+            if name.startswith("llm:"):
+                kw.pop("max_length", None)
+                _LOADED[key] = LLMEntailment(name[4:], **kw)
+            else:
+                _LOADED[key] = HFEntailment(name, **kw)
+        elif kind == "similarity":
+            from haldet.assets import EMBEDDING_ALIASES
+
+            if name.startswith("bi:") or name in EMBEDDING_ALIASES:
+                kw.pop("max_length", None)
+                _LOADED[key] = BiEncoderSimilarity(name.removeprefix("bi:"), **kw)
+            else:
+                _LOADED[key] = CrossEncoderSimilarity(name, **kw)
+        elif kind == "bertscore":
+            _LOADED[key] = BERTScorePairs(name, **kw)
+        else:
+            raise ValueError(f"unknown pair-model kind {kind!r}")
+    return _LOADED[key]
+
+
+def load_pair_model(kind: str, name: str, *, fallback: str | None = None,
+                    **kw: Any) -> tuple[PairModel, dict[str, Any]]:
+    """The requested model, or the fallback when it cannot be loaded (logged and recorded in `meta`).
+
+    kind: "nli" (`llm:<model>` for the prompted backend), "similarity" (`bi:<model>` or an embedding alias for
+    a bi-encoder), "bertscore". Models are loaded once per process.
+    """
+    try:
+        model = _build(kind, name, **kw)
+        return model, {"requested": name, "used": model.id}
+    except HaldetError as exc:
+        if not fallback or fallback == name:
+            raise
+        log.warning("%s model %r cannot be loaded (%s); using the fallback %r", kind, name, exc.what, fallback)
+        model = _build(kind, fallback, **kw)
+        return model, {"requested": name, "used": model.id, "fallback_reason": exc.what}
+
+
+# ---------------------------------------------------------------------------------------------------- caching
+def pair_id(a: str, b: str) -> str:
+    return hashlib.sha256(json.dumps([a, b]).encode()).hexdigest()[:24]
+
+
+_MEMORY: dict[str, dict[str, np.ndarray]] = {}
+
+
+class PairCache:
+    """Computes pairs once: process memory, then `<cell>/pairs/<model>.jsonl`, then the model (batched)."""
+
+    def __init__(self, root: Path | None = None) -> None:
+        self.root = root
+        self._read: set[str] = set()
+
+    def _log(self, model: PairModel) -> StageLog | None:
+        return None if self.root is None else StageLog(self.root / "pairs" / f"{model_slug(model.id)}.jsonl")
+
+    def scores(self, model: PairModel, pairs: Sequence[Pair], progress: Progress | None = None) -> np.ndarray:
+        """[len(pairs), model.width] for the given pairs (duplicates computed once)."""
+        memo = _MEMORY.setdefault(model.id, {})
+        disk = self._log(model)
+        if disk is not None and model.id not in self._read:
+            for rec in disk.read(model.id).values():
+                memo.setdefault(rec["id"], np.asarray(rec["v"], dtype=np.float64))
+            self._read.add(model.id)
+        ids = [pair_id(a, b) for a, b in pairs]
+        todo: dict[str, Pair] = {}
+        for pid, pair in zip(ids, pairs, strict=True):
+            if pid not in memo:
+                todo.setdefault(pid, pair)
+        if todo:
+            order = sorted(todo, key=lambda k: len(todo[k][0]) + len(todo[k][1]))
+            step = model.batch_size
+            for start in range(0, len(order), step):
+                chunk = order[start : start + step]
+                values = model.compute([todo[k] for k in chunk])
+                if values.shape != (len(chunk), model.width) or not np.all(np.isfinite(values)):
+                    raise RuntimeError(f"{model.id} returned {values.shape} values, some non-finite")
+                for k, v in zip(chunk, values, strict=True):
+                    memo[k] = v
+                if disk is not None:
+                    disk.append({"id": k, "key": model.id, "v": [round(float(x), 7) for x in v]} for k, v in
+                                zip(chunk, values, strict=True))
+                if progress is not None:
+                    progress(len(chunk))
+        if not ids:
+            return np.zeros((0, model.width))
+        return np.stack([memo[k] for k in ids])
