@@ -215,3 +215,26 @@ def test_demos_skip_items_of_the_same_story() -> None:
     assert draw_demos(target, [*turns, other], 1, seed=0) == [other]  # never a turn of the target's own story
     with pytest.raises(HaldetError, match="holds only 1"):
         draw_demos(target, [*turns, other], 2, seed=0)
+
+
+ALL = ["arc_challenge", "commonsenseqa", "triviaqa", "truthfulqa", "squad_v2", "hotpotqa", "coqa", "halueval_qa",
+       "halueval_dialogue", "halueval_summarization", "ragtruth", "xsum", "gsm8k", "svamp", "theoremqa",
+       "humaneval", "mbpp", "xlam", "belebele"]
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_every_dataset_renders_its_fields_in_order(builder: PromptBuilder, name: str) -> None:
+    inst = item(name)
+    text = builder.user_message(inst)
+    label = "Document" if inst.task_type == "summarization" else "Context"
+    parts = [f"Instruction: {inst.instruction.strip()}" if inst.instruction else None,
+             f"{label}: {inst.context.strip()}" if inst.context else None,
+             f"Question: {inst.question.strip()}" if inst.question else None,
+             "Options:\n" + "\n".join(f"{k}. {v}" for k, v in inst.options.items()) if inst.options else None]
+    expected = "\n".join(p for p in parts if p)
+    if inst.options:
+        expected += "\nReply with the letter of the correct option only"
+    assert text.startswith(expected)
+    assert ("Reply with the letter" in text) == bool(inst.options)
+    if inst.references and inst.task_type in ("short_answer", "span", "multi_hop", "grounded_qa"):
+        assert inst.references[0] not in text.split("Question:")[-1]  # the answer is never in the question
