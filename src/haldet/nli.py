@@ -208,9 +208,10 @@ class LLMEntailment(PairModel):
         for row, seq in enumerate(seqs):  # left padding: the next-token position is the last column
             ids[row, width - len(seq):] = torch.tensor(seq, dtype=torch.long)
             mask[row, width - len(seq):] = 1
+        positions = (mask.cumsum(-1) - 1).clamp_min(0)  # left padding: real tokens start at position 0
         with torch.inference_mode():
             logits = model(input_ids=ids.to(be.device), attention_mask=mask.to(be.device),
-                           logits_to_keep=1).logits[:, -1].float()
+                           position_ids=positions.to(be.device), logits_to_keep=1).logits[:, -1].float()
         logp = torch.log_softmax(logits, dim=-1)
         per_word = torch.stack([torch.logsumexp(logp[:, c], dim=-1) for c in self.candidates], dim=-1)
         return torch.softmax(per_word, dim=-1).cpu().numpy().astype(np.float64)

@@ -1,0 +1,114 @@
+"""The real pair-model backends: HF NLI (a tiny local model built here), the LLM-prompted NLI on the embedded
+model, BERTScore and bi-encoder similarity on the packaged MiniLM, the offline fallback, the pair cache."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from haldet import nli
+from haldet.assets import resolve_embedding
+from haldet.nli import NLI_COLUMNS, PairCache, PairModel, load_pair_model
+
+PAIRS = [("Paris is the capital of France.", "Paris is in France."),
+         ("The cat sat on the mat.", "A dog ran in the park and barked loudly at the mailman."),
+         ("Water boils at 100 degrees Celsius at sea level.", "Water is cold.")]
+
+
+@pytest.fixture(scope="module")
+def tiny_nli(tmp_path_factory) -> Path:
+    """A randomly initialised 2-layer BERT NLI classifier with MiniLM's tokenizer, labels in MNLI order."""
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
+
+    path = tmp_path_factory.mktemp("tiny-nli")
+    tok = AutoTokenizer.from_pretrained(resolve_embedding("minilm"))
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, num_labels=3,
+                        id2label={0: "CONTRADICTION", 1: "NEUTRAL", 2: "ENTAILMENT"},
+                        label2id={"CONTRADICTION": 0, "NEUTRAL": 1, "ENTAILMENT": 2})
+    BertForSequenceClassification(config).save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+def test_hf_nli_columns_follow_id2label(tiny_nli: Path) -> None:
+    import torch
+
+    model, meta = load_pair_model("nli", str(tiny_nli), batch_size=2)
+    assert meta == {"requested": str(tiny_nli), "used": f"hf-nli:{tiny_nli}"}
+    out = np.concatenate([model.compute(PAIRS[:2]), model.compute(PAIRS[2:])])
+    assert out.shape == (3, 3) and np.allclose(out.sum(1), 1)
+    # by hand, one pair at a time: model label order is (contradiction, neutral, entailment)
+    for row, (a, b) in enumerate(PAIRS):
+        enc = model.tokenizer(a, b, return_tensors="pt")
+        with torch.inference_mode():
+            p = torch.softmax(model.model(**enc).logits, -1)[0].numpy()
+        assert out[row] == pytest.approx([p[2], p[1], p[0]], abs=1e-5)   # batched with padding == alone
+    assert NLI_COLUMNS == ("entailment", "neutral", "contradiction")
+
+
+def test_offline_default_falls_back_and_says_so(tiny_nli: Path, caplog) -> None:
+    missing = str(tiny_nli.parent / "no-such-model")
+    with caplog.at_level("WARNING", logger="haldet"):
+        _model, meta = load_pair_model("nli", missing, fallback=str(tiny_nli))
+    assert meta["used"] == f"hf-nli:{tiny_nli}" and meta["requested"] == missing and meta["fallback_reason"]
+    assert "using the fallback" in caplog.text
+    with pytest.raises(Exception, match="cannot load NLI model"):
+        load_pair_model("nli", missing)
+
+
+class Counting(PairModel):
+    kind, width = "similarity", 1
+
+    def __init__(self, tag: str) -> None:
+        super().__init__(tag, batch_size=2)
+        self.calls: list[tuple[str, str]] = []
+
+    def compute(self, pairs):  # type: ignore[no-untyped-def]
+        self.calls += list(pairs)
+        return np.array([[len(a) / (len(a) + len(b))] for a, b in pairs])
+
+
+def test_pair_cache_dedupes_and_persists(tmp_path: Path) -> None:
+    model = Counting("count-a")
+    pairs = [("a", "bb"), ("ccc", "d"), ("a", "bb"), ("a", "bb")]
+    out = PairCache(tmp_path).scores(model, pairs)
+    assert model.calls == [("a", "bb"), ("ccc", "d")] or sorted(model.calls) == sorted({("a", "bb"), ("ccc", "d")})
+    assert len(model.calls) == 2
+    assert out[:, 0] == pytest.approx([1 / 3, 3 / 4, 1 / 3, 1 / 3])
+    nli._MEMORY.clear()   # a new process: the values come back from <cell>/pairs/<model>.jsonl
+    again = Counting("count-a")
+    assert PairCache(tmp_path).scores(again, pairs)[:, 0] == pytest.approx(out[:, 0], abs=1e-6)
+    assert again.calls == []
+    assert (tmp_path / "pairs").is_dir()
+
+
+@pytest.fixture(scope="module")
+def llm_nli():
+    model, _meta = load_pair_model("nli", "llm:smollm2-135m", batch_size=4)
+    return model
+
+
+def test_llm_nli_distribution_and_batching(llm_nli) -> None:
+    batched = llm_nli.compute(PAIRS)
+    assert batched.shape == (3, 3) and np.allclose(batched.sum(1), 1) and np.all(batched > 0)
+    single = np.concatenate([llm_nli.compute([p]) for p in PAIRS])
+    assert batched == pytest.approx(single, abs=2e-3)    # left padding with position ids: same numbers
+    assert llm_nli.id == "llm-nli:smollm2-135m"
+
+
+def test_bertscore_minilm() -> None:
+    model, meta = load_pair_model("bertscore", "minilm")
+    assert meta["used"] == "bertscore:minilm:L6"
+    out = model.compute([("Paris is the capital.", "Paris is the capital."), ("Paris is the capital.", "Dogs bark.")])
+    assert out[0, 2] == pytest.approx(1.0, abs=1e-4) and out[1, 2] < out[0, 2]
+
+
+def test_bi_encoder_similarity() -> None:
+    model, _ = load_pair_model("similarity", "minilm")
+    out = model.compute([("The capital is Paris.", "The capital is Paris."), ("The capital is Paris.", "I like dogs.")])
+    assert out[0, 0] == pytest.approx(1.0, abs=1e-4) and 0 <= out[1, 0] < 0.5
