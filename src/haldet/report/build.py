@@ -1,0 +1,50 @@
+"""Write every report of one or more runs, from what the runs stored (nothing is recomputed).
+
+Files (in the run directory after `haldet run`, or in `--out DIR` for `haldet report RUN... --out DIR`):
+    results.json / results.csv / results.parquet   the merged tidy table (only written for --out)
+    tables.md                                      Tables 2, 9 and 11 and the per-backbone summary (Markdown)
+    tables.tex                                     Tables 2, 9 and 11 (LaTeX, booktabs)
+    report.html                                    self-contained HTML with plots (inline SVG, no script)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from haldet.errors import HaldetError
+from haldet.report.html import build_html
+from haldet.report.rundata import RunData, load_run, merge_runs
+from haldet.report.tables import all_latex, all_markdown
+from haldet.store import RunStore, atomic_write_text
+
+REPORT_FILES = ("tables.md", "tables.tex", "report.html")
+
+
+def write_reports(out: Path, runs: Sequence[RunData], *, title: str | None = None, n_boot: int = 1000,
+                  write_results: bool = True) -> dict[str, Path]:
+    """Merged results (optional), Markdown, LaTeX and HTML reports in `out`; returns name -> path."""
+    if not runs:
+        raise HaldetError("no run to report on", hint="pass one or more run directories")
+    rows: list[dict[str, Any]] = merge_runs(runs) if len(runs) > 1 else [dict(r) for r in runs[0].rows]
+    out.mkdir(parents=True, exist_ok=True)
+    written: dict[str, Path] = {}
+    if write_results:
+        RunStore(out).write_results(rows)
+        written.update({n: out / n for n in ("results.json", "results.csv", "results.parquet")})
+    atomic_write_text(out / "tables.md", all_markdown(rows) if rows else "No result rows.\n")
+    atomic_write_text(out / "tables.tex", all_latex(rows) if rows else "% no result rows\n")
+    name = title or ("haldet report: " + ", ".join(r.name for r in runs))
+    atomic_write_text(out / "report.html", build_html(runs, rows, title=name, n_boot=n_boot))
+    written.update({n: out / n for n in REPORT_FILES})
+    return written
+
+
+def report_runs(run_dirs: Sequence[Path | str], out: Path, *, n_boot: int = 1000) -> tuple[dict[str, Path],
+                                                                                         list[dict[str, Any]]]:
+    """`haldet report`: load the runs, write the merged results and every report into `out`."""
+    runs = [load_run(d) for d in run_dirs]
+    written = write_reports(out, runs, n_boot=n_boot, write_results=True)
+    rows = merge_runs(runs) if len(runs) > 1 else runs[0].rows
+    return written, rows

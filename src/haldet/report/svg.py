@@ -1,0 +1,189 @@
+"""Inline SVG charts for the HTML report: no JavaScript, no network, readable in any browser.
+
+Each function returns one `<svg>` element as text; hovering a mark shows its exact value (`<title>`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from html import escape
+
+PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#7f7f7f",
+           "#bcbd22", "#393b79", "#ad494a", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd", "#e6550d")
+EVIDENCE_COLOURS = {"repeated generation": "#d62728", "auxiliary prompt": "#ff7f0e", "internal states": "#1f77b4",
+                    "single-generation likelihood": "#2ca02c", "output text": "#7f7f7f"}
+FONT = 'font-family="Helvetica, Arial, sans-serif"'
+
+
+def _t(text: str) -> str:
+    return escape(str(text), quote=True)
+
+
+def colour_for(i: int) -> str:
+    return PALETTE[i % len(PALETTE)]
+
+
+def heat_colour(value: float | None, lo: float = 0.3, mid: float = 0.5, hi: float = 1.0) -> str:
+    """Diverging: below `mid` (worse than chance) towards purple, above towards green; white at chance."""
+    if value is None or not math.isfinite(value):
+        return "#eeeeee"
+    if value >= mid:
+        f = min(1.0, (value - mid) / (hi - mid))
+        r, g, b = 255 - int(f * (255 - 26)), 255 - int(f * (255 - 120)), 255 - int(f * (255 - 60))
+    else:
+        f = min(1.0, (mid - value) / (mid - lo))
+        r, g, b = 255 - int(f * (255 - 118)), 255 - int(f * (255 - 42)), 255 - int(f * (255 - 131))
+    return f"#{r:02x}{g:02x}{b:02x}"
+
+
+def heatmap(rows: Sequence[str], columns: Sequence[str], values: Sequence[Sequence[float | None]], *,
+            title: str = "", fmt: str = "{:.1f}", scale: float = 100.0) -> str:
+    """A rows x columns grid of coloured cells with the value printed in each (AUROC in %)."""
+    cw, ch, left, top = 64, 24, max(80, 7 * max((len(r) for r in rows), default=8) + 12), 60
+    width, height = left + cw * len(columns) + 10, top + ch * len(rows) + 10
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+             f'viewBox="0 0 {width} {height}" role="img" aria-label="{_t(title)}" {FONT} font-size="11">']
+    if title:
+        parts.append(f'<text x="4" y="14" font-size="13" font-weight="bold">{_t(title)}</text>')
+    for j, col in enumerate(columns):
+        x = left + cw * j + cw / 2
+        parts.append(f'<text x="{x:.1f}" y="{top - 8}" text-anchor="middle">{_t(col)}</text>')
+    for i, row in enumerate(rows):
+        y = top + ch * i
+        parts.append(f'<text x="{left - 6}" y="{y + ch / 2 + 4:.1f}" text-anchor="end">{_t(row)}</text>')
+        for j, col in enumerate(columns):
+            v = values[i][j]
+            x = left + cw * j
+            label = "—" if v is None else fmt.format(scale * v)
+            parts.append(f'<g><title>{_t(row)} · {_t(col)}: {_t(label)}</title>'
+                         f'<rect x="{x}" y="{y}" width="{cw - 2}" height="{ch - 2}" fill="{heat_colour(v)}"/>'
+                         f'<text x="{x + cw / 2 - 1:.1f}" y="{y + ch / 2 + 3:.1f}" text-anchor="middle">'
+                         f'{_t(label)}</text></g>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+@dataclass
+class Point:
+    x: float | None
+    y: float | None
+    label: str
+    group: str
+
+
+def _log_ticks(lo: float, hi: float) -> list[float]:
+    return [10.0**e for e in range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)]
+
+
+def _tick_label(v: float) -> str:
+    return f"{v:g}" if 1e-3 <= v < 1e5 else f"1e{round(math.log10(v))}"
+
+
+def scatter_logx(points: Sequence[Point], *, title: str = "", xlabel: str = "Cost@100 (s, log scale)",
+                 ylabel: str = "AUROC (%)", colours: dict[str, str] | None = None, floor: float = 1e-4) -> str:
+    """Points on a log10 x axis (cost) and linear y axis (AUROC in %), coloured by group, labelled by name.
+    A cost below `floor` seconds is drawn at the floor (and says so in its tooltip)."""
+    colours = colours or {}
+    pts = [p for p in points if p.x is not None and p.y is not None]
+    width, height, left, right, top, bottom = 560, 360, 60, 170, 30, 46
+    pw, ph = width - left - right, height - top - bottom
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+             f'viewBox="0 0 {width} {height}" role="img" aria-label="{_t(title)}" {FONT} font-size="11">']
+    parts.append(f'<text x="4" y="16" font-size="13" font-weight="bold">{_t(title)}</text>')
+    parts.append(f'<rect x="{left}" y="{top}" width="{pw}" height="{ph}" fill="#fafafa" stroke="#999"/>')
+    if not pts:
+        parts.append(f'<text x="{left + pw / 2}" y="{top + ph / 2}" text-anchor="middle">no detector has both a '
+                     f'value and a cost</text></svg>')
+        return "".join(parts)
+    xs = [max(floor, p.x) for p in pts if p.x is not None]
+    ys = [100 * p.y for p in pts if p.y is not None]
+    x_lo, x_hi = 10 ** math.floor(math.log10(min(xs))), 10 ** math.ceil(math.log10(max(xs)))
+    if x_hi <= x_lo:
+        x_hi = x_lo * 10
+    y_lo = min(50.0, math.floor(min(ys) / 5) * 5)
+    y_hi = max(y_lo + 5, min(100.0, math.ceil(max(ys) / 5) * 5))
+
+    def px(v: float) -> float:
+        return left + pw * (math.log10(max(floor, v)) - math.log10(x_lo)) / (math.log10(x_hi) - math.log10(x_lo))
+
+    def py(v: float) -> float:
+        return top + ph * (1 - (v - y_lo) / (y_hi - y_lo))
+
+    for tv in _log_ticks(x_lo, x_hi):
+        x = px(tv)
+        parts.append(f'<line x1="{x:.1f}" y1="{top}" x2="{x:.1f}" y2="{top + ph}" stroke="#ddd"/>'
+                     f'<text x="{x:.1f}" y="{top + ph + 14}" text-anchor="middle">{_tick_label(tv)}</text>')
+    step = 5 if y_hi - y_lo <= 30 else 10
+    yv = y_lo
+    while yv <= y_hi + 1e-9:
+        y = py(yv)
+        parts.append(f'<line x1="{left}" y1="{y:.1f}" x2="{left + pw}" y2="{y:.1f}" stroke="#ddd"/>'
+                     f'<text x="{left - 6}" y="{y + 4:.1f}" text-anchor="end">{yv:g}</text>')
+        yv += step
+    if y_lo <= 50 <= y_hi:
+        parts.append(f'<line x1="{left}" y1="{py(50):.1f}" x2="{left + pw}" y2="{py(50):.1f}" stroke="#999" '
+                     f'stroke-dasharray="4 3"/>')
+    parts.append(f'<text x="{left + pw / 2}" y="{height - 8}" text-anchor="middle">{_t(xlabel)}</text>')
+    parts.append(f'<text transform="translate(14 {top + ph / 2}) rotate(-90)" text-anchor="middle">{_t(ylabel)}'
+                 f'</text>')
+    groups = list(dict.fromkeys(p.group for p in pts))
+    for p in pts:
+        assert p.x is not None and p.y is not None
+        c = colours.get(p.group, colour_for(groups.index(p.group)))
+        x, y = px(p.x), py(100 * p.y)
+        note = f" (below {floor:g} s, drawn at the floor)" if p.x < floor else ""
+        parts.append(f'<g><title>{_t(p.label)}: {100 * p.y:.2f} at {p.x:.4g} s{note} — {_t(p.group)}</title>'
+                     f'<circle cx="{x:.1f}" cy="{y:.1f}" r="5" fill="{c}" fill-opacity="0.85" stroke="#333" '
+                     f'stroke-width="0.5"/><text x="{x + 7:.1f}" y="{y + 3:.1f}" font-size="9">{_t(p.label)}</text>'
+                     f'</g>')
+    for k, g in enumerate(groups):
+        c = colours.get(g, colour_for(k))
+        y = top + 10 + 16 * k
+        parts.append(f'<circle cx="{left + pw + 14}" cy="{y}" r="5" fill="{c}"/>'
+                     f'<text x="{left + pw + 24}" y="{y + 4}">{_t(g)}</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+@dataclass
+class Curve:
+    name: str
+    fpr: Sequence[float]
+    tpr: Sequence[float]
+    auc: float | None
+
+
+def roc_plot(curves: Sequence[Curve], *, title: str = "") -> str:
+    """ROC curves on the unit square with the chance diagonal; legend with AUROC per curve."""
+    size, left, top, bottom, legend = 300, 44, 28, 40, 190
+    width, height = left + size + legend, top + size + bottom
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+             f'viewBox="0 0 {width} {height}" role="img" aria-label="{_t(title)}" {FONT} font-size="11">']
+    parts.append(f'<text x="4" y="16" font-size="13" font-weight="bold">{_t(title)}</text>')
+    parts.append(f'<rect x="{left}" y="{top}" width="{size}" height="{size}" fill="#fafafa" stroke="#999"/>')
+    for k in range(0, 11, 2):
+        v = k / 10
+        x, y = left + size * v, top + size * (1 - v)
+        parts.append(f'<text x="{x:.1f}" y="{top + size + 14}" text-anchor="middle">{v:g}</text>'
+                     f'<text x="{left - 5}" y="{y + 4:.1f}" text-anchor="end">{v:g}</text>')
+    parts.append(f'<line x1="{left}" y1="{top + size}" x2="{left + size}" y2="{top}" stroke="#999" '
+                 f'stroke-dasharray="4 3"/>')
+    parts.append(f'<text x="{left + size / 2}" y="{height - 8}" text-anchor="middle">false-positive rate</text>'
+                 f'<text transform="translate(12 {top + size / 2}) rotate(-90)" text-anchor="middle">'
+                 f'true-positive rate</text>')
+    for k, c in enumerate(curves):
+        colour = colour_for(k)
+        pts = " ".join(f"{left + size * f:.1f},{top + size * (1 - t):.1f}" for f, t in zip(c.fpr, c.tpr, strict=True))
+        auc = "—" if c.auc is None else f"{100 * c.auc:.1f}"
+        parts.append(f'<g><title>{_t(c.name)}: AUROC {auc}</title><polyline points="{pts}" fill="none" '
+                     f'stroke="{colour}" stroke-width="1.6"/></g>')
+        y = top + 8 + 15 * k
+        parts.append(f'<line x1="{left + size + 10}" y1="{y}" x2="{left + size + 26}" y2="{y}" stroke="{colour}" '
+                     f'stroke-width="2"/><text x="{left + size + 30}" y="{y + 4}">{_t(c.name)} ({auc})</text>')
+    if not curves:
+        parts.append(f'<text x="{left + size / 2}" y="{top + size / 2}" text-anchor="middle">no scores with both '
+                     f'classes</text>')
+    parts.append("</svg>")
+    return "".join(parts)

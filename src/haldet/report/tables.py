@@ -1,0 +1,198 @@
+"""Markdown and LaTeX renderings of the paper's tables from the tidy results.
+
+* Table 2 (`scenario_table`): per backbone, detectors grouped by family, scenario columns and Overall.
+* Table 9 (`dataset_table`): the same per dataset, with "<scenario> Avg." after multi-dataset scenarios.
+* Table 11 (`cost_table`): per backbone, metric and cost columns averaged over datasets.
+
+Metric values print in percent with two decimals, like the paper; the best detector of each column within a
+backbone is bold; a mean over fewer datasets than the column holds is marked with a dagger; no value is a dash.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from haldet.evaluation.aggregate import (
+    FAMILY_AVG,
+    FAMILY_TITLE,
+    Table,
+    backbone_summary,
+    cost_table,
+    dataset_table,
+    scenario_table,
+)
+
+LOWER_IS_BETTER = {"fpr95"}
+METRIC_LABEL = {"auroc": "AUROC", "aupr": "AUPR", "fpr95": "FPR@95TPR"}
+DAGGER_MD = "†"
+DAGGER_TEX = r"$^\dagger$"
+
+
+def _best(table: Table) -> dict[tuple[str, str], float]:
+    """Best detector value per (model, column) (family rows excluded)."""
+    out: dict[tuple[str, str], float] = {}
+    lower = table.metric in LOWER_IS_BETTER
+    for r in table.rows:
+        if r.kind != "detector":
+            continue
+        for key, agg in r.values.items():
+            if agg.value is None:
+                continue
+            cur = out.get((r.model, key))
+            if cur is None or (agg.value < cur if lower else agg.value > cur):
+                out[(r.model, key)] = agg.value
+    return out
+
+
+def _pct(v: float | None) -> str:
+    return "—" if v is None else f"{100 * v:.2f}"
+
+
+_TEX = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{",
+        "}": r"\}", "~": r"\textasciitilde{}", "^": r"\^{}"}
+
+
+def tex_escape(text: str) -> str:
+    return "".join(_TEX.get(ch, ch) for ch in str(text))
+
+
+def _cells(table: Table, bold: Callable[[str], str], dagger: str) -> list[tuple[str, str, str, list[str]]]:
+    """(model, family, label, formatted values) per row, in table order."""
+    best = _best(table)
+    out = []
+    for r in table.rows:
+        vals = []
+        for col in table.columns:
+            agg = r.values.get(col.key)
+            if agg is None or agg.value is None:
+                vals.append("—")
+                continue
+            text = _pct(agg.value) + (dagger if agg.partial else "")
+            if r.kind == "detector" and best.get((r.model, col.key)) == agg.value:
+                text = bold(text)
+            vals.append(text)
+        out.append((r.model, r.family, r.detector, vals))
+    return out
+
+
+def table_markdown(table: Table) -> str:
+    header = ["Method", *[c.label for c in table.columns]]
+    lines = [f"**{table.title}** ({METRIC_LABEL.get(table.metric, table.metric)} %, best per backbone in bold, "
+             f"{DAGGER_MD} = mean over fewer datasets than the column holds)", "",
+             "| " + " | ".join(header) + " |", "|" + "|".join(["---"] + ["---:"] * len(table.columns)) + "|"]
+    model = family = None
+    for m, fam, label, vals in _cells(table, lambda s: f"**{s}**", DAGGER_MD):
+        if m != model:
+            lines.append(f"| **{m}** |" + " |" * len(table.columns))
+            model, family = m, None
+        if fam != family:
+            lines.append(f"| *{FAMILY_TITLE.get(fam, fam)}* |" + " |" * len(table.columns))
+            family = fam
+        name = f"*{label}*" if label == FAMILY_AVG else label
+        lines.append("| " + " | ".join([name, *vals]) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def table_latex(table: Table, label: str = "") -> str:
+    n = len(table.columns)
+    lines = [r"\begin{table}[t]", r"\centering", r"\small",
+             rf"\caption{{{tex_escape(table.title)}. {METRIC_LABEL.get(table.metric, table.metric)} (\%); best per "
+             rf"backbone in bold; {DAGGER_TEX} mean over fewer datasets than the column holds.}}"]
+    if label:
+        lines.append(rf"\label{{{label}}}")
+    lines += [r"\begin{tabular}{l" + "r" * n + "}", r"\toprule",
+              " & ".join(["Method", *[tex_escape(c.label) for c in table.columns]]) + r" \\", r"\midrule"]
+    model = family = None
+    for m, fam, det, vals in _cells(table, lambda s: rf"\textbf{{{s}}}", DAGGER_TEX):
+        if m != model:
+            if model is not None:
+                lines.append(r"\midrule")
+            lines.append(rf"\multicolumn{{{n + 1}}}{{l}}{{\textbf{{{tex_escape(m)}}}}} \\")
+            model, family = m, None
+        if fam != family:
+            lines.append(rf"\multicolumn{{{n + 1}}}{{l}}{{\textit{{{tex_escape(FAMILY_TITLE.get(fam, fam))}}}}} \\")
+            family = fam
+        name = rf"\textit{{{FAMILY_AVG}}}" if det == FAMILY_AVG else tex_escape(det)
+        vals = [v if v != "—" else "--" for v in vals]
+        lines.append(" & ".join([name, *vals]) + r" \\")
+    lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}"]
+    return "\n".join(lines) + "\n"
+
+
+def _num(v: Any, fmt: str) -> str:
+    return "—" if v is None else format(v, fmt)
+
+
+COST_HEADER = ("Method", "Family", "Evidence", "AUROC", "Cost@{n} (s)", "Score-only (s)", "Infer. (ms/item)",
+               "Extra gen. calls", "Extra gen. tokens")
+
+
+def _cost_rows(entries: Sequence[Mapping[str, Any]], metric: str) -> list[tuple[str, list[str]]]:
+    return [(e["model"], [str(e["detector"]), str(e["family"]), str(e.get("evidence") or "—"),
+                          _pct(e.get(metric)), _num(e.get("cost_at_n"), ".2f"), _num(e.get("score_only_s"), ".3f"),
+                          _num(None if e.get("infer_s_item") is None else 1000 * e["infer_s_item"], ".3f"),
+                          _num(e.get("extra_calls_item"), ".1f"), _num(e.get("extra_tokens_item"), ".1f")])
+            for e in entries]
+
+
+def cost_markdown(rows: Sequence[Mapping[str, Any]], metric: str = "auroc") -> str:
+    entries = cost_table(rows, metric)
+    n = next((e["cost_n"] for e in entries if e.get("cost_n")), 100)
+    header = [h.format(n=n) for h in COST_HEADER]
+    header[3] = METRIC_LABEL.get(metric, metric)
+    lines = [f"**Detector cost (Table 11 layout)**: means over datasets; Cost@{n} = artifact-inclusive seconds for "
+             f"{n} items (evidence stages beyond the primary answer + fitting + scoring); extra generations are "
+             "counted per item beyond the primary answer.", "",
+             "| " + " | ".join(header) + " |", "|" + "|".join(["---"] * 3 + ["---:"] * 6) + "|"]
+    model = None
+    for m, vals in _cost_rows(entries, metric):
+        if m != model:
+            lines.append(f"| **{m}** |" + " |" * 8)
+            model = m
+        lines.append("| " + " | ".join(vals) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def cost_latex(rows: Sequence[Mapping[str, Any]], metric: str = "auroc") -> str:
+    entries = cost_table(rows, metric)
+    n = next((e["cost_n"] for e in entries if e.get("cost_n")), 100)
+    header = [tex_escape(h.format(n=n)) for h in COST_HEADER]
+    header[3] = METRIC_LABEL.get(metric, metric)
+    lines = [r"\begin{table}[t]", r"\centering", r"\small",
+             rf"\caption{{Detector cost, means over datasets. Cost@{n}: artifact-inclusive seconds for {n} items. "
+             r"Extra generation calls and tokens per item beyond the primary answer.}",
+             r"\begin{tabular}{lll" + "r" * 6 + "}", r"\toprule", " & ".join(header) + r" \\", r"\midrule"]
+    model = None
+    for m, vals in _cost_rows(entries, metric):
+        if m != model:
+            if model is not None:
+                lines.append(r"\midrule")
+            lines.append(rf"\multicolumn{{9}}{{l}}{{\textbf{{{tex_escape(m)}}}}} \\")
+            model = m
+        lines.append(" & ".join(tex_escape(v) if v != "—" else "--" for v in vals) + r" \\")
+    lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}"]
+    return "\n".join(lines) + "\n"
+
+
+def backbone_markdown(rows: Sequence[Mapping[str, Any]], metric: str = "auroc") -> str:
+    summary = backbone_summary(rows, metric)
+    fams = [f for f in ("black", "gray", "white") if any(f in s for s in summary)]
+    lines = [f"**Per backbone** ({METRIC_LABEL.get(metric, metric)} %, Overall means)", "",
+             "| Backbone | " + " | ".join(f"{f}-box" for f in fams) + " | all detectors | best detector | datasets |",
+             "|---|" + "---:|" * (len(fams) + 1) + "---|---:|"]
+    for s in summary:
+        best = f"{s['best_detector']} ({_pct(s['best_value'])})" if s["best_detector"] else "—"
+        lines.append(f"| {s['model']} | " + " | ".join(_pct(s.get(f)) for f in fams)
+                     + f" | {_pct(s['all'])} | {best} | {s['n_datasets']} |")
+    return "\n".join(lines) + "\n"
+
+
+def all_markdown(rows: Sequence[Mapping[str, Any]], metric: str = "auroc") -> str:
+    return "\n".join([backbone_markdown(rows, metric), table_markdown(scenario_table(rows, metric)),
+                      table_markdown(dataset_table(rows, metric)), cost_markdown(rows, metric)])
+
+
+def all_latex(rows: Sequence[Mapping[str, Any]], metric: str = "auroc") -> str:
+    return "\n".join([table_latex(scenario_table(rows, metric), "tab:haldet-scenario"),
+                      table_latex(dataset_table(rows, metric), "tab:haldet-dataset"), cost_latex(rows, metric)])
