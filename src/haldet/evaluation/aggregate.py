@@ -258,5 +258,7 @@ def cost_table(rows: Sequence[Mapping[str, Any]], metric: str = "auroc") -> list
         for f in COST_FIELDS:
             entry[f] = mean_of(_finite(m.get(f)) for m in members).value
         out.append(entry)
-    out.sort(key=lambda e: (e["model"], _family_rank(str(e["family"])), e["detector"]))
+    model_order = {m: i for i, m in enumerate(dict.fromkeys(e["model"] for e in out))}
+    det_order = {d: i for i, d in enumerate(dict.fromkeys(e["detector"] for e in out))}
+    out.sort(key=lambda e: (model_order[e["model"]], _family_rank(str(e["family"])), det_order[e["detector"]]))
     return out
