@@ -192,8 +192,12 @@ class HFBackend(Backend):
             new_tokens = out.sequences[:, input_ids.shape[1]:]
             logits = torch.stack(out.logits, dim=1).float()  # [batch, steps, vocab]
             logprobs = torch.log_softmax(logits, dim=-1).gather(-1, new_tokens.unsqueeze(-1)).squeeze(-1)
+            first = torch.log_softmax(logits[:, 0], dim=-1)[:, list(candidates)] if candidates else None
             for row, item in enumerate(batch):
-                results[item] = self._finish(new_tokens[row].tolist(), logprobs[row].tolist())
+                res = self._finish(new_tokens[row].tolist(), logprobs[row].tolist())
+                if first is not None:
+                    res.extra["candidate_logprobs"] = [float(x) for x in first[row]]
+                results[item] = res
             if progress is not None:
                 progress(len(batch))
         return [r for r in results if r is not None]

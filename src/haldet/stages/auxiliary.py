@@ -1,0 +1,130 @@
+"""The `auxiliary` stage: the model's own view of its answer (paper appendix E.1), greedy and cached.
+
+Two queries per item, both built from the clean task prompt (the rendered user turn) and the generated answer:
+- verbalized confidence: the model is asked for one number in [0, 1]; the raw reply is stored (`verbalized`) and,
+  parsed by `haldet.confidence.parse_confidence`, as `verbalized_value` (None when no number is found);
+- self-evaluation: the model is asked whether the proposed answer is True or False. P(True) is read from the
+  next-token distribution at the first reply position: the probability mass on the first tokens of "True"
+  spellings divided by the mass on "True" plus "False" spellings (normalised over the two). The greedy verdict
+  text is stored as the fallback (`self_eval_text`).
+Both use the same greedy generate call that also yields the first-step distribution, so P(True) costs no extra pass.
+
+Record: {id, key, verbalized, verbalized_value, self_eval_text, p_true, logp_true, logp_false, seconds}.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+from haldet.config import stage_key
+from haldet.prompts import user_message
+from haldet.stages.base import Item, Stage
+from haldet.stages.generate import GenerateStage
+
+PROMPT_VERSION = "aux-v1"  # bump when the wording below changes: it is part of the cache key
+
+VERBALIZED_SYSTEM = ("You grade answers strictly. Reply with nothing but one number between 0.0 and 1.0: how "
+                     "likely it is that the proposed answer is entirely correct.")
+VERBALIZED_USER = ("Question: {task}\n\nProposed answer: {answer}\n\n"
+                   "How confident are you that the proposed answer is completely correct? "
+                   "Give a single number from 0.0 to 1.0:")
+SELF_EVAL_SYSTEM = ("You are a strict examiner checking an answer. Start your reply with one word, True or "
+                    "False, then you may explain briefly.")
+SELF_EVAL_USER = ("Question: {task}\n\nProposed answer: {answer}\n\n"
+                  "Is the proposed answer correct? Reply True if it is correct and False if it is not.")
+
+TRUE_WORDS = ("True", " True", "true", " true", "TRUE")
+FALSE_WORDS = ("False", " False", "false", " false", "FALSE")
+
+
+def answer_candidates(tokenizer: Any) -> tuple[list[int], list[int]]:
+    """Distinct first-token ids of the True and False spellings (a spelling whose first token is shared by both
+    sides is dropped, so the two masses never overlap)."""
+    def first(words: tuple[str, ...]) -> set[int]:
+        ids = set()
+        for word in words:
+            toks = tokenizer(word, add_special_tokens=False).input_ids
+            if toks:
+                ids.add(int(toks[0]))
+        return ids
+
+    true_ids, false_ids = first(TRUE_WORDS), first(FALSE_WORDS)
+    shared = true_ids & false_ids
+    return sorted(true_ids - shared), sorted(false_ids - shared)
+
+
+def p_true_from_logprobs(true_lps: list[float], false_lps: list[float]) -> tuple[float | None, float, float]:
+    """(P(True) normalised over the two answers, log mass of True, log mass of False)."""
+    def logsumexp(xs: list[float]) -> float:
+        finite = [x for x in xs if math.isfinite(x)]
+        if not finite:
+            return float("-inf")
+        top = max(finite)
+        return top + math.log(sum(math.exp(x - top) for x in finite))
+
+    lt, lf = logsumexp(true_lps), logsumexp(false_lps)
+    if not (math.isfinite(lt) or math.isfinite(lf)):
+        return None, lt, lf
+    top = max(lt, lf)
+    p = math.exp(lt - top) / (math.exp(lt - top) + math.exp(lf - top))
+    return p, lt, lf
+
+
+def _parse_confidence(text: str) -> float | None:
+    try:
+        from haldet.confidence import parse_confidence
+    except ImportError:  # the parser module is optional: the raw text is always stored
+        return None
+    return parse_confidence(text)
+
+
+class AuxiliaryStage(Stage):
+    name = "auxiliary"
+
+    def key(self, item: Item) -> str:
+        cfg = self.ctx.config.auxiliary
+        gen_key = GenerateStage(self.ctx).key(item)
+        return stage_key(self.name, self.ctx.backend.fingerprint(), item.prompt, gen_key, PROMPT_VERSION,
+                         cfg.verbalized, cfg.self_eval, cfg.max_new_tokens)
+
+    def items_per_batch(self) -> int:
+        return self.ctx.config.auxiliary.batch_size * 2
+
+    def _prompt(self, system: str, user: str, item: Item) -> str:
+        if item.generation is None:
+            raise ValueError(f"auxiliary stage needs the generation of {item.id}")
+        text = user.format(task=user_message(item.instance), answer=item.generation.response)
+        return self.ctx.backend.render_chat([{"role": "system", "content": system}, {"role": "user", "content": text}])
+
+    def compute(self, batch: list[Item]) -> list[dict[str, Any]]:
+        cfg = self.ctx.config.auxiliary
+        backend = self.ctx.backend
+        start = time.perf_counter()
+        records: list[dict[str, Any]] = [{"id": item.id, "verbalized": None, "verbalized_value": None,
+                                          "self_eval_text": None, "p_true": None, "logp_true": None,
+                                          "logp_false": None} for item in batch]
+        if cfg.verbalized:
+            outs = backend.generate([self._prompt(VERBALIZED_SYSTEM, VERBALIZED_USER, item) for item in batch],
+                                    max_new_tokens=cfg.max_new_tokens, batch_size=cfg.batch_size)
+            for rec, out in zip(records, outs, strict=True):
+                rec["verbalized"] = out.text
+                rec["verbalized_value"] = _parse_confidence(out.text)
+        if cfg.self_eval:
+            true_ids, false_ids = answer_candidates(backend.tokenizer)  # type: ignore[attr-defined]
+            outs = backend.candidate_logprobs(
+                [self._prompt(SELF_EVAL_SYSTEM, SELF_EVAL_USER, item) for item in batch], true_ids + false_ids,
+                max_new_tokens=cfg.max_new_tokens, batch_size=cfg.batch_size)
+            for rec, out in zip(records, outs, strict=True):
+                lps = out.extra["candidate_logprobs"]
+                p, lt, lf = p_true_from_logprobs(lps[: len(true_ids)], lps[len(true_ids):])
+                rec.update(self_eval_text=out.text, p_true=p, logp_true=_finite(lt), logp_false=_finite(lf))
+        per_item = (time.perf_counter() - start) / max(1, len(batch))
+        for rec in records:
+            rec["seconds"] = per_item
+        return records
+
+
+def _finite(x: float) -> float | None:
+    return x if math.isfinite(x) else None
