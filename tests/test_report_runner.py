@@ -80,8 +80,13 @@ def test_cached_detector_keeps_previous_timings():
     cell = _fake_cell("halueval_qa", "m", cached=True)
     previous = {"detectors": [{"name": "perplexity", "key": "key-perplexity", "fit_s": 1.5, "score_s": 0.2},
                               {"name": "lexical_similarity", "key": "other-key", "fit_s": 9.0, "score_s": 9.0}]}
-    for run in cell.detectors:
-        pipeline._carry_timings(run, previous)
+    found = [pipeline._carry_timings(run, previous) for run in cell.detectors]
     ppl, lex = cell.detectors
+    assert found == [True, False]
     assert (ppl.fit_seconds, ppl.score_seconds) == (1.5, 0.2)
     assert (lex.fit_seconds, lex.score_seconds) == (0.0, 0.0)  # a different key: not the same scores
+    # an unknown timing gives no cost number (never a cache-read zero)
+    cell.untimed.append("lexical_similarity")
+    rows = {r["detector"]: r for r in pipeline.result_rows(cell) if r["metric"] == "auroc"}
+    assert rows["lexical_similarity"]["cost_at_n"] is None and "no fit/score" in rows["lexical_similarity"]["cost_note"]
+    assert rows["perplexity"]["cost_at_n"] == pytest.approx(1.5 + 100 * 0.02)

@@ -68,6 +68,7 @@ class CellResult:
     timings: dict[str, float] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
     evidence: dict[str, Any] = field(default_factory=dict)  # per-stage cost stats (haldet.evaluation.cost)
+    untimed: list[str] = field(default_factory=list)  # cached detectors whose original timings are unknown
     fingerprint: dict[str, Any] = field(default_factory=dict)
     data: dict[str, Any] = field(default_factory=dict)
     error: str = ""
@@ -179,21 +180,23 @@ def run_cell(config: RunConfig, store: RunStore, dataset: str, model: str, progr
             run = run_detector(name, config, cell, view, split, binary, ev_key, progress=progress)
         except (ValueError, RuntimeError) as exc:  # a detector bug or bad parameter: reported, no number
             run = DetectorRun(name=name, family="?", error=f"{type(exc).__name__}: {exc}")
-        if run.cached:
-            _carry_timings(run, previous)
+        if run.cached and not _carry_timings(run, previous):
+            result.untimed.append(name)
         result.detectors.append(run)
     result.timings = dict(ctx.timings)
     result.counts = dict(ctx.counts)
     return result
 
 
-def _carry_timings(run: DetectorRun, previous: dict[str, Any]) -> None:
-    """A cached detector took no time now: keep the fit/score seconds from when its scores were computed."""
+def _carry_timings(run: DetectorRun, previous: dict[str, Any]) -> bool:
+    """A cached detector took no time now: keep the fit/score seconds from when its scores were computed.
+    False when the earlier run recorded none for these scores (the cost is then unknown, not zero)."""
     for entry in previous.get("detectors") or []:
-        if entry.get("name") == run.name and entry.get("key") == run.key:
+        if entry.get("name") == run.name and entry.get("key") == run.key and entry.get("timing_known", True):
             run.fit_seconds = float(entry.get("fit_s") or 0.0)
             run.score_seconds = float(entry.get("score_s") or 0.0)
-            return
+            return True
+    return False
 
 
 def result_rows(cell: CellResult, cost_n: int = DEFAULT_N) -> list[dict[str, Any]]:
@@ -201,9 +204,13 @@ def result_rows(cell: CellResult, cost_n: int = DEFAULT_N) -> list[dict[str, Any
     value, CI, N, positives and coverage, and the detector's cost columns on this cell (haldet.evaluation.cost)."""
     rows = []
     for run in cell.detectors:
+        timed = run.name not in cell.untimed
         cost = detector_cost(DETECTORS.get(run.name, where="--detector").requires, cell.evidence,
-                             fit_s=round(run.fit_seconds, 6), score_s=round(run.score_seconds, 6),
+                             fit_s=round(run.fit_seconds, 6) if timed else None,
+                             score_s=round(run.score_seconds, 6) if timed else None,
                              n_scored=run.n_scored, n=cost_n) if not run.error else {}
+        if not timed and not run.error:
+            cost["cost_note"] = "scores read from an earlier run's cache that recorded no fit/score timings"
         for m in run.metrics:
             rows.append({
                 "dataset": cell.dataset, "scenario": cell.scenario, "model": cell.model,
@@ -290,4 +297,5 @@ def _cell_entry(c: CellResult) -> dict[str, Any]:
             "stage_seconds": c.timings, "computed": c.counts, "evidence": c.evidence,
             "detectors": [{"name": d.name, "family": d.family, "key": d.key, "n_scored": d.n_scored,
                            "fit_s": d.fit_seconds, "score_s": d.score_seconds,
-                           "cached": d.cached, "error": d.error, "meta": d.meta} for d in c.detectors]}
+                           "timing_known": d.name not in c.untimed, "cached": d.cached, "error": d.error,
+                           "meta": d.meta} for d in c.detectors]}
