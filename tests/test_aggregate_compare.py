@@ -36,3 +36,15 @@ def test_paired_ci_reflects_correlation():
 def test_one_class_gives_no_number():
     cmp = paired_bootstrap(np.ones(4, dtype=int), np.arange(4.0), np.arange(4.0), n_boot=10)
     assert cmp.diff is None and "one class" in cmp.note
+
+
+def test_cache_reuses_reference_resamples_with_identical_results():
+    rng = np.random.default_rng(3)
+    y = np.r_[np.ones(30), np.zeros(40)].astype(int)
+    ref = y + rng.normal(size=70)
+    others = [y * 0.5 + rng.normal(size=70) for _ in range(3)]
+    cache: dict = {}
+    cached = [paired_bootstrap(y, ref, o, a="ref", n_boot=100, _cache=cache) for o in others]
+    plain = [paired_bootstrap(y, ref, o, a="ref", n_boot=100) for o in others]
+    assert len(cache) == 1
+    assert [(c.ci_low, c.ci_high, c.p_value) for c in cached] == [(c.ci_low, c.ci_high, c.p_value) for c in plain]

@@ -38,8 +38,12 @@ class PairedComparison:
 
 
 def paired_bootstrap(labels: np.ndarray, scores_a: np.ndarray, scores_b: np.ndarray, *, a: str = "a", b: str = "b",
-                     n_boot: int = 1000, ci: float = 0.95, seed: int = 42) -> PairedComparison:
-    """AUROC(a) - AUROC(b) on shared items with a stratified paired bootstrap CI."""
+                     n_boot: int = 1000, ci: float = 0.95, seed: int = 42,
+                     _cache: dict[Any, Any] | None = None) -> PairedComparison:
+    """AUROC(a) - AUROC(b) on shared items with a stratified paired bootstrap CI.
+
+    `_cache` (a dict the caller keeps) reuses resample indices and detector a's resampled AUROCs across calls
+    with the same labels, item mask and a (comparing one reference detector with many others)."""
     y = np.asarray(labels, dtype=int)
     sa, sb = np.asarray(scores_a, dtype=np.float64), np.asarray(scores_b, dtype=np.float64)
     if not (len(y) == len(sa) == len(sb)):
@@ -55,9 +59,13 @@ def paired_bootstrap(labels: np.ndarray, scores_a: np.ndarray, scores_b: np.ndar
     out.auroc_a, out.auroc_b = auroc(y, sa), auroc(y, sb)
     out.diff = out.auroc_a - out.auroc_b
     if n_boot > 0:
-        idx = stratified_indices(y, n_boot, seed)
-        diffs = (metrics_on_resamples(y, sa, idx, ("auroc",))["auroc"]
-                 - metrics_on_resamples(y, sb, idx, ("auroc",))["auroc"])
+        cache = _cache if _cache is not None else {}
+        mask_key = (a, n_boot, seed, both.tobytes(), np.asarray(labels, dtype=int).tobytes())
+        if mask_key not in cache:
+            idx = stratified_indices(y, n_boot, seed)
+            cache[mask_key] = (idx, metrics_on_resamples(y, sa, idx, ("auroc",))["auroc"])
+        idx, boot_a = cache[mask_key]
+        diffs = boot_a - metrics_on_resamples(y, sb, idx, ("auroc",))["auroc"]
         alpha = (1 - ci) / 2
         out.ci_low, out.ci_high = (float(q) for q in np.quantile(diffs, [alpha, 1 - alpha]))
         out.p_value = float(min(1.0, 2 * min((diffs <= 0).mean(), (diffs >= 0).mean())))

@@ -211,11 +211,12 @@ def _roc_section(runs: Sequence[RunData], rows: Sequence[Mapping[str, Any]], n_b
             best = max(curves, key=lambda c: c.auc or 0.0, default=None)
             if best is None:
                 continue
+            cache: dict[Any, Any] = {}
             for c in curves:
                 if c.name == best.name:
                     continue
                 cmp = paired_bootstrap(data.labels, data.scores[best.name], data.scores[c.name], a=best.name,
-                                       b=c.name, n_boot=n_boot)
+                                       b=c.name, n_boot=n_boot, _cache=cache)
                 ci = f"[{_pct(cmp.ci_low, 1)}, {_pct(cmp.ci_high, 1)}]" if cmp.ci_low is not None else "—"
                 comparisons.append([_e(key[0]), _e(key[1]), _e(best.name), _e(c.name), _e(cmp.n),
                                     _pct(cmp.diff), ci, _num(cmp.p_value, ".3f"), _e(cmp.note)])
