@@ -173,11 +173,11 @@ def _detector_rows(fr: Frame, model: str, columns: list[Column], groups: dict[st
     # family averages after each family's detectors
     out: list[Row] = []
     for fam in sorted({r.family for r in rows}, key=_family_rank):
-        members = [r for r in rows if r.family == fam]
-        out += members
+        fam_rows = [r for r in rows if r.family == fam]
+        out += fam_rows
         avg = Row(model, fam, FAMILY_AVG, "family")
         for col in columns:
-            avg.values[col.key] = mean_of((m.values[col.key].value for m in members), len(members))
+            avg.values[col.key] = mean_of((m.values[col.key].value for m in fam_rows), len(fam_rows))
         out.append(avg)
     return out
 

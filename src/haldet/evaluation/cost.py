@@ -87,9 +87,9 @@ def _record_calls_tokens(stage: str, rec: Mapping[str, Any]) -> dict[str, tuple[
             if n is None:
                 n = _n_tokens(rec.get(f"{part}_token_ids"))
             parts[part] = (1.0, float(n or 0))
-        calls = sum(c for c, _ in parts.values())
-        tokens = sum(t for _, t in parts.values())
-        return {"": (calls, tokens), **parts}
+        aux_calls = float(sum(c for c, _ in parts.values()))
+        aux_tokens = float(sum(t for _, t in parts.values()))
+        return {"": (aux_calls, aux_tokens), **parts}
     if stage == "features":
         return {"": (0.0, 0.0)}
     # a stage this module does not know yet: trust what its records say, count nothing otherwise

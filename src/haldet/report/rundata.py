@@ -9,7 +9,7 @@ each test item (1 = hallucination, 0 = correct), restricted to the items of `spl
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -136,7 +136,7 @@ def index_rows(rows: list[Mapping[str, Any]], metric: str = "auroc") -> dict[tup
     return {(str(r["dataset"]), str(r["model"]), str(r["detector"])): r for r in rows if r.get("metric") == metric}
 
 
-def merge_runs(runs: list[RunData]) -> list[dict[str, Any]]:
+def merge_runs(runs: Sequence[RunData]) -> list[dict[str, Any]]:
     """Rows of several runs as one table; a (dataset, model, detector, metric) seen in more than one run keeps the
     row of the later run given (each row records the run it came from in `run`)."""
     merged: dict[tuple[str, str, str, str], dict[str, Any]] = {}
