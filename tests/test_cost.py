@@ -85,3 +85,14 @@ def test_evidence_types():
     assert evidence_type({Signal.HIDDEN_MEAN}) == "internal states"
     assert evidence_type({Signal.TOKEN_LOGPROBS}) == "single-generation likelihood"
     assert evidence_type({Signal.RESPONSE}) == "output text"
+
+
+def test_unrecorded_token_counts_are_unknown_not_zero():
+    # the auxiliary stage as it records today: texts and seconds, no token counts
+    aux = {f"i{k}": {"id": f"i{k}", "verbalized": "0.8", "self_eval_text": "True", "seconds": 0.4} for k in range(3)}
+    ev = {"auxiliary": stage_stats("auxiliary", aux)}
+    assert ev["auxiliary"]["calls_per_item"] == 2 and ev["auxiliary"]["tokens_per_item"] is None
+    cost = detector_cost({Signal.SELF_EVAL}, ev, fit_s=0.0, score_s=0.0, n_scored=3)
+    assert cost["extra_calls_item"] == 1 and cost["extra_tokens_item"] is None
+    assert "token counts" in cost["cost_note"]
+    assert cost["cost_at_n"] == pytest.approx(100 * 0.2)  # time is known: Cost@N still stands

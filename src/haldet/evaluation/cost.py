@@ -66,8 +66,9 @@ def _n_tokens(value: Any) -> int | None:
     return None
 
 
-def _record_calls_tokens(stage: str, rec: Mapping[str, Any]) -> dict[str, tuple[float, float]]:
-    """Generation calls and generated tokens of one record, per part ('' = the whole stage)."""
+def _record_calls_tokens(stage: str, rec: Mapping[str, Any]) -> dict[str, tuple[float, float | None]]:
+    """Generation calls and generated tokens of one record, per part ('' = the whole stage); tokens None when
+    the record does not say (counted as unknown, never as zero)."""
     if stage == PRIMARY_STAGE:
         n = rec.get("n_tokens")
         return {"": (1.0, float(n if n is not None else _n_tokens(rec.get("token_ids")) or 0))}
@@ -78,7 +79,7 @@ def _record_calls_tokens(stage: str, rec: Mapping[str, Any]) -> dict[str, tuple[
             tokens = int(sum(pair[1] for pair in rec["logliks"]))
         return {"": (float(len(samples)), float(tokens or 0))}
     if stage == "auxiliary":
-        parts: dict[str, tuple[float, float]] = {}
+        parts: dict[str, tuple[float, float | None]] = {}
         for part in AUX_PARTS:
             text = rec.get(part if part == "verbalized" else "self_eval_text")
             if text is None and rec.get(f"{part}_seconds") is None:
@@ -86,9 +87,10 @@ def _record_calls_tokens(stage: str, rec: Mapping[str, Any]) -> dict[str, tuple[
             n = rec.get(f"{part}_n_tokens")
             if n is None:
                 n = _n_tokens(rec.get(f"{part}_token_ids"))
-            parts[part] = (1.0, float(n or 0))
+            parts[part] = (1.0, None if n is None else float(n))
         aux_calls = float(sum(c for c, _ in parts.values()))
-        aux_tokens = float(sum(t for _, t in parts.values()))
+        counts = [t for _, t in parts.values()]
+        aux_tokens = None if any(t is None for t in counts) else float(sum(t for t in counts if t is not None))
         return {"": (aux_calls, aux_tokens), **parts}
     if stage == "features":
         return {"": (0.0, 0.0)}
@@ -106,13 +108,14 @@ def stage_stats(stage: str, records: Mapping[str, Mapping[str, Any]], *, wall_se
     recs = list(records.values())
     n = len(recs)
     calls: dict[str, float] = {}
-    tokens: dict[str, float] = {}
+    tokens: dict[str, float | None] = {}
     part_seconds: dict[str, list[float]] = {}
     seconds: list[float] = []
     for rec in recs:
         for part, (c, t) in _record_calls_tokens(stage, rec).items():
             calls[part] = calls.get(part, 0.0) + c
-            tokens[part] = tokens.get(part, 0.0) + t
+            before = tokens.get(part, 0.0)
+            tokens[part] = None if before is None or t is None else before + t
             sec = rec.get(f"{part}_seconds") if part else None
             if isinstance(sec, int | float) and math.isfinite(sec):
                 part_seconds.setdefault(part, []).append(float(sec))
@@ -132,7 +135,7 @@ def stage_stats(stage: str, records: Mapping[str, Mapping[str, Any]], *, wall_se
     out: dict[str, Any] = {
         "items": n, "seconds_per_item": per_item, "seconds_source": source,
         "calls_per_item": calls.get("", 0.0) / n if n else 0.0,
-        "tokens_per_item": tokens.get("", 0.0) / n if n else 0.0,
+        "tokens_per_item": _per(tokens.get("", 0.0), n),
     }
     parts = {}
     total_calls = calls.get("", 0.0)
@@ -144,10 +147,14 @@ def stage_stats(stage: str, records: Mapping[str, Mapping[str, Any]], *, wall_se
         else:
             part_per_item = None
         parts[part] = {"seconds_per_item": part_per_item, "calls_per_item": calls[part] / n,
-                       "tokens_per_item": tokens[part] / n}
+                       "tokens_per_item": _per(tokens[part], n)}
     if parts:
         out["parts"] = parts
     return out
+
+
+def _per(total: float | None, n: int) -> float | None:
+    return None if total is None else (total / n if n else 0.0)
 
 
 def _stage_needs(requires: Iterable[Signal]) -> dict[str, set[str]]:
@@ -171,7 +178,8 @@ def detector_cost(requires: Iterable[Signal | str], evidence: Mapping[str, Mappi
     gen = evidence.get(PRIMARY_STAGE, {})
     out["gen_s_item"] = gen.get("seconds_per_item")
     prep: float | None = 0.0
-    calls = tokens = 0.0
+    calls = 0.0
+    tokens: float | None = 0.0
     notes = []
     for stage in stages:
         if stage == PRIMARY_STAGE:
@@ -191,10 +199,13 @@ def detector_cost(requires: Iterable[Signal | str], evidence: Mapping[str, Mappi
             secs = [p.get("seconds_per_item") for p in chosen]
             sec = None if any(s is None for s in secs) or not chosen else sum(secs)  # type: ignore[arg-type]
             c = sum(p.get("calls_per_item", 0.0) for p in chosen)
-            t = sum(p.get("tokens_per_item", 0.0) for p in chosen)
+            part_tokens = [p.get("tokens_per_item", 0.0) for p in chosen]
+            t = None if any(x is None for x in part_tokens) else sum(part_tokens)
         out[f"prep_{stage}_s_item"] = sec
         calls += c
-        tokens += t
+        tokens = None if tokens is None or t is None else tokens + t
+        if t is None:
+            notes.append(f"{stage} records no generated-token counts")
         if sec is None:
             prep = None
             notes.append(f"no {stage} timing")
