@@ -15,7 +15,7 @@ def results_table(rows: list[dict[str, Any]], title: str = "haldet results (test
     table = Table(title=title, show_lines=False)
     for col, justify in [("dataset", "left"), ("model", "left"), ("detector", "left"), ("family", "left"),
                          ("AUROC [95% CI]", "right"), ("AUPR", "right"), ("FPR@95", "right"), ("N", "right"),
-                         ("pos", "right"), ("coverage", "right"), ("note", "left")]:
+                         ("pos", "right"), ("coverage", "right"), ("Cost@100 s", "right"), ("note", "left")]:
         table.add_column(col, justify=justify)  # type: ignore[arg-type]
     cells: dict[tuple[str, str, str], dict[str, dict[str, Any]]] = {}
     for row in rows:
@@ -26,5 +26,5 @@ def results_table(rows: list[dict[str, Any]], title: str = "haldet results (test
         table.add_row(dataset, model, detector, str(au.get("family", "")), _fmt(au.get("value")) + ci,
                       _fmt(metrics.get("aupr", {}).get("value")), _fmt(metrics.get("fpr95", {}).get("value")),
                       str(au.get("n", "")), str(au.get("n_pos", "")), f"{au.get('coverage', 0):.0%}",
-                      str(au.get("note", "")))
+                      _fmt(au.get("cost_at_n"), 2), str(au.get("note") or au.get("cost_note") or ""))
     return table
