@@ -254,9 +254,9 @@ def test_local_hf_judge_labels_or_fails_never_invents() -> None:
     from haldet.backends.hf import HFBackend
 
     backend = HFBackend("smollm2-135m", device="cpu")
-    judge = LLMJudge(JudgeConfig(kind="llm", backend="hf", model="smollm2-135m", max_tokens=48, retries=1,
+    judge = LLMJudge(JudgeConfig(kind="llm", backend="hf", model="smollm2-135m", max_tokens=24, retries=1,
                                  few_shot=False), backend=backend)
-    pairs = [item(0, "It was written by William Shakespeare."), item(1, "I don't know.")]
+    pairs = [item(0, "It was written by William Shakespeare.")]
     out = run_all(judge, pairs)
     assert set(out) == {p[0].id for p in pairs}
     for verdict in out.values():
@@ -265,4 +265,4 @@ def test_local_hf_judge_labels_or_fails_never_invents() -> None:
             assert verdict.judge == "llm:smollm2-135m" and verdict.reasoning
         else:
             assert isinstance(verdict, JudgeFailure) and verdict.attempts == 2
-    assert judge.usage.calls >= 2 and judge.usage.completion_tokens > 0
+    assert judge.usage.calls >= 1 and judge.usage.completion_tokens > 0

@@ -9,7 +9,8 @@ Checks, in order:
 4. an acceptable answer (alias) found as a phrase -> correct; a known wrong answer (r-) found -> hallucination;
    both found -> undecided (the answer lists several candidates, or the r- phrase sits inside the r+ one);
 5. a hedge with nothing else ("I'm not sure.") -> abstention;
-6. token F1 against r+ and r-: the better side wins when it reaches `f1_threshold`; below it, a short-reference
+6. token F1 against r+ and r- (the question's own words left out: answers and sentence-long references both
+   repeat them): the better side wins when it reaches `f1_threshold`; below it, a short-reference
    item is a hallucination (the answer matches no acceptable answer), a long-reference item (dialogue replies,
    free-text references) is undecided, since a paraphrase can be right with little word overlap.
 Yes/no references compare the answer's leading yes/no, not any "no" anywhere in the text.
@@ -77,8 +78,9 @@ class ShortAnswerJudge(Judge):
         if is_abstention(answer):
             return label(Category.ABSTENTION, "the answer only expresses doubt")
 
-        best_pos, ref = max((token_f1(answer, r), r) for r in refs)
-        best_neg, wrong = max(((token_f1(answer, w), w) for w in wrongs), default=(0.0, ""))
+        asked = set(tokens(instance.question))  # "The X is located in..." repeats the question: no evidence
+        best_pos, ref = max((token_f1(answer, r, asked), r) for r in refs)
+        best_neg, wrong = max(((token_f1(answer, w, asked), w) for w in wrongs), default=(0.0, ""))
         if max(best_pos, best_neg) >= self.f1_threshold:
             if best_pos > best_neg:
                 return label(Category.CORRECT, f"token F1 {best_pos:.2f} with the reference {ref!r} "

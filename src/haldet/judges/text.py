@@ -37,8 +37,14 @@ def tokens(text: str) -> list[str]:
     return normalize(text).split()
 
 
-def token_f1(prediction: str, reference: str) -> float:
+def token_f1(prediction: str, reference: str, ignore: frozenset[str] | set[str] = frozenset()) -> float:
+    """SQuAD token F1. `ignore`: tokens that carry no evidence (the question's own words, which answers and
+    sentence-long references both repeat); dropped from both sides unless that empties the reference."""
     pred, ref = tokens(prediction), tokens(reference)
+    if ignore:
+        kept = [t for t in ref if t not in ignore]
+        if kept:
+            pred, ref = [t for t in pred if t not in ignore], kept
     if not pred or not ref:
         return float(pred == ref)
     common = Counter(pred) & Counter(ref)

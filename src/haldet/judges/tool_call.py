@@ -65,7 +65,7 @@ def parse_calls(value: Any) -> list[tuple[str, str]] | None:
         if isinstance(item.get("function"), dict):
             item = item["function"]
         name = item.get("name")
-        args = next((item[k] for k in ("arguments", "parameters", "args") if k in item), {})
+        args: Any = next((item[k] for k in ("arguments", "parameters", "args") if k in item), {})
         if isinstance(args, str):
             try:
                 args = json.loads(args) if args.strip() else {}

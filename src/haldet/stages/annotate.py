@@ -276,7 +276,7 @@ def render_reports(reports: list[dict[str, Any]]) -> list[Any]:
             conf.add_column("")
             for c in agr["categories"]:
                 conf.add_column(c, justify="right")
-            for c, row in zip(agr["categories"], agr["table"], strict=True):
+            for c, row in zip(agr["categories"], agr["confusion"], strict=True):
                 conf.add_row(c, *(str(v) for v in row))
             out.append(conf)
     return out
