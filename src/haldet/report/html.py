@@ -172,6 +172,13 @@ def _cost_section(rows: Sequence[Mapping[str, Any]]) -> str:
             + _table(header, body, left=4))
 
 
+def _p(p: float | None, n_boot: int) -> str:
+    """A bootstrap p of 0 only says p < 1/resamples."""
+    if p is None:
+        return "—"
+    return f"&lt;{1 / n_boot:.2g}" if p == 0 else f"{p:.3f}"
+
+
 def _f(v: Any) -> float | None:
     if v is None:
         return None
@@ -219,7 +226,7 @@ def _roc_section(runs: Sequence[RunData], rows: Sequence[Mapping[str, Any]], n_b
                                        b=c.name, n_boot=n_boot, _cache=cache)
                 ci = f"[{_pct(cmp.ci_low, 1)}, {_pct(cmp.ci_high, 1)}]" if cmp.ci_low is not None else "—"
                 comparisons.append([_e(key[0]), _e(key[1]), _e(best.name), _e(c.name), _e(cmp.n),
-                                    _pct(cmp.diff), ci, _num(cmp.p_value, ".3f"), _e(cmp.note)])
+                                    _pct(cmp.diff), ci, _p(cmp.p_value, n_boot), _e(cmp.note)])
     out = ("<h2 id=roc>ROC curves per dataset</h2><p class=muted>Test-split scores as cached by the run "
            "(scores/&lt;detector&gt;.jsonl); items with an invalid score are left out of that detector's curve."
            "</p><div class=figs>" + ("".join(figs) or "<p>no cell has cached test scores</p>") + "</div>")
@@ -258,7 +265,7 @@ def _metadata_section(runs: Sequence[RunData]) -> str:
                  ["datasets", _e(", ".join(cfg.get("datasets") or []))],
                  ["detectors", _e(", ".join(cfg.get("detectors") or []))],
                  ["versions", _e(", ".join(f"{k} {v}" for k, v in (m.get("versions") or {}).items()))]]
-        parts.append(_table(["", ""], facts, left=2))
+        parts.append(_table(["field", "value"], facts, left=2))
         cell_rows = []
         for c in run.cells():
             ev = c.get("evidence") or {}
