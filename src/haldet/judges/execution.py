@@ -81,16 +81,17 @@ def build_program(instance: Instance, answer: str) -> tuple[str, str]:
         # the prompt may hold imports and helper functions the solution uses; its own stub is redefined
         return (f"{prompt}\n\n{code}\n" if prompt else f"{code}\n"), how
     # a completion of the prompt's function body (HumanEval style)
-    if how == "whole answer" and not code.startswith((" ", "\t")):
+    first = next((line for line in code.split("\n") if line.strip()), "")
+    if how == "whole answer" and not first.startswith((" ", "\t")):
         code = _indent_body(code)
     return f"{prompt}{code}\n", how + " as a completion of the prompt"
 
 
 def _indent_body(code: str) -> str:
     """A completion whose first line lost its indentation (chat models often strip it)."""
-    lines = code.split("\n")
+    lines = code.lstrip("\n").split("\n")
     if len(lines) > 1 and lines[1].startswith("    "):
-        return "    " + code
+        return "    " + "\n".join(lines)
     return "\n".join("    " + line if line.strip() else line for line in lines)
 
 
