@@ -88,6 +88,28 @@ class Detector:
     def score(self, items: SignalView) -> Scores:
         raise NotImplementedError
 
+    # runner-set attributes that are not part of the fitted state
+    _UNSAVED: ClassVar[frozenset[str]] = frozenset({"workdir", "progress"})
+
+    def save(self, path: Path) -> None:
+        """Persist the fitted state (default: the instance's attributes, via torch.save, written atomically) so
+        a rerun with the same key skips fitting. Override for state that does not pickle."""
+        import os
+
+        import torch
+
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        torch.save({k: v for k, v in self.__dict__.items() if k not in self._UNSAVED}, tmp)
+        os.replace(tmp, path)
+
+    def load(self, path: Path) -> None:
+        """Restore what `save` wrote (a file from this run directory, written by haldet itself)."""
+        import torch
+
+        state = torch.load(path, map_location="cpu", weights_only=False)
+        self.__dict__.update({k: v for k, v in state.items() if k not in self._UNSAVED})
+
 
 DETECTORS: Registry[type[Detector]] = Registry("detector", "haldet.detectors")
 

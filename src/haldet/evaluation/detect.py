@@ -6,8 +6,10 @@ carry no labels. Metrics use the test labels after scoring; nothing about orient
 
 from __future__ import annotations
 
+import pickle
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -69,7 +71,7 @@ def run_detector(name: str, config: RunConfig, store: CellStore, view: SignalVie
         test = view.subset(test_idx, with_labels=False)
         start = time.perf_counter()
         if detector.trains:
-            detector.fit(train, val)
+            fit_or_reuse(detector, store, name, key, train, val)
         run.fit_seconds = time.perf_counter() - start
         start = time.perf_counter()
         run.scores = detector.score(test)
@@ -84,6 +86,31 @@ def run_detector(name: str, config: RunConfig, store: CellStore, view: SignalVie
     ev = config.evaluation
     run.metrics = evaluate(y, run.scores.values, n_boot=ev.bootstrap, ci=ev.ci, seed=ev.bootstrap_seed)
     return run
+
+
+def fitted_path(store: CellStore, name: str, key: str) -> Path:
+    """Where a trained detector's fitted state lives: keyed like its scores (params + evidence + split)."""
+    return store.root / "fitted" / f"{name}-{key}.pt"
+
+
+def fit_or_reuse(detector: Detector, store: CellStore, name: str, key: str, train: SignalView,
+                 val: SignalView | None) -> None:
+    """Load the fitted state saved under the same key, else fit on train (choices on val) and save it.
+    A state file that cannot be read (older haldet, damaged) is refitted and overwritten, never trusted."""
+    path = fitted_path(store, name, key)
+    if path.exists():
+        try:
+            detector.load(path)
+            detector.meta["fitted"] = f"reused {path.name}"
+            return
+        except (OSError, EOFError, RuntimeError, AttributeError, ImportError, pickle.UnpicklingError) as exc:
+            detector.meta["fitted_reload_failed"] = f"{type(exc).__name__}: {exc}"
+    detector.fit(train, val)
+    detector.meta["fitted"] = f"fitted now, saved {path.name}"
+    try:
+        detector.save(path)
+    except (OSError, TypeError, AttributeError, pickle.PicklingError) as exc:  # state that does not pickle
+        detector.meta["fitted"] = f"fitted now, not saved ({type(exc).__name__}: {exc})"
 
 
 def _json_float(value: Any) -> float | None:
