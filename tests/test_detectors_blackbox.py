@@ -256,3 +256,20 @@ def test_registry_lists_the_nine() -> None:
     assert DETECTORS.get("selfcheck_nli").variants.keys() == {"selfcheckgpt", "paper"}
     with pytest.raises(ValueError):
         detector("ln_entropy", variant="nope")
+
+
+def test_cli_detectors_list_json() -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from haldet.cli import app
+
+    res = CliRunner().invoke(app, ["detectors", "list", "--json"])
+    assert res.exit_code == 0, res.output
+    rows = {r["name"]: r for r in json.loads(res.output)}
+    assert {"name", "family", "requires", "trains", "variants"} <= set(rows["semantic_entropy"])
+    assert rows["selfcheck_nli"]["variants"] == ["paper", "selfcheckgpt"]
+    assert rows["sar"]["requires"] == ["sample_logliks", "samples"] and rows["sar"]["trains"] is False
+    wide = CliRunner().invoke(app, ["detectors", "list"], terminal_width=60)
+    assert "lexical_similarity" in wide.output

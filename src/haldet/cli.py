@@ -477,7 +477,7 @@ def detectors_list(as_json: Annotated[bool, typer.Option("--json", help="A JSON 
         return
     table = Table(title="detectors")
     for col in ("name", "family", "requires", "trains", "variants"):
-        table.add_column(col)
+        table.add_column(col, no_wrap=col == "name")  # a name must stay copyable, never cut with an ellipsis
     for info in infos:
         table.add_row(info["name"], info["family"], ", ".join(info["requires"]), str(info["trains"]),
                       ", ".join(info["variants"]))
