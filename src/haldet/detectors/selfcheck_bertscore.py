@@ -55,14 +55,14 @@ class SelfCheckBERTScore(Detector):
                                rescale_with_baseline=self.params["rescale_with_baseline"])
             values = cache_for(self).scores(model, pairs, self.progress("selfcheck_bertscore pairs", len(pairs)))
             f1 = {p: float(v[2]) for p, v in zip(pairs, values, strict=True)}
-        for i, sents, samples in zip(keep, answer_sents, sample_sents, strict=True):
-            samples = [s for s in samples if s]
+        for i, sents, split_samples in zip(keep, answer_sents, sample_sents, strict=True):
+            samples_s = [s for s in split_samples if s]
             if not sents:
                 out.invalid(i, "no sentence in the response")
                 continue
-            if not samples:
+            if not samples_s:
                 out.invalid(i, "no sentence in any sample")
                 continue
-            per_sentence = [np.mean([max(f1[(a, b)] for b in smp) for smp in samples]) for a in sents]
+            per_sentence = [np.mean([max(f1[(a, b)] for b in smp) for smp in samples_s]) for a in sents]
             out.set(i, float(np.mean([1.0 - x for x in per_sentence])))
         return out
