@@ -273,3 +273,24 @@ def test_cli_detectors_list_json() -> None:
     assert rows["sar"]["requires"] == ["sample_logliks", "samples"] and rows["sar"]["trains"] is False
     wide = CliRunner().invoke(app, ["detectors", "list"], terminal_width=60)
     assert "lexical_similarity" in wide.output
+
+
+def test_token_sar_detector_weights_relevant_tokens(monkeypatch) -> None:
+    from haldet.backends.hf import HFBackend
+
+    tok = HFBackend("smollm2-135m").tokenizer
+    ids = tok("Paris is nice", add_special_tokens=False).input_ids
+    lps = [-0.5 * (t + 1) for t in range(len(ids))]
+
+    class Sim(TablePairs):
+        def compute(self, pairs):  # type: ignore[no-untyped-def]
+            # dropping "Paris" changes the meaning (low similarity: relevant); other tokens barely matter
+            return np.array([[0.9 if "Paris" in b else 0.2] for _, b in pairs])
+
+    model = Sim("similarity", 1, {})
+    monkeypatch.setattr(_consistency, "load_pair_model", lambda kind, name, fallback=None, **kw: (model, {}))
+    view = make_view(["Paris is nice"], {}, logprobs=[lps])
+    view.generations[0] = view.generations[0].model_copy(update={"token_ids": ids})
+    out = detector("token_sar", tokenizer="smollm2-135m").score(view)
+    relevance = np.array([0.8 if "Paris" in tok.decode([i]) else 0.1 for i in ids])
+    assert out.values[0] == pytest.approx(token_sar(np.array(lps), relevance))
