@@ -188,3 +188,12 @@ def test_run_then_annotate_with_compare(tmp_path: Path, cli: Any, server: FakeOp
     assert res.returncode == 2 and "invalid judge setting" in res.stderr and "Traceback" not in res.stderr
     res = cli("annotate", str(tmp_path / "nothing"))
     assert res.returncode == 2 and "no haldet run" in res.stderr
+
+
+def test_llm_judge_without_model_fails_before_any_work() -> None:
+    from haldet.pipeline import validate_names
+
+    with pytest.raises(HaldetError, match="needs a model"):
+        validate_names(RunConfig(judge=JudgeConfig(kind="llm")))
+    with pytest.raises(HaldetError, match="template directory"):
+        validate_names(RunConfig(judge=JudgeConfig(kind="cascade", model="m", template_dir="/nonexistent/x")))

@@ -28,6 +28,7 @@ from haldet.errors import HaldetError
 from haldet.evaluation.cost import DEFAULT_N, detector_cost, stage_stats
 from haldet.evaluation.detect import DetectorRun, run_detector
 from haldet.evaluation.splits import stratified_split
+from haldet.judges.cascade import Cascade
 from haldet.prompts import PromptBuilder, demo_pool_size, render_prompts
 from haldet.schema import Category
 from haldet.signals import SignalView
@@ -230,6 +231,7 @@ def validate_names(config: RunConfig) -> None:
         get_adapter(name, config.data_dir, config.dataset_params.get(name))  # unknown name or option: fail now
     for name in config.detectors:
         DETECTORS.get(name, where="--detector")
+    Cascade.from_config(config.judge)  # an LLM judge without a model, a missing template dir: fail before generating
 
 
 def run(config: RunConfig, out: Path, *, update: bool = False, progress: Progress = no_progress,
