@@ -8,6 +8,7 @@ import json
 import pytest
 
 from haldet.config import JudgeConfig
+from haldet.errors import HaldetError
 from haldet.judges.base import Undecided
 from haldet.judges.cascade import Cascade
 from haldet.judges.math import MathJudge, final_number
@@ -222,3 +223,23 @@ def test_cascade_routes_and_marks_undecidable_invalid() -> None:
     assert "no configured judge" in out[2].reasoning
     assert isinstance(out[3], Label) and out[3].category is Category.INVALID
     assert "cut off" in out[3].reasoning
+
+
+def test_plugin_judge_from_the_registry_comes_first() -> None:
+    from haldet.judges.base import JUDGES, Judge, register
+
+    if "test:always_correct" not in JUDGES:
+        @register("test:always_correct")
+        class AlwaysCorrect(Judge):
+            def applies(self, instance: Instance) -> bool:
+                return instance.task_type == "summarization"
+
+            def judge(self, instance: Instance, generation: Generation) -> Label:
+                return self.label(instance, Category.CORRECT, "plugin says so")
+
+    cascade = Cascade.from_config(JudgeConfig(kind="rule", extra=["test:always_correct"]))
+    lab = cascade.judge(inst("summarization", context="doc", references=["r"]), gen("anything"))
+    assert isinstance(lab, Label) and lab.judge == "test:always_correct"
+    assert cascade.fingerprint()[1] == "test:always_correct"
+    with pytest.raises(HaldetError, match="unknown judge"):
+        Cascade.from_config(JudgeConfig(extra=["nope"]))

@@ -101,6 +101,7 @@ class JudgeConfig(Section):
     exec_timeout: float = Field(10.0, gt=0)      # code: seconds per program
     exec_memory_mb: int = Field(1024, ge=64)     # code: address-space limit per program
     exec_workers: int = Field(2, ge=1)           # code: programs run in parallel
+    extra: list[str] = Field(default_factory=list)  # registered plugin judges (@register), tried first
 
 
 class EvaluationConfig(Section):

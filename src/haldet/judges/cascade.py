@@ -3,7 +3,8 @@ configured; `invalid` (with every judge's reason) when none decides. Which judge
 recorded in the label.
 
 `--judge` picks the chain: `rule` (rule judges only), `exec` (execution only), `llm` (the LLM judge for every
-item), `cascade` (rule + exec, then the LLM judge when `judge.model` is set).
+item), `cascade` (rule + exec, then the LLM judge when `judge.model` is set). Plugin judges named in
+`judge.extra` (registered with `@register("name")`, constructible without arguments) come first in any chain.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from haldet.config import JudgeConfig
-from haldet.judges.base import Judge, JudgeFailure, Pair, Undecided, Verdict
+from haldet.judges.base import JUDGES, Judge, JudgeFailure, Pair, Undecided, Verdict
 from haldet.judges.execution import ExecutionJudge
 from haldet.judges.math import MathJudge
 from haldet.judges.mcq import MCQJudge
@@ -56,7 +57,8 @@ class Cascade:
             judges = rule_judges(config) + exec_judges(config)
             if config.model:
                 judges.append(llm_judge(config))
-        return cls(judges, name=config.kind)
+        plugins = [JUDGES.get(name, where="judge.extra")() for name in config.extra]
+        return cls(plugins + judges, name=config.kind)
 
     def fingerprint(self) -> list[Any]:
         return [self.name, *(j.fingerprint() for j in self.judges)]
