@@ -62,6 +62,11 @@ def test_token_f1_hand_computed() -> None:
     "As an AI language model, I cannot browse the internet to verify this.",
     "This cannot be determined from the information given.",
     "Unknown",
+    "I'm sorry, but I can't assist with that.",
+    "It is impossible to say from the passage alone.",
+    "The provided text does not contain information about the treaty.",
+    "I could not find the answer in the context.",
+    "The answer is not given in the passage.",
 ])
 def test_abstentions_on_real_phrasing(text: str) -> None:
     assert is_abstention(text)
