@@ -25,16 +25,20 @@ class Signal(StrEnum):
     TOKEN_LOGPROBS   float64 [T]
     SAMPLES          list[str] of K answers (an empty string is an empty sample, kept in place)
     SAMPLE_LOGLIKS   float64 [K, 2]: (sum of token log-probs, token count) per sample
-    SAMPLE_HIDDEN    float32 [K, D]: pooled state of the configured layer per sample
+    SAMPLE_HIDDEN    float32 [K, D]: pooled state of the configured layer per sample (sample.hidden_layer,
+                     default -1 = last; sample.hidden_pooling, default mean over the sample's tokens);
+                     a NaN row for an empty sample
     VERBALIZED       str: the verbalized-confidence response
     SELF_EVAL        dict {"p_true": float | None, "text": str}
     TOKEN_ENTROPIES  float64 [T]
-    HIDDEN_MEAN      float32 [L + 1, D] mean over answer tokens (configured layers only: see features meta)
+    HIDDEN_MEAN      float32 [L + 1, D] mean over answer tokens (with features.layers set: [len(layers), D], the
+                     hidden-state indices are in the features record's `layers`)
     HIDDEN_LAST      float32 [L + 1, D] last answer token
     SEP_FEATURES     float32 [2, L + 1, D]: 0 = token before generation, 1 = second-to-last answer token
     CCS_FEATURES     float32 [2, L + 1, D]: 0 = "the answer is correct" statement, 1 = negated statement
     PRISM_FEATURES   float32 [L + 1, D]: prompt-guided statement, last token
-    ICR_FEATURES     float32 [L, F]: per-layer ICR features
+    ICR_FEATURES     float32 [L, F]: per-layer ICR features, F = 4 columns (backends.base.ICR_COLUMNS):
+                     mean/std/max over answer tokens of the ICR score, mean relative residual-update norm
     A missing or invalid value for an item is None (detectors then give NaN with a reason).
     """
 

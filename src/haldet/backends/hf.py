@@ -236,8 +236,8 @@ class HFBackend(Backend):
             for pos, item in enumerate(batch):
                 rows = range(pos * k, (pos + 1) * k)
                 outs = [self._finish(new_tokens[r].tolist(), logprobs[r].tolist()) for r in rows]
-                for o in outs:
-                    o.extra["sanitised_logits"] = sampler.sanitised
+                for r, o in zip(rows, outs, strict=True):
+                    o.extra["sanitised_logits"] = sampler.sanitised_rows[r]
                 results[item] = outs
             if progress is not None:
                 progress(len(batch))
@@ -293,6 +293,7 @@ class HFBackend(Backend):
         runnable.sort(key=lambda r: len(r[1]))
         hooks: list[Any] = []
         captured: list[Any] = []
+        original_attn = getattr(model.config, "_attn_implementation", None) or "sdpa"
         if icr:
             model.set_attn_implementation("eager")
             for module in self._attention_modules():
@@ -333,8 +334,8 @@ class HFBackend(Backend):
         finally:
             for hook in hooks:
                 hook.remove()
-            if icr:
-                model.set_attn_implementation("sdpa")
+            if icr and original_attn != "eager":
+                model.set_attn_implementation(original_attn)
         return [o for o in outputs if o is not None]
 
     def _attention_modules(self) -> list[Any]:
@@ -399,6 +400,7 @@ def _sampler_class() -> type:
             self.temperature = temperature
             self.top_p = top_p
             self.sanitised = 0
+            self.sanitised_rows = [0] * len(self.generators)
 
         def __call__(self, input_ids: Any, scores: Any) -> Any:
             import torch
@@ -407,6 +409,8 @@ def _sampler_class() -> type:
             bad = ~torch.isfinite(logits)
             if bool(bad.any()):
                 self.sanitised += int(bad.sum())
+                for row, n in enumerate(bad.sum(dim=-1).tolist()):
+                    self.sanitised_rows[row] += int(n)
                 logits = torch.nan_to_num(logits, nan=-1e4, posinf=1e4, neginf=-1e4)
             logits = logits.clamp(-1e4, 1e4) / self.temperature
             probs = torch.softmax(logits, dim=-1)

@@ -95,7 +95,9 @@ class FeatureStage(Stage):
             shard = self.ctx.store.arrays(self.name).write({i: a for i, a in arrays.items() if a}, dtype=cfg.dtype)
         per_item = (time.perf_counter() - start) / max(1, len(batch))
         n_states = backend.layer_count() + 1 if hasattr(backend, "layer_count") else None
-        chosen = list(range(n_states)) if layers is None and n_states else layers
+        chosen: list[int] | None = layers
+        if n_states:
+            chosen = list(range(n_states)) if layers is None else [x + n_states if x < 0 else x for x in layers]
         out_records = []
         for item in batch:
             rec = records[item.id]

@@ -62,7 +62,7 @@ class SampleStage(Stage):
                 "token_ids": [o.token_ids for o in outs],
                 "logliks": [[float(np.sum(o.token_logprobs)), len(o.token_ids)] for o in outs],
                 "finish": [o.finish_reason for o in outs],
-                "sanitised_logits": int(max((o.extra.get("sanitised_logits", 0) for o in outs), default=0)),
+                "sanitised_logits": int(sum(o.extra.get("sanitised_logits", 0) for o in outs)),
                 "hidden_layer": cfg.hidden_layer,
                 "hidden_pooling": cfg.hidden_pooling if cfg.hidden_layer is not None else None,
                 "shard": shard if item.id in hidden else None,

@@ -1,0 +1,78 @@
+"""Evidence-stage cost on the same items, one process, one model load: wall time of generate, sample (K=5),
+auxiliary and features, the features/generate ratio (the aim: all feature groups together cost less than greedy
+generation), and the bytes per item each stage stores at the defaults.
+
+Runs the real stages (`Stage.ensure`) in a fresh temporary cell, so timings include batching, hashing, HDF5 and
+JSONL writes. Prints JSON. Usage: python benchmarks/stages.py [--n 50] [--max-new-tokens 64] [--model smollm2-135m]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from haldet.config import RunConfig
+from haldet.stages.loader import stage_class
+
+
+def _bytes(root: Path, stage: str) -> int:
+    total = (root / f"{stage}.jsonl").stat().st_size if (root / f"{stage}.jsonl").exists() else 0
+    if (root / stage).is_dir():
+        total += sum(p.stat().st_size for p in (root / stage).glob("*.h5"))
+    return total
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--n", type=int, default=50)
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--dataset", default="halueval_qa")
+    parser.add_argument("--device", default="auto")
+    args = parser.parse_args()
+
+    from haldet.pipeline import prepare_cell
+    from haldet.stages.generate import attach_generations
+    from haldet.store import RunStore
+
+    config = RunConfig.model_validate({
+        "limit": args.n, "device": args.device, "generation": {"max_new_tokens": args.max_new_tokens},
+        "sample": {"max_new_tokens": args.max_new_tokens}})
+    with tempfile.TemporaryDirectory() as tmp:
+        store = RunStore(Path(tmp))
+        _, ctx, items = prepare_cell(config, store, args.dataset, args.model, lambda d, n: (lambda k: None), {})
+        backend = ctx.backend
+        backend.generate([items[0].prompt], max_new_tokens=2, batch_size=1)  # warm-up: weights loaded
+        timings: dict[str, float] = {}
+        for name in ("generate", "sample", "auxiliary", "features"):
+            start = time.perf_counter()
+            records = stage_class(name)(ctx).ensure(items)
+            timings[name] = round(time.perf_counter() - start, 3)
+            if name == "generate":
+                attach_generations(items, records)
+        root = store.cell(args.dataset, args.model).root
+        sizes = {name: round(_bytes(root, name) / len(items)) for name in timings}
+        gaps = [r.get("logprob_gap") for r in stage_class("features")(ctx).records(items).values()]
+        gaps = [g for g in gaps if g is not None]
+        answer_tokens = sum(len(i.generation.token_ids) for i in items if i.generation)
+    print(json.dumps({
+        "model": args.model, "dataset": args.dataset, "items": len(items), "device": str(backend.device),
+        "torch_threads": torch.get_num_threads(), "cpu_count": os.cpu_count(),
+        "max_new_tokens": args.max_new_tokens, "mean_answer_tokens": round(answer_tokens / len(items), 1),
+        "k": config.sample.k, "feature_groups": config.features.groups, "layers": config.features.layers,
+        "seconds": timings,
+        "features_over_generate": round(timings["features"] / timings["generate"], 3),
+        "sample_over_generate": round(timings["sample"] / timings["generate"], 3),
+        "bytes_per_item": sizes,
+        "max_logprob_gap_teacher_forced_vs_generation": max(gaps) if gaps else None,
+    }, indent=2))
+
+
+if __name__ == "__main__":
+    main()
