@@ -166,6 +166,12 @@ def test_short_answer_aliases_f1_and_traps() -> None:
     assert category(judge, item, "Either Marlowe or Shakespeare") == "correct"  # "Marlowe" alone is not r-
     both = inst("short_answer", references=["Shakespeare"], incorrect=["Marlowe"])
     assert category(judge, both, "Either Marlowe or Shakespeare") == "undecided"
+    sentence_trap = inst("grounded_qa", question="Where is the sanctuary?",
+                         references=["Talbot-Taylor Wildlife Sanctuary"],
+                         incorrect=["The school is located in the Talbot-Taylor Wildlife Sanctuary."])
+    assert category(judge, sentence_trap, "The school is located in the Talbot-Taylor Wildlife Sanctuary.") == \
+        "hallucination"
+    assert category(judge, sentence_trap, "It is the Talbot-Taylor Wildlife Sanctuary.") == "correct"
     nums = inst("short_answer", references=["1,000 km"])
     assert category(judge, nums, "about 1000 km") == "correct"
     accents = inst("short_answer", references=["Zürich"])

@@ -7,7 +7,8 @@ Checks, in order:
    (correct), anything else is made up (hallucination);
 3. a refusal ("I don't know", "the passage doesn't say") -> abstention, unless it also states a reference;
 4. an acceptable answer (alias) found as a phrase -> correct; a known wrong answer (r-) found -> hallucination;
-   both found -> undecided (the answer lists several candidates, or the r- phrase sits inside the r+ one);
+   both found -> undecided (the answer lists several candidates); a match lying inside a longer match of the
+   other side is not counted (r- "York" inside r+ "New York City"; r+ "Paris" inside the repeated r- sentence);
 5. a hedge with nothing else ("I'm not sure.") -> abstention;
 6. token F1 against r+ and r- (the question's own words left out: answers and sentence-long references both
    repeat them): the better side wins when it reaches `f1_threshold`; below it, a short-reference
@@ -62,8 +63,13 @@ class ShortAnswerJudge(Judge):
         wrongs = [w for w in instance.incorrect if normalize(w)]
         if refs and all(normalize(r) in _YES_NO for r in refs):
             return self._yes_no(instance, answer, refs)
-        pos = [r for r in refs if contains_phrase(answer, r)]
-        neg = [w for w in wrongs if contains_phrase(answer, w) and not any(_inside(w, r) for r in pos)]
+        found_pos = [r for r in refs if contains_phrase(answer, r)]
+        found_neg = [w for w in wrongs if contains_phrase(answer, w)]
+        # a match that only sits inside a longer match of the other side is part of that phrase, not a claim:
+        # r+ "New York City" found, r- "York" inside it; or the answer repeats the sentence-long r- "X was born in
+        # Paris", which merely contains r+ "Paris" (HaluEval's hallucinated answers do this)
+        pos = [r for r in found_pos if not any(_inside(r, w) and not _inside(w, r) for w in found_neg)]
+        neg = [w for w in found_neg if not any(_inside(w, r) and not _inside(r, w) for r in found_pos)]
         if is_refusal(answer):
             if pos:
                 return Undecided(f"rule:short_answer: the answer declines yet mentions the reference {pos[0]!r}")
