@@ -77,7 +77,7 @@ def test_html_has_one_figure_set_per_backbone(reports):
     assert html.count("<polyline") == len(MODELS) * len(DATASETS) * len(DETS)  # one ROC curve per scored detector
     # per-scenario panels when a backbone has several scenario columns (QA and Math here)
     assert "QA: smollm2-135m" in html and "Math: org/Other-Model_1" in html
-    assert "<script" not in html and "https://" not in html
+    assert "<script" not in html and "https://" not in html.replace('xmlns="http://www.w3.org/2000/svg"', "")
     # evidence colours of Figure 2 are named in the legend
     for ev in ("single-generation likelihood", "repeated generation", "internal states"):
         assert ev in html
