@@ -167,7 +167,7 @@ def _cost_section(rows: Sequence[Mapping[str, Any]]) -> str:
               "score-only (s)", "infer. (ms/item)", "extra gen. calls/item", "extra gen. tokens/item"]
     return (f"<h2 id=cost>Accuracy and cost (Figure 2, Table 11)</h2><p class=muted>Cost@{n}: artifact-inclusive "
             f"seconds for {n} items = {n} x (seconds per item of every evidence stage the detector reads beyond the "
-            "primary answer) + fitting + {n} x scoring seconds per item; means over datasets. Extra generations are "
+            f"primary answer) + fitting + {n} x scoring seconds per item; means over datasets. Extra generations are "
             "counted per item beyond the primary answer.</p><div class=figs>" + "".join(figs) + "</div>"
             + _table(header, body, left=4))
 

@@ -42,7 +42,8 @@ def heatmap(rows: Sequence[str], columns: Sequence[str], values: Sequence[Sequen
             title: str = "", fmt: str = "{:.1f}", scale: float = 100.0) -> str:
     """A rows x columns grid of coloured cells with the value printed in each (AUROC in %)."""
     cw, ch, left, top = 64, 24, max(80, 7 * max((len(r) for r in rows), default=8) + 12), 60
-    width, height = left + cw * len(columns) + 10, top + ch * len(rows) + 10
+    width = max(left + cw * len(columns) + 10, 8 * len(title) + 10)
+    height = top + ch * len(rows) + 10
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
              f'viewBox="0 0 {width} {height}" role="img" aria-label="{_t(title)}" {FONT} font-size="11">']
     if title:
@@ -103,7 +104,7 @@ def scatter_logx(points: Sequence[Point], *, title: str = "", xlabel: str = "Cos
     if x_hi <= x_lo:
         x_hi = x_lo * 10
     y_lo = min(50.0, math.floor(min(ys) / 5) * 5)
-    y_hi = max(y_lo + 5, min(100.0, math.ceil(max(ys) / 5) * 5))
+    y_hi = max(y_lo + 5, min(100.0, math.ceil((max(ys) + 1) / 5) * 5))  # headroom: no point on the frame
 
     def px(v: float) -> float:
         return left + pw * (math.log10(max(floor, v)) - math.log10(x_lo)) / (math.log10(x_hi) - math.log10(x_lo))
