@@ -59,7 +59,7 @@ def rule_bench(n: int) -> dict[str, object]:
     for inst in instances:
         pairs += [(inst, gen(inst.references[0])), (inst, gen(inst.incorrect[0]))]
         truth += ["correct", "hallucination"]
-    cascade = Cascade.from_config(JudgeConfig(kind="rule"))
+    cascade = Cascade.from_config(JudgeConfig.model_validate({"kind": "rule"}))
     got: dict[int, str] = {}
     start = time.perf_counter()
     cascade.judge_many(pairs, lambda i, o: got.__setitem__(i, o.category.value))  # type: ignore[union-attr]
