@@ -3,7 +3,9 @@ auxiliary and features, the features/generate ratio (the aim: all feature groups
 generation), and the bytes per item each stage stores at the defaults.
 
 Runs the real stages (`Stage.ensure`) in a fresh temporary cell, so timings include batching, hashing, HDF5 and
-JSONL writes. Prints JSON. Usage: python benchmarks/stages.py [--n 50] [--max-new-tokens 64] [--model smollm2-135m]
+JSONL writes. Prints JSON at the end; with --partial FILE, also rewrites FILE after every stage (the cheap stages
+run first, so a slow machine still yields the features/generate ratio).
+Usage: python benchmarks/stages.py [--n 50] [--max-new-tokens 64] [--model smollm2-135m] [--partial out.json]
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -35,6 +38,7 @@ def main() -> None:
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--dataset", default="halueval_qa")
     parser.add_argument("--device", default="auto")
+    parser.add_argument("--partial", type=Path, default=None, help="Rewrite this JSON file after each stage.")
     args = parser.parse_args()
 
     from haldet.pipeline import prepare_cell
@@ -50,28 +54,34 @@ def main() -> None:
         backend = ctx.backend
         backend.generate([items[0].prompt], max_new_tokens=2, batch_size=1)  # warm-up: weights loaded
         timings: dict[str, float] = {}
-        for name in ("generate", "sample", "auxiliary", "features"):
+        root = store.cell(args.dataset, args.model).root
+        report: dict[str, object] = {}
+        for name in ("generate", "features", "auxiliary", "sample"):
             start = time.perf_counter()
             records = stage_class(name)(ctx).ensure(items)
             timings[name] = round(time.perf_counter() - start, 3)
+            print(f"{name}: {timings[name]} s", file=sys.stderr, flush=True)
             if name == "generate":
                 attach_generations(items, records)
-        root = store.cell(args.dataset, args.model).root
-        sizes = {name: round(_bytes(root, name) / len(items)) for name in timings}
-        gaps = [r.get("logprob_gap") for r in stage_class("features")(ctx).records(items).values()]
-        gaps = [g for g in gaps if g is not None]
-        answer_tokens = sum(len(i.generation.token_ids) for i in items if i.generation)
-    print(json.dumps({
-        "model": args.model, "dataset": args.dataset, "items": len(items), "device": str(backend.device),
-        "torch_threads": torch.get_num_threads(), "cpu_count": os.cpu_count(),
-        "max_new_tokens": args.max_new_tokens, "mean_answer_tokens": round(answer_tokens / len(items), 1),
-        "k": config.sample.k, "feature_groups": config.features.groups, "layers": config.features.layers,
-        "seconds": timings,
-        "features_over_generate": round(timings["features"] / timings["generate"], 3),
-        "sample_over_generate": round(timings["sample"] / timings["generate"], 3),
-        "bytes_per_item": sizes,
-        "max_logprob_gap_teacher_forced_vs_generation": max(gaps) if gaps else None,
-    }, indent=2))
+            gaps = [r.get("logprob_gap") for r in stage_class("features")(ctx).records(items).values()]
+            gaps = [g for g in gaps if g is not None]
+            answer_tokens = sum(len(i.generation.token_ids) for i in items if i.generation)
+            report = {
+                "model": args.model, "dataset": args.dataset, "items": len(items), "device": str(backend.device),
+                "torch_threads": torch.get_num_threads(), "cpu_count": os.cpu_count(),
+                "max_new_tokens": args.max_new_tokens, "mean_answer_tokens": round(answer_tokens / len(items), 1),
+                "k": config.sample.k, "feature_groups": config.features.groups, "layers": config.features.layers,
+                "seconds": dict(timings),
+                "features_over_generate": (round(timings["features"] / timings["generate"], 3)
+                                           if "features" in timings else None),
+                "sample_over_generate": (round(timings["sample"] / timings["generate"], 3)
+                                         if "sample" in timings else None),
+                "bytes_per_item": {n: round(_bytes(root, n) / len(items)) for n in timings},
+                "max_logprob_gap_teacher_forced_vs_generation": max(gaps) if gaps else None,
+            }
+            if args.partial is not None:
+                args.partial.write_text(json.dumps(report, indent=2))
+    print(json.dumps(report, indent=2))
 
 
 if __name__ == "__main__":

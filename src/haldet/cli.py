@@ -360,14 +360,18 @@ def inspect(
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:
     """Evidence in a run: per signal how many items have it, array shapes and dtypes, and consistency checks
-    (missing arrays, duplicate records, K per item, teacher-forced vs generation log-probs, window overflows)."""
+    (missing arrays, duplicate records, K per item, teacher-forced vs generation log-probs, window overflows).
+    Exits 1 when a check fails."""
     from rich.table import Table
 
     from haldet.stages.commands import inspect_run
 
     report = inspect_run(run_dir)
+    failed = any(cell["problems"] for cell in report)
     if as_json:
         print(json.dumps(report, indent=2, default=str))
+        if failed:
+            raise typer.Exit(1)
         return
     for cell in report:
         table = Table(title=f"{cell['dataset']} | {cell['model']}: {cell['items']} items")
@@ -388,6 +392,8 @@ def inspect(
             console.print("[red]problems:[/red] " + "; ".join(cell["problems"]), highlight=False)
         else:
             out_console.print("consistency checks passed", highlight=False)
+    if failed:
+        raise typer.Exit(1)
 
 
 @datasets_app.command("list")

@@ -380,7 +380,7 @@ class HFBackend(Backend):
         finish = "length" if cut is None else "stop"
         ids = token_ids if cut is None else token_ids[:cut]
         lps = logprobs[: len(ids)]
-        text = self.tokenizer.decode(ids, skip_special_tokens=True).strip()
+        text = str(self.tokenizer.decode(ids, skip_special_tokens=True)).strip()
         return GenOutput(text=text, token_ids=ids, token_logprobs=[float(x) for x in lps], finish_reason=finish)
 
 

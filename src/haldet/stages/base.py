@@ -3,13 +3,17 @@
 A stage names its output file (`<stage>.jsonl` in the cell), defines `key(item)` and `compute(batch)`; the
 shared `ensure` finds the items whose record with the current key is missing, computes them in batches with a
 progress bar, and appends each batch's records as soon as they exist. Killed at any point, a rerun computes
-exactly the missing items.
+exactly the missing items. Two processes running the same stage on the same cell take turns (an exclusive lock
+on `<stage>.lock`), and the second computes only what the first left missing: no item is written twice.
 """
 
 from __future__ import annotations
 
+import fcntl
+import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -86,7 +90,31 @@ class Stage:
         """Compute what is missing, then return every item's record."""
         done = self.records(items)
         todo = [item for item in items if item.id not in done]
-        self.ctx.counts[f"{self.name}_computed"] = len(todo)
+        self.ctx.counts[f"{self.name}_computed"] = 0
+        if not todo:
+            return done
+        with self._lock():
+            done = self.records(items)  # another process may have filled some while we waited
+            todo = [item for item in items if item.id not in done]
+            self.ctx.counts[f"{self.name}_computed"] = len(todo)
+            if todo:
+                self._compute_missing(todo, done)
+        return done
+
+    @contextmanager
+    def _lock(self) -> Iterator[None]:
+        """Exclusive per-(cell, stage) lock; released by the OS if the process dies."""
+        path = self.ctx.store.root / f"{self.name}.lock"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+    def _compute_missing(self, todo: list[Item], done: dict[str, dict[str, Any]]) -> None:
         if todo:
             start = time.perf_counter()
             advance = self.ctx.progress(f"{self.name} [{self.ctx.dataset} | {self.ctx.model}]", len(todo))
@@ -102,4 +130,3 @@ class Stage:
                 log.append(recs)
                 advance(len(batch))
             self.ctx.timings[self.name] = self.ctx.timings.get(self.name, 0.0) + time.perf_counter() - start
-        return done

@@ -124,7 +124,7 @@ def _check_stage(ctx: CellContext, items: list[Item], stage: str, recs: dict[str
                  config: RunConfig, cell: dict[str, Any]) -> None:
     log = ctx.store.log(stage)
     checks: dict[str, Any] = {"records": len(recs)}
-    all_ids = Counter()
+    all_ids: Counter[tuple[str, str]] = Counter()
     if log.path.exists():
         with open(log.path, "rb") as fh:
             lines = [json.loads(raw) for raw in fh.read().split(b"\n")[:-1] if raw.strip()]

@@ -21,6 +21,7 @@ ccs [2, n_layers, D]; prism [n_layers, D]; icr [L, F] (`ICR_COLUMNS`).
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -60,7 +61,7 @@ class FeatureStage(Stage):
     def compute(self, batch: list[Item]) -> list[dict[str, Any]]:
         cfg = self.ctx.config.features
         backend = self.ctx.backend
-        groups = set(cfg.groups)
+        groups: set[str] = set(cfg.groups)
         layers = None if cfg.layers == "all" else list(cfg.layers)
         start = time.perf_counter()
         records: dict[str, dict[str, Any]] = {}
@@ -107,7 +108,7 @@ class FeatureStage(Stage):
         return out_records
 
     def _main_result(self, rec: dict[str, Any], arr: dict[str, np.ndarray], out: ForwardOutput, groups: set[str],
-                     pooling: list[str], item: Item) -> None:
+                     pooling: Sequence[str], item: Item) -> None:
         if out.window is not None:
             rec["window"]["answer"] = out.window
         if out.token_logprobs is None:  # skipped: the answer alone exceeds the window

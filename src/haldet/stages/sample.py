@@ -81,7 +81,8 @@ class SampleStage(Stage):
                 if o.token_ids:
                     requests.append(ForwardRequest(ids=prompt_ids + o.token_ids, start=len(prompt_ids),
                                                    key=f"{item.id}\x00{j}"))
-        results = backend.forward(requests, layers=[cfg.hidden_layer], poolings=[cfg.hidden_pooling],
+        layer = cfg.hidden_layer if cfg.hidden_layer is not None else -1
+        results = backend.forward(requests, layers=[layer], poolings=[cfg.hidden_pooling],
                                   logprobs=False, icr=False, batch_size=self.ctx.config.features.batch_size)
         by_key = {r.key: r.pooled[cfg.hidden_pooling][0] for r in results if cfg.hidden_pooling in r.pooled}
         dim = next(iter(by_key.values())).shape[-1] if by_key else 0
