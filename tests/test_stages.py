@@ -1,0 +1,195 @@
+"""Evidence stages on the embedded model: teacher-forced pass alignment, seeded sampling, P(True), cache keys,
+the signal loader's formats. One backend per module; few items, few tokens."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from haldet.backends.base import ForwardRequest
+from haldet.backends.hf import HFBackend
+from haldet.config import RunConfig
+from haldet.schema import Instance
+from haldet.signals import Signal
+from haldet.stages.auxiliary import answer_candidates, p_true_from_logprobs
+from haldet.stages.base import CellContext, Item
+from haldet.stages.generate import GenerateStage, attach_generations
+from haldet.stages.loader import EvidenceLoader, ensure_stages, evidence_key
+from haldet.store import CellStore
+
+QUESTIONS = ["What is the capital of France?", "Who wrote the play Hamlet?"]
+
+
+@pytest.fixture(scope="module")
+def backend() -> HFBackend:
+    return HFBackend("smollm2-135m", device="cpu")
+
+
+@pytest.fixture(scope="module")
+def prompts(backend: HFBackend) -> list[str]:
+    return [backend.render_chat([{"role": "user", "content": q}]) for q in QUESTIONS]
+
+
+@pytest.fixture(scope="module")
+def greedy(backend: HFBackend, prompts: list[str]):
+    return backend.generate(prompts, max_new_tokens=6, batch_size=2)
+
+
+def test_teacher_forced_logprobs_equal_generation_and_states_align(backend, prompts, greedy):
+    requests = [ForwardRequest(ids=backend.encode_prompt(p) + g.token_ids, start=len(backend.encode_prompt(p)),
+                               key=str(i)) for i, (p, g) in enumerate(zip(prompts, greedy, strict=True))]
+    outs = backend.forward(requests, layers=None, poolings=["mean", "last", "tbg", "slt"], logprobs=True,
+                           icr=True, batch_size=2)
+    n_states = backend.layer_count() + 1
+    dim = backend.model.config.hidden_size
+    for req, out, gen in zip(requests, outs, greedy, strict=True):
+        assert out.key == req.key and out.window is None
+        np.testing.assert_allclose(out.token_logprobs, gen.token_logprobs, atol=1e-3)
+        assert out.token_entropies.shape == (len(gen.token_ids),) and np.all(out.token_entropies >= 0)
+        for name in ("mean", "last", "tbg", "slt"):
+            assert out.pooled[name].shape == (n_states, dim)
+        assert out.icr.shape == (n_states - 1, 4) and np.all(np.isfinite(out.icr))
+        assert np.all((out.icr[:, 0] >= 0) & (out.icr[:, 0] <= math.log(2) + 1e-6))  # JSD is in [0, ln 2]
+        # alignment: an unpadded single pass gives the same states at the answer positions
+        with torch.inference_mode():
+            ref = backend.model(input_ids=torch.tensor([req.ids]), output_hidden_states=True).hidden_states
+        answer = slice(req.start, len(req.ids))
+        for layer in (0, n_states // 2, n_states - 1):
+            np.testing.assert_allclose(out.pooled["mean"][layer], ref[layer][0, answer].mean(0).numpy(), atol=1e-3)
+            np.testing.assert_allclose(out.pooled["last"][layer], ref[layer][0, -1].numpy(), atol=1e-3)
+            np.testing.assert_allclose(out.pooled["tbg"][layer], ref[layer][0, req.start - 1].numpy(), atol=1e-3)
+            np.testing.assert_allclose(out.pooled["slt"][layer], ref[layer][0, -2].numpy(), atol=1e-3)
+
+
+def test_no_double_bos_and_window_overflow_is_recorded(backend, prompts, greedy, monkeypatch):
+    ids = backend.encode_prompt(prompts[0])
+    bos = backend.tokenizer.bos_token_id
+    assert bos is None or ids[:2] != [bos, bos]  # (SmolLM2's BOS is <|im_start|>, which the template repeats)
+    monkeypatch.setattr(backend, "window", lambda: len(ids))
+    req = ForwardRequest(ids=ids + greedy[0].token_ids, start=len(ids), key="x")
+    out = backend.forward([req], layers=[-1], poolings=["mean"], logprobs=True, icr=False, batch_size=1)[0]
+    assert out.window["policy"] == "dropped_prompt_head"
+    assert out.window["dropped_tokens"] == len(greedy[0].token_ids)
+    assert out.token_logprobs.shape == (len(greedy[0].token_ids),)
+    monkeypatch.setattr(backend, "window", lambda: 3)
+    out = backend.forward([req], layers=[-1], poolings=["mean"], logprobs=True, icr=False, batch_size=1)[0]
+    assert out.window["policy"] == "skipped" and out.token_logprobs is None and not out.pooled
+
+
+def test_seeded_sampling_is_reproducible_across_batches(backend, prompts):
+    kw = dict(k=3, temperature=1.0, top_p=0.9, max_new_tokens=6)
+    together = backend.sample(prompts, seeds=[11, 12], batch_size=6, **kw)
+    alone = backend.sample(prompts[1:], seeds=[12], batch_size=3, **kw)
+    assert [o.token_ids for o in together[1]] == [o.token_ids for o in alone[0]]
+    other = backend.sample(prompts[1:], seeds=[99], batch_size=3, **kw)
+    assert [o.token_ids for o in other[0]] != [o.token_ids for o in alone[0]]
+    for o in together[0]:
+        assert len(o.token_logprobs) == len(o.token_ids) and all(lp <= 0 for lp in o.token_logprobs)
+
+
+def test_sampler_sanitises_non_finite_logits_and_respects_top_p():
+    from haldet.backends.hf import _sampler_class
+
+    sampler = _sampler_class()([0, 1, 2, 3], 1.0, 0.5, "cpu")
+    scores = torch.tensor([[float("nan"), 5.0, 0.0, 0.0]] * 4)
+    scores[1, 2] = float("inf")
+    forced = sampler(torch.zeros((4, 1), dtype=torch.long), scores)
+    chosen = forced.argmax(-1).tolist()
+    assert sampler.sanitised == 5  # four NaN + one +inf
+    assert chosen[0] == chosen[2] == chosen[3] == 1  # top-p 0.5 keeps only the dominant token
+    assert chosen[1] == 2  # the +inf logit became the (finite) maximum
+    assert torch.isfinite(forced).sum(-1).tolist() == [1, 1, 1, 1]
+
+
+def test_p_true_hand_computed():
+    p, lt, _ = p_true_from_logprobs([math.log(0.3)], [math.log(0.1)])
+    assert p == pytest.approx(0.75) and lt == pytest.approx(math.log(0.3))
+    p, _, _ = p_true_from_logprobs([math.log(0.2), math.log(0.1)], [math.log(0.05), math.log(0.05)])
+    assert p == pytest.approx(0.75)
+    assert p_true_from_logprobs([float("-inf")], [float("-inf")])[0] is None
+    assert p_true_from_logprobs([float("-inf")], [math.log(0.2)])[0] == 0.0
+
+
+def test_p_true_reads_the_first_reply_position(backend):
+    true_ids, false_ids = answer_candidates(backend.tokenizer)
+    assert true_ids and false_ids and not set(true_ids) & set(false_ids)
+    prompt = backend.render_chat([{"role": "user", "content": "Is Paris the capital of France? Reply True or False."}])
+    out = backend.candidate_logprobs([prompt], true_ids + false_ids, max_new_tokens=2, batch_size=1)[0]
+    with torch.inference_mode():
+        logits = backend.model(input_ids=torch.tensor([backend.encode_prompt(prompt)])).logits[0, -1]
+    expected = torch.log_softmax(logits.float(), -1)[true_ids + false_ids].numpy()
+    np.testing.assert_allclose(out.extra["candidate_logprobs"], expected, atol=1e-4)
+
+
+def _cell(tmp_path: Path, backend: HFBackend, **sections) -> CellContext:
+    base = {"generation": {"max_new_tokens": 4}, "sample": {"k": 2, "max_new_tokens": 4},
+            "auxiliary": {"max_new_tokens": 4}, "features": {"groups": ["hidden", "sep", "ccs", "prism"]}}
+    for name, values in sections.items():
+        base[name] = {**base.get(name, {}), **values}
+    return CellContext(config=RunConfig.model_validate(base), dataset="toy", model="smollm2-135m",
+                       store=CellStore(tmp_path), backend_factory=lambda: backend)
+
+
+@pytest.fixture(scope="module")
+def items(backend: HFBackend) -> list[Item]:
+    instances = [Instance(id=f"toy/test/{i}", dataset="toy", scenario="qa_open", task_type="short_answer",
+                          question=q, references=["x"]) for i, q in enumerate(QUESTIONS)]
+    return [Item(instance=inst, prompt=backend.render_chat([{"role": "user", "content": inst.question}]))
+            for inst in instances]
+
+
+def test_changed_settings_recompute_only_the_affected_stage(tmp_path, backend, items):
+    stages = ["sample", "auxiliary", "features"]
+    ctx = _cell(tmp_path, backend)
+    attach_generations(items, GenerateStage(ctx).ensure(items))
+    ensure_stages(ctx, items, stages)
+    assert [ctx.counts[f"{s}_computed"] for s in stages] == [2, 2, 2]
+    keys = {s: evidence_key(ctx, items, [s]) for s in stages}
+
+    def rerun(**sections) -> list[int]:
+        new = _cell(tmp_path, backend, **sections)
+        GenerateStage(new).ensure(items)
+        ensure_stages(new, items, stages)
+        changed = [s for s in stages if evidence_key(new, items, [s]) != keys[s]]
+        assert changed == [s for s, n in zip(stages, [new.counts[f"{s}_computed"] for s in stages], strict=True)
+                           if n]
+        return [new.counts[f"{s}_computed"] for s in stages]
+
+    assert rerun() == [0, 0, 0]
+    assert rerun(sample={"k": 3}) == [2, 0, 0]
+    assert rerun(sample={"temperature": 0.7}) == [2, 0, 0]
+    assert rerun(features={"layers": [0, -1]}) == [0, 0, 2]
+    assert rerun(features={"pooling": ["mean"]}) == [0, 0, 2]
+    assert rerun() == [0, 0, 0]  # the original records are still there and current again
+
+
+def test_loader_returns_documented_formats(tmp_path, backend, items):
+    ctx = _cell(tmp_path, backend, features={"groups": ["hidden", "sep", "ccs", "prism", "icr"],
+                                             "layers": [0, 15, -1]})
+    attach_generations(items, GenerateStage(ctx).ensure(items))
+    ensure_stages(ctx, items, ["sample", "auxiliary", "features"])
+    load = EvidenceLoader(ctx, items)
+    ids = [i.id for i in items]
+    dim = backend.model.config.hidden_size
+    n_layers = backend.layer_count()
+    samples = load(Signal.SAMPLES, ids)
+    assert all(len(s) == 2 and all(isinstance(t, str) for t in s) for s in samples)
+    logliks = load(Signal.SAMPLE_LOGLIKS, ids)
+    assert all(a.shape == (2, 2) and a.dtype == np.float64 and np.all(a[:, 0] <= 0) for a in logliks)
+    assert all(h.shape == (2, dim) and h.dtype == np.float32 for h in load(Signal.SAMPLE_HIDDEN, ids))
+    assert all(isinstance(v, str) for v in load(Signal.VERBALIZED, ids))
+    for v in load(Signal.SELF_EVAL, ids):
+        assert set(v) == {"p_true", "text"} and 0.0 <= v["p_true"] <= 1.0
+    for item, ent in zip(items, load(Signal.TOKEN_ENTROPIES, ids), strict=True):
+        assert ent.shape == (len(item.generation.token_ids),)
+    shapes = {Signal.HIDDEN_MEAN: (3, dim), Signal.HIDDEN_LAST: (3, dim), Signal.SEP_FEATURES: (2, 3, dim),
+              Signal.CCS_FEATURES: (2, 3, dim), Signal.PRISM_FEATURES: (3, dim), Signal.ICR_FEATURES: (n_layers, 4)}
+    for signal, shape in shapes.items():
+        assert all(a.shape == shape and a.dtype == np.float32 for a in load(signal, ids)), signal
+    # the ccs pair differs (positive vs negated statement), the sep pair too (two positions)
+    ccs = load(Signal.CCS_FEATURES, ids)[0]
+    assert not np.allclose(ccs[0], ccs[1])
