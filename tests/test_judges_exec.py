@@ -138,3 +138,17 @@ def test_mbpp_style_assert_list_and_extraction() -> None:
     no_tests = item.model_copy(update={"meta": {"entry_point": "f", "tests": []}})
     assert not judge.applies(no_tests)
     assert isinstance(judge.judge(item.model_copy(update={"meta": {"tests": 5}}), gen(good)), Undecided)
+
+
+def test_real_chat_reply_without_opening_fence() -> None:
+    """SmolLM2's actual HumanEval/42 reply shape: code first, a closing fence, prose, then an example block."""
+    row = next(r for r in ROWS if r["task_id"] == "HumanEval/42")
+    reply = ('def incr_list(l: list) -> list:\n    """Return list with elements incremented by 1."""\n'
+             "    return [x + 1 for x in l]\n```\n\nExample usage:\n```python\nprint(incr_list([1, 2, 3]))\n```")
+    judge = ExecutionJudge(timeout=5.0, workers=1)
+    lab = judge.judge(he_instance(row), gen(reply))
+    assert isinstance(lab, Label) and lab.category is Category.CORRECT, lab
+    code, _ = extract_code("    return [x + 1 for x in l]\n```\nThis adds one.", "incr_list")
+    assert code == "    return [x + 1 for x in l]"  # a bare body before a closing fence
+    code, _ = extract_code("Here:\n```python\n    return sorted(l)\n```\nDone.", "f")
+    assert code == "    return sorted(l)"

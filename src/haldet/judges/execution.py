@@ -16,6 +16,7 @@ failing test or the error in `reasoning`.
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import os
 import re
@@ -29,12 +30,11 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
 from functools import cache
+from itertools import pairwise
 
 from haldet.judges.base import Judge, Pair, Undecided, Verdict, register
 from haldet.judges.text import is_abstention
 from haldet.schema import Category, Generation, Instance, Label
-
-_FENCE = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)(?:```|\Z)", re.DOTALL | re.IGNORECASE)
 
 # Runs before the program: no sockets (even without a network namespace), no subprocesses from the code.
 _PREAMBLE = '''\
@@ -58,15 +58,41 @@ class ExecResult:
     output: str
 
 
+def _parses(code: str) -> bool:
+    try:
+        ast.parse(code)
+    except (SyntaxError, ValueError):
+        return False
+    return True
+
+
+_CODE_LINE = re.compile(r"^(\s+\S|(def|class|import|from|return|for|while|if|with|try)\b)")
+
+
 def extract_code(answer: str, entry_point: str = "") -> tuple[str, str]:
-    """(code, how): the fenced block defining the entry point, else the first fenced block, else the answer."""
-    blocks = [b.strip("\n") for b in _FENCE.findall(answer)]
-    if blocks:
-        if entry_point:
-            for block in blocks:
-                if re.search(rf"^\s*def\s+{re.escape(entry_point)}\s*\(", block, re.MULTILINE):
-                    return block, "fenced block defining the entry point"
-        return blocks[0], "first fenced block"
+    """(code, how). The answer is cut at its fence lines (```); among the pieces, the first that defines the
+    entry point and parses wins, then the first that defines it at all, then the first fenced block. Chat models
+    often open with code and no opening fence ("def f(): ...```\nExample usage:```python ..."): when the first
+    fence is a bare ``` after code-looking lines, the text before it is a code block."""
+    lines = answer.split("\n")
+    fences = [i for i, line in enumerate(lines) if line.lstrip().startswith("```")]
+    if not fences:
+        return answer, "whole answer"
+    bounds = [-1, *fences, len(lines)]
+    pieces = ["\n".join(lines[a + 1 : b]).strip("\n") for a, b in pairwise(bounds)]
+    if entry_point:
+        defines = re.compile(rf"^\s*def\s+{re.escape(entry_point)}\s*\(", re.MULTILINE)
+        with_def = [p for p in pieces if defines.search(p)]
+        for piece in with_def:
+            if _parses(piece):
+                return piece, "code block defining the entry point"
+        if with_def:
+            return with_def[0], "code block defining the entry point"
+    opens_with_code = lines[fences[0]].strip() == "```" and any(_CODE_LINE.match(x) for x in lines[: fences[0]])
+    first = 0 if opens_with_code else 1  # piece k lies after fence k-1: fenced pieces alternate from `first`
+    for piece in pieces[first::2]:
+        if piece.strip():
+            return piece, "first code block"
     return answer, "whole answer"
 
 
@@ -81,8 +107,8 @@ def build_program(instance: Instance, answer: str) -> tuple[str, str]:
         # the prompt may hold imports and helper functions the solution uses; its own stub is redefined
         return (f"{prompt}\n\n{code}\n" if prompt else f"{code}\n"), how
     # a completion of the prompt's function body (HumanEval style)
-    first = next((line for line in code.split("\n") if line.strip()), "")
-    if how == "whole answer" and not first.startswith((" ", "\t")):
+    first_line = next((line for line in code.split("\n") if line.strip()), "")
+    if not first_line.startswith((" ", "\t")):  # a body must be indented; chat replies often strip it
         code = _indent_body(code)
     return f"{prompt}{code}\n", how + " as a completion of the prompt"
 
