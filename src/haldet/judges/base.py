@@ -42,6 +42,7 @@ class Judge:
 
     name: ClassVar[str] = ""
     deterministic: ClassVar[bool] = True  # rule and execution judges; the LLM judge is not
+    version: ClassVar[int] = 1  # bump when the judge's rules change: cached labels are then recomputed
 
     @property
     def id(self) -> str:

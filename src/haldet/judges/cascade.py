@@ -61,7 +61,7 @@ class Cascade:
         return cls(plugins + judges, name=config.kind)
 
     def fingerprint(self) -> list[Any]:
-        return [self.name, *(j.fingerprint() for j in self.judges)]
+        return [self.name, *(j.fingerprint() for j in self.judges), [j.version for j in self.judges]]
 
     def usage(self) -> dict[str, Any]:
         """Calls, tokens and cost of the judges that call a model."""

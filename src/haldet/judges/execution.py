@@ -215,6 +215,8 @@ def failure_summary(result: ExecResult, source: str, timeout: float) -> str:
 
 @register("exec:python")
 class ExecutionJudge(Judge):
+    version = 2
+
     def __init__(self, timeout: float = 10.0, memory_mb: int = 1024, workers: int = 2) -> None:
         self.timeout = timeout
         self.memory_mb = memory_mb

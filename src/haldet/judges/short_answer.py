@@ -35,6 +35,8 @@ def is_unanswerable(instance: Instance) -> bool:
 
 @register("rule:short_answer")
 class ShortAnswerJudge(Judge):
+    version = 2
+
     def __init__(self, f1_threshold: float = 0.5) -> None:
         self.f1_threshold = f1_threshold
 
