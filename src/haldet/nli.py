@@ -379,6 +379,8 @@ class PairCache:
         for pid, pair in zip(ids, pairs, strict=True):
             if pid not in memo:
                 todo.setdefault(pid, pair)
+        if progress is not None and len(set(ids)) > len(todo):
+            progress(len(set(ids)) - len(todo))  # already known: the bar counts distinct pairs
         if todo:
             order = sorted(todo, key=lambda k: len(todo[k][0]) + len(todo[k][1]))
             step = model.batch_size
