@@ -17,7 +17,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from haldet.errors import HaldetError
 
-DEFAULT_DETECTORS = ["perplexity"]
+# `haldet run` with no --detector: the paper's detectors whose evidence the embedded set-up provides with real
+# quality offline. selfcheck_nli, semantic_entropy and sep (whose target is semantic entropy) need an NLI model;
+# offline the only one is the prompted 135M LLM, which cannot do entailment, so they run only when asked for.
+DEFAULT_DETECTORS = [
+    "verbalized", "self_eval", "selfcheck_bertscore", "lexical_similarity", "perplexity", "ln_entropy", "sar",
+    "eigenscore", "ccs", "haloscope", "saplma", "mind", "prism", "icr_probe",
+]
 
 
 class Section(BaseModel):
