@@ -25,6 +25,28 @@ from haldet.signals import Signal, SignalView
 MIN_TRAIN = 10  # fewer valid training items than this: the probe is not fitted (scores NaN with a reason)
 
 
+def probe_scores(n: int, problem: str | None, features: Callable[[], tuple[np.ndarray, np.ndarray, list[str]]],
+                 predict: Callable[[np.ndarray], np.ndarray]) -> Scores:
+    """Scores of a fitted probe: every item invalid when the probe could not be fitted; otherwise `predict` on the
+    items with valid features, the others invalid with their reason (and a non-finite output is invalid too)."""
+    out = Scores.empty(n)
+    if problem is not None:
+        for i in range(n):
+            out.invalid(i, f"probe not fitted: {problem}")
+        return out
+    X, ok, reasons = features()
+    for i, reason in enumerate(reasons):
+        if not ok[i]:
+            out.invalid(i, reason)
+    if ok.any():
+        for i, v in zip(np.flatnonzero(ok), predict(X[ok]), strict=True):
+            if np.isfinite(v):
+                out.set(int(i), float(v))
+            else:
+                out.invalid(int(i), "non-finite probe output")
+    return out
+
+
 def training_problem(y: np.ndarray | None, what: str = "training items") -> str | None:
     """Why a (valid-item) label vector cannot train a probe, or None when it can."""
     if y is None:
@@ -394,17 +416,10 @@ class ProbeDetector(Detector):
         self.fit_info.update({"layer": self.layer, "n_train": len(ytr), **self.model.info})
 
     def score(self, items: SignalView) -> Scores:
-        out = Scores.empty(len(items))
         self.meta["fit"] = {**self.fit_info, "problem": self.problem}
-        if self.problem is not None or self.model is None or self.scaler is None:
-            for i in range(len(items)):
-                out.invalid(i, f"probe not fitted: {self.problem}")
-            return out
-        X, ok, reasons = self.features(items, self.layer)
-        p = self.model.predict(self.scaler.transform(X[ok]), self.params.get("device", "auto"))
-        for i, r in enumerate(reasons):
-            if not ok[i]:
-                out.invalid(i, r)
-        for i, v in zip(np.flatnonzero(ok), p, strict=True):
-            out.set(int(i), float(v))
-        return out
+        model, scaler = self.model, self.scaler
+        if model is None or scaler is None:
+            return probe_scores(len(items), self.problem or "no fitted state", lambda: self.features(items, 0),
+                                lambda X: X)
+        return probe_scores(len(items), self.problem, lambda: self.features(items, self.layer),
+                            lambda X: model.predict(scaler.transform(X), self.params.get("device", "auto")))

@@ -24,6 +24,7 @@ import torch
 from haldet.detectors._probes import (
     Standardizer,
     layer_row,
+    probe_scores,
     resolve_device,
     safe_auroc,
     small_model_threads,
@@ -126,21 +127,14 @@ class Ccs(Detector):
         return 0.5 * (p0 + 1.0 - p1)
 
     def score(self, items: SignalView) -> Scores:
-        out = Scores.empty(len(items))
         self.meta["fit"] = {**self.fit_info, "problem": self.problem}
-        if self.problem is not None:
-            for i in range(len(items)):
-                out.invalid(i, f"probe not fitted: {self.problem}")
-            return out
-        x0, x1, ok, reasons = self._pairs(items)
-        raw = self._raw(*self._normalise(x0[ok], x1[ok]))
-        values = raw if self.sign > 0 else 1.0 - raw
-        for i, r in enumerate(reasons):
-            if not ok[i]:
-                out.invalid(i, r)
-        for i, v in zip(np.flatnonzero(ok), values, strict=True):
-            if np.isfinite(v):
-                out.set(int(i), float(v))
-            else:
-                out.invalid(int(i), "non-finite probe output")
-        return out
+
+        def pairs() -> tuple[np.ndarray, np.ndarray, list[str]]:
+            x0, x1, ok, reasons = self._pairs(items)
+            return np.stack([x0, x1], axis=1), ok, reasons
+
+        def predict(pair: np.ndarray) -> np.ndarray:
+            raw = self._raw(*self._normalise(pair[:, 0], pair[:, 1]))
+            return raw if self.sign > 0 else 1.0 - raw
+
+        return probe_scores(len(items), self.problem, pairs, predict)

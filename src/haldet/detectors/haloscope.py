@@ -32,6 +32,7 @@ from haldet.detectors._probes import (
     TrainedMLP,
     has_both_classes,
     layer_row,
+    probe_scores,
     safe_auroc,
     stack,
     train_mlp,
@@ -207,20 +208,12 @@ class HaloScope(Detector):
                          "train_auroc_pseudo_lr": round(best_q_auc, 4), "n_train": len(y)}
 
     def score(self, items: SignalView) -> Scores:
-        out = Scores.empty(len(items))
         self.meta["fit"] = {**self.fit_info, "problem": self.problem}
-        if self.problem is not None:
-            for i in range(len(items)):
-                out.invalid(i, f"probe not fitted: {self.problem}")
-            return out
-        F, ok, reasons = self._features(items, self.layer)
-        for i, r in enumerate(reasons):
-            if not ok[i]:
-                out.invalid(i, r)
-        if ok.any():
-            Z = self.scaler.transform(F[ok])
-            probs = self.model.predict(Z, self.params["device"]) if self.model is not None else \
-                self.clf.predict_proba(Z)[:, 1]
-            for i, v in zip(np.flatnonzero(ok), probs, strict=True):
-                out.set(int(i), float(v))
-        return out
+
+        def predict(X: np.ndarray) -> np.ndarray:
+            Z = self.scaler.transform(X)
+            if self.model is not None:
+                return self.model.predict(Z, self.params["device"])
+            return self.clf.predict_proba(Z)[:, 1]
+
+        return probe_scores(len(items), self.problem, lambda: self._features(items, self.layer), predict)

@@ -24,7 +24,15 @@ from typing import Any, ClassVar
 import numpy as np
 from sklearn.linear_model import LogisticRegression
 
-from haldet.detectors._probes import Standardizer, has_both_classes, layer_row, safe_auroc, stack, training_problem
+from haldet.detectors._probes import (
+    Standardizer,
+    has_both_classes,
+    layer_row,
+    probe_scores,
+    safe_auroc,
+    stack,
+    training_problem,
+)
 from haldet.detectors.base import DETECTORS, Detector, Scores, register
 from haldet.signals import Signal, SignalView
 
@@ -154,18 +162,6 @@ class Sep(Detector):
         self.fit_info.update({"layer": self.layer, "n_train": int(keep.sum())})
 
     def score(self, items: SignalView) -> Scores:
-        out = Scores.empty(len(items))
         self.meta["fit"] = {**self.fit_info, "problem": self.problem}
-        if self.problem is not None:
-            for i in range(len(items)):
-                out.invalid(i, f"probe not fitted: {self.problem}")
-            return out
-        X, ok, reasons = self._features(items, self.layer)
-        for i, r in enumerate(reasons):
-            if not ok[i]:
-                out.invalid(i, r)
-        if ok.any():
-            p = self.clf.predict_proba(self.scaler.transform(X[ok]))[:, 1]
-            for i, v in zip(np.flatnonzero(ok), p, strict=True):
-                out.set(int(i), float(v))
-        return out
+        return probe_scores(len(items), self.problem, lambda: self._features(items, self.layer),
+                            lambda X: self.clf.predict_proba(self.scaler.transform(X))[:, 1])
