@@ -203,7 +203,7 @@ class DatasetAdapter:
 
     def instance(self, split: str, native: Any, **fields: Any) -> Instance:
         """An `Instance` of this dataset with a stable id `<name>/<split>/<native>`."""
-        return Instance(id=f"{self.name}/{split}/{native}", dataset=self.name, scenario=self.scenario,
+        return Instance(id=self.make_id(split, native), dataset=self.name, scenario=self.scenario,
                         task_type=fields.pop("task_type", self.task_type), **fields)
 
     def make_id(self, split: str, native: Any) -> str:

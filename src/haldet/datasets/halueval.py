@@ -52,11 +52,9 @@ class HaluEvalQA(_HaluEval):
     required_fields = ("knowledge", "question", "right_answer", "hallucinated_answer")
 
     def row_to_instance(self, row: dict[str, Any], index: int, split: str) -> Instance:
-        return Instance(
-            id=self.make_id(split, index),
-            dataset=self.name,
-            scenario=self.scenario,
-            task_type=self.task_type,
+        return self.instance(
+            split,
+            index,
             instruction="Answer the question using only the information in the context.",
             context=require(row, "knowledge"),
             question=require(row, "question"),
@@ -75,11 +73,9 @@ class HaluEvalDialogue(_HaluEval):
     required_fields = ("knowledge", "dialogue_history", "right_response", "hallucinated_response")
 
     def row_to_instance(self, row: dict[str, Any], index: int, split: str) -> Instance:
-        return Instance(
-            id=self.make_id(split, index),
-            dataset=self.name,
-            scenario=self.scenario,
-            task_type=self.task_type,
+        return self.instance(
+            split,
+            index,
             instruction="Continue the dialogue with the assistant's next reply, consistent with the knowledge.",
             context=require(row, "knowledge"),
             question=_turns(str(require(row, "dialogue_history"))),
@@ -98,11 +94,9 @@ class HaluEvalSummarization(_HaluEval):
     required_fields = ("document", "right_summary", "hallucinated_summary")
 
     def row_to_instance(self, row: dict[str, Any], index: int, split: str) -> Instance:
-        return Instance(
-            id=self.make_id(split, index),
-            dataset=self.name,
-            scenario=self.scenario,
-            task_type=self.task_type,
+        return self.instance(
+            split,
+            index,
             context=require(row, "document"),
             question="Summarize the document above in a single sentence.",
             references=[require(row, "right_summary")],
