@@ -26,10 +26,13 @@ class Registry(Generic[T]):
         self._loaded = False
 
     def register(self, name: str) -> Callable[[T], T]:
+        """Class decorator: register under `name` and set the class's `name` to it (its registry key)."""
+
         def decorate(obj: T) -> T:
             if name in self._items and self._items[name] is not obj:
                 raise ValueError(f"{self.kind} {name!r} registered twice")
             self._items[name] = obj
+            obj.name = name  # type: ignore[attr-defined]
             return obj
 
         return decorate

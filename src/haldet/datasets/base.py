@@ -429,14 +429,7 @@ def _csv_cell(value: str | None) -> Any:
 DATASETS: Registry[type[DatasetAdapter]] = Registry("dataset", "haldet.datasets")
 
 
-def register(name: str):  # type: ignore[no-untyped-def]
-    """Class decorator: register an adapter under `name` (sets `cls.name`)."""
-
-    def decorate(cls: type[DatasetAdapter]) -> type[DatasetAdapter]:
-        cls.name = name
-        return DATASETS.register(name)(cls)
-
-    return decorate
+register = DATASETS.register  # class decorator: @register("name")
 
 
 def get_adapter(name: str, data_dir: str | Path | None = None, params: dict[str, Any] | None = None,

@@ -114,11 +114,4 @@ class Detector:
 DETECTORS: Registry[type[Detector]] = Registry("detector", "haldet.detectors")
 
 
-def register(name: str):  # type: ignore[no-untyped-def]
-    """Class decorator: register a detector under `name` (sets `cls.name`)."""
-
-    def decorate(cls: type[Detector]) -> type[Detector]:
-        cls.name = name
-        return DETECTORS.register(name)(cls)
-
-    return decorate
+register = DETECTORS.register  # class decorator: @register("name")

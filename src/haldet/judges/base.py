@@ -72,9 +72,4 @@ class Judge:
 JUDGES: Registry[type[Judge]] = Registry("judge", "haldet.judges")
 
 
-def register(name: str):  # type: ignore[no-untyped-def]
-    def decorate(cls: type[Judge]) -> type[Judge]:
-        cls.name = name
-        return JUDGES.register(name)(cls)
-
-    return decorate
+register = JUDGES.register  # class decorator: @register("name")
