@@ -21,7 +21,7 @@ def first_run(tmp_path_factory):
 
 
 def test_run_writes_the_run_directory(first_run):
-    out, proc = first_run
+    out, _ = first_run
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["status"] == "done"
     assert manifest["config"]["limit"] == 24 and len(manifest["config_hash"]) == 16

@@ -67,10 +67,10 @@ class FeatureConfig(Section):
     """One teacher-forced pass over prompt + generated ids (plus one pass for the statement groups)."""
 
     layers: Literal["all"] | list[int] = "all"  # hidden-state indices (0 = embeddings, -1 = last layer)
-    pooling: list[Literal["mean", "last"]] = Field(default_factory=lambda: ["mean", "last"])
+    pooling: list[Literal["mean", "last"]] = Field(default_factory=lambda: ["mean", "last"])  # type: ignore[arg-type]
     dtype: Literal["float16", "float32"] = "float16"
     groups: list[Literal["hidden", "sep", "ccs", "prism", "icr"]] = Field(
-        default_factory=lambda: list(FEATURE_GROUPS))
+        default_factory=lambda: list(FEATURE_GROUPS))  # type: ignore[arg-type]
     batch_size: int = Field(8, ge=1)
 
 

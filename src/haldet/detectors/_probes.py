@@ -39,11 +39,11 @@ def probe_scores(n: int, problem: str | None, features: Callable[[], tuple[np.nd
         if not ok[i]:
             out.invalid(i, reason)
     if ok.any():
-        for i, v in zip(np.flatnonzero(ok), predict(X[ok]), strict=True):
+        for j, v in zip(np.flatnonzero(ok), predict(X[ok]), strict=True):
             if np.isfinite(v):
-                out.set(int(i), float(v))
+                out.set(int(j), float(v))
             else:
-                out.invalid(int(i), "non-finite probe output")
+                out.invalid(int(j), "non-finite probe output")
     return out
 
 

@@ -70,6 +70,7 @@ class HaloScope(Detector):
         super().__init__(**params)
         self.problem: str | None = "not fitted"
         self.fit_info: dict[str, Any] = {}
+        self.model: TrainedMLP | None = None  # unsupervised variant's classifier (label_guided uses self.clf)
 
     @property
     def signal(self) -> Signal:
