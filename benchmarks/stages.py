@@ -2,8 +2,9 @@
 auxiliary and features, the features/generate ratio (the aim: all feature groups together cost less than greedy
 generation), and the bytes per item each stage stores at the defaults.
 
-Runs the real stages (`Stage.ensure`) in a fresh temporary cell, so timings include batching, hashing, HDF5 and
-JSONL writes. Prints JSON at the end; with --partial FILE, also rewrites FILE after every stage (the cheap stages
+Runs the real stages (`Stage.ensure`) with every part computed (all feature groups and layers, the per-sample
+hidden state), whatever a run's detectors would read, in a fresh temporary cell, so timings include batching,
+hashing, HDF5 and JSONL writes. Prints JSON at the end; with --partial FILE, also rewrites FILE after every stage (the cheap stages
 run first, so a slow machine still yields the features/generate ratio).
 Usage: python benchmarks/stages.py [--n 50] [--max-new-tokens 64] [--model smollm2-135m] [--partial out.json]
 """
@@ -51,6 +52,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         store = RunStore(Path(tmp))
         _, ctx, items = prepare_cell(config, store, args.dataset, args.model, lambda d, n: (lambda k: None), {})
+        ctx.signals = None  # every configured part: all feature groups, the per-sample hidden state
         backend = ctx.backend
         backend.generate([items[0].prompt], max_new_tokens=2, batch_size=1)  # warm-up: weights loaded
         timings: dict[str, float] = {}

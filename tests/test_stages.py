@@ -65,6 +65,41 @@ def test_teacher_forced_logprobs_equal_generation_and_states_align(backend, prom
             np.testing.assert_allclose(out.pooled["slt"][layer], ref[layer][0, -2].numpy(), atol=1e-3)
 
 
+# sdpa and eager (icr) attention both take the tree mask; statements are read at the last token, samples pooled
+@pytest.mark.parametrize(("icr", "pooling"), [(False, "mean"), (True, "last")])
+def test_branches_share_the_pass_and_equal_separate_sequences(backend, prompts, greedy, icr, pooling):
+    suffixes = {"a": backend.encode_text("\n\nThe answer above is correct."),
+                "b": backend.encode_text("\n\nIs it false? Verdict:")}
+    plain = [ForwardRequest(ids=backend.encode_prompt(p) + g.token_ids, start=len(backend.encode_prompt(p)),
+                            key=str(i)) for i, (p, g) in enumerate(zip(prompts, greedy, strict=True))]
+    branched = [ForwardRequest(ids=r.ids, start=r.start, key=r.key, branches=suffixes) for r in plain]
+    # an empty answer span: only the branches are read
+    branched.append(ForwardRequest(ids=plain[0].ids[: plain[0].start], start=plain[0].start, key="empty",
+                                   branches=suffixes))
+    kwargs = {"layers": [0, 15, -1], "poolings": ["mean", "last"], "logprobs": True, "icr": icr, "batch_size": 3,
+              "branch_pooling": pooling}
+    ref = backend.forward(plain, **kwargs)
+    packed = backend.forward(branched, **kwargs)
+    apart = backend._forward_unpacked(branched, **kwargs)
+    assert not packed[2].pooled and packed[2].token_logprobs is None and set(packed[2].branch_states) == {"a", "b"}
+    for r, p in zip(ref, packed, strict=False):
+        # the branches do not disturb the answer span
+        np.testing.assert_allclose(p.token_logprobs, r.token_logprobs, atol=1e-4)
+        np.testing.assert_allclose(p.pooled["mean"], r.pooled["mean"], atol=1e-4)
+        if icr:
+            np.testing.assert_allclose(p.icr, r.icr, atol=1e-4)
+    for p, a, req in zip(packed, apart, branched, strict=True):
+        for name, suffix in suffixes.items():
+            # a branch's state equals that of its own unpadded sequence ids + suffix, pooled over the suffix
+            with torch.inference_mode():
+                own = backend.model(input_ids=torch.tensor([req.ids + suffix]), output_hidden_states=True)
+            span = slice(len(req.ids), None) if pooling == "mean" else slice(-1, None)
+            expected = np.stack([own.hidden_states[i][0, span].mean(0).numpy() for i in (0, 15, -1)])
+            np.testing.assert_allclose(p.branch_states[name], expected, atol=1e-3)
+            np.testing.assert_allclose(a.branch_states[name], expected, atol=1e-3)
+        assert not np.allclose(p.branch_states["a"][-1], p.branch_states["b"][-1])
+
+
 def test_no_double_bos_and_window_overflow_is_recorded(backend, prompts, greedy, monkeypatch):
     ids = backend.encode_prompt(prompts[0])
     bos = backend.tokenizer.bos_token_id
@@ -165,6 +200,28 @@ def test_changed_settings_recompute_only_the_affected_stage(tmp_path, backend, i
     assert rerun(features={"layers": [0, -1]}) == [0, 0, 2]
     assert rerun(features={"pooling": ["mean"]}) == [0, 0, 2]
     assert rerun() == [0, 0, 0]  # the original records are still there and current again
+
+
+def test_stages_compute_only_what_the_selected_detectors_read(tmp_path, backend, items):
+    from haldet.pipeline import detector_signals
+    from haldet.stages.features import FeatureStage
+    from haldet.stages.sample import SampleStage
+
+    ctx = _cell(tmp_path, backend, features={"groups": ["hidden", "sep", "ccs", "prism", "icr"]})
+    ctx.signals = detector_signals(["saplma", "lexical_similarity"])  # last-token states; samples, no states
+    attach_generations(items, GenerateStage(ctx).ensure(items))
+    recs = ensure_stages(ctx, items, ["sample", "features"])
+    assert FeatureStage(ctx).groups() == ["hidden"] and FeatureStage(ctx).poolings() == ["last"]
+    assert all(set(r["arrays"]) == {"hidden_last"} and r["groups"] == ["hidden"] for r in recs["features"].values())
+    assert all(r["shard"] is None and r["hidden_layer"] is None for r in recs["sample"].values())
+    assert SampleStage(ctx).hidden_layer() is None
+    # adding a detector that reads more recomputes the stage it needs, with the new part
+    wider = _cell(tmp_path, backend, features={"groups": ["hidden", "sep", "ccs", "prism", "icr"]})
+    wider.signals = detector_signals(["saplma", "lexical_similarity", "eigenscore", "ccs"])
+    recs = ensure_stages(wider, items, ["sample", "features"])
+    assert wider.counts == {"sample_computed": 2, "features_computed": 2}
+    assert all(set(r["arrays"]) == {"hidden_last", "ccs"} for r in recs["features"].values())
+    assert all(r["shard"] and r["hidden_layer"] == -1 for r in recs["sample"].values())
 
 
 def test_loader_returns_documented_formats(tmp_path, backend, items):

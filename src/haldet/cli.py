@@ -314,8 +314,9 @@ def sample(
     = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print per-cell summaries as JSON.")] = False,
 ) -> None:
-    """K stochastic answers per item (seeded, batched), with sequence log-likelihoods and a pooled hidden state
-    per sample. Resumable; changed settings are saved to the run's manifest and only this stage recomputes.
+    """K stochastic answers per item (seeded, batched), with sequence log-likelihoods and (when the run's detectors
+    include EigenScore) a pooled hidden state per sample. Resumable; changed settings are saved to the run's
+    manifest and only this stage recomputes.
     See docs/stages.md."""
     _stage_command(run_dir, "sample", {"sample": {"k": k, "temperature": temperature, "top_p": top_p, "seed": seed,
                                                   "max_new_tokens": max_new_tokens, "hidden_layer": hidden_layer}},
@@ -342,8 +343,9 @@ def features(
     dtype: Annotated[str | None, typer.Option(help="float16 (default) or float32 arrays.")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print per-cell summaries as JSON.")] = False,
 ) -> None:
-    """One teacher-forced pass over prompt + the exact generated ids (log-probs, entropies, pooled hidden states,
-    SEP, ICR) plus one pass for the CCS/PRISM statements. Resumable. See docs/stages.md."""
+    """One teacher-forced pass over prompt + the exact generated ids: log-probs, entropies, and the feature groups
+    the run's detectors read (pooled hidden states, SEP, ICR, CCS/PRISM statements as branches of the same pass).
+    Resumable. See docs/stages.md."""
     parsed_layers: Any = None
     if layers is not None:
         try:

@@ -46,7 +46,8 @@ class SampleConfig(Section):
     seed: int = 42
     max_new_tokens: int = Field(64, ge=1)
     batch_size: int = Field(16, ge=1)  # sequences per generate call (prompts per call = batch_size // k)
-    # pooled hidden state per sample (EigenScore): hidden-state index (-1 = last layer), None = not stored
+    # pooled hidden state per sample, computed when EigenScore is selected: hidden-state index (-1 = last layer),
+    # None = never stored
     hidden_layer: int | None = -1
     hidden_pooling: Literal["mean", "last"] = "mean"
 
@@ -64,7 +65,8 @@ FEATURE_GROUPS = ("hidden", "sep", "ccs", "prism", "icr")
 
 
 class FeatureConfig(Section):
-    """One teacher-forced pass over prompt + generated ids (plus one pass for the statement groups)."""
+    """One teacher-forced pass over prompt + generated ids (statement groups ride along as branches). Of `groups`
+    and `pooling`, only what the selected detectors read is computed."""
 
     layers: Literal["all"] | list[int] = "all"  # hidden-state indices (0 = embeddings, -1 = last layer)
     pooling: list[Literal["mean", "last"]] = Field(default_factory=lambda: ["mean", "last"])  # type: ignore[arg-type]

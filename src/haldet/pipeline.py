@@ -31,7 +31,7 @@ from haldet.evaluation.splits import stratified_split
 from haldet.judges.cascade import Cascade
 from haldet.prompts import PromptBuilder, demo_pool_size, render_prompts
 from haldet.schema import Category
-from haldet.signals import SignalView
+from haldet.signals import Signal, SignalView
 from haldet.stages.annotate import AnnotateStage, labels_of
 from haldet.stages.base import CellContext, Item, Progress, no_progress
 from haldet.stages.generate import GenerateStage, attach_generations
@@ -100,6 +100,11 @@ def _now() -> str:
     return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
 
 
+def detector_signals(names: list[str]) -> frozenset[Signal]:
+    """Every signal the named detectors read: the evidence a run computes."""
+    return frozenset().union(*(DETECTORS.get(name, where="--detector").requires for name in names))
+
+
 def prepare_cell(config: RunConfig, store: RunStore, dataset: str, model: str, progress: Progress,
                  backends: dict[str, Backend]) -> tuple[CellResult, CellContext, list[Item]]:
     """Load a cell's items and render their prompts exactly as the run does (also used by `haldet annotate`,
@@ -128,7 +133,7 @@ def prepare_cell(config: RunConfig, store: RunStore, dataset: str, model: str, p
 
     cell = store.cell(dataset, model)
     ctx = CellContext(config=config, dataset=dataset, model=model, store=cell, backend_factory=backend_factory,
-                      progress=progress)
+                      progress=progress, signals=detector_signals(config.detectors))
     ctx.timings["load_data"] = load_seconds
     prompts = render_prompts(builder, ctx.backend, instances, pool)
     items = [Item(instance=inst, prompt=prompt) for inst, prompt in zip(instances, prompts, strict=True)]
@@ -166,7 +171,7 @@ def run_cell(config: RunConfig, store: RunStore, dataset: str, model: str, progr
     labelled = [item for item in items if item.id in binary]
     # only the evidence stages the selected detectors read, only for labelled items lacking a current record
     requires = {name: DETECTORS.get(name, where="--detector").requires for name in config.detectors}
-    stage_records = ensure_stages(ctx, labelled, needed_stages(set().union(*requires.values())))
+    stage_records = ensure_stages(ctx, labelled, needed_stages(ctx.signals or ()))
     stage_records[GenerateStage.name] = {i.id: gen_records[i.id] for i in labelled}
     result.evidence = {name: stage_stats(name, recs, wall_seconds=ctx.timings.get(name),
                                          computed=ctx.counts.get(f"{name}_computed"),

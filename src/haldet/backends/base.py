@@ -29,11 +29,16 @@ class GenOutput:
 @dataclass
 class ForwardRequest:
     """One teacher-forced sequence: `ids` (prompt + answer token ids, exactly as generated) and the answer span
-    `[start, len(ids))`. A statement scored only at its last token has `start = len(ids) - 1`."""
+    `[start, len(ids))` (empty when `start == len(ids)`: then only the branches are read).
+
+    `branches` are continuations of `ids` (name -> suffix ids, pooled over their own tokens): each continues right
+    after `ids` and sees `ids` and itself but not the other branches. They share the pass over `ids` (one packed
+    row with a tree-shaped attention mask), so a statement or a sample costs only its own tokens."""
 
     ids: list[int]
     start: int
     key: str = ""  # caller's tag (e.g. item id + group), echoed back
+    branches: dict[str, list[int]] = field(default_factory=dict)
 
 
 @dataclass
@@ -43,7 +48,9 @@ class ForwardOutput:
     token_logprobs/token_entropies: [T] over the answer span (log p of each answer token given everything before it,
     entropy of the model's distribution at that position); pooled: pooling name -> [n_layers, D] for the requested
     layers (hidden_states index 0 = embedding output); icr: [L, F] (see `ICR_COLUMNS`) or None;
-    window: how a sequence longer than the model window was handled (None when it fit).
+    branch_states: branch name -> [n_layers, D] pooled over its tokens (`branch_pooling`); window: how a sequence
+    longer than the model window was handled (None when it fit). With an empty answer span only `branch_states`
+    is filled.
     """
 
     key: str
@@ -52,6 +59,7 @@ class ForwardOutput:
     token_entropies: np.ndarray | None = None
     pooled: dict[str, np.ndarray] = field(default_factory=dict)
     icr: np.ndarray | None = None
+    branch_states: dict[str, np.ndarray] = field(default_factory=dict)
     window: dict[str, Any] | None = None
 
 
@@ -97,14 +105,20 @@ class Backend:
     def encode_prompt(self, prompt: str) -> list[int]:
         raise self.unavailable("tokenisation")
 
+    def encode_text(self, text: str) -> list[int]:
+        """Token ids of a text continuing a sequence (no special tokens added)."""
+        raise self.unavailable("tokenisation")
+
     def window(self) -> int:
         """Longest sequence (tokens) the model accepts."""
         raise self.unavailable("a context window")
 
     def forward(self, requests: list[ForwardRequest], *, layers: Sequence[int] | None, poolings: Sequence[str],
-                logprobs: bool, icr: bool, batch_size: int, progress: Any = None) -> list[ForwardOutput]:
+                logprobs: bool, icr: bool, batch_size: int, progress: Any = None,
+                branch_pooling: str = "last") -> list[ForwardOutput]:
         """One teacher-forced pass per batch over the exact ids: log-probs, entropies, pooled hidden states,
-        ICR features (attentions are requested only when `icr`)."""
+        ICR features (attentions are requested only when `icr`), and each request's branches in the same pass,
+        pooled over the branch's tokens by `branch_pooling`."""
         raise self.unavailable("teacher-forced hidden states")
 
     def unavailable(self, what: str) -> SignalUnavailableError:

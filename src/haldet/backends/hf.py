@@ -20,6 +20,7 @@ import os
 import shutil
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +85,21 @@ def converted_gguf_dir(gguf: Path) -> Path:
         shutil.rmtree(target)
     os.replace(tmp, target)
     return target
+
+
+@dataclass
+class _Row:
+    """A request as it is run: its index, the (possibly head-dropped) ids and span start, and its branches."""
+
+    index: int
+    ids: list[int]
+    start: int
+    info: dict[str, Any] | None
+    branches: dict[str, list[int]] = field(default_factory=dict)
+
+    @property
+    def width(self) -> int:
+        return len(self.ids) + sum(len(b) for b in self.branches.values())
 
 
 def _load_error(name: str, exc: Exception) -> HaldetError:
@@ -172,6 +188,9 @@ class HFBackend(Backend):
             ids = [bos, *ids]
         return ids
 
+    def encode_text(self, text: str) -> list[int]:
+        return list(self.tokenizer(text, add_special_tokens=False).input_ids)
+
     def generate(self, prompts: list[str], *, max_new_tokens: int, batch_size: int,
                  progress: Any = None, candidates: Sequence[int] | None = None) -> list[GenOutput]:
         import torch
@@ -249,48 +268,67 @@ class HFBackend(Backend):
         return self.generate(prompts, max_new_tokens=max_new_tokens, batch_size=batch_size, progress=progress,
                              candidates=candidates)
 
-    def window(self) -> int:
+    def _text_config(self) -> Any:
         config = self.model.config
-        text = getattr(config, "get_text_config", lambda: config)()
-        value = getattr(text, "max_position_embeddings", None) or getattr(self.tokenizer, "model_max_length", None)
+        return getattr(config, "get_text_config", lambda: config)()
+
+    def window(self) -> int:
+        value = getattr(self._text_config(), "max_position_embeddings", None) or getattr(
+            self.tokenizer, "model_max_length", None)
         return int(value) if value and value < 10**8 else 2048
 
     def layer_count(self) -> int:
         """Transformer layers L (hidden-state axes have L + 1 entries, 0 = embedding output)."""
-        config = self.model.config
-        return int(getattr(config, "get_text_config", lambda: config)().num_hidden_layers)
+        return int(self._text_config().num_hidden_layers)
+
+    def packs_branches(self) -> bool:
+        """Whether branches can share their sequence's pass: a tree mask replaces the causal mask in every layer,
+        so a model with sliding-window layers (or an attention kernel without custom masks) runs them apart."""
+        text = self._text_config()
+        if any("sliding" in str(kind) for kind in getattr(text, "layer_types", None) or []):
+            return False
+        if getattr(text, "sliding_window", None) and getattr(text, "use_sliding_window", True):
+            return False
+        return getattr(self.model.config, "_attn_implementation", "sdpa") in ("sdpa", "eager")
 
     def forward(self, requests: list[ForwardRequest], *, layers: Sequence[int] | None, poolings: Sequence[str],
-                logprobs: bool, icr: bool, batch_size: int, progress: Any = None) -> list[ForwardOutput]:
+                logprobs: bool, icr: bool, batch_size: int, progress: Any = None,
+                branch_pooling: str = "last") -> list[ForwardOutput]:
         import torch
 
-        unknown = set(poolings) - set(POOLINGS)
+        unknown = (set(poolings) | {branch_pooling}) - set(POOLINGS)
         if unknown:
             raise HaldetError(f"unknown pooling(s) {sorted(unknown)}", where="features.pooling",
                               hint=f"choose from {', '.join(POOLINGS)}")
+        for req in requests:
+            if not 1 <= req.start <= len(req.ids):
+                raise ValueError(f"request {req.key}: span start {req.start} outside 1..{len(req.ids)}")
+            if not all(req.branches.values()):
+                raise ValueError(f"request {req.key}: a branch has no tokens")
+        if any(req.branches for req in requests) and not self.packs_branches():
+            return self._forward_unpacked(requests, layers=layers, poolings=poolings, logprobs=logprobs, icr=icr,
+                                          batch_size=batch_size, progress=progress, branch_pooling=branch_pooling)
         model = self.model
         n_states = self.layer_count() + 1
         chosen = list(range(n_states)) if layers is None else [_layer_index(x, n_states) for x in layers]
         window = self.window()
         outputs: list[ForwardOutput | None] = [None] * len(requests)
-        runnable: list[tuple[int, list[int], int, dict[str, Any] | None]] = []
+        runnable: list[_Row] = []
         for i, req in enumerate(requests):
-            if not 1 <= req.start <= len(req.ids):
-                raise ValueError(f"request {req.key}: span start {req.start} outside 1..{len(req.ids)}")
             ids, start, info = req.ids, req.start, None
-            if len(ids) > window:
-                answer = len(ids) - start
-                if answer + 1 > window:
+            extra = max((len(b) for b in req.branches.values()), default=0)  # positions the branches go past ids
+            if len(ids) + extra > window:
+                if len(ids) - start + 1 + extra > window:
                     outputs[i] = ForwardOutput(key=req.key, n_tokens=len(ids), window={
-                        "policy": "skipped", "tokens": len(ids), "window": window,
+                        "policy": "skipped", "tokens": len(ids) + extra, "window": window,
                         "reason": "the answer alone exceeds the model window"})
                     continue
-                drop = len(ids) - window
+                drop = len(ids) + extra - window
                 ids, start = ids[drop:], start - drop
-                info = {"policy": "dropped_prompt_head", "tokens": len(req.ids), "window": window,
+                info = {"policy": "dropped_prompt_head", "tokens": len(req.ids) + extra, "window": window,
                         "dropped_tokens": drop}
-            runnable.append((i, ids, start, info))
-        runnable.sort(key=lambda r: len(r[1]))
+            runnable.append(_Row(i, ids, start, info, req.branches))
+        runnable.sort(key=lambda r: r.width)
         hooks: list[Any] = []
         captured: list[Any] = []
         original_attn = getattr(model.config, "_attn_implementation", None) or "sdpa"
@@ -304,31 +342,18 @@ class HFBackend(Backend):
             for begin in range(0, len(runnable), max(1, batch_size)):
                 batch = runnable[begin : begin + max(1, batch_size)]
                 captured.clear()
-                width = max(len(r[1]) for r in batch)
-                ids_t = torch.full((len(batch), width), self.tokenizer.pad_token_id, dtype=torch.long)
-                mask = torch.zeros((len(batch), width), dtype=torch.long)
-                for row, (_, ids, _, _) in enumerate(batch):
-                    ids_t[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
-                    mask[row, : len(ids)] = 1
                 with torch.inference_mode():
-                    out = model(input_ids=ids_t.to(self.device), attention_mask=mask.to(self.device),
-                                output_hidden_states=True, use_cache=False, logits_to_keep=1)
+                    out = model(**self._packed_inputs(batch), output_hidden_states=True, use_cache=False,
+                                logits_to_keep=1)
                     hidden = out.hidden_states
                     if icr and (len(captured) != n_states - 1 or any(a is None for a in captured)):
                         raise HaldetError("this model did not expose attention weights for ICR features",
                                           where=f"model {self.name}",
                                           hint="drop the icr feature group (features.groups)")
-                    for row, (i, ids, start, info) in enumerate(batch):
-                        end = len(ids)
-                        res = ForwardOutput(key=requests[i].key, n_tokens=end, window=info)
-                        if logprobs:
-                            res.token_logprobs, res.token_entropies = self._token_stats(hidden[-1][row], ids, start)
-                        for name in poolings:
-                            res.pooled[name] = _pool(hidden, chosen, row, start, end, name)
-                        if icr:
-                            res.icr = icr_features([h[row].float() for h in hidden], [a[row] for a in captured],
-                                                   start, end)
-                        outputs[i] = res
+                    for row, r in enumerate(batch):
+                        outputs[r.index] = self._row_output(requests[r.index].key, r, row, hidden, captured, chosen,
+                                                            poolings=poolings, logprobs=logprobs, icr=icr,
+                                                            branch_pooling=branch_pooling)
                 if progress is not None:
                     progress(len(batch))
         finally:
@@ -337,6 +362,70 @@ class HFBackend(Backend):
             if icr and original_attn != "eager":
                 model.set_attn_implementation(original_attn)
         return [o for o in outputs if o is not None]
+
+    def _row_output(self, key: str, r: _Row, row: int, hidden: Sequence[Any], captured: Sequence[Any],
+                    chosen: list[int], *, poolings: Sequence[str], logprobs: bool, icr: bool,
+                    branch_pooling: str) -> ForwardOutput:
+        """One request's results from its row of a batch: answer-span statistics, then each branch pooled."""
+        start, end = r.start, len(r.ids)
+        res = ForwardOutput(key=key, n_tokens=end, window=r.info)
+        if end > start:
+            if logprobs:
+                res.token_logprobs, res.token_entropies = self._token_stats(hidden[-1][row], r.ids, start)
+            for name in poolings:
+                res.pooled[name] = _pool(hidden, chosen, row, start, end, name)
+            if icr:
+                res.icr = icr_features([h[row].float() for h in hidden], [a[row] for a in captured], start, end)
+        offset = end
+        for name, suffix in r.branches.items():
+            res.branch_states[name] = _pool(hidden, chosen, row, offset, offset + len(suffix), branch_pooling)
+            offset += len(suffix)
+        return res
+
+    def _packed_inputs(self, rows: Sequence[_Row]) -> dict[str, Any]:
+        """Right-padded ids (positions are the natural ones). Rows with branches are packed as
+        ids + branch 1 + branch 2 ...: explicit positions (each branch continues from len(ids)) and a 4D additive
+        mask in which a branch token sees the sequence and its own branch only (a padding token sees itself)."""
+        import torch
+
+        width = max(r.width for r in rows)
+        ids_t = torch.full((len(rows), width), self.tokenizer.pad_token_id, dtype=torch.long)
+        segment = torch.full((len(rows), width), -1, dtype=torch.long)  # 0 = sequence, k = branch k, -1 = pad
+        positions = torch.zeros((len(rows), width), dtype=torch.long)
+        for row, r in enumerate(rows):
+            seq, seg, pos = list(r.ids), [0] * len(r.ids), list(range(len(r.ids)))
+            for k, suffix in enumerate(r.branches.values(), start=1):
+                seq += suffix
+                seg += [k] * len(suffix)
+                pos += range(len(r.ids), len(r.ids) + len(suffix))
+            ids_t[row, : len(seq)] = torch.tensor(seq, dtype=torch.long)
+            segment[row, : len(seq)] = torch.tensor(seg, dtype=torch.long)
+            positions[row, : len(seq)] = torch.tensor(pos, dtype=torch.long)
+        if not any(r.branches for r in rows):
+            return {"input_ids": ids_t.to(self.device), "attention_mask": (segment >= 0).long().to(self.device)}
+        index = torch.arange(width)
+        query, key = segment[:, :, None], segment[:, None, :]
+        allowed = (index[None, :] <= index[:, None]) & (key >= 0) & ((key == 0) | (key == query))
+        allowed |= torch.eye(width, dtype=torch.bool)
+        mask = torch.zeros(allowed.shape, dtype=self.dtype).masked_fill(~allowed, torch.finfo(self.dtype).min)
+        return {"input_ids": ids_t.to(self.device), "attention_mask": mask[:, None].to(self.device),
+                "position_ids": positions.to(self.device)}
+
+    def _forward_unpacked(self, requests: list[ForwardRequest], **kwargs: Any) -> list[ForwardOutput]:
+        """Branches as separate sequences (ids + suffix, the suffix pooled): same results, more compute."""
+        pooling = kwargs.pop("branch_pooling")
+        main = self.forward([replace(r, branches={}) for r in requests], **kwargs)
+        branch_requests = [ForwardRequest(ids=r.ids + suffix, start=len(r.ids), key=f"{i}\x00{name}")
+                           for i, r in enumerate(requests) for name, suffix in r.branches.items()]
+        kwargs.update(poolings=[pooling], logprobs=False, icr=False)
+        for out in self.forward(branch_requests, **kwargs):
+            index, _, name = out.key.partition("\x00")
+            target = main[int(index)]
+            if pooling in out.pooled:
+                target.branch_states[name] = out.pooled[pooling]
+            if out.window is not None and target.window is None:
+                target.window = out.window
+        return main
 
     def _attention_modules(self) -> list[Any]:
         """The self-attention module of every decoder layer, in order."""
@@ -352,8 +441,7 @@ class HFBackend(Backend):
 
         head = self.model.get_output_embeddings()
         logits = head(last_hidden[start - 1 : len(ids) - 1]).float()
-        cap = getattr(getattr(self.model.config, "get_text_config", lambda: self.model.config)(),
-                      "final_logit_softcapping", None)
+        cap = getattr(self._text_config(), "final_logit_softcapping", None)
         if cap:
             logits = torch.tanh(logits / cap) * cap
         logp = torch.log_softmax(logits, dim=-1)

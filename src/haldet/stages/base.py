@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 from haldet.backends.base import Backend
 from haldet.config import RunConfig
 from haldet.schema import Generation, Instance
+from haldet.signals import Signal
 from haldet.store import CellStore
 
 Progress = Callable[[str, int], Callable[[int], None]]  # (description, total) -> advance(n)
@@ -52,6 +53,8 @@ class CellContext:
     store: CellStore
     backend_factory: Callable[[], Backend]
     progress: Progress = no_progress
+    # the signals the selected detectors read: stages compute only those parts (None = everything configured)
+    signals: frozenset[Signal] | None = None
     timings: dict[str, float] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
     _backend: Backend | None = None

@@ -38,6 +38,17 @@ ARRAY_SIGNALS: dict[Signal, tuple[str, str]] = {
 }
 
 
+def feature_groups_for(signals: Iterable[Signal]) -> set[str]:
+    """Feature groups (`features.groups`) that hold these signals."""
+    return {ARRAY_SIGNALS[s][1] for s in signals if s in ARRAY_SIGNALS and SIGNAL_STAGE[s] == "features"}
+
+
+def hidden_poolings_for(signals: Iterable[Signal]) -> set[str]:
+    """Poolings of the `hidden` group (`features.pooling`) that these signals read."""
+    return {pooling for signal, pooling in ((Signal.HIDDEN_MEAN, "mean"), (Signal.HIDDEN_LAST, "last"))
+            if signal in set(signals)}
+
+
 def stage_class(name: str) -> type[Stage]:
     try:
         module, _, attr = STAGE_CLASSES[name].partition(":")

@@ -3,8 +3,9 @@
 All K answers of a prompt come from one batched `generate` call (`num_return_sequences`); each sample row has its
 own seed derived from (sample.seed, item id, sample index), so an item's samples are identical whichever batch it
 lands in, including after a resume. Each sample keeps its token ids, its sequence log-likelihood under the model
-(sum of token log-probs at temperature 1, and the token count), and, when `sample.hidden_layer` is set, the pooled
-hidden state of that layer from a teacher-forced pass over the exact sample ids (EigenScore reads it).
+(sum of token log-probs at temperature 1, and the token count), and, when `sample.hidden_layer` is set and a
+selected detector reads it (EigenScore), the pooled hidden state of that layer from a teacher-forced pass over the
+exact sample ids (the K samples packed as branches of one row per item, so the prompt is read once).
 
 Record: {id, key, samples: [K texts], token_ids: [K lists], logliks: [[sum, n], ...], finish: [K],
 sanitised_logits, hidden_layer, hidden_pooling, shard (or null), seconds}.
@@ -20,6 +21,7 @@ import numpy as np
 
 from haldet.backends.base import ForwardRequest
 from haldet.config import digest, stage_key
+from haldet.signals import Signal
 from haldet.stages.base import Item, Stage
 
 
@@ -31,11 +33,16 @@ def item_seed(seed: int, item_id: str) -> int:
 class SampleStage(Stage):
     name = "sample"
 
+    def hidden_layer(self) -> int | None:
+        """The layer whose per-sample state is stored: the configured one, if a selected detector reads it."""
+        wanted = self.ctx.signals is None or Signal.SAMPLE_HIDDEN in self.ctx.signals
+        return self.ctx.config.sample.hidden_layer if wanted else None
+
     def key(self, item: Item) -> str:
         cfg = self.ctx.config.sample
+        layer = self.hidden_layer()
         return stage_key(self.name, self.ctx.backend.fingerprint(), item.prompt, cfg.k, cfg.temperature, cfg.top_p,
-                         cfg.seed, cfg.max_new_tokens, cfg.hidden_layer,
-                         cfg.hidden_pooling if cfg.hidden_layer is not None else None)
+                         cfg.seed, cfg.max_new_tokens, layer, cfg.hidden_pooling if layer is not None else None)
 
     def items_per_batch(self) -> int:
         cfg = self.ctx.config.sample
@@ -48,9 +55,10 @@ class SampleStage(Stage):
         outputs = backend.sample([item.prompt for item in batch], k=cfg.k, temperature=cfg.temperature,
                                  top_p=cfg.top_p, seeds=[item_seed(cfg.seed, item.id) for item in batch],
                                  max_new_tokens=cfg.max_new_tokens, batch_size=cfg.batch_size)
+        layer = self.hidden_layer()
         hidden: dict[str, np.ndarray] = {}
-        if cfg.hidden_layer is not None:
-            hidden = self._hidden(batch, outputs)
+        if layer is not None:
+            hidden = self._hidden(batch, outputs, layer)
         shard = (self.ctx.store.arrays(self.name).write({i: {"sample_hidden": h} for i, h in hidden.items()})
                  if hidden else None)
         per_item = (time.perf_counter() - start) / max(1, len(batch))
@@ -63,32 +71,34 @@ class SampleStage(Stage):
                 "logliks": [[float(np.sum(o.token_logprobs)), len(o.token_ids)] for o in outs],
                 "finish": [o.finish_reason for o in outs],
                 "sanitised_logits": int(sum(o.extra.get("sanitised_logits", 0) for o in outs)),
-                "hidden_layer": cfg.hidden_layer,
-                "hidden_pooling": cfg.hidden_pooling if cfg.hidden_layer is not None else None,
+                "hidden_layer": layer,
+                "hidden_pooling": cfg.hidden_pooling if layer is not None else None,
                 "shard": shard if item.id in hidden else None,
                 "seconds": per_item,
             })
         return records
 
-    def _hidden(self, batch: list[Item], outputs: list[list[Any]]) -> dict[str, np.ndarray]:
-        """[K, D] pooled state of the configured layer per item; NaN rows for empty samples."""
+    def _hidden(self, batch: list[Item], outputs: list[list[Any]], layer: int) -> dict[str, np.ndarray]:
+        """[K, D] pooled state of the layer per item; NaN rows for empty samples. The K samples are branches of one
+        row (prompt + sample 1 + ... + sample K, each sample seeing the prompt and itself): the prompt is read
+        once per item, not K times."""
         cfg = self.ctx.config.sample
         backend = self.ctx.backend
         requests = []
         for item, outs in zip(batch, outputs, strict=True):
             prompt_ids = backend.encode_prompt(item.prompt)
-            for j, o in enumerate(outs):
-                if o.token_ids:
-                    requests.append(ForwardRequest(ids=prompt_ids + o.token_ids, start=len(prompt_ids),
-                                                   key=f"{item.id}\x00{j}"))
-        layer = cfg.hidden_layer if cfg.hidden_layer is not None else -1
-        results = backend.forward(requests, layers=[layer], poolings=[cfg.hidden_pooling],
-                                  logprobs=False, icr=False, batch_size=self.ctx.config.features.batch_size)
-        by_key = {r.key: r.pooled[cfg.hidden_pooling][0] for r in results if cfg.hidden_pooling in r.pooled}
-        dim = next(iter(by_key.values())).shape[-1] if by_key else 0
+            branches = {str(j): list(o.token_ids) for j, o in enumerate(outs) if o.token_ids}
+            if branches:
+                requests.append(ForwardRequest(ids=prompt_ids, start=len(prompt_ids), key=item.id, branches=branches))
+        results = backend.forward(requests, layers=[layer], poolings=[], logprobs=False, icr=False,
+                                  batch_size=self.ctx.config.features.batch_size, branch_pooling=cfg.hidden_pooling)
+        states = {r.key: r.branch_states for r in results}
+        dim = next((v.shape[-1] for st in states.values() for v in st.values()), 0)
         out: dict[str, np.ndarray] = {}
         for item, outs in zip(batch, outputs, strict=True):
-            rows = [by_key.get(f"{item.id}\x00{j}", np.full(dim, np.nan, dtype=np.float32)) for j in range(len(outs))]
+            got = states.get(item.id, {})
+            rows = [got[str(j)][0] if str(j) in got else np.full(dim, np.nan, dtype=np.float32)
+                    for j in range(len(outs))]
             if dim:
                 out[item.id] = np.stack(rows)
         return out
