@@ -15,7 +15,7 @@ from haldet.backends.hf import HFBackend
 from haldet.config import RunConfig
 from haldet.schema import Instance
 from haldet.signals import Signal
-from haldet.stages.auxiliary import answer_candidates, p_true_from_logprobs
+from haldet.stages.auxiliary import AuxiliaryStage, answer_candidates, p_true_from_logprobs
 from haldet.stages.base import CellContext, Item
 from haldet.stages.generate import GenerateStage, attach_generations
 from haldet.stages.loader import EvidenceLoader, ensure_stages, evidence_key
@@ -222,6 +222,11 @@ def test_stages_compute_only_what_the_selected_detectors_read(tmp_path, backend,
     assert wider.counts == {"sample_computed": 2, "features_computed": 2}
     assert all(set(r["arrays"]) == {"hidden_last", "ccs"} for r in recs["features"].values())
     assert all(r["shard"] and r["hidden_layer"] == -1 for r in recs["sample"].values())
+    # the auxiliary stage asks only the queries read: verbalized confidence without self-evaluation
+    wider.signals = detector_signals(["verbalized"])
+    recs = ensure_stages(wider, items, ["auxiliary"])
+    assert AuxiliaryStage(wider).queries() == (True, False)
+    assert all(r["verbalized"] is not None and r["self_eval_text"] is None for r in recs["auxiliary"].values())
 
 
 def test_loader_returns_documented_formats(tmp_path, backend, items):

@@ -8,6 +8,7 @@ Two queries per item, both built from the clean task prompt (the rendered user t
   spellings divided by the mass on "True" plus "False" spellings (normalised over the two). The greedy verdict
   text is stored as the fallback (`self_eval_text`).
 Both use the same greedy generate call that also yields the first-step distribution, so P(True) costs no extra pass.
+Only the queries a selected detector reads are asked (`AuxiliaryStage.queries`).
 
 Record: {id, key, verbalized, verbalized_value, self_eval_text, p_true, logp_true, logp_false, seconds}.
 """
@@ -20,6 +21,7 @@ from typing import Any
 
 from haldet.config import stage_key
 from haldet.prompts import user_message
+from haldet.signals import Signal
 from haldet.stages.base import Item, Stage
 from haldet.stages.generate import GenerateStage
 
@@ -83,11 +85,17 @@ def _parse_confidence(text: str) -> float | None:
 class AuxiliaryStage(Stage):
     name = "auxiliary"
 
+    def queries(self) -> tuple[bool, bool]:
+        """(verbalized, self-evaluation): the configured queries that a selected detector reads."""
+        cfg, signals = self.ctx.config.auxiliary, self.ctx.signals
+        return (cfg.verbalized and (signals is None or Signal.VERBALIZED in signals),
+                cfg.self_eval and (signals is None or Signal.SELF_EVAL in signals))
+
     def key(self, item: Item) -> str:
         cfg = self.ctx.config.auxiliary
         gen_key = GenerateStage(self.ctx).key(item)
         return stage_key(self.name, self.ctx.backend.fingerprint(), item.prompt, gen_key, PROMPT_VERSION,
-                         cfg.verbalized, cfg.self_eval, cfg.max_new_tokens)
+                         *self.queries(), cfg.max_new_tokens)
 
     def items_per_batch(self) -> int:
         return self.ctx.config.auxiliary.batch_size * 2
@@ -100,18 +108,19 @@ class AuxiliaryStage(Stage):
 
     def compute(self, batch: list[Item]) -> list[dict[str, Any]]:
         cfg = self.ctx.config.auxiliary
+        verbalized, self_eval = self.queries()
         backend = self.ctx.backend
         start = time.perf_counter()
         records: list[dict[str, Any]] = [{"id": item.id, "verbalized": None, "verbalized_value": None,
                                           "self_eval_text": None, "p_true": None, "logp_true": None,
                                           "logp_false": None} for item in batch]
-        if cfg.verbalized:
+        if verbalized:
             outs = backend.generate([self._prompt(VERBALIZED_SYSTEM, VERBALIZED_USER, item) for item in batch],
                                     max_new_tokens=cfg.max_new_tokens, batch_size=cfg.batch_size)
             for rec, out in zip(records, outs, strict=True):
                 rec["verbalized"] = out.text
                 rec["verbalized_value"] = _parse_confidence(out.text)
-        if cfg.self_eval:
+        if self_eval:
             true_ids, false_ids = answer_candidates(backend.tokenizer)  # type: ignore[attr-defined]
             outs = backend.candidate_logprobs(
                 [self._prompt(SELF_EVAL_SYSTEM, SELF_EVAL_USER, item) for item in batch], true_ids + false_ids,
