@@ -126,6 +126,34 @@ def test_seeded_sampling_is_reproducible_across_batches(backend, prompts):
         assert len(o.token_logprobs) == len(o.token_ids) and all(lp <= 0 for lp in o.token_logprobs)
 
 
+def test_shared_prompt_cache_samples_equal_the_uncached_path(backend, prompts):
+    """The K rows reuse one prefill of the prompt; the samples and their log-probs are those of plain
+    `num_return_sequences` generation with the same per-row seeds."""
+    from transformers import GenerationConfig, LogitsProcessorList
+
+    from haldet.backends.hf import _row_seed, _sampler_class
+
+    k, seeds = 3, [5, 6]
+    cached = backend.sample(prompts, k=k, temperature=1.0, top_p=0.9, seeds=seeds, max_new_tokens=8, batch_size=6)
+    encoded = [backend.encode_prompt(p) for p in prompts]
+    order = sorted(range(len(prompts)), key=lambda i: len(encoded[i]))
+    ids, mask = backend._left_pad([encoded[i] for i in order])
+    config = GenerationConfig(do_sample=True, temperature=1.0, top_p=1.0, top_k=0, num_return_sequences=k,
+                              max_new_tokens=8, output_logits=True, return_dict_in_generate=True,
+                              pad_token_id=backend.tokenizer.pad_token_id, eos_token_id=sorted(backend.stop_ids))
+    sampler = _sampler_class()([_row_seed(seeds[i], j) for i in order for j in range(k)], 1.0, 0.9, "cpu")
+    with torch.inference_mode():
+        out = backend.model.generate(input_ids=ids, attention_mask=mask, generation_config=config,
+                                     logits_processor=LogitsProcessorList([sampler]))
+    new = out.sequences[:, ids.shape[1]:]
+    logprobs = torch.log_softmax(torch.stack(out.logits, 1).float(), -1).gather(-1, new[..., None])[..., 0]
+    for pos, i in enumerate(order):
+        for j in range(k):
+            ref = backend._finish(new[pos * k + j].tolist(), logprobs[pos * k + j].tolist())
+            assert cached[i][j].token_ids == ref.token_ids
+            np.testing.assert_allclose(cached[i][j].token_logprobs, ref.token_logprobs, atol=1e-4)
+
+
 def test_sampler_sanitises_non_finite_logits_and_respects_top_p():
     from haldet.backends.hf import _sampler_class
 
@@ -215,6 +243,8 @@ def test_stages_compute_only_what_the_selected_detectors_read(tmp_path, backend,
     assert all(set(r["arrays"]) == {"hidden_last"} and r["groups"] == ["hidden"] for r in recs["features"].values())
     assert all(r["shard"] is None and r["hidden_layer"] is None for r in recs["sample"].values())
     assert SampleStage(ctx).hidden_layer() is None
+    assert FeatureStage(ctx).unread_parts() == ["group sep", "group ccs", "group prism", "group icr", "pooling mean"]
+    assert SampleStage(ctx).unread_parts() == ["per-sample hidden state"]
     # adding a detector that reads more recomputes the stage it needs, with the new part
     wider = _cell(tmp_path, backend, features={"groups": ["hidden", "sep", "ccs", "prism", "icr"]})
     wider.signals = detector_signals(["saplma", "lexical_similarity", "eigenscore", "ccs"])

@@ -49,6 +49,7 @@ def test_sample_stage_killed_midway_resumes_exactly(tmp_path):
     ids = [r["id"] for r in records]
     assert len(ids) == len(set(ids)) == N_ITEMS  # nothing duplicated, nothing missing
     assert summary[0]["computed"] == N_ITEMS - killed_with
+    assert summary[0]["not_computed"] == []  # the default detectors include EigenScore: states are read
     assert all(len(r["samples"]) == 2 and r["shard"] for r in records)
 
     report = run_cli("inspect", str(run_dir), "--json")

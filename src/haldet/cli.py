@@ -300,6 +300,10 @@ def _stage_command(run_dir: Path, stage: str, overrides: dict[str, dict[str, Any
     for s in summaries:
         console.print(f"{stage} {s['dataset']} | {s['model']}: {s['computed']} of {s['items']} items computed "
                       f"({s['seconds']} s); the rest were cached", highlight=False)
+        if s["not_computed"]:
+            console.print(f"[yellow]not computed, no detector of this run reads them: {', '.join(s['not_computed'])}"
+                          f"[/yellow] (add the detectors that do: `haldet run --out {run_dir} --update --detector "
+                          f"...`)", highlight=False)
 
 
 @app.command()

@@ -6,8 +6,9 @@ is built from the same config without its quantization config, given the state d
 take well under a second.
 Generation is greedy, left-padded and length-bucketed: prompts are sorted by token length and batched, so a
 batch wastes little compute on padding; outputs are returned in input order.
-Sampling draws K answers per prompt in one `generate` call (`num_return_sequences`), each row with its own seeded
-generator (`SeededSampler`), so samples are reproducible whatever the batch composition.
+Sampling draws K answers per prompt in one `generate` call over K rows per prompt, each row with its own seeded
+generator (`SeededSampler`), so samples are reproducible whatever the batch composition; the prompt is read once
+and its KV cache repeated for the K rows (`_prompt_cache`).
 `forward` is the teacher-forced pass over exact token ids (right-padded, so positions are the natural ones):
 log-probs and entropies of the answer tokens, pooled hidden states, and ICR features from attentions captured by
 hooks (eager attention only for that pass).
@@ -235,7 +236,7 @@ class HFBackend(Backend):
         order = sorted(range(len(prompts)), key=lambda i: len(encoded[i]))
         results: list[list[GenOutput] | None] = [None] * len(prompts)
         # temperature/top-p are applied by the seeded sampler itself; the built-in warpers are switched off
-        config = GenerationConfig(do_sample=True, temperature=1.0, top_p=1.0, top_k=0, num_return_sequences=k,
+        config = GenerationConfig(do_sample=True, temperature=1.0, top_p=1.0, top_k=0,
                                   max_new_tokens=max_new_tokens, output_logits=True, return_dict_in_generate=True,
                                   pad_token_id=self.tokenizer.pad_token_id, eos_token_id=sorted(self.stop_ids))
         per_call = max(1, batch_size // k)
@@ -246,8 +247,10 @@ class HFBackend(Backend):
             row_seeds = [_row_seed(seeds[i], j) for i in batch for j in range(k)]
             sampler = sampler_cls(row_seeds, temperature, top_p, self.device)
             with torch.inference_mode():
-                out = model.generate(input_ids=input_ids, attention_mask=attention, generation_config=config,
-                                     logits_processor=LogitsProcessorList([sampler]))
+                cache = self._prompt_cache(input_ids, attention, k)
+                out = model.generate(input_ids=input_ids.repeat_interleave(k, dim=0),
+                                     attention_mask=attention.repeat_interleave(k, dim=0), past_key_values=cache,
+                                     generation_config=config, logits_processor=LogitsProcessorList([sampler]))
             new_tokens = out.sequences[:, input_ids.shape[1]:]
             # the model's own log-probs (raw logits, temperature 1): the sequence likelihood detectors want
             logits = torch.stack(out.logits, dim=1).float()
@@ -261,6 +264,22 @@ class HFBackend(Backend):
             if progress is not None:
                 progress(len(batch))
         return [r for r in results if r is not None]
+
+    def _prompt_cache(self, input_ids: Any, attention: Any, k: int) -> Any:
+        """KV cache of the left-padded prompts minus their last token, computed once and repeated for K rows each:
+        the K samples of a prompt read it once (generate then starts at the last prompt token). Positions are the
+        ones generate derives from the attention mask, so the continuation is the same as without the cache."""
+        from transformers import DynamicCache
+
+        if input_ids.shape[1] < 2:
+            return None
+        cache = DynamicCache(config=self.model.config)
+        head, mask = input_ids[:, :-1], attention[:, :-1]
+        positions = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 0)
+        self.model(input_ids=head, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True,
+                   logits_to_keep=1)
+        cache.batch_repeat_interleave(k)
+        return cache
 
     def candidate_logprobs(self, prompts: list[str], candidates: Sequence[int], *, max_new_tokens: int,
                            batch_size: int, progress: Any = None) -> list[GenOutput]:

@@ -91,6 +91,13 @@ class AuxiliaryStage(Stage):
         return (cfg.verbalized and (signals is None or Signal.VERBALIZED in signals),
                 cfg.self_eval and (signals is None or Signal.SELF_EVAL in signals))
 
+    def unread_parts(self) -> list[str]:
+        cfg = self.ctx.config.auxiliary
+        verbalized, self_eval = self.queries()
+        return ([name for name, configured, asked in (("verbalized confidence", cfg.verbalized, verbalized),
+                                                       ("self-evaluation", cfg.self_eval, self_eval))
+                 if configured and not asked])
+
     def key(self, item: Item) -> str:
         cfg = self.ctx.config.auxiliary
         gen_key = GenerateStage(self.ctx).key(item)

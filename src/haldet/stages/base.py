@@ -77,6 +77,10 @@ class Stage:
     def key(self, item: Item) -> str:
         raise NotImplementedError
 
+    def unread_parts(self) -> list[str]:
+        """Configured parts of this stage that no selected detector reads, so they are not computed."""
+        return []
+
     def items_per_batch(self) -> int:
         """Items computed (and appended, and advanced on the progress bar) together."""
         return 32

@@ -73,7 +73,8 @@ def cells(store: RunStore, config: RunConfig, progress: Progress) -> list[tuple[
 
 def run_stage(run_dir: Path, stage: str, *, overrides: dict[str, dict[str, Any]] | None = None,
               progress: Progress = no_progress) -> list[dict[str, Any]]:
-    """Compute `stage` (after any missing `generate` records) for every item of every cell; one summary per cell."""
+    """Compute `stage` (after any missing `generate` records) for every item of every cell; one summary per cell.
+    As in a run, only the parts the run's detectors read are computed; `not_computed` names the others."""
     from haldet.stages.generate import GenerateStage, attach_generations
 
     store = RunStore(run_dir)
@@ -81,10 +82,11 @@ def run_stage(run_dir: Path, stage: str, *, overrides: dict[str, dict[str, Any]]
     summaries = []
     for ctx, items in cells(store, config, progress):
         attach_generations(items, GenerateStage(ctx).ensure(items))
-        stage_class(stage)(ctx).ensure(items)
+        runner = stage_class(stage)(ctx)
+        runner.ensure(items)
         summaries.append({"dataset": ctx.dataset, "model": ctx.model, "items": len(items),
                           "computed": ctx.counts.get(f"{stage}_computed", 0),
-                          "seconds": round(ctx.timings.get(stage, 0.0), 3)})
+                          "seconds": round(ctx.timings.get(stage, 0.0), 3), "not_computed": runner.unread_parts()})
     return summaries
 
 

@@ -65,6 +65,14 @@ class FeatureStage(Stage):
             return sorted(configured)
         return sorted(set(configured) & hidden_poolings_for(self.ctx.signals))
 
+    def unread_parts(self) -> list[str]:
+        cfg = self.ctx.config.features
+        groups = self.groups()
+        unread = [f"group {g}" for g in cfg.groups if g not in groups]
+        if "hidden" in groups:
+            unread += [f"pooling {p}" for p in cfg.pooling if p not in self.poolings()]
+        return unread
+
     def key(self, item: Item) -> str:
         cfg = self.ctx.config.features
         gen_key = GenerateStage(self.ctx).key(item)

@@ -1,8 +1,8 @@
 """The `sample` stage: K stochastic answers per item from the stored prompt (paper 4.1 and appendix E.1).
 
-All K answers of a prompt come from one batched `generate` call (`num_return_sequences`); each sample row has its
-own seed derived from (sample.seed, item id, sample index), so an item's samples are identical whichever batch it
-lands in, including after a resume. Each sample keeps its token ids, its sequence log-likelihood under the model
+All K answers of a prompt come from one batched `generate` call (K rows sharing the prompt's KV cache, computed
+once); each sample row has its own seed derived from (sample.seed, item id, sample index), so an item's samples
+are identical whichever batch it lands in, including after a resume. Each sample keeps its token ids, its sequence log-likelihood under the model
 (sum of token log-probs at temperature 1, and the token count), and, when `sample.hidden_layer` is set and a
 selected detector reads it (EigenScore), the pooled hidden state of that layer from a teacher-forced pass over the
 exact sample ids (the K samples packed as branches of one row per item, so the prompt is read once).
@@ -37,6 +37,10 @@ class SampleStage(Stage):
         """The layer whose per-sample state is stored: the configured one, if a selected detector reads it."""
         wanted = self.ctx.signals is None or Signal.SAMPLE_HIDDEN in self.ctx.signals
         return self.ctx.config.sample.hidden_layer if wanted else None
+
+    def unread_parts(self) -> list[str]:
+        unread = self.ctx.config.sample.hidden_layer is not None and self.hidden_layer() is None
+        return ["per-sample hidden state"] if unread else []
 
     def key(self, item: Item) -> str:
         cfg = self.ctx.config.sample
