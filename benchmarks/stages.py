@@ -4,8 +4,8 @@ generation), and the bytes per item each stage stores at the defaults.
 
 Runs the real stages (`Stage.ensure`) with every part computed (all feature groups and layers, the per-sample
 hidden state), whatever a run's detectors would read, in a fresh temporary cell, so timings include batching,
-hashing, HDF5 and JSONL writes. Prints JSON at the end; with --partial FILE, also rewrites FILE after every stage (the cheap stages
-run first, so a slow machine still yields the features/generate ratio).
+hashing, HDF5 and JSONL writes. Prints JSON at the end; with --partial FILE, also rewrites FILE after every
+stage (the cheap stages run first, so a slow machine still yields the features/generate ratio).
 Usage: python benchmarks/stages.py [--n 50] [--max-new-tokens 64] [--model smollm2-135m] [--partial out.json]
 """
 

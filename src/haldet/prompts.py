@@ -182,10 +182,6 @@ def build_messages(instance: Instance, system_prompt: str, demos: list[Instance]
     return PromptBuilder(config).messages(instance, demos or [])
 
 
-def user_message(instance: Instance) -> str:
-    return PromptBuilder().user_message(instance)
-
-
 def demo_pool_size(n_shots: int) -> int:
     """Rows loaded past the evaluated limit to draw demos from (0 without few-shot)."""
     return max(32, 8 * n_shots) if n_shots > 0 else 0

@@ -1,6 +1,7 @@
 """The `auxiliary` stage: the model's own view of its answer (paper appendix E.1), greedy and cached.
 
-Two queries per item, both built from the clean task prompt (the rendered user turn) and the generated answer:
+Two queries per item, both built from the clean task prompt (the user turn rendered with the run's templates) and
+the generated answer:
 - verbalized confidence: the model is asked for one number in [0, 1]; the raw reply is stored (`verbalized`) and,
   parsed by `haldet.confidence.parse_confidence`, as `verbalized_value` (None when no number is found);
 - self-evaluation: the model is asked whether the proposed answer is True or False. P(True) is read from the
@@ -17,10 +18,11 @@ from __future__ import annotations
 
 import math
 import time
+from functools import cached_property
 from typing import Any
 
 from haldet.config import stage_key
-from haldet.prompts import user_message
+from haldet.prompts import PromptBuilder
 from haldet.signals import Signal
 from haldet.stages.base import Item, Stage
 from haldet.stages.generate import GenerateStage
@@ -85,6 +87,11 @@ def _parse_confidence(text: str) -> float | None:
 class AuxiliaryStage(Stage):
     name = "auxiliary"
 
+    @cached_property
+    def builder(self) -> PromptBuilder:
+        """The run's prompt templates (`prompt.template_dir`): the task is shown as the run showed it."""
+        return PromptBuilder(self.ctx.config.prompt)
+
     def queries(self) -> tuple[bool, bool]:
         """(verbalized, self-evaluation): the configured queries that a selected detector reads."""
         cfg, signals = self.ctx.config.auxiliary, self.ctx.signals
@@ -110,7 +117,7 @@ class AuxiliaryStage(Stage):
     def _prompt(self, system: str, user: str, item: Item) -> str:
         if item.generation is None:
             raise ValueError(f"auxiliary stage needs the generation of {item.id}")
-        text = user.format(task=user_message(item.instance), answer=item.generation.response)
+        text = user.format(task=self.builder.user_message(item.instance), answer=item.generation.response)
         return self.ctx.backend.render_chat([{"role": "system", "content": system}, {"role": "user", "content": text}])
 
     def compute(self, batch: list[Item]) -> list[dict[str, Any]]:

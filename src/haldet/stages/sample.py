@@ -2,10 +2,11 @@
 
 All K answers of a prompt come from one batched `generate` call (K rows sharing the prompt's KV cache, computed
 once); each sample row has its own seed derived from (sample.seed, item id, sample index), so an item's samples
-are identical whichever batch it lands in, including after a resume. Each sample keeps its token ids, its sequence log-likelihood under the model
-(sum of token log-probs at temperature 1, and the token count), and, when `sample.hidden_layer` is set and a
-selected detector reads it (EigenScore), the pooled hidden state of that layer from a teacher-forced pass over the
-exact sample ids (the K samples packed as branches of one row per item, so the prompt is read once).
+are identical whichever batch it lands in, including after a resume. Each sample keeps its token ids, its
+sequence log-likelihood under the model (sum of token log-probs at temperature 1, and the token count), and, when
+`sample.hidden_layer` is set and a selected detector reads it (EigenScore), the pooled hidden state of that layer
+from a teacher-forced pass over the exact sample ids (the K samples packed as branches of one row per item, so
+the prompt is read once).
 
 Record: {id, key, samples: [K texts], token_ids: [K lists], logliks: [[sum, n], ...], finish: [K],
 sanitised_logits, hidden_layer, hidden_pooling, shard (or null), seconds}.
