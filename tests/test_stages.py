@@ -13,7 +13,7 @@ import torch
 from haldet.backends.base import ForwardRequest
 from haldet.backends.hf import HFBackend
 from haldet.config import RunConfig
-from haldet.schema import Instance
+from haldet.schema import Generation, Instance
 from haldet.signals import Signal
 from haldet.stages.auxiliary import AuxiliaryStage, answer_candidates, p_true_from_logprobs
 from haldet.stages.base import CellContext, Item
@@ -285,3 +285,15 @@ def test_loader_returns_documented_formats(tmp_path, backend, items):
     # the ccs pair differs (positive vs negated statement), the sep pair too (two positions)
     ccs = load(Signal.CCS_FEATURES, ids)[0]
     assert not np.allclose(ccs[0], ccs[1])
+
+
+def test_auxiliary_shows_the_task_through_the_run_templates(tmp_path, backend, items):
+    from haldet.stages.auxiliary import VERBALIZED_SYSTEM, VERBALIZED_USER
+
+    (tmp_path / "prompt_user.j2").write_text("CUSTOM TASK >> {{ question }}")
+    ctx = _cell(tmp_path, backend, prompt={"template_dir": str(tmp_path)})
+    item = Item(instance=items[0].instance, prompt=items[0].prompt,
+                generation=Generation(id=items[0].id, prompt=items[0].prompt, response="Paris", token_ids=[1],
+                                      token_logprobs=[-0.1], finish_reason="stop", n_tokens=1, model="m"))
+    prompt = AuxiliaryStage(ctx)._prompt(VERBALIZED_SYSTEM, VERBALIZED_USER, item)
+    assert f"CUSTOM TASK >> {QUESTIONS[0]}" in prompt and "Proposed answer: Paris" in prompt
