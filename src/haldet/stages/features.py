@@ -24,14 +24,17 @@ ccs [2, n_layers, D]; prism [n_layers, D]; icr [L, F] (`ICR_COLUMNS`).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from haldet.backends.base import ForwardOutput, ForwardRequest
 from haldet.config import stage_key
+from haldet.signals import Signal
 from haldet.stages.base import Item, Stage
 from haldet.stages.generate import GenerateStage
+from haldet.stages.loader import feature_groups_for, hidden_poolings_for
 
 STATEMENT_VERSION = "stmt-v2"  # bump when the statement wording changes: it is part of the cache key
 
@@ -50,20 +53,16 @@ class FeatureStage(Stage):
 
     def groups(self) -> list[str]:
         """Configured groups that the selected detectors read (all configured ones when no selection is known)."""
-        from haldet.stages.loader import feature_groups_for
-
-        configured = self.ctx.config.features.groups
-        if self.ctx.signals is None:
-            return sorted(configured)
-        return sorted(set(configured) & feature_groups_for(self.ctx.signals))
+        return self._read(self.ctx.config.features.groups, feature_groups_for)
 
     def poolings(self) -> list[str]:
-        from haldet.stages.loader import hidden_poolings_for
+        """Configured poolings of the `hidden` group that the selected detectors read."""
+        return self._read(self.ctx.config.features.pooling, hidden_poolings_for)
 
-        configured = self.ctx.config.features.pooling
+    def _read(self, configured: Sequence[str], read_by: Callable[[frozenset[Signal]], set[str]]) -> list[str]:
         if self.ctx.signals is None:
             return sorted(configured)
-        return sorted(set(configured) & hidden_poolings_for(self.ctx.signals))
+        return sorted(set(configured) & read_by(self.ctx.signals))
 
     def unread_parts(self) -> list[str]:
         cfg = self.ctx.config.features
