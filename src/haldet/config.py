@@ -45,7 +45,8 @@ class SampleConfig(Section):
     top_p: float = Field(0.9, gt=0, le=1)
     seed: int = 42
     max_new_tokens: int = Field(64, ge=1)
-    batch_size: int = Field(16, ge=1)  # sequences per generate call (prompts per call = batch_size // k)
+    # sequences per generate call (prompts per call = batch_size // k); 40 was 20% faster than 16 on 2 CPU cores
+    batch_size: int = Field(40, ge=1)
     # pooled hidden state per sample, computed when EigenScore is selected: hidden-state index (-1 = last layer),
     # None = never stored
     hidden_layer: int | None = -1
