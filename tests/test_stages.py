@@ -113,6 +113,16 @@ def test_no_double_bos_and_window_overflow_is_recorded(backend, prompts, greedy,
     monkeypatch.setattr(backend, "window", lambda: 3)
     out = backend.forward([req], layers=[-1], poolings=["mean"], logprobs=True, icr=False, batch_size=1)[0]
     assert out.window["policy"] == "skipped" and out.token_logprobs is None and not out.pooled
+    # a statement that does not fit: packed, the request is skipped whole; apart, only the statement is missing
+    n_answer = len(greedy[0].token_ids)
+    monkeypatch.setattr(backend, "window", lambda: n_answer + 3)
+    req = ForwardRequest(ids=ids + greedy[0].token_ids, start=len(ids), key="x",
+                         branches={"s": backend.encode_text(" and this statement is far too long to fit")})
+    packed = backend.forward([req], layers=[-1], poolings=["mean"], logprobs=True, icr=False, batch_size=1)[0]
+    assert packed.window["policy"] == "skipped" and not packed.branch_states
+    monkeypatch.setattr(backend, "packs_branches", lambda: False)
+    apart = backend.forward([req], layers=[-1], poolings=["mean"], logprobs=True, icr=False, batch_size=1)[0]
+    assert apart.token_logprobs.shape == (n_answer,) and not apart.branch_states
 
 
 def test_seeded_sampling_is_reproducible_across_batches(backend, prompts):

@@ -153,8 +153,11 @@ class FeatureStage(Stage):
             arr["sep"] = np.stack([out.pooled["tbg"], out.pooled["slt"]])
         if "icr" in groups and out.icr is not None:
             arr["icr"] = out.icr
-        states = out.branch_states
-        if "ccs" in groups:
-            arr["ccs"] = np.stack([states["ccs_pos"], states["ccs_neg"]])
-        if "prism" in groups:
-            arr["prism"] = states["prism"]
+        for group in sorted(groups & set(GROUP_STATEMENTS)):
+            names = GROUP_STATEMENTS[group]
+            if not all(name in out.branch_states for name in names):
+                rec["invalid"][group] = "the statement does not fit in the model window"
+            elif len(names) == 1:
+                arr[group] = out.branch_states[names[0]]
+            else:  # ccs: [2, layers, D], positive then negated
+                arr[group] = np.stack([out.branch_states[name] for name in names])
