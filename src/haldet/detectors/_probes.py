@@ -25,15 +25,21 @@ from haldet.signals import Signal, SignalView
 MIN_TRAIN = 10  # fewer valid training items than this: the probe is not fitted (scores NaN with a reason)
 
 
+def unfitted_scores(n: int, problem: str) -> Scores:
+    """Every item invalid, with why the probe could not be fitted."""
+    out = Scores.empty(n)
+    for i in range(n):
+        out.invalid(i, f"probe not fitted: {problem}")
+    return out
+
+
 def probe_scores(n: int, problem: str | None, features: Callable[[], tuple[np.ndarray, np.ndarray, list[str]]],
                  predict: Callable[[np.ndarray], np.ndarray]) -> Scores:
     """Scores of a fitted probe: every item invalid when the probe could not be fitted; otherwise `predict` on the
     items with valid features, the others invalid with their reason (and a non-finite output is invalid too)."""
-    out = Scores.empty(n)
     if problem is not None:
-        for i in range(n):
-            out.invalid(i, f"probe not fitted: {problem}")
-        return out
+        return unfitted_scores(n, problem)
+    out = Scores.empty(n)
     X, ok, reasons = features()
     for i, reason in enumerate(reasons):
         if not ok[i]:
@@ -419,7 +425,6 @@ class ProbeDetector(Detector):
         self.meta["fit"] = {**self.fit_info, "problem": self.problem}
         model, scaler = self.model, self.scaler
         if model is None or scaler is None:
-            return probe_scores(len(items), self.problem or "no fitted state", lambda: self.features(items, 0),
-                                lambda X: X)
+            return unfitted_scores(len(items), self.problem or "no fitted state")
         return probe_scores(len(items), self.problem, lambda: self.features(items, self.layer),
                             lambda X: model.predict(scaler.transform(X), self.params.get("device", "auto")))
