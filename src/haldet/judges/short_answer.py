@@ -11,22 +11,37 @@ Checks, in order:
    other side is not counted (r- "York" inside r+ "New York City"; r+ "Paris" inside the repeated r- sentence);
 5. a hedge with nothing else ("I'm not sure.") -> abstention;
 6. token F1 against r+ and r- (the question's own words left out: answers and sentence-long references both
-   repeat them): the better side wins when it reaches `f1_threshold`; below it, a short-reference
-   item is a hallucination (the answer matches no acceptable answer), a long-reference item (dialogue replies,
-   free-text references) is undecided, since a paraphrase can be right with little word overlap.
+   repeat them, but negation words are always kept): the better side wins when it reaches `f1_threshold`;
+   below it, a short-reference item is a hallucination (the answer matches no acceptable answer), a
+   long-reference item (dialogue replies, free-text references) is undecided, since a paraphrase can be right
+   with little word overlap.
+Polarity is respected throughout: a phrase match preceded by a negation ("not Paris", "it's a myth that X") is
+no match, and a reference whose polarity differs from the answer's (one says "not", the other does not) is
+evidence for the other side when the words otherwise overlap: "Turkey is a member of the European Union"
+contradicts r+ "It's not true that Turkey is part of the European Union" and is a hallucination.
 Yes/no references compare the answer's leading yes/no, not any "no" anywhere in the text.
 """
 
 from __future__ import annotations
 
 from haldet.judges.base import Judge, Undecided, register
-from haldet.judges.text import contains_phrase, find_phrase, is_abstention, is_refusal, normalize, token_f1, tokens
+from haldet.judges.text import (
+    NEGATORS,
+    find_phrase,
+    is_abstention,
+    is_refusal,
+    negated,
+    normalize,
+    token_f1,
+    tokens,
+)
 from haldet.schema import Category, Generation, Instance, Label
 
 # rag/long_form/summarization references are whole responses: word overlap says little there (LLM judge)
 SHORT_TASKS = {"short_answer", "grounded_qa", "span", "multi_hop", "dialogue", "qa"}
 SHORT_REFERENCE_TOKENS = 8
 _YES_NO = {"yes", "no"}
+_FRAMING = {"it", "its", "that", "this", "true", "actually", "fact", "in", "indeed", "common", "popular", "is", "are"}
 
 
 def is_unanswerable(instance: Instance) -> bool:
@@ -35,7 +50,7 @@ def is_unanswerable(instance: Instance) -> bool:
 
 @register("rule:short_answer")
 class ShortAnswerJudge(Judge):
-    version = 2
+    version = 3
 
     def __init__(self, f1_threshold: float = 0.5) -> None:
         self.f1_threshold = f1_threshold
@@ -65,8 +80,8 @@ class ShortAnswerJudge(Judge):
         wrongs = [w for w in instance.incorrect if normalize(w)]
         if refs and all(normalize(r) in _YES_NO for r in refs):
             return self._yes_no(instance, answer, refs)
-        found_pos = [r for r in refs if contains_phrase(answer, r)]
-        found_neg = [w for w in wrongs if contains_phrase(answer, w)]
+        found_pos = [r for r in refs if affirms(answer, r)]
+        found_neg = [w for w in wrongs if affirms(answer, w)]
         # a match that only sits inside a longer match of the other side is part of that phrase, not a claim:
         # r+ "New York City" found, r- "York" inside it; or the answer repeats the sentence-long r- "X was born in
         # Paris", which merely contains r+ "Paris" (HaluEval's hallucinated answers do this)
@@ -86,18 +101,36 @@ class ShortAnswerJudge(Judge):
         if is_abstention(answer):
             return label(Category.ABSTENTION, "the answer only expresses doubt")
 
-        asked = set(tokens(instance.question))  # "The X is located in..." repeats the question: no evidence
-        best_pos, ref = max((token_f1(answer, r, asked), r) for r in refs)
-        best_neg, wrong = max(((token_f1(answer, w, asked), w) for w in wrongs), default=(0.0, ""))
+        # "The X is located in..." repeats the question: no evidence; negations always are
+        asked = set(tokens(instance.question)) - NEGATORS
+        polarity = negated(answer)
+        support: dict[bool, tuple[float, str, str]] = {True: (0.0, "", ""), False: (0.0, "", "")}
+        for text, is_ref in [(r, True) for r in refs] + [(w, False) for w in wrongs]:
+            if not _content(text, asked):
+                continue  # "Turkey is in the EU" for "Why is Turkey in the EU?": only its polarity says anything
+            same = negated(text) == polarity
+            kind = "reference" if is_ref else "known wrong answer"
+            if same:  # overlap supports that side
+                f1 = token_f1(answer, text, asked)
+                side, how = is_ref, f"token F1 {f1:.2f} with the {kind} {text!r}"
+            else:  # the same words with the opposite polarity: the answer contradicts it
+                f1 = token_f1(answer, text, asked | NEGATORS | _YES_NO)
+                side, how = not is_ref, f"the answer negates the {kind} {text!r} (token F1 {f1:.2f} besides that)"
+            if f1 > support[side][0]:
+                support[side] = (f1, text, how)
+        restated = _polarity_only(answer, asked, polarity, refs, wrongs)
+        if restated is not None and max(support[True][0], support[False][0]) < self.f1_threshold:
+            return label(restated[0], restated[1])
+        best_pos, ref, why_pos = support[True]
+        best_neg, _, why_neg = support[False]
         if max(best_pos, best_neg) >= self.f1_threshold:
             if best_pos > best_neg:
-                return label(Category.CORRECT, f"token F1 {best_pos:.2f} with the reference {ref!r} "
-                                               f"(vs {best_neg:.2f} with known wrong answers)")
+                return label(Category.CORRECT, f"{why_pos} (vs {best_neg:.2f} for the other side)")
             if best_neg > best_pos:
-                return label(Category.HALLUCINATION, f"token F1 {best_neg:.2f} with the known wrong answer "
-                                                     f"{wrong!r} (vs {best_pos:.2f} with the references)")
-            return Undecided(f"rule:short_answer: token F1 ties ({best_pos:.2f}) between a reference and a "
+                return label(Category.HALLUCINATION, f"{why_neg} (vs {best_pos:.2f} for the other side)")
+            return Undecided(f"rule:short_answer: the evidence ties ({best_pos:.2f}) between a reference and a "
                              "known wrong answer")
+        ref = ref or refs[0]
         if max(len(tokens(r)) for r in refs) <= SHORT_REFERENCE_TOKENS:
             return label(Category.HALLUCINATION,
                          f"no acceptable answer matched (best token F1 {best_pos:.2f} with {ref!r})")
@@ -115,6 +148,47 @@ class ShortAnswerJudge(Judge):
         category = Category.CORRECT if said in wanted else Category.HALLUCINATION
         return self.label(instance, category, f"the answer says {said!r}, the reference says "
                                               f"{'/'.join(sorted(wanted))!r}")
+
+
+def _polarity_only(answer: str, asked: set[str], polarity: bool, refs: list[str],
+                   wrongs: list[str]) -> tuple[Category, str] | None:
+    """An answer that only restates the question ("A uterus can grow back after a hysterectomy.") says no more
+    than yes or no: when every reference has one polarity and every known wrong answer the other, its polarity
+    decides. None when the answer says more, or the references do not split by polarity."""
+    rest = _content(answer, asked)
+    ref_pol, wrong_pol = {negated(r) for r in refs}, {negated(w) for w in wrongs}
+    if rest or len(ref_pol) != 1 or ref_pol != {not p for p in wrong_pol}:
+        return None
+    side = "negative" if polarity else "positive"
+    if polarity in ref_pol:
+        return Category.CORRECT, f"the answer restates the question in the {side} form, as every reference does"
+    return Category.HALLUCINATION, f"the answer restates the question in the {side} form, as the known wrong " \
+                                   "answers do (every reference has the opposite polarity)"
+
+
+def _content(text: str, asked: set[str]) -> list[str]:
+    """The words of a text besides the question's own words, negations, yes/no and framing words ("it is true
+    that", "in fact")."""
+    return [tok for tok in tokens(text) if tok not in asked and tok not in NEGATORS and tok not in _YES_NO
+            and tok not in _FRAMING]
+
+
+def affirms(answer: str, phrase: str) -> bool:
+    """Whether the answer contains the phrase without a negation just before it: "not Paris" and "it's a myth
+    that Turkey is in the EU" do not affirm "Paris" / "Turkey is in the EU". A leading "No," answers the
+    question, it does not negate what follows ("No, it is Paris")."""
+    hay, needle = tokens(answer), tokens(phrase)
+    if not needle:
+        return False
+    n = len(needle)
+    for start in range(len(hay) - n + 1):
+        if hay[start : start + n] != needle:
+            continue
+        before = [tok for i, tok in enumerate(hay[max(0, start - 3) : start], max(0, start - 3))
+                  if not (i == 0 and tok in _YES_NO)]
+        if not any(tok in NEGATORS for tok in before):
+            return True
+    return False
 
 
 def _inside(wrong: str, ref: str) -> bool:

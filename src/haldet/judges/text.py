@@ -33,8 +33,31 @@ def normalize(text: str) -> str:
     return " ".join(_NUMBER_WORDS.get(tok, tok) for tok in text.split())
 
 
+# Negated contractions (apostrophes already removed by `normalize`) split into verb + "not", so "can't",
+# "cannot" and "can not" are the same tokens and a negation always shows as the token "not".
+_CONTRACTIONS = {
+    "cant": ("can", "not"), "cannot": ("can", "not"), "dont": ("do", "not"), "doesnt": ("does", "not"),
+    "didnt": ("did", "not"), "isnt": ("is", "not"), "arent": ("are", "not"), "wasnt": ("was", "not"),
+    "werent": ("were", "not"), "wont": ("will", "not"), "wouldnt": ("would", "not"), "couldnt": ("could", "not"),
+    "shouldnt": ("should", "not"), "hasnt": ("has", "not"), "havent": ("have", "not"), "hadnt": ("had", "not"),
+    "mustnt": ("must", "not"), "neednt": ("need", "not"), "aint": ("is", "not"), "mightnt": ("might", "not"),
+}
+NEGATORS = frozenset({"not", "no", "never", "neither", "nor", "none", "nothing", "nobody", "nowhere", "false",
+                      "untrue", "myth", "misconception"})
+
+
 def tokens(text: str) -> list[str]:
-    return normalize(text).split()
+    """Normalised tokens with negated contractions split ("can't" -> "can", "not")."""
+    out: list[str] = []
+    for tok in normalize(text).split():
+        out += _CONTRACTIONS.get(tok, (tok,))
+    return out
+
+
+def negated(text: str) -> bool:
+    """Whether a statement is negative: it holds a negation word ("not", "no", "never", "can't", "it's a myth
+    that ..."). Coarse on purpose: used only to refuse a match between statements of opposite polarity."""
+    return any(tok in NEGATORS for tok in tokens(text))
 
 
 def token_f1(prediction: str, reference: str, ignore: frozenset[str] | set[str] = frozenset()) -> float:
@@ -79,7 +102,8 @@ _REFUSAL = re.compile(
     r"\b("
     r"i (do not|dont) (know|have ((that|this|any|enough|sufficient|reliable|specific|real time) )?(answer|"
     r"information|knowledge|data|details|context|records?))"
-    r"|(nobody|no one) (knows|can say)|(im|i am) not sure how to|i (do not|dont) know how to"
+    r"|(nobody|no one) (knows|can say)|(im|i am) not sure (how to|what to (say|answer|tell))"
+    r"|i (do not|dont) know (how to|what to (say|answer|tell))"
     r"|i (cannot|cant|can not|am unable to|m unable to|am not able to|m not able to|could not|couldnt) "
     r"(answer|say|tell|determine|provide|find|confirm|know|verify|identify|give|access|help|assist)"
     r"|(impossible|not possible) to (say|tell|know|determine|answer)"
