@@ -42,7 +42,7 @@ def by_id(instances: list[Instance]) -> dict[str, Instance]:
 
 # --- registry -------------------------------------------------------------------------------------------
 def test_registry_holds_every_openhaldet_dataset_with_its_declarations() -> None:
-    assert sorted(NAMES) == DATASETS.names()
+    assert set(NAMES) <= set(DATASETS.names())  # suite datasets (VeriGray, ...) are tested by their suites
     for name, cls in DATASETS:
         assert cls.name == name
         assert cls.scenario and cls.source and cls.license, name
@@ -416,7 +416,7 @@ def test_cli_datasets_list_json(cli: Any) -> None:
     proc = cli("datasets", "list", "--json")
     assert proc.returncode == 0, proc.stderr
     infos = {d["name"]: d for d in json.loads(proc.stdout)}
-    assert sorted(infos) == sorted(NAMES)
+    assert set(NAMES) <= set(infos)
     for info in infos.values():
         assert {"name", "scenario", "task_type", "source", "license", "offline"} <= set(info)
     assert infos["halueval_qa"]["offline"] and infos["humaneval"]["offline"] and not infos["xsum"]["offline"]
