@@ -19,7 +19,7 @@ from haldet.schema import Category, Generation, Instance, Label
 from haldet.stages.annotate import FAILED, AnnotateStage, labels_of
 from haldet.stages.base import CellContext, Item
 from haldet.store import CellStore
-from test_judges_llm import FakeOpenAI
+from mock_openai import FakeOpenAI
 
 
 @pytest.fixture(scope="module")

@@ -1,16 +1,11 @@
-"""LLM judge against a real local HTTP server (127.0.0.1) speaking the OpenAI chat-completions protocol, which
-injects 429s, 500s, timeouts, malformed JSON and bad bodies: retries happen, failures are reported, and no
+"""LLM judge against a real local HTTP server (tests/mock_openai.py) speaking the OpenAI chat-completions protocol,
+which injects 429s, 500s, timeouts, malformed JSON and bad bodies: retries happen, failures are reported, and no
 label is ever invented. Also: output parsing, prompts with the calibration examples, the local hf backend."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import threading
-import time
-from collections import Counter
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -21,102 +16,7 @@ from haldet.errors import HaldetError
 from haldet.judges.base import JudgeFailure
 from haldet.judges.llm import LLMJudge, MalformedOutput, PromptBuilder, load_templates, parse_judge_output
 from haldet.schema import Category, Generation, Instance, Label
-
-
-class FakeOpenAI:
-    """A threaded chat-completions server. Each item's answer text selects a plan: a list of actions for its
-    1st, 2nd, ... request (the last repeats). Actions: `ok:<category>`, `429`, `500`, `slow` (sleeps past the
-    client timeout), `garbage` (non-JSON reply text), `badcat` (JSON with an invalid category), `badbody`
-    (HTTP 200 whose body is not JSON), `401`."""
-
-    def __init__(self, slow_seconds: float = 1.5) -> None:
-        self.plans: dict[str, list[str]] = {}
-        self.calls: Counter[str] = Counter()
-        self.requests: list[dict[str, Any]] = []
-        self.lock = threading.Lock()
-        self.slow_seconds = slow_seconds
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                answer = server.answer_of(body["messages"])
-                with server.lock:
-                    n = server.calls[answer]
-                    server.calls[answer] += 1
-                    server.requests.append(body)
-                    plan = server.plans.get(answer, ["ok:correct"])
-                action = plan[min(n, len(plan) - 1)]
-                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-                    self.respond(action, body)  # the client may have given up (timeout): what `slow` tests
-
-            def respond(self, action: str, body: dict[str, Any]) -> None:
-                if action in ("429", "500", "401"):
-                    self.send_json(int(action), {"error": {"message": f"injected {action}", "type": "test"}},
-                                   {"retry-after": "0"} if action == "429" else {})
-                    return
-                if action == "slow":
-                    time.sleep(server.slow_seconds)
-                    action = "ok:correct"
-                if action == "badbody":
-                    raw = b"<html>502 Bad Gateway</html>"
-                    self.send_response(200)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(raw)))
-                    self.end_headers()
-                    self.wfile.write(raw)
-                    return
-                if action == "garbage":
-                    content = "Sure! I think this one is probably right."
-                elif action == "badcat":
-                    content = json.dumps({"reasoning": "hmm", "category": "partially correct"})
-                else:
-                    content = json.dumps({"reasoning": "Matches the acceptable answer.",
-                                          "category": action.split(":", 1)[1]})
-                self.send_json(200, {
-                    "id": "chatcmpl-test", "object": "chat.completion", "created": 0, "model": body["model"],
-                    "choices": [{"index": 0, "finish_reason": "stop",
-                                 "message": {"role": "assistant", "content": content}}],
-                    "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120}})
-
-            def send_json(self, status: int, obj: dict[str, Any], headers: dict[str, str] | None = None) -> None:
-                raw = json.dumps(obj).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(raw)))
-                for k, v in (headers or {}).items():
-                    self.send_header(k, v)
-                self.end_headers()
-                self.wfile.write(raw)
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self.thread.start()
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-
-    @staticmethod
-    def answer_of(messages: list[dict[str, str]]) -> str:
-        for msg in reversed(messages):
-            if msg["role"] == "user" and "Model answer:" in msg["content"]:
-                return msg["content"].rsplit("Model answer:", 1)[1].strip()
-        return ""
-
-    def reset(self) -> None:
-        with self.lock:
-            self.plans.clear()
-            self.calls.clear()
-            self.requests.clear()
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+from mock_openai import FakeOpenAI
 
 
 @pytest.fixture(scope="module")
@@ -266,3 +166,41 @@ def test_local_hf_judge_labels_or_fails_never_invents() -> None:
         else:
             assert isinstance(verdict, JudgeFailure) and verdict.attempts == 2
     assert judge.usage.calls >= 1 and judge.usage.completion_tokens > 0
+
+
+def test_dead_endpoint_trips_the_breaker_keeps_done_items_and_lists_the_rest(server: FakeOpenAI) -> None:
+    """16 items against an endpoint that hangs past the timeout: after `breaker_after` consecutive timeouts no
+    more requests are made; every item is a failure naming the breaker; nothing is labelled."""
+    server.reset()
+    server.default = "slow"
+    try:
+        judge = LLMJudge(judge_config(server, retries=4, timeout=0.3, concurrency=2, breaker_after=3))
+        pairs = [item(i, f"hang{i}") for i in range(16)]
+        out = run_all(judge, pairs)
+    finally:
+        server.default = "ok:correct"
+    assert all(isinstance(v, JudgeFailure) for v in out.values()) and len(out) == 16
+    # at most the threshold plus the requests already in flight when it opened (concurrency 2)
+    assert sum(server.calls.values()) <= 3 + 2
+    assert sum("consecutive timeouts" in v.error for v in out.values()) >= 14  # type: ignore[union-attr]
+    usage = judge.usage_report()
+    assert usage["breaker_open"] and usage["failures"] == 16 and usage["errors"]["timeout"] <= 5
+    # negative control: with a breaker too high to trip, every item would be retried to the end
+    server.reset()
+    server.plans.update({f"slow{i}": ["slow"] for i in range(2)})
+    judge = LLMJudge(judge_config(server, retries=1, timeout=0.3, concurrency=2, breaker_after=100))
+    out = run_all(judge, [item(i, f"slow{i}") for i in range(2)])
+    assert sum(server.calls.values()) == 4 and not judge.usage_report()["breaker_open"]
+
+
+def test_usage_accumulates_over_invocations() -> None:
+    from haldet.backends.openai_client import accumulate_usage
+
+    first = {"calls": 3, "retries": 1, "failures": 0, "malformed": 0, "prompt_tokens": 300, "completion_tokens": 60,
+             "seconds": 1.5, "errors": {"429": 1}, "cost_usd": 0.01, "breaker_open": False}
+    second = {**first, "calls": 2, "errors": {"timeout": 2}, "cost_usd": 0.02, "breaker_open": True}
+    total = accumulate_usage(accumulate_usage(None, first), second)
+    assert total["calls"] == 5 and total["prompt_tokens"] == 600 and total["seconds"] == 3.0
+    assert total["errors"] == {"429": 1, "timeout": 2} and total["cost_usd"] == pytest.approx(0.03)
+    assert total["invocations"] == 2 and total["breaker_open"]
+    assert accumulate_usage(first, {**second, "cost_usd": None})["cost_usd"] is None  # unknown stays unknown

@@ -98,6 +98,7 @@ class JudgeConfig(Section):
     retries: int = Field(4, ge=0)                # extra attempts after the first (429/5xx/timeout/malformed)
     backoff: float = Field(1.0, ge=0)            # first retry wait in seconds, doubled each retry
     timeout: float = Field(60.0, gt=0)           # seconds per request
+    breaker_after: int = Field(5, ge=1)          # consecutive timeouts/connection failures that stop all calls
     max_tokens: int = Field(256, ge=16)          # judge reply budget
     seed: int = 0                                # sent with every request (deterministic decoding)
     json_mode: bool = True                       # ask the endpoint for a JSON object (response_format)

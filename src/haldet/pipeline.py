@@ -21,6 +21,7 @@ import numpy as np
 
 from haldet import __version__
 from haldet.backends.base import Backend
+from haldet.backends.openai_client import accumulate_usages
 from haldet.config import RunConfig, digest
 from haldet.datasets.base import DATASETS, get_adapter
 from haldet.detectors.base import DETECTORS
@@ -159,6 +160,8 @@ def run_cell(config: RunConfig, store: RunStore, dataset: str, model: str, progr
     annotate = AnnotateStage(ctx)
     labels = labels_of(annotate.ensure(items))
     result.annotation = annotate.summary(labels)  # per judge, failures, judge tokens/cost
+    result.annotation["usage"] = accumulate_usages((previous.get("annotation") or {}).get("usage"),
+                                                   result.annotation["usage"])  # summed over reruns
     result.label_counts = result.annotation["total"]
 
     binary = {i: int(lab.category is Category.HALLUCINATION) for i, lab in labels.items()

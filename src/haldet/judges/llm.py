@@ -6,13 +6,15 @@ Prompt: `templates/judge_system.txt` (rules), calibration examples from `templat
 with `templates/judge_user.txt` (jinja2). Every file can be overridden from `judge.template_dir`; the digest of
 the texts used goes into the cache key. Decoding is deterministic (temperature 0, fixed seed).
 
-Backends: any OpenAI-compatible endpoint through the `openai` async client (a semaphore bounds requests in
-flight; 429, 5xx, timeouts, connection errors and malformed replies are retried with exponential backoff,
-honouring Retry-After; 400/401/403/404 stop the run with one clear message, since every item would fail the
-same way), or a local model through `haldet.backends.hf.HFBackend` (batched greedy generation; the reply is
-prefilled with the JSON opening so small models stay on format). A malformed reply is retried with the bad
-reply and a correction request appended. An item still failing after all attempts gets no label: it is
-reported as a `JudgeFailure` (and written to `annotate.failed.jsonl` by the annotate stage).
+Backends: any OpenAI-compatible endpoint through `haldet.backends.openai_client.OpenAIEndpoint` (a semaphore
+bounds requests in flight; 429, 5xx, timeouts, connection errors and malformed replies are retried with
+exponential backoff, honouring Retry-After; 400/401/403/404 stop the run with one clear message, since every item
+would fail the same way; after `breaker_after` consecutive timeouts/connection failures the circuit breaker stops
+calling and the remaining items are listed as failed), or a local model through `haldet.backends.hf.HFBackend`
+(batched greedy generation; the reply is prefilled with the JSON opening so small models stay on format).
+A malformed reply is retried with the bad reply and a correction request appended. An item still failing after
+all attempts gets no label: it is reported as a `JudgeFailure` (and written to `annotate.failed.jsonl` by the
+annotate stage).
 Tokens, calls, retries and cost are counted in `LLMJudge.usage`.
 """
 
@@ -20,18 +22,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
-import threading
 import time
-from collections.abc import Callable, Coroutine, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Sequence
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from haldet.backends.openai_client import EndpointDown, OpenAIEndpoint, RetryableError, Usage, run_coroutine
 from haldet.config import JudgeConfig, digest
 from haldet.errors import HaldetError
 from haldet.judges.base import Judge, JudgeFailure, Pair, Verdict, register
@@ -41,7 +41,6 @@ from haldet.schema import Category, Generation, Instance, Label
 TEMPLATE_FILES = ("judge_system.txt", "judge_user.txt", "judge_correction.txt", "judge_examples.json")
 MAX_CONTEXT_CHARS = 12000
 HF_PREFILL = '{"reasoning": "'
-T = TypeVar("T")
 
 
 class JudgeOutput(BaseModel):
@@ -157,119 +156,6 @@ class PromptBuilder:
                 {"role": "user", "content": self.correction.render(error=error).strip()}]
 
 
-# --- accounting -----------------------------------------------------------------------------------------------
-@dataclass
-class Usage:
-    calls: int = 0
-    retries: int = 0
-    failures: int = 0
-    malformed: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    seconds: float = 0.0
-    errors: dict[str, int] = field(default_factory=dict)
-
-    def cost_usd(self, price_in: float | None, price_out: float | None) -> float | None:
-        if price_in is None or price_out is None:
-            return None
-        return (self.prompt_tokens * price_in + self.completion_tokens * price_out) / 1e6
-
-    def note_error(self, kind: str) -> None:
-        self.errors[kind] = self.errors.get(kind, 0) + 1
-
-
-@dataclass
-class Completion:
-    text: str
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-
-
-class RetryableError(Exception):
-    def __init__(self, kind: str, message: str, retry_after: float | None = None) -> None:
-        super().__init__(message)
-        self.kind = kind
-        self.retry_after = retry_after
-
-
-# --- backends -------------------------------------------------------------------------------------------------
-class OpenAIChat:
-    """An OpenAI-compatible chat endpoint via `openai.AsyncOpenAI` (its own retries off: ours count them)."""
-
-    def __init__(self, config: JudgeConfig) -> None:
-        import openai
-
-        assert config.model is not None
-        key = os.environ.get(config.api_key_env)
-        if not key:
-            if config.base_url is None:
-                raise HaldetError(f"no API key for the LLM judge: ${config.api_key_env} is not set",
-                                  where="--judge-model", hint=f"export {config.api_key_env}=..., or point "
-                                  "--judge-base-url at a local OpenAI-compatible server")
-            key = "not-needed"  # local servers (vLLM, llama.cpp) accept any key
-        self.config = config
-        self.model = config.model
-        self.client = openai.AsyncOpenAI(api_key=key, base_url=config.base_url, timeout=config.timeout,
-                                         max_retries=0)
-
-    async def complete(self, messages: list[dict[str, str]]) -> Completion:
-        import openai
-
-        extra: dict[str, Any] = {}
-        if self.config.json_mode:
-            extra["response_format"] = {"type": "json_object"}
-        try:
-            resp = await self.client.chat.completions.create(
-                model=self.model, messages=messages, temperature=0.0, top_p=1.0,  # type: ignore[arg-type]
-                max_tokens=self.config.max_tokens, seed=self.config.seed, **extra)
-        except openai.APITimeoutError as exc:
-            raise RetryableError("timeout", f"request timed out after {self.config.timeout:g}s") from exc
-        except openai.APIConnectionError as exc:
-            raise RetryableError("connection", f"connection error: {exc}") from exc
-        except openai.RateLimitError as exc:
-            raise RetryableError("429", "rate limited (429)", _retry_after(exc.response)) from exc
-        except openai.APIStatusError as exc:
-            if exc.status_code >= 500 or exc.status_code in (408, 409):
-                raise RetryableError(str(exc.status_code), f"server error {exc.status_code}",
-                                     _retry_after(exc.response)) from exc
-            raise HaldetError(f"the judge endpoint refused the request ({exc.status_code}): {_short(exc)}",
-                              where=f"judge {self.model} at {self.config.base_url or 'api.openai.com'}",
-                              hint=_status_hint(exc.status_code)) from None
-        except (openai.APIError, ValueError) as exc:  # a 200 whose body is not a chat completion
-            raise RetryableError("malformed", f"unreadable response body: {_short(exc)}") from exc
-        try:
-            text = resp.choices[0].message.content or ""
-        except (AttributeError, IndexError, TypeError) as exc:
-            raise RetryableError("malformed", "response without choices[0].message") from exc
-        usage = getattr(resp, "usage", None)
-        return Completion(text=text, prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
-                          completion_tokens=int(getattr(usage, "completion_tokens", 0) or 0))
-
-    async def close(self) -> None:
-        await self.client.close()
-
-
-def _retry_after(response: Any) -> float | None:
-    try:
-        value = response.headers.get("retry-after")
-        return min(float(value), 60.0) if value is not None else None
-    except (AttributeError, ValueError):
-        return None
-
-
-def _short(exc: Exception) -> str:
-    return str(exc).splitlines()[0][:200]
-
-
-def _status_hint(status: int) -> str:
-    return {
-        400: "the endpoint rejected the request; if it does not support JSON mode, set judge.json_mode: false",
-        401: "check the API key ($OPENAI_API_KEY or judge.api_key_env)",
-        403: "the key has no access to this model",
-        404: "check --judge-model and --judge-base-url (the base URL usually ends in /v1)",
-    }.get(status, "check the judge settings")
-
-
 # --- the judge ------------------------------------------------------------------------------------------------
 @register("llm")
 class LLMJudge(Judge):
@@ -310,14 +196,12 @@ class LLMJudge(Judge):
             if self.config.backend == "hf":
                 self._judge_hf(pairs, on_done)
             else:
-                _run_coroutine(self._judge_openai(pairs, on_done))
+                run_coroutine(self._judge_openai(pairs, on_done))
         finally:
             self.usage.seconds += time.perf_counter() - start
 
     def usage_report(self) -> dict[str, Any]:
-        report = asdict(self.usage)
-        report["seconds"] = round(report["seconds"], 3)
-        report["cost_usd"] = self.usage.cost_usd(self.config.price_in, self.config.price_out)
+        report = self.usage.report(self.config.price_in, self.config.price_out)
         report["model"] = self.config.model
         report["backend"] = self.config.backend
         return report
@@ -325,9 +209,16 @@ class LLMJudge(Judge):
     def _verdict(self, instance: Instance, parsed: JudgeOutput) -> Label:
         return Label(id=instance.id, category=Category(parsed.category), reasoning=parsed.reasoning, judge=self.id)
 
-    # OpenAI-compatible endpoint: async, bounded concurrency, retries with backoff
+    # OpenAI-compatible endpoint: async, bounded concurrency, retries with backoff, circuit breaker
+    def endpoint(self) -> OpenAIEndpoint:
+        c = self.config
+        assert c.model is not None
+        return OpenAIEndpoint(c.model, base_url=c.base_url, api_key_env=c.api_key_env, timeout=c.timeout,
+                              breaker_after=c.breaker_after, option="--judge-model",
+                              where=f"judge {c.model} at {c.base_url or 'api.openai.com'}")
+
     async def _judge_openai(self, pairs: Sequence[Pair], on_done: Callable[[int, Verdict], None]) -> None:
-        client = OpenAIChat(self.config)
+        client = self.endpoint()
         limit = asyncio.Semaphore(self.config.concurrency)
 
         async def one(index: int) -> None:
@@ -348,34 +239,33 @@ class LLMJudge(Judge):
         finally:
             await client.close()
 
-    async def _attempts(self, client: OpenAIChat, instance: Instance, generation: Generation) -> Verdict:
+    async def _attempts(self, client: OpenAIEndpoint, instance: Instance, generation: Generation) -> Verdict:
+        c = self.config
         base = self.prompts.messages(instance, generation)
         messages = base
-        attempts = self.config.retries + 1
+        attempts = c.retries + 1
+        extra: dict[str, Any] = {"response_format": {"type": "json_object"}} if c.json_mode else {}
         last = ""
         for attempt in range(1, attempts + 1):
-            if attempt > 1:
-                self.usage.retries += 1
-            self.usage.calls += 1
             wait: float | None = None
             try:
-                completion = await client.complete(messages)
+                reply = await client.attempt(messages, usage=self.usage, retry=attempt > 1, temperature=0.0,
+                                             top_p=1.0, max_tokens=c.max_tokens, seed=c.seed, **extra)
+            except EndpointDown as exc:  # the breaker opened: no more calls, the item is listed as failed
+                self.usage.failures += 1
+                return JudgeFailure(id=instance.id, judge=self.id, error=str(exc), attempts=attempt - 1)
             except RetryableError as exc:
-                self.usage.note_error(exc.kind)
                 last, wait = str(exc), exc.retry_after
             else:
-                self.usage.prompt_tokens += completion.prompt_tokens
-                self.usage.completion_tokens += completion.completion_tokens
                 try:
-                    return self._verdict(instance, parse_judge_output(completion.text))
+                    return self._verdict(instance, parse_judge_output(reply.text))
                 except MalformedOutput as exc:
                     self.usage.malformed += 1
                     self.usage.note_error("malformed")
                     last = f"malformed reply: {exc}"
-                    messages = self.prompts.corrected(base, completion.text[:2000], str(exc))
+                    messages = self.prompts.corrected(base, reply.text[:2000], str(exc))
             if attempt < attempts:
-                delay = self.config.backoff * 2 ** (attempt - 1)
-                await asyncio.sleep(max(delay, wait or 0.0))
+                await asyncio.sleep(max(c.backoff * 2 ** (attempt - 1), wait or 0.0))
         self.usage.failures += 1
         return JudgeFailure(id=instance.id, judge=self.id, error=last, attempts=attempts)
 
@@ -417,25 +307,3 @@ class LLMJudge(Judge):
         for i in sorted(pending):
             self.usage.failures += 1
             on_done(i, JudgeFailure(id=pairs[i][0].id, judge=self.id, error=errors[i], attempts=attempts))
-
-
-def _run_coroutine(coro: Coroutine[Any, Any, T]) -> T:
-    """asyncio.run, also from code that already runs inside an event loop (then in a helper thread)."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro)
-    box: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            box["value"] = asyncio.run(coro)
-        except BaseException as exc:  # re-raised in the caller's thread
-            box["error"] = exc
-
-    thread = threading.Thread(target=target)
-    thread.start()
-    thread.join()
-    if "error" in box:
-        raise box["error"]
-    return box["value"]  # type: ignore[no-any-return]

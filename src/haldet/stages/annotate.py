@@ -226,12 +226,21 @@ def annotate_run(run_dir: Any, overrides: dict[str, Any] | None = None, *, compa
                                                        judge_b=other.kind).as_dict()
             reports.append(report)
             cell_entry = manifest.setdefault("annotation", {}).setdefault(f"{dataset}|{model}", {})
-            cell_entry[judge.kind] = {k: report[k] for k in ("by_judge", "total", "failed", "usage")}
+            cell_entry[judge.kind] = _entry(report, cell_entry.get(judge.kind))
             if other is not None:
-                cell_entry[other.kind] = {k: report["compare"][k] for k in ("by_judge", "total", "failed", "usage")}
+                cell_entry[other.kind] = _entry(report["compare"], cell_entry.get(other.kind))
                 cell_entry[f"agreement:{judge.kind}~{other.kind}"] = report["agreement"]
             store.write_manifest(manifest)
     return reports
+
+
+def _entry(report: dict[str, Any], previous: dict[str, Any] | None) -> dict[str, Any]:
+    """A judge's manifest entry: labels and failures as they stand now, usage summed over every invocation."""
+    from haldet.backends.openai_client import accumulate_usages
+
+    entry = {k: report[k] for k in ("by_judge", "total", "failed", "usage")}
+    entry["usage"] = accumulate_usages((previous or {}).get("usage"), report["usage"])
+    return entry
 
 
 def render_reports(reports: list[dict[str, Any]]) -> list[Any]:
