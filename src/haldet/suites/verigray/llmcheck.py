@@ -1,0 +1,54 @@
+"""LLM-Check-style sentence scores (Sriramanan et al. 2024) from one teacher-forced pass over document + summary.
+
+- Hidden score of a sentence at layer l: the mean log eigenvalue of the covariance of its tokens' hidden states,
+  (1/m) sum_i log(sigma_i^2 + alpha), sigma_i the singular values of the m x D matrix of the sentence's token
+  states centred over its tokens (alpha keeps the centring's zero eigenvalue finite).
+- Attention score at layer l: the log-determinant of each head's self-attention restricted to the sentence's
+  tokens, which for a causal (lower-triangular) map is the sum of log A[t, t]; averaged over the sentence's tokens
+  and summed over heads.
+
+The layer, and the direction in which a score means "unfaithful" (the method does not fix it), are chosen on the
+validation split by protocol-1 AUROC (`choose_layer`), never on test.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from haldet.evaluation.metrics import auroc
+from haldet.suites.verigray.metrics import gold_unfaithful, protocol1_mask
+
+ALPHA = 1e-3
+
+
+def hidden_score(states: np.ndarray, alpha: float = ALPHA) -> float:
+    """states: [m, D] hidden states of one sentence's m tokens at one layer."""
+    z = np.asarray(states, dtype=np.float64)
+    z = z - z.mean(axis=0, keepdims=True)
+    sigma = np.linalg.svd(z, compute_uv=False)
+    eig = np.zeros(len(z))
+    eig[: len(sigma)] = sigma[: len(z)] ** 2
+    return float(np.mean(np.log(eig + alpha)))
+
+
+def attention_score(log_diag: np.ndarray) -> float:
+    """log_diag: [H, m] log A[t, t] of each head at the sentence's m tokens (one layer)."""
+    return float(np.asarray(log_diag, dtype=np.float64).mean(axis=1).sum())
+
+
+def choose_layer(scores: np.ndarray, degree: np.ndarray) -> tuple[int, float, float]:
+    """(layer, sign, validation AUROC): the layer column of `scores` [n, L] and the sign (+1 or -1) whose signed
+    score best separates protocol-1 Unfaithful from Faithful sentences. Layers without a valid score or without
+    both classes are skipped; (-1, nan, nan) when none qualifies."""
+    scores, degree = np.asarray(scores, dtype=np.float64), np.asarray(degree)
+    best = (-1, np.nan, np.nan)
+    for layer in range(scores.shape[1]):
+        keep = protocol1_mask(degree) & np.isfinite(scores[:, layer])
+        y = gold_unfaithful(degree[keep])
+        if len(set(y.tolist())) < 2:
+            continue
+        auc = auroc(y, scores[keep, layer])
+        sign, value = (1.0, auc) if auc >= 0.5 else (-1.0, 1.0 - auc)
+        if not np.isfinite(best[2]) or value > best[2]:
+            best = (layer, sign, value)
+    return best

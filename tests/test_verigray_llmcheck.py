@@ -1,0 +1,30 @@
+"""LLM-Check-style scores: known covariance spectra and attention diagonals, and the validation layer choice."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from haldet.suites.verigray.llmcheck import ALPHA, attention_score, choose_layer, hidden_score
+
+
+def test_hidden_score_is_mean_log_eigenvalue_of_the_centred_states() -> None:
+    # two tokens differing by (2, 0, 0): centred rows (+-1, 0, 0) -> sigma^2 = {2, 0}
+    states = np.array([[3.0, 1.0, 1.0], [1.0, 1.0, 1.0]])
+    assert hidden_score(states) == pytest.approx((np.log(2 + ALPHA) + np.log(ALPHA)) / 2)
+    # more spread -> higher score; a shift of every token changes nothing
+    assert hidden_score(states * 3) > hidden_score(states)
+    assert hidden_score(states + 7.0) == pytest.approx(hidden_score(states))
+
+
+def test_attention_score_sums_heads_of_mean_log_diagonal() -> None:
+    log_diag = np.log(np.array([[0.5, 0.25], [1.0, 0.5]]))
+    assert attention_score(log_diag) == pytest.approx((np.log(0.5) + np.log(0.25)) / 2 + np.log(0.5) / 2)
+
+
+def test_layer_and_direction_are_chosen_on_validation() -> None:
+    degree = np.array([0, 1, 5, 6, 3])
+    scores = np.array([[0.5, -3.0, 1.0], [0.5, -2.0, 0.0], [0.5, 2.0, 1.0], [0.5, 3.0, 0.0], [9.0, 9.0, 9.0]])
+    # layer 0 is constant (AUROC 0.5), layer 1 separates perfectly when negated, layer 2 is at chance
+    assert choose_layer(scores, degree) == (1, -1.0, 1.0)
+    assert choose_layer(scores, np.array([5, 6, 5, 6, 3]))[0] == -1  # no Unfaithful sentence: nothing to choose
