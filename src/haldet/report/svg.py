@@ -188,3 +188,54 @@ def roc_plot(curves: Sequence[Curve], *, title: str = "") -> str:
                      f'classes</text>')
     parts.append("</svg>")
     return "".join(parts)
+
+
+@dataclass
+class Series:
+    """One line of a `line_plot`: points (x, y, label shown at the marker and on hover)."""
+
+    name: str
+    points: Sequence[tuple[float, float, str]]
+
+
+def line_plot(series: Sequence[Series], *, title: str = "", xlabel: str = "", ylabel: str = "") -> str:
+    """Lines with labelled markers, x on [0, 1], y from 0 to the largest value (at least 0.1); legend on the
+    right. Used for selective risk against coverage."""
+    size, left, top, bottom, legend = 300, 48, 28, 40, 190
+    width, height = left + size + legend, top + size + bottom
+    ys = [y for s in series for _, y, _ in s.points if math.isfinite(y)]
+    ymax = max([0.1, *ys]) * 1.05
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+             f'viewBox="0 0 {width} {height}" role="img" aria-label="{_t(title)}" {FONT} font-size="11">',
+             f'<text x="4" y="16" font-size="13" font-weight="bold">{_t(title)}</text>',
+             f'<rect x="{left}" y="{top}" width="{size}" height="{size}" fill="#fafafa" stroke="#999"/>']
+
+    def px(v: float) -> float:
+        return left + size * v
+
+    def py(v: float) -> float:
+        return top + size * (1 - v / ymax)
+
+    for k in range(0, 11, 2):
+        v = k / 10
+        parts.append(f'<text x="{px(v):.1f}" y="{top + size + 14}" text-anchor="middle">{v:g}</text>'
+                     f'<text x="{left - 5}" y="{py(v * ymax) + 4:.1f}" text-anchor="end">{v * ymax:.2g}</text>')
+    parts.append(f'<text x="{left + size / 2}" y="{height - 8}" text-anchor="middle">{_t(xlabel)}</text>'
+                 f'<text transform="translate(12 {top + size / 2}) rotate(-90)" text-anchor="middle">{_t(ylabel)}'
+                 f'</text>')
+    for k, s in enumerate(series):
+        colour = colour_for(k)
+        pts = [(x, y, lab) for x, y, lab in s.points if math.isfinite(x) and math.isfinite(y)]
+        line = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y, _ in pts)
+        parts.append(f'<polyline points="{line}" fill="none" stroke="{colour}" stroke-width="1.6"/>')
+        for x, y, lab in pts:
+            parts.append(f'<g><title>{_t(s.name)} at {_t(lab)}: {_t(xlabel)} {x:.3f}, {_t(ylabel)} {y:.3f}</title>'
+                         f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="4" fill="{colour}"/>'
+                         f'<text x="{px(x) + 6:.1f}" y="{py(y) - 4:.1f}" font-size="9">{_t(lab)}</text></g>')
+        y0 = top + 8 + 15 * k
+        parts.append(f'<line x1="{left + size + 10}" y1="{y0}" x2="{left + size + 26}" y2="{y0}" stroke="{colour}" '
+                     f'stroke-width="2"/><text x="{left + size + 30}" y="{y0 + 4}">{_t(s.name)}</text>')
+    if not series:
+        parts.append(f'<text x="{left + size / 2}" y="{top + size / 2}" text-anchor="middle">no points</text>')
+    parts.append("</svg>")
+    return "".join(parts)
