@@ -65,6 +65,12 @@ def progress_bars() -> Iterator[Callable[[str, int], Callable[[int], None]]]:
         yield make
 
 
+# One flag for every "finished, but with failures" outcome (cells without a result, items a stage could not
+# process): the run keeps what it did and exits 1 unless the user accepts the failures.
+AllowFailures = typer.Option("--allow-failures", help="Exit 0 even when some cells or items failed (no usable "
+                                                      "label, endpoint failures); what was done is kept either way.")
+
+
 def default_out(config: RunConfig) -> Path:
     """Same datasets and models -> same folder, so a rerun reuses its cache; other changes update it."""
     name = "_".join(config.datasets)[:60] + "__" + "_".join(m.replace("/", "-") for m in config.models)[:60]
@@ -95,6 +101,7 @@ def run(
     update: Annotated[bool, typer.Option(help="Allow a changed config in an existing --out "
                                               "(still-valid cached evidence is reused).")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result rows as JSON.")] = False,
+    allow_failures: Annotated[bool, AllowFailures] = False,
 ) -> None:
     """Run the benchmark: generate, annotate, split, score, evaluate; print a table, write the run directory.
 
@@ -118,6 +125,10 @@ def run(
             console.print(f"[red]cell {cell.dataset} | {cell.model} failed:[/red] {cell.error}")
         else:
             console.print(f"{cell.dataset} | {cell.model}: labels {cell.label_counts}, split {cell.split_sizes}")
+        if (cell.data.get("generation") or {}).get("warning"):
+            console.print(f"[yellow]{cell.dataset} | {cell.model}: {cell.data['generation']['warning']}[/yellow]",
+                          highlight=False)
+        if not cell.error:
             by_judge = cell.annotation.get("by_judge", {})
             console.print("  labels by judge: " + "; ".join(f"{j} {c}" for j, c in by_judge.items()),
                           highlight=False)
@@ -130,12 +141,24 @@ def run(
         for d in cell.detectors:
             if d.error:
                 console.print(f"[red]detector {d.name} failed on {cell.dataset}:[/red] {d.error}")
+    failed = [(c.dataset, c.model, c.error) for c in cells if c.error]
     if as_json:
         out_console.print_json(json.dumps(rows))
     else:
-        out_console.print(results_table(rows))
+        out_console.print(results_table(rows, failed=failed))
     _write_run_reports(target)
     console.print(f"run directory: {target}")
+    exit_on_failures([f"{d} | {m}: {why}" for d, m, why in failed], allow_failures)
+
+
+def exit_on_failures(failures: list[str], allow: bool) -> None:
+    """Exit status 1 after a run that finished with failures, unless `--allow-failures`."""
+    if not failures:
+        return
+    console.print(f"[red]{len(failures)} failure(s)[/red]: " + "; ".join(failures)[:600], highlight=False)
+    if not allow:
+        console.print("exit status 1 (pass --allow-failures to accept these failures)")
+        raise typer.Exit(1)
 
 
 def _write_run_reports(target: Path) -> None:

@@ -30,6 +30,7 @@ from haldet.evaluation.cost import DEFAULT_N, detector_cost, stage_stats
 from haldet.evaluation.detect import DetectorRun, run_detector
 from haldet.evaluation.splits import stratified_split
 from haldet.judges.cascade import Cascade
+from haldet.limits import cut_off_summary
 from haldet.prompts import PromptBuilder, demo_pool_size, render_prompts
 from haldet.schema import Category
 from haldet.signals import Signal, SignalView
@@ -157,6 +158,8 @@ def run_cell(config: RunConfig, store: RunStore, dataset: str, model: str, progr
     generate = GenerateStage(ctx)
     gen_records = generate.ensure(items)
     attach_generations(items, gen_records)
+    result.data["generation"] = cut_off_summary(
+        config, [(item.instance, item.generation.finish_reason if item.generation else "") for item in items])
     annotate = AnnotateStage(ctx)
     labels = labels_of(annotate.ensure(items))
     result.annotation = annotate.summary(labels)  # per judge, failures, judge tokens/cost
@@ -166,6 +169,10 @@ def run_cell(config: RunConfig, store: RunStore, dataset: str, model: str, progr
 
     binary = {i: int(lab.category is Category.HALLUCINATION) for i, lab in labels.items()
               if lab.category in (Category.CORRECT, Category.HALLUCINATION)}
+    if not binary:  # nothing to evaluate a detector on: say why instead of an empty table
+        result.error = no_usable_labels(result)
+        result.timings, result.counts = dict(ctx.timings), dict(ctx.counts)
+        return result
     ev = config.evaluation
     split = stratified_split(binary, ev.split, ev.split_seed)
     cell.write_json("split.json", {"seed": ev.split_seed, "fractions": list(ev.split), **split})
@@ -195,6 +202,19 @@ def run_cell(config: RunConfig, store: RunStore, dataset: str, model: str, progr
     result.timings = dict(ctx.timings)
     result.counts = dict(ctx.counts)
     return result
+
+
+def no_usable_labels(result: CellResult) -> str:
+    """Why a cell has no correct/hallucination label: the label counts, the share cut off by the token limit,
+    and what to change."""
+    counts = ", ".join(f"{n} {c}" for c, n in sorted(result.label_counts.items())) or "no labels"
+    gen = result.data.get("generation") or {}
+    text = f"no usable label (correct or hallucination): {counts}"
+    if gen.get("n_cut"):
+        text += f"; {gen['n_cut']}/{gen['n']} answers were cut off at the token limit (raise {gen.get('setting')})"
+    elif result.label_counts.get("invalid"):
+        text += "; see the judges' reasons in annotate.jsonl (an LLM judge, --judge-model, decides open answers)"
+    return text
 
 
 def _carry_timings(run: DetectorRun, previous: dict[str, Any]) -> bool:

@@ -6,6 +6,7 @@ import time
 from typing import Any
 
 from haldet.config import stage_key
+from haldet.limits import by_limit, max_new_tokens
 from haldet.schema import Generation
 from haldet.stages.base import Item, Stage
 
@@ -14,8 +15,8 @@ class GenerateStage(Stage):
     name = "generate"
 
     def key(self, item: Item) -> str:
-        gen = self.ctx.config.generation
-        return stage_key(self.name, self.ctx.backend.fingerprint(), item.prompt, gen.max_new_tokens)
+        return stage_key(self.name, self.ctx.backend.fingerprint(), item.prompt,
+                         max_new_tokens(self.ctx.config, item.instance))
 
     def items_per_batch(self) -> int:
         return self.ctx.config.generation.batch_size * 4
@@ -23,8 +24,12 @@ class GenerateStage(Stage):
     def compute(self, batch: list[Item]) -> list[dict[str, Any]]:
         gen = self.ctx.config.generation
         start = time.perf_counter()
-        outputs = self.ctx.backend.generate([item.prompt for item in batch], max_new_tokens=gen.max_new_tokens,
-                                            batch_size=gen.batch_size)
+        outputs: list[Any] = [None] * len(batch)
+        for limit, positions in by_limit([max_new_tokens(self.ctx.config, item.instance) for item in batch]).items():
+            outs = self.ctx.backend.generate([batch[p].prompt for p in positions], max_new_tokens=limit,
+                                             batch_size=gen.batch_size)
+            for pos, out in zip(positions, outs, strict=True):
+                outputs[pos] = out
         per_item = (time.perf_counter() - start) / max(1, len(batch))
         records = []
         for item, out in zip(batch, outputs, strict=True):

@@ -22,6 +22,7 @@ import numpy as np
 
 from haldet.backends.base import ForwardRequest
 from haldet.config import digest, stage_key
+from haldet.limits import by_limit, max_new_tokens
 from haldet.signals import Signal
 from haldet.stages.base import Item, Stage
 
@@ -46,8 +47,9 @@ class SampleStage(Stage):
     def key(self, item: Item) -> str:
         cfg = self.ctx.config.sample
         layer = self.hidden_layer()
+        limit = max_new_tokens(self.ctx.config, item.instance, sample=True)
         return stage_key(self.name, self.ctx.backend.fingerprint(), item.prompt, cfg.k, cfg.temperature, cfg.top_p,
-                         cfg.seed, cfg.max_new_tokens, layer, cfg.hidden_pooling if layer is not None else None)
+                         cfg.seed, limit, layer, cfg.hidden_pooling if layer is not None else None)
 
     def items_per_batch(self) -> int:
         cfg = self.ctx.config.sample
@@ -57,9 +59,15 @@ class SampleStage(Stage):
         cfg = self.ctx.config.sample
         backend = self.ctx.backend
         start = time.perf_counter()
-        outputs = backend.sample([item.prompt for item in batch], k=cfg.k, temperature=cfg.temperature,
-                                 top_p=cfg.top_p, seeds=[item_seed(cfg.seed, item.id) for item in batch],
-                                 max_new_tokens=cfg.max_new_tokens, batch_size=cfg.batch_size)
+        outputs: list[Any] = [None] * len(batch)
+        limits = [max_new_tokens(self.ctx.config, item.instance, sample=True) for item in batch]
+        for limit, positions in by_limit(limits).items():
+            part = [batch[p] for p in positions]
+            outs = backend.sample([item.prompt for item in part], k=cfg.k, temperature=cfg.temperature,
+                                  top_p=cfg.top_p, seeds=[item_seed(cfg.seed, item.id) for item in part],
+                                  max_new_tokens=limit, batch_size=cfg.batch_size)
+            for pos, out in zip(positions, outs, strict=True):
+                outputs[pos] = out
         layer = self.hidden_layer()
         hidden: dict[str, np.ndarray] = {}
         if layer is not None:
