@@ -28,3 +28,15 @@ def test_layer_and_direction_are_chosen_on_validation() -> None:
     # layer 0 is constant (AUROC 0.5), layer 1 separates perfectly when negated, layer 2 is at chance
     assert choose_layer(scores, degree) == (1, -1.0, 1.0)
     assert choose_layer(scores, np.array([5, 6, 5, 6, 3]))[0] == -1  # no Unfaithful sentence: nothing to choose
+
+
+def test_unit_scores_from_layer_arrays() -> None:
+    from haldet.suites.verigray.llmcheck import log_diagonal, unit_hidden_scores
+
+    attn = np.array([[[1.0, 0.0], [0.5, 0.5]], [[1.0, 0.0], [0.75, 0.25]]])  # [H=2, T=2, T=2]
+    assert log_diagonal(attn) == pytest.approx([0.0, np.log(0.5) + np.log(0.25)])
+    rng = np.random.default_rng(0)
+    states = rng.normal(size=(3, 5, 4))
+    out = unit_hidden_scores(states, [(0, 2), (2, 5), (5, 5)])
+    assert out.shape == (3, 3) and np.isnan(out[:, 2]).all()
+    assert out[1, 1] == pytest.approx(hidden_score(states[1, 2:5]))

@@ -52,3 +52,20 @@ def choose_layer(scores: np.ndarray, degree: np.ndarray) -> tuple[int, float, fl
         if not np.isfinite(best[2]) or value > best[2]:
             best = (layer, sign, value)
     return best
+
+
+def log_diagonal(attn: np.ndarray) -> np.ndarray:
+    """[T] sum over heads of log A[t, t] for one layer's attention [H, T, T] (any floating array type)."""
+    diag = np.diagonal(np.asarray(attn, dtype=np.float64), axis1=-2, axis2=-1)
+    return np.log(np.clip(diag, 1e-30, None)).sum(axis=0)
+
+
+def unit_hidden_scores(states: np.ndarray, spans: list[tuple[int, int]], alpha: float = ALPHA) -> np.ndarray:
+    """[L, U] hidden score of each unit (token index range [a, b)) at each layer of `states` [L, T, D]; NaN for a
+    unit without tokens."""
+    out = np.full((states.shape[0], len(spans)), np.nan)
+    for u, (a, b) in enumerate(spans):
+        if b > a:
+            for layer in range(states.shape[0]):
+                out[layer, u] = hidden_score(states[layer, a:b], alpha)
+    return out
