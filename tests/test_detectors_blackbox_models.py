@@ -39,7 +39,8 @@ def test_hf_nli_columns_follow_id2label(tiny_nli: Path) -> None:
     import torch
 
     model, meta = load_pair_model("nli", str(tiny_nli), batch_size=2)
-    assert meta == {"requested": str(tiny_nli), "used": f"hf-nli:{tiny_nli}"}
+    assert meta["requested"] == meta["loaded"] == str(tiny_nli)
+    assert meta["used"].startswith(f"hf-nli:{tiny_nli}@dir:") and meta["used"].endswith(":ml512")
     out = np.concatenate([model.compute(PAIRS[:2]), model.compute(PAIRS[2:])])
     assert out.shape == (3, 3) and np.allclose(out.sum(1), 1)
     # by hand, one pair at a time: model label order is (contradiction, neutral, entailment)
@@ -55,7 +56,8 @@ def test_offline_default_falls_back_and_says_so(tiny_nli: Path, caplog) -> None:
     missing = str(tiny_nli.parent / "no-such-model")
     with caplog.at_level("WARNING", logger="haldet"):
         _model, meta = load_pair_model("nli", missing, fallback=str(tiny_nli))
-    assert meta["used"] == f"hf-nli:{tiny_nli}" and meta["requested"] == missing and meta["fallback_reason"]
+    assert meta["used"].startswith(f"hf-nli:{tiny_nli}@") and meta["requested"] == missing and meta["fallback_reason"]
+    assert meta["loaded"] == str(tiny_nli)
     assert "using the fallback" in caplog.text
     with pytest.raises(Exception, match="cannot load NLI model"):
         load_pair_model("nli", missing)
@@ -98,12 +100,12 @@ def test_llm_nli_distribution_and_batching(llm_nli) -> None:
     assert batched.shape == (3, 3) and np.allclose(batched.sum(1), 1) and np.all(batched > 0)
     single = np.concatenate([llm_nli.compute([p]) for p in PAIRS])
     assert batched == pytest.approx(single, abs=2e-3)    # left padding with position ids: same numbers
-    assert llm_nli.id == "llm-nli:smollm2-135m"
+    assert llm_nli.id.startswith("llm-nli:smollm2-135m@gguf:")
 
 
 def test_bertscore_minilm() -> None:
     model, meta = load_pair_model("bertscore", "minilm")
-    assert meta["used"] == "bertscore:minilm:L6"
+    assert meta["used"].startswith("bertscore:minilm:L6@dir:")
     out = model.compute([("Paris is the capital.", "Paris is the capital."), ("Paris is the capital.", "Dogs bark.")])
     assert out[0, 2] == pytest.approx(1.0, abs=1e-4) and out[1, 2] < out[0, 2]
 

@@ -327,7 +327,17 @@ def _build(kind: str, name: str, **kw: Any) -> PairModel:
             _LOADED[key] = BERTScorePairs(name, **kw)
         else:
             raise ValueError(f"unknown pair-model kind {kind!r}")
+        _LOADED[key].id += model_suffix(name, _LOADED[key])
     return _LOADED[key]
+
+
+def model_suffix(name: str, model: PairModel) -> str:
+    """What else keys a pair model's numbers beyond its name: its files' fingerprint and its max_length (the pair
+    cache is filed under `id`, so another revision or truncation never answers from it)."""
+    from haldet.provenance import locate
+
+    length = getattr(model, "max_length", None)
+    return f"@{locate(name) or 'unlocated'}" + (f":ml{length}" if length is not None else "")
 
 
 def load_pair_model(kind: str, name: str, *, fallback: str | None = None,
@@ -339,13 +349,13 @@ def load_pair_model(kind: str, name: str, *, fallback: str | None = None,
     """
     try:
         model = _build(kind, name, **kw)
-        return model, {"requested": name, "used": model.id}
+        return model, {"requested": name, "loaded": name, "used": model.id}
     except HaldetError as exc:
         if not fallback or fallback == name:
             raise
         log.warning("%s model %r cannot be loaded (%s); using the fallback %r", kind, name, exc.what, fallback)
         model = _build(kind, fallback, **kw)
-        return model, {"requested": name, "used": model.id, "fallback_reason": exc.what}
+        return model, {"requested": name, "loaded": fallback, "used": model.id, "fallback_reason": exc.what}
 
 
 # ---------------------------------------------------------------------------------------------------- caching

@@ -328,4 +328,4 @@ def _cell_entry(c: CellResult) -> dict[str, Any]:
             "detectors": [{"name": d.name, "family": d.family, "key": d.key, "n_scored": d.n_scored,
                            "fit_s": d.fit_seconds, "score_s": d.score_seconds,
                            "timing_known": d.name not in c.untimed, "cached": d.cached, "error": d.error,
-                           "meta": d.meta} for d in c.detectors]}
+                           "identity": d.identity, "meta": d.meta} for d in c.detectors]}

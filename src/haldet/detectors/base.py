@@ -60,6 +60,11 @@ class Detector:
     trains: ClassVar[bool] = False
     variants: ClassVar[dict[str, str]] = {}
     defaults: ClassVar[dict[str, Any]] = {}
+    # the formula's version: part of every score and fitted-state key, so bump it when the numbers would change
+    version: ClassVar[str] = "1"
+    # auxiliary models that produce numbers: parameter name -> kind ("nli", "similarity", "bertscore"), plus
+    # "sentences": "splitter" for detectors that split text into sentences (haldet.provenance resolves them)
+    auxiliary: ClassVar[dict[str, str]] = {}
 
     def __init__(self, **params: Any) -> None:
         unknown = set(params) - set(self.defaults)
@@ -81,6 +86,18 @@ class Detector:
     @classmethod
     def family(cls) -> Access:
         return access_of(cls.requires)
+
+    def signals(self) -> frozenset[Signal]:
+        """The signals this instance reads; a variant needing less (or more) evidence overrides this."""
+        return self.requires
+
+    def identity(self) -> dict[str, Any]:
+        """What produces this instance's numbers, resolved before scoring: name, version, parameters (variant
+        included) and every auxiliary model with its fingerprint. Keys scores and fitted state; recorded."""
+        from haldet.provenance import resolve_auxiliary
+
+        return {"detector": self.name, "version": self.version, "params": self.params,
+                "variant": self.params.get("variant"), "models": resolve_auxiliary(self)}
 
     def fit(self, train: SignalView, val: SignalView | None) -> None:
         """Learn from labelled train (and val) items. Training-free detectors keep this no-op."""

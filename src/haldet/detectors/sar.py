@@ -61,6 +61,7 @@ class SAR(Detector):
     Samples that are empty or lack a finite log-likelihood are dropped; fewer than two left is invalid."""
 
     requires = frozenset({Signal.SAMPLES, Signal.SAMPLE_LOGLIKS})
+    auxiliary: ClassVar[dict[str, str]] = {"similarity_model": "similarity"}
     defaults: ClassVar[dict[str, Any]] = {
         "similarity_model": "cross-encoder/stsb-distilroberta-base", "fallback": "minilm",
         "temperature": 0.001, "length_normalize": False, "include_question": True, "min_samples": 2,
@@ -112,6 +113,7 @@ class TokenSAR(Detector):
     with the generating model's tokenizer (tokenizer only; the model is not run)."""
 
     requires = frozenset({Signal.RESPONSE, Signal.TOKEN_LOGPROBS})
+    auxiliary: ClassVar[dict[str, str]] = {"similarity_model": "similarity"}
     defaults: ClassVar[dict[str, Any]] = {
         "similarity_model": "cross-encoder/stsb-distilroberta-base", "fallback": "minilm",
         "include_question": True, "tokenizer": None, "batch_size": 32, "max_length": 512, "device": "auto",

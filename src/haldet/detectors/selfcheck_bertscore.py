@@ -20,6 +20,7 @@ class SelfCheckBERTScore(Detector):
     rescaling, as in the paper); offline it falls back to the packaged MiniLM (recorded in the run)."""
 
     requires = frozenset({Signal.RESPONSE, Signal.SAMPLES})
+    auxiliary: ClassVar[dict[str, str]] = {"model": "bertscore", "sentences": "splitter"}
     defaults: ClassVar[dict[str, Any]] = {
         "model": "roberta-large", "fallback": "minilm", "num_layers": None, "rescale_with_baseline": False,
         "batch_size": 64, "device": "auto",

@@ -38,6 +38,7 @@ class SelfCheckNLI(Detector):
     """
 
     requires = frozenset({Signal.RESPONSE, Signal.SAMPLES})
+    auxiliary: ClassVar[dict[str, str]] = {"nli_model": "nli", "sentences": "splitter"}
     variants: ClassVar[dict[str, str]] = {
         "selfcheckgpt": "mean over sentences of mean over samples of P(c)/(P(c)+P(e)) (SelfCheckGPT)",
         "paper": "max over sentences of mean over samples of P(contradiction) (OpenHalDet E.5)",

@@ -55,6 +55,7 @@ class SemanticEntropy(Detector):
     """
 
     requires = frozenset({Signal.SAMPLES, Signal.SAMPLE_LOGLIKS})
+    auxiliary: ClassVar[dict[str, str]] = {"nli_model": "nli"}
     defaults: ClassVar[dict[str, Any]] = {
         "nli_model": "roberta-large-mnli", "fallback": "llm:smollm2-135m", "include_question": True,
         "equivalence": "strict", "length_normalize": False, "min_samples": 2,

@@ -84,11 +84,21 @@ class Sep(Detector):
     }
     defaults: ClassVar[dict[str, Any]] = {
         "variant": "semantic_entropy", "layer": -1, "max_iter": 1000, "C": 1.0, "se_params": {}, "seed": 42}
+    auxiliary: ClassVar[dict[str, str]] = {"se_params.nli_model": "nli"}  # the faithful variant's NLI model
 
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)
+        if self.params["variant"] == "semantic_entropy" and "semantic_entropy" in DETECTORS:
+            # the NLI model the targets come from is part of the key: resolved from semantic_entropy's defaults
+            se_defaults = DETECTORS.get("semantic_entropy").defaults
+            self.params["se_params"] = {**{k: se_defaults[k] for k in ("nli_model", "fallback", "max_length")},
+                                        **self.params["se_params"]}
         self.problem: str | None = "not fitted"
         self.fit_info: dict[str, Any] = {}
+
+    def signals(self) -> frozenset[Signal]:
+        """The accuracy variant trains on labels: it reads no samples."""
+        return frozenset({Signal.SEP_FEATURES}) if self.params["variant"] == "accuracy" else self.requires
 
     def _features(self, view: SignalView, layer: int) -> tuple[np.ndarray, np.ndarray, list[str]]:
         values = view.get(Signal.SEP_FEATURES)

@@ -36,6 +36,7 @@ class DetectorRun:
     key: str = ""        # the score cache key (reports read exactly these test scores)
     n_scored: int = 0    # test items scored
     meta: dict[str, Any] = field(default_factory=dict)  # what the detector reports: models/backends actually used
+    identity: dict[str, Any] = field(default_factory=dict)  # version, resolved params/variant, auxiliary models
 
 
 def make_detector(name: str, config: RunConfig) -> Detector:
@@ -55,7 +56,9 @@ def run_detector(name: str, config: RunConfig, store: CellStore, view: SignalVie
     run = DetectorRun(name=name, family=str(detector.family()))
     position = {item_id: i for i, item_id in enumerate(view.ids)}
     test_idx = [position[i] for i in split["test"]]
-    key = digest([name, detector.params, evidence_key, split if detector.trains else None])
+    # the key covers what will actually run: version, resolved params (variant) and auxiliary model identities
+    run.identity = detector.identity()
+    key = digest([name, run.identity, evidence_key, split if detector.trains else None])
     run.key, run.n_scored = key, len(test_idx)
     log = store.log(f"scores/{name}")
     cached = log.read(key)
@@ -77,6 +80,12 @@ def run_detector(name: str, config: RunConfig, store: CellStore, view: SignalVie
         run.scores = detector.score(test)
         run.score_seconds = time.perf_counter() - start
         run.meta = dict(detector.meta)
+        loaded = models_loaded(run.meta)
+        expected = {m["requested"]: m["used"] for m in run.identity.get("models", {}).values() if "requested" in m}
+        if any(expected.get(req, used) != used for req, used in loaded):
+            # another model ran than the one resolved before scoring: never file its scores under that key
+            run.meta["identity_mismatch"] = {"resolved": expected, "loaded": dict(loaded)}
+            run.key = key = digest([key, sorted(loaded)])
         if run.meta:
             store.write_json(f"scores/{name}.meta.json",
                              {**(store.read_json(f"scores/{name}.meta.json") or {}), key: run.meta})
@@ -86,6 +95,14 @@ def run_detector(name: str, config: RunConfig, store: CellStore, view: SignalVie
     ev = config.evaluation
     run.metrics = evaluate(y, run.scores.values, n_boot=ev.bootstrap, ci=ev.ci, seed=ev.bootstrap_seed)
     return run
+
+
+def models_loaded(meta: Any) -> list[tuple[str, str]]:
+    """(requested, loaded) of every auxiliary model a detector's meta reports loading (nested meta included)."""
+    if not isinstance(meta, dict):
+        return []
+    found = [(str(meta["requested"]), str(meta["loaded"]))] if "requested" in meta and "loaded" in meta else []
+    return found + [pair for value in meta.values() for pair in models_loaded(value)]
 
 
 def fitted_path(store: CellStore, name: str, key: str) -> Path:

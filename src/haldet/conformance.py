@@ -1,0 +1,407 @@
+"""The detector conformance suite (our `check_estimator`): one set of checks every registered detector passes.
+
+`check_detector(cls, params)` runs a detector the way the runner does (`run_detector` on a synthetic cell) and
+returns a list of problems (empty = conformant). Checks:
+
+- declarations: `version`, `defaults`, `variants` and `auxiliary` agree (the default variant exists, every
+  variant builds, model parameters are parameters); the instance's `signals()` are all it reads (the synthetic
+  view serves no other signal);
+- no test-label or gold access: the views `score` receives (spied inside `run_detector`) carry no labels, and
+  deleting/replacing the scored items' references, incorrect answers, source rows and their labels leaves every
+  score bit-identical;
+- permutation and subset invariance: a shuffled or partial view scores each item the same;
+- NaN with reasons and no constant fallbacks: items whose signals are missing score NaN with a reason (a detector
+  returning 0.5 on failure is rejected), a varied input does not give one value for every item, most items of a
+  clean synthetic cell get a finite score;
+- trained detectors: `fit` is deterministic and `save`/`load` round-trips to identical scores.
+
+Synthetic evidence comes from one place, `SIGNAL_MAKERS`: one maker per `Signal`, returning per-item values that
+carry the label (so trained detectors can fit) and the value a missing item gets. A new signal type adds one
+`@signal_maker(Signal.X)` function here; a new detector needs nothing (the tests parametrize from the registry).
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from haldet.schema import Generation, Instance
+from haldet.signals import Signal, SignalView
+
+N_ITEMS, LAYERS, DIM, K = 60, 3, 16, 5
+
+
+@dataclass(frozen=True)
+class Maker:
+    """Per-item synthetic values of one signal (`make(rng, y)`, y = 1 for hallucinated items) and the value an
+    item whose evidence is missing gets."""
+
+    make: Callable[[np.random.Generator, np.ndarray], list[Any]]
+    missing: Any = None
+
+
+SIGNAL_MAKERS: dict[Signal, Maker] = {}
+
+
+def signal_maker(signal: Signal, missing: Any = None) -> Callable[[Callable[..., list[Any]]], Callable[..., list[Any]]]:
+    """Register the synthetic maker of a signal type (one per signal; later registrations replace earlier)."""
+
+    def decorate(fn: Callable[[np.random.Generator, np.ndarray], list[Any]]) -> Callable[..., list[Any]]:
+        SIGNAL_MAKERS[signal] = Maker(fn, missing)
+        return fn
+
+    return decorate
+
+
+def _direction(rng: np.random.Generator, y: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """Gaussian noise of [n, *shape] moved by +-1.5 along one fixed unit direction of the last axis by label."""
+    w = np.random.default_rng(7).normal(size=shape[-1])
+    w /= np.linalg.norm(w)
+    t = (2 * y - 1) * 1.5
+    x = rng.normal(size=(len(y), *shape))
+    return (x + t.reshape(-1, *([1] * len(shape))) * w).astype(np.float32)
+
+
+_WORDS = ["paris", "rome", "berlin", "madrid", "lisbon", "vienna", "oslo", "prague", "dublin", "athens"]
+
+
+def _answer(rng: np.random.Generator, hallucinated: bool) -> str:
+    city = _WORDS[int(rng.integers(len(_WORDS)))] if hallucinated else "paris"
+    return f"The capital is {city}. It is a large city."
+
+
+@signal_maker(Signal.RESPONSE, missing="")
+def _response(rng: np.random.Generator, y: np.ndarray) -> list[Any]:
+    return [_answer(rng, bool(v)) for v in y]
+
+
+@signal_maker(Signal.TOKEN_LOGPROBS, missing=np.zeros(0))
+def _token_logprobs(rng: np.random.Generator, y: np.ndarray) -> list[Any]:
+    return [-rng.gamma(1.0 + 2 * v, 0.3, size=int(rng.integers(3, 12))) for v in y]
+
+
+@signal_maker(Signal.TOKEN_ENTROPIES)
+def _token_entropies(rng: np.random.Generator, y: np.ndarray) -> list[Any]:
+    return [rng.gamma(1.0 + 2 * v, 0.4, size=int(rng.integers(3, 12))) for v in y]
+
+
+@signal_maker(Signal.SAMPLES)
+def _samples(rng: np.random.Generator, y: np.ndarray) -> list[Any]:
+    # correct items: consistent samples; hallucinated: scattered; one empty sample kept in place now and then
+    out = []
+    for v in y:
+        s = [_answer(rng, bool(v) and rng.random() < 0.8) for _ in range(K)]
+        if rng.random() < 0.2:
+            s[int(rng.integers(K))] = ""
+        out.append(s)
+    return out
+
+
+@signal_maker(Signal.SAMPLE_LOGLIKS)
+def _sample_logliks(rng: np.random.Generator, y: np.ndarray) -> list[Any]:
+    out = []
+    for v in y:
+        n = rng.integers(3, 12, size=K).astype(np.float64)
+        out.append(np.stack([-n * rng.gamma(1.0 + v, 0.3, size=K), n], axis=1))
+    return out
+
+
+@signal_maker(Signal.SAMPLE_HIDDEN)
+def _sample_hidden(rng: np.random.Generator, y: np.ndarray) -> list[Any]:
+    spread = np.where(y == 1, 3.0, 0.5)
+    return list((rng.normal(size=(len(y), 1, DIM)) + spread[:, None, None] * rng.normal(size=(len(y), K, DIM)))
+                .astype(np.float32))
+
+
+@signal_maker(Signal.VERBALIZED)
+def _verbalized(rng: np.random.Generator, y: np.ndarray) -> list[Any]:
+    return [f"Confidence: {np.clip(0.8 - 0.4 * v + rng.normal(0, 0.15), 0, 1):.2f}" if rng.random() > 0.1
+            else "I cannot say." for v in y]
+
+
+@signal_maker(Signal.SELF_EVAL)
+def _self_eval(rng: np.random.Generator, y: np.ndarray) -> list[Any]:
+    out = []
+    for v in y:
+        p = float(np.clip(0.7 - 0.4 * v + rng.normal(0, 0.15), 0.01, 0.99))
+        out.append({"p_true": p, "p_false": float(np.clip(1 - p - 0.05, 0, 1)),
+                    "text": "Correct" if p > 0.5 else "Incorrect"})
+    return out
+
+
+for _sig, _shape in ((Signal.HIDDEN_MEAN, (LAYERS, DIM)), (Signal.HIDDEN_LAST, (LAYERS, DIM)),
+                     (Signal.PRISM_FEATURES, (LAYERS, DIM)), (Signal.SEP_FEATURES, (2, LAYERS, DIM)),
+                     (Signal.CCS_FEATURES, (2, LAYERS, DIM)), (Signal.ICR_FEATURES, (LAYERS - 1, 4))):
+    signal_maker(_sig)(lambda rng, y, shape=_shape: list(_direction(rng, y, shape)))
+
+
+# ---------------------------------------------------------------------------------------------------- views
+def synthetic_view(signals: frozenset[Signal] | set[Signal], n: int = N_ITEMS, seed: int = 0) -> SignalView:
+    """A labelled view of n items serving exactly `signals` (any other signal raises: undeclared reads fail).
+    Instances carry references, incorrect answers and a source row, so gold access is observable."""
+    unknown = sorted(set(signals) - set(SIGNAL_MAKERS))
+    if unknown:
+        raise KeyError(f"no synthetic maker for signal(s) {unknown}: add @signal_maker in haldet/conformance.py")
+    rng = np.random.default_rng(seed)
+    y = (np.arange(n) % 5 < 2).astype(int)[rng.permutation(n)]  # 40% hallucinated, both classes everywhere
+    values = {s: SIGNAL_MAKERS[s].make(np.random.default_rng([seed, list(Signal).index(s)]), y)
+              for s in sorted(signals | {Signal.RESPONSE, Signal.TOKEN_LOGPROBS})}
+    ids = [f"synth/test/{i}" for i in range(n)]
+    instances = [Instance(id=i, dataset="synth", scenario="qa_open", task_type="short_answer",
+                          question="What is the capital of France?", references=["Paris"], incorrect=["Rome"],
+                          source={"answer": "Paris"}) for i in ids]
+    generations = [_generation(i, values[Signal.RESPONSE][k], values[Signal.TOKEN_LOGPROBS][k])
+                   for k, i in enumerate(ids)]
+    return _view(ids, instances, generations, {s: v for s, v in values.items() if s in signals}, y, signals)
+
+
+def _generation(item_id: str, response: str, logprobs: Any) -> Generation:
+    lp = [float(x) for x in np.asarray(logprobs)]
+    return Generation(id=item_id, prompt="p", response=response, token_ids=list(range(len(lp))), token_logprobs=lp,
+                      finish_reason="stop", n_tokens=len(lp), model="smollm2-135m")
+
+
+def _view(ids: list[str], instances: list[Instance], generations: list[Generation], values: dict[Signal, list[Any]],
+          y: np.ndarray, declared: frozenset[Signal] | set[Signal]) -> SignalView:
+    pos = {i: k for k, i in enumerate(ids)}
+
+    def loader(signal: Signal, wanted: Any) -> list[Any]:
+        if signal not in declared:
+            raise KeyError(f"read undeclared signal {signal!s}")
+        return [values[signal][pos[i]] for i in wanted]
+
+    return SignalView(ids=list(ids), instances=list(instances), generations=list(generations), loader=loader,
+                      labels=np.asarray(y).copy())
+
+
+def with_missing(view: SignalView, broken: list[int]) -> SignalView:
+    """The same view with every signal of the items at `broken` missing (None, or an empty response/token list)."""
+    declared = {s for s in SIGNAL_MAKERS if _serves(view, s)}
+    values = {s: list(view.get(s)) for s in declared}
+    gens = list(view.generations)
+    for k in broken:
+        for s in declared:
+            values[s][k] = SIGNAL_MAKERS[s].missing
+        gens[k] = _generation(view.ids[k], SIGNAL_MAKERS[Signal.RESPONSE].missing, np.zeros(0))
+    return _view(view.ids, view.instances, gens, values, view.labels, declared)
+
+
+def without_gold(view: SignalView, scored: set[str], seed: int = 1) -> SignalView:
+    """The same view with the gold fields of the `scored` items replaced (references, incorrect answers and
+    source row swapped or deleted) and their labels shuffled among themselves."""
+    rng = np.random.default_rng(seed)
+    instances = []
+    for k, inst in enumerate(view.instances):
+        if inst.id in scored:
+            inst = inst.model_copy(update={"references": ["Rome"] if k % 2 else [], "incorrect": ["Paris"][: k % 2],
+                                           "source": {}})
+        instances.append(inst)
+    declared = {s for s in SIGNAL_MAKERS if _serves(view, s)}
+    labels = np.asarray(view.labels).copy()
+    pos = [k for k, i in enumerate(view.ids) if i in scored]
+    labels[pos] = rng.permutation(labels[pos]) if len(set(labels[pos])) > 1 else 1 - labels[pos]
+    return _view(view.ids, instances, view.generations, {s: view.get(s) for s in declared}, labels, declared)
+
+
+def _serves(view: SignalView, signal: Signal) -> bool:
+    try:
+        view.loader(signal, view.ids[:1])
+    except KeyError:
+        return signal in (Signal.RESPONSE, Signal.TOKEN_LOGPROBS)
+    return True
+
+
+# ---------------------------------------------------------------------------------------------------- checks
+@dataclass
+class Spy:
+    """What `run_detector` handed the detector: the views `fit` and `score` received."""
+
+    fit_views: list[SignalView]
+    score_views: list[SignalView]
+
+
+def spying(cls: type, spy: Spy) -> type:
+    """A subclass recording its fit/score views (a subclass, so the fitted state still pickles)."""
+
+    def fit(self: Any, train: SignalView, val: SignalView | None) -> None:
+        spy.fit_views += [train] + ([val] if val is not None else [])
+        cls.fit(self, train, val)
+
+    def score(self: Any, items: SignalView) -> Any:
+        spy.score_views.append(items)
+        return cls.score(self, items)
+
+    return type(cls.__name__, (cls,), {"fit": fit, "score": score, "__module__": cls.__module__})
+
+
+def split_of(view: SignalView) -> dict[str, list[str]]:
+    """60/20/20 by position (the synthetic labels are already shuffled)."""
+    n = len(view)
+    a, b = int(0.6 * n), int(0.8 * n)
+    return {"train": view.ids[:a], "val": view.ids[a:b], "test": view.ids[b:]}
+
+
+def run_through_runner(cls: type, params: dict[str, Any], view: SignalView, workdir: Path,
+                       spy: Spy | None = None) -> np.ndarray:
+    """Test scores of `cls(**params)` from `run_detector`, exactly as a run computes them (in a fresh cell)."""
+    from haldet.config import RunConfig
+    from haldet.evaluation import detect
+    from haldet.store import CellStore
+
+    spy = spy or Spy([], [])
+    klass = spying(cls, spy)
+    original = detect.make_detector
+    detect.make_detector = lambda name, config: klass(**params)  # type: ignore[assignment]
+    try:
+        split = split_of(view)
+        labels = {i: int(v) for i, v in zip(view.ids, view.labels, strict=True)}
+        config = RunConfig(detectors=[cls.name], evaluation={"bootstrap": 0})
+        run = detect.run_detector(cls.name, config, CellStore(workdir), view, split, labels, "synthetic-evidence")
+    finally:
+        detect.make_detector = original  # type: ignore[assignment]
+    if run.scores is None:
+        raise RuntimeError(f"run_detector gave no scores: {run.error}")
+    return np.asarray(run.scores.values)
+
+
+def check_declarations(cls: type) -> list[str]:
+    problems = []
+    if not isinstance(getattr(cls, "version", None), str) or not cls.version:
+        problems.append("no `version` string (bump it when the formula changes)")
+    if cls.variants:
+        default = cls.defaults.get("variant")
+        if default not in cls.variants:
+            problems.append(f"default variant {default!r} is not one of the variants {sorted(cls.variants)}")
+    elif "variant" in cls.defaults:
+        problems.append("a `variant` default without `variants` describing it")
+    for param in getattr(cls, "auxiliary", {}):
+        if param.split(".")[0] not in cls.defaults and param != "sentences":
+            problems.append(f"auxiliary model parameter {param!r} is not in `defaults`")
+    for variant in cls.variants or {}:
+        try:
+            det = cls(variant=variant)
+        except (ValueError, TypeError) as exc:
+            problems.append(f"variant {variant!r} does not build: {exc}")
+            continue
+        if not det.signals() or not set(det.signals()) <= set(SIGNAL_MAKERS):
+            problems.append(f"variant {variant!r} reads {sorted(det.signals())}: empty or without a synthetic maker")
+    return problems
+
+
+def _same(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.shape == b.shape and bool(np.array_equal(a, b, equal_nan=True))
+
+
+def check_detector(cls: type, params: dict[str, Any] | None = None, *, seed: int = 0) -> list[str]:
+    """Every conformance problem of `cls(**params)` (empty list = conformant). See the module docstring."""
+    params = dict(params or {})
+    problems = [f"declarations: {p}" for p in check_declarations(cls)]
+    det = cls(**params)
+    signals = frozenset(det.signals())
+    view = synthetic_view(signals, seed=seed)
+    split = split_of(view)
+    test_ids = set(split["test"])
+    with tempfile.TemporaryDirectory(prefix="haldet-conformance-") as tmp:
+        root = Path(tmp)
+        spy = Spy([], [])
+        try:
+            base = run_through_runner(cls, params, view, root / "a", spy)
+        except KeyError as exc:
+            return [*problems, f"reads a signal it does not declare in signals(): {exc}"]
+        if any(v.labels is not None for v in spy.score_views):
+            problems.append("score() received a view with labels")
+        if cls.trains and not any(v.labels is not None for v in spy.fit_views):
+            problems.append("a training detector was fitted without labels")
+        if np.isfinite(base).sum() < len(base) / 2:
+            problems.append(f"only {int(np.isfinite(base).sum())}/{len(base)} clean synthetic items scored")
+        finite = base[np.isfinite(base)]
+        if len(finite) > 2 and np.unique(finite).size == 1:
+            problems.append(f"every item scored {finite[0]!r}: a constant, not a score")
+        blind = run_through_runner(cls, params, without_gold(view, test_ids), root / "b")
+        if not _same(base, blind):
+            problems.append("scores change when the scored items' references/incorrect/source/labels change")
+        problems += _direct_checks(cls, params, view, split, root / "c")
+    return problems
+
+
+def _fitted(cls: type, params: dict[str, Any], view: SignalView, split: dict[str, list[str]], workdir: Path) -> Any:
+    det = cls(**params)
+    det.workdir = workdir
+    pos = {i: k for k, i in enumerate(view.ids)}
+    if cls.trains:
+        det.fit(view.subset([pos[i] for i in split["train"]], with_labels=True),
+                view.subset([pos[i] for i in split["val"]], with_labels=True))
+    return det
+
+
+def _direct_checks(cls: type, params: dict[str, Any], view: SignalView, split: dict[str, list[str]],
+                   workdir: Path) -> list[str]:
+    problems: list[str] = []
+    pos = {i: k for k, i in enumerate(view.ids)}
+    test = [pos[i] for i in split["test"]]
+    det = _fitted(cls, params, view, split, workdir)
+    scored = det.score(view.subset(test, with_labels=False))
+    base = np.asarray(scored.values)
+    bare = [r for v, r in zip(base, scored.reasons, strict=True) if not np.isfinite(v) and not str(r).strip()]
+    if bare:
+        problems.append(f"{len(bare)} NaN score(s) without a reason")
+    perm = np.random.default_rng(3).permutation(len(test))
+    shuffled = np.asarray(det.score(view.subset([test[k] for k in perm], with_labels=False)).values)
+    if not _same(shuffled, base[perm]):
+        problems.append("scores depend on the order of the items")
+    half = len(test) // 2
+    part = np.asarray(det.score(view.subset(test[half:], with_labels=False)).values)
+    if not np.allclose(part, base[half:], rtol=1e-5, atol=1e-6, equal_nan=True):
+        problems.append("an item's score depends on which other items are scored with it")
+    broken = with_missing(view, test[:3])
+    out = det.score(broken.subset(test, with_labels=False))
+    values = np.asarray(out.values)
+    if np.isfinite(values[:3]).any():
+        problems.append(f"items with missing evidence scored {values[:3].tolist()} instead of NaN with a reason")
+    elif not all(str(r).strip() for r in out.reasons[:3]):
+        problems.append("items with missing evidence got NaN without a reason")
+    if not np.allclose(values[3:], base[3:], rtol=1e-5, atol=1e-6, equal_nan=True):
+        problems.append("missing evidence on some items changed other items' scores")
+    if cls.trains:
+        again = np.asarray(_fitted(cls, params, view, split, workdir).score(
+            view.subset(test, with_labels=False)).values)
+        if not _same(again, base):
+            problems.append("fit is not deterministic under the configured seed")
+        path = workdir / "fitted.pt"
+        det.save(path)
+        loaded = cls(**params)
+        loaded.workdir = workdir
+        loaded.load(path)
+        if not _same(np.asarray(loaded.score(view.subset(test, with_labels=False)).values), base):
+            problems.append("save/load does not round-trip to identical scores")
+    try:
+        json.dumps(det.identity(), sort_keys=True)
+    except (TypeError, ValueError) as exc:
+        problems.append(f"identity() is not JSON: {exc}")
+    return problems
+
+
+def light(cls: type, params: dict[str, Any], models: dict[str, str]) -> dict[str, Any]:
+    """`params` with every auxiliary model parameter of kind k set to `models[k]` and no fallback: the suite's
+    way to run model-backed detectors on small local models."""
+    out = dict(params)
+    for param, kind in getattr(cls, "auxiliary", {}).items():
+        owner, _, leaf = param.rpartition(".")
+        if kind not in models:
+            continue
+        if owner:  # a model inside a dict parameter
+            out[owner] = {**cls.defaults.get(owner, {}), **out.get(owner, {}), leaf: models[kind], "fallback": None}
+        elif param in cls.defaults:
+            out[param] = models[kind]
+            if "fallback" in cls.defaults:
+                out["fallback"] = None
+    return out
+
+
+__all__ = ["SIGNAL_MAKERS", "Maker", "check_detector", "light", "signal_maker", "synthetic_view"]

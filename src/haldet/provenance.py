@@ -1,0 +1,114 @@
+"""Which auxiliary models would produce a detector's numbers, resolved before scoring (DESIGN section 3).
+
+A detector's score key includes the identity of every auxiliary model it uses (`Detector.auxiliary`): the name
+requested, the name that will actually load (the requested one when it is available here, else the configured
+fallback: a *substitute*), a fingerprint of its files (hub snapshot revision, config + file sizes of a local
+directory, the packaged GGUF's hash) and its max_length. Scores made with a substitute therefore never answer a
+later run that can load the real model. Resolution looks at files only; nothing is loaded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from functools import lru_cache
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from haldet.errors import HaldetError
+
+
+def _dir_fingerprint(path: Path) -> str:
+    """config.json content plus every file's relative name and size (weights are not read: too slow)."""
+    h = hashlib.sha256()
+    for f in sorted(p for p in path.rglob("*") if p.is_file()):
+        h.update(f"{f.relative_to(path)}:{f.stat().st_size}\n".encode())
+        if f.name == "config.json":
+            h.update(f.read_bytes())
+    return "dir:" + h.hexdigest()[:16]
+
+
+@lru_cache(maxsize=64)
+def locate(name: str) -> str | None:
+    """A fingerprint of `name` when it can be loaded here (None when not): an embedded alias, a local path, a
+    cached hub snapshot (its revision), or a hub id while the hub is reachable."""
+    from haldet.assets import EMBEDDING_ALIASES, MODEL_ALIASES, file_sha256, resolve_embedding
+    from haldet.nli import hub_reachable
+
+    base = name.removeprefix("llm:").removeprefix("bi:")
+    if base in MODEL_ALIASES:
+        try:
+            return "gguf:" + file_sha256(MODEL_ALIASES[base](), limit=1 << 22)[:16]
+        except HaldetError:
+            return None
+    if base in EMBEDDING_ALIASES:
+        try:
+            base = resolve_embedding(base)
+        except HaldetError:
+            return None
+    path = Path(base).expanduser()
+    if path.is_dir():
+        return _dir_fingerprint(path)
+    if path.is_file():
+        return "file:" + file_sha256(path, limit=1 << 22)[:16]
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        cached = try_to_load_from_cache(base, "config.json")
+    except ValueError:  # not a valid repo id
+        cached = None
+    if isinstance(cached, str):
+        return "hub:" + Path(cached).parent.name  # snapshots/<commit>/config.json
+    return "hub:latest" if hub_reachable() else None
+
+
+def pair_model_identity(kind: str, name: str, fallback: str | None, max_length: int | None = None) -> dict[str, Any]:
+    """The requested pair model, the one that will run, whether that is a substitute, and its fingerprint."""
+    fingerprint = locate(name)
+    used: str | None = name
+    if fingerprint is None and fallback and fallback != name:
+        used, fingerprint = fallback, locate(fallback)
+    if fingerprint is None:
+        used = None
+    out: dict[str, Any] = {"kind": kind, "requested": name, "used": used, "substitute": used not in (None, name),
+                           "fingerprint": fingerprint}
+    if max_length is not None:
+        out["max_length"] = max_length
+    return out
+
+
+@lru_cache(maxsize=1)
+def splitter_identity() -> dict[str, Any]:
+    """The sentence segmenter `haldet.sentences` uses here, with the spaCy and pipeline package versions."""
+    from haldet.sentences import splitter_id
+
+    used = splitter_id()
+    out: dict[str, Any] = {"kind": "splitter", "used": used, "spacy": metadata.version("spacy")}
+    package = used.removeprefix("spacy:")
+    if package != "sentencizer":
+        try:
+            out["version"] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            out["version"] = None
+    return out
+
+
+def resolve_auxiliary(det: Any) -> dict[str, dict[str, Any]]:
+    """Identity of every auxiliary model `det` declares (parameter -> identity)."""
+    out: dict[str, dict[str, Any]] = {}
+    for param, kind in getattr(det, "auxiliary", {}).items():
+        if kind == "splitter":
+            out[param] = splitter_identity()
+            continue
+        # "outer.inner" names a model inside a dict parameter (its fallback/max_length sit beside it)
+        owner, _, leaf = param.rpartition(".")
+        params = det.params.get(owner) or {} if owner else det.params
+        if params.get(leaf):
+            out[param] = pair_model_identity(kind, str(params[leaf]), params.get("fallback"), params.get("max_length"))
+    return out
+
+
+def substitutes(identity: dict[str, Any]) -> list[str]:
+    """'requested -> used' for each auxiliary model of an identity that is a substitute."""
+    return [f"{m['requested']} -> {m['used']}" for m in (identity.get("models") or {}).values()
+            if m.get("substitute")]
