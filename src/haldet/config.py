@@ -68,6 +68,22 @@ class AuxiliaryConfig(Section):
 FEATURE_GROUPS = ("hidden", "sep", "ccs", "prism", "icr")
 
 
+class VerdictConfig(Section):
+    """Who answers the prompted-verdict detectors (LLM-as-a-judge, zero-shot classifiers; `haldet.stages.verdict`):
+    the run's own model when `model` is None, else an OpenAI-compatible endpoint."""
+
+    model: str | None = None                     # endpoint model name; None = the run's model (local backend)
+    base_url: str | None = None                  # OpenAI-compatible endpoint (None = the openai default)
+    api_key_env: str = "OPENAI_API_KEY"
+    temperature: float = Field(0.0, ge=0)
+    max_new_tokens: int | None = Field(None, ge=1)  # reply budget; None = the prompt's own (reasoning first)
+    batch_size: int = Field(4, ge=1)             # local backend: prompts per generate call (long contexts)
+    concurrency: int = Field(8, ge=1)            # endpoint: requests in flight at once
+    retries: int = Field(4, ge=0)
+    backoff: float = Field(1.0, ge=0)
+    timeout: float = Field(60.0, gt=0)
+
+
 class FeatureConfig(Section):
     """One teacher-forced pass over prompt + generated ids (statement groups ride along as branches). Of `groups`
     and `pooling`, only what the selected detectors read is computed."""
@@ -147,6 +163,7 @@ class RunConfig(Section):
     features: FeatureConfig = Field(default_factory=FeatureConfig)
     prompt: PromptConfig = Field(default_factory=PromptConfig)
     judge: JudgeConfig = Field(default_factory=JudgeConfig)
+    verdict: VerdictConfig = Field(default_factory=VerdictConfig)
     evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
     detector_params: dict[str, dict[str, Any]] = Field(default_factory=dict)
     # adapter options per dataset, e.g. {"belebele": {"languages": ["eng_Latn", "fra_Latn"]}}

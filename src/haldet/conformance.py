@@ -125,6 +125,31 @@ def _verbalized(rng: np.random.Generator, y: np.ndarray) -> list[Any]:
             else "I cannot say." for v in y]
 
 
+class _AnyAsk(dict):  # type: ignore[type-arg]
+    """Verdicts of every ask of one prompt: the synthetic judge answers any ask name `<prompt>[@<k>shot]`."""
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return super().get(name.split("@", 1)[0], default)
+
+
+@signal_maker(Signal.VERDICT)
+def _verdict(rng: np.random.Generator, y: np.ndarray) -> list[Any]:
+    from haldet.stages.verdict import PROMPTS
+
+    out = []
+    for v in y:
+        asks = _AnyAsk()
+        for name, prompt in PROMPTS.items():
+            ranked = sorted(prompt.labels, key=lambda lab: prompt.scores[lab])
+            label: str | None = ranked[-1] if (rng.random() < 0.8) == bool(v) else ranked[0]
+            if rng.random() < 0.1:
+                label = None
+            asks[name] = {"judge": "synthetic", "reply": str(label), "label": label,
+                          "reason": "" if label else "the reply states no verdict"}
+        out.append(asks)
+    return out
+
+
 @signal_maker(Signal.SELF_EVAL)
 def _self_eval(rng: np.random.Generator, y: np.ndarray) -> list[Any]:
     out = []

@@ -178,6 +178,7 @@ def run_cell(config: RunConfig, store: RunStore, dataset: str, model: str, progr
     cell.write_json("split.json", {"seed": ev.split_seed, "fractions": list(ev.split), **split})
     result.split_sizes = {k: len(v) for k, v in split.items()}
 
+    ctx.split, ctx.labels = split, binary
     labelled = [item for item in items if item.id in binary]
     # only the evidence stages the selected detectors read, only for labelled items lacking a current record
     requires = {name: DETECTORS.get(name, where="--detector").requires for name in config.detectors}

@@ -37,6 +37,7 @@ class Signal(StrEnum):
     SEP_FEATURES     float32 [2, L + 1, D]: 0 = token before generation, 1 = second-to-last answer token
     CCS_FEATURES     float32 [2, L + 1, D]: 0 = "the answer is correct" statement, 1 = negated statement
     PRISM_FEATURES   float32 [L + 1, D]: prompt-guided statement, last token
+    VERDICT          dict {ask name: verdict-stage record (judge, reply, label, reason)} (haldet.stages.verdict)
     ICR_FEATURES     float32 [L, F]: per-layer ICR features, F = 4 columns (backends.base.ICR_COLUMNS):
                      mean/std/max over answer tokens of the ICR score, mean relative residual-update norm
     A missing or invalid value for an item is None (detectors then give NaN with a reason).
@@ -56,6 +57,7 @@ class Signal(StrEnum):
     CCS_FEATURES = "ccs_features"            # positive / negated statement states
     PRISM_FEATURES = "prism_features"        # prompt-guided statement state
     ICR_FEATURES = "icr_features"            # per-layer residual-update vs attention features
+    VERDICT = "verdict"                      # prompted LLM verdicts (LLM-as-a-judge, zero-shot classifiers)
 
 
 SIGNAL_STAGE: dict[Signal, str] = {
@@ -73,12 +75,14 @@ SIGNAL_STAGE: dict[Signal, str] = {
     Signal.CCS_FEATURES: "features",
     Signal.PRISM_FEATURES: "features",
     Signal.ICR_FEATURES: "features",
+    Signal.VERDICT: "verdict",
 }
 
 SIGNAL_ACCESS: dict[Signal, Access] = {
     Signal.RESPONSE: Access.BLACK,
     Signal.SAMPLES: Access.BLACK,
     Signal.VERBALIZED: Access.BLACK,
+    Signal.VERDICT: Access.BLACK,
     Signal.TOKEN_LOGPROBS: Access.GRAY,
     Signal.SAMPLE_LOGLIKS: Access.GRAY,
     Signal.SELF_EVAL: Access.GRAY,
@@ -95,7 +99,7 @@ def access_of(signals: frozenset[Signal]) -> Access:
 
 def stages_for(signals: frozenset[Signal] | set[Signal]) -> list[str]:
     """Stages needed for these signals, in pipeline order."""
-    order = ["generate", "sample", "auxiliary", "features"]
+    order = ["generate", "sample", "auxiliary", "features", "verdict"]
     needed = {SIGNAL_STAGE[s] for s in signals} | {"generate"}
     return [s for s in order if s in needed]
 

@@ -183,6 +183,12 @@ class DatasetAdapter:
         """The shuffled, limited units: (row index, sub-unit). One per row by default; CoQA has one per turn."""
         return [(i, None) for i in range(len(rows))]
 
+    def ordered_units(self, rows: Sequence[dict[str, Any]], seed: int) -> list[tuple[int, int | None]]:
+        """The units in the seeded order loads take them in (a prefix of it is what `limit` keeps)."""
+        order = self.units(rows)
+        random.Random(seed).shuffle(order)
+        return order
+
     def map_unit(self, row: dict[str, Any], index: int, sub: int | None, split: str) -> Instance | list[Instance]:
         return self.row_to_instance(row, index, split)
 
@@ -306,8 +312,7 @@ class DatasetAdapter:
         if on_bad_row not in ("skip", "fail"):
             raise HaldetError(f"on_bad_row must be skip or fail, not {on_bad_row!r}", where="--on-bad-row")
         src = self.rows()
-        order = self.units(src.rows)
-        random.Random(seed).shuffle(order)
+        order = self.ordered_units(src.rows, seed)
         report = LoadReport(origin=src.origin, split=src.split)
         out: list[Instance] = []
         seen: dict[str, int] = {}

@@ -55,6 +55,9 @@ class CellContext:
     progress: Progress = no_progress
     # the signals the selected detectors read: stages compute only those parts (None = everything configured)
     signals: frozenset[Signal] | None = None
+    # the cell's split and binary training labels, set by the runner once known (few-shot verdict examples)
+    split: dict[str, list[str]] | None = None
+    labels: dict[str, int] | None = None
     timings: dict[str, float] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
     _backend: Backend | None = None
@@ -132,7 +135,7 @@ class Stage:
                 keys = {item.id: self.key(item) for item in batch}
                 recs = self.compute(batch)
                 for rec in recs:
-                    rec["key"] = keys[rec["id"]]
+                    rec.setdefault("key", keys[rec["id"]])  # a stage with several keys per item sets its own
                     done[rec["id"]] = rec
                 log.append(recs)
                 advance(len(batch))

@@ -23,8 +23,9 @@ STAGE_CLASSES = {
     "sample": "haldet.stages.sample:SampleStage",
     "auxiliary": "haldet.stages.auxiliary:AuxiliaryStage",
     "features": "haldet.stages.features:FeatureStage",
+    "verdict": "haldet.stages.verdict:VerdictStage",
 }
-EVIDENCE_STAGES = ("sample", "auxiliary", "features")
+EVIDENCE_STAGES = ("sample", "auxiliary", "features", "verdict")
 
 # signal -> (array name in the stage's HDF5 shards, feature group that must be valid)
 ARRAY_SIGNALS: dict[Signal, tuple[str, str]] = {
@@ -127,6 +128,8 @@ def _value(signal: Signal, rec: dict[str, Any]) -> Any:
         if rec.get("self_eval_text") is None:
             return None
         return {"p_true": rec.get("p_true"), "text": rec["self_eval_text"]}
+    if signal is Signal.VERDICT:
+        return rec.get("asks") or None
     if signal is Signal.TOKEN_ENTROPIES:
         values = rec.get("token_entropies")
         return None if values is None else np.asarray(values, dtype=np.float64)

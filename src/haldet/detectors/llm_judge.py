@@ -1,0 +1,102 @@
+"""LLM-as-a-judge detectors (TRIVIA+ section 5, appendix A.1): an LLM reads the context, the question and the
+answer, reasons, then gives a verdict HALLUCINATION or NO HALLUCINATION. Score 1 for HALLUCINATION, 0 otherwise.
+
+`llm_judge` asks zero-shot; `llm_judge_fs` adds three validation items the zero-shot judge got wrong (seeded), with
+their training labels (the paper's FS). The verdicts come from the `verdict` stage (`haldet.stages.verdict`),
+asked of the run's model or of `verdict.model` at `verdict.base_url`; the judge that answered is recorded.
+An unparsable reply or a failed call is NaN with its reason, never 0.5.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+from haldet.detectors.base import Detector, Scores, register
+from haldet.schema import Instance, SpanLabel
+from haldet.signals import Signal, SignalView
+from haldet.stages.verdict import Ask, Example, VerdictPrompt, get_prompt, register_prompt
+
+HALLUCINATION, FAITHFUL = "HALLUCINATION", "NO HALLUCINATION"
+
+_SYSTEM = ("You check answers against a source document. An answer is faithful only if everything it claims can be "
+           "found in the document or follows directly from it; a polite closing or a remark that makes no factual "
+           "claim is fine. Any claim the document does not support, or that goes beyond what it allows one to "
+           "infer, makes the answer a hallucination, even if the claim happens to be true in the world.")
+_TASK = ("<DOCUMENT>\n{context}\n</DOCUMENT>\n\n<QUESTION>\n{question}\n</QUESTION>\n\n<ANSWER>\n{answer}\n</ANSWER>")
+_INSTRUCTION = ("Think it through first, step by step, inside <THINKING></THINKING>. Then give your verdict as "
+                "<RESPONSE>HALLUCINATION</RESPONSE> or <RESPONSE>NO HALLUCINATION</RESPONSE>.")
+
+_RESPONSE_TAG = re.compile(r"<\s*RESPONSE\s*>(.*?)(?:<\s*/\s*RESPONSE\s*>|$)", re.IGNORECASE | re.DOTALL)
+_VERDICT = re.compile(r"\b(NO[\s_-]+HALLUCINAT\w*|NOT[\s_-]+HALLUCINAT\w*|HALLUCINAT\w*)", re.IGNORECASE)
+
+
+def parse_faithfulness(reply: str) -> tuple[str | None, str]:
+    """The verdict of a judge reply: the text inside the last <RESPONSE> tag if any, else the whole reply after the
+    thinking; the last verdict phrase found wins ("NO HALLUCINATION" is never read as "HALLUCINATION")."""
+    tagged = _RESPONSE_TAG.findall(reply)
+    text = tagged[-1] if tagged else re.sub(r"<THINKING>.*?(</THINKING>|$)", " ", reply, flags=re.I | re.S)
+    found = _VERDICT.findall(text)
+    if not found:
+        return None, f"no HALLUCINATION / NO HALLUCINATION verdict in the reply ({reply[-80:]!r})"
+    last = found[-1].upper()
+    return (FAITHFUL if last.startswith(("NO", "NOT")) else HALLUCINATION), ""
+
+
+def _faithfulness_messages(instance: Instance, answer: str, examples: Sequence[Example],
+                           unit: SpanLabel | None) -> list[dict[str, str]]:
+    messages = [{"role": "system", "content": _SYSTEM}]
+    for ex in examples:
+        messages += [
+            {"role": "user", "content": _TASK.format(context=ex.instance.context, question=ex.instance.question,
+                                                     answer=ex.response) + "\n\n" + _INSTRUCTION},
+            {"role": "assistant", "content": f"<RESPONSE>{ex.label}</RESPONSE>"},
+        ]
+    messages.append({"role": "user", "content": _TASK.format(context=instance.context, question=instance.question,
+                                                             answer=answer) + "\n\n" + _INSTRUCTION})
+    return messages
+
+
+FAITHFULNESS = register_prompt(VerdictPrompt(
+    name="faithfulness", version="faith-v1", labels=(FAITHFUL, HALLUCINATION),
+    scores={FAITHFUL: 0.0, HALLUCINATION: 1.0}, messages=_faithfulness_messages, parse=parse_faithfulness))
+
+
+@register("llm_judge")
+class LLMJudgeDetector(Detector):
+    """Score = the verdict prompt's score of the judge's label (1 = HALLUCINATION); NaN with the reason when the
+    reply has no verdict or the call failed."""
+
+    requires = frozenset({Signal.VERDICT})
+    defaults: ClassVar[dict[str, Any]] = {"prompt": "faithfulness", "shots": 0, "seed": 42}
+
+    @property
+    def ask(self) -> Ask:
+        get_prompt(self.params["prompt"])  # an unknown prompt fails at construction time, before any work
+        return Ask(self.params["prompt"], int(self.params["shots"]), int(self.params["seed"]))
+
+    def score(self, items: SignalView) -> Scores:
+        prompt = get_prompt(self.params["prompt"])
+        out = Scores.empty(len(items))
+        name = self.ask.name
+        judges = set()
+        for i, verdicts in enumerate(items.get(Signal.VERDICT)):
+            rec = (verdicts or {}).get(name)
+            if rec is None:
+                out.invalid(i, f"no {name} verdict (the call failed after its retries, or was not asked)")
+            elif rec.get("label") is None:
+                out.invalid(i, rec.get("reason") or "the reply states no verdict")
+            else:
+                judges.add(rec.get("judge"))
+                out.set(i, prompt.scores[rec["label"]])
+        self.meta["judge"] = sorted(j for j in judges if j)
+        return out
+
+
+@register("llm_judge_fs")
+class FewShotLLMJudge(LLMJudgeDetector):
+    """The few-shot judge: three misclassified validation items as demonstrations (labels from training data)."""
+
+    trains = True  # its demonstrations depend on the split and the training labels
+    defaults: ClassVar[dict[str, Any]] = {"prompt": "faithfulness", "shots": 3, "seed": 42}

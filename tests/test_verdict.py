@@ -1,0 +1,124 @@
+"""The verdict stage (prompted LLM verdicts) and the LLM-as-a-judge detectors, against a local mock endpoint."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from haldet.config import RunConfig
+from haldet.detectors.llm_judge import FAITHFUL, HALLUCINATION, parse_faithfulness
+from haldet.schema import Generation, Instance
+from haldet.signals import Signal
+from haldet.stages.base import CellContext, Item
+from haldet.stages.loader import EvidenceLoader
+from haldet.stages.verdict import VerdictStage
+from haldet.store import RunStore
+from mock_openai import FakeOpenAI, text_content
+
+H = "<THINKING>Checked.</THINKING> <RESPONSE>HALLUCINATION</RESPONSE>"
+F = "<THINKING>All supported.</THINKING> <RESPONSE>NO HALLUCINATION</RESPONSE>"
+
+
+@pytest.mark.parametrize(("reply", "label"), [
+    (H, HALLUCINATION), (F, FAITHFUL), ("<RESPONSE> no hallucination </RESPONSE>", FAITHFUL),
+    ("<THINKING>could be a hallucination</THINKING><RESPONSE>NO HALLUCINATION</RESPONSE>", FAITHFUL),
+    ("<THINKING>looks fine, no hallucination</THINKING><RESPONSE>HALLUCINATION</RESPONSE>", HALLUCINATION),
+    ("Verdict: NO HALLUCINATION.", FAITHFUL), ("HALLUCINATED", HALLUCINATION),
+    ("I cannot tell.", None), ("<RESPONSE></RESPONSE>", None),
+])
+def test_faithfulness_parser(reply: str, label: str | None) -> None:
+    parsed, why = parse_faithfulness(reply)
+    assert parsed == label
+    assert (why == "") == (label is not None)
+
+
+def _answer_key(body: dict[str, Any]) -> str:
+    user = [m["content"] for m in body["messages"] if m["role"] == "user"][-1]
+    match = re.search(r"<ANSWER>\n(.*?)\n</ANSWER>", user, re.S)
+    return match.group(1) if match else ""
+
+
+def _items() -> list[Item]:
+    items = []
+    for i in range(8):
+        inst = Instance(id=f"d/x/{i}", dataset="d", scenario="rag", task_type="rag", context=f"Document {i}.",
+                        question=f"Question {i}?")
+        gen = Generation(id=inst.id, prompt="p", response=f"answer {i}", token_ids=[], token_logprobs=[],
+                         finish_reason="provided", n_tokens=0, model="m")
+        items.append(Item(instance=inst, prompt=f"prompt {i}", generation=gen))
+    return items
+
+
+def _ctx(tmp: Path, srv: FakeOpenAI, detectors: list[str], params: dict[str, Any]) -> CellContext:
+    config = RunConfig(detectors=detectors, detector_params=params,
+                       verdict={"model": "judge-x", "base_url": srv.base_url, "retries": 1, "backoff": 0,
+                                "timeout": 5})
+    return CellContext(config=config, dataset="d", model="m", store=RunStore(tmp).cell("d", "m"),
+                       backend_factory=lambda: (_ for _ in ()).throw(AssertionError("no local backend")))
+
+
+def test_verdicts_failures_and_few_shot_examples(tmp_path: Path) -> None:
+    items = _items()
+    labels = {it.id: int(i % 2 == 0) for i, it in enumerate(items)}  # even = hallucinated
+    split = {"train": ["d/x/0", "d/x/1"], "val": ["d/x/2", "d/x/3", "d/x/4"], "test": ["d/x/5", "d/x/6", "d/x/7"]}
+    with FakeOpenAI(content=text_content, key_of=_answer_key, default=f"ok:{F}") as srv:
+        srv.plans["answer 0"] = [f"ok:{H}"]
+        srv.plans["answer 2"] = [f"ok:{H}"]       # val, right
+        # answer 3 (val, faithful) judged faithful: right; answer 4 (val, hallucinated) judged faithful: wrong
+        srv.plans["answer 6"] = ["500"]           # fails after its retries: no record, never a label
+        srv.plans["answer 7"] = ["ok:I am not sure."]  # unparsable: recorded as such
+        ctx = _ctx(tmp_path, srv, ["llm_judge", "llm_judge_fs"], {"llm_judge_fs": {"shots": 1}})
+        ctx.split, ctx.labels = split, labels
+        stage = VerdictStage(ctx)
+        recs = stage.ensure(items)
+        zero = {i: r["asks"].get("faithfulness") for i, r in recs.items()}
+        few = {i: r["asks"].get("faithfulness@1shot") for i, r in recs.items()}
+        assert zero["d/x/0"]["label"] == HALLUCINATION and zero["d/x/1"]["label"] == FAITHFUL
+        assert zero["d/x/6"] is None and few["d/x/6"] is None
+        assert "d/x/6" in stage.failures["faithfulness"] and "500" in stage.failures["faithfulness"]["d/x/6"]
+        assert zero["d/x/7"]["label"] is None and zero["d/x/7"]["reason"]
+        assert zero["d/x/0"]["judge"] == "judge-x"
+        # the only misclassified validation item (answer 4, hallucinated, judged faithful) is the demonstration,
+        # shown with its training label
+        fs_requests = [b for b in srv.requests if len(b["messages"]) > 2]
+        assert fs_requests and all("answer 4" in b["messages"][1]["content"] for b in fs_requests)
+        assert all(b["messages"][2]["content"] == f"<RESPONSE>{HALLUCINATION}</RESPONSE>" for b in fs_requests)
+        assert not any("answer 5" in b["messages"][1]["content"] for b in fs_requests)  # never a test item
+        # a rerun asks only what has no record: the failed item, for each ask
+        n_before = len(srv.requests)
+        srv.plans["answer 6"] = [f"ok:{H}"]
+        again = VerdictStage(ctx).ensure(items)
+        assert len(srv.requests) - n_before == 2
+        assert again["d/x/6"]["asks"]["faithfulness"]["label"] == HALLUCINATION
+
+        # the detectors read the stage through the signal view: NaN with the reason, never a number, on failure
+        from haldet.detectors.llm_judge import LLMJudgeDetector
+        from haldet.signals import SignalView
+
+        srv.plans["answer 6"] = ["500"]
+        view = SignalView(ids=[i.id for i in items], instances=[i.instance for i in items],
+                          generations=[i.generation for i in items if i.generation],
+                          loader=EvidenceLoader(ctx, items))
+        scores = LLMJudgeDetector().score(view)
+        assert scores.values[0] == 1.0 and scores.values[1] == 0.0
+        assert np.isnan(scores.values[7]) and "verdict" in scores.reasons[7]
+        assert view.get(Signal.VERDICT)[0]["faithfulness"]["judge"] == "judge-x"
+
+
+def test_changing_the_demonstrations_changes_the_few_shot_key(tmp_path: Path) -> None:
+    items = _items()
+    split = {"train": [], "val": ["d/x/2", "d/x/3", "d/x/4"], "test": ["d/x/5"]}
+    with FakeOpenAI(content=text_content, key_of=_answer_key, default=f"ok:{F}") as srv:
+        ctx = _ctx(tmp_path, srv, ["llm_judge_fs"], {"llm_judge_fs": {"shots": 1}})
+        ctx.split, ctx.labels = split, {"d/x/2": 1, "d/x/3": 0, "d/x/4": 0}
+        stage = VerdictStage(ctx)
+        stage.ensure(items)
+        first = stage.ask_key(stage.asks[-1], items[5])
+        ctx.labels = {"d/x/2": 0, "d/x/3": 0, "d/x/4": 1}  # another training-label regime: another demonstration
+        stage2 = VerdictStage(ctx)
+        stage2.ensure(items)
+        assert stage2.ask_key(stage2.asks[-1], items[5]) != first
