@@ -156,3 +156,20 @@ def test_score_views_are_spied_in_the_runner(tmp_path: Path) -> None:
     run_through_runner(_Unseeded, {}, synthetic_view({Signal.TOKEN_LOGPROBS}), tmp_path, spy)
     assert spy.score_views and all(v.labels is None for v in spy.score_views)
     assert spy.fit_views[0].labels is not None and len(spy.fit_views[0]) == 36
+
+
+def test_developing_template_runs_as_written_and_conforms() -> None:
+    """The detector template of docs/developing.md, executed verbatim, registers and passes the suite."""
+    import re
+
+    text = (Path(__file__).parents[1] / "docs" / "developing.md").read_text()
+    section = text.split("## Writing a detector", 1)[1]
+    code = re.search(r"```python\n(.*?)```", section, re.DOTALL).group(1)  # type: ignore[union-attr]
+    namespace: dict[str, Any] = {"__name__": "developing_template"}
+    try:
+        exec(compile(code, "docs/developing.md", "exec"), namespace)
+        cls = DETECTORS.get("my_detector")
+        for variant in cls.variants:
+            assert check_detector(cls, {"variant": variant}) == []
+    finally:
+        DETECTORS._items.pop("my_detector", None)

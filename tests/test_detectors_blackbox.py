@@ -81,8 +81,10 @@ def test_verbalized_values_and_invalid() -> None:
     assert out.values[:2] == pytest.approx([0.2, 0.7])
     assert np.isnan(out.values[2]) and "no confidence" in out.reasons[2]
     assert np.isnan(out.values[3]) and out.reasons[3]
-    paper = detector("verbalized", neutral_fallback=True).score(view)
+    paper_det = detector("verbalized", variant="paper")
+    paper = paper_det.score(view)
     assert paper.values[2] == 0.5 and np.isnan(paper.values[3])
+    assert paper_det.meta["unparsable"] == 1 and "coverage would be 75%" in paper_det.meta["note"]
 
 
 # ------------------------------------------------------------------------------------------------ self_eval
@@ -97,6 +99,16 @@ def test_self_eval_probability_first_then_text() -> None:
     assert all(nan for nan, reason in nan_reasons(out, [3, 4, 6]) if reason)
     no_text = detector("self_eval", text_fallback=False).score(make_view(["a"], {Signal.SELF_EVAL: [se[1]]}))
     assert np.isnan(no_text.values[0])
+
+
+def test_self_eval_raw_variant_uses_the_raw_true_probability() -> None:
+    """Paper E.3: 1 - P(True) with P(True) the raw token mass (0.2 here), not True/(True+False) (0.8)."""
+    se = [{"p_true": 0.8, "logp_true": math.log(0.2), "text": "Correct"},
+          {"p_true": None, "logp_true": None, "text": "Incorrect"}]
+    view = make_view(["a", "b"], {Signal.SELF_EVAL: se})
+    assert detector("self_eval").score(view).values[0] == pytest.approx(0.2)
+    raw = detector("self_eval", variant="raw").score(view).values
+    assert raw[0] == pytest.approx(0.8) and raw[1] == 1.0   # no probability: the verdict text
 
 
 def test_parse_verdict_last_word_wins() -> None:

@@ -302,3 +302,18 @@ def test_fitted_state_saved_and_reused(planted, tmp_path, name, params):
     fit_or_reuse(third, store, name, "k2", train, val)
     assert "fitted_reload_failed" in third.meta
     np.testing.assert_array_equal(first.score(test).values, third.score(test).values)
+
+
+def test_haloscope_without_usable_validation_gives_nan_unless_defaults_are_asked(planted):
+    """No hard-coded settings behind a number: single-class validation -> NaN with the reason; the fixed
+    defaults only when asked, and then recorded."""
+    train, val, test = splits(planted)
+    single = val.subset(np.flatnonzero(val.labels == 0), with_labels=True)
+    det = DETECTORS.get("haloscope")(epochs=5)
+    det.fit(train, single)
+    out = det.score(test)
+    assert np.isnan(out.values).all() and "no validation labels of both classes" in out.reasons[0]
+    flagged = DETECTORS.get("haloscope")(epochs=5, unlabelled_defaults=True)
+    flagged.fit(train, single)
+    assert np.isfinite(flagged.score(test).values).all()
+    assert flagged.fit_info["settings_from"].startswith("fixed defaults") and "settings fixed" in flagged.meta["note"]

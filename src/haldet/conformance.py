@@ -155,8 +155,7 @@ def _self_eval(rng: np.random.Generator, y: np.ndarray) -> list[Any]:
     out = []
     for v in y:
         p = float(np.clip(0.7 - 0.4 * v + rng.normal(0, 0.15), 0.01, 0.99))
-        out.append({"p_true": p, "p_false": float(np.clip(1 - p - 0.05, 0, 1)),
-                    "text": "Correct" if p > 0.5 else "Incorrect"})
+        out.append({"p_true": p, "logp_true": float(np.log(0.8 * p)), "text": "Correct" if p > 0.5 else "Incorrect"})
     return out
 
 

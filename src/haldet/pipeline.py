@@ -27,7 +27,7 @@ from haldet.datasets.base import DATASETS, get_adapter
 from haldet.detectors.base import DETECTORS
 from haldet.errors import HaldetError
 from haldet.evaluation.cost import DEFAULT_N, detector_cost, stage_stats
-from haldet.evaluation.detect import DetectorRun, run_detector
+from haldet.evaluation.detect import DetectorRun, make_detector, run_detector
 from haldet.evaluation.splits import stratified_split
 from haldet.judges.cascade import Cascade
 from haldet.limits import cut_off_summary
@@ -102,9 +102,15 @@ def _now() -> str:
     return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
 
 
-def detector_signals(names: list[str]) -> frozenset[Signal]:
-    """Every signal the named detectors read: the evidence a run computes."""
-    return frozenset().union(*(DETECTORS.get(name, where="--detector").requires for name in names))
+def detector_signals(names: list[str], config: RunConfig | None = None) -> frozenset[Signal]:
+    """Every signal the named detectors read, as configured (a variant may read less): the evidence a run computes."""
+    return frozenset().union(*(_reads(name, config) for name in names))
+
+
+def _reads(name: str, config: RunConfig | None) -> frozenset[Signal]:
+    if config is None:
+        return DETECTORS.get(name, where="--detector").requires
+    return make_detector(name, config).signals()
 
 
 def prepare_cell(config: RunConfig, store: RunStore, dataset: str, model: str, progress: Progress,
@@ -135,7 +141,7 @@ def prepare_cell(config: RunConfig, store: RunStore, dataset: str, model: str, p
 
     cell = store.cell(dataset, model)
     ctx = CellContext(config=config, dataset=dataset, model=model, store=cell, backend_factory=backend_factory,
-                      progress=progress, signals=detector_signals(config.detectors))
+                      progress=progress, signals=detector_signals(config.detectors, config))
     ctx.timings["load_data"] = load_seconds
     prompts = render_prompts(builder, ctx.backend, instances, pool)
     items = [Item(instance=inst, prompt=prompt) for inst, prompt in zip(instances, prompts, strict=True)]
@@ -181,7 +187,7 @@ def run_cell(config: RunConfig, store: RunStore, dataset: str, model: str, progr
     ctx.split, ctx.labels = split, binary
     labelled = [item for item in items if item.id in binary]
     # only the evidence stages the selected detectors read, only for labelled items lacking a current record
-    requires = {name: DETECTORS.get(name, where="--detector").requires for name in config.detectors}
+    requires = {name: _reads(name, config) for name in config.detectors}
     stage_records = ensure_stages(ctx, labelled, needed_stages(ctx.signals or ()))
     stage_records[GenerateStage.name] = {i.id: gen_records[i.id] for i in labelled}
     result.evidence = {name: stage_stats(name, recs, wall_seconds=ctx.timings.get(name),

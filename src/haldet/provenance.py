@@ -28,10 +28,10 @@ def _dir_fingerprint(path: Path) -> str:
     return "dir:" + h.hexdigest()[:16]
 
 
-@lru_cache(maxsize=64)
 def locate(name: str) -> str | None:
     """A fingerprint of `name` when it can be loaded here (None when not): an embedded alias, a local path, a
-    cached hub snapshot (its revision), or a hub id while the hub is reachable."""
+    cached hub snapshot (its revision), or a hub id while the hub is reachable. Not memoised: a model that
+    appears (downloaded, copied in) later in the process is found."""
     from haldet.assets import EMBEDDING_ALIASES, MODEL_ALIASES, file_sha256, resolve_embedding
     from haldet.nli import hub_reachable
 

@@ -29,7 +29,8 @@ class Signal(StrEnum):
                      default -1 = last; sample.hidden_pooling, default mean over the sample's tokens);
                      a NaN row for an empty sample
     VERBALIZED       str: the verbalized-confidence response
-    SELF_EVAL        dict {"p_true": float | None, "text": str}
+    SELF_EVAL        dict {"p_true": float | None (True mass over True + False), "logp_true": float | None (raw log
+                     probability mass of the True answer words), "text": str}
     TOKEN_ENTROPIES  float64 [T]
     HIDDEN_MEAN      float32 [L + 1, D] mean over answer tokens (with features.layers set: [len(layers), D], the
                      hidden-state indices are in the features record's `layers`)

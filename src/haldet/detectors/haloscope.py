@@ -10,8 +10,10 @@ Faithful (default, `variant="unsupervised"`), following the method's source:
    with cosine decay, weight decay 3e-4, batches of 512, 50 epochs; here on train-standardised features) learns
    the pseudo-labels; its P(1) is the score.
 The settings the source picks with a small labelled set (layer, k in 1..10, the score's sign, the quantile q
-from a 38-point grid) are chosen on the validation view only; without validation labels of both classes the
-defaults are used (last layer, k=1, sign +1, q=0.5) and recorded in `fit_info`.
+from a 38-point grid) are chosen on the validation view only. Without validation labels of both classes there is
+nothing to choose them with: the detector is not fitted (every score NaN with that reason) unless
+`unlabelled_defaults: true` asks for fixed settings (last layer, k=1, sign +1, q=0.5), which are then recorded in
+`fit_info` and in the row's note.
 
 `variant="label_guided"` (OpenHalDet E.16): mean-pooled states (HIDDEN_MEAN) of the chosen layer; PCA of the
 centred train features (up to 15 components); k and sign chosen by AUROC of the unweighted projection norm on the
@@ -54,6 +56,7 @@ def membership_scores(F: np.ndarray, mean: np.ndarray, V: np.ndarray, s: np.ndar
 class HaloScope(Detector):
     requires = frozenset({Signal.HIDDEN_LAST, Signal.HIDDEN_MEAN})
     trains = True
+    version = "2"  # 2: no hard-coded settings without usable validation labels
     variants: ClassVar[dict[str, str]] = {
         "unsupervised": "membership estimation on unlabeled train generations; labels only choose settings on val",
         "label_guided": "OpenHalDet E.16: PCA k/sign and pseudo-label threshold searched with train labels",
@@ -61,7 +64,7 @@ class HaloScope(Detector):
     defaults: ClassVar[dict[str, Any]] = {
         "variant": "unsupervised", "layer": "val", "max_k": 10, "weighted": True, "n_quantiles": 38,
         "hidden": [1024], "epochs": 50, "batch_size": 512, "lr": 0.05, "weight_decay": 3e-4,
-        "optimizer": "sgd_cosine", "seed": 42,
+        "optimizer": "sgd_cosine", "seed": 42, "unlabelled_defaults": False,
         "device": "auto",
         # label_guided
         "pca_components": 15, "lg_quantiles": [0.1, 0.9, 17], "lg_max_iter": 1000}
@@ -103,6 +106,10 @@ class HaloScope(Detector):
     def _fit_unsupervised(self, train: SignalView, val: SignalView | None) -> None:
         p = self.params
         val_ok = val is not None and val.labels is not None and has_both_classes(np.asarray(val.labels))
+        if not val_ok and not p["unlabelled_defaults"]:
+            self.problem = ("no validation labels of both classes to choose HaloScope's layer, k, sign and quantile "
+                            "(set unlabelled_defaults: true for the fixed, flagged defaults)")
+            return
         layers = list(range(self._n_rows(train))) if p["layer"] == "val" and val_ok else [
             -1 if p["layer"] == "val" else int(p["layer"])]
         best: dict[str, Any] | None = None
@@ -162,7 +169,8 @@ class HaloScope(Detector):
         self.fit_info = {"variant": "unsupervised", "layer": self.layer, "k": best["k"], "sign": best["sign"],
                          "membership_val_auroc": best["val_auroc"], "quantile": chosen[1],
                          "classifier_val_auroc": chosen[0] if Zv is not None else None,
-                         "settings_from": "validation labels" if Zv is not None else "defaults (no usable val)",
+                         "settings_from": "validation labels" if Zv is not None else
+                         "fixed defaults (unlabelled_defaults: no usable validation labels)",
                          "n_wild": len(F), **self.model.info}
 
     # -- the paper's variant -------------------------------------------------------------------------------
@@ -210,6 +218,8 @@ class HaloScope(Detector):
 
     def score(self, items: SignalView) -> Scores:
         self.meta["fit"] = {**self.fit_info, "problem": self.problem}
+        if str(self.fit_info.get("settings_from", "")).startswith("fixed defaults"):
+            self.meta["note"] = "HaloScope settings fixed (last layer, k=1, sign +1, q=0.5): no usable validation"
 
         def predict(X: np.ndarray) -> np.ndarray:
             Z = self.scaler.transform(X)

@@ -26,11 +26,30 @@ def parse_verdict(text: str | None) -> bool | None:
 
 @register("self_eval")
 class SelfEval(Detector):
-    """s = 1 - P(True), P(True) clipped to [0, 1]. Only when the probability is absent (an API without
-    log-probs) is the verdict text parsed: "Correct" -> 0, "Incorrect" -> 1; neither -> invalid."""
+    """s = 1 - P(True), P(True) clipped to [0, 1].
+
+    Variant "normalized" (default): P(True) = p(True words) / (p(True words) + p(False words)). A small model
+    spreads most next-token mass over other tokens, so the raw probability is tiny for every item and mostly
+    measures how well the model follows the answer format; normalising over the two answers keeps the verdict.
+    Variant "raw" (the paper, appendix E.3): P(True) is the raw next-token probability mass of the True words.
+    Only when the probability is absent (an API without log-probs) is the verdict text parsed: "Correct" -> 0,
+    "Incorrect" -> 1; neither -> invalid.
+    """
 
     requires = frozenset({Signal.SELF_EVAL})
-    defaults: ClassVar[dict[str, Any]] = {"text_fallback": True}
+    version = "2"
+    variants: ClassVar[dict[str, str]] = {
+        "normalized": "1 - P(True) / (P(True) + P(False)): the verdict, independent of format mass",
+        "raw": "1 - P(True) from the raw token probability (OpenHalDet appendix E.3)",
+    }
+    defaults: ClassVar[dict[str, Any]] = {"variant": "normalized", "text_fallback": True}
+
+    def _p_true(self, value: dict[str, Any]) -> float | None:
+        if self.params["variant"] == "raw":
+            lp = value.get("logp_true")
+            return None if lp is None else math.exp(float(lp))
+        p = value.get("p_true")
+        return None if p is None else float(p)
 
     def score(self, items: SignalView) -> Scores:
         out = Scores.empty(len(items))
@@ -38,9 +57,8 @@ class SelfEval(Detector):
             if not isinstance(value, dict):
                 out.invalid(i, "no self-evaluation")
                 continue
-            p_true = value.get("p_true")
-            if p_true is not None:
-                p = float(p_true)
+            p = self._p_true(value)
+            if p is not None:
                 if not math.isfinite(p):
                     out.invalid(i, "non-finite P(True)")
                     continue

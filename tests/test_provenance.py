@@ -1,0 +1,92 @@
+"""Keys cover what actually ran: a substitute NLI model's scores never answer for the requested model, the pair
+cache is filed by model fingerprint, and the manifest-bound identity names version, variant and models."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from haldet.config import RunConfig
+from haldet.conformance import split_of, synthetic_view
+from haldet.evaluation.detect import DetectorRun, run_detector
+from haldet.provenance import locate, pair_model_identity, substitutes
+from haldet.signals import Signal
+from haldet.store import CellStore
+
+
+def tiny_nli(path: Path, seed: int) -> Path:
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
+
+    from haldet.assets import resolve_embedding
+
+    tok = AutoTokenizer.from_pretrained(resolve_embedding("minilm"))
+    torch.manual_seed(seed)
+    config = BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, num_labels=3,
+                        id2label={0: "ENTAILMENT", 1: "NEUTRAL", 2: "CONTRADICTION"},
+                        label2id={"ENTAILMENT": 0, "NEUTRAL": 1, "CONTRADICTION": 2})
+    BertForSequenceClassification(config).save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+def run_nli(cell: Path, requested: Path, fallback: Path) -> DetectorRun:
+    view = synthetic_view({Signal.RESPONSE, Signal.SAMPLES}, n=20)
+    labels = {i: int(v) for i, v in zip(view.ids, view.labels, strict=True)}
+    config = RunConfig(detectors=["selfcheck_nli"], evaluation={"bootstrap": 0}, detector_params={
+        "selfcheck_nli": {"nli_model": str(requested), "fallback": str(fallback)}})
+    return run_detector("selfcheck_nli", config, CellStore(cell), view, split_of(view), labels, "ev")
+
+
+def test_substitute_scores_are_not_reused_for_the_real_model(tmp_path: Path) -> None:
+    real, sub = tmp_path / "real-nli", tiny_nli(tmp_path / "substitute-nli", seed=1)
+    first = run_nli(tmp_path / "cell", real, sub)            # the requested model is absent: the substitute runs
+    models = first.identity["models"]
+    assert models["nli_model"]["substitute"] and models["nli_model"]["used"] == str(sub)
+    assert substitutes(first.identity) == [f"{real} -> {sub}"]
+    assert first.meta["nli_model"]["loaded"] == str(sub) and not first.cached
+    again = run_nli(tmp_path / "cell", real, sub)
+    assert again.cached and again.key == first.key           # same situation: reused
+    tiny_nli(real, seed=2)                                   # the real model becomes available
+    later = run_nli(tmp_path / "cell", real, sub)
+    assert not later.cached and later.key != first.key
+    assert later.meta["nli_model"]["loaded"] == str(real) and not later.identity["models"]["nli_model"]["substitute"]
+    assert not np.array_equal(later.scores.values, first.scores.values, equal_nan=True)
+    # each model's pairs are filed separately, by fingerprint
+    assert len(list((tmp_path / "cell" / "pairs").glob("*.jsonl"))) == 2
+
+
+def test_fingerprint_follows_the_files(tmp_path: Path) -> None:
+    path = tiny_nli(tmp_path / "m", seed=0)
+    before = locate(str(path))
+    assert before and before.startswith("dir:")
+    (path / "config.json").write_text((path / "config.json").read_text().replace('"hidden_act"', '"hidden_act" '))
+    assert locate(str(path)) != before
+    assert locate(str(tmp_path / "absent")) is None
+    ident = pair_model_identity("nli", str(tmp_path / "absent"), None, 512)
+    assert ident["used"] is None and ident["max_length"] == 512
+
+
+def test_detector_key_changes_with_version_and_variant(tmp_path: Path) -> None:
+    from haldet.detectors.base import DETECTORS
+
+    cls = DETECTORS.get("ln_entropy")
+    view = synthetic_view(cls.requires, n=20)
+    labels = {i: int(v) for i, v in zip(view.ids, view.labels, strict=True)}
+
+    def key(params: dict) -> str:
+        config = RunConfig(detectors=["ln_entropy"], evaluation={"bootstrap": 0},
+                           detector_params={"ln_entropy": params})
+        return run_detector("ln_entropy", config, CellStore(tmp_path), view, split_of(view), labels, "ev").key
+
+    base = key({})
+    assert key({"variant": "normalized"}) == base             # the default, spelled out: same key
+    assert key({"variant": next(v for v in cls.variants if v != "normalized")}) != base
+    old = cls.version
+    try:
+        cls.version = old + "-changed"
+        assert key({}) != base
+    finally:
+        cls.version = old
