@@ -101,6 +101,12 @@ def run(
     update: Annotated[bool, typer.Option(help="Allow a changed config in an existing --out "
                                               "(still-valid cached evidence is reused).")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result rows as JSON.")] = False,
+    model_base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible endpoint of `openai:NAME` models, "
+                                                       "e.g. http://127.0.0.1:8080/v1.")] = None,
+    executor: Annotated[str, typer.Option(help="serial | ray: run cells and item shards as Ray tasks "
+                                          "(optional extra `ray`; docs/backends.md).")] = "serial",
+    ray_address: Annotated[str | None, typer.Option(help="Ray cluster address (default: $RAY_ADDRESS, else a "
+                                                    "local cluster).")] = None,
     allow_failures: Annotated[bool, AllowFailures] = False,
 ) -> None:
     """Run the benchmark: generate, annotate, split, score, evaluate; print a table, write the run directory.
@@ -109,6 +115,7 @@ def run(
     Run it again and everything is read from the cache.
     """
     from haldet import pipeline
+    from haldet.outcome import run_problems
     from haldet.report.terminal import results_table
 
     config = load_config(
@@ -116,10 +123,12 @@ def run(
         limit=limit, data_dir=str(data_dir) if data_dir else None, on_bad_row=on_bad_row, device=device,
         generation__batch_size=batch_size, generation__max_new_tokens=max_new_tokens,
         judge__kind=judge, judge__model=judge_model, judge__base_url=judge_base_url, judge__backend=judge_backend,
+        endpoint__base_url=model_base_url,
     )
     target = out or default_out(config)
     with progress_bars() as make:
-        rows, cells = pipeline.run(config, target, update=update or out is None, progress=make)
+        rows, cells = pipeline.run(config, target, update=update or out is None, progress=make,
+                                   executor=executor, ray_address=ray_address)
     for cell in cells:
         if cell.error:
             console.print(f"[red]cell {cell.dataset} | {cell.model} failed:[/red] {cell.error}")
@@ -148,17 +157,22 @@ def run(
         out_console.print(results_table(rows, failed=failed))
     _write_run_reports(target)
     console.print(f"run directory: {target}")
-    exit_on_failures([f"{d} | {m}: {why}" for d, m, why in failed], allow_failures)
+    exit_on_failures(run_problems(cells), allow_failures)
 
 
 def exit_on_failures(failures: list[str], allow: bool) -> None:
-    """Exit status 1 after a run that finished with failures, unless `--allow-failures`."""
+    """The closing summary of what failed (`haldet.outcome`); exit status 1 unless `--allow-failures`."""
+    from haldet.outcome import ALLOW_HINT, EXIT_FAILURES
+
     if not failures:
         return
-    console.print(f"[red]{len(failures)} failure(s)[/red]: " + "; ".join(failures)[:600], highlight=False)
+    color = "yellow" if allow else "red"
+    console.print(f"[{color}]finished with {len(failures)} failure(s):[/{color}]")
+    for line in failures:
+        console.print(f"  - {line}", highlight=False, markup=False, emoji=False)
     if not allow:
-        console.print("exit status 1 (pass --allow-failures to accept these failures)")
-        raise typer.Exit(1)
+        console.print(f"  -> exit status 1: {ALLOW_HINT}", highlight=False)
+        raise typer.Exit(EXIT_FAILURES)
 
 
 def _write_run_reports(target: Path) -> None:
@@ -286,6 +300,7 @@ def annotate(
     dataset: Annotated[list[str] | None, typer.Option("--dataset", "-d", help="Only these datasets of the run.")]
     = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the per-cell reports as JSON.")] = False,
+    allow_failures: Annotated[bool, AllowFailures] = False,
 ) -> None:
     """Label (or relabel) the answers of an existing run: correct / hallucination / abstention / invalid.
 
@@ -302,11 +317,14 @@ def annotate(
     with progress_bars() as make:
         reports = annotate_run(run_dir, overrides, compare_with=compare_with, datasets=split_names(dataset),
                                progress=make)
+    from haldet.outcome import annotate_problems
+
     if as_json:
         print(json.dumps(reports, indent=2, default=str))
-        return
-    for renderable in render_reports(reports):
-        out_console.print(renderable)
+    else:
+        for renderable in render_reports(reports):
+            out_console.print(renderable)
+    exit_on_failures(annotate_problems(reports), allow_failures)
 
 
 RunDirArg = Annotated[Path, typer.Argument(help="A run directory written by `haldet run`.")]

@@ -133,6 +133,24 @@ class JudgeConfig(Section):
     extra: list[str] = Field(default_factory=list)  # registered plugin judges (@register), tried first
 
 
+class EndpointConfig(Section):
+    """Target models behind an OpenAI-compatible endpoint (model spec `openai:NAME`; docs/backends.md)."""
+
+    base_url: str | None = None                  # e.g. http://127.0.0.1:8080/v1 (None = the openai default)
+    api_key_env: str = "OPENAI_API_KEY"          # environment variable holding the API key (local servers: none)
+    concurrency: int = Field(8, ge=1)            # requests in flight at once
+    retries: int = Field(4, ge=0)                # extra attempts after the first (429/5xx/timeout/bad body)
+    backoff: float = Field(1.0, ge=0)            # first retry wait in seconds, doubled each retry
+    timeout: float = Field(120.0, gt=0)          # seconds per request
+    breaker_after: int = Field(5, ge=1)          # consecutive timeouts/connection failures that stop all calls
+    logprobs: bool = True                        # ask for token log-probs (gray-box detectors need them)
+    top_logprobs: int = Field(20, ge=1, le=20)   # alternatives per position (self-evaluation P(True))
+    n_samples: Literal["auto", "n", "calls"] = "auto"  # K samples: one request with n=K, K requests, or try n
+    seed: int = 0                                # sent with greedy requests (servers that honour it repeat)
+    price_in: float | None = Field(None, ge=0)   # USD per 1M prompt tokens (cost columns; None = unknown)
+    price_out: float | None = Field(None, ge=0)  # USD per 1M completion tokens
+
+
 class EvaluationConfig(Section):
     split: tuple[float, float, float] = (0.6, 0.2, 0.2)
     split_seed: int = 42
@@ -164,6 +182,7 @@ class RunConfig(Section):
     prompt: PromptConfig = Field(default_factory=PromptConfig)
     judge: JudgeConfig = Field(default_factory=JudgeConfig)
     verdict: VerdictConfig = Field(default_factory=VerdictConfig)
+    endpoint: EndpointConfig = Field(default_factory=EndpointConfig)
     evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
     detector_params: dict[str, dict[str, Any]] = Field(default_factory=dict)
     # adapter options per dataset, e.g. {"belebele": {"languages": ["eng_Latn", "fra_Latn"]}}

@@ -11,7 +11,7 @@ import gc
 import platform
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -22,6 +22,7 @@ import numpy as np
 from haldet import __version__
 from haldet.backends.base import Backend
 from haldet.backends.openai_client import accumulate_usages
+from haldet.backends.select import check_signals
 from haldet.config import RunConfig, digest
 from haldet.datasets.base import DATASETS, get_adapter
 from haldet.detectors.base import DETECTORS
@@ -54,9 +55,9 @@ def library_versions() -> dict[str, str]:
 
 
 def make_backend(model: str, config: RunConfig) -> Backend:
-    from haldet.backends.hf import HFBackend
+    from haldet.backends.select import make_backend as select
 
-    return HFBackend(model, device=config.device)
+    return select(model, config)
 
 
 @dataclass
@@ -160,9 +161,18 @@ def run_cell(config: RunConfig, store: RunStore, dataset: str, model: str, progr
     previous_evidence: dict[str, Any] = previous.get("evidence") or {}
     result, ctx, items = prepare_cell(config, store, dataset, model, progress, backends)
     cell = ctx.store
+    if hasattr(ctx.backend, "reset_usage"):  # a remote model's calls and cost are reported per cell
+        ctx.backend.reset_usage()
 
     generate = GenerateStage(ctx)
     gen_records = generate.ensure(items)
+    items = [item for item in items if item.id in gen_records]  # failed remote calls: no answer, not evaluated
+    if not items:  # nothing to label or score: the cell ends here, its failures listed (outcome summary)
+        result.counts, result.timings = dict(ctx.counts), dict(ctx.timings)
+        if hasattr(ctx.backend, "usage_report"):
+            result.data["backend_usage"] = ctx.backend.usage_report()
+        result.error = "no item got an answer from the model (see generate.failed.jsonl)"
+        return result
     attach_generations(items, gen_records)
     result.data["generation"] = cut_off_summary(
         config, [(item.instance, item.generation.finish_reason if item.generation else "") for item in items])
@@ -208,6 +218,8 @@ def run_cell(config: RunConfig, store: RunStore, dataset: str, model: str, progr
         result.detectors.append(run)
     result.timings = dict(ctx.timings)
     result.counts = dict(ctx.counts)
+    if hasattr(ctx.backend, "usage_report"):  # a remote target model: calls, tokens, cost, breaker state
+        result.data["backend_usage"] = ctx.backend.usage_report()
     return result
 
 
@@ -267,10 +279,16 @@ def validate_names(config: RunConfig) -> None:
     for name in config.detectors:
         DETECTORS.get(name, where="--detector")
     Cascade.from_config(config.judge)  # an LLM judge without a model, a missing template dir: fail before generating
+    check_signals(config)  # hidden-state detectors on an API model: fail before any work
 
 
 def run(config: RunConfig, out: Path, *, update: bool = False, progress: Progress = no_progress,
-        on_cell: Callable[[CellResult], None] | None = None) -> tuple[list[dict[str, Any]], list[CellResult]]:
+        on_cell: Callable[[CellResult], None] | None = None, executor: str = "serial",
+        ray_address: str | None = None) -> tuple[list[dict[str, Any]], list[CellResult]]:
+    """`executor`: serial (cells one after another in this process) or ray (cells and item shards of the evidence
+    stages as Ray tasks: `haldet.executors.ray_executor`); both write through the same keyed store."""
+    if executor not in ("serial", "ray"):
+        raise HaldetError(f"unknown executor {executor!r}", where="--executor", hint="serial or ray")
     validate_names(config)
     store = RunStore(out)
     manifest = check_run_dir(store, config, update=update)
@@ -279,35 +297,25 @@ def run(config: RunConfig, out: Path, *, update: bool = False, progress: Progres
                      "created": manifest.get("created", _now()), "status": "running"})
     store.write_manifest(manifest)
     previous = {(c.get("dataset"), c.get("model")): c for c in manifest.get("cells") or []}
-    backends: dict[str, Backend] = {}
+    if executor == "ray":
+        from haldet.executors.ray_executor import ray_cells
+
+        finished = ray_cells(config, out, previous, address=ray_address)
+    else:
+        finished = serial_cells(config, store, previous, progress)
+    order = {(d, m): i for i, (m, d) in enumerate((m, d) for m in config.models for d in config.datasets)}
     cells: list[CellResult] = []
     rows: list[dict[str, Any]] = []
-    n_cells = len(config.models) * len(config.datasets)
-    for model in config.models:  # model-major: each model is loaded once and released before the next
-        for dataset in config.datasets:
-            try:
-                cell = run_cell(config, store, dataset, model, progress, backends,
-                                previous=previous.get((dataset, model)))
-            except HaldetError as exc:
-                if n_cells == 1:
-                    raise
-                cell = CellResult(dataset=dataset, scenario=_scenario_of(dataset), model=model, error=exc.message)
-            except Exception as exc:  # any other failure of one cell is reported; the other cells still run
-                if n_cells == 1:
-                    raise
-                cell = CellResult(dataset=dataset, scenario=_scenario_of(dataset), model=model,
-                                  error=f"{type(exc).__name__}: {exc}")
-                cell.data["traceback"] = traceback.format_exc(limit=8)
-            cells.append(cell)
-            rows += result_rows(cell)
-            # results and manifest after every cell: a crash later keeps every finished cell
-            store.write_results(rows)
-            manifest["cells"] = [_cell_entry(c) for c in cells]
-            store.write_manifest(manifest)
-            if on_cell is not None:
-                on_cell(cell)
-        backends.pop(model, None)
-        gc.collect()
+    for cell in finished:
+        cells.append(cell)
+        cells.sort(key=lambda c: order[(c.dataset, c.model)])  # the serial order, whatever finished first
+        rows = [row for c in cells for row in result_rows(c)]
+        # results and manifest after every cell: a crash later keeps every finished cell
+        store.write_results(rows)
+        manifest["cells"] = [_cell_entry(c) for c in cells]
+        store.write_manifest(manifest)
+        if on_cell is not None:
+            on_cell(cell)
     store.write_results(rows)
     manifest.update({
         "status": "done", "finished": _now(), "seconds": round(time.perf_counter() - started, 3),
@@ -316,6 +324,39 @@ def run(config: RunConfig, out: Path, *, update: bool = False, progress: Progres
     })
     store.write_manifest(manifest)
     return rows, cells
+
+
+def serial_cells(config: RunConfig, store: RunStore, previous: dict[tuple[Any, Any], Any],
+                 progress: Progress) -> Iterator[CellResult]:
+    """Every (dataset, model) cell in this process, model-major: each model is loaded once and released before
+    the next. A failing cell is reported and the others still run (a single cell's error is raised)."""
+    backends: dict[str, Backend] = {}
+    n_cells = len(config.models) * len(config.datasets)
+    for model in config.models:
+        for dataset in config.datasets:
+            yield guarded_cell(config, store, dataset, model, progress, backends, previous.get((dataset, model)),
+                               raise_errors=n_cells == 1)
+        backends.pop(model, None)
+        gc.collect()
+
+
+def guarded_cell(config: RunConfig, store: RunStore, dataset: str, model: str, progress: Progress,
+                 backends: dict[str, Backend], previous: dict[str, Any] | None, *,
+                 raise_errors: bool) -> CellResult:
+    """`run_cell`, with a failure turned into a cell carrying its error (unless `raise_errors`)."""
+    try:
+        return run_cell(config, store, dataset, model, progress, backends, previous=previous)
+    except HaldetError as exc:
+        if raise_errors:
+            raise
+        return CellResult(dataset=dataset, scenario=_scenario_of(dataset), model=model, error=exc.message)
+    except Exception as exc:  # any other failure of one cell is reported; the other cells still run
+        if raise_errors:
+            raise
+        cell = CellResult(dataset=dataset, scenario=_scenario_of(dataset), model=model,
+                          error=f"{type(exc).__name__}: {exc}")
+        cell.data["traceback"] = traceback.format_exc(limit=8)
+        return cell
 
 
 def _scenario_of(dataset: str) -> str:

@@ -85,9 +85,17 @@ class Generation(Record):
     n_tokens: int
     model: str
     seconds: float = 0.0
+    # token strings from a remote backend (which gives no ids): then token_ids is empty, token_logprobs is aligned
+    # with token_text or empty (the endpoint sent no log-probs), and n_tokens is what the endpoint billed
+    token_text: list[str] | None = None
 
     @model_validator(mode="after")
     def _aligned(self) -> Generation:
+        if self.token_text is not None:
+            if self.token_ids or (self.token_logprobs and len(self.token_logprobs) != len(self.token_text)):
+                raise ValueError(f"generation {self.id}: token_text ({len(self.token_text)}) and token_logprobs "
+                                 f"({len(self.token_logprobs)}) must agree, and a remote answer has no token ids")
+            return self
         if len(self.token_ids) != len(self.token_logprobs) or self.n_tokens != len(self.token_ids):
             raise ValueError(
                 f"generation {self.id}: {len(self.token_ids)} token ids, {len(self.token_logprobs)} "

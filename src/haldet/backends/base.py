@@ -22,8 +22,17 @@ class GenOutput:
     text: str
     token_ids: list[int]
     token_logprobs: list[float]
-    finish_reason: str  # "stop" (EOS or stop string) or "length"
+    finish_reason: str  # "stop" (EOS or stop string) or "length" ("error" when `error` is set)
     extra: dict[str, Any] = field(default_factory=dict)
+    error: str = ""  # set by remote backends when every attempt failed: no answer exists, nothing is stored
+
+    @property
+    def n_tokens(self) -> int | None:
+        """Generated tokens: the ids, or what a remote backend reported (None when it did not say)."""
+        if self.token_ids or "n_tokens" not in self.extra:
+            return len(self.token_ids)
+        n = self.extra["n_tokens"]
+        return None if n is None else int(n)
 
 
 @dataclass

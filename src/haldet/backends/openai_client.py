@@ -168,6 +168,17 @@ class CircuitBreaker:
 
 
 # --- the endpoint ---------------------------------------------------------------------------------------------
+def api_key(model: str, base_url: str | None, api_key_env: str, option: str) -> str:
+    """The key from `$api_key_env`; a local server (base_url given) accepts any key; else one clear error."""
+    key = os.environ.get(api_key_env)
+    if key:
+        return key
+    if base_url is None:
+        raise HaldetError(f"no API key for {model}: ${api_key_env} is not set", where=option,
+                          hint=f"export {api_key_env}=..., or point the base URL at a local OpenAI-compatible server")
+    return "not-needed"  # local servers (vLLM, llama.cpp) accept any key
+
+
 class OpenAIEndpoint:
     """An OpenAI-compatible chat endpoint. `where` names it in messages, `option` is the flag that sets its model
     (for hints). A local server (base_url given) needs no API key."""
@@ -176,13 +187,7 @@ class OpenAIEndpoint:
                  timeout: float = 60.0, breaker_after: int = 5, where: str = "", option: str = "--model") -> None:
         import openai
 
-        key = os.environ.get(api_key_env)
-        if not key:
-            if base_url is None:
-                raise HaldetError(f"no API key for {model}: ${api_key_env} is not set", where=option,
-                                  hint=f"export {api_key_env}=..., or point the base URL at a local "
-                                       "OpenAI-compatible server")
-            key = "not-needed"  # local servers (vLLM, llama.cpp) accept any key
+        key = api_key(model, base_url, api_key_env, option)
         self.model = model
         self.base_url = base_url
         self.timeout = timeout

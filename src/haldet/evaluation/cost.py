@@ -18,6 +18,9 @@ evidence stage once per (dataset, model) cell, so the same attribution is recons
     Cost@N        = N * prep_s_item + fit_s + N * infer_s_item      (N = 100 by default)
     score_only_s  = fit_s + score_s                                 (Table 11 "Score-only")
 
+With a billed remote backend (records carrying `cost_usd`), `gen_usd_item` and `prep_usd_item` give the USD per
+item of the answer and of the extra evidence (None when a price is not configured).
+
 Extra generation calls / tokens per item count only generations beyond the primary answer (samples: K calls;
 auxiliary: one call per needed part; teacher-forced feature passes generate nothing). An unknown timing stays
 None (and Cost@N None, with a note), never a made-up zero.
@@ -74,6 +77,9 @@ def _record_calls_tokens(stage: str, rec: Mapping[str, Any]) -> dict[str, tuple[
         return {"": (1.0, float(n if n is not None else _n_tokens(rec.get("token_ids")) or 0))}
     if stage == "sample":
         samples = rec.get("samples") or []
+        if "n_tokens" in rec:  # what the backend counted (a remote one sends no ids; None = it did not say)
+            n = rec["n_tokens"]
+            return {"": (float(len(samples)), None if n is None else float(n))}
         tokens = _n_tokens(rec.get("token_ids"))
         if tokens is None and rec.get("logliks"):
             tokens = int(sum(pair[1] for pair in rec["logliks"]))
@@ -132,6 +138,7 @@ def stage_stats(stage: str, records: Mapping[str, Mapping[str, Any]], *, wall_se
         per_item, source = float(previous["seconds_per_item"]), "previous run"
     else:
         per_item, source = None, "unknown"
+    usd = [rec.get("cost_usd") for rec in recs if "cost_usd" in rec]
     out: dict[str, Any] = {
         "items": n, "seconds_per_item": per_item, "seconds_source": source,
         "calls_per_item": calls.get("", 0.0) / n if n else 0.0,
@@ -150,6 +157,8 @@ def stage_stats(stage: str, records: Mapping[str, Mapping[str, Any]], *, wall_se
                        "tokens_per_item": _per(tokens[part], n)}
     if parts:
         out["parts"] = parts
+    if usd:  # a billed remote backend: USD per item (None when a price is unknown or a record lacks it)
+        out["usd_per_item"] = None if len(usd) < n or any(u is None for u in usd) else sum(usd) / n
     return out
 
 
@@ -211,6 +220,11 @@ def detector_cost(requires: Iterable[Signal | str], evidence: Mapping[str, Mappi
             notes.append(f"no {stage} timing")
         elif prep is not None:
             prep += sec
+    usd_stages = [evidence[s] for s in stages if s != PRIMARY_STAGE and s in evidence and "usd_per_item" in evidence[s]]
+    if "usd_per_item" in gen or usd_stages:  # API targets: what the answer and the extra evidence cost in USD
+        out["gen_usd_item"] = gen.get("usd_per_item")
+        extra = [st["usd_per_item"] for st in usd_stages]
+        out["prep_usd_item"] = None if any(u is None for u in extra) else float(sum(extra))
     infer = score_s / n_scored if score_s is not None and n_scored else None
     out.update({
         "prep_s_item": prep, "fit_s": fit_s, "score_s": score_s, "infer_s_item": infer,

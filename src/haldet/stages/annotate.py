@@ -173,9 +173,8 @@ def annotate_run(run_dir: Any, overrides: dict[str, Any] | None = None, *, compa
     from haldet.errors import HaldetError
     from haldet.judges.agreement import agreement
     from haldet.pipeline import prepare_cell
-    from haldet.schema import Generation
     from haldet.stages.base import no_progress
-    from haldet.stages.generate import GenerateStage
+    from haldet.stages.generate import GenerateStage, generation_of
     from haldet.store import RunStore
 
     store = RunStore(Path(run_dir))
@@ -208,8 +207,7 @@ def annotate_run(run_dir: Any, overrides: dict[str, Any] | None = None, *, compa
             ready = []
             for item in items:
                 if item.id in gens:
-                    item.generation = Generation.model_validate(
-                        {k: v for k, v in gens[item.id].items() if k != "key"})
+                    item.generation = generation_of(gens[item.id])
                     ready.append(item)
             stage = AnnotateStage(ctx, judge)
             labels = labels_of(stage.ensure(ready))

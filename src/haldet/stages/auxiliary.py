@@ -132,21 +132,37 @@ class AuxiliaryStage(Stage):
             outs = backend.generate([self._prompt(VERBALIZED_SYSTEM, VERBALIZED_USER, item) for item in batch],
                                     max_new_tokens=cfg.max_new_tokens, batch_size=cfg.batch_size)
             for rec, out in zip(records, outs, strict=True):
-                rec["verbalized"] = out.text
-                rec["verbalized_value"] = _parse_confidence(out.text)
+                _fail_or(rec, out, verbalized=out.text, verbalized_value=_parse_confidence(out.text))
         if self_eval:
-            true_ids, false_ids = answer_candidates(backend.tokenizer)  # type: ignore[attr-defined]
-            outs = backend.candidate_logprobs(
-                [self._prompt(SELF_EVAL_SYSTEM, SELF_EVAL_USER, item) for item in batch], true_ids + false_ids,
-                max_new_tokens=cfg.max_new_tokens, batch_size=cfg.batch_size)
-            for rec, out in zip(records, outs, strict=True):
-                lps = out.extra["candidate_logprobs"]
-                p, lt, lf = p_true_from_logprobs(lps[: len(true_ids)], lps[len(true_ids):])
-                rec.update(self_eval_text=out.text, p_true=p, logp_true=_finite(lt), logp_false=_finite(lf))
+            prompts = [self._prompt(SELF_EVAL_SYSTEM, SELF_EVAL_USER, item) for item in batch]
+            for rec, (out, true_lps, false_lps) in zip(records, self._self_eval(prompts), strict=True):
+                p, lt, lf = p_true_from_logprobs(true_lps, false_lps)
+                _fail_or(rec, out, self_eval_text=out.text, p_true=p, logp_true=_finite(lt), logp_false=_finite(lf))
         per_item = (time.perf_counter() - start) / max(1, len(batch))
         for rec in records:
             rec["seconds"] = per_item
         return records
+
+    def _self_eval(self, prompts: list[str]) -> list[tuple[Any, list[float], list[float]]]:
+        """(greedy reply, log-probs of the True spellings, of the False spellings) per prompt. A local model reads
+        them from the next-token distribution by token id; an API model from the returned top alternatives."""
+        cfg, backend = self.ctx.config.auxiliary, self.ctx.backend
+        if hasattr(backend, "self_eval_logprobs"):
+            return backend.self_eval_logprobs(prompts, TRUE_WORDS, FALSE_WORDS,  # type: ignore[no-any-return]
+                                              max_new_tokens=cfg.max_new_tokens, batch_size=cfg.batch_size)
+        true_ids, false_ids = answer_candidates(backend.tokenizer)  # type: ignore[attr-defined]
+        outs = backend.candidate_logprobs(prompts, true_ids + false_ids, max_new_tokens=cfg.max_new_tokens,
+                                          batch_size=cfg.batch_size)
+        return [(out, out.extra["candidate_logprobs"][: len(true_ids)], out.extra["candidate_logprobs"][len(true_ids):])
+                for out in outs]
+
+
+def _fail_or(rec: dict[str, Any], out: Any, **values: Any) -> None:
+    """Fill a record's part, or mark the record failed when the remote call never answered (nothing invented)."""
+    if out.error:
+        rec["failed"] = out.error
+    else:
+        rec.update(values)
 
 
 def _finite(x: float) -> float | None:

@@ -92,6 +92,14 @@ class Stage:
         """Records (without `key`) for a batch of items, each with `id`."""
         raise NotImplementedError
 
+    def _note_failures(self, failed: list[dict[str, Any]], keys: dict[str, str]) -> None:
+        """Items whose evidence could not be obtained (a remote backend's calls all failed): no record is stored
+        (a rerun retries them); they are listed in `<stage>.failed.jsonl` and counted in `<stage>_failed`."""
+        self.ctx.store.log(f"{self.name}.failed").append(
+            [{"id": rec["id"], "key": keys[rec["id"]], "error": rec["failed"]} for rec in failed])
+        name = f"{self.name}_failed"
+        self.ctx.counts[name] = self.ctx.counts.get(name, 0) + len(failed)
+
     def records(self, items: Sequence[Item]) -> dict[str, dict[str, Any]]:
         """The current-key record of each item that has one."""
         return self.ctx.store.log(self.name).read({item.id: self.key(item) for item in items})
@@ -134,9 +142,13 @@ class Stage:
                 batch = todo[i : i + step]
                 keys = {item.id: self.key(item) for item in batch}
                 recs = self.compute(batch)
+                failed = [rec for rec in recs if rec.get("failed")]
+                recs = [rec for rec in recs if not rec.get("failed")]
                 for rec in recs:
                     rec.setdefault("key", keys[rec["id"]])  # a stage with several keys per item sets its own
                     done[rec["id"]] = rec
                 log.append(recs)
+                if failed:
+                    self._note_failures(failed, keys)
                 advance(len(batch))
             self.ctx.timings[self.name] = self.ctx.timings.get(self.name, 0.0) + time.perf_counter() - start

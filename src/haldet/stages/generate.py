@@ -33,14 +33,32 @@ class GenerateStage(Stage):
         per_item = (time.perf_counter() - start) / max(1, len(batch))
         records = []
         for item, out in zip(batch, outputs, strict=True):
+            if out.error:
+                records.append({"id": item.id, "failed": out.error})
+                continue
             record = Generation(id=item.id, prompt=item.prompt, response=out.text, token_ids=out.token_ids,
                                 token_logprobs=out.token_logprobs, finish_reason=out.finish_reason,
-                                n_tokens=len(out.token_ids), model=self.ctx.model, seconds=per_item)
-            records.append(record.model_dump())
+                                n_tokens=out.n_tokens or 0, model=self.ctx.model, seconds=per_item,
+                                token_text=(out.extra.get("tokens") or []) if "tokens" in out.extra else None)
+            records.append({**record.model_dump(), **remote_usage([out])})
         return records
+
+
+def remote_usage(outs: list[Any]) -> dict[str, Any]:
+    """Tokens billed and cost of a remote backend's outputs for one record ({} for local backends)."""
+    if not outs or "prompt_tokens" not in outs[0].extra:
+        return {}
+    costs = [o.extra.get("cost_usd") for o in outs]
+    return {"api_prompt_tokens": sum(o.extra["prompt_tokens"] for o in outs),
+            "api_completion_tokens": sum(o.extra["completion_tokens"] for o in outs),
+            "cost_usd": None if any(c is None for c in costs) else sum(costs)}
+
+
+def generation_of(record: dict[str, Any]) -> Generation:
+    """The `Generation` in a generate record (its cache key and billing fields dropped)."""
+    return Generation.model_validate({k: v for k, v in record.items() if k in Generation.model_fields})
 
 
 def attach_generations(items: list[Item], records: dict[str, dict[str, Any]]) -> None:
     for item in items:
-        rec = {k: v for k, v in records[item.id].items() if k != "key"}
-        item.generation = Generation.model_validate(rec)
+        item.generation = generation_of(records[item.id])

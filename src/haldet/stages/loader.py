@@ -120,8 +120,8 @@ class EvidenceLoader:
 def _value(signal: Signal, rec: dict[str, Any]) -> Any:
     if signal is Signal.SAMPLES:
         return list(rec["samples"])
-    if signal is Signal.SAMPLE_LOGLIKS:
-        return np.asarray(rec["logliks"], dtype=np.float64).reshape(-1, 2)
+    if signal is Signal.SAMPLE_LOGLIKS:  # None: the backend gave no log-probs for these samples
+        return None if rec.get("logliks") is None else np.asarray(rec["logliks"], dtype=np.float64).reshape(-1, 2)
     if signal is Signal.VERBALIZED:
         return rec.get("verbalized")
     if signal is Signal.SELF_EVAL:
@@ -135,5 +135,7 @@ def _value(signal: Signal, rec: dict[str, Any]) -> Any:
         return None if values is None else np.asarray(values, dtype=np.float64)
     if signal is Signal.TOKEN_LOGPROBS:
         values = rec.get("token_logprobs")
-        return None if values is None else np.asarray(values, dtype=np.float64)
+        if values is None or (not values and rec.get("n_tokens")):  # a non-empty answer sent without log-probs
+            return None
+        return np.asarray(values, dtype=np.float64)
     raise HaldetError(f"signal {signal.value!r} has no reader", hint="report this as a bug")

@@ -25,6 +25,20 @@ from haldet.config import digest, stage_key
 from haldet.limits import by_limit, max_new_tokens
 from haldet.signals import Signal
 from haldet.stages.base import Item, Stage
+from haldet.stages.generate import remote_usage
+
+
+def _logliks(outs: list[Any]) -> list[list[float]] | None:
+    """(sum of token log-probs, token count) per sample; None when the backend sent no log-probs."""
+    if any(o.extra.get("logprobs") is False for o in outs):
+        return None
+    return [[float(np.sum(o.token_logprobs)), len(o.token_logprobs) if not o.token_ids else len(o.token_ids)]
+            for o in outs]
+
+
+def _total_tokens(outs: list[Any]) -> int | None:
+    counts = [o.n_tokens for o in outs]
+    return None if any(c is None for c in counts) else int(sum(counts))
 
 
 def item_seed(seed: int, item_id: str) -> int:
@@ -75,13 +89,19 @@ class SampleStage(Stage):
         shard = (self.ctx.store.arrays(self.name).write({i: {"sample_hidden": h} for i, h in hidden.items()})
                  if hidden else None)
         per_item = (time.perf_counter() - start) / max(1, len(batch))
-        records = []
+        records: list[dict[str, Any]] = []
         for item, outs in zip(batch, outputs, strict=True):
+            errors = [o.error for o in outs if o.error]
+            if errors:  # a remote sample never came: no record, the item is retried on the next run
+                records.append({"id": item.id, "failed": errors[0]})
+                continue
             records.append({
                 "id": item.id,
                 "samples": [o.text for o in outs],
                 "token_ids": [o.token_ids for o in outs],
-                "logliks": [[float(np.sum(o.token_logprobs)), len(o.token_ids)] for o in outs],
+                "logliks": _logliks(outs),
+                "n_tokens": _total_tokens(outs),
+                **remote_usage(outs),
                 "finish": [o.finish_reason for o in outs],
                 "sanitised_logits": int(sum(o.extra.get("sanitised_logits", 0) for o in outs)),
                 "hidden_layer": layer,

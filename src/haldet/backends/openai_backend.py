@@ -1,0 +1,196 @@
+"""The `openai` backend: a target model behind any OpenAI-compatible chat endpoint (hosted APIs, vLLM or llama.cpp
+servers, LM Studio, ...), selected by the model spec `openai:NAME` and `endpoint.base_url` (`--model-base-url`).
+
+Black-box always (answers, K samples, verbalized confidence); gray-box when the endpoint returns log-probs
+(`endpoint.logprobs`, on by default): token log-probs of the answer, sample log-likelihoods, and self-evaluation
+P(True) read from the first reply position's top alternatives (`top_logprobs`): the mass on "True" spellings over
+"True" + "False" spellings among the returned alternatives (None when neither is among them). No hidden states,
+no teacher-forced pass: detectors needing them are refused before any work (`haldet.backends.select`).
+
+The stored prompt of an item is the exact message list sent (JSON), so caches key on what the model saw.
+K samples: one request with `n=K` (`endpoint.n_samples: n`), K requests seeded `seed + j` (`calls`), or `auto`:
+`n=K` first and, when the server returns fewer choices (llama.cpp ignores `n`), the missing samples as separate
+requests. All requests of a call run concurrently (`endpoint.concurrency`), with retries, timeouts and the circuit
+breaker of `OpenAIEndpoint`. A request that still fails gives a `GenOutput` with `error` set and no text: the stage
+writes no record for it (the item is listed as failed and retried on the next run), never an invented answer.
+Token counts and cost (`endpoint.price_in/out`, USD per 1M tokens) are kept per output (`extra`) and in `usage`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from haldet.backends.base import Backend, GenOutput
+from haldet.backends.openai_client import (
+    CallFailed,
+    ChatReply,
+    CircuitBreaker,
+    OpenAIEndpoint,
+    Usage,
+    api_key,
+    run_coroutine,
+)
+from haldet.config import EndpointConfig
+
+PREFIX = "openai:"
+
+
+def endpoint_model(spec: str) -> str:
+    """`openai:gpt-4o-mini` -> `gpt-4o-mini`."""
+    return spec[len(PREFIX):] if spec.startswith(PREFIX) else spec
+
+
+def prompt_messages(prompt: str) -> list[dict[str, str]]:
+    """The messages a stored prompt stands for: the JSON list `render_chat` wrote, or plain text as one user turn."""
+    if prompt.startswith("["):
+        try:
+            msgs = json.loads(prompt)
+        except json.JSONDecodeError:
+            msgs = None
+        if isinstance(msgs, list) and all(isinstance(m, dict) and "role" in m and "content" in m for m in msgs):
+            return msgs
+    return [{"role": "user", "content": prompt}]
+
+
+class OpenAIBackend(Backend):
+    kind = "openai"
+
+    def __init__(self, name: str, config: EndpointConfig) -> None:
+        super().__init__(name)
+        self.config = config
+        self.model = endpoint_model(name)
+        self.usage = Usage()
+        self._shared_breaker: CircuitBreaker | None = None
+        self.n_supported: bool | None = {"n": True, "calls": False}.get(config.n_samples)
+        api_key(self.model, config.base_url, config.api_key_env, "--model")  # a missing key fails now, not mid-run
+
+    def fingerprint(self) -> dict[str, Any]:
+        c = self.config
+        return {"backend": self.kind, "model": self.model, "base_url": c.base_url, "logprobs": c.logprobs,
+                "top_logprobs": c.top_logprobs if c.logprobs else None, "seed": c.seed}
+
+    def render_chat(self, messages: list[dict[str, str]]) -> str:
+        return json.dumps(messages, ensure_ascii=False)
+
+    # --- the protocol -----------------------------------------------------------------------------------------
+    def generate(self, prompts: list[str], *, max_new_tokens: int, batch_size: int,
+                 progress: Any = None) -> list[GenOutput]:
+        params = {"temperature": 0.0, "top_p": 1.0, "seed": self.config.seed, "max_tokens": max_new_tokens}
+        jobs = [(prompt_messages(p), params, 1) for p in prompts]
+        return [outs[0] for outs in self._run(jobs)]
+
+    def sample(self, prompts: list[str], *, k: int, temperature: float, top_p: float, seeds: Sequence[int],
+               max_new_tokens: int, batch_size: int, progress: Any = None) -> list[list[GenOutput]]:
+        """K answers per prompt; seeds make reruns reproducible where the server honours `seed`."""
+        base = {"temperature": temperature, "top_p": top_p, "max_tokens": max_new_tokens}
+        if self.n_supported is False or k == 1:
+            jobs = [(prompt_messages(p), {**base, "seed": _seed(s, j)}, 1)
+                    for p, s in zip(prompts, seeds, strict=True) for j in range(k)]
+            flat = [outs[0] for outs in self._run(jobs)]
+            return [flat[i * k:(i + 1) * k] for i in range(len(prompts))]
+        jobs = [(prompt_messages(p), {**base, "seed": _seed(s, 0)}, k) for p, s in zip(prompts, seeds, strict=True)]
+        results = self._run(jobs)
+        short = [i for i, outs in enumerate(results) if len(outs) < k and not any(o.error for o in outs)]
+        if short and self.n_supported is None:
+            self.n_supported = False  # the server ignores `n`: from now on K separate requests
+        refill = [(i, j) for i in short for j in range(len(results[i]), k)]
+        if refill:
+            more = self._run([(prompt_messages(prompts[i]), {**base, "seed": _seed(seeds[i], j)}, 1)
+                              for i, j in refill])
+            for (i, _), outs in zip(refill, more, strict=True):
+                results[i].append(outs[0])
+        elif self.n_supported is None and results:
+            self.n_supported = True
+        return results
+
+    def self_eval_logprobs(self, prompts: list[str], true_words: Sequence[str], false_words: Sequence[str], *,
+                           max_new_tokens: int, batch_size: int) -> list[tuple[GenOutput, list[float], list[float]]]:
+        """Greedy replies plus the first position's log-probs of each True/False spelling among the returned
+        top alternatives (-inf when a spelling is not among them)."""
+        outs = self.generate(prompts, max_new_tokens=max_new_tokens, batch_size=batch_size)
+        result = []
+        for out in outs:
+            top = (out.extra.get("top_logprobs") or [{}])[0] if not out.error else {}
+            result.append((out, [top.get(w, -math.inf) for w in true_words],
+                           [top.get(w, -math.inf) for w in false_words]))
+        return result
+
+    # --- requests ---------------------------------------------------------------------------------------------
+    def _run(self, jobs: list[tuple[list[dict[str, str]], dict[str, Any], int]]) -> list[list[GenOutput]]:
+        """Each job (messages, params, n) -> its outputs (one failed GenOutput when every attempt failed)."""
+        return run_coroutine(self._gather(jobs))
+
+    async def _gather(self, jobs: list[tuple[list[dict[str, str]], dict[str, Any], int]]) -> list[list[GenOutput]]:
+        c = self.config
+        endpoint = OpenAIEndpoint(self.model, base_url=c.base_url, api_key_env=c.api_key_env, timeout=c.timeout,
+                                  breaker_after=c.breaker_after, option="--model",
+                                  where=f"model {self.name} at {c.base_url or 'api.openai.com'}")
+        endpoint.breaker = self._breaker(endpoint)
+        limit = asyncio.Semaphore(c.concurrency)
+        extra: dict[str, Any] = {"logprobs": True, "top_logprobs": c.top_logprobs} if c.logprobs else {}
+
+        async def one(messages: list[dict[str, str]], params: dict[str, Any], n: int) -> list[GenOutput]:
+            async with limit:
+                try:
+                    reply = await endpoint.call(messages, attempts=c.retries + 1, backoff=c.backoff,
+                                                usage=self.usage, **params, **extra, **({"n": n} if n > 1 else {}))
+                except CallFailed as exc:
+                    self.usage.failures += 1
+                    return [GenOutput(text="", token_ids=[], token_logprobs=[], finish_reason="error",
+                                      error=f"{exc.error} (after {exc.attempts} attempt(s))")]
+            return self._outputs(reply)
+
+        tasks = [asyncio.create_task(one(*job)) for job in jobs]
+        try:
+            return list(await asyncio.gather(*tasks))
+        except BaseException:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
+        finally:
+            await endpoint.close()
+
+    def _breaker(self, endpoint: OpenAIEndpoint) -> CircuitBreaker:
+        """One breaker for the backend's lifetime: once the endpoint is declared dead, later stages do not call it."""
+        if self._shared_breaker is None:
+            self._shared_breaker = endpoint.breaker
+        return self._shared_breaker
+
+    def _outputs(self, reply: ChatReply) -> list[GenOutput]:
+        c = self.config
+        outs = []
+        share = 1.0 / len(reply.choices)
+        for choice in reply.choices:
+            n_tokens = len(choice.logprobs) if choice.logprobs is not None else (
+                reply.completion_tokens if len(reply.choices) == 1 else None)
+            usage = Usage(prompt_tokens=reply.prompt_tokens, completion_tokens=reply.completion_tokens)
+            cost = usage.cost_usd(c.price_in, c.price_out)
+            outs.append(GenOutput(
+                text=choice.text, token_ids=[], token_logprobs=list(choice.logprobs or []),
+                finish_reason="length" if choice.finish_reason == "length" else "stop",
+                extra={"tokens": choice.tokens, "n_tokens": n_tokens, "logprobs": choice.logprobs is not None,
+                       "top_logprobs": choice.top_logprobs, "prompt_tokens": reply.prompt_tokens * share,
+                       "completion_tokens": reply.completion_tokens * share,
+                       "cost_usd": None if cost is None else cost * share}))
+        return outs
+
+    def reset_usage(self) -> None:
+        self.usage = Usage()
+
+    def usage_report(self) -> dict[str, Any]:
+        """Calls, retries, errors, tokens and cost since `reset_usage`; `breaker_open` once the endpoint was given
+        up on (for the rest of this process: later cells do not call a dead endpoint again)."""
+        report = self.usage.report(self.config.price_in, self.config.price_out)
+        report["model"] = self.name
+        report["breaker_open"] = bool(self._shared_breaker and self._shared_breaker.open)
+        return report
+
+
+def _seed(seed: int, j: int) -> int:
+    return (int(seed) + j) % (2**31 - 1)
+

@@ -1,0 +1,188 @@
+"""The `openai` target backend against a real local HTTP server (tests/mock_openai.py): answers, log-probs, K
+samples (n=K and the fallback for servers that ignore n), retries on 429/500/timeouts/bad bodies, failures that
+store nothing, the circuit breaker on a dead endpoint (non-zero exit unless --allow-failures), hidden-state
+detectors refused before any request, and a whole run with black- and gray-box detectors and USD cost columns."""
+
+from __future__ import annotations
+
+import json
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from haldet.backends.openai_backend import OpenAIBackend, prompt_messages
+from haldet.config import EndpointConfig, RunConfig
+from haldet.errors import HaldetError, SignalUnavailableError
+from mock_openai import FakeOpenAI, text_content
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[FakeOpenAI]:
+    with FakeOpenAI(content=text_content, default="ok:Paris is the capital.", slow_seconds=1.0) as srv:
+        yield srv
+
+
+def backend(server: FakeOpenAI, **kw: Any) -> OpenAIBackend:
+    cfg = {"base_url": server.base_url, "retries": 3, "backoff": 0.01, "timeout": 0.4, "concurrency": 4,
+           "price_in": 1.0, "price_out": 2.0, **kw}
+    return OpenAIBackend("openai:mock-model", EndpointConfig(**cfg))
+
+
+def chat(text: str) -> str:
+    return json.dumps([{"role": "system", "content": "Be brief."}, {"role": "user", "content": text}])
+
+
+def test_greedy_answers_with_logprobs_tokens_and_cost(server: FakeOpenAI) -> None:
+    server.reset()
+    server.plans["q1"] = ["ok:It is Paris."]
+    be = backend(server)
+    out = be.generate([chat("q1")], max_new_tokens=16, batch_size=4)[0]
+    assert out.text == "It is Paris." and not out.error and out.finish_reason == "stop"
+    assert out.extra["tokens"] == ["It", " is", " Paris."]
+    assert out.token_logprobs == pytest.approx([-0.1, -0.2, -0.3]) and out.n_tokens == 3
+    assert out.extra["cost_usd"] == pytest.approx((100 * 1.0 + 20 * 2.0) / 1e6)
+    sent = server.requests[-1]
+    assert sent["model"] == "mock-model" and sent["temperature"] == 0 and sent["max_tokens"] == 16
+    assert sent["logprobs"] is True and sent["top_logprobs"] == 20
+    assert sent["messages"] == prompt_messages(chat("q1"))  # the stored prompt is exactly what was sent
+    assert be.render_chat([{"role": "user", "content": "x"}]) == '[{"role": "user", "content": "x"}]'
+    # log-probs off: none asked for, none stored, the billed token count is kept
+    out = backend(server, logprobs=False).generate([chat("q1")], max_new_tokens=16, batch_size=4)[0]
+    assert "logprobs" not in server.requests[-1] and out.token_logprobs == [] and out.n_tokens == 20
+
+
+def test_k_samples_with_n_and_with_separate_calls(server: FakeOpenAI) -> None:
+    server.reset()
+    server.plans["s"] = ["ok:a|b|c|d"]
+    be = backend(server)
+    outs = be.sample([chat("s")], k=3, temperature=1.0, top_p=0.9, seeds=[10], max_new_tokens=8, batch_size=8)
+    assert [o.text for o in outs[0]] == ["c", "d", "a"]  # one request, n=3, choice j from seed 10 + j
+    assert len(server.requests) == 1 and server.requests[0]["n"] == 3 and be.n_supported is True
+    # a server that ignores n (llama.cpp): the missing samples come from separate seeded requests
+    server.reset()
+    server.plans["s"] = ["ok:a|b|c|d"]
+    server.max_n = 1
+    be = backend(server)
+    outs = be.sample([chat("s")], k=3, temperature=1.0, top_p=0.9, seeds=[10], max_new_tokens=8, batch_size=8)
+    assert [o.text for o in outs[0]] == ["c", "d", "a"] and be.n_supported is False
+    assert [r.get("seed") for r in server.requests] == [10, 11, 12]
+    assert all(len(o.token_logprobs) == 1 for o in outs[0])
+
+
+def test_retries_recover_and_exhausted_calls_store_nothing(server: FakeOpenAI) -> None:
+    server.reset()
+    server.plans.update({"r429": ["429", "ok:A"], "r500": ["500", "500", "ok:B"], "rslow": ["slow", "ok:C"],
+                         "rbody": ["badbody", "ok:D"], "rnone": ["nochoices", "ok:E"], "dead": ["500"]})
+    be = backend(server)
+    names = ["r429", "r500", "rslow", "rbody", "rnone", "dead"]
+    outs = be.generate([chat(n) for n in names], max_new_tokens=8, batch_size=8)
+    assert [o.text for o in outs[:5]] == ["A", "B", "C", "D", "E"]
+    assert outs[5].error and "server error 500" in outs[5].error and outs[5].text == ""
+    assert server.calls["dead"] == 4  # 1 + 3 retries, then given up: no answer invented
+    usage = be.usage_report()
+    assert usage["errors"] == {"429": 1, "500": 2 + 4, "timeout": 1, "malformed": 2} and usage["failures"] == 1
+    assert usage["retries"] == 1 + 2 + 1 + 1 + 1 + 3 and not usage["breaker_open"]
+
+
+def test_hidden_state_detector_refused_before_any_request(tmp_path: Path, server: FakeOpenAI) -> None:
+    from haldet import pipeline
+
+    server.reset()
+    config = RunConfig(models=["openai:mock-model"], detectors=["perplexity", "saplma"], limit=4,
+                       endpoint=EndpointConfig(base_url=server.base_url))
+    with pytest.raises(SignalUnavailableError) as err:
+        pipeline.run(config, tmp_path / "run")
+    assert "saplma (hidden_last)" in err.value.message and "perplexity" in err.value.hint
+    assert server.requests == [] and not (tmp_path / "run" / "manifest.json").exists()
+    no_lp = config.model_copy(update={"detectors": ["perplexity"], "endpoint": EndpointConfig(
+        base_url=server.base_url, logprobs=False)})
+    with pytest.raises(SignalUnavailableError, match="token_logprobs"):
+        pipeline.run(no_lp, tmp_path / "run")
+    with pytest.raises(HaldetError, match="HALDET_TEST_NO_SUCH_KEY"):
+        OpenAIBackend("openai:gpt-4o-mini", EndpointConfig(api_key_env="HALDET_TEST_NO_SUCH_KEY"))
+
+
+def _answers(limit: int) -> dict[str, tuple[str, str]]:
+    """question -> (correct, wrong) answer of the packaged HaluEval-QA items a run with `limit` evaluates."""
+    from haldet.datasets.base import get_adapter
+
+    items, _ = get_adapter("halueval_qa", None, None).load(limit=limit, seed=42, on_bad_row="fail")
+    return {i.question: (i.references[0], i.incorrect[0] if i.incorrect else "nobody") for i in items}
+
+
+def invoke(*args: str) -> Any:
+    """The real `haldet` command line, in this process (no interpreter start-up per call)."""
+    from typer.testing import CliRunner
+
+    from haldet.cli import app
+
+    return CliRunner().invoke(app, list(args))
+
+
+def test_run_end_to_end_black_and_gray_box_with_costs(tmp_path: Path) -> None:
+    """A whole `haldet run` whose target is the mock endpoint: every other item answered wrongly; the verbalized
+    and self-eval replies agree with correctness, so those detectors separate the classes perfectly."""
+    answers = _answers(8)
+    questions = sorted(answers)
+    wrong = set(questions[::2])
+
+    def content(arg: str, body: dict[str, Any], j: int) -> str:
+        text = body["messages"][-1]["content"]
+        q = next(q for q in questions if q.strip() in text)
+        bad = q in wrong
+        if "single number from 0.0 to 1.0" in text:
+            return "0.1" if bad else "0.9"
+        if "Reply True if it is correct" in text:
+            return "False" if bad else "True"
+        return answers[q][1] if bad else answers[q][0]
+
+    with FakeOpenAI(content=content, default="ok:") as srv:
+        out = tmp_path / "run"
+        res = invoke("run", "--model", "openai:mock-model", "--model-base-url", srv.base_url, "--limit", "8",
+                  "--detector", "verbalized,self_eval,perplexity,lexical_similarity,ln_entropy", "--out", str(out),
+                  "--config", str(_config(tmp_path)), "--json")
+        assert res.exit_code == 0, res.output[-3000:]
+        rows = json.loads(res.stdout)
+        n_requests = len(srv.requests)
+    auroc = {r["detector"]: r for r in rows if r["metric"] == "auroc"}
+    assert set(auroc) == {"verbalized", "self_eval", "perplexity", "lexical_similarity", "ln_entropy"}
+    assert auroc["verbalized"]["value"] == pytest.approx(1.0) and auroc["self_eval"]["value"] == pytest.approx(1.0)
+    # USD cost columns: greedy answer and extra evidence, from the configured prices and the billed tokens
+    ln = auroc["ln_entropy"]
+    assert ln["gen_usd_item"] == pytest.approx((100 * 0.5 + 20 * 1.5) / 1e6)
+    assert ln["prep_usd_item"] == pytest.approx((100 * 0.5 + 20 * 3 * 1.5) / 1e6)  # one request, n=3
+    assert ln["extra_calls_item"] == 3
+    gens = [json.loads(line) for line in (out / "halueval_qa" / "openai_mock-model" / "generate.jsonl").open()]
+    assert len(gens) == 8 and all(g["token_text"] and len(g["token_text"]) == len(g["token_logprobs"]) for g in gens)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["cells"][0]["data"]["backend_usage"]["calls"] == n_requests
+    assert manifest["cells"][0]["model_fingerprint"]["backend"] == "openai"
+
+
+def _config(tmp_path: Path) -> Path:
+    path = tmp_path / "config.yaml"
+    path.write_text("sample: {k: 3}\nendpoint: {price_in: 0.5, price_out: 1.5, backoff: 0.01, timeout: 5}\n"
+                    "evaluation: {bootstrap: 50}\n")
+    return path
+
+
+def test_dead_endpoint_stops_at_the_breaker_and_exits_non_zero(tmp_path: Path) -> None:
+    with socket.socket() as sock:  # a port nothing listens on: every request is refused
+        sock.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+    args = ["run", "--model", "openai:mock-model", "--model-base-url", dead, "--limit", "12", "--detector",
+            "perplexity", "--config", str(_config(tmp_path))]
+    res = invoke(*args, "--out", str(tmp_path / "a"))
+    assert res.exit_code == 1, res.output[-3000:]
+    assert "failure(s)" in res.stderr and "circuit breaker" in res.stderr
+    assert "Traceback" not in res.stderr and "--allow-failures" in res.stderr
+    cell = json.loads((tmp_path / "a" / "manifest.json").read_text())["cells"][0]
+    usage = cell["data"]["backend_usage"]
+    assert usage["breaker_open"] and usage["calls"] <= 5 + 4  # threshold + requests already in flight
+    failed = (tmp_path / "a" / "halueval_qa" / "openai_mock-model" / "generate.failed.jsonl").read_text().splitlines()
+    assert len(failed) == 12 and not (tmp_path / "a" / "halueval_qa" / "openai_mock-model" / "generate.jsonl").exists()
+    res = invoke(*args, "--out", str(tmp_path / "b"), "--allow-failures")
+    assert res.exit_code == 0 and "failure(s)" in res.stderr
