@@ -159,24 +159,6 @@ def _self_eval(rng: np.random.Generator, y: np.ndarray) -> list[Any]:
     return out
 
 
-@signal_maker(Signal.VERDICT)
-def _verdict(rng: np.random.Generator, y: np.ndarray) -> list[Any]:
-    """Verdict-stage records for the faithfulness prompt, zero- and three-shot: the label agrees with y 80% of the
-    time; now and then a reply without a verdict (label None with its reason)."""
-    names = ("faithfulness", "faithfulness@3shot")
-    out = []
-    for v in y:
-        recs = {}
-        for name in names:
-            if rng.random() < 0.1:
-                recs[name] = {"judge": "synthetic", "label": None, "reason": "no verdict in the reply"}
-            else:
-                bad = bool(v) if rng.random() < 0.8 else not v
-                recs[name] = {"judge": "synthetic", "label": "HALLUCINATION" if bad else "NO HALLUCINATION"}
-        out.append(recs)
-    return out
-
-
 for _sig, _shape in ((Signal.HIDDEN_MEAN, (LAYERS, DIM)), (Signal.HIDDEN_LAST, (LAYERS, DIM)),
                      (Signal.PRISM_FEATURES, (LAYERS, DIM)), (Signal.SEP_FEATURES, (2, LAYERS, DIM)),
                      (Signal.CCS_FEATURES, (2, LAYERS, DIM)), (Signal.ICR_FEATURES, (LAYERS - 1, 4))):
