@@ -454,12 +454,12 @@ def datasets_list(
 
     from haldet.datasets.base import DATASETS
 
-    infos = [cls.info(data_dir) for _, cls in DATASETS]
+    infos = [{**cls.info(data_dir), "origin": DATASETS.origin(name)} for name, cls in DATASETS]
     if as_json:
         print(json.dumps(infos, indent=2, default=str))
         return
     table = Table(title=f"datasets ({len(infos)})")
-    cols = ("name", "scenario", "task_type", "source", "license", "offline")
+    cols = ("name", "scenario", "task_type", "source", "license", "offline", *_origin_column(infos))
     for col in cols:
         table.add_column(col)
     for info in infos:
@@ -522,19 +522,25 @@ def detectors_list(as_json: Annotated[bool, typer.Option("--json", help="A JSON 
 
     infos: list[dict[str, Any]] = [
         {"name": name, "family": str(cls.family()), "requires": sorted(s.value for s in cls.requires),
-         "trains": cls.trains, "variants": sorted(cls.variants), "defaults": cls.defaults}
+         "trains": cls.trains, "variants": sorted(cls.variants), "defaults": cls.defaults,
+         "version": cls.version, "origin": DETECTORS.origin(name)}
         for name, cls in DETECTORS
     ]
     if as_json:
         print(json.dumps(infos, indent=2, default=str))
         return
     table = Table(title="detectors")
-    for col in ("name", "family", "requires", "trains", "variants"):
+    cols = ("name", "family", "requires", "trains", "variants", *_origin_column(infos))
+    for col in cols:
         table.add_column(col, no_wrap=col == "name")  # a name must stay copyable, never cut with an ellipsis
     for info in infos:
-        table.add_row(info["name"], info["family"], ", ".join(info["requires"]), str(info["trains"]),
-                      ", ".join(info["variants"]))
+        table.add_row(*(", ".join(v) if isinstance(v := info[c], list) else str(v) for c in cols))
     out_console.print(table)
+
+
+def _origin_column(infos: list[dict[str, Any]]) -> tuple[str, ...]:
+    """The `origin` column, shown only when a plugin package contributed something."""
+    return ("origin",) if any(i["origin"] != "built-in" for i in infos) else ()
 
 
 def entry() -> None:

@@ -1,7 +1,10 @@
 """A tiny typed name -> object registry with a decorator, shared by datasets, judges and detectors.
 
-Plugins register on import; `Registry.load_builtins` imports the package's modules once so that a new
-dataset, judge or detector is one file plus one decorator and nothing else.
+Built-ins register on import; `Registry.load_builtins` imports the package's modules once so that a new
+dataset, judge or detector is one file plus one decorator and nothing else. Third-party packages register through
+entry points in the group named like the package (`haldet.detectors`, `haldet.datasets`, `haldet.judges`): the
+entry point's value is a module (its decorators run on import) or a class (registered under the entry point's
+name). `origin(name)` says which distribution a plugin came from.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ import pkgutil
 from collections.abc import Callable, Iterator
 from typing import Generic, TypeVar
 
-from haldet.errors import UnknownNameError
+from haldet.errors import HaldetError, UnknownNameError
 
 T = TypeVar("T")
 
@@ -23,6 +26,7 @@ class Registry(Generic[T]):
         self.kind = kind
         self.package = package
         self._items: dict[str, T] = {}
+        self._origins: dict[str, str] = {}
         self._loaded = False
 
     def register(self, name: str) -> Callable[[T], T]:
@@ -46,6 +50,30 @@ class Registry(Generic[T]):
         for mod in pkgutil.iter_modules(pkg.__path__):
             if not mod.name.startswith("_"):
                 importlib.import_module(f"{self.package}.{mod.name}")
+        self._load_plugins()
+
+    def _load_plugins(self) -> None:
+        """Entry points of the group `self.package`; a plugin that fails to import is one clear error."""
+        from importlib.metadata import entry_points
+
+        for ep in entry_points(group=self.package):
+            before = set(self._items)
+            try:
+                obj = ep.load()
+            except Exception as exc:  # any import failure of third-party code: name the plugin, no traceback
+                raise HaldetError(f"the {self.kind} plugin {ep.name!r} ({ep.value}) failed to load: "
+                                  f"{type(exc).__name__}: {exc}", where=f"entry point group {self.package}",
+                                  hint="fix or uninstall the plugin package") from None
+            if isinstance(obj, type) and obj not in self._items.values():
+                self.register(ep.name)(obj)  # type: ignore[arg-type]
+            dist = ep.dist.name if ep.dist is not None else ep.value
+            for name in set(self._items) - before or {ep.name}:
+                self._origins[name] = f"plugin {dist}"
+
+    def origin(self, name: str) -> str:
+        """'built-in' or 'plugin <distribution>'."""
+        self.load_builtins()
+        return self._origins.get(name, "built-in")
 
     def get(self, name: str, *, where: str = "") -> T:
         self.load_builtins()
