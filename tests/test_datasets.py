@@ -359,18 +359,19 @@ def test_missing_local_file_names_the_file_and_expected_fields(tmp_path: Path) -
     with pytest.raises(HaldetError) as err:
         load("squad_v2", data_dir=tmp_path)
     msg = err.value.message
-    assert str(tmp_path / "squad_v2" / "validation.jsonl") in msg
-    assert "id, context, question, answers" in msg
+    assert str(tmp_path / "squad_v2") in msg and "--data-file" in msg
+    assert "id, context, question, answers" in msg and "SQuAD v2.0 release" in msg
 
 
 def test_bad_row_names_row_and_field_and_skip_counts() -> None:
     adapter = get_adapter("gsm8k", FIX / "bad")
     with pytest.raises(HaldetError) as err:
         adapter.load(seed=0)
-    assert "row " in err.value.message and "'answer'" in err.value.message and "--on-bad-row skip" in err.value.hint
+    assert "line " in err.value.message and "'answer'" in err.value.message and "--on-bad-row skip" in err.value.hint
     instances, report = adapter.load(seed=0, on_bad_row="skip")
     assert sorted(i.references[0] for i in instances) == ["2", "4"]
-    assert report.n_skipped == 2 and sorted(r.split(":")[0] for r in report.skipped) == ["row 1", "row 2"]
+    # rows are named by their file line, 1-based
+    assert report.n_skipped == 2 and sorted(r.split(":")[0] for r in report.skipped) == ["line 2", "line 3"]
     assert any("field 'answer': missing" in r for r in report.skipped)
     assert any("no '#### <number>'" in r for r in report.skipped)
     assert "2 bad rows skipped" in report.summary()

@@ -71,6 +71,25 @@ AllowFailures = typer.Option("--allow-failures", help="Exit 0 even when some cel
                                                       "label, endpoint failures); what was done is kept either way.")
 
 
+DataFile = typer.Option(help="One data file of the (single) dataset, in its hub schema or an original release "
+                             "format (see `haldet datasets show NAME --formats`).")
+SplitOption = typer.Option(help="The split to evaluate (default: the dataset's own order, docs/datasets.md).")
+
+
+def local_data(data_dir: Path | None, data_file: Path | None, datasets: list[str] | None) -> str | None:
+    """--data-dir or --data-file (a file is the data of one dataset) as the config's `data_dir`."""
+    if data_file is None:
+        return str(data_dir) if data_dir else None
+    if data_dir is not None:
+        raise HaldetError("--data-dir and --data-file both given", hint="pass one of them")
+    if not data_file.is_file():
+        raise HaldetError("no such data file", where=str(data_file), hint="check the path given to --data-file")
+    if datasets is not None and len(datasets) != 1:
+        raise HaldetError("--data-file holds one dataset's data", where="--dataset",
+                          hint="name exactly one --dataset, or use --data-dir DIR with DIR/<dataset>/ folders")
+    return str(data_file)
+
+
 def default_out(config: RunConfig) -> Path:
     """Same datasets and models -> same folder, so a rerun reuses its cache; other changes update it."""
     name = "_".join(config.datasets)[:60] + "__" + "_".join(m.replace("/", "-") for m in config.models)[:60]
@@ -88,7 +107,10 @@ def run(
     limit: Annotated[int | None, typer.Option(help="Items per dataset (after a seeded shuffle).")] = None,
     out: Annotated[Path | None, typer.Option(help="Run directory (default: runs/<datasets>__<models>).")] = None,
     config_file: Annotated[Path | None, typer.Option("--config", help="YAML config file; flags override it.")] = None,
-    data_dir: Annotated[Path | None, typer.Option(help="Read datasets from local files in their own schema.")] = None,
+    data_dir: Annotated[Path | None, typer.Option(help="Read datasets from local files: DIR/<dataset>/ (any file "
+                                                       "names; hub schema or the original release formats).")] = None,
+    data_file: Annotated[Path | None, DataFile] = None,
+    split: Annotated[str | None, SplitOption] = None,
     on_bad_row: Annotated[str | None, typer.Option(help="skip|fail on a dataset row missing a field.")] = None,
     batch_size: Annotated[int | None, typer.Option(help="Generation batch size.")] = None,
     max_new_tokens: Annotated[int | None, typer.Option(help="Max generated tokens per answer.")] = None,
@@ -120,11 +142,14 @@ def run(
 
     config = load_config(
         config_file, datasets=split_names(dataset), models=split_names(model), detectors=split_names(detector),
-        limit=limit, data_dir=str(data_dir) if data_dir else None, on_bad_row=on_bad_row, device=device,
+        limit=limit, data_dir=local_data(data_dir, data_file, split_names(dataset) or None), on_bad_row=on_bad_row,
+        device=device,
         generation__batch_size=batch_size, generation__max_new_tokens=max_new_tokens,
         judge__kind=judge, judge__model=judge_model, judge__base_url=judge_base_url, judge__backend=judge_backend,
         endpoint__base_url=model_base_url,
     )
+    for name in config.datasets if split else []:
+        config.dataset_params.setdefault(name, {})["split"] = split
     target = out or default_out(config)
     with progress_bars() as make:
         rows, cells = pipeline.run(config, target, update=update or out is None, progress=make,
@@ -485,7 +510,10 @@ def _dataset_options(values: list[str] | None) -> dict[str, Any]:
 def datasets_show(
     name: Annotated[str, typer.Argument(help="Dataset name (see `haldet datasets list`).")],
     limit: Annotated[int, typer.Option(help="How many items.")] = 3,
-    data_dir: Annotated[Path | None, typer.Option(help="Local files in the source's schema.")] = None,
+    data_dir: Annotated[Path | None, typer.Option(help="Local files: DIR/<name>/ (any file names).")] = None,
+    data_file: Annotated[Path | None, DataFile] = None,
+    split: Annotated[str | None, SplitOption] = None,
+    formats: Annotated[bool, typer.Option("--formats", help="List the accepted local files and exit.")] = False,
     on_bad_row: Annotated[str, typer.Option(help="skip|fail on a row missing a required field.")] = "fail",
     seed: Annotated[int, typer.Option(help="Shuffle seed (the run's data_seed).")] = 42,
     option: Annotated[list[str] | None, typer.Option("--option", help="Adapter option KEY=VALUE (repeatable), "
@@ -497,7 +525,12 @@ def datasets_show(
     from haldet.datasets.base import get_adapter
     from haldet.prompts import PromptBuilder
 
-    adapter = get_adapter(name, data_dir, _dataset_options(option), where="dataset name")
+    options = {**_dataset_options(option), **({"split": split} if split else {})}
+    adapter = get_adapter(name, local_data(data_dir, data_file, None), options, where="dataset name")
+    if formats:
+        for fmt in adapter.formats():
+            out_console.print(f"{fmt.name}: {fmt.describe}", highlight=False)
+        return
     instances, report = adapter.load(limit=limit, seed=seed, on_bad_row=on_bad_row)
     console.print(f"{name}: {len(instances)} items; {report.summary()}", highlight=False)
     for reason in report.skipped:

@@ -8,8 +8,6 @@ attributes.
 
 from __future__ import annotations
 
-import csv
-import gzip
 import json
 import random
 import re
@@ -20,12 +18,13 @@ from typing import Any, ClassVar
 
 from pydantic import ValidationError
 
+from haldet.datasets.formats import LINE, Format, RawFile, hub_format, read_raw, split_from_name
 from haldet.errors import HaldetError
 from haldet.registry import Registry
 from haldet.schema import Instance
 
 SPLIT_ORDER = ("test", "validation", "dev", "train")
-EXTENSIONS = ("jsonl", "json", "parquet", "csv", "jsonl.gz", "json.gz")
+EXTENSIONS = ("jsonl", "json", "parquet", "csv", "tsv", "jsonl.gz", "json.gz")
 ABSTAIN_REFERENCE = "The context does not contain the answer."  # matched by judges.text.is_abstention
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
@@ -161,6 +160,8 @@ class DatasetAdapter:
     local_names: ClassVar[tuple[str, ...]] = ()  # extra file stems looked for under --data-dir
     required_fields: ClassVar[tuple[str, ...]] = ()
     packaged_split: ClassVar[str] = "data"  # split name of the packaged file's rows
+    file_split: ClassVar[str] = "data"  # split of a local file whose name and content state none
+    originals: ClassVar[tuple[Format, ...]] = ()  # the authors' release formats, besides the hub schema
     params: ClassVar[dict[str, Any]] = {}  # adapter options (RunConfig.dataset_params[name]) and defaults
 
     def __init__(self, data_dir: str | Path | None = None, **options: Any) -> None:
@@ -216,7 +217,7 @@ class DatasetAdapter:
         return f"{self.name}/{split}/{native}"
 
     def rows(self) -> Source:
-        """Local files first (when --data-dir is given), then packaged data, then the hub."""
+        """Local files first (when --data-dir/--data-file is given), then packaged data, then the hub."""
         if self.data_dir is not None:
             return self.local_rows()
         packaged = self.packaged_path()
@@ -224,41 +225,113 @@ class DatasetAdapter:
             return Source(str(packaged), self.packaged_split, read_table(packaged))
         return self.hub_rows()
 
-    def local_candidates(self) -> list[tuple[Path, str]]:
-        """(path, split) pairs looked for, in order: `DIR/<name>/<split>.<ext>`, `DIR/<name>_<split>.<ext>`,
-        then adapter-specific stems and `data`/`<name>` files; DIR itself may be a single file."""
+    @classmethod
+    def formats(cls) -> list[Format]:
+        """Every accepted file format: the original release formats (recognised by their stricter shapes first),
+        then the hub schema."""
+        hub = hub_format(cls.required_fields, f"rows with the fields {', '.join(cls.required_fields)} "
+                                              f"({cls.hub_id or cls.source} schema; JSON lines, JSON, CSV or Parquet)")
+        return [*cls.originals, hub]
+
+    def local_paths(self) -> list[Path]:
+        """The files a local load considers: `--data-file` itself; every file under `DIR/<name>/`; or, without
+        that folder, `DIR/<name>_<split>.<ext>` and `DIR/<stem>.<ext>` files (adapter stems, `data`, `<name>`)."""
         assert self.data_dir is not None
         if self.data_dir.is_file():
-            return [(self.data_dir, "data")]
+            return [self.data_dir]
         sub = self.data_dir / self.name
-        out: list[tuple[Path, str]] = []
+        if sub.is_dir():
+            return sorted(p for p in sub.rglob("*") if p.is_file() and not any(
+                part.startswith(".") for part in p.relative_to(sub).parts))
+        out: list[Path] = []
         for split in self._split_preference():
-            for ext in EXTENSIONS:
-                out += [(sub / f"{split}.{ext}", split), (self.data_dir / f"{self.name}_{split}.{ext}", split)]
+            out += [self.data_dir / f"{self.name}_{split}.{ext}" for ext in EXTENSIONS]
         for stem in (*self.local_names, "data", self.name):
-            for ext in EXTENSIONS:
-                out += [(sub / f"{stem}.{ext}", "data"), (self.data_dir / f"{stem}.{ext}", "data")]
-        return out
+            out += [self.data_dir / f"{stem}.{ext}" for ext in EXTENSIONS]
+        return [p for p in out if p.is_file()]
 
     def local_file(self) -> tuple[Path, str] | None:
-        return next(((p, s) for p, s in self.local_candidates() if p.is_file()), None)
+        paths = self.local_paths()
+        return (paths[0], split_from_name(paths[0]) or self.file_split) if paths else None
 
     def missing_local(self, looked: str) -> HaldetError:
         return HaldetError(
             f"no local data file for dataset {self.name!r}",
             where=looked,
-            hint=(f"put a file <split>.jsonl|json|parquet|csv (split one of {', '.join(self._split_preference())}) "
-                  f"in {self.data_dir / self.name if self.data_dir else '<data-dir>/' + self.name}/ in the source's "
-                  f"own schema, with fields {', '.join(self.required_fields) or '(see docs/datasets.md)'}"),
+            hint=f"put the release's file(s) in {self._local_folder()}/ (any file name; accepted: "
+                 f"{self._accepted()}), or pass --data-file PATH; `haldet datasets show {self.name} --formats` "
+                 f"and docs/datasets.md list them",
         )
 
+    def _local_folder(self) -> str:
+        """Where local files are looked for: the --data-file itself, or DIR/<name>."""
+        if self.data_dir is not None and self.data_dir.is_file():
+            return str(self.data_dir)
+        return str(self.data_dir / self.name) if self.data_dir else f"<data-dir>/{self.name}"
+
+    def _accepted(self) -> str:
+        return "; ".join(f"{f.name}: {f.describe}" for f in self.formats())
+
+    def recognise(self, raw: RawFile) -> list[tuple[str, list[dict[str, Any]]]] | None:
+        """(split, hub-schema rows) of a file in one of this dataset's formats; None when it is in none."""
+        for fmt in self.formats():
+            parts = fmt.convert(raw)
+            if parts is not None:
+                name_split = split_from_name(raw.path)
+                return [(split or name_split or self.file_split, rows) for split, rows in parts]
+        return None
+
     def local_rows(self) -> Source:
-        found = self.local_file()
-        if found is None:
-            first = self.local_candidates()[0][0] if self.data_dir and not self.data_dir.is_file() else self.data_dir
-            raise self.missing_local(f"{first} (and the other names listed in docs/datasets.md)")
-        path, split = found
-        return Source(str(path), split, read_table(path))
+        paths = self.local_paths()
+        if not paths:
+            raise self.missing_local(f"{self._local_folder()} (and the other names listed in docs/datasets.md)")
+        by_split: dict[str, list[tuple[Path, list[dict[str, Any]]]]] = {}
+        rejected: list[tuple[RawFile, str]] = []
+        for path in paths:
+            raw = read_raw(path)
+            parts = self.recognise(raw)
+            if parts is None:
+                rejected.append((raw, self._why_not(raw)))
+                continue
+            for split, part in parts:
+                by_split.setdefault(split, []).append((path, part))
+        if not by_split:
+            raise self._unrecognised(rejected)
+        split = self.pick_split(list(by_split), self._local_folder())
+        files = by_split[split]
+        rows: list[dict[str, Any]] = [row for _, part in files for row in part]
+        origin = ", ".join(str(p) for p, _ in files)
+        if len(files) > 1:
+            for (path, part) in files:  # rows of several files: the line names its file
+                for row in part:
+                    row["_file"] = path.name
+        return Source(origin, split, rows)
+
+    def _why_not(self, raw: RawFile) -> str:
+        """Why a readable file is not in any accepted format: the missing columns (with those found) when it
+        shares columns with the hub schema, a nested file read as flat rows, or simply not recognised."""
+        cols = raw.columns()
+        needed = [c for c in self.required_fields if ":" not in c and "." not in c]
+        missing = [c for c in needed if c not in cols]
+        found = ", ".join(cols[:20]) or "none"
+        if missing and len(missing) < len(needed):
+            return f"missing column(s) {', '.join(missing)} (columns found: {found})"
+        nested = raw.nested_fields()
+        if nested:
+            return (f"not a known format: a nested file (field {nested[0]!r} holds a list of records) read as "
+                    f"flat rows with columns {found}")
+        return f"not a known format (columns found: {found})"
+
+    def _unrecognised(self, rejected: list[tuple[RawFile, str]]) -> HaldetError:
+        first = rejected[0]
+        reasons = "; ".join(f"{raw.path.name}: {why}" for raw, why in rejected[:4])
+        missing = all(why.startswith("missing column") for _, why in rejected)
+        return HaldetError(
+            (f"data file of dataset {self.name!r}: {first[1]}" if len(rejected) == 1 and missing else
+             f"no file in a format of dataset {self.name!r} ({reasons})"),
+            where=str(first[0].path) if len(rejected) == 1 else self._local_folder(),
+            hint=f"accepted: {self._accepted()}",
+        )
 
     def _split_preference(self) -> tuple[str, ...]:
         wanted = self.options.get("split")
@@ -272,13 +345,15 @@ class DatasetAdapter:
             split = available[0]
         if split is None:
             raise HaldetError(f"split {'/'.join(order)} not available (available: {', '.join(available) or 'none'})",
-                              where=where, hint="choose another with dataset_params: {name: {split: ...}}")
+                              where=where, hint="choose one of the available splits with --split NAME (or "
+                                                f"dataset_params: {{{self.name}: {{split: ...}}}})")
         return split
 
     def hub_rows(self) -> Source:
         if self.hub_id is None:
             raise HaldetError(f"dataset {self.name!r} has no hub source",
-                              hint=f"pass --data-dir DIR with files in the source's schema ({self.source})")
+                              hint=f"download its files ({self.source}) and pass --data-dir DIR (files in "
+                                   f"DIR/{self.name}/) or --data-file PATH")
         import datasets  # heavy import, only when needed
 
         parts: list[Sequence[dict[str, Any]]] = []
@@ -296,8 +371,9 @@ class DatasetAdapter:
                     f"cannot load dataset {self.hub_id!r} from the Hugging Face hub: {type(exc).__name__}: "
                     f"{str(exc)[:200]}",
                     where=where,
-                    hint=f"check the network (and access for gated datasets), or download the data and pass "
-                         f"--data-dir DIR with {self.name}/<split>.jsonl in the source's schema",
+                    hint=f"check the network, the hub id and access for gated datasets; or download the release "
+                         f"files (docs/datasets.md) and pass --data-dir DIR (files in DIR/{self.name}/) or "
+                         f"--data-file PATH",
                 ) from None
         return Source(f"hub:{self.hub_id}", split, parts[0] if len(parts) == 1 else Rows(parts))
 
@@ -315,13 +391,13 @@ class DatasetAdapter:
         order = self.ordered_units(src.rows, seed)
         report = LoadReport(origin=src.origin, split=src.split)
         out: list[Instance] = []
-        seen: dict[str, int] = {}
+        seen: dict[str, str] = {}
         for index, sub in order:
             if limit is not None and len(out) >= limit:
                 break
             report.n_rows += 1
-            row = src.rows[index]
-            where = f"row {index}" + (f", turn {sub}" if sub is not None else "")
+            row = dict(src.rows[index])
+            where = row_where(row, index) + (f", turn {sub + 1}" if sub is not None else "")
             try:
                 mapped = self.map_unit(dict(row), index, sub, src.split)
             except SkipRow as exc:
@@ -342,14 +418,17 @@ class DatasetAdapter:
             for inst in mapped if isinstance(mapped, list) else [mapped]:
                 if inst.id in seen:
                     raise HaldetError(f"two rows of dataset {self.name!r} give the same id {inst.id!r}",
-                                      where=f"{src.origin}, rows {seen[inst.id]} and {index}",
+                                      where=f"{src.origin}, {seen[inst.id]} and {row_where(row, index)}",
                                       hint="ids come from the source's own id field; make them unique")
-                seen[inst.id] = index
+                seen[inst.id] = row_where(row, index)
                 if not inst.source:
                     inst.source = json_safe(dict(row))
                 out.append(inst)
         if limit is not None:
             out = out[:limit]
+        if not out and report.n_skipped:
+            raise HaldetError(f"every row of dataset {self.name!r} was skipped as bad ({report.n_skipped})",
+                              where=src.origin, hint="reasons: " + "; ".join(report.skipped[:5]))
         return out, report
 
     @classmethod
@@ -376,59 +455,23 @@ def _bad_row_message(exc: Exception) -> str:
     return str(exc)
 
 
-def _open_text(path: Path) -> Any:
-    return gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz" else open(path, encoding="utf-8")
+def row_where(row: dict[str, Any], index: int) -> str:
+    """Where a row is, in the one convention of data messages: its 1-based file line (with the file when a
+    split spans several), or its 1-based row number for hub rows. Removes the bookkeeping keys from `row`."""
+    line, name = row.pop(LINE, None), row.pop("_file", None)
+    where = f"line {line}" if line is not None else f"row {index + 1}"
+    return f"{name}, {where}" if name else where
 
 
 def read_table(path: Path) -> list[dict[str, Any]]:
-    """Rows of a jsonl/json/parquet/csv file (jsonl/json may be gzipped); a malformed line is named."""
-    suffixes = [s.lower() for s in path.suffixes if s.lower() != ".gz"]
-    suffix = suffixes[-1] if suffixes else ""
-    if suffix == ".jsonl":
-        rows = []
-        with _open_text(path) as fh:
-            for lineno, line in enumerate(fh, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise HaldetError(f"malformed JSON line: {exc.msg}", where=f"{path}, line {lineno}",
-                                      hint="fix or remove that line") from None
-                if not isinstance(row, dict):
-                    raise HaldetError("a JSON line must be an object (one row)", where=f"{path}, line {lineno}")
-                rows.append(row)
-        return rows
-    if suffix == ".json":
-        try:
-            with _open_text(path) as fh:
-                data = json.load(fh)
-        except json.JSONDecodeError as exc:
-            raise HaldetError(f"malformed JSON: {exc.msg}", where=f"{path}, line {exc.lineno}") from None
-        if isinstance(data, dict):  # {"data": [...]} or {"version": ..., "data": [...]}, or one row
-            data = next((v for v in data.values() if isinstance(v, list) and v and isinstance(v[0], dict)), [data])
-        if not all(isinstance(r, dict) for r in data):
-            raise HaldetError("a JSON data file must hold a list of row objects", where=str(path))
-        return list(data)
-    if suffix == ".parquet":
-        import pyarrow.parquet as pq
-
-        return list(pq.read_table(path).to_pylist())
-    if suffix == ".csv":
-        with open(path, newline="", encoding="utf-8") as fh:
-            return [{k: _csv_cell(v) for k, v in row.items()} for row in csv.DictReader(fh)]
-    raise HaldetError(f"unsupported data file type {suffix or path.name!r}", where=str(path),
-                      hint="use .jsonl, .json, .parquet or .csv (.jsonl.gz/.json.gz also work)")
-
-
-def _csv_cell(value: str | None) -> Any:
-    """CSV has no nesting: a cell holding a JSON list/object (e.g. ARC `choices`) is decoded."""
-    if value and value[:1] in "[{":
-        try:
-            return json.loads(value)
-        except json.JSONDecodeError:
-            return value
-    return value
+    """Rows of a flat data file, read by content (JSON lines, JSON list, CSV/TSV, Parquet, gzipped or not);
+    each row carries its 1-based file line under `formats.LINE`."""
+    raw = read_raw(path)
+    rows = raw.rows()
+    if rows is None:
+        raise HaldetError("a data file must hold a list of row objects", where=str(path),
+                          hint="use JSON lines, a JSON list of objects, CSV with a header, or Parquet")
+    return rows
 
 
 DATASETS: Registry[type[DatasetAdapter]] = Registry("dataset", "haldet.datasets")

@@ -12,7 +12,20 @@ from typing import Any
 
 from haldet.assets import package_dir
 from haldet.datasets.base import BadRow, DatasetAdapter, register, require
+from haldet.datasets.formats import RawFile
 from haldet.schema import Instance
+
+# The MBPP paper's split of its single release file, by task id: 1-10 are the few-shot prompt tasks (never
+# evaluated), 11-510 test, 511-600 validation, 601-974 train (the hub's splits are the same ranges).
+MBPP_SPLITS = (("prompt", 1, 10), ("test", 11, 510), ("validation", 511, 600), ("train", 601, 10**9))
+
+
+def mbpp_split(task_id: Any) -> str | None:
+    try:
+        tid = int(str(task_id).rsplit("/", 1)[-1])
+    except ValueError:
+        return None
+    return next((name for name, lo, hi in MBPP_SPLITS if lo <= tid <= hi), None)
 
 _DEF = re.compile(r"^def\s+([A-Za-z_]\w*)\s*\(", re.MULTILINE)
 
@@ -56,7 +69,24 @@ class MBPP(DatasetAdapter):
     hub_id = "google-research-datasets/mbpp"
     hub_config = "full"
     split_order = ("test", "validation", "train", "prompt")
-    required_fields = ("task_id", "text", "code", "test_list")
+    required_fields = ("task_id", "code", "test_list")  # and `text` (full) or `prompt` (sanitized)
+
+    def recognise(self, raw: RawFile) -> list[tuple[str, list[dict[str, Any]]]] | None:
+        """A file without a split (the release's `mbpp.jsonl`, `sanitized-mbpp.json`) is split by task id, so
+        the few-shot prompt tasks 1-10 are never evaluated."""
+        parts = super().recognise(raw)
+        if parts is None:
+            return None
+        out: list[tuple[str, list[dict[str, Any]]]] = []
+        for split, rows in parts:
+            if split != self.file_split:
+                out.append((split, rows))
+                continue
+            by_split: dict[str, list[dict[str, Any]]] = {}
+            for row in rows:
+                by_split.setdefault(mbpp_split(row.get("task_id")) or self.file_split, []).append(row)
+            out += list(by_split.items())
+        return out
 
     def row_to_instance(self, row: dict[str, Any], index: int, split: str) -> Instance:
         text = row.get("text") or row.get("prompt")

@@ -6,7 +6,7 @@ letters, and `meta['answer_text']` the correct option's text, so a judge can acc
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -14,15 +14,37 @@ from haldet.config import digest
 from haldet.datasets.base import (
     BadRow,
     DatasetAdapter,
-    Rows,
     Source,
     mcq_options,
-    read_table,
     register,
     require,
 )
+from haldet.datasets.formats import Format, RawFile, records, with_line
 from haldet.errors import HaldetError
 from haldet.schema import Instance
+
+
+def _stem_release(raw: RawFile) -> list[tuple[str | None, list[dict[str, Any]]]] | None:
+    """The AI2 release layout shared by ARC (`ARC-Challenge-Dev.jsonl`) and CommonsenseQA (`dev_rand_split.jsonl`):
+    {"id", "question": {"stem", "choices": [{"label", "text"}], "question_concept"?}, "answerKey"}."""
+    recs = records(raw)
+    if recs is None or not recs or not all(isinstance(r.get("question"), dict) and "stem" in r["question"]
+                                           for r, _ in recs):
+        return None
+    rows = []
+    for r, line in recs:
+        q = r["question"]
+        choices = [c for c in q.get("choices") or [] if isinstance(c, dict)]
+        row = with_line(r, line, id=r.get("id"), question=q.get("stem"),
+                        choices={"label": [c.get("label") for c in choices], "text": [c.get("text") for c in choices]},
+                        answerKey=r.get("answerKey"))
+        if "question_concept" in q:
+            row["question_concept"] = q["question_concept"]
+        rows.append(row)
+    return [(None, rows)]
+
+
+AI2_RELEASE = "{id, question: {stem, choices: [{label, text}]}, answerKey}"
 
 
 def _choices(row: dict[str, Any]) -> tuple[list[Any], list[Any]]:
@@ -65,6 +87,7 @@ class ARCChallenge(_ChoicesMCQ):
     license = "CC BY-SA 4.0"
     hub_id = "allenai/ai2_arc"
     hub_config = "ARC-Challenge"
+    originals = (Format("ARC release", f"ARC-Challenge-Dev/Test/Train.jsonl: {AI2_RELEASE}", _stem_release),)
     instruction = "Choose the option that best answers this grade-school science question."
 
 
@@ -74,9 +97,12 @@ class CommonsenseQA(_ChoicesMCQ):
     license = "MIT"
     hub_id = "tau/commonsense_qa"
     split_order = ("validation", "train")  # the public test split has no answer keys
+    originals = (Format("CommonsenseQA release", f"train/dev_rand_split.jsonl: {AI2_RELEASE} (+ question_concept)",
+                        _stem_release),)
     instruction = "Use everyday common sense to pick the option that fits the question best."
 
 
+_LANG_FILE = re.compile(r"[a-z]{3}_[A-Z][a-z]{3}")  # FLORES-200 code: eng_Latn, zho_Hans
 BELEBELE_LANGUAGES = ("eng_Latn", "fra_Latn", "deu_Latn", "spa_Latn", "zho_Hans", "arb_Arab", "hin_Deva",
                       "swh_Latn")
 
@@ -95,6 +121,7 @@ class Belebele(DatasetAdapter):
     license = "CC BY-SA 4.0"
     hub_id = "facebook/belebele"
     split_order = ("test",)
+    file_split = "test"
     required_fields = ("flores_passage", "question", "mc_answer1", "mc_answer2", "mc_answer3", "mc_answer4",
                        "correct_answer_num", "dialect")
     params: ClassVar[dict[str, Any]] = {"languages": BELEBELE_LANGUAGES}
@@ -111,33 +138,21 @@ class Belebele(DatasetAdapter):
     def hub_configs(self) -> list[str | None]:
         return list(self.languages())
 
-    def _language_files(self) -> list[Path]:
-        assert self.data_dir is not None
-        base = self.data_dir / self.name
-        found: list[Path] = []
-        for lang in self.languages():
-            for cand in (base / f"{lang}.jsonl", base / "data" / f"{lang}.jsonl", base / f"{lang}.parquet"):
-                if cand.is_file():
-                    found.append(cand)
-                    break
-        return found
-
-    def local_file(self) -> tuple[Path, str] | None:
-        found = self._language_files()
-        return (found[0], "test") if found else super().local_file()
+    def local_paths(self) -> list[Path]:
+        """Every file of the folder, except per-language files (`<lang>.jsonl`, the release's layout) of
+        languages not selected."""
+        wanted = set(self.languages())
+        return [p for p in super().local_paths()
+                if not (_LANG_FILE.fullmatch(p.name.split(".")[0]) and p.name.split(".")[0] not in wanted)]
 
     def local_rows(self) -> Source:
-        found = self._language_files()
-        parts: list[Sequence[dict[str, Any]]] = [read_table(path) for path in found]
-        if parts:
-            return Source(", ".join(map(str, found)), "test", Rows(parts))
-        src = super().local_rows()  # one file with every language; keep the selected ones
+        src = super().local_rows()  # per-language files, or one file with every language: keep the selected ones
         wanted = set(self.languages())
         rows = [r for r in src.rows if r.get("dialect") in wanted]
         if not rows:
             have = sorted({str(r.get("dialect")) for r in src.rows})[:20]
             raise HaldetError(f"no rows for languages {', '.join(sorted(wanted))}", where=src.origin,
-                              hint=f"the file holds dialects {', '.join(have)}; set dataset_params.belebele"
+                              hint=f"the files hold dialects {', '.join(have)}; set dataset_params.belebele"
                                    f".languages, or add <lang>.jsonl files")
         return Source(src.origin, src.split, rows)
 

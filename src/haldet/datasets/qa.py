@@ -6,7 +6,101 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 from haldet.datasets.base import ABSTAIN_REFERENCE, BadRow, DatasetAdapter, register, require
+from haldet.datasets.formats import SPLIT_WORDS, Format, RawFile, records, with_line
 from haldet.schema import Instance
+
+Parts = list[tuple[str | None, list[dict[str, Any]]]] | None
+
+
+def _trivia_release(raw: RawFile) -> Parts:
+    """TriviaQA release (`qa/wikipedia-dev.json`, `web-dev.json`, ...): {"Data": [{"Question", "QuestionId",
+    "Answer": {"Value", "Aliases", "NormalizedAliases"}}], "Split": "dev"}."""
+    recs = records(raw, "Data")
+    if recs is None or not all("Question" in r and "Answer" in r for r, _ in recs):
+        return None
+    rows = [with_line(r, line, question=r["Question"], question_id=r.get("QuestionId"),
+                      answer={"value": (r.get("Answer") or {}).get("Value"),
+                              "aliases": (r.get("Answer") or {}).get("Aliases") or [],
+                              "normalized_aliases": (r.get("Answer") or {}).get("NormalizedAliases") or []})
+            for r, line in recs]
+    return [(SPLIT_WORDS.get(str(raw.data.get("Split", "")).lower()), rows)]
+
+
+def _semicolons(value: Any) -> list[str]:
+    """A list given as one delimited string (TruthfulQA's CSV: 'a; b; c')."""
+    if isinstance(value, list):
+        return [str(v).strip() for v in value if str(v).strip()]
+    return [v.strip() for v in str(value or "").split(";") if v.strip()]
+
+
+def _truthfulqa_csv(raw: RawFile) -> Parts:
+    """TruthfulQA.csv (the authors' release): Type, Category, Question, Best Answer, Correct Answers,
+    Incorrect Answers, Source; the answer lists are ';'-separated. The hub has it as one validation split."""
+    rows = raw.rows()
+    if rows is None or not rows or not {"Question", "Best Answer", "Correct Answers", "Incorrect Answers"} <= set(
+            raw.columns()):
+        return None
+    out = [with_line(r, r.get("_line"), type=r.get("Type", ""), category=r.get("Category", ""),
+                     question=r.get("Question"), best_answer=r.get("Best Answer"),
+                     correct_answers=_semicolons(r.get("Correct Answers")),
+                     incorrect_answers=_semicolons(r.get("Incorrect Answers")), source=r.get("Source", ""))
+           for r in rows]
+    return [("validation", out)]
+
+
+def _squad_release(raw: RawFile) -> Parts:
+    """Official SQuAD v2.0 JSON (`dev-v2.0.json`): {"version", "data": [{"title", "paragraphs": [{"context",
+    "qas": [{"id", "question", "answers": [{"text", "answer_start"}], "is_impossible"}]}]}]}."""
+    recs = records(raw, "data")
+    if recs is None or not all("paragraphs" in r for r, _ in recs):
+        return None
+    rows = []
+    for article, line in recs:
+        for para in article.get("paragraphs") or []:
+            for qa in para.get("qas") or []:
+                answers = [] if qa.get("is_impossible") else list(qa.get("answers") or [])
+                rows.append(with_line(qa, line, id=qa.get("id"), title=article.get("title", ""),
+                                      context=para.get("context"), question=qa.get("question"),
+                                      answers={"text": [a.get("text") for a in answers],
+                                               "answer_start": [a.get("answer_start") for a in answers]}))
+    return [(None, rows)]
+
+
+def _hotpot_release(raw: RawFile) -> Parts:
+    """HotpotQA release JSON (`hotpot_dev_distractor_v1.json`): a list of {"_id", "question", "answer",
+    "supporting_facts": [[title, sent_id]], "context": [[title, [sentences]]], "type", "level"}."""
+    recs = records(raw)
+    if recs is None or not recs or not all("_id" in r and isinstance(r.get("context"), list) for r, _ in recs):
+        return None
+    rows = []
+    for r, line in recs:
+        ctx, facts = r.get("context") or [], r.get("supporting_facts") or []
+        rows.append(with_line(r, line, id=r["_id"], question=r.get("question"), answer=r.get("answer"),
+                              type=r.get("type", ""), level=r.get("level", ""),
+                              supporting_facts={"title": [f[0] for f in facts], "sent_id": [f[1] for f in facts]},
+                              context={"title": [c[0] for c in ctx], "sentences": [c[1] for c in ctx]}))
+    return [(None, rows)]
+
+
+def _coqa_release(raw: RawFile) -> Parts:
+    """CoQA release JSON (`coqa-dev-v1.0.json`): {"version", "data": [{"id", "source", "story", "questions":
+    [{"input_text", "turn_id"}], "answers": [{"input_text", "span_start", "span_end", "turn_id"}]}]}. The hub
+    copy has no story id, so none is kept (the same item ids either way)."""
+    recs = records(raw, "data")
+    if recs is None or not all("story" in r and isinstance(r.get("questions"), list) for r, _ in recs):
+        return None
+    if not all(isinstance(q, dict) for r, _ in recs for q in r["questions"]):
+        return None
+    rows = []
+    for r, line in recs:
+        answers = sorted(r.get("answers") or [], key=lambda a: a.get("turn_id", 0))
+        questions = sorted(r["questions"], key=lambda q: q.get("turn_id", 0))
+        rows.append(with_line(r, line, source=r.get("source", ""), story=r.get("story"),
+                              questions=[q.get("input_text") for q in questions],
+                              answers={"input_text": [a.get("input_text") for a in answers],
+                                       "answer_start": [a.get("span_start") for a in answers],
+                                       "answer_end": [a.get("span_end") for a in answers]}))
+    return [(None, rows)]
 
 
 def _dedupe(values: list[str]) -> list[str]:
@@ -32,6 +126,8 @@ class TriviaQA(DatasetAdapter):
     hub_config = "rc.nocontext"
     split_order = ("validation", "train")  # test answers are withheld
     required_fields = ("question", "question_id", "answer")
+    originals = (Format("TriviaQA release", "qa/<domain>-<split>.json: {Data: [{Question, QuestionId, Answer: "
+                        "{Value, Aliases}}], Split}", _trivia_release),)
 
     def row_to_instance(self, row: dict[str, Any], index: int, split: str) -> Instance:
         answer = require(row, "answer")
@@ -58,6 +154,8 @@ class TruthfulQA(DatasetAdapter):
     hub_config = "generation"
     split_order = ("validation",)
     required_fields = ("question", "best_answer", "correct_answers", "incorrect_answers")
+    originals = (Format("TruthfulQA.csv release", "CSV with Type, Category, Question, Best Answer, Correct Answers, "
+                        "Incorrect Answers (';'-separated), Source", _truthfulqa_csv),)
 
     def row_to_instance(self, row: dict[str, Any], index: int, split: str) -> Instance:
         refs = _dedupe([require(row, "best_answer"), *require(row, "correct_answers")])
@@ -83,6 +181,8 @@ class SQuADv2(DatasetAdapter):
     hub_id = "rajpurkar/squad_v2"
     split_order = ("validation", "train")
     required_fields = ("id", "context", "question", "answers")
+    originals = (Format("SQuAD v2.0 release", "dev-v2.0.json / train-v2.0.json: {version, data: [{title, "
+                        "paragraphs: [{context, qas: [{id, question, answers, is_impossible}]}]}]}", _squad_release),)
 
     def row_to_instance(self, row: dict[str, Any], index: int, split: str) -> Instance:
         answers = row.get("answers")
@@ -117,6 +217,9 @@ class HotpotQA(DatasetAdapter):
     split_order = ("validation", "train")
     required_fields = ("id", "question", "answer", "context", "supporting_facts")
     params: ClassVar[dict[str, Any]] = {"paragraphs": "supporting"}
+    originals = (Format("HotpotQA release", "hotpot_dev_distractor_v1.json / hotpot_train_v1.1.json: a list of "
+                        "{_id, question, answer, supporting_facts: [[title, sent_id]], context: [[title, "
+                        "[sentences]]], type, level}", _hotpot_release),)
 
     def row_to_instance(self, row: dict[str, Any], index: int, split: str) -> Instance:
         ctx = require(row, "context")
@@ -152,6 +255,9 @@ class CoQA(DatasetAdapter):
     hub_id = "stanfordnlp/coqa"
     split_order = ("validation", "train")
     required_fields = ("story", "questions", "answers")
+    originals = (Format("CoQA release", "coqa-dev-v1.0.json / coqa-train-v1.0.json: {version, data: [{id, source, "
+                        "story, questions: [{input_text, turn_id}], answers: [{input_text, span_start, span_end, "
+                        "turn_id}]}]}", _coqa_release),)
 
     def units(self, rows: Sequence[dict[str, Any]]) -> list[tuple[int, int | None]]:
         out: list[tuple[int, int | None]] = []

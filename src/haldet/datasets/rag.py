@@ -12,7 +12,8 @@ import json
 from pathlib import Path
 from typing import Any, ClassVar
 
-from haldet.datasets.base import BadRow, DatasetAdapter, Source, read_table, register, require
+from haldet.datasets.base import BadRow, DatasetAdapter, Source, read_table, register, require, row_where
+from haldet.datasets.formats import read_raw
 from haldet.errors import HaldetError
 from haldet.schema import Instance
 
@@ -45,17 +46,38 @@ class RAGTruth(DatasetAdapter):
         return self.options["release_url"]
 
     def _local_pair(self) -> tuple[Path, Path]:
+        """The release's two files, recognised by their content among the local files (any names): responses
+        carry `response` and `source_id`, sources `source_info` and `source_id`. With --data-file, the other
+        file is looked for next to it."""
         assert self.data_dir is not None
-        for base in (self.data_dir / self.name, self.data_dir / self.name / "dataset", self.data_dir):
-            if (base / "response.jsonl").is_file() or (base / "source_info.jsonl").is_file():
-                break
-        else:
-            base = self.data_dir / self.name
+        paths = self.local_paths()
+        if self.data_dir.is_file():
+            paths += [p for p in sorted(self.data_dir.parent.iterdir()) if p.is_file() and p != self.data_dir]
+        found: dict[str, Path] = {}
+        for path in paths:
+            if path.name.startswith(".") or len(found) == 2:
+                continue
+            try:
+                cols = set(read_raw(path).columns())
+            except HaldetError:
+                continue
+            for fname, marker in (("response.jsonl", "response"), ("source_info.jsonl", "source_info")):
+                if fname not in found and {"source_id", marker} <= cols:
+                    found[fname] = path
         for fname, fields in (("response.jsonl", RESPONSE_FIELDS), ("source_info.jsonl", SOURCE_FIELDS)):
-            if not (base / fname).is_file():
-                raise HaldetError(f"RAGTruth file {fname} not found", where=str(base / fname),
-                                  hint=f"put the release's dataset/{fname} there (fields: {', '.join(fields)})")
-        return base / "response.jsonl", base / "source_info.jsonl"
+            if fname not in found:
+                raise HaldetError(f"RAGTruth file {fname} not found", where=self._local_folder(),
+                                  hint=f"put the release's dataset/{fname} there (any name; fields: "
+                                       f"{', '.join(fields)})")
+        return found["response.jsonl"], found["source_info.jsonl"]
+
+    def local_paths(self) -> list[Path]:
+        """The files under DIR/ragtruth/ (any depth, e.g. the release's dataset/ folder), else DIR's own files."""
+        assert self.data_dir is not None
+        paths = super().local_paths()
+        if not paths and self.data_dir.is_dir():
+            paths = sorted(p for p in self.data_dir.iterdir() if p.is_file())
+        return paths
 
     def local_file(self) -> tuple[Path, str] | None:
         try:
@@ -65,7 +87,7 @@ class RAGTruth(DatasetAdapter):
 
     def local_rows(self) -> Source:
         resp, info = self._local_pair()
-        return self._join(read_table(resp), read_table(info), f"{resp.parent}/{{response,source_info}}.jsonl")
+        return self._join(read_table(resp), read_table(info), f"{resp} + {info}")
 
     def hub_rows(self) -> Source:
         import datasets
@@ -82,9 +104,10 @@ class RAGTruth(DatasetAdapter):
 
     def _join(self, responses: list[dict[str, Any]], infos: list[dict[str, Any]], origin: str) -> Source:
         by_source: dict[str, list[dict[str, Any]]] = {}
-        for lineno, r in enumerate(responses, start=1):
+        for index, r in enumerate(responses):
             if r.get("source_id") is None:
-                raise HaldetError("response row without source_id", where=f"{origin} (response.jsonl row {lineno})",
+                raise HaldetError("response row without source_id",
+                                  where=f"{origin} (responses, {row_where(dict(r), index)})",
                                   hint=f"rows need {', '.join(RESPONSE_FIELDS)}")
             by_source.setdefault(str(r["source_id"]), []).append(r)
         splits = {str(r.get("split", "")) for r in responses}
