@@ -101,4 +101,15 @@ def test_a_too_short_limit_is_reported_and_fails_unless_allowed(scripted: None, 
     assert "3/3 answers (100%) were cut off at the token limit" in text
     assert "no usable label" in text and "3 invalid" in text and "--allow-failures" in text
     again = _run(tmp_path, "--max-new-tokens", "16", "--allow-failures")
-    assert again.exit_code == 0 and "no result" in again.output
+    assert again.exit_code == 0 and "no usable label" in again.output
+
+
+def test_a_cell_without_result_is_a_line_of_the_table() -> None:
+    from rich.console import Console
+
+    from haldet.report.terminal import results_table
+
+    console = Console(width=250, record=True)
+    console.print(results_table([], failed=[("gsm8k", "smollm2-135m", "no usable label (correct or hallucination)")]))
+    text = console.export_text()
+    assert "gsm8k" in text and "no result" in text and "no usable label" in text

@@ -70,7 +70,7 @@ def test_unknown_label_is_an_error_naming_the_row(tmp_path: Path) -> None:
     (tmp_path / "verigray").mkdir()
     (tmp_path / "verigray" / "test.jsonl").write_text(json.dumps(row) + "\n")
     for policy in ("fail", "skip"):  # never skipped into a default class
-        with pytest.raises(HaldetError, match=r"row 0 .*sentences\[0\]\.annotation.*Mostly-True"):
+        with pytest.raises(HaldetError, match=r"line 1 .*sentences\[0\]\.annotation.*Mostly-True"):
             get_adapter("verigray", data_dir=tmp_path).load(on_bad_row=policy)
 
 
@@ -85,7 +85,7 @@ def test_wrong_range_is_realigned_and_missing_text_is_a_bad_row(tmp_path: Path) 
     assert inst.meta["realigned"] == 1 and inst.meta["sentences"][1]["start"] == 10
     row["sentences"][1]["text"] = "Three facts."
     path.write_text(json.dumps(row) + "\n")
-    with pytest.raises(HaldetError, match=r"row 0 .*sentences\[1\]\.range"):
+    with pytest.raises(HaldetError, match=r"line 1 .*sentences\[1\]\.range"):
         get_adapter("verigray", data_dir=tmp_path).load()
 
 

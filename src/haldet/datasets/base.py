@@ -405,6 +405,9 @@ class DatasetAdapter:
                 if len(report.filtered) < 10:
                     report.filtered.append(f"{where}: {exc}")
                 continue
+            except HaldetError as exc:  # a row the adapter refuses outright: named by its place like any other
+                raise HaldetError(f"{where} of dataset {self.name!r}: {exc.what}", where=exc.where or src.origin,
+                                  hint=exc.hint) from None
             except (BadRow, ValidationError) as exc:
                 msg = _bad_row_message(exc)
                 if on_bad_row == "fail":

@@ -73,7 +73,7 @@ class VeriGray(DatasetAdapter):
             try:
                 label = parse_annotation(str(raw_label))
             except UnknownLabel as exc:
-                raise HaldetError(f"row {index} of dataset 'verigray', {field}.annotation: {exc}",
+                raise HaldetError(f"{field}.annotation: {exc}",
                                   where=f"{self.name} data ({split})",
                                   hint=f"labels must be one of {', '.join(CLASSES)} (or 'A / B' readings of an "
                                        "Ambiguous sentence); extend haldet.suites.verigray.labels.ALIASES for a "
