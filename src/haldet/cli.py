@@ -15,7 +15,6 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from haldet import __version__
 from haldet.config import RunConfig, load_config, split_names
@@ -54,14 +53,11 @@ def main(
 
 @contextmanager
 def progress_bars() -> Iterator[Callable[[str, int], Callable[[int], None]]]:
-    """A factory of progress bars for the stages: (description, total) -> advance(n)."""
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  TimeRemainingColumn(), console=console, transient=False) as progress:
+    """A factory of progress displays for the stages, (description, total) -> advance(n): bars on a terminal,
+    periodic log lines when stderr is redirected (haldet.progress)."""
+    from haldet.progress import progress_factory
 
-        def make(description: str, total: int) -> Callable[[int], None]:
-            task = progress.add_task(description, total=total)
-            return lambda n: progress.advance(task, n)
-
+    with progress_factory(console) as make:
         yield make
 
 

@@ -159,7 +159,10 @@ def run_cell(config: RunConfig, store: RunStore, dataset: str, model: str, progr
     """
     previous = previous or {}
     previous_evidence: dict[str, Any] = previous.get("evidence") or {}
+    progress(f"{dataset} | {model}: loading the data and the model", 0)
     result, ctx, items = prepare_cell(config, store, dataset, model, progress, backends)
+    progress(f"{dataset} | {model}: {len(items)} items from {result.data['origin']} (split {result.data['split']})",
+             0)
     cell = ctx.store
     if hasattr(ctx.backend, "reset_usage"):  # a remote model's calls and cost are reported per cell
         ctx.backend.reset_usage()
@@ -207,6 +210,7 @@ def run_cell(config: RunConfig, store: RunStore, dataset: str, model: str, progr
     view = SignalView(ids=[i.id for i in labelled], instances=[i.instance for i in labelled],
                       generations=[i.generation for i in labelled if i.generation is not None],
                       loader=EvidenceLoader(ctx, labelled), labels=np.array([binary[i.id] for i in labelled]))
+    advance = progress(f"detectors [{dataset} | {model}]", len(config.detectors))
     for name in config.detectors:
         try:
             ev_key = evidence_key(ctx, labelled, needed_stages(requires[name]))
@@ -216,6 +220,7 @@ def run_cell(config: RunConfig, store: RunStore, dataset: str, model: str, progr
         if run.cached and not _carry_timings(run, previous):
             result.untimed.append(name)
         result.detectors.append(run)
+        advance(1)
     result.timings = dict(ctx.timings)
     result.counts = dict(ctx.counts)
     if hasattr(ctx.backend, "usage_report"):  # a remote target model: calls, tokens, cost, breaker state

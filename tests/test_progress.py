@@ -1,0 +1,38 @@
+"""Progress when output is not a terminal (issue 19): a line per stage, periodic counts, a final line; and the
+real CLI redirected to a file prints them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from haldet.progress import log_lines
+
+
+def test_log_lines_start_periodic_counts_and_done() -> None:
+    lines: list[str] = []
+    now = [0.0]
+    make = log_lines(lines.append, interval=30.0, clock=lambda: now[0])
+    make("gsm8k | m: 3 items ready", 0)
+    advance = make("generate [gsm8k | m]", 10)
+    for t in (10, 20, 35, 50, 70, 80):  # one item every step; counts printed at most every 30 s
+        now[0] = float(t)
+        advance(1)
+    now[0] = 100.0
+    advance(4)
+    text = [line.split("] ", 1)[1] for line in lines]
+    assert text[0] == "gsm8k | m: 3 items ready"
+    assert text[1] == "generate [gsm8k | m]: started, 10 to do"
+    assert text[2].startswith("generate [gsm8k | m]: 3/10 (30%), 35 s so far")
+    assert text[3].startswith("generate [gsm8k | m]: 5/10 (50%), 70 s so far")
+    assert text[4] == "generate [gsm8k | m]: done 10/10 in 100 s, 0.10/s"
+    assert len(text) == 5
+
+
+def test_cli_redirected_prints_stage_lines(cli: Any, tmp_path: Path) -> None:
+    fixtures = Path(__file__).parent / "fixtures" / "datasets"
+    proc = cli("run", "--dataset", "gsm8k", "--data-dir", str(fixtures), "--limit", "2", "--max-new-tokens", "4",
+               "--detector", "perplexity", "--judge", "rule", "--out", str(tmp_path / "r"), "--allow-failures")
+    assert "gsm8k | smollm2-135m: 2 items from" in proc.stderr
+    assert "generate [gsm8k | smollm2-135m]: started, 2 to do" in proc.stderr
+    assert "generate [gsm8k | smollm2-135m]: done 2/2" in proc.stderr
