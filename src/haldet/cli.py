@@ -329,7 +329,7 @@ def annotate(
     annotate.failed.jsonl and a rerun retries only those. The label distribution per dataset and judge goes to
     the manifest. See docs/judges.md.
     """
-    from haldet.stages.annotate import annotate_run, render_reports
+    from haldet.commands.annotate import annotate_run, render_reports
 
     overrides = {"kind": judge, "model": judge_model, "base_url": judge_base_url, "backend": judge_backend,
                  "concurrency": judge_concurrency, "retries": judge_retries, "timeout": judge_timeout,
@@ -352,7 +352,7 @@ RunDirArg = Annotated[Path, typer.Argument(help="A run directory written by `hal
 
 
 def _stage_command(run_dir: Path, stage: str, overrides: dict[str, dict[str, Any]], as_json: bool) -> None:
-    from haldet.stages.commands import run_stage
+    from haldet.commands.stages import run_stage
 
     with progress_bars() as make:
         summaries = run_stage(run_dir, stage, overrides=overrides, progress=make)
@@ -432,7 +432,7 @@ def inspect(
     Exits 1 when a check fails."""
     from rich.table import Table
 
-    from haldet.stages.commands import inspect_run
+    from haldet.commands.stages import inspect_run
 
     report = inspect_run(run_dir)
     failed = any(cell["problems"] for cell in report)

@@ -23,6 +23,7 @@ import numpy as np
 
 from haldet.config import RunConfig
 from haldet.errors import HaldetError
+from haldet.pipeline import check_run_dir, prepare_cell
 from haldet.signals import SIGNAL_STAGE, Signal
 from haldet.stages.base import CellContext, Item, Progress, no_progress
 from haldet.stages.loader import ARRAY_SIGNALS, EvidenceLoader, stage_class
@@ -49,8 +50,6 @@ def load_run_config(store: RunStore, overrides: dict[str, dict[str, Any]] | None
     except ValueError as exc:
         raise HaldetError(f"invalid setting: {str(exc).splitlines()[0]}", where="command-line options") from None
     if changed:
-        from haldet.pipeline import check_run_dir
-
         manifest = check_run_dir(store, config, update=True)
         manifest.update(config=config.canonical(), config_hash=config.hash())
         store.write_manifest(manifest)
@@ -60,7 +59,6 @@ def load_run_config(store: RunStore, overrides: dict[str, dict[str, Any]] | None
 def cells(store: RunStore, config: RunConfig, progress: Progress) -> list[tuple[CellContext, list[Item]]]:
     """Each (dataset, model) cell's context and items, rebuilt as the run built them."""
     from haldet.backends.base import Backend
-    from haldet.pipeline import prepare_cell
 
     backends: dict[str, Backend] = {}
     out = []
