@@ -2,7 +2,15 @@
 parallel workers, and rule-judge throughput on packaged HaluEval-QA with its own right/hallucinated answers as
 responses (right -> correct, hallucinated -> hallucination: an accuracy with known answers).
 
-Prints JSON. Usage: python benchmarks/judges.py [--workers 2] [--n-rule 2000]
+Judge accuracy per dataset family (`families`): the default judge chain (`cascade` without an LLM judge, i.e. the
+rule and execution judges) on labelled samples: the packaged HaluEval QA/dialogue/summarization right and
+hallucinated answers, and `benchmarks/judge_sample.jsonl`, a hand-labelled sample of answers per family
+(TruthfulQA / TriviaQA short answers with negations and hedges, SQuAD v2 spans incl. unanswerable, GSM8K worked
+solutions incl. one cut off at the token limit, ARC letters, xLAM calls, CoQA turns). Per family: n, coverage
+(share the judges decided; the rest is `invalid`/undecided, for an LLM judge), accuracy on the decided items,
+accuracy over all items, and the confusion counts (expected->judged).
+
+Prints JSON. Usage: python benchmarks/judges.py [--workers 2] [--n-rule 2000] [--n-family 400] [--only families]
 """
 
 from __future__ import annotations
@@ -70,13 +78,58 @@ def rule_bench(n: int) -> dict[str, object]:
             "labels": dict(Counter(f"{truth[i]}->{got[i]}" for i in range(len(pairs))))}
 
 
+SAMPLE = Path(__file__).parent / "judge_sample.jsonl"
+HALUEVAL = {"grounded_qa (HaluEval QA)": "halueval_qa", "dialogue (HaluEval dialogue)": "halueval_dialogue",
+            "summarization (HaluEval summarization)": "halueval_summarization"}
+
+
+def labelled_pairs(n_packaged: int) -> dict[str, list[tuple[Instance, Generation, str]]]:
+    """(instance, response, expected label) per family."""
+    out: dict[str, list[tuple[Instance, Generation, str]]] = {}
+    for family, name in HALUEVAL.items():
+        instances, _ = DATASETS.get(name)().load(limit=n_packaged // 2, seed=7)
+        out[family] = [(i, gen(text), label) for i in instances
+                       for text, label in ((i.references[0], "correct"), (i.incorrect[0], "hallucination"))]
+    for line in SAMPLE.read_text().splitlines():
+        row = json.loads(line)
+        inst = Instance.model_validate({"scenario": "", **row["instance"]})
+        answer = gen(row["response"]).model_copy(update={"finish_reason": row["finish_reason"]})
+        out.setdefault(row["family"], []).append((inst, answer, row["label"]))
+    return out
+
+
+def family_bench(n_packaged: int) -> dict[str, object]:
+    cascade = Cascade.from_config(JudgeConfig())  # the default chain; no LLM judge is configured offline
+    report: dict[str, object] = {"judges": [j.id for j in cascade.judges]}
+    for family, triples in labelled_pairs(n_packaged).items():
+        got: dict[int, str] = {}
+        cascade.judge_many([(i, g) for i, g, _ in triples],
+                           lambda k, o, got=got: got.__setitem__(k, o.category.value))  # type: ignore[union-attr,misc]
+        truth = [label for _, _, label in triples]
+        # `invalid` is right only where the sample expects it (an answer cut off before its final number)
+        decided = [k for k in range(len(triples)) if got[k] != "invalid" or truth[k] == "invalid"]
+        right = [k for k in decided if got[k] == truth[k]]
+        report[family] = {
+            "n": len(triples), "coverage": round(len(decided) / len(triples), 4),
+            "accuracy_decided": round(len(right) / len(decided), 4) if decided else None,
+            "accuracy_all": round(len(right) / len(triples), 4),
+            "confusion": dict(Counter(f"{truth[k]}->{got[k]}" for k in range(len(triples)))),
+        }
+    return report
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--n-rule", type=int, default=2000)
+    parser.add_argument("--n-family", type=int, default=400, help="items per packaged HaluEval family")
+    parser.add_argument("--only", choices=["exec", "rule", "families"], default=None)
     args = parser.parse_args()
-    print(json.dumps({"exec_humaneval": exec_bench(args.workers), "rule_halueval_qa": rule_bench(args.n_rule)},
-                     indent=2))
+    parts = {"exec_humaneval": lambda: exec_bench(args.workers), "rule_halueval_qa": lambda: rule_bench(args.n_rule),
+             "families": lambda: family_bench(args.n_family)}
+    keys = {"exec": ["exec_humaneval"], "rule": ["rule_halueval_qa"], "families": ["families"]}.get(args.only or "",
+                                                                                                  list(parts))
+    print(json.dumps({k: parts[k]() for k in keys}, indent=2))
 
 
 if __name__ == "__main__":

@@ -139,6 +139,8 @@ OPTIONS = {"A": "London", "B": "Paris", "C": "Berlin", "D": "Madrid"}
     ("I don't know.", "abstention"),
     ("A or C, hard to say", "undecided"),
     ("", "invalid"),
+    ("A", "hallucination"),  # a bare letter A is a choice, not an empty answer (found by benchmarks/judges.py)
+    ("A.", "hallucination"),
 ])
 def test_mcq_judge(text: str, expected: str) -> None:
     item = inst("mcq", options=OPTIONS, references=["B"], incorrect=["A", "C", "D"])

@@ -87,12 +87,14 @@ def correct_letters(instance: Instance) -> list[str]:
 
 @register("rule:mcq")
 class MCQJudge(Judge):
+    version = 2  # 2: a bare letter "A" is a choice, not an empty answer
+
     def applies(self, instance: Instance) -> bool:
         return bool(instance.options) and bool(correct_letters(instance))
 
     def judge(self, instance: Instance, generation: Generation) -> Label | Undecided:
         answer = generation.response.strip()
-        if not normalize(answer):
+        if not re.search(r"\w", answer):  # not `normalize`: a bare "A" normalises to nothing (an article)
             return self.label(instance, Category.INVALID, "empty response")
         keys = list(instance.options)
         wanted = correct_letters(instance)
