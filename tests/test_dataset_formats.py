@@ -34,13 +34,20 @@ def comparable(instances: list[Instance]) -> list[dict[str, Any]]:
 def test_every_release_fixture_has_a_hub_twin() -> None:
     assert set(RELEASES) == {p.name for p in TWINS.iterdir()}
     assert {"truthfulqa", "squad_v2", "svamp", "theoremqa", "mbpp", "coqa", "hotpotqa", "xsum", "triviaqa",
-            "arc_challenge", "commonsenseqa", "halueval_qa", "xlam"} <= set(RELEASES)
+            "arc_challenge", "commonsenseqa", "halueval_qa", "xlam", "belebele"} <= set(RELEASES)
 
 
 @pytest.mark.parametrize("name", RELEASES)
 def test_release_format_loads_to_the_same_instances_as_the_hub_twin(name: str) -> None:
     original, twin = load(name, ORIGINALS), load(name, TWINS)
     assert original and comparable(original) == comparable(twin)
+
+
+def test_belebele_release_folder_reads_only_the_selected_languages() -> None:
+    adapter = get_adapter("belebele", ORIGINALS)
+    assert not any(p.name == "zul_Latn.jsonl" for p in adapter.local_paths())  # not selected: never read
+    with_zulu = load("belebele", ORIGINALS, languages=["zul_Latn"])
+    assert with_zulu and all(i.meta["language"] == "zul_Latn" for i in with_zulu)
 
 
 def test_truthfulqa_csv_lists_are_split_on_semicolons() -> None:

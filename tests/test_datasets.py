@@ -339,6 +339,7 @@ def test_unreachable_hub_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> No
     with pytest.raises(HaldetError) as err:
         load("xsum", data_dir=None)
     assert "EdinburghNLP/xsum" in err.value.message and "--data-dir" in err.value.message
+    assert "DIR/xsum/" in err.value.hint and "--data-file" in err.value.hint and "docs/datasets.md" in err.value.hint
 
 
 # --- bad input --------------------------------------------------------------------------------------------
