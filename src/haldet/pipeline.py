@@ -127,7 +127,9 @@ def prepare_cell(config: RunConfig, store: RunStore, dataset: str, model: str, p
                                   seed=config.data_seed, on_bad_row=config.on_bad_row)
     instances, pool = (loaded[: config.limit], loaded[config.limit :]) if config.limit is not None else (loaded, [])
     if not instances:
-        raise HaldetError(f"dataset {dataset!r} gave no items", where=report.origin)
+        raise HaldetError(f"dataset {dataset!r} gave no items", where=f"{report.origin} (split {report.split})",
+                          hint=f"check the file(s) with `haldet datasets show {dataset}`; pick another split with "
+                               f"--split NAME")
     builder = PromptBuilder(config.prompt)
     result.data = {"origin": report.origin, "split": report.split, "n_items": len(instances),
                    "n_skipped": report.n_skipped, "skipped": report.skipped, "n_filtered": report.n_filtered,

@@ -440,7 +440,7 @@ class DatasetAdapter:
         return {"name": cls.name, "scenario": cls.scenario, "task_type": cls.task_type,
                 "source": cls.source, "hub_id": cls.hub_id, "hub_config": adapter.hub_source_configs(),
                 "license": cls.license, "offline": adapter.offline_available(),
-                "required_fields": list(cls.required_fields),
+                "required_fields": list(cls.required_fields), "formats": [f.name for f in cls.formats()],
                 "params": {k: v for k, v in adapter.options.items()}}
 
     def hub_source_configs(self) -> list[str] | str | None:
