@@ -1,6 +1,7 @@
 """The `haldet` command line (typer + rich).
 
-User errors (`HaldetError`) are printed as one message and exit with status 2, without a traceback.
+User errors (`HaldetError`) and file-system errors (`OSError`: read-only or full disk, permission denied) are
+printed as one message and exit with status 2, without a traceback.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from rich.console import Console
 
 from haldet import __version__
 from haldet.config import RunConfig, load_config, split_names
-from haldet.errors import HaldetError
+from haldet.errors import HaldetError, storage_error
 
 app = typer.Typer(
     help="Benchmark hallucination detectors for LLMs: generate answers, label them, score them with "
@@ -578,6 +579,9 @@ def entry() -> None:
         app()
     except HaldetError as exc:
         console.print(f"[bold red]error:[/bold red] {exc.message}", highlight=False)
+        sys.exit(2)
+    except OSError as exc:  # read-only or full disk, no permission: one message naming the path, no traceback
+        console.print(f"[bold red]error:[/bold red] {storage_error(exc).message}", highlight=False)
         sys.exit(2)
     except KeyboardInterrupt:
         console.print("interrupted; everything written so far is kept and a rerun resumes from it")

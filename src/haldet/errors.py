@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+
 
 class HaldetError(Exception):
     """A problem the user can fix: bad input, missing model, unreachable endpoint, ...
@@ -40,3 +42,36 @@ class UnknownNameError(HaldetError):
 
 class SignalUnavailableError(HaldetError):
     """A stage or backend cannot provide a signal a detector asked for (e.g. hidden states from an API)."""
+
+
+# OS errors about where haldet reads and writes (not bugs): each gets one message and a hint of what to do
+_STORAGE_HINTS = {
+    errno.EROFS: "the file system is read-only: pass a writable --out DIR (or remount it read-write)",
+    errno.ENOSPC: "the disk is full: free some space (or use --out on another disk) and run the same command "
+                  "again; everything written so far is kept and the run resumes from it",
+    errno.EDQUOT: "the disk quota is exhausted: free some space and run the same command again; everything "
+                  "written so far is kept and the run resumes from it",
+    errno.EACCES: "permission denied: make the directory writable for this user, or pass another --out DIR",
+    errno.EPERM: "operation not permitted: make the directory writable for this user, or pass another --out DIR",
+    errno.EIO: "an input/output error from the disk: check the device, then run again",
+    errno.ENOTDIR: "a path component is a file, not a directory: pass another --out DIR",
+    errno.EISDIR: "a directory stands where haldet expects a file: move it away or pass another --out DIR",
+}
+
+
+def is_storage_error(exc: BaseException) -> bool:
+    """An OSError about the file system (read-only, full, no permission, ...), as opposed to a network error."""
+    return isinstance(exc, OSError) and exc.errno in _STORAGE_HINTS
+
+
+def storage_error(exc: OSError) -> HaldetError:
+    """One user-facing message for an OS error: what failed, on which path, what to do."""
+    path = exc.filename if exc.filename is not None else ""
+    if exc.filename2 is not None:
+        path = f"{path} -> {exc.filename2}"
+    if not is_storage_error(exc) and not path:  # e.g. a refused connection: say what it was
+        return HaldetError(f"{type(exc).__name__}: {exc}", hint="check the address or resource named above, then "
+                           "run the same command again (everything written so far is kept)")
+    what = exc.strerror or str(exc) or type(exc).__name__
+    hint = _STORAGE_HINTS.get(exc.errno or 0, "check the path and its permissions, then run the same command again")
+    return HaldetError(f"cannot read or write a file: {what}", where=str(path) if path else "", hint=hint)

@@ -26,12 +26,13 @@ from haldet.backends.select import check_signals
 from haldet.config import RunConfig, digest
 from haldet.datasets.base import DATASETS, get_adapter
 from haldet.detectors.base import DETECTORS
-from haldet.errors import HaldetError
+from haldet.errors import HaldetError, is_storage_error
 from haldet.evaluation.cost import DEFAULT_N, detector_cost, stage_stats
 from haldet.evaluation.detect import DetectorRun, make_detector, run_detector
 from haldet.evaluation.splits import stratified_split
 from haldet.judges.cascade import Cascade
 from haldet.limits import cut_off_summary
+from haldet.locking import notify
 from haldet.prompts import PromptBuilder, demo_pool_size, render_prompts
 from haldet.schema import Category
 from haldet.signals import Signal, SignalView
@@ -39,7 +40,7 @@ from haldet.stages.annotate import AnnotateStage, labels_of
 from haldet.stages.base import CellContext, Item, Progress, no_progress
 from haldet.stages.generate import GenerateStage, attach_generations
 from haldet.stages.loader import EvidenceLoader, ensure_stages, evidence_key, needed_stages
-from haldet.store import RunStore
+from haldet.store import RunStore, clean_stale_temps
 
 LIBRARIES = ("torch", "transformers", "numpy", "scikit-learn", "h5py", "pydantic", "datasets", "typer", "rich")
 
@@ -293,21 +294,35 @@ def run(config: RunConfig, out: Path, *, update: bool = False, progress: Progres
         on_cell: Callable[[CellResult], None] | None = None, executor: str = "serial",
         ray_address: str | None = None) -> tuple[list[dict[str, Any]], list[CellResult]]:
     """`executor`: serial (cells one after another in this process) or ray (cells and item shards of the evidence
-    stages as Ray tasks: `haldet.executors.ray_executor`); both write through the same keyed store."""
+    stages as Ray tasks: `haldet.executors.ray_executor`); both write through the same keyed store.
+
+    Holds the run's lock throughout (a second process on the same directory waits, then reuses what this one
+    computed); a run that raises is recorded in the manifest as status "failed" with the reason."""
     if executor not in ("serial", "ray"):
         raise HaldetError(f"unknown executor {executor!r}", where="--executor", hint="serial or ray")
     validate_names(config)
     store = RunStore(out)
-    manifest = check_run_dir(store, config, update=update)
+    with store.lock():
+        cleaned = clean_stale_temps(store.root)
+        if cleaned:
+            notify(f"removed {len(cleaned)} temporary file(s) left by an interrupted write in {store.root}")
+        manifest = check_run_dir(store, config, update=update)
+        manifest.update({"config": config.canonical(), "config_hash": config.hash(), "versions": library_versions(),
+                         "created": manifest.get("created", _now()), "status": "running", "error": None})
+        store.write_manifest(manifest)
+        with store.recording_failure(manifest):
+            return _run_cells(config, store, manifest, progress, on_cell, executor, ray_address)
+
+
+def _run_cells(config: RunConfig, store: RunStore, manifest: dict[str, Any], progress: Progress,
+               on_cell: Callable[[CellResult], None] | None, executor: str,
+               ray_address: str | None) -> tuple[list[dict[str, Any]], list[CellResult]]:
     started = time.perf_counter()
-    manifest.update({"config": config.canonical(), "config_hash": config.hash(), "versions": library_versions(),
-                     "created": manifest.get("created", _now()), "status": "running"})
-    store.write_manifest(manifest)
     previous = {(c.get("dataset"), c.get("model")): c for c in manifest.get("cells") or []}
     if executor == "ray":
         from haldet.executors.ray_executor import ray_cells
 
-        finished = ray_cells(config, out, previous, address=ray_address)
+        finished = ray_cells(config, store.root, previous, address=ray_address)
     else:
         finished = serial_cells(config, store, previous, progress)
     order = {(d, m): i for i, (m, d) in enumerate((m, d) for m in config.models for d in config.datasets)}
@@ -358,7 +373,7 @@ def guarded_cell(config: RunConfig, store: RunStore, dataset: str, model: str, p
             raise
         return CellResult(dataset=dataset, scenario=_scenario_of(dataset), model=model, error=exc.message)
     except Exception as exc:  # any other failure of one cell is reported; the other cells still run
-        if raise_errors:
+        if raise_errors or is_storage_error(exc):  # a full or read-only disk fails every cell: stop
             raise
         cell = CellResult(dataset=dataset, scenario=_scenario_of(dataset), model=model,
                           error=f"{type(exc).__name__}: {exc}")

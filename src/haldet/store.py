@@ -12,16 +12,25 @@ complete or absent. Array shards are written to a temporary file and renamed, an
 appended only after the rename, so a record marks an item "done" only once all its parts exist.
 Records carry a `key` (the stage's cache key for that item); reads keep only records with the wanted key, so a
 changed setting recomputes exactly the affected items and older records stay on disk untouched.
+
+Concurrency (haldet.locking). Every command that writes into a run holds `RUN/run.lock`; every writer of one log
+takes `CellStore.lock(<log name>)` around its read-then-append. Temporary files of atomic writes are named
+`.<name>.<pid>-<random>.tmp`; `clean_stale_temps` removes those whose writer is gone (left by a kill).
+A shard that no longer opens or lacks a recorded array is "damaged": `ArrayStore.check` finds it, and the stage
+drops its records (`StageLog.drop`) and moves the shard aside so the items are recomputed (stages/base.py).
 """
 
 from __future__ import annotations
 
 import csv
+import datetime as _dt
 import json
 import os
-import tempfile
+import re
+import secrets
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -29,21 +38,78 @@ import h5py
 import numpy as np
 
 from haldet.errors import HaldetError
+from haldet.locking import file_lock
+
+_TEMP = re.compile(r"^\..+\.tmp$")
+_TEMP_PID = re.compile(r"\.(\d+)-[0-9a-f]+\.tmp$")
+
+
+def temp_path(path: Path) -> Path:
+    """The temporary name an atomic write of `path` uses: hidden, tagged with the writer's pid (so a later run
+    can tell a leftover of a killed writer from a write in flight), renamed over `path` when complete."""
+    return path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
+
+
+@contextmanager
+def atomic_path(path: Path) -> Iterator[Path]:
+    """Yield a temporary path to write `path` to; renamed into place on success, removed on any failure."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temp_path(path)
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    except BaseException as exc:
+        tmp.unlink(missing_ok=True)
+        _name_path(exc, path)
+        raise
+
+
+def _name_path(exc: BaseException, path: Path) -> None:
+    """A failed write() names no file; attach the path so the user's message says which file (errors.py)."""
+    if isinstance(exc, OSError) and exc.filename is None:
+        exc.filename = str(path)
 
 
 def atomic_write_text(path: Path, text: str) -> None:
     """Write a whole file so readers see the old or the new content, never a mix."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with atomic_path(path) as tmp, open(tmp, "w") as fh:
+        fh.write(text)
+        fh.flush()
+        os.fsync(fh.fileno())
+
+
+def _alive(pid: int) -> bool:
     try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def clean_stale_temps(root: Path) -> list[Path]:
+    """Remove temporary files of atomic writes under `root` whose writer is gone (killed mid-write).
+
+    A temp name carrying a live pid is a write in flight and is kept; one without a pid predates that naming
+    and is removed (callers hold the run lock, so no haldet writer of this run is in flight)."""
+    removed: list[Path] = []
+    if not root.is_dir():
+        return removed
+    for dirpath, _, files in os.walk(root):
+        for name in files:
+            if not _TEMP.match(name):
+                continue
+            match = _TEMP_PID.search(name)
+            if match and _alive(int(match.group(1))):
+                continue
+            path = Path(dirpath) / name
+            try:
+                path.unlink()
+                removed.append(path)
+            except FileNotFoundError:
+                continue
+    return removed
 
 
 def read_json(path: Path) -> Any:
@@ -105,9 +171,26 @@ class StageLog:
                 written = os.write(fd, view)
                 view = view[written:]
             os.fsync(fd)
+        except OSError as exc:  # e.g. a full disk: a partial line is cut by the next append (_repair_tail)
+            _name_path(exc, self.path)
+            raise
         finally:
             os.close(fd)
         return len(lines)
+
+    def drop(self, invalid: Callable[[dict[str, Any]], bool]) -> int:
+        """Rewrite the log without the records `invalid` selects (atomically; the caller holds the log's lock).
+        Returns how many were dropped."""
+        if not self.path.exists():
+            return 0
+        with open(self.path, "rb") as fh:
+            lines = fh.read().split(b"\n")[:-1]
+        keep = [raw for raw in lines if raw.strip() and not invalid(json.loads(raw))]
+        dropped = sum(1 for raw in lines if raw.strip()) - len(keep)
+        if dropped:
+            with atomic_path(self.path) as tmp:
+                tmp.write_bytes(b"".join(raw + b"\n" for raw in keep))
+        return dropped
 
     def read(self, key: str | Mapping[str, str] | None = None) -> dict[str, dict[str, Any]]:
         """Complete records by id (first matching record per id wins).
@@ -148,10 +231,8 @@ class ArrayStore:
 
     def write(self, items: Mapping[str, Mapping[str, np.ndarray]], *, dtype: str = "float16") -> str:
         """Write one shard holding `{item id: {array name: array}}`; returns the shard file name."""
-        self.root.mkdir(parents=True, exist_ok=True)
         name = f"{uuid.uuid4().hex[:12]}.h5"
-        tmp = self.root / f".{name}.tmp"
-        with h5py.File(tmp, "w") as fh:
+        with atomic_path(self.root / name) as tmp, h5py.File(tmp, "w") as fh:
             for item_id, arrays in items.items():
                 group = fh.require_group(_h5_name(item_id))
                 for arr_name, arr in arrays.items():
@@ -161,8 +242,35 @@ class ArrayStore:
                     group.create_dataset(arr_name, data=arr, chunks=arr.shape or None,
                                          compression="gzip" if arr.size > 64 else None)
             fh.flush()
-        os.replace(tmp, self.root / name)
         return name
+
+    def check(self, shard: str, expected: Mapping[str, Iterable[str]]) -> str:
+        """Why a shard is damaged ('' when it is sound): it must open and hold every expected array
+        (`{item id: array names}`) with a readable shape. Data inside compressed chunks is checked when read."""
+        path = self.root / shard
+        if not path.exists():
+            return "file missing"
+        try:
+            with h5py.File(path, "r") as fh:
+                for item_id, names in expected.items():
+                    group = fh.get(_h5_name(item_id))
+                    if group is None:
+                        return f"no group for item {item_id}"
+                    for name in names:
+                        if name not in group or group[name].shape is None:
+                            return f"array {name!r} of item {item_id} missing"
+        except (OSError, KeyError, ValueError, RuntimeError) as exc:
+            return f"unreadable ({type(exc).__name__}: {str(exc).splitlines()[0][:160]})"
+        return ""
+
+    def quarantine(self, shard: str) -> Path | None:
+        """Move a damaged shard aside (`<shard>.damaged`) so it is never read again; kept for inspection."""
+        path = self.root / shard
+        if not path.exists():
+            return None
+        target = path.with_name(path.name + ".damaged")
+        os.replace(path, target)
+        return target
 
     def read(self, shard: str, item_id: str, name: str) -> np.ndarray:
         path = self.root / shard
@@ -209,6 +317,11 @@ class CellStore:
     def arrays(self, stage: str) -> ArrayStore:
         return ArrayStore(self.root / stage)
 
+    def lock(self, name: str) -> Any:
+        """The exclusive lock of one writer in this cell (a stage, `scores/<detector>`, ...): hold it around
+        reading what is done and appending what was missing."""
+        return file_lock(self.root / f"{name}.lock", what=f"{name} of {self.root}")
+
     def write_json(self, name: str, obj: Any) -> None:
         atomic_write_text(self.root / name, json.dumps(obj, indent=2, sort_keys=True))
 
@@ -230,6 +343,10 @@ class RunStore:
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
 
+    def lock(self, *, wait: bool = True) -> Any:
+        """The run's lock: held by every command that writes into this run, for its whole duration."""
+        return file_lock(self.root / "run.lock", what=f"run directory {self.root}", wait=wait)
+
     def cell(self, dataset: str, model: str) -> CellStore:
         return CellStore(self.root / dataset / model_slug(model))
 
@@ -243,18 +360,32 @@ class RunStore:
     def write_manifest(self, manifest: dict[str, Any]) -> None:
         atomic_write_text(self.manifest_path, json.dumps(manifest, indent=2, sort_keys=True, default=str))
 
+    @contextmanager
+    def recording_failure(self, manifest: dict[str, Any]) -> Iterator[None]:
+        """If the block raises, record status "failed" with the reason in the manifest (best effort: a full disk
+        may refuse even that) and let the error propagate."""
+        try:
+            yield
+        except BaseException as exc:
+            reason = (exc.message if isinstance(exc, HaldetError) else
+                      "interrupted (Ctrl-C or a termination signal)" if isinstance(exc, KeyboardInterrupt) else
+                      f"{type(exc).__name__}: {exc}")
+            manifest.update(status="failed", error=reason,
+                            finished=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"))
+            with suppress(OSError):
+                self.write_manifest(manifest)
+            raise
+
     def write_results(self, rows: list[dict[str, Any]]) -> None:
         """`results.json` (list of row objects), `results.csv` and `results.parquet` with the same columns."""
         atomic_write_text(self.root / "results.json", json.dumps(rows, indent=2, default=_json_default))
         columns: list[str] = []
         for row in rows:
             columns += [c for c in row if c not in columns]
-        tmp = self.root / ".results.csv.tmp"
-        with open(tmp, "w", newline="") as fh:
+        with atomic_path(self.root / "results.csv") as tmp, open(tmp, "w", newline="") as fh:
             writer = csv.DictWriter(fh, fieldnames=columns)
             writer.writeheader()
             writer.writerows(rows)
-        os.replace(tmp, self.root / "results.csv")
         write_parquet(self.root / "results.parquet", rows, columns)
 
     def read_results(self) -> list[dict[str, Any]]:
@@ -286,10 +417,8 @@ def write_parquet(path: Path, rows: list[dict[str, Any]], columns: list[str]) ->
         else:  # mixed or nested values: one JSON text per cell
             arrays[col] = pa.array([None if v is None else v if isinstance(v, str) else json.dumps(v, default=str)
                                     for v in values], type=pa.string())
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    pq.write_table(pa.table(arrays), tmp)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        pq.write_table(pa.table(arrays), tmp)
 
 
 def _json_default(obj: Any) -> Any:

@@ -12,11 +12,12 @@ from pydantic import ValidationError
 from haldet.config import JudgeConfig, RunConfig
 from haldet.errors import HaldetError
 from haldet.judges.agreement import agreement
+from haldet.locking import notify
 from haldet.pipeline import prepare_cell
 from haldet.stages.annotate import FAILED, AnnotateStage, labels_of
 from haldet.stages.base import no_progress
 from haldet.stages.generate import GenerateStage, generation_of
-from haldet.store import RunStore
+from haldet.store import RunStore, clean_stale_temps
 
 
 def judge_config_with(base: JudgeConfig, overrides: dict[str, Any], where: str = "judge options") -> JudgeConfig:
@@ -36,10 +37,22 @@ def annotate_run(run_dir: Any, overrides: dict[str, Any] | None = None, *, compa
     and earlier failures are judged), store the label distribution per dataset and judge in the manifest, and
     with `compare_with` also label with that judge kind and report the agreement of the two."""
     store = RunStore(Path(run_dir))
+    no_run = HaldetError("no haldet run in this directory (no manifest.json with a config)", where=str(run_dir),
+                         hint="run `haldet run --out DIR` first, then `haldet annotate DIR`")
+    if not store.manifest_path.exists():
+        raise no_run  # before taking the lock, which would create the directory
+    with store.lock():  # one command at a time per run: a second annotate waits, then judges nothing twice
+        for path in clean_stale_temps(store.root):
+            notify(f"removed {path}, a temporary file left by an interrupted write")
+        return _annotate(store, no_run, overrides, compare_with, datasets, progress)
+
+
+def _annotate(store: RunStore, no_run: HaldetError, overrides: dict[str, Any] | None, compare_with: str | None,
+              datasets: list[str] | None, progress: Any) -> list[dict[str, Any]]:
+    """annotate_run's work, under the run lock."""
     manifest = store.read_manifest()
     if not manifest or "config" not in manifest:
-        raise HaldetError("no haldet run in this directory (no manifest.json with a config)", where=str(run_dir),
-                          hint="run `haldet run --out DIR` first, then `haldet annotate DIR`")
+        raise no_run
     config = RunConfig.model_validate(manifest["config"])
     judge = judge_config_with(config.judge, overrides or {})
     other = None

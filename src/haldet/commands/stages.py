@@ -23,11 +23,12 @@ import numpy as np
 
 from haldet.config import RunConfig
 from haldet.errors import HaldetError
+from haldet.locking import notify
 from haldet.pipeline import check_run_dir, prepare_cell
 from haldet.signals import SIGNAL_STAGE, Signal
 from haldet.stages.base import CellContext, Item, Progress, no_progress
 from haldet.stages.loader import ARRAY_SIGNALS, EvidenceLoader, stage_class
-from haldet.store import RunStore, _h5_name
+from haldet.store import RunStore, _h5_name, clean_stale_temps
 
 LOGPROB_TOLERANCE = 1e-3  # teacher-forced vs generation log-prob, nats (float32 batching noise is ~1e-5)
 
@@ -50,9 +51,10 @@ def load_run_config(store: RunStore, overrides: dict[str, dict[str, Any]] | None
     except ValueError as exc:
         raise HaldetError(f"invalid setting: {str(exc).splitlines()[0]}", where="command-line options") from None
     if changed:
-        manifest = check_run_dir(store, config, update=True)
-        manifest.update(config=config.canonical(), config_hash=config.hash())
-        store.write_manifest(manifest)
+        with store.lock():  # re-read under the lock: another command may have changed the manifest meanwhile
+            manifest = check_run_dir(store, config, update=True)
+            manifest.update(config=config.canonical(), config_hash=config.hash())
+            store.write_manifest(manifest)
     return config
 
 
@@ -76,15 +78,20 @@ def run_stage(run_dir: Path, stage: str, *, overrides: dict[str, dict[str, Any]]
     from haldet.stages.generate import GenerateStage, attach_generations
 
     store = RunStore(run_dir)
-    config = load_run_config(store, overrides)
     summaries = []
-    for ctx, items in cells(store, config, progress):
-        attach_generations(items, GenerateStage(ctx).ensure(items))
-        runner = stage_class(stage)(ctx)
-        runner.ensure(items)
-        summaries.append({"dataset": ctx.dataset, "model": ctx.model, "items": len(items),
-                          "computed": ctx.counts.get(f"{stage}_computed", 0),
-                          "seconds": round(ctx.timings.get(stage, 0.0), 3), "not_computed": runner.unread_parts()})
+    load_run_config(store)  # no run here: one message, before the lock would create the directory
+    with store.lock():  # one command at a time per run; the manifest's config check is a locked read-then-write
+        for path in clean_stale_temps(store.root):
+            notify(f"removed {path}, a temporary file left by an interrupted write")
+        config = load_run_config(store, overrides)
+        for ctx, items in cells(store, config, progress):
+            attach_generations(items, GenerateStage(ctx).ensure(items))
+            runner = stage_class(stage)(ctx)
+            runner.ensure(items)
+            summaries.append({"dataset": ctx.dataset, "model": ctx.model, "items": len(items),
+                              "computed": ctx.counts.get(f"{stage}_computed", 0),
+                              "seconds": round(ctx.timings.get(stage, 0.0), 3),
+                              "not_computed": runner.unread_parts()})
     return summaries
 
 
@@ -138,6 +145,7 @@ def _check_stage(ctx: CellContext, items: list[Item], stage: str, recs: dict[str
         if rec.get("shard"):
             by_shard.setdefault(rec["shard"], []).append(rec)
     missing = 0
+    damaged: list[str] = []
     shapes: dict[str, Counter[str]] = {}
     nbytes = 0
     for shard, shard_recs in by_shard.items():
@@ -146,19 +154,26 @@ def _check_stage(ctx: CellContext, items: list[Item], stage: str, recs: dict[str
             missing += len(shard_recs)
             continue
         nbytes += path.stat().st_size
-        with h5py.File(path, "r") as fh:
-            for rec in shard_recs:
-                group = fh.get(_h5_name(rec["id"]))
-                expected = rec.get("arrays") or {"sample_hidden": None}
-                for name, shape in expected.items():
-                    if group is None or name not in group:
-                        missing += 1
-                        continue
-                    ds = group[name]
-                    if shape is not None and list(ds.shape) != list(shape):
-                        missing += 1
-                    shapes.setdefault(name, Counter())[f"{list(ds.shape)} {ds.dtype}"] += 1
+        try:
+            with h5py.File(path, "r") as fh:
+                for rec in shard_recs:
+                    group = fh.get(_h5_name(rec["id"]))
+                    expected = rec.get("arrays") or {"sample_hidden": None}
+                    for name, shape in expected.items():
+                        if group is None or name not in group:
+                            missing += 1
+                            continue
+                        ds = group[name]
+                        if shape is not None and list(ds.shape) != list(shape):
+                            missing += 1
+                        shapes.setdefault(name, Counter())[f"{list(ds.shape)} {ds.dtype}"] += 1
+        except (OSError, KeyError, ValueError, RuntimeError) as exc:  # truncated or overwritten: report, go on
+            damaged.append(f"{path} ({len(shard_recs)} items; {type(exc).__name__}: {str(exc).splitlines()[0][:120]})")
     checks["missing_or_mismatched_arrays"] = missing
+    checks["damaged_shards"] = len(damaged)
+    if damaged:
+        cell["problems"].append(f"{stage}: damaged shard(s) {'; '.join(damaged)} -> any run or `haldet {stage}` on "
+                                "this run moves them aside and recomputes their items")
     if by_shard:
         checks["bytes_per_item"] = round(nbytes / max(1, sum(len(v) for v in by_shard.values())))
     for name, counter in shapes.items():

@@ -111,14 +111,12 @@ class Detector:
     def save(self, path: Path) -> None:
         """Persist the fitted state (default: the instance's attributes, via torch.save, written atomically) so
         a rerun with the same key skips fitting. Override for state that does not pickle."""
-        import os
-
         import torch
 
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
-        torch.save({k: v for k, v in self.__dict__.items() if k not in self._UNSAVED}, tmp)
-        os.replace(tmp, path)
+        from haldet.store import atomic_path
+
+        with atomic_path(path) as tmp:
+            torch.save({k: v for k, v in self.__dict__.items() if k not in self._UNSAVED}, tmp)
 
     def load(self, path: Path) -> None:
         """Restore what `save` wrote (a file from this run directory, written by haldet itself)."""

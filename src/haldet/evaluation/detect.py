@@ -60,6 +60,18 @@ def run_detector(name: str, config: RunConfig, store: CellStore, view: SignalVie
     run.identity = detector.identity()
     key = digest([name, run.identity, evidence_key, split if detector.trains else None])
     run.key, run.n_scored = key, len(test_idx)
+    with store.lock(f"scores/{name}"):  # a second process waits, then reads these scores instead of recomputing
+        _score_or_reuse(run, detector, store, name, key, view, split, position, test_idx)
+    y = np.array([labels[view.ids[i]] for i in test_idx], dtype=int)
+    ev = config.evaluation
+    run.metrics = evaluate(y, run.scores.values, n_boot=ev.bootstrap, ci=ev.ci, seed=ev.bootstrap_seed)
+    return run
+
+
+def _score_or_reuse(run: DetectorRun, detector: Detector, store: CellStore, name: str, key: str, view: SignalView,
+                    split: dict[str, list[str]], position: dict[str, int], test_idx: list[int]) -> None:
+    """Read the test scores cached under `key`, else fit (or reuse the fitted state) and score, then append them.
+    The caller holds the detector's score lock (one writer per score log, fitted state and meta file)."""
     log = store.log(f"scores/{name}")
     cached = log.read(key)
     if all(view.ids[i] in cached for i in test_idx) and test_idx:
@@ -91,10 +103,6 @@ def run_detector(name: str, config: RunConfig, store: CellStore, view: SignalVie
                              {**(store.read_json(f"scores/{name}.meta.json") or {}), key: run.meta})
         log.append({"id": item_id, "key": key, "value": _json_float(v), "reason": r}
                    for item_id, v, r in zip(test.ids, run.scores.values, run.scores.reasons, strict=True))
-    y = np.array([labels[view.ids[i]] for i in test_idx], dtype=int)
-    ev = config.evaluation
-    run.metrics = evaluate(y, run.scores.values, n_boot=ev.bootstrap, ci=ev.ci, seed=ev.bootstrap_seed)
-    return run
 
 
 def models_loaded(meta: Any) -> list[tuple[str, str]]:

@@ -45,15 +45,20 @@ class AnnotateStage(Stage):
                          item.generation.response, item.generation.finish_reason)
 
     def ensure(self, items: Sequence[Item]) -> dict[str, dict[str, Any]]:
-        """Label the items without a current-key label (new ones and earlier failures); return all labels."""
+        """Label the items without a current-key label (new ones and earlier failures); return all labels.
+        Holds the cell's annotate lock: a second process waits, then judges only what is still unlabelled."""
         items = [item for item in items if item.generation is not None]
-        done = self.records(items)
-        todo = [item for item in items if item.id not in done]
-        self.ctx.counts[f"{self.name}_computed"] = len(todo)
         failed_log = self.ctx.store.log(FAILED)
-        if not todo:
+        with self.ctx.store.lock(self.name):
+            done = self.records(items)
+            todo = [item for item in items if item.id not in done]
+            self.ctx.counts[f"{self.name}_computed"] = len(todo)
+            if todo:
+                self._judge(todo, done, failed_log)
             self._rewrite_failures(failed_log, items, done)
-            return done
+        return done
+
+    def _judge(self, todo: list[Item], done: dict[str, dict[str, Any]], failed_log: StageLog) -> None:
         start = time.perf_counter()
         advance = self.ctx.progress(f"{self.name} [{self.ctx.dataset} | {self.ctx.model}]", len(todo))
         log = self.ctx.store.log(self.name)
@@ -87,8 +92,6 @@ class AnnotateStage(Stage):
             flush()
             self.ctx.timings[self.name] = self.ctx.timings.get(self.name, 0.0) + time.perf_counter() - start
         self.ctx.counts[f"{self.name}_failed"] = len(self.failures)
-        self._rewrite_failures(failed_log, items, done)
-        return done
 
     def _rewrite_failures(self, failed_log: StageLog, items: Sequence[Item], done: dict[str, Any]) -> None:
         """Keep only failures that still stand: the latest per (id, key), minus items labelled since."""

@@ -4,19 +4,22 @@ A stage names its output file (`<stage>.jsonl` in the cell), defines `key(item)`
 shared `ensure` finds the items whose record with the current key is missing, computes them in batches with a
 progress bar, and appends each batch's records as soon as they exist. Killed at any point, a rerun computes
 exactly the missing items. Two processes running the same stage on the same cell take turns (an exclusive lock
-on `<stage>.lock`), and the second computes only what the first left missing: no item is written twice.
+on `<stage>.lock`, haldet.locking), and the second computes only what the first left missing: no item is written
+twice.
+
+Every `ensure` also checks the HDF5 shards its current records point at: a shard that no longer opens or lacks
+a recorded array is moved aside (`<shard>.damaged`), its records are dropped from the log, and those items are
+recomputed now, with a message. So a damaged shard is repaired by any run that depends on it.
 """
 
 from __future__ import annotations
 
-import fcntl
-import os
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from haldet import locking
 from haldet.backends.base import Backend
 from haldet.config import RunConfig
 from haldet.schema import Generation, Instance
@@ -105,13 +108,15 @@ class Stage:
         return self.ctx.store.log(self.name).read({item.id: self.key(item) for item in items})
 
     def ensure(self, items: Sequence[Item]) -> dict[str, dict[str, Any]]:
-        """Compute what is missing, then return every item's record."""
+        """Compute what is missing (or lost with a damaged shard), then return every item's record."""
         done = self.records(items)
+        if self.invalidate_damaged(done):
+            done = self.records(items)
         todo = [item for item in items if item.id not in done]
         self.ctx.counts[f"{self.name}_computed"] = 0
         if not todo:
             return done
-        with self._lock():
+        with self.ctx.store.lock(self.name):
             done = self.records(items)  # another process may have filled some while we waited
             todo = [item for item in items if item.id not in done]
             self.ctx.counts[f"{self.name}_computed"] = len(todo)
@@ -119,18 +124,30 @@ class Stage:
                 self._compute_missing(todo, done)
         return done
 
-    @contextmanager
-    def _lock(self) -> Iterator[None]:
-        """Exclusive per-(cell, stage) lock; released by the OS if the process dies."""
-        path = self.ctx.store.root / f"{self.name}.lock"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            os.close(fd)
+    def invalidate_damaged(self, records: dict[str, dict[str, Any]]) -> int:
+        """Drop the records (of any key) whose HDF5 shard is damaged and move the shard aside, so the items are
+        recomputed; returns how many current records were lost. Reports each shard through `locking.notify`."""
+        by_shard: dict[str, dict[str, list[str]]] = {}
+        for rec in records.values():
+            if rec.get("shard"):
+                names = list(rec["arrays"]) if "arrays" in rec else ["sample_hidden"]
+                by_shard.setdefault(rec["shard"], {})[rec["id"]] = names
+        if not by_shard:
+            return 0
+        arrays = self.ctx.store.arrays(self.name)
+        damaged = {shard: why for shard, expected in by_shard.items() if (why := arrays.check(shard, expected))}
+        if not damaged:
+            return 0
+        with self.ctx.store.lock(self.name):
+            self.ctx.store.log(self.name).drop(lambda rec: rec.get("shard") in damaged)
+            for shard, why in damaged.items():
+                moved = arrays.quarantine(shard)
+                locking.notify(f"{self.name} [{self.ctx.dataset} | {self.ctx.model}]: shard {arrays.root / shard} "
+                               f"is damaged ({why}); its {len(by_shard[shard])} item(s) are recomputed now"
+                               + (f" (damaged file kept as {moved.name})" if moved else ""))
+        lost = sum(len(by_shard[s]) for s in damaged)
+        self.ctx.counts[f"{self.name}_damaged"] = self.ctx.counts.get(f"{self.name}_damaged", 0) + lost
+        return lost
 
     def _compute_missing(self, todo: list[Item], done: dict[str, dict[str, Any]]) -> None:
         if todo:
