@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import time
 from pathlib import Path
 
@@ -87,21 +86,16 @@ def test_broken_solutions_fail_with_the_failing_test(judge: ExecutionJudge) -> N
     assert isinstance(off, Label) and off.category is Category.HALLUCINATION
 
 
-def test_infinite_loop_is_killed_cleanly(tmp_path: Path) -> None:
+def test_infinite_loop_is_killed_cleanly() -> None:
     quick = ExecutionJudge(timeout=1.0, workers=1)
     row = ROWS[0]
-    marker = tmp_path / "child.pid"
-    loop = f"    import os\n    open({str(marker)!r}, 'w').write(str(os.getpid()))\n    while True:\n        pass\n"
+    loop = "    while True:\n        pass\n"
     start = time.monotonic()
     lab = quick.judge(he_instance(row), gen(loop))
     assert isinstance(lab, Label) and lab.category is Category.HALLUCINATION
     assert "timed out" in lab.reasoning
     assert time.monotonic() - start < 30  # generous: the point is that it returns at all
-    # the sandbox could not write outside its temp dir? It may (no fs sandbox), but the process must be gone
-    if marker.exists():
-        pid = int(marker.read_text())
-        with pytest.raises(ProcessLookupError):
-            os.kill(pid, 0)
+    # that no process of the program survives (setsid children included) is tested in test_sandbox.py
 
 
 def test_network_is_blocked_and_tempdir_removed() -> None:

@@ -6,33 +6,28 @@ answer without a fence that does not define the entry point is read as a HumanEv
 prompt's function body. Tests: HumanEval's `check(candidate)` source (called with the entry point), or a list
 of MBPP `assert` lines (with optional setup code).
 
-Isolation: a fresh temporary directory as working dir (deleted afterwards), `python -I` (no user site, no
-PYTHON* variables), a minimal environment, limits by `resource.setrlimit` (address space, CPU seconds, file
-size, core dumps off), its own process group killed whole at the wall-clock limit, and no network: a new
-network namespace via `unshare -rn` when the kernel allows it, plus a preamble that disables the socket module
-in every case. pass -> correct; a failed assertion, an exception or the time limit -> hallucination, with the
-failing test or the error in `reasoning`.
+Isolation (haldet.judges.sandbox, where exactly what is and is not contained is listed): the program runs in a
+fresh temporary directory (deleted afterwards) with `python -I`, a minimal environment and rlimits, as PID 1 of
+its own PID, user, mount and network namespaces: every process it starts dies with it, nothing outside its
+directory is writable, no network peer is reachable. Where namespaces are unavailable the judge refuses to run
+code unless HALDET_EXEC_UNSANDBOXED=1. pass -> correct; a failed assertion, an exception or the time limit ->
+hallucination, with the failing test or the error in `reasoning`.
 """
 
 from __future__ import annotations
 
 import ast
-import contextlib
-import os
 import re
-import resource
 import shutil
-import signal
-import subprocess
-import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass
-from functools import cache
 from itertools import pairwise
+from pathlib import Path
 
 from haldet.judges.base import Judge, Pair, Undecided, Verdict, register
+from haldet.judges.sandbox import check_allowed, run_contained
 from haldet.judges.text import is_abstention
 from haldet.schema import Category, Generation, Instance, Label
 
@@ -136,59 +131,18 @@ def test_source(instance: Instance) -> str:
     return setup + "\n" + "\n".join(str(t) for t in lines) + "\n"
 
 
-@cache
-def network_namespace_available() -> bool:
-    """Whether `unshare -rn` works here (unprivileged user + network namespaces)."""
-    exe = shutil.which("unshare")
-    if exe is None:
-        return False
-    try:
-        return subprocess.run([exe, "-rn", "true"], capture_output=True, timeout=5).returncode == 0
-    except (OSError, subprocess.SubprocessError):
-        return False
-
-
 def run_python(source: str, *, timeout: float, memory_mb: int) -> ExecResult:
-    """Run a program in a clean temporary directory with limits; kill its whole process group on timeout."""
+    """Run a program in a clean temporary directory inside the sandbox; its whole process tree is gone after."""
     workdir = tempfile.mkdtemp(prefix="haldet-exec-")
     try:
-        path = os.path.join(workdir, "program.py")
-        with open(path, "w") as fh:
-            fh.write(_PREAMBLE + "\n" + source + f"\nprint({_PASSED!r})\n")
-        cmd = [sys.executable, "-I", "-B", path]
-        if network_namespace_available():
-            cmd = ["unshare", "-rn", *cmd]
-        limit = memory_mb * 1024 * 1024
-        cpu = int(timeout) + 1
-
-        def limits() -> None:
-            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-            resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))
-            resource.setrlimit(resource.RLIMIT_FSIZE, (16 << 20, 16 << 20))
-            resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-
-        env = {"PATH": "/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir, "LANG": "C.UTF-8",
-               "PYTHONHASHSEED": "0"}
-        proc = subprocess.Popen(cmd, cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, preexec_fn=limits, start_new_session=True)
-        try:
-            out, _ = proc.communicate(timeout=timeout)
-            timed_out = False
-        except subprocess.TimeoutExpired:
-            _kill_group(proc)
-            out, _ = proc.communicate()
-            timed_out = True
-        text = out.decode("utf-8", "replace")
-        passed = not timed_out and proc.returncode == 0 and _PASSED in text
-        return ExecResult(passed=passed, timed_out=timed_out, returncode=proc.returncode,
-                          output=text.replace(_PASSED, "").strip())
+        path = Path(workdir) / "program.py"
+        path.write_text(_PREAMBLE + "\n" + source + f"\nprint({_PASSED!r})\n")
+        result = run_contained(path, timeout=timeout, memory_mb=memory_mb)
+        passed = not result.timed_out and result.returncode == 0 and _PASSED in result.output
+        return ExecResult(passed=passed, timed_out=result.timed_out, returncode=result.returncode,
+                          output=result.output.replace(_PASSED, "").strip())
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-
-
-def _kill_group(proc: subprocess.Popen[bytes]) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)
 
 
 def failure_summary(result: ExecResult, source: str, timeout: float) -> str:
@@ -247,7 +201,10 @@ class ExecutionJudge(Judge):
                           f"tests fail: {failure_summary(result, source, self.timeout)} (code: {how})")
 
     def judge_many(self, pairs: Sequence[Pair], on_done: Callable[[int, Verdict], None]) -> None:
-        """Programs run in parallel threads (each waits on its own subprocess)."""
+        """Programs run in parallel threads (each waits on its own subprocess). Without a sandbox (and no
+        opt-in) this raises before any code runs."""
+        if any(self.applies(inst) for inst, _ in pairs):
+            check_allowed()
         if self.workers <= 1 or len(pairs) <= 1:
             super().judge_many(pairs, on_done)
             return
