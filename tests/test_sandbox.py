@@ -55,7 +55,7 @@ def _setsid_child(token: str, close_output: bool) -> str:
              + ("os.close(1); os.close(2)\n" if close_output else "")
              + "time.sleep(120)\n")
     return (f"import subprocess, sys\n"
-            f"subprocess.Popen([sys.executable, '-c', {child!r}, {token!r}], start_new_session=True)\n")
+            f"subprocess.Popen([sys.executable, '-c', {child!r}, {token!r}])\n")
 
 
 @needs_namespaces

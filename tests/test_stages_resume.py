@@ -67,6 +67,20 @@ def test_sample_stage_killed_midway_resumes_exactly(tmp_path):
     problems = json.loads(broken.stdout)[0]["problems"]
     assert any(p.startswith("sample: missing_or_mismatched_arrays") for p in problems)
 
+    # a damaged shard (truncated) is reported by inspect, then repaired by the next command that needs the stage
+    damaged = next((run_dir / "halueval_qa" / "smollm2-135m" / "sample").glob("*.h5"))
+    damaged.write_bytes(damaged.read_bytes()[:200])
+    broken = run_cli("inspect", str(run_dir), "--json")
+    assert broken.returncode == 1 and "Traceback" not in broken.stderr, broken.stderr[-2000:]
+    assert any("damaged shard" in p and damaged.name in p for p in json.loads(broken.stdout)[0]["problems"])
+    repaired = run_cli("sample", str(run_dir), "--json")
+    assert repaired.returncode == 0, repaired.stderr[-2000:]
+    assert f"{damaged.name} is damaged" in repaired.stderr and (damaged.parent / f"{damaged.name}.damaged").exists()
+    assert 0 < json.loads(repaired.stdout)[0]["computed"] < N_ITEMS  # the lost and the damaged shards' items
+    assert run_cli("inspect", str(run_dir)).returncode == 0
+    ids = [r["id"] for r in _records(log)]
+    assert len(ids) == len(set(ids)) == N_ITEMS
+
 
 def test_two_writers_on_one_stage_take_turns(tmp_path):
     """Two concurrent `ensure` calls on the same cell and stage: every item is written exactly once."""
