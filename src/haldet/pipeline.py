@@ -34,6 +34,7 @@ from haldet.judges.cascade import Cascade
 from haldet.limits import cut_off_summary
 from haldet.locking import notify
 from haldet.prompts import PromptBuilder, demo_pool_size, render_prompts
+from haldet.provenance import provenance_columns
 from haldet.schema import Category
 from haldet.signals import Signal, SignalView
 from haldet.stages.annotate import AnnotateStage, labels_of
@@ -273,7 +274,8 @@ def result_rows(cell: CellResult, cost_n: int = DEFAULT_N) -> list[dict[str, Any
                 "detector": run.name, "family": run.family, "metric": m.metric,
                 "value": m.value, "ci_low": m.ci_low, "ci_high": m.ci_high, "n": m.n, "n_pos": m.n_pos,
                 "coverage": m.coverage, "fit_s": round(run.fit_seconds, 4), "score_s": round(run.score_seconds, 4),
-                "note": m.note, **cost,
+                "note": "; ".join(n for n in (m.note, str(run.meta.get("note") or "")) if n), **cost,
+                **provenance_columns(run.name, run.identity),
             })
     return rows
 

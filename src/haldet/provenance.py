@@ -112,3 +112,14 @@ def substitutes(identity: dict[str, Any]) -> list[str]:
     """'requested -> used' for each auxiliary model of an identity that is a substitute."""
     return [f"{m['requested']} -> {m['used']}" for m in (identity.get("models") or {}).values()
             if m.get("substitute")]
+
+
+def provenance_columns(name: str, identity: dict[str, Any]) -> dict[str, Any]:
+    """Result-row columns saying what produced a detector's numbers: its variant (and whether that is the default),
+    its version and any substitute auxiliary model ('requested -> used'; empty when none)."""
+    from haldet.detectors.base import DETECTORS
+
+    cls = DETECTORS.get(name, where="--detector")
+    variant = identity.get("variant") or ""
+    return {"variant": variant, "default_variant": variant == (cls.defaults.get("variant") or ""),
+            "version": identity.get("version", cls.version), "substitute": "; ".join(substitutes(identity))}

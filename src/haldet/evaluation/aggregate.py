@@ -52,21 +52,29 @@ def _finite(value: Any) -> float | None:
 
 @dataclass
 class Agg:
-    """An averaged cell: the mean of `n` values out of `expected` (None when no value exists)."""
+    """An averaged cell: the mean of `n` values out of `expected` (None when no value exists), and the mean
+    coverage (share of test items with a valid score) of the values it averages (None when unknown)."""
 
     value: float | None
     n: int = 1
     expected: int = 1
+    coverage: float | None = None
 
     @property
     def partial(self) -> bool:
         return self.value is not None and self.n < self.expected
 
 
-def mean_of(values: Iterable[float | None], expected: int | None = None) -> Agg:
-    vals = [v for v in values if v is not None]
+def mean_of(values: Iterable[float | None], expected: int | None = None,
+            coverages: Iterable[float | None] | None = None) -> Agg:
+    """Mean of the present values; with `coverages` (paired with `values`), the mean coverage of those values."""
+    vals_in = list(values)
+    pairs = list(zip(vals_in, list(coverages) if coverages is not None else [None] * len(vals_in), strict=True))
+    vals = [v for v, _ in pairs if v is not None]
+    covs = [c for v, c in pairs if v is not None and c is not None]
     exp = expected if expected is not None else len(vals)
-    return Agg(sum(vals) / len(vals) if vals else None, len(vals), exp)
+    return Agg(sum(vals) / len(vals) if vals else None, len(vals), exp,
+               sum(covs) / len(covs) if covs and len(covs) == len(vals) else None)
 
 
 @dataclass
@@ -110,6 +118,7 @@ class Frame:
 
     metric: str
     values: dict[tuple[str, str, str], float | None]   # (model, detector, dataset) -> value
+    coverage: dict[tuple[str, str, str], float | None]  # (model, detector, dataset) -> coverage
     scenario: dict[str, str]                           # dataset -> scenario
     family: dict[str, str]                             # detector -> family
     models: list[str]
@@ -125,6 +134,7 @@ class Frame:
 
 def frame(rows: Sequence[Mapping[str, Any]], metric: str = "auroc") -> Frame:
     values: dict[tuple[str, str, str], float | None] = {}
+    coverage: dict[tuple[str, str, str], float | None] = {}
     scenario: dict[str, str] = {}
     family: dict[str, str] = {}
     models: list[str] = []
@@ -135,6 +145,7 @@ def frame(rows: Sequence[Mapping[str, Any]], metric: str = "auroc") -> Frame:
             continue
         model, det, ds = str(row["model"]), str(row["detector"]), str(row["dataset"])
         values[(model, det, ds)] = _finite(row.get("value"))
+        coverage[(model, det, ds)] = _finite(row.get("coverage"))
         scenario.setdefault(ds, str(row.get("scenario") or "?"))
         fam = str(row.get("family") or "?")
         if fam != "?" or det not in family:
@@ -144,7 +155,7 @@ def frame(rows: Sequence[Mapping[str, Any]], metric: str = "auroc") -> Frame:
                 seq.append(item)
     order = {d: i for i, d in enumerate(datasets)}
     datasets.sort(key=lambda d: (_group_rank(scenario_group(scenario[d])), order[d]))
-    return Frame(metric, values, scenario, family, models, detectors, datasets)
+    return Frame(metric, values, coverage, scenario, family, models, detectors, datasets)
 
 
 def _groups(fr: Frame, datasets: Sequence[str]) -> dict[str, list[str]]:
@@ -161,14 +172,9 @@ def _detector_rows(fr: Frame, model: str, columns: list[Column], groups: dict[st
     for det in dets:
         row = Row(model, fr.family[det], det, "detector")
         for col in columns:
-            if col.kind == "dataset":
-                v = fr.values.get((model, det, col.key))
-                row.values[col.key] = Agg(v, int(v is not None), 1)
-            elif col.kind == "group":
-                members = groups[col.group]
-                row.values[col.key] = mean_of((fr.values.get((model, det, d)) for d in members), len(members))
-            else:
-                row.values[col.key] = mean_of((fr.values.get((model, det, d)) for d in datasets), len(datasets))
+            members = [col.key] if col.kind == "dataset" else groups[col.group] if col.kind == "group" else datasets
+            row.values[col.key] = mean_of([fr.values.get((model, det, d)) for d in members], len(members),
+                                          [fr.coverage.get((model, det, d)) for d in members])
         rows.append(row)
     # family averages after each family's detectors
     out: list[Row] = []
@@ -234,6 +240,8 @@ def backbone_summary(rows: Sequence[Mapping[str, Any]], metric: str = "auroc") -
         best = max(scored, key=lambda r: r.values[OVERALL].value or 0.0, default=None)
         entry["best_detector"] = best.detector if best else None
         entry["best_value"] = best.values[OVERALL].value if best else None
+        covs = {None if r.values[OVERALL].coverage is None else round(r.values[OVERALL].coverage, 6) for r in scored}
+        entry["mixed_coverage"] = len(covs) > 1  # the best was chosen among detectors scored on different items
         entry["n_datasets"] = len({k[2] for k in frame(rows, metric).values if k[0] == model})
         out.append(entry)
     return out
@@ -253,8 +261,9 @@ def cost_table(rows: Sequence[Mapping[str, Any]], metric: str = "auroc") -> list
     for (model, det), members in by_key.items():
         entry: dict[str, Any] = {"model": model, "detector": det, "family": members[0].get("family"),
                                  "evidence": members[0].get("evidence"), "n_datasets": len(members),
-                                 "cost_n": members[0].get("cost_n"), metric: mean_of(
-                                     _finite(m.get("value")) for m in members).value}
+                                 "cost_n": members[0].get("cost_n")}
+        agg = mean_of([_finite(m.get("value")) for m in members], None, [_finite(m.get("coverage")) for m in members])
+        entry[metric], entry["coverage"] = agg.value, agg.coverage
         for f in COST_FIELDS:
             entry[f] = mean_of(_finite(m.get(f)) for m in members).value
         out.append(entry)

@@ -28,8 +28,10 @@ from haldet.evaluation.aggregate import (
 )
 from haldet.evaluation.compare import paired_bootstrap
 from haldet.evaluation.metrics import auroc
+from haldet.report.marks import COVERAGE_NOTE, SUBSET_NOTE, Marks, coverage_suffix, detector_marks
 from haldet.report.rundata import RunData
 from haldet.report.svg import EVIDENCE_COLOURS, Curve, Point, heatmap, roc_plot, scatter_logx
+from haldet.report.tables import table_cells
 
 CSS = """
 body{font-family:Helvetica,Arial,sans-serif;margin:24px;color:#222;max-width:1400px}
@@ -79,28 +81,41 @@ def _by_metric(rows: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str, str], 
     return out
 
 
+def _sup(marks: Marks, model: str, detector: str) -> str:
+    """A detector's footnote references as a superscript ('' when none)."""
+    return marks.label(model, detector, "<sup>{}</sup>")
+
+
+def _footnotes(marks: Marks, *notes: str) -> str:
+    lines = [*(_e(n) for n in notes), *(_e(line) for line in marks.lines())]
+    return "".join(f"<p class=muted>{line}</p>" for line in lines)
+
+
 def _results_section(rows: Sequence[Mapping[str, Any]]) -> str:
+    marks = detector_marks(rows)
     body = []
     n_cost = next((r.get("cost_n") for r in rows if r.get("cost_n")), 100)
     for (model, dataset, det), m in _by_metric(rows).items():
         au = m.get("auroc", {})
         ci = (f' <span class="muted">[{_pct(au.get("ci_low"), 1)}, {_pct(au.get("ci_high"), 1)}]</span>'
               if au.get("ci_low") is not None else "")
-        body.append([_e(model), _e(dataset), _e(au.get("scenario", "")), _e(det), _e(au.get("family", "")),
+        body.append([_e(model), _e(dataset), _e(au.get("scenario", "")), _e(det) + _sup(marks, model, det),
+                     _e(au.get("family", "")),
                      _pct(au.get("value")) + ci, _pct(m.get("aupr", {}).get("value")),
                      _pct(m.get("fpr95", {}).get("value")), _e(au.get("n", "")), _e(au.get("n_pos", "")),
                      _pct(au.get("coverage"), 0) + "%" if au.get("coverage") is not None else "—",
                      _num(au.get("cost_at_n")), _e(au.get("evidence") or ""), _e(au.get("note") or "")])
     header = ["model", "dataset", "scenario", "detector", "family", "AUROC [95% CI]", "AUPR", "FPR@95", "N", "pos",
               "coverage", f"Cost@{n_cost} (s)", "evidence", "note"]
-    return "<h2 id=results>Results (test split)</h2>" + _table(header, body, left=5)
+    return "<h2 id=results>Results (test split)</h2>" + _table(header, body, left=5) + _footnotes(marks)
 
 
 def _summary_section(rows: Sequence[Mapping[str, Any]]) -> str:
     summary = backbone_summary(rows)
     fams = [f for f in ("black", "gray", "white") if any(f in s for s in summary)]
     body = [[_e(s["model"]), *[_pct(s.get(f)) for f in fams], _pct(s["all"]),
-             f"{_e(s['best_detector'])} ({_pct(s['best_value'])})" if s["best_detector"] else "—",
+             f"{_e(s['best_detector'])} ({_pct(s['best_value'])})" + ("§" if s.get("mixed_coverage") else "")
+             if s["best_detector"] else "—",
              _e(s["n_datasets"])] for s in summary]
     header = ["backbone", *[f"{f}-box" for f in fams], "all detectors", "best detector", "datasets"]
     return ("<h2 id=summary>Summary per backbone</h2><p class=muted>AUROC (%), mean over datasets "
@@ -109,10 +124,12 @@ def _summary_section(rows: Sequence[Mapping[str, Any]]) -> str:
 
 def _scenario_section(rows: Sequence[Mapping[str, Any]]) -> str:
     table = scenario_table(rows)
+    marks = detector_marks(rows)
+    cells = table_cells(table, lambda v: f"<b>{v}</b>", "†")
     header = ["Method", *[_e(c.label) for c in table.columns]]
     body, classes = [], []
     model = family = None
-    for r in table.rows:
+    for k, r in enumerate(table.rows):
         if r.model != model:
             body.append([_e(r.model)] + [""] * len(table.columns))
             classes.append("model")
@@ -121,8 +138,8 @@ def _scenario_section(rows: Sequence[Mapping[str, Any]]) -> str:
             body.append([_e(FAMILY_TITLE.get(r.family, r.family))] + [""] * len(table.columns))
             classes.append("fam")
             family = r.family
-        body.append([_e(r.detector)] + [_pct(r.values[c.key].value) + ("†" if r.values[c.key].partial else "")
-                                        if c.key in r.values else "—" for c in table.columns])
+        body.append([_e(r.detector) + (_sup(marks, r.model, r.detector) if r.kind == "detector" else "")]
+                    + cells[k][3])  # numbers and marks only: nothing to escape
         classes.append("fam" if r.kind == "family" else "")
     heat = []
     for model in table.models():
@@ -133,8 +150,8 @@ def _scenario_section(rows: Sequence[Mapping[str, Any]]) -> str:
                              for r in det_rows], title=f"AUROC (%) by scenario: {model}"))
     return ("<h2 id=scenarios>AUROC by scenario (Table 2 layout)</h2><p class=muted>QA averages every qa_* "
             "dataset; multi-dataset scenarios average their datasets; Overall is the mean over datasets; "
-            "† = mean over fewer datasets than the column holds.</p>"
-            + _table(header, body, left=1, classes=classes)
+            "† = mean over fewer datasets than the column holds; the best detector per backbone in bold.</p>"
+            + _table(header, body, left=1, classes=classes) + _footnotes(marks, COVERAGE_NOTE, SUBSET_NOTE)
             + "<h3>Scenario x detector heatmap</h3><div class=figs>" + "".join(heat) + "</div>")
 
 
@@ -159,7 +176,9 @@ def _cost_section(rows: Sequence[Mapping[str, Any]]) -> str:
                               str(ms[0].get("evidence") or "unknown")) for det, ms in dets.items()]
                 figs.append(scatter_logx(gpts, title=f"{group}: {model}", xlabel=f"Cost@{n} (s, log scale)",
                                          colours=EVIDENCE_COLOURS))
-    body = [[_e(e["model"]), _e(e["detector"]), _e(e["family"]), _e(e.get("evidence") or "—"), _pct(e.get("auroc")),
+    marks = detector_marks(rows)
+    body = [[_e(e["model"]), _e(e["detector"]) + _sup(marks, e["model"], e["detector"]), _e(e["family"]),
+             _e(e.get("evidence") or "—"), _pct(e.get("auroc")) + coverage_suffix(e.get("coverage")),
              _num(e.get("cost_at_n")), _num(e.get("prep_s_item")), _num(e.get("fit_s")), _num(e.get("score_only_s")),
              _num(None if e.get("infer_s_item") is None else 1000 * e["infer_s_item"]),
              _num(e.get("extra_calls_item"), ".2f"), _num(e.get("extra_tokens_item"), ".1f")] for e in entries]
@@ -169,7 +188,7 @@ def _cost_section(rows: Sequence[Mapping[str, Any]]) -> str:
             f"seconds for {n} items = {n} x (seconds per item of every evidence stage the detector reads beyond the "
             f"primary answer) + fitting + {n} x scoring seconds per item; means over datasets. Extra generations are "
             "counted per item beyond the primary answer.</p><div class=figs>" + "".join(figs) + "</div>"
-            + _table(header, body, left=4))
+            + _table(header, body, left=4) + _footnotes(marks, COVERAGE_NOTE))
 
 
 def _p(p: float | None, n_boot: int) -> str:

@@ -6,6 +6,8 @@
 
 Metric values print in percent with two decimals, like the paper; the best detector of each column within a
 backbone is bold; a mean over fewer datasets than the column holds is marked with a dagger; no value is a dash.
+Coverage below 100% follows a value as "(NN%)"; a best value that ranks detectors of different coverage carries
+"§"; detectors that ran with a substitute model or a non-default variant get numbered footnotes (`report.marks`).
 """
 
 from __future__ import annotations
@@ -22,6 +24,15 @@ from haldet.evaluation.aggregate import (
     dataset_table,
     scenario_table,
 )
+from haldet.report.marks import (
+    COVERAGE_NOTE,
+    SUBSET_MARK,
+    SUBSET_NOTE,
+    Marks,
+    coverage_suffix,
+    detector_marks,
+    mixed_coverage,
+)
 
 LOWER_IS_BETTER = {"fpr95"}
 METRIC_LABEL = {"auroc": "AUROC", "aupr": "AUPR", "fpr95": "FPR@95TPR"}
@@ -29,9 +40,11 @@ DAGGER_MD = "†"
 DAGGER_TEX = r"$^\dagger$"
 
 
-def _best(table: Table) -> dict[tuple[str, str], float]:
-    """Best detector value per (model, column) (family rows excluded)."""
+def _best(table: Table) -> dict[tuple[str, str], tuple[float, bool]]:
+    """Best detector value per (model, column) (family rows excluded), and whether the detectors it was chosen
+    among have different coverages (a ranking across item subsets)."""
     out: dict[tuple[str, str], float] = {}
+    covs: dict[tuple[str, str], list[float | None]] = {}
     lower = table.metric in LOWER_IS_BETTER
     for r in table.rows:
         if r.kind != "detector":
@@ -39,10 +52,11 @@ def _best(table: Table) -> dict[tuple[str, str], float]:
         for key, agg in r.values.items():
             if agg.value is None:
                 continue
+            covs.setdefault((r.model, key), []).append(agg.coverage)
             cur = out.get((r.model, key))
             if cur is None or (agg.value < cur if lower else agg.value > cur):
                 out[(r.model, key)] = agg.value
-    return out
+    return {k: (v, len(covs[k]) > 1 and mixed_coverage(covs[k])) for k, v in out.items()}
 
 
 def _pct(v: float | None) -> str:
@@ -57,7 +71,8 @@ def tex_escape(text: str) -> str:
     return "".join(_TEX.get(ch, ch) for ch in str(text))
 
 
-def _cells(table: Table, bold: Callable[[str], str], dagger: str) -> list[tuple[str, str, str, list[str]]]:
+def table_cells(table: Table, bold: Callable[[str], str], dagger: str,
+           subset: str = SUBSET_MARK) -> list[tuple[str, str, str, list[str]]]:
     """(model, family, label, formatted values) per row, in table order."""
     best = _best(table)
     out = []
@@ -69,32 +84,41 @@ def _cells(table: Table, bold: Callable[[str], str], dagger: str) -> list[tuple[
                 vals.append("—")
                 continue
             text = _pct(agg.value) + (dagger if agg.partial else "")
-            if r.kind == "detector" and best.get((r.model, col.key)) == agg.value:
-                text = bold(text)
+            top = best.get((r.model, col.key))
+            if r.kind == "detector" and top is not None and top[0] == agg.value:
+                text = bold(text) + (subset if top[1] else "")
+            if r.kind == "detector":
+                text += coverage_suffix(agg.coverage)
             vals.append(text)
         out.append((r.model, r.family, r.detector, vals))
     return out
 
 
-def table_markdown(table: Table) -> str:
+def _notes(marks: Marks | None, fmt: str) -> list[str]:
+    """The footnotes under a table: coverage and subset conventions, then the numbered detector marks."""
+    return [COVERAGE_NOTE + ".", SUBSET_NOTE + ".", *(marks.lines(fmt) if marks else [])]
+
+
+def table_markdown(table: Table, marks: Marks | None = None) -> str:
     header = ["Method", *[c.label for c in table.columns]]
     lines = [f"**{table.title}** ({METRIC_LABEL.get(table.metric, table.metric)} %, best per backbone in bold, "
              f"{DAGGER_MD} = mean over fewer datasets than the column holds)", "",
              "| " + " | ".join(header) + " |", "|" + "|".join(["---"] + ["---:"] * len(table.columns)) + "|"]
     model = family = None
-    for m, fam, label, vals in _cells(table, lambda s: f"**{s}**", DAGGER_MD):
+    for m, fam, label, vals in table_cells(table, lambda s: f"**{s}**", DAGGER_MD):
         if m != model:
             lines.append(f"| **{m}** |" + " |" * len(table.columns))
             model, family = m, None
         if fam != family:
             lines.append(f"| *{FAMILY_TITLE.get(fam, fam)}* |" + " |" * len(table.columns))
             family = fam
-        name = f"*{label}*" if label == FAMILY_AVG else label
+        name = f"*{label}*" if label == FAMILY_AVG else label + (marks.label(m, label) if marks else "")
         lines.append("| " + " | ".join([name, *vals]) + " |")
+    lines += ["", *(f"{line}  " for line in _notes(marks, "[{n}] {text}"))]  # two spaces: a Markdown line break
     return "\n".join(lines) + "\n"
 
 
-def table_latex(table: Table, label: str = "") -> str:
+def table_latex(table: Table, label: str = "", marks: Marks | None = None) -> str:
     n = len(table.columns)
     lines = [r"\begin{table}[t]", r"\centering", r"\small",
              rf"\caption{{{tex_escape(table.title)}. {METRIC_LABEL.get(table.metric, table.metric)} (\%); best per "
@@ -104,7 +128,7 @@ def table_latex(table: Table, label: str = "") -> str:
     lines += [r"\begin{tabular}{l" + "r" * n + "}", r"\toprule",
               " & ".join(["Method", *[tex_escape(c.label) for c in table.columns]]) + r" \\", r"\midrule"]
     model = family = None
-    for m, fam, det, vals in _cells(table, lambda s: rf"\textbf{{{s}}}", DAGGER_TEX):
+    for m, fam, det, vals in table_cells(table, lambda s: rf"\textbf{{{s}}}", DAGGER_TEX, r"\S{}"):
         if m != model:
             if model is not None:
                 lines.append(r"\midrule")
@@ -113,10 +137,14 @@ def table_latex(table: Table, label: str = "") -> str:
         if fam != family:
             lines.append(rf"\multicolumn{{{n + 1}}}{{l}}{{\textit{{{tex_escape(FAMILY_TITLE.get(fam, fam))}}}}} \\")
             family = fam
-        name = rf"\textit{{{FAMILY_AVG}}}" if det == FAMILY_AVG else tex_escape(det)
-        vals = [v if v != "—" else "--" for v in vals]
+        name = rf"\textit{{{FAMILY_AVG}}}" if det == FAMILY_AVG else tex_escape(det) + (
+            marks.label(m, det, r"\textsuperscript{{{}}}") if marks else "")
+        vals = [(v if v != "—" else "--").replace("%", r"\%") for v in vals]
         lines.append(" & ".join([name, *vals]) + r" \\")
-    lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}"]
+    lines += [r"\bottomrule", r"\end{tabular}"]
+    lines += [r"\par\footnotesize " + tex_escape(t).replace(tex_escape(SUBSET_MARK), r"\S{}")
+              for t in _notes(marks, "[{n}] {text}")]
+    lines.append(r"\end{table}")
     return "\n".join(lines) + "\n"
 
 
@@ -128,15 +156,18 @@ COST_HEADER = ("Method", "Family", "Evidence", "AUROC", "Cost@{n} (s)", "Score-o
                "Extra gen. calls", "Extra gen. tokens")
 
 
-def _cost_rows(entries: Sequence[Mapping[str, Any]], metric: str) -> list[tuple[str, list[str]]]:
-    return [(e["model"], [str(e["detector"]), str(e["family"]), str(e.get("evidence") or "—"),
-                          _pct(e.get(metric)), _num(e.get("cost_at_n"), ".2f"), _num(e.get("score_only_s"), ".3f"),
+def _cost_rows(entries: Sequence[Mapping[str, Any]], metric: str, marks: Marks | None = None,
+               ref: str = " [{}]") -> list[tuple[str, list[str]]]:
+    return [(e["model"], [str(e["detector"]) + (marks.label(e["model"], e["detector"], ref) if marks else ""),
+                          str(e["family"]), str(e.get("evidence") or "—"),
+                          _pct(e.get(metric)) + coverage_suffix(e.get("coverage")),
+                          _num(e.get("cost_at_n"), ".2f"), _num(e.get("score_only_s"), ".3f"),
                           _num(None if e.get("infer_s_item") is None else 1000 * e["infer_s_item"], ".3f"),
                           _num(e.get("extra_calls_item"), ".1f"), _num(e.get("extra_tokens_item"), ".1f")])
             for e in entries]
 
 
-def cost_markdown(rows: Sequence[Mapping[str, Any]], metric: str = "auroc") -> str:
+def cost_markdown(rows: Sequence[Mapping[str, Any]], metric: str = "auroc", marks: Marks | None = None) -> str:
     entries = cost_table(rows, metric)
     n = next((e["cost_n"] for e in entries if e.get("cost_n")), 100)
     header = [h.format(n=n) for h in COST_HEADER]
@@ -146,15 +177,16 @@ def cost_markdown(rows: Sequence[Mapping[str, Any]], metric: str = "auroc") -> s
              "counted per item beyond the primary answer.", "",
              "| " + " | ".join(header) + " |", "|" + "|".join(["---"] * 3 + ["---:"] * 6) + "|"]
     model = None
-    for m, vals in _cost_rows(entries, metric):
+    for m, vals in _cost_rows(entries, metric, marks):
         if m != model:
             lines.append(f"| **{m}** |" + " |" * 8)
             model = m
         lines.append("| " + " | ".join(vals) + " |")
+    lines += ["", *(f"{line}  " for line in [COVERAGE_NOTE + ".", *(marks.lines() if marks else [])])]
     return "\n".join(lines) + "\n"
 
 
-def cost_latex(rows: Sequence[Mapping[str, Any]], metric: str = "auroc") -> str:
+def cost_latex(rows: Sequence[Mapping[str, Any]], metric: str = "auroc", marks: Marks | None = None) -> str:
     entries = cost_table(rows, metric)
     n = next((e["cost_n"] for e in entries if e.get("cost_n")), 100)
     header = [tex_escape(h.format(n=n)) for h in COST_HEADER]
@@ -164,14 +196,16 @@ def cost_latex(rows: Sequence[Mapping[str, Any]], metric: str = "auroc") -> str:
              r"Extra generation calls and tokens per item beyond the primary answer.}",
              r"\begin{tabular}{lll" + "r" * 6 + "}", r"\toprule", " & ".join(header) + r" \\", r"\midrule"]
     model = None
-    for m, vals in _cost_rows(entries, metric):
+    for m, vals in _cost_rows(entries, metric, marks):
         if m != model:
             if model is not None:
                 lines.append(r"\midrule")
             lines.append(rf"\multicolumn{{9}}{{l}}{{\textbf{{{tex_escape(m)}}}}} \\")
             model = m
         lines.append(" & ".join(tex_escape(v) if v != "—" else "--" for v in vals) + r" \\")
-    lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}"]
+    lines += [r"\bottomrule", r"\end{tabular}"]
+    lines += [r"\par\footnotesize " + tex_escape(t) for t in [COVERAGE_NOTE + ".", *(marks.lines() if marks else [])]]
+    lines.append(r"\end{table}")
     return "\n".join(lines) + "\n"
 
 
@@ -182,17 +216,21 @@ def backbone_markdown(rows: Sequence[Mapping[str, Any]], metric: str = "auroc") 
              "| Backbone | " + " | ".join(f"{f}-box" for f in fams) + " | all detectors | best detector | datasets |",
              "|---|" + "---:|" * (len(fams) + 1) + "---|---:|"]
     for s in summary:
-        best = f"{s['best_detector']} ({_pct(s['best_value'])})" if s["best_detector"] else "—"
+        best = (f"{s['best_detector']} ({_pct(s['best_value'])})" + (SUBSET_MARK if s.get("mixed_coverage") else "")
+                if s["best_detector"] else "—")
         lines.append(f"| {s['model']} | " + " | ".join(_pct(s.get(f)) for f in fams)
                      + f" | {_pct(s['all'])} | {best} | {s['n_datasets']} |")
     return "\n".join(lines) + "\n"
 
 
 def all_markdown(rows: Sequence[Mapping[str, Any]], metric: str = "auroc") -> str:
-    return "\n".join([backbone_markdown(rows, metric), table_markdown(scenario_table(rows, metric)),
-                      table_markdown(dataset_table(rows, metric)), cost_markdown(rows, metric)])
+    marks = detector_marks(rows)
+    return "\n".join([backbone_markdown(rows, metric), table_markdown(scenario_table(rows, metric), marks),
+                      table_markdown(dataset_table(rows, metric), marks), cost_markdown(rows, metric, marks)])
 
 
 def all_latex(rows: Sequence[Mapping[str, Any]], metric: str = "auroc") -> str:
-    return "\n".join([table_latex(scenario_table(rows, metric), "tab:haldet-scenario"),
-                      table_latex(dataset_table(rows, metric), "tab:haldet-dataset"), cost_latex(rows, metric)])
+    marks = detector_marks(rows)
+    return "\n".join([table_latex(scenario_table(rows, metric), "tab:haldet-scenario", marks),
+                      table_latex(dataset_table(rows, metric), "tab:haldet-dataset", marks),
+                      cost_latex(rows, metric, marks)])

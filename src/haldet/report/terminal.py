@@ -1,34 +1,125 @@
-"""The rich terminal table of a run's results: one line per (dataset, model, detector)."""
+"""The rich terminal table of a run's results: one line per (dataset, model, detector), fitted to the terminal.
+
+Columns are picked by priority until the table fills the width (detector and AUROC always; coverage whenever some
+detector scored fewer than all test items; then N, CI, family, AUPR, FPR@95, positives, Cost@100), so an
+80-column terminal shows whole values instead of every cell cut to three letters. A dataset or model column
+appears only when the rows differ in it (else it is in the title). Notes, substitute models, non-default variants
+and cells without a result are lines under the table.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
+from rich.console import Console, Group
 from rich.table import Table
+from rich.text import Text
+
+from haldet.report.marks import detector_marks, mixed_coverage
 
 
 def _fmt(value: Any, digits: int = 3) -> str:
     return "—" if value is None else f"{value:.{digits}f}"
 
 
+def _cov(value: Any) -> str:
+    return "—" if value is None else f"{int(100 * float(value))}%"  # rounded down: 99.9% is not 100%
+
+
+@dataclass(frozen=True)
+class Col:
+    header: str
+    cell: Callable[[dict[str, dict[str, Any]]], str]
+    justify: str = "right"
+
+
+def _metric(name: str, digits: int = 3) -> Callable[[dict[str, dict[str, Any]]], str]:
+    return lambda m: _fmt(m.get(name, {}).get("value"), digits)
+
+
+def _ci(m: dict[str, dict[str, Any]]) -> str:
+    au = m.get("auroc", {})
+    return f"{_fmt(au.get('ci_low'), 2)}-{_fmt(au.get('ci_high'), 2)}" if au.get("ci_low") is not None else "—"
+
+
+_OPTIONAL = {  # in priority order (first added first when space allows)
+    "N": Col("N", lambda m: str(m.get("auroc", {}).get("n", ""))),
+    "CI": Col("95% CI", _ci),
+    "family": Col("family", lambda m: str(m.get("auroc", {}).get("family", "")), "left"),
+    "AUPR": Col("AUPR", _metric("aupr")),
+    "FPR@95": Col("FPR@95", _metric("fpr95")),
+    "pos": Col("pos", lambda m: str(m.get("auroc", {}).get("n_pos", ""))),
+    "cost": Col("Cost@100 s", lambda m: _fmt(m.get("auroc", {}).get("cost_at_n"), 2)),
+}
+_ORDER = ["dataset", "model", "detector", "family", "AUROC", "CI", "cov", "AUPR", "FPR@95", "N", "pos", "cost"]
+
+
 def results_table(rows: list[dict[str, Any]], title: str = "haldet results (test split)",
-                  failed: list[tuple[str, str, str]] | None = None) -> Table:
-    """`failed`: (dataset, model, why) of cells without results, shown as a line each so none goes unseen."""
-    table = Table(title=title, show_lines=False)
-    for col, justify in [("dataset", "left"), ("model", "left"), ("detector", "left"), ("family", "left"),
-                         ("AUROC [95% CI]", "right"), ("AUPR", "right"), ("FPR@95", "right"), ("N", "right"),
-                         ("pos", "right"), ("coverage", "right"), ("Cost@100 s", "right"), ("note", "left")]:
-        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+                  failed: list[tuple[str, str, str]] | None = None, width: int | None = None) -> Group:
+    """The table plus its footnotes, at most `width` columns wide (default: the terminal's width).
+    `failed`: (dataset, model, why) of cells without results, a line each so none goes unseen."""
+    width = width or Console().size.width
     cells: dict[tuple[str, str, str], dict[str, dict[str, Any]]] = {}
     for row in rows:
         cells.setdefault((row["dataset"], row["model"], row["detector"]), {})[row["metric"]] = row
+    marks = detector_marks(rows)
+    keys = list(cells)
+    datasets, models = list(dict.fromkeys(k[0] for k in keys)), list(dict.fromkeys(k[1] for k in keys))
+    cols: dict[str, Col] = {}
+    if len(datasets) > 1:
+        cols["dataset"] = Col("dataset", lambda m: str(m.get("auroc", {}).get("dataset", "")), "left")
+    if len(models) > 1:
+        cols["model"] = Col("model", lambda m: str(m.get("auroc", {}).get("model", "")), "left")
+    cols["detector"] = Col("detector", lambda m: _detector(m, marks), "left")
+    cols["AUROC"] = Col("AUROC", _metric("auroc"))
+    coverages = [m.get("auroc", {}).get("coverage") for m in cells.values()]
+    if any(c is not None and c < 1.0 for c in coverages):
+        cols["cov"] = Col("cov", lambda m: _cov(m.get("auroc", {}).get("coverage")))
+    for key, col in _OPTIONAL.items():
+        trial = {**cols, key: col}
+        if _width(trial, cells) <= width:
+            cols = trial
+    table = Table(title=_title(title, datasets, models), show_lines=False)
+    chosen = [k for k in _ORDER if k in cols]
+    for key in chosen:
+        table.add_column(cols[key].header, justify=cols[key].justify,  # type: ignore[arg-type]
+                         no_wrap=key != "detector")
+    for metrics in cells.values():
+        table.add_row(*(cols[k].cell(metrics) for k in chosen))
+    return Group(table, *_footer(cells, marks, coverages, failed))
+
+
+def _detector(metrics: dict[str, dict[str, Any]], marks: Any) -> str:
+    au = metrics.get("auroc") or next(iter(metrics.values()))
+    return str(au["detector"]) + marks.label(str(au["model"]), str(au["detector"]))
+
+
+def _width(cols: dict[str, Col], cells: dict[Any, dict[str, dict[str, Any]]]) -> int:
+    """The rendered width: each column's widest cell or header plus padding and a border."""
+    total = 1
+    for col in cols.values():
+        total += max([len(col.header), *(len(col.cell(m)) for m in cells.values())]) + 3
+    return total
+
+
+def _title(title: str, datasets: list[str], models: list[str]) -> str:
+    fixed = [*(datasets if len(datasets) == 1 else []), *(models if len(models) == 1 else [])]
+    return f"{title}: {' | '.join(fixed)}" if fixed else title
+
+
+def _footer(cells: dict[tuple[str, str, str], dict[str, dict[str, Any]]], marks: Any,
+            coverages: list[float | None], failed: list[tuple[str, str, str]] | None) -> list[Text]:
+    lines = [Text(line, style="dim") for line in marks.lines()]
+    if mixed_coverage(coverages):
+        lines.append(Text("cov = share of test items with a valid score; detectors with different coverage are "
+                          "evaluated on different items, so compare their AUROCs with care", style="dim"))
     for (dataset, model, detector), metrics in cells.items():
         au = metrics.get("auroc", {})
-        ci = f" [{_fmt(au.get('ci_low'))}, {_fmt(au.get('ci_high'))}]" if au.get("ci_low") is not None else ""
-        table.add_row(dataset, model, detector, str(au.get("family", "")), _fmt(au.get("value")) + ci,
-                      _fmt(metrics.get("aupr", {}).get("value")), _fmt(metrics.get("fpr95", {}).get("value")),
-                      str(au.get("n", "")), str(au.get("n_pos", "")), f"{au.get('coverage', 0):.0%}",
-                      _fmt(au.get("cost_at_n"), 2), str(au.get("note") or au.get("cost_note") or ""))
+        note = "; ".join(str(n) for n in (au.get("note"), au.get("cost_note")) if n)
+        if note:
+            lines.append(Text(f"{detector} ({dataset}, {model}): {note}", style="dim"))
     for dataset, model, why in failed or []:
-        table.add_row(dataset, model, "[red]no result[/red]", "", "—", "—", "—", "0", "0", "0%", "—", why)
-    return table
+        lines.append(Text.assemble(("no result", "red"), f" {dataset} | {model}: {why}"))
+    return lines
