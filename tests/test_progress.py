@@ -6,13 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from haldet.progress import log_lines
+from haldet.progress import LogLines
 
 
 def test_log_lines_start_periodic_counts_and_done() -> None:
     lines: list[str] = []
     now = [0.0]
-    make = log_lines(lines.append, interval=30.0, clock=lambda: now[0])
+    make = LogLines(lines.append, interval=30.0, clock=lambda: now[0])
     make("gsm8k | m: 3 items ready", 0)
     advance = make("generate [gsm8k | m]", 10)
     for t in (10, 20, 35, 50, 70, 80):  # one item every step; counts printed at most every 30 s
@@ -27,6 +27,19 @@ def test_log_lines_start_periodic_counts_and_done() -> None:
     assert text[3].startswith("generate [gsm8k | m]: 5/10 (50%), 70 s so far")
     assert text[4] == "generate [gsm8k | m]: done 10/10 in 100 s, 0.10/s"
     assert len(text) == 5
+
+
+def test_a_stage_inside_one_long_batch_still_prints_counts() -> None:
+    lines: list[str] = []
+    now = [0.0]
+    make = LogLines(lines.append, interval=30.0, clock=lambda: now[0])
+    make("sample [gsm8k | m]", 3)  # one batch: no advance for minutes
+    for t in (10.0, 31.0, 45.0, 62.0):
+        now[0] = t
+        make.tick()  # what the heartbeat thread calls every second
+    text = [line.split("] ", 1)[1] for line in lines]
+    assert text == ["sample [gsm8k | m]: started, 3 to do", "sample [gsm8k | m]: 0/3 (0%), 31 s so far",
+                    "sample [gsm8k | m]: 0/3 (0%), 62 s so far"]
 
 
 def test_cli_redirected_prints_stage_lines(cli: Any, tmp_path: Path) -> None:

@@ -1,16 +1,19 @@
 """Progress that stays visible when output is not a terminal.
 
 On a terminal, the stages draw rich progress bars. Redirected to a log file, bars print nothing until the end,
-so a long run looked dead: there, every stage prints a start line, a count line at least every `interval`
-seconds while it runs, and a final line with its time and rate. Same factory signature either way:
-`(description, total) -> advance(n)`; a total of 0 is a one-line note (a phase with no count).
+so a long run looked dead: there, every stage prints a start line, a count line every `interval` seconds
+while it runs (also in the middle of one long batch), and a final line with its time and rate. Same factory
+signature either way: `(description, total) -> advance(n)`; a total of 0 is a one-line note (a phase with no
+count).
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
@@ -23,42 +26,80 @@ def _stamp() -> str:
     return time.strftime("%H:%M:%S")
 
 
-def log_lines(write: Callable[[str], None], interval: float = 30.0,
-              clock: Callable[[], float] = time.monotonic) -> Factory:
-    """A progress factory that writes plain lines (for logs)."""
+@dataclass(eq=False)
+class _Task:
+    description: str
+    total: int
+    start: float
+    last: float
+    done: int = 0
 
-    def make(description: str, total: int) -> Advance:
+
+class LogLines:
+    """A progress factory that writes plain lines (for logs). `tick()` writes a count line for every running
+    stage whose last line is `interval` seconds old, so a stage stuck in one long batch still shows it is alive;
+    `progress_factory` calls it from a heartbeat thread."""
+
+    def __init__(self, write: Callable[[str], None], interval: float = 30.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.write, self.interval, self.clock = write, interval, clock
+        self.running: list[_Task] = []
+        self.lock = threading.Lock()
+
+    def __call__(self, description: str, total: int) -> Advance:
         if total <= 0:
-            write(f"[{_stamp()}] {description}")
+            self.write(f"[{_stamp()}] {description}")
             return lambda n: None
-        start = last = clock()
-        done = 0
-        write(f"[{_stamp()}] {description}: started, {total} to do")
+        now = self.clock()
+        task = _Task(description, total, now, now)
+        with self.lock:
+            self.running.append(task)
+        self.write(f"[{_stamp()}] {description}: started, {total} to do")
 
         def advance(n: int) -> None:
-            nonlocal done, last
-            done += n
-            now = clock()
-            if done >= total:
-                took = now - start
-                rate = f", {done / took:.2f}/s" if took > 0 else ""
-                write(f"[{_stamp()}] {description}: done {done}/{total} in {took:.0f} s{rate}")
-            elif now - last >= interval:
-                last = now
-                left = (now - start) / done * (total - done) if done else float("nan")
-                write(f"[{_stamp()}] {description}: {done}/{total} ({done / total:.0%}), {now - start:.0f} s so far, "
-                      f"about {left:.0f} s left")
+            with self.lock:
+                task.done += n
+                if task.done >= task.total:
+                    self.running.remove(task)
+                    took = self.clock() - task.start
+                    rate = f", {task.done / took:.2f}/s" if took > 0 else ""
+                    self.write(f"[{_stamp()}] {description}: done {task.done}/{task.total} in {took:.0f} s{rate}")
+                    return
+            self.tick()
 
         return advance
 
-    return make
+    def tick(self) -> None:
+        now = self.clock()
+        with self.lock:
+            for task in self.running:
+                if now - task.last < self.interval:
+                    continue
+                task.last = now
+                spent = now - task.start
+                left = f", about {spent / task.done * (task.total - task.done):.0f} s left" if task.done else ""
+                self.write(f"[{_stamp()}] {task.description}: {task.done}/{task.total} "
+                           f"({task.done / task.total:.0%}), {spent:.0f} s so far{left}")
+
+    def heartbeat(self, stop: threading.Event) -> None:
+        """Tick every second until `stop` is set (run in a daemon thread)."""
+        while not stop.wait(1.0):
+            self.tick()
 
 
 @contextmanager
 def progress_factory(console: Console, interval: float = 30.0) -> Iterator[Factory]:
     """Rich bars on a terminal, log lines otherwise."""
     if not console.is_terminal:
-        yield log_lines(lambda text: console.print(text, highlight=False, markup=False, soft_wrap=True), interval)
+        lines = LogLines(lambda text: console.print(text, highlight=False, markup=False, soft_wrap=True), interval)
+        stop = threading.Event()
+        beat = threading.Thread(target=lines.heartbeat, args=(stop,), daemon=True, name="haldet-progress")
+        beat.start()
+        try:
+            yield lines
+        finally:
+            stop.set()
+            beat.join(timeout=2)
         return
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   TimeRemainingColumn(), console=console, transient=False) as progress:
