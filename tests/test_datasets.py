@@ -28,7 +28,7 @@ NAMES = ["arc_challenge", "commonsenseqa", "triviaqa", "truthfulqa", "squad_v2",
          "halueval_dialogue", "halueval_summarization", "ragtruth", "xsum", "gsm8k", "svamp", "theoremqa",
          "humaneval", "mbpp", "xlam", "belebele"]
 TASK_TYPES = {"mcq", "short_answer", "span", "multi_hop", "dialogue", "grounded_qa", "rag", "summarization",
-              "reasoning", "science", "code", "tool_call"}
+              "reasoning", "science", "code", "tool_call", "long_form"}
 
 
 def load(name: str, limit: int | None = None, data_dir: Path | None = FIX, **params: Any) -> list[Instance]:

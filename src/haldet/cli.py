@@ -30,8 +30,10 @@ app = typer.Typer(
 )
 datasets_app = typer.Typer(help="List and inspect dataset adapters.")
 detectors_app = typer.Typer(help="List registered detectors.")
+suites_app = typer.Typer(help="List the hosted benchmarks (suites): HalluEntity, VeriGray, TRIVIA+, HalluLens.")
 app.add_typer(datasets_app, name="datasets")
 app.add_typer(detectors_app, name="detectors")
+app.add_typer(suites_app, name="suites")
 
 console = Console(stderr=True)
 out_console = Console()
@@ -127,24 +129,30 @@ def run(
     ray_address: Annotated[str | None, typer.Option(help="Ray cluster address (default: $RAY_ADDRESS, else a "
                                                     "local cluster).")] = None,
     allow_failures: Annotated[bool, AllowFailures] = False,
+    suite: Annotated[str | None, typer.Option(help="Run a hosted benchmark with its datasets, protocol, detectors, "
+                                              "levels and tables (see `haldet suites list`); flags override.")]
+    = None,
 ) -> None:
     """Run the benchmark: generate, annotate, split, score, evaluate; print a table, write the run directory.
 
     With no options: the embedded SmolLM2-135M on packaged HaluEval-QA (200 items), fully offline.
-    Run it again and everything is read from the cache.
+    Run it again and everything is read from the cache. With --suite NAME: that suite (docs/suites.md).
     """
     from haldet import pipeline
     from haldet.outcome import run_problems
     from haldet.report.terminal import results_table
 
-    config = load_config(
-        config_file, datasets=split_names(dataset), models=split_names(model), detectors=split_names(detector),
+    overrides = dict(
+        datasets=split_names(dataset), models=split_names(model), detectors=split_names(detector),
         limit=limit, data_dir=local_data(data_dir, data_file, split_names(dataset) or None), on_bad_row=on_bad_row,
         device=device,
         generation__batch_size=batch_size, generation__max_new_tokens=max_new_tokens,
         judge__kind=judge, judge__model=judge_model, judge__base_url=judge_base_url, judge__backend=judge_backend,
         endpoint__base_url=model_base_url,
     )
+    config = load_config(config_file, base=_suite_base(suite), **overrides)
+    if config.suite and not suite:  # a suite named in the config file: its settings lie under the file's
+        config = load_config(config_file, base=_suite_base(config.suite), **overrides)
     for name in config.datasets if split else []:
         config.dataset_params.setdefault(name, {})["split"] = split
     target = out or default_out(config)
@@ -161,8 +169,12 @@ def run(
                           highlight=False)
         if not cell.error:
             by_judge = cell.annotation.get("by_judge", {})
-            console.print("  labels by judge: " + "; ".join(f"{j} {c}" for j, c in by_judge.items()),
-                          highlight=False)
+            if by_judge:
+                console.print("  labels by judge: " + "; ".join(f"{j} {c}" for j, c in by_judge.items()),
+                              highlight=False)
+            if cell.data.get("units"):
+                console.print("  units: " + "; ".join(f"{lv} {c}" for lv, c in cell.data["units"].items()),
+                              highlight=False)
             if cell.annotation.get("failed"):
                 console.print(f"  [red]{cell.annotation['failed']} item(s) could not be judged[/red] "
                               "(annotate.failed.jsonl; rerun to retry them)")
@@ -173,6 +185,13 @@ def run(
             if d.error:
                 console.print(f"[red]detector {d.name} failed on {cell.dataset}:[/red] {d.error}")
     failed = [(c.dataset, c.model, c.error) for c in cells if c.error]
+    if config.suite:
+        from haldet.suites.report import print_suite_results
+
+        print_suite_results(config.suite, rows, target, out_console, as_json=as_json)
+        console.print(f"run directory: {target}")
+        exit_on_failures(run_problems(cells), allow_failures)
+        return
     if as_json:
         out_console.print_json(json.dumps(rows))
     else:
@@ -195,6 +214,15 @@ def exit_on_failures(failures: list[str], allow: bool) -> None:
     if not allow:
         console.print(f"  -> exit status 1: {ALLOW_HINT}", highlight=False)
         raise typer.Exit(EXIT_FAILURES)
+
+
+def _suite_base(name: str | None) -> dict[str, Any] | None:
+    """A suite's run settings (datasets, detectors, levels...), under the config file and the flags."""
+    if not name:
+        return None
+    from haldet.suites.base import get_suite
+
+    return get_suite(name).config_base()
 
 
 def _write_run_reports(target: Path) -> None:
@@ -571,6 +599,26 @@ def detectors_list(as_json: Annotated[bool, typer.Option("--json", help="A JSON 
 def _origin_column(infos: list[dict[str, Any]]) -> tuple[str, ...]:
     """The `origin` column, shown only when a plugin package contributed something."""
     return ("origin",) if any(i["origin"] != "built-in" for i in infos) else ()
+
+
+@suites_app.command("list")
+def suites_list(as_json: Annotated[bool, typer.Option("--json", help="A JSON list of objects.")] = False) -> None:
+    """Every hosted benchmark: its datasets, protocol (provided responses or generation), levels, detectors."""
+    from rich.table import Table
+
+    from haldet.suites.base import SUITES
+
+    infos = [cls.info() for _, cls in SUITES]
+    if as_json:
+        print(json.dumps(infos, indent=2))
+        return
+    table = Table(title=f"suites ({len(infos)}); run one with `haldet run --suite NAME`")
+    for col in ("name", "title", "datasets", "protocol", "levels", "detectors"):
+        table.add_column(col, no_wrap=col == "name")
+    for info in infos:
+        table.add_row(info["name"], info["title"], ", ".join(info["datasets"]), info["protocol"],
+                      ", ".join(info["levels"]), ", ".join(info["detectors"]))
+    out_console.print(table)
 
 
 def entry() -> None:

@@ -96,6 +96,16 @@ class FeatureConfig(Section):
     batch_size: int = Field(8, ge=1)
 
 
+class TokensConfig(Section):
+    """Token-level evidence (the generate stage's one teacher-forced token pass, computed when a selected detector
+    reads a token-level signal) and how a response that ships with the data is fed to the proxy model."""
+
+    top_k: int = Field(10, ge=1)                            # alternatives per token, the observed one first
+    input_format: Literal["raw", "chat"] = "raw"            # given responses: raw prompt text, or the chat template
+    separator: str = "\n"                                  # raw format: between the prompt text and the response
+    batch_size: int = Field(4, ge=1)
+
+
 class PromptConfig(Section):
     system_prompt: str = "You are a helpful, accurate, and honest AI assistant."
     n_shots: int = Field(0, ge=0)
@@ -180,6 +190,8 @@ class RunConfig(Section):
     auxiliary: AuxiliaryConfig = Field(default_factory=AuxiliaryConfig)
     features: FeatureConfig = Field(default_factory=FeatureConfig)
     prompt: PromptConfig = Field(default_factory=PromptConfig)
+    tokens: TokensConfig = Field(default_factory=TokensConfig)
+    suite: str | None = None  # a registered suite (haldet/suites/): its protocol, levels, metrics and tables
     judge: JudgeConfig = Field(default_factory=JudgeConfig)
     verdict: VerdictConfig = Field(default_factory=VerdictConfig)
     endpoint: EndpointConfig = Field(default_factory=EndpointConfig)
@@ -226,9 +238,10 @@ def split_names(values: list[str] | None) -> list[str]:
     return out
 
 
-def load_config(path: Path | None = None, **overrides: Any) -> RunConfig:
-    """Read a YAML/JSON config file (optional) and apply CLI overrides (None = not given)."""
-    data: dict[str, Any] = {}
+def load_config(path: Path | None = None, base: dict[str, Any] | None = None, **overrides: Any) -> RunConfig:
+    """Read a YAML/JSON config file (optional) and apply CLI overrides (None = not given). `base` (a suite's
+    settings) lies under both: the file and the flags override it."""
+    data: dict[str, Any] = json.loads(json.dumps(base or {}))
     if path is not None:
         try:
             text = path.read_text()
@@ -244,7 +257,11 @@ def load_config(path: Path | None = None, **overrides: Any) -> RunConfig:
                               hint="fix the syntax near that line") from None
         if not isinstance(loaded, dict):
             raise HaldetError("config file must hold a mapping of settings", where=str(path))
-        data.update(loaded)
+        for key, value in loaded.items():
+            if isinstance(value, dict) and isinstance(data.get(key), dict):
+                data[key] = {**data[key], **value}
+            else:
+                data[key] = value
     for key, value in overrides.items():
         if value is None or value == []:
             continue

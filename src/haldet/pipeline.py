@@ -33,7 +33,7 @@ from haldet.evaluation.splits import stratified_split
 from haldet.judges.cascade import Cascade
 from haldet.limits import cut_off_summary
 from haldet.locking import notify
-from haldet.prompts import PromptBuilder, demo_pool_size, render_prompts
+from haldet.prompts import PromptBuilder, demo_pool_size, given_response_prompts, render_prompts
 from haldet.provenance import provenance_columns
 from haldet.schema import Category
 from haldet.signals import Signal, SignalView
@@ -148,7 +148,7 @@ def prepare_cell(config: RunConfig, store: RunStore, dataset: str, model: str, p
     ctx = CellContext(config=config, dataset=dataset, model=model, store=cell, backend_factory=backend_factory,
                       progress=progress, signals=detector_signals(config.detectors, config))
     ctx.timings["load_data"] = load_seconds
-    prompts = render_prompts(builder, ctx.backend, instances, pool)
+    prompts = given_response_prompts(config.tokens, instances, render_prompts(builder, ctx.backend, instances, pool))
     items = [Item(instance=inst, prompt=prompt) for inst, prompt in zip(instances, prompts, strict=True)]
     result.fingerprint = ctx.backend.fingerprint()
     return result, ctx, items
@@ -161,6 +161,11 @@ def run_cell(config: RunConfig, store: RunStore, dataset: str, model: str, progr
     `previous` is this cell's entry in the run's earlier manifest: a fully cached rerun keeps the timings the
     evidence and detectors took when they were computed (cost accounting), instead of a cache-read zero.
     """
+    if config.suite:  # a suite's cell: labels from the data, unit levels (haldet/suites/runner.py)
+        from haldet.suites.runner import run_suite_cell
+
+        suite_cell: CellResult = run_suite_cell(config, store, dataset, model, progress, backends, previous)
+        return suite_cell
     previous = previous or {}
     previous_evidence: dict[str, Any] = previous.get("evidence") or {}
     progress(f"{dataset} | {model}: loading the data and the model", 0)
@@ -271,7 +276,7 @@ def result_rows(cell: CellResult, cost_n: int = DEFAULT_N) -> list[dict[str, Any
         for m in run.metrics:
             rows.append({
                 "dataset": cell.dataset, "scenario": cell.scenario, "model": cell.model,
-                "detector": run.name, "family": run.family, "metric": m.metric,
+                "detector": run.name, "family": run.family, "metric": m.metric, "level": run.level,
                 "value": m.value, "ci_low": m.ci_low, "ci_high": m.ci_high, "n": m.n, "n_pos": m.n_pos,
                 "coverage": m.coverage, "fit_s": round(run.fit_seconds, 4), "score_s": round(run.score_seconds, 4),
                 "note": "; ".join(n for n in (m.note, str(run.meta.get("note") or "")) if n), **cost,
@@ -282,6 +287,10 @@ def result_rows(cell: CellResult, cost_n: int = DEFAULT_N) -> list[dict[str, Any
 
 def validate_names(config: RunConfig) -> None:
     """Fail before any work on unknown dataset or detector names."""
+    if config.suite:
+        from haldet.suites.base import get_suite
+
+        get_suite(config.suite)
     for name in config.dataset_params:
         DATASETS.get(name, where="dataset_params")
     for name in config.datasets:
@@ -397,7 +406,7 @@ def _cell_entry(c: CellResult) -> dict[str, Any]:
             "model_fingerprint": c.fingerprint, "labels": c.label_counts,
             "annotation": c.annotation, "split": c.split_sizes,
             "stage_seconds": c.timings, "computed": c.counts, "evidence": c.evidence,
-            "detectors": [{"name": d.name, "family": d.family, "key": d.key, "n_scored": d.n_scored,
+            "detectors": [{"name": d.name, "family": d.family, "level": d.level, "key": d.key, "n_scored": d.n_scored,
                            "fit_s": d.fit_seconds, "score_s": d.score_seconds,
                            "timing_known": d.name not in c.untimed, "cached": d.cached, "error": d.error,
                            "identity": d.identity, "meta": d.meta} for d in c.detectors]}

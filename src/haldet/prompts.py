@@ -22,7 +22,7 @@ from typing import Any, Protocol
 import jinja2
 import yaml
 
-from haldet.config import PromptConfig, digest
+from haldet.config import PromptConfig, TokensConfig, digest
 from haldet.errors import HaldetError
 from haldet.schema import Instance
 
@@ -194,3 +194,16 @@ def render_prompts(builder: PromptBuilder, backend: ChatRenderer, instances: Seq
     n, seed = builder.config.n_shots, builder.config.shot_seed
     evaluated = frozenset(inst.id for inst in instances)
     return [builder.render(backend, inst, draw_demos(inst, pool, n, seed, evaluated)) for inst in instances]
+
+
+def given_response_prompts(tokens: TokensConfig, instances: Sequence[Instance], prompts: list[str]) -> list[str]:
+    """Prompts of items whose response ships with the data, as `tokens.input_format` says: `raw` = the instance's
+    own prompt text (instruction, context, question) and `tokens.separator`, with no template, so the proxy model
+    reads exactly `prompt + response`; `chat` = the rendered chat prompt. Other items keep their prompt."""
+    if tokens.input_format != "raw":
+        return prompts
+    return [
+        "\n\n".join(part for part in (inst.instruction, inst.context, inst.question) if part) + tokens.separator
+        if inst.response is not None else prompt
+        for inst, prompt in zip(instances, prompts, strict=True)
+    ]

@@ -43,8 +43,54 @@ class Record(BaseModel):
         return cls.model_validate_json(line)
 
 
+UNIT_KINDS = ("token", "entity", "sentence", "claim", "span")  # unit levels below `response`
+LEVELS = ("response", *UNIT_KINDS)
+SPLIT_NAMES = ("train", "val", "test")
+
+
+class SpanLabel(Record):
+    """A unit of a response, by character offsets `[start, end)` into it: an entity, a sentence, a claim, any span.
+
+    `category` is the binary label (`hallucination` / `correct`; `invalid` = unlabelled, left out of metrics and
+    counted). `grade` is an optional ordinal label (index into the dataset's ordered grade names, e.g. VeriGray's
+    seven classes; 0 = the best) with its name in `grade_name`. `meta` keeps source-specific extras (a claim's
+    evidence, the annotator's tag).
+    """
+
+    start: int = Field(ge=0)
+    end: int = Field(ge=0)
+    category: Category
+    text: str = ""
+    kind: str = "span"  # one of UNIT_KINDS
+    grade: int | None = Field(None, ge=0)
+    grade_name: str = ""
+    meta: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> SpanLabel:
+        if self.end < self.start:
+            raise ValueError(f"span end {self.end} < start {self.start}")
+        if self.kind not in UNIT_KINDS:
+            raise ValueError(f"unit kind {self.kind!r} is not one of {', '.join(UNIT_KINDS)}")
+        return self
+
+    @property
+    def binary(self) -> int | None:
+        """1 = hallucinated, 0 = not, None = unlabelled."""
+        return {Category.HALLUCINATION: 1, Category.CORRECT: 0}.get(self.category)
+
+
+Unit = SpanLabel  # the name suites use: a labelled unit of a (provided) response
+
+
 class Instance(Record):
-    """One benchmark item in the unified schema s = (t, i, c, q, omega, r+, r-)."""
+    """One benchmark item in the unified schema s = (t, i, c, q, omega, r+, r-).
+
+    Suites whose answers ship with the data also set `response` (the text the generate stage teacher-forces
+    through the proxy model instead of generating), its `units` (offsets into `response`, with labels), an optional
+    response-level label shipped with the data (`response_label`, plus named alternative label columns in
+    `label_variants`, e.g. TRIVIA+'s noisy labels) and `split` when the dataset ships its own train/val/test split.
+    """
 
     id: str
     dataset: str
@@ -58,6 +104,11 @@ class Instance(Record):
     incorrect: list[str] = Field(default_factory=list)
     meta: dict[str, Any] = Field(default_factory=dict)
     source: dict[str, Any] = Field(default_factory=dict)
+    response: str | None = None
+    units: list[SpanLabel] = Field(default_factory=list)
+    response_label: Category | None = None
+    label_variants: dict[str, Category] = Field(default_factory=dict)
+    split: str | None = None
 
     @field_validator("id")
     @classmethod
@@ -70,7 +121,36 @@ class Instance(Record):
     def _has_input(self) -> Instance:
         if not (self.question or self.context or self.instruction):
             raise ValueError(f"instance {self.id}: needs at least one of question, context, instruction")
+        if self.split is not None and self.split not in SPLIT_NAMES:
+            raise ValueError(f"instance {self.id}: split {self.split!r} is not one of {', '.join(SPLIT_NAMES)}")
+        if self.units and self.response is None:
+            raise ValueError(f"instance {self.id}: units need the response they point into")
+        for unit in self.units:
+            if self.response is not None and unit.end > len(self.response):
+                raise ValueError(f"instance {self.id}: unit [{unit.start}, {unit.end}) ends past the response "
+                                 f"({len(self.response)} characters)")
         return self
+
+    def units_of(self, level: str) -> list[SpanLabel]:
+        """The units scored at `level`: those of that kind, or the whole response as one unit at `response` level
+        (labelled by `response_label`, else hallucinated when any unit is)."""
+        if level != "response":
+            return [u for u in self.units if u.kind == level]
+        text = self.response or ""
+        category = self.response_label
+        if category is None and self.units:
+            labels = [u.binary for u in self.units]
+            category = (Category.HALLUCINATION if 1 in labels else
+                        Category.CORRECT if labels and all(x == 0 for x in labels) else Category.INVALID)
+        return [SpanLabel(start=0, end=len(text), category=category or Category.INVALID, text=text, kind="span")]
+
+    def without_labels(self) -> Instance:
+        """The instance a scoring view shows: units keep their offsets and text, never their labels."""
+        if not (self.units or self.response_label is not None or self.label_variants):
+            return self
+        units = [u.model_copy(update={"category": Category.INVALID, "grade": None, "grade_name": ""})
+                 for u in self.units]
+        return self.model_copy(update={"units": units, "response_label": None, "label_variants": {}})
 
 
 class Generation(Record):
@@ -88,6 +168,7 @@ class Generation(Record):
     # token strings from a remote backend (which gives no ids): then token_ids is empty, token_logprobs is aligned
     # with token_text or empty (the endpoint sent no log-probs), and n_tokens is what the endpoint billed
     token_text: list[str] | None = None
+    provided: bool = False  # the response came with the data and was teacher-forced, not generated
 
     @model_validator(mode="after")
     def _aligned(self) -> Generation:
@@ -101,22 +182,6 @@ class Generation(Record):
                 f"generation {self.id}: {len(self.token_ids)} token ids, {len(self.token_logprobs)} "
                 f"logprobs and n_tokens={self.n_tokens} must agree"
             )
-        return self
-
-
-class SpanLabel(Record):
-    """A labelled piece of the response: a sentence, an entity or any span, by character offsets."""
-
-    start: int = Field(ge=0)
-    end: int = Field(ge=0)
-    category: Category
-    text: str = ""
-    kind: str = "span"  # "sentence", "entity", "span"
-
-    @model_validator(mode="after")
-    def _ordered(self) -> SpanLabel:
-        if self.end < self.start:
-            raise ValueError(f"span end {self.end} < start {self.start}")
         return self
 
 

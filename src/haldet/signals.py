@@ -31,7 +31,15 @@ class Signal(StrEnum):
     VERBALIZED       str: the verbalized-confidence response
     SELF_EVAL        dict {"p_true": float | None (True mass over True + False), "logp_true": float | None (raw log
                      probability mass of the True answer words), "text": str}
-    TOKEN_ENTROPIES  float64 [T]
+    TOKEN_ENTROPIES  float64 [T] entropy (nats) of the model's next-token distribution at each answer token
+    The token-level signals below come from the generate stage's one teacher-forced token pass (computed only when
+    a selected detector reads one of them; for a provided response it is the pass that scores the response):
+    ANSWER_ENTROPIES float64 [T]: the same quantity as TOKEN_ENTROPIES, from that pass
+    TOKEN_OFFSETS    int64 [T, 2] character offsets [start, end) of each answer token in the response text
+    TOKEN_TOPK_IDS   int64 [T, k]: the observed token at index 0, then the k - 1 most likely other tokens
+    TOKEN_TOPK_LOGPROBS float32 [T, k]: their log-probabilities (same order)
+    TOKEN_ATTENTION  float32 [T, T]: attention of answer token i to answer token j (j < i), max over layers and
+                     heads (`tokens.attention`); row i is 0 for j >= i
     HIDDEN_MEAN      float32 [L + 1, D] mean over answer tokens (with features.layers set: [len(layers), D], the
                      hidden-state indices are in the features record's `layers`)
     HIDDEN_LAST      float32 [L + 1, D] last answer token
@@ -59,6 +67,11 @@ class Signal(StrEnum):
     PRISM_FEATURES = "prism_features"        # prompt-guided statement state
     ICR_FEATURES = "icr_features"            # per-layer residual-update vs attention features
     VERDICT = "verdict"                      # prompted LLM verdicts (LLM-as-a-judge, zero-shot classifiers)
+    ANSWER_ENTROPIES = "answer_entropies"    # token entropies from the generate stage's token pass
+    TOKEN_OFFSETS = "token_offsets"          # answer token -> character span of the response
+    TOKEN_TOPK_IDS = "token_topk_ids"        # observed token first, then the top alternatives
+    TOKEN_TOPK_LOGPROBS = "token_topk_logprobs"
+    TOKEN_ATTENTION = "token_attention"      # [T, T] answer-to-answer attention, reduced over layers and heads
 
 
 SIGNAL_STAGE: dict[Signal, str] = {
@@ -70,6 +83,12 @@ SIGNAL_STAGE: dict[Signal, str] = {
     Signal.VERBALIZED: "auxiliary",
     Signal.SELF_EVAL: "auxiliary",
     Signal.TOKEN_ENTROPIES: "features",
+    # token-level evidence from the generate stage's one teacher-forced token pass (stages/tokens.py)
+    Signal.ANSWER_ENTROPIES: "generate",
+    Signal.TOKEN_OFFSETS: "generate",
+    Signal.TOKEN_TOPK_IDS: "generate",
+    Signal.TOKEN_TOPK_LOGPROBS: "generate",
+    Signal.TOKEN_ATTENTION: "generate",
     Signal.HIDDEN_MEAN: "features",
     Signal.HIDDEN_LAST: "features",
     Signal.SEP_FEATURES: "features",
@@ -88,7 +107,15 @@ SIGNAL_ACCESS: dict[Signal, Access] = {
     Signal.SAMPLE_LOGLIKS: Access.GRAY,
     Signal.SELF_EVAL: Access.GRAY,
     Signal.TOKEN_ENTROPIES: Access.GRAY,
+    Signal.ANSWER_ENTROPIES: Access.GRAY,
+    Signal.TOKEN_OFFSETS: Access.BLACK,
+    Signal.TOKEN_TOPK_IDS: Access.GRAY,
+    Signal.TOKEN_TOPK_LOGPROBS: Access.GRAY,
 }
+
+# signals read from the teacher-forced token pass of the generate stage (beyond the generation record itself)
+TOKEN_PASS_SIGNALS = frozenset({Signal.ANSWER_ENTROPIES, Signal.TOKEN_OFFSETS, Signal.TOKEN_TOPK_IDS,
+                                Signal.TOKEN_TOPK_LOGPROBS, Signal.TOKEN_ATTENTION})
 
 
 def access_of(signals: frozenset[Signal]) -> Access:
@@ -112,7 +139,9 @@ SignalLoader = Callable[[Signal, Sequence[str]], list[Any]]
 class SignalView:
     """What a detector may see of a set of items: instances, generations and lazily loaded signals.
 
-    `labels` (1 = hallucination, 0 = correct) is set only for training/validation views.
+    `labels` (1 = hallucination, 0 = correct) is set only for training/validation views. A view made with
+    `with_labels=False` also shows instances without their unit and response labels (`Instance.without_labels`):
+    a detector sees unit offsets and texts, never their labels.
     """
 
     ids: list[str]
@@ -140,7 +169,7 @@ class SignalView:
         idx = list(idx)
         return SignalView(
             ids=[self.ids[i] for i in idx],
-            instances=[self.instances[i] for i in idx],
+            instances=[self.instances[i] if with_labels else self.instances[i].without_labels() for i in idx],
             generations=[self.generations[i] for i in idx],
             loader=self.loader,
             labels=(self.labels[idx] if with_labels and self.labels is not None else None),

@@ -72,6 +72,32 @@ class ForwardOutput:
     window: dict[str, Any] | None = None
 
 
+@dataclass
+class TokenRequest:
+    """One teacher-forced token pass: `prompt_ids` then `answer_ids` (exactly the answer's tokens); `key` is echoed."""
+
+    prompt_ids: list[int]
+    answer_ids: list[int]
+    key: str = ""
+
+
+@dataclass
+class TokenOutput:
+    """Token-level evidence of one answer from one pass (T = answer tokens). `token_logprobs` [T] always; the rest
+    only when asked: `entropies` [T] (nats), `topk_ids`/`topk_logprobs` [T, k] with the observed token at index 0,
+    `attention` [T, T] (answer token i to answer token j < i, max over layers and heads). `window` says how a
+    sequence longer than the model window was handled; when the answer alone does not fit, every field but
+    `window` is None (its `reason` says why)."""
+
+    key: str
+    token_logprobs: np.ndarray | None = None
+    entropies: np.ndarray | None = None
+    topk_ids: np.ndarray | None = None
+    topk_logprobs: np.ndarray | None = None
+    attention: np.ndarray | None = None
+    window: dict[str, Any] | None = None
+
+
 # Poolings of hidden states over a request's span [start, end): see `ForwardOutput.pooled`.
 POOLINGS = ("mean", "last", "tbg", "slt")
 # Per-layer ICR feature columns: JSD between the residual update's projection and the attention distribution,
@@ -129,6 +155,20 @@ class Backend:
         ICR features (attentions are requested only when `icr`), and each request's branches in the same pass,
         pooled over the branch's tokens by `branch_pooling`."""
         raise self.unavailable("teacher-forced hidden states")
+
+    def encode_response(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+        """Token ids of a given response (continuing a prompt, no special tokens) with each token's character
+        offsets `[start, end)` into `text`."""
+        raise self.unavailable("tokenisation with offsets")
+
+    def token_offsets(self, ids: Sequence[int], text: str) -> list[tuple[int, int]]:
+        """Character offsets into `text` (the decoded, stripped answer) of each of the answer's token ids."""
+        raise self.unavailable("token offsets")
+
+    def token_pass(self, requests: list[TokenRequest], *, top_k: int, entropies: bool, attention: bool,
+                   batch_size: int, progress: Any = None) -> list[TokenOutput]:
+        """One teacher-forced pass per batch over prompt + answer ids: the token-level evidence (`TokenOutput`)."""
+        raise self.unavailable("teacher-forced token evidence")
 
     def unavailable(self, what: str) -> SignalUnavailableError:
         return SignalUnavailableError(

@@ -35,6 +35,8 @@ from haldet.backends.base import (
     ForwardOutput,
     ForwardRequest,
     GenOutput,
+    TokenOutput,
+    TokenRequest,
     role_based_chat,
 )
 from haldet.errors import HaldetError
@@ -454,8 +456,8 @@ class HFBackend(Backend):
                               where=f"model {self.name}", hint="drop the icr feature group (features.groups)")
         return mods
 
-    def _token_stats(self, last_hidden: Any, ids: list[int], start: int) -> tuple[np.ndarray, np.ndarray]:
-        """Log-prob and entropy at each answer position, from the final hidden states of that row only."""
+    def answer_log_softmax(self, last_hidden: Any, ids: list[int], start: int) -> Any:
+        """[T, vocab] log-probabilities predicting each answer token ids[start:], from one row's final hidden states."""
         import torch
 
         head = self.model.get_output_embeddings()
@@ -463,11 +465,35 @@ class HFBackend(Backend):
         cap = getattr(self._text_config(), "final_logit_softcapping", None)
         if cap:
             logits = torch.tanh(logits / cap) * cap
-        logp = torch.log_softmax(logits, dim=-1)
+        return torch.log_softmax(logits, dim=-1)
+
+    def _token_stats(self, last_hidden: Any, ids: list[int], start: int) -> tuple[np.ndarray, np.ndarray]:
+        """Log-prob and entropy at each answer position, from the final hidden states of that row only."""
+        import torch
+
+        logp = self.answer_log_softmax(last_hidden, ids, start)
         target = torch.tensor(ids[start:], dtype=torch.long, device=logp.device)
         token_lp = logp.gather(-1, target[:, None]).squeeze(-1)
         entropy = -(logp.exp() * logp).nan_to_num().sum(-1)
         return token_lp.double().cpu().numpy(), entropy.double().cpu().numpy()
+
+    def encode_response(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+        from haldet.backends.hf_tokens import encode_response
+
+        return encode_response(self, text)
+
+    def token_offsets(self, ids: Sequence[int], text: str) -> list[tuple[int, int]]:
+        from haldet.backends.hf_tokens import token_offsets
+
+        return token_offsets(self, ids, text)
+
+    def token_pass(self, requests: list[TokenRequest], *, top_k: int, entropies: bool, attention: bool,
+                   batch_size: int, progress: Any = None) -> list[TokenOutput]:
+        """Token-level evidence from one teacher-forced pass (`haldet.backends.hf_tokens`)."""
+        from haldet.backends.hf_tokens import token_pass
+
+        return token_pass(self, requests, top_k=top_k, entropies=entropies, attention=attention,
+                          batch_size=batch_size, progress=progress)
 
     def _left_pad(self, seqs: list[list[int]]) -> tuple[Any, Any]:
         import torch

@@ -58,6 +58,8 @@ class Detector:
     name: ClassVar[str] = ""
     requires: ClassVar[frozenset[Signal]] = frozenset()
     trains: ClassVar[bool] = False
+    # levels scored: "response" (one score per answer, `score`), or unit levels (detectors/unit.py, `score_units`)
+    levels: ClassVar[tuple[str, ...]] = ("response",)
     variants: ClassVar[dict[str, str]] = {}
     defaults: ClassVar[dict[str, Any]] = {}
     # the formula's version: part of every score and fitted-state key, so bump it when the numbers would change

@@ -37,6 +37,8 @@ class DetectorRun:
     n_scored: int = 0    # test items scored
     meta: dict[str, Any] = field(default_factory=dict)  # what the detector reports: models/backends actually used
     identity: dict[str, Any] = field(default_factory=dict)  # version, resolved params/variant, auxiliary models
+    level: str = "response"  # the level scored: response, or a unit level of a suite (suites/runner.py)
+    unit_scores: dict[str, Any] = field(default_factory=dict)  # unit levels: pooled test units (UnitData)
 
 
 def make_detector(name: str, config: RunConfig) -> Detector:

@@ -1,27 +1,59 @@
-"""The `generate` stage: the primary greedy answer of each item, with its token ids and log-probabilities."""
+"""The `generate` stage: the primary answer of each item, with its token ids and log-probabilities.
+
+An item whose instance carries its `response` (a suite whose answers ship with the data) is not generated: its
+response is teacher-forced through the model (`stages/tokens.py`), and the record says `provided: true`.
+When a selected detector reads a token-level signal, the same token pass records it (for generated answers it runs
+over the exact generated ids), and the key names the parts computed; otherwise the key is the plain generation's.
+"""
 
 from __future__ import annotations
 
 import time
 from typing import Any
 
+import numpy as np
+
 from haldet.config import stage_key
 from haldet.limits import by_limit, max_new_tokens
 from haldet.schema import Generation
 from haldet.stages.base import Item, Stage
+from haldet.stages.tokens import run_token_pass, token_record, token_spec
 
 
 class GenerateStage(Stage):
     name = "generate"
 
     def key(self, item: Item) -> str:
-        return stage_key(self.name, self.ctx.backend.fingerprint(), item.prompt,
-                         max_new_tokens(self.ctx.config, item.instance))
+        fingerprint = self.ctx.backend.fingerprint()
+        spec = token_spec(self.ctx)
+        response = item.instance.response
+        if response is not None:
+            return stage_key(self.name, fingerprint, item.prompt, {"provided": response}, spec)
+        limit = max_new_tokens(self.ctx.config, item.instance)
+        if spec["parts"]:
+            return stage_key(self.name, fingerprint, item.prompt, limit, spec)
+        return stage_key(self.name, fingerprint, item.prompt, limit)
 
     def items_per_batch(self) -> int:
         return self.ctx.config.generation.batch_size * 4
 
     def compute(self, batch: list[Item]) -> list[dict[str, Any]]:
+        generated = [item for item in batch if item.instance.response is None]
+        provided = [item for item in batch if item.instance.response is not None]
+        records: dict[str, dict[str, Any]] = {}
+        arrays: dict[str, dict[str, np.ndarray]] = {}
+        if generated:
+            records.update(self._generate(generated, arrays))
+        if provided:
+            records.update(self._teacher_force(provided, arrays))
+        if any(arrays.values()):
+            shard = self.ctx.store.arrays(self.name).write({i: a for i, a in arrays.items() if a})
+            for item_id, arrs in arrays.items():
+                if arrs:
+                    records[item_id]["tokens"].update(shard=shard, arrays={k: list(v.shape) for k, v in arrs.items()})
+        return [records[item.id] for item in batch]
+
+    def _generate(self, batch: list[Item], arrays: dict[str, dict[str, np.ndarray]]) -> dict[str, dict[str, Any]]:
         gen = self.ctx.config.generation
         start = time.perf_counter()
         outputs: list[Any] = [None] * len(batch)
@@ -31,16 +63,45 @@ class GenerateStage(Stage):
             for pos, out in zip(positions, outs, strict=True):
                 outputs[pos] = out
         per_item = (time.perf_counter() - start) / max(1, len(batch))
-        records = []
+        records: dict[str, dict[str, Any]] = {}
         for item, out in zip(batch, outputs, strict=True):
             if out.error:
-                records.append({"id": item.id, "failed": out.error})
+                records[item.id] = {"id": item.id, "failed": out.error}
                 continue
             record = Generation(id=item.id, prompt=item.prompt, response=out.text, token_ids=out.token_ids,
                                 token_logprobs=out.token_logprobs, finish_reason=out.finish_reason,
                                 n_tokens=out.n_tokens or 0, model=self.ctx.model, seconds=per_item,
                                 token_text=(out.extra.get("tokens") or []) if "tokens" in out.extra else None)
-            records.append({**record.model_dump(), **remote_usage([out])})
+            records[item.id] = {**record.model_dump(), **remote_usage([out])}
+        ok = [item for item in batch if "failed" not in records[item.id]]
+        if token_spec(self.ctx)["parts"] and ok:
+            outs = run_token_pass(self.ctx, ok, {item.id: records[item.id]["token_ids"] for item in ok})
+            for item in ok:
+                rec = records[item.id]
+                offsets = self.ctx.backend.token_offsets(rec["token_ids"], rec["response"])
+                arrays[item.id] = {}
+                rec["tokens"] = token_record(self.ctx, outs[item.id], offsets, arrays[item.id])
+        return records
+
+    def _teacher_force(self, batch: list[Item], arrays: dict[str, dict[str, np.ndarray]]) -> dict[str, dict[str, Any]]:
+        """Given responses: tokenised once with offsets, scored by one teacher-forced pass."""
+        start = time.perf_counter()
+        encoded = {item.id: self.ctx.backend.encode_response(item.instance.response or "") for item in batch}
+        outs = run_token_pass(self.ctx, batch, {item_id: ids for item_id, (ids, _) in encoded.items()})
+        per_item = (time.perf_counter() - start) / max(1, len(batch))
+        records = {}
+        for item in batch:
+            out, (ids, offsets) = outs[item.id], encoded[item.id]
+            valid = out.token_logprobs is not None
+            record = Generation(id=item.id, prompt=item.prompt, response=item.instance.response or "",
+                                token_ids=ids if valid else [],
+                                token_logprobs=[float(x) for x in out.token_logprobs] if valid else [],
+                                finish_reason="provided" if valid else "skipped",
+                                n_tokens=len(ids) if valid else 0, model=self.ctx.model, seconds=per_item,
+                                provided=True)
+            arrays[item.id] = {}
+            records[item.id] = {**record.model_dump(),
+                                "tokens": token_record(self.ctx, out, offsets, arrays[item.id])}
         return records
 
 
@@ -55,7 +116,7 @@ def remote_usage(outs: list[Any]) -> dict[str, Any]:
 
 
 def generation_of(record: dict[str, Any]) -> Generation:
-    """The `Generation` in a generate record (its cache key and billing fields dropped)."""
+    """The `Generation` in a generate record (its cache key, billing and token-pass fields dropped)."""
     return Generation.model_validate({k: v for k, v in record.items() if k in Generation.model_fields})
 
 

@@ -17,6 +17,7 @@ from haldet.config import digest
 from haldet.errors import HaldetError
 from haldet.signals import SIGNAL_STAGE, Signal, stages_for
 from haldet.stages.base import CellContext, Item, Stage
+from haldet.stages.tokens import SIGNAL_ARRAYS, token_value
 
 STAGE_CLASSES = {
     "generate": "haldet.stages.generate:GenerateStage",
@@ -94,10 +95,24 @@ class EvidenceLoader:
         recs = self.records(stage)
         if signal in ARRAY_SIGNALS:
             return self._arrays(stage, signal, ids, recs)
+        if signal in SIGNAL_ARRAYS:
+            return self._token_arrays(signal, ids, recs)
         out: list[Any] = []
         for item_id in ids:
             rec = recs.get(item_id)
             out.append(None if rec is None else _value(signal, rec))
+        return out
+
+    def _token_arrays(self, signal: Signal, ids: Sequence[str], recs: dict[str, dict[str, Any]]) -> list[Any]:
+        """Array parts of the generate stage's token pass (`stages/tokens.py`); ints stay int64."""
+        name = SIGNAL_ARRAYS[signal]
+        refs = [(i, rec["tokens"]["shard"], item_id) for i, item_id in enumerate(ids)
+                if (rec := recs.get(item_id)) is not None and (rec.get("tokens") or {}).get("shard")
+                and name in rec["tokens"].get("arrays", {}) and not rec["tokens"].get("invalid")]
+        out: list[Any] = [None] * len(ids)
+        arrays = self.ctx.store.arrays("generate").read_many([(shard, item_id) for _, shard, item_id in refs], name)
+        for (i, _, _), arr in zip(refs, arrays, strict=True):
+            out[i] = np.asarray(arr, dtype=np.int64 if name == "topk_ids" else np.float32)
         return out
 
     def _arrays(self, stage: str, signal: Signal, ids: Sequence[str], recs: dict[str, dict[str, Any]]) -> list[Any]:
@@ -138,4 +153,6 @@ def _value(signal: Signal, rec: dict[str, Any]) -> Any:
         if values is None or (not values and rec.get("n_tokens")):  # a non-empty answer sent without log-probs
             return None
         return np.asarray(values, dtype=np.float64)
+    if signal in (Signal.ANSWER_ENTROPIES, Signal.TOKEN_OFFSETS):
+        return token_value(signal, rec)
     raise HaldetError(f"signal {signal.value!r} has no reader", hint="report this as a bug")

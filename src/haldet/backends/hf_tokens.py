@@ -1,0 +1,145 @@
+"""Token-level evidence for the `hf` backend: one teacher-forced pass over prompt + answer ids per batch.
+
+It gives, for each answer token, its log-probability, the entropy of the model's distribution there, the top-k
+tokens with the observed token forced in at index 0, and (when asked) the attention between answer tokens reduced
+to a max over layers and heads (Focus's propagation weights). Offsets map tokens to characters of the response, so
+units (entities, sentences, claims) find their tokens by overlap. Kept apart from `hf.py` (generation) on purpose:
+one concept per module, and the decoding loop changes independently of this pass.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from haldet.backends.base import TokenOutput, TokenRequest
+from haldet.errors import HaldetError
+
+if TYPE_CHECKING:
+    from haldet.backends.hf import HFBackend
+
+
+def encode_response(backend: HFBackend, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+    """Ids and character offsets of a given response; needs a fast tokenizer (offset mapping)."""
+    tok = backend.tokenizer
+    if not getattr(tok, "is_fast", False):
+        raise HaldetError(f"the tokenizer of {backend.name} is not a fast tokenizer, so token offsets are unknown",
+                          where=f"model {backend.name}", hint="use a model whose tokenizer.json is available")
+    enc = tok(text, add_special_tokens=False, return_offsets_mapping=True)
+    return list(enc.input_ids), [(int(a), int(b)) for a, b in enc.offset_mapping]
+
+
+def token_offsets(backend: HFBackend, ids: Sequence[int], text: str) -> list[tuple[int, int]]:
+    """Offsets of generated ids in their decoded answer text (decoded prefixes; the answer text was stripped, so
+    offsets are shifted by the leading whitespace and clipped to the text)."""
+    tok = backend.tokenizer
+    full = str(tok.decode(list(ids), skip_special_tokens=True))
+    lead = len(full) - len(full.lstrip())
+    out = []
+    prev = 0
+    for i in range(len(ids)):
+        end = len(str(tok.decode(list(ids[: i + 1]), skip_special_tokens=True)))
+        a, b = max(0, prev - lead), max(0, end - lead)
+        out.append((min(a, len(text)), min(b, len(text))))
+        prev = end
+    return out
+
+
+def topk_with_observed(logp: Any, observed: Any, k: int) -> tuple[Any, Any]:
+    """[T, k] ids and log-probs: the observed token at index 0, then the k - 1 most likely other tokens."""
+    import torch
+
+    top_lp, top_ids = torch.topk(logp, k, dim=-1)
+    is_obs = top_ids == observed[:, None]
+    # stable sort on "is the observed token": the other tokens keep their order and come first
+    order = torch.sort(is_obs.to(torch.int8), dim=-1, stable=True).indices[:, : k - 1]
+    rest_ids = torch.gather(top_ids, 1, order)
+    rest_lp = torch.gather(top_lp, 1, order)
+    obs_lp = logp.gather(-1, observed[:, None])
+    return torch.cat([observed[:, None], rest_ids], dim=1), torch.cat([obs_lp, rest_lp], dim=1)
+
+
+def token_pass(backend: HFBackend, requests: list[TokenRequest], *, top_k: int, entropies: bool, attention: bool,
+               batch_size: int, progress: Any = None) -> list[TokenOutput]:
+    import torch
+
+    model = backend.model
+    window = backend.window()
+    outputs: list[TokenOutput | None] = [None] * len(requests)
+    rows: list[tuple[int, list[int], int, dict[str, Any] | None]] = []  # (index, ids, answer start, window info)
+    for i, req in enumerate(requests):
+        ids, start, info = list(req.prompt_ids) + list(req.answer_ids), len(req.prompt_ids), None
+        if not req.answer_ids:
+            outputs[i] = TokenOutput(key=req.key, token_logprobs=np.zeros(0), window=None)
+            continue
+        if start < 1:
+            raise ValueError(f"request {req.key}: the answer needs at least one prompt token before it")
+        if len(ids) > window:
+            if len(req.answer_ids) + 1 > window:
+                outputs[i] = TokenOutput(key=req.key, window={
+                    "policy": "skipped", "tokens": len(ids), "window": window,
+                    "reason": f"the answer alone ({len(req.answer_ids)} tokens) exceeds the model window ({window})"})
+                continue
+            drop = len(ids) - window
+            ids, start = ids[drop:], start - drop
+            info = {"policy": "dropped_prompt_head", "tokens": len(ids) + drop, "window": window,
+                    "dropped_tokens": drop}
+        rows.append((i, ids, start, info))
+    rows.sort(key=lambda r: len(r[1]))
+    captured: list[Any] = []  # running max over layers of the head-max attention, [B, S, S]
+    hooks: list[Any] = []
+    original_attn = getattr(model.config, "_attn_implementation", None) or "sdpa"
+    if attention:
+        model.set_attn_implementation("eager")
+
+        def reduce(module: Any, args: Any, out: Any) -> None:
+            if out[1] is None:
+                raise HaldetError("this model did not expose attention weights", where=f"model {backend.name}",
+                                  hint="drop the detectors that read token attention (focus)")
+            layer_max = out[1].float().amax(dim=1)
+            if captured:
+                captured[0] = torch.maximum(captured[0], layer_max)
+            else:
+                captured.append(layer_max)
+
+        hooks = [m.register_forward_hook(reduce) for m in backend._attention_modules()]
+    try:
+        step = max(1, batch_size)
+        for begin in range(0, len(rows), step):
+            batch = rows[begin : begin + step]
+            width = max(len(r[1]) for r in batch)
+            ids_t = torch.full((len(batch), width), backend.tokenizer.pad_token_id, dtype=torch.long)
+            mask = torch.zeros((len(batch), width), dtype=torch.long)
+            for row, (_, ids, _, _) in enumerate(batch):
+                ids_t[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+                mask[row, : len(ids)] = 1
+            captured.clear()
+            with torch.inference_mode():
+                out = model(input_ids=ids_t.to(backend.device), attention_mask=mask.to(backend.device),
+                            output_hidden_states=True, use_cache=False, logits_to_keep=1)
+                last = out.hidden_states[-1]
+                for row, (index, ids, start, info) in enumerate(batch):
+                    logp = backend.answer_log_softmax(last[row], ids, start)
+                    observed = torch.tensor(ids[start:], dtype=torch.long, device=logp.device)
+                    res = TokenOutput(key=requests[index].key, window=info)
+                    res.token_logprobs = logp.gather(-1, observed[:, None]).squeeze(-1).double().cpu().numpy()
+                    if entropies:
+                        res.entropies = (-(logp.exp() * logp).nan_to_num().sum(-1)).double().cpu().numpy()
+                    if top_k > 0:
+                        k_ids, k_lp = topk_with_observed(logp, observed, min(top_k, logp.shape[-1]))
+                        res.topk_ids = k_ids.cpu().numpy().astype(np.int64)
+                        res.topk_logprobs = k_lp.float().cpu().numpy()
+                    if attention:
+                        att = captured[0][row, start : len(ids), start : len(ids)]
+                        res.attention = torch.tril(att, diagonal=-1).cpu().numpy().astype(np.float32)
+                    outputs[index] = res
+            if progress is not None:
+                progress(len(batch))
+    finally:
+        for hook in hooks:
+            hook.remove()
+        if attention and original_attn != "eager":
+            model.set_attn_implementation(original_attn)
+    return [o for o in outputs if o is not None]

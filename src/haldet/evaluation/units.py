@@ -1,0 +1,171 @@
+"""Unit-level metrics (DESIGN section 8): pooled over units, resampled by item.
+
+Units (entities, sentences, claims) of the test items are pooled: AUROC and AUPR over all of them, and F1 with its
+precision and recall at the threshold that maximises F1 on the **validation** units (predict "hallucinated" when
+score >= threshold). The paper's tune-on-test F1-opt (HalluEntity's F1_Opt, P_Opt, R_Opt: the best F1 over all
+thresholds on the evaluated units themselves) is reported only as the labelled variant `f1_opt_test`
+(with `precision_opt_test`, `recall_opt_test`). `tie_share` is the share of test units whose score equals another
+unit's score (ties make rankings arbitrary); `base_rate` is the share of hallucinated test units.
+
+Confidence intervals come from a bootstrap over **items** (grouped): each resample draws test items with
+replacement and keeps all their units, so units of one response never count as independent evidence.
+Resamples in which the units hold only one class are dropped (counted in the note).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import sparse
+from sklearn.metrics import average_precision_score, precision_recall_curve, roc_auc_score
+
+from haldet.evaluation.metrics import MetricValue, _aupr_counts, _auroc_counts
+
+UNIT_METRICS = ("auroc", "aupr", "f1_opt", "precision_opt", "recall_opt", "threshold", "f1_opt_test",
+                "precision_opt_test", "recall_opt_test", "tie_share", "base_rate")
+_BLOCK = 100  # resamples per vectorised block
+
+
+@dataclass
+class UnitData:
+    """Pooled units: binary labels `y` (1 = hallucinated), scores `s` (NaN = invalid) and `group`, the index of the
+    item each unit belongs to (the resampling unit)."""
+
+    y: np.ndarray
+    s: np.ndarray
+    group: np.ndarray
+
+    def __post_init__(self) -> None:
+        self.y = np.asarray(self.y, dtype=np.int64)
+        self.s = np.asarray(self.s, dtype=np.float64)
+        self.group = np.asarray(self.group, dtype=np.int64)
+        if not len(self.y) == len(self.s) == len(self.group):
+            raise ValueError("one label, score and group per unit")
+
+    def valid(self) -> UnitData:
+        keep = np.isfinite(self.s)
+        return UnitData(self.y[keep], self.s[keep], self.group[keep])
+
+    def where(self, mask: np.ndarray) -> UnitData:
+        return UnitData(self.y[mask], self.s[mask], self.group[mask])
+
+
+def best_f1(y: np.ndarray, s: np.ndarray) -> tuple[float, float, float, float]:
+    """(threshold, F1, precision, recall) of the threshold with the best F1 (predict positive when s >= threshold);
+    the first such threshold in ascending order on ties of F1."""
+    precision, recall, thresholds = precision_recall_curve(y, s)
+    precision, recall = precision[:-1], recall[:-1]  # the last point has no threshold
+    denom = precision + recall
+    f1 = np.divide(2 * precision * recall, denom, out=np.zeros_like(denom), where=denom > 0)
+    k = len(f1) - 1 - int(np.argmax(f1[::-1]))
+    return float(thresholds[k]), float(f1[k]), float(precision[k]), float(recall[k])
+
+
+def at_threshold(y: np.ndarray, s: np.ndarray, threshold: float) -> tuple[float, float, float]:
+    """(F1, precision, recall) of predicting positive when s >= threshold (precision 0 when nothing is predicted)."""
+    pred = s >= threshold
+    tp = float(np.sum(pred & (y == 1)))
+    fp = float(np.sum(pred & (y == 0)))
+    fn = float(np.sum(~pred & (y == 1)))
+    p = tp / (tp + fp) if tp + fp else 0.0
+    r = tp / (tp + fn) if tp + fn else 0.0
+    return (2 * p * r / (p + r) if p + r else 0.0), p, r
+
+
+def tie_share(s: np.ndarray) -> float:
+    """Share of scores equal to at least one other score."""
+    if len(s) == 0:
+        return float("nan")
+    _, inverse, counts = np.unique(s, return_inverse=True, return_counts=True)
+    return float(np.mean(counts[inverse] > 1))
+
+
+def group_resample_weights(group: np.ndarray, n_boot: int, seed: int) -> np.ndarray:
+    """[n_boot, n_groups] multiplicities: each resample draws the distinct groups with replacement."""
+    rng = np.random.default_rng(seed)
+    groups = np.unique(group)
+    draws = rng.integers(0, len(groups), size=(n_boot, len(groups)))
+    out = np.zeros((n_boot, len(groups)), dtype=np.float64)
+    np.add.at(out, (np.repeat(np.arange(n_boot), len(groups)), draws.ravel()), 1.0)
+    return out
+
+
+def bootstrap_unit_metrics(data: UnitData, threshold: float | None, n_boot: int, seed: int) -> dict[str, np.ndarray]:
+    """Grouped-bootstrap distributions of auroc, aupr and (with a threshold) f1/precision/recall at it."""
+    _, gidx = np.unique(data.group, return_inverse=True)
+    weights = group_resample_weights(data.group, n_boot, seed)
+    _, bins = np.unique(data.s, return_inverse=True)
+    n, n_bins = len(data.y), int(bins.max()) + 1
+    pos = (data.y == 1).astype(np.float64)
+    onehot = sparse.csr_matrix((np.ones(n), (np.arange(n), bins)), shape=(n, n_bins))
+    pred = (data.s >= threshold).astype(np.float64) if threshold is not None else None
+    out: dict[str, list[np.ndarray]] = {m: [] for m in ("auroc", "aupr", "f1_opt", "precision_opt", "recall_opt")}
+    for start in range(0, n_boot, _BLOCK):
+        w = weights[start : start + _BLOCK][:, gidx]  # [B, n] unit weights
+        cp = np.asarray((w * pos) @ onehot)
+        cn = np.asarray((w * (1 - pos)) @ onehot)
+        ok = (cp.sum(axis=1) > 0) & (cn.sum(axis=1) > 0)
+        cp, cn, w = cp[ok], cn[ok], w[ok]
+        out["auroc"].append(_auroc_counts(cp, cn))
+        out["aupr"].append(_aupr_counts(cp, cn))
+        if pred is not None:
+            tp, fp, fn = w @ (pred * pos), w @ (pred * (1 - pos)), w @ ((1 - pred) * pos)
+            p = np.divide(tp, tp + fp, out=np.zeros_like(tp), where=(tp + fp) > 0)
+            r = np.divide(tp, tp + fn, out=np.zeros_like(tp), where=(tp + fn) > 0)
+            f1 = np.divide(2 * p * r, p + r, out=np.zeros_like(p), where=(p + r) > 0)
+            out["f1_opt"].append(f1)
+            out["precision_opt"].append(p)
+            out["recall_opt"].append(r)
+    return {m: np.concatenate(v) for m, v in out.items() if v}
+
+
+def unit_metrics(test: UnitData, val: UnitData | None, *, n_boot: int = 1000, ci: float = 0.95,
+                 seed: int = 42) -> list[MetricValue]:
+    """Every metric of `UNIT_METRICS` on the test units with a valid score (n and n_pos count units); the threshold
+    comes from the validation units (None values with a note when validation cannot give one)."""
+    coverage = float(np.isfinite(test.s).mean()) if len(test.s) else 0.0
+    data = test.valid()
+    n, n_pos = len(data.y), int(data.y.sum())
+
+    def value(metric: str, v: float | None, lo: float | None = None, hi: float | None = None,
+              note: str = "") -> MetricValue:
+        return MetricValue(metric, v, lo, hi, n, n_pos, coverage, note)
+
+    if n_pos == 0 or n_pos == n:
+        note = ("no test unit has a valid score" if n == 0 else
+                f"test units with a valid score are all one class ({n_pos} positive of {n})")
+        return [value(m, None, note=note) for m in UNIT_METRICS]
+    threshold, threshold_note = None, ""
+    if val is None:
+        threshold_note = "no validation units: no threshold"
+    else:
+        v = val.valid()
+        if v.y.sum() == 0 or v.y.sum() == len(v.y):
+            threshold_note = "validation units with a valid score are all one class: no threshold"
+        else:
+            threshold = best_f1(v.y, v.s)[0]
+    point: dict[str, float | None] = {"auroc": float(roc_auc_score(data.y, data.s)),
+                                      "aupr": float(average_precision_score(data.y, data.s))}
+    if threshold is not None:
+        point["f1_opt"], point["precision_opt"], point["recall_opt"] = at_threshold(data.y, data.s, threshold)
+    _, point["f1_opt_test"], point["precision_opt_test"], point["recall_opt_test"] = best_f1(data.y, data.s)
+    boots = bootstrap_unit_metrics(data, threshold, n_boot, seed) if n_boot > 0 else {}
+    alpha = (1 - ci) / 2
+    dropped = n_boot - len(boots.get("auroc", [])) if n_boot > 0 else 0
+    boot_note = f"{dropped} one-class resamples dropped" if dropped else ""
+    out = []
+    for m in UNIT_METRICS:
+        if m in ("tie_share", "base_rate", "threshold"):
+            v = {"tie_share": tie_share(data.s), "base_rate": n_pos / n, "threshold": threshold}[m]
+            out.append(value(m, v, note=threshold_note if m == "threshold" else ""))
+            continue
+        if m in ("f1_opt", "precision_opt", "recall_opt") and threshold is None:
+            out.append(value(m, None, note=threshold_note))
+            continue
+        lo = hi = None
+        if m in boots and len(boots[m]):
+            lo, hi = (float(q) for q in np.quantile(boots[m], [alpha, 1 - alpha]))
+        note = "threshold tuned on the test units (the paper's F1_Opt convention)" if m.endswith("_test") else ""
+        out.append(value(m, point[m], lo, hi, note or boot_note))
+    return out

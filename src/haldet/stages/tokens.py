@@ -1,0 +1,96 @@
+"""The token pass of the generate stage: token-level evidence from one teacher-forced pass per answer.
+
+For a response that ships with the data, this pass *is* the generate stage: the response is tokenised once (with
+character offsets), forced through the proxy model after the prompt, and the same pass yields the token log-probs
+of the `Generation` and every token-level signal the selected detectors read. For a generated answer it runs over
+the exact generated ids, only when a selected detector reads a token-level signal. No detector runs its own pass.
+
+Parts (each computed only when read): `entropies` and `offsets` (in the generate record, under `tokens`),
+`topk` (`topk_ids` int64 and `topk_logprobs` [T, k], observed token at index 0) and `attention` ([T, T], max over
+layers and heads) in `generate/<shard>.h5`. Record field `tokens`: {parts, top_k, entropies, offsets, shard,
+arrays: {name: shape}, window, invalid}.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from haldet.backends.base import TokenOutput, TokenRequest
+from haldet.signals import Signal
+from haldet.stages.base import CellContext, Item
+
+TOKEN_PASS_VERSION = "tokens-v1"  # bump when what the pass records changes: part of the generate key
+
+# token part -> signals that read it
+PART_SIGNALS: dict[str, frozenset[Signal]] = {
+    "entropies": frozenset({Signal.ANSWER_ENTROPIES}),
+    "offsets": frozenset({Signal.TOKEN_OFFSETS}),
+    "topk": frozenset({Signal.TOKEN_TOPK_IDS, Signal.TOKEN_TOPK_LOGPROBS}),
+    "attention": frozenset({Signal.TOKEN_ATTENTION}),
+}
+ARRAY_PARTS = {"topk": ("topk_ids", "topk_logprobs"), "attention": ("attention",)}
+SIGNAL_ARRAYS = {Signal.TOKEN_TOPK_IDS: "topk_ids", Signal.TOKEN_TOPK_LOGPROBS: "topk_logprobs",
+                 Signal.TOKEN_ATTENTION: "attention"}
+
+
+def token_parts(signals: frozenset[Signal] | None) -> list[str]:
+    """The parts of the token pass that these signals read (none when the selection is unknown)."""
+    if not signals:
+        return []
+    return sorted(part for part, read_by in PART_SIGNALS.items() if read_by & signals)
+
+
+def token_spec(ctx: CellContext) -> dict[str, Any]:
+    """What the token pass computes for this cell (part of the generate key when it runs)."""
+    parts = token_parts(ctx.signals)
+    cfg = ctx.config.tokens
+    return {"parts": parts, "top_k": cfg.top_k if "topk" in parts else None, "version": TOKEN_PASS_VERSION}
+
+
+def run_token_pass(ctx: CellContext, batch: list[Item], answers: dict[str, list[int]]) -> dict[str, TokenOutput]:
+    """One pass over each item's prompt + answer ids (`answers`: item id -> answer token ids)."""
+    parts = token_parts(ctx.signals)
+    backend = ctx.backend
+    requests = [TokenRequest(prompt_ids=backend.encode_prompt(item.prompt), answer_ids=answers[item.id], key=item.id)
+                for item in batch]
+    outs = backend.token_pass(requests, top_k=ctx.config.tokens.top_k if "topk" in parts else 0,
+                              entropies="entropies" in parts, attention="attention" in parts,
+                              batch_size=ctx.config.tokens.batch_size)
+    return {out.key: out for out in outs}
+
+
+def token_record(ctx: CellContext, out: TokenOutput, offsets: list[tuple[int, int]] | None,
+                 arrays: dict[str, np.ndarray]) -> dict[str, Any]:
+    """The `tokens` field of a generate record; array parts go into `arrays` (written to the stage's shard)."""
+    parts = token_parts(ctx.signals)
+    rec: dict[str, Any] = {"parts": parts, "top_k": ctx.config.tokens.top_k if "topk" in parts else None,
+                           "entropies": None, "offsets": None, "shard": None, "arrays": {}, "window": out.window,
+                           "invalid": None}
+    if out.token_logprobs is None:
+        rec["invalid"] = (out.window or {}).get("reason", "the token pass gave no output")
+        return rec
+    if "entropies" in parts and out.entropies is not None:
+        rec["entropies"] = [float(x) for x in out.entropies]
+    if "offsets" in parts and offsets is not None:
+        rec["offsets"] = [[int(a), int(b)] for a, b in offsets]
+    if out.topk_ids is not None and out.topk_logprobs is not None:
+        arrays["topk_ids"], arrays["topk_logprobs"] = out.topk_ids, out.topk_logprobs
+    if out.attention is not None:
+        arrays["attention"] = out.attention
+    return rec
+
+
+def token_value(signal: Signal, rec: dict[str, Any]) -> Any:
+    """A JSON-held token signal from a generate record (None when absent or invalid)."""
+    tokens = rec.get("tokens") or {}
+    if tokens.get("invalid"):
+        return None
+    if signal is Signal.ANSWER_ENTROPIES:
+        values = tokens.get("entropies")
+        return None if values is None else np.asarray(values, dtype=np.float64)
+    if signal is Signal.TOKEN_OFFSETS:
+        values = tokens.get("offsets")
+        return None if values is None else np.asarray(values, dtype=np.int64).reshape(-1, 2)
+    raise KeyError(signal)

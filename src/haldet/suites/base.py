@@ -1,0 +1,97 @@
+"""Suites: neighbouring benchmarks hosted on the same store, stages, detectors and reports (DESIGN section 8b).
+
+A suite is one class with one decorator. It names its datasets (registered adapters), its protocol (`provided`:
+the responses ship with the data and are teacher-forced through the proxy model; `generate`: answers are
+generated and judged as in the main benchmark), the levels it evaluates (`response`, `entity`, `sentence`,
+`claim`, ...), its default detectors, its metrics and its table layouts, how items are split (`grouped`: a
+seeded 60/20/20 split of items, never of units, grouped by `group_of`; `given`: the dataset's own
+`Instance.split`), and run settings under which the user's config file and flags lie:
+
+    @register("my_suite")
+    class MySuite(Suite):
+        title = "My benchmark"
+        paper = "seeds/my.txt"
+        datasets = ("my_dataset",)
+        levels = ("sentence",)
+        detectors = ("likelihood", "entropy")
+        tables = (TableLayout("Table 2", metrics=("auroc", "aupr")),)
+
+`haldet run --suite my_suite` then runs it (`haldet suites list` shows every suite).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from haldet.errors import HaldetError
+from haldet.evaluation.metrics import MetricValue
+from haldet.evaluation.units import UNIT_METRICS, UnitData, unit_metrics
+from haldet.registry import Registry
+from haldet.schema import LEVELS, Instance
+
+
+@dataclass(frozen=True)
+class TableLayout:
+    """One table of a suite's report: detectors as rows, `metrics` as columns, at one `level`, one table per model
+    (and per dataset when the suite has several)."""
+
+    title: str
+    metrics: tuple[str, ...] = ("auroc", "aupr", "f1_opt", "precision_opt", "recall_opt")
+    level: str | None = None  # None: the suite's first level
+
+
+class Suite:
+    """Base class; subclasses set the class attributes (and may override `group_of` and `unit_metrics`)."""
+
+    name: ClassVar[str] = ""
+    title: ClassVar[str] = ""
+    paper: ClassVar[str] = ""                     # where its protocol is defined (seed file or citation)
+    description: ClassVar[str] = ""
+    datasets: ClassVar[tuple[str, ...]] = ()
+    protocol: ClassVar[str] = "provided"          # "provided" | "generate"
+    levels: ClassVar[tuple[str, ...]] = ("response",)
+    detectors: ClassVar[tuple[str, ...]] = ()
+    metrics: ClassVar[tuple[str, ...]] = UNIT_METRICS
+    tables: ClassVar[tuple[TableLayout, ...]] = ()
+    splits: ClassVar[str] = "grouped"             # "grouped" | "given"
+    settings: ClassVar[dict[str, Any]] = {}       # RunConfig defaults (e.g. {"limit": None, "tokens": {...}})
+
+    def __init__(self) -> None:
+        bad = [lv for lv in self.levels if lv not in LEVELS]
+        if bad or self.protocol not in ("provided", "generate") or self.splits not in ("grouped", "given"):
+            raise ValueError(f"suite {self.name!r}: levels must be among {LEVELS} (got {bad}), protocol provided|"
+                             f"generate (got {self.protocol!r}), splits grouped|given (got {self.splits!r})")
+
+    def config_base(self) -> dict[str, Any]:
+        """The run settings this suite implies; a config file and command-line flags override them."""
+        return {"limit": None, **self.settings, "suite": self.name, "datasets": list(self.datasets),
+                "detectors": list(self.detectors)}
+
+    def group_of(self, instance: Instance) -> str:
+        """Items sharing a group land in the same split part (e.g. answers about one document)."""
+        return instance.id
+
+    def unit_metrics(self, level: str, test: UnitData, val: UnitData | None, *, n_boot: int, ci: float,
+                     seed: int) -> list[MetricValue]:
+        """Metrics of one detector at one level; override to add a suite's own (e.g. ranking loss)."""
+        return unit_metrics(test, val, n_boot=n_boot, ci=ci, seed=seed)
+
+    @classmethod
+    def info(cls) -> dict[str, Any]:
+        return {"name": cls.name, "title": cls.title, "paper": cls.paper, "datasets": list(cls.datasets),
+                "protocol": cls.protocol, "levels": list(cls.levels), "detectors": list(cls.detectors),
+                "splits": cls.splits, "description": cls.description}
+
+
+SUITES: Registry[type[Suite]] = Registry("suite", "haldet.suites")
+
+register = SUITES.register  # class decorator: @register("name")
+
+
+def get_suite(name: str, where: str = "--suite") -> Suite:
+    """A suite instance by registry name (unknown names list the known ones)."""
+    try:
+        return SUITES.get(name, where=where)()
+    except ValueError as exc:
+        raise HaldetError(str(exc), where=f"suite {name}", hint="fix the suite class's attributes") from None

@@ -1,0 +1,30 @@
+"""The HalluEntity suite (seeds/halluentity.txt): entity-level hallucination detection on given biographies.
+
+The responses ship with the data (ChatGPT biographies) and are teacher-forced through a proxy model, as the paper
+does with 17 open models (here the embedded SmolLM2-135M by default: a substitute, named in every result row).
+Five token-score detectors are aggregated to entities by the mean of their token scores, and evaluated pooled
+over entities: AUROC, AUPRC, and F1 with its precision and recall at the F1-optimal threshold chosen on the
+validation items (the paper's tune-on-test F1_Opt is reported as `f1_opt_test`). Items are split 60/20/20
+(seeded), never entities.
+"""
+
+from __future__ import annotations
+
+from haldet.suites.base import Suite, TableLayout, register
+
+HALLUENTITY_METRICS = ("auroc", "aupr", "f1_opt", "precision_opt", "recall_opt")
+
+
+@register("halluentity")
+class HalluEntitySuite(Suite):
+    title = "HalluEntity: entity-level hallucination detection"
+    paper = "seeds/halluentity.txt (Yeh et al., 2025)"
+    description = "Given ChatGPT biographies, entity labels; token scores from a proxy model, averaged per entity."
+    datasets = ("halluentity",)
+    protocol = "provided"
+    levels = ("entity",)
+    detectors = ("likelihood", "entropy")
+    tables = (TableLayout("Tables 2/3 (entity level)", metrics=HALLUENTITY_METRICS),
+              TableLayout("Tune-on-test variant (the paper's F1_Opt convention)",
+                          metrics=("f1_opt_test", "precision_opt_test", "recall_opt_test", "tie_share",
+                                   "base_rate")))

@@ -1,0 +1,90 @@
+"""A suite's tables from the tidy result rows, shaped by its `TableLayout`s: detectors as rows, metrics as columns,
+one table per (layout, dataset, model). Printed after `haldet run --suite` and written to `suite_tables.md`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from haldet.store import atomic_write_text
+from haldet.suites.base import Suite, TableLayout, get_suite
+
+METRIC_TITLES = {"auroc": "AUROC", "aupr": "AUPRC", "f1_opt": "F1-opt", "precision_opt": "P-opt",
+                 "recall_opt": "R-opt", "f1_opt_test": "F1-opt (tuned on test)", "threshold": "threshold",
+                 "precision_opt_test": "P-opt (tuned on test)", "recall_opt_test": "R-opt (tuned on test)",
+                 "tie_share": "ties", "base_rate": "base rate"}
+
+
+def _fmt(value: Any) -> str:
+    return "—" if value is None else f"{value:.3f}"
+
+
+def layouts(suite: Suite) -> list[TableLayout]:
+    return list(suite.tables) or [TableLayout(suite.title or suite.name)]
+
+
+def table_cells(suite: Suite, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per (layout, dataset, model): title, level, metric columns and one line per detector
+    (value and CI per metric; the first note of the line)."""
+    out = []
+    for layout in layouts(suite):
+        level = layout.level or suite.levels[0]
+        cells = sorted({(r["dataset"], r["model"]) for r in rows if r.get("level") == level})
+        for dataset, model in cells:
+            lines: dict[str, dict[str, dict[str, Any]]] = {}
+            for r in rows:
+                if (r["dataset"], r["model"], r.get("level")) == (dataset, model, level):
+                    lines.setdefault(r["detector"], {})[r["metric"]] = r
+            out.append({"title": f"{layout.title}: {dataset} | {model} ({level} level)", "level": level,
+                        "metrics": list(layout.metrics), "lines": lines})
+    return out
+
+
+def suite_markdown(suite: Suite, rows: list[dict[str, Any]]) -> str:
+    parts = []
+    for t in table_cells(suite, rows):
+        head = ["detector", *(METRIC_TITLES.get(m, m) for m in t["metrics"]), "N units", "note"]
+        body = []
+        for det, metrics in t["lines"].items():
+            first = next(iter(metrics.values()))
+            notes = sorted({str(m.get("note")) for m in metrics.values() if m.get("note")})
+            body.append([det, *(_fmt(metrics.get(m, {}).get("value")) for m in t["metrics"]), str(first.get("n")),
+                         "; ".join(notes)])
+        parts.append(f"### {t['title']}\n\n| " + " | ".join(head) + " |\n|" + "---|" * len(head) + "\n"
+                     + "".join("| " + " | ".join(line) + " |\n" for line in body))
+    return "\n".join(parts) or "No result rows.\n"
+
+
+def rich_tables(suite: Suite, rows: list[dict[str, Any]]) -> list[Table]:
+    tables = []
+    for t in table_cells(suite, rows):
+        table = Table(title=t["title"])
+        table.add_column("detector", no_wrap=True)
+        for m in t["metrics"]:
+            table.add_column(METRIC_TITLES.get(m, m), justify="right")
+        table.add_column("N units", justify="right")
+        for det, metrics in t["lines"].items():
+            cells = []
+            for m in t["metrics"]:
+                r = metrics.get(m, {})
+                ci = f" [{_fmt(r.get('ci_low'))}, {_fmt(r.get('ci_high'))}]" if r.get("ci_low") is not None else ""
+                cells.append(_fmt(r.get("value")) + ci)
+            table.add_row(det, *cells, str(next(iter(metrics.values())).get("n")))
+        tables.append(table)
+    return tables
+
+
+def print_suite_results(name: str, rows: list[dict[str, Any]], target: Path, console: Console, *,
+                        as_json: bool = False) -> None:
+    """The suite's tables on the terminal (or the rows as JSON) and `suite_tables.md` in the run directory."""
+    suite = get_suite(name)
+    atomic_write_text(target / "suite_tables.md", f"# {suite.title or suite.name}\n\n" + suite_markdown(suite, rows))
+    if as_json:
+        console.print_json(json.dumps(rows, default=str))
+        return
+    for table in rich_tables(suite, rows):
+        console.print(table)

@@ -1,0 +1,135 @@
+"""The HalluEntity suite end to end on its fixture with the embedded model, and its adapter's data handling."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from haldet.config import load_config
+from haldet.datasets.base import get_adapter
+from haldet.detectors.unit import unit_token_index
+from haldet.errors import HaldetError
+from haldet.schema import Category, Generation, Instance, SpanLabel
+from haldet.signals import SignalView
+from haldet.suites.base import get_suite
+from haldet.units import align_sequential
+
+FIX = Path(__file__).parent / "fixtures" / "datasets"
+
+
+def test_sequential_alignment_finds_repeats_in_order_and_reports_misses() -> None:
+    text = "born in Paris; moved to Paris in 1990"
+    assert align_sequential(text, ["Paris", "Paris", "1990"]) == [(8, 13), (24, 29), (33, 37)]
+    assert align_sequential(text, ["Paris", "Berlin", "1990"]) == [(8, 13), None, (33, 37)]
+
+
+def test_fixture_maps_entities_to_offsets_with_labels() -> None:
+    instances, report = get_adapter("halluentity", FIX).load()
+    assert len(instances) == 6 and report.n_skipped == 0
+    lanny = next(i for i in instances if "Lanny" in i.question)
+    assert lanny.response is not None
+    for unit in lanny.units:
+        assert unit.kind == "entity" and lanny.response[unit.start : unit.end] == unit.text
+    labels = {u.text: u.category for u in lanny.units}
+    assert labels["December 18, 1949"] is Category.HALLUCINATION and labels["American"] is Category.CORRECT
+    hopper = next(i for i in instances if "Hopper" in i.question)
+    assert hopper.meta["unaligned"] == [{"index": 11, "entity": "Harvard Mark I", "not_hallucinated": True}]
+
+
+@pytest.mark.parametrize(("row", "field"), [
+    ({"prompt": "p", "response": "a b", "entity": ["a", "b"], "entity_label": [True]}, "entity_label"),
+    ({"prompt": "p", "response": "a b", "entity": ["a"], "entity_label": ["maybe"]}, "entity_label[0]"),
+    ({"prompt": "p", "response": "a b", "entity": "a", "entity_label": [True]}, "entity"),
+    ({"prompt": "p", "entity": ["a"], "entity_label": [True]}, "response"),
+])
+def test_malformed_row_names_row_and_field(tmp_path: Path, row: dict, field: str) -> None:
+    good = {"prompt": "Tell me a bio of X.", "response": "X is a poet.", "entity": ["X", "poet"],
+            "entity_label": [True, False]}
+    path = tmp_path / "halluentity" / "train.jsonl"
+    path.parent.mkdir()
+    path.write_text(json.dumps(good) + "\n" + json.dumps(row) + "\n")
+    with pytest.raises(HaldetError) as err:
+        get_adapter("halluentity", tmp_path).load(seed=0)
+    assert "row 1" in err.value.message and repr(field) in err.value.message
+    instances, report = get_adapter("halluentity", tmp_path).load(on_bad_row="skip")
+    assert len(instances) == 1 and report.n_skipped == 1
+
+
+def test_tokens_map_to_units_by_offset_overlap() -> None:
+    offsets = np.array([[0, 3], [3, 9], [9, 9], [9, 15], [15, 16]])  # "Ada| Byron|<empty>| wrote|."
+    units = [SpanLabel(start=0, end=9, category=Category.CORRECT, kind="entity"),
+             SpanLabel(start=10, end=15, category=Category.HALLUCINATION, kind="entity"),
+             SpanLabel(start=16, end=16, category=Category.CORRECT, kind="entity")]
+    index = unit_token_index(offsets, units)
+    assert [list(i) for i in index] == [[0, 1], [3], []]
+
+
+def test_scoring_views_never_show_unit_labels() -> None:
+    inst = Instance(id="d/test/1", dataset="d", scenario="s", task_type="t", question="q", response="abc",
+                    units=[SpanLabel(start=0, end=1, category=Category.HALLUCINATION, kind="entity", grade=3)],
+                    response_label=Category.HALLUCINATION)
+    gen = Generation(id=inst.id, prompt="q", response="abc", token_ids=[1], token_logprobs=[-0.1],
+                     finish_reason="provided", n_tokens=1, model="m", provided=True)
+    view = SignalView(ids=[inst.id], instances=[inst], generations=[gen], loader=lambda s, ids: [],
+                      labels=np.array([1]))
+    hidden = view.subset([0], with_labels=False).instances[0]
+    assert hidden.units[0].category is Category.INVALID and hidden.units[0].grade is None
+    assert hidden.response_label is None and hidden.units[0].start == 0
+    assert view.subset([0], with_labels=True).instances[0].units[0].category is Category.HALLUCINATION
+
+
+@pytest.fixture(scope="module")
+def suite_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict], list]:
+    from haldet import pipeline
+
+    out = tmp_path_factory.mktemp("halluentity")
+    config = load_config(None, base=get_suite("halluentity").config_base(), data_dir=str(FIX))
+    rows, cells = pipeline.run(config, out)
+    return out, rows, cells
+
+
+def test_suite_runs_end_to_end_on_the_fixture(suite_run) -> None:
+    out, rows, cells = suite_run
+    cell = cells[0]
+    assert not cell.error and {r["level"] for r in rows} == {"entity"}
+    assert {r["detector"] for r in rows} >= {"likelihood", "entropy"}
+    assert cell.data["protocol"] == "provided" and cell.data["units"]["entity"]["units"] == 64
+    # grouped: every item in exactly one part
+    split = json.loads((out / "halluentity" / "smollm2-135m" / "split.json").read_text())
+    ids = split["train"] + split["val"] + split["test"]
+    assert len(ids) == len(set(ids)) == 6
+    # metrics pool the entities of the test items (all valid here: every entity has tokens)
+    instances = {i.id: i for i in get_adapter("halluentity", FIX).load()[0]}
+    n_test = sum(len(instances[i].units) for i in split["test"])
+    for r in rows:
+        if r["metric"] == "auroc":
+            assert r["n"] == n_test and r["coverage"] == 1.0
+
+
+def test_given_responses_are_teacher_forced_with_offsets(suite_run) -> None:
+    from haldet.backends.hf import HFBackend
+
+    out, _, _ = suite_run
+    recs = [json.loads(line) for line in (out / "halluentity" / "smollm2-135m" / "generate.jsonl").open()]
+    backend = HFBackend("smollm2-135m")
+    for rec in recs:
+        assert rec["provided"] and rec["finish_reason"] == "provided"
+        ids, offsets = backend.encode_response(rec["response"])
+        assert rec["token_ids"] == ids and rec["tokens"]["offsets"] == [list(o) for o in offsets]
+        assert len(rec["token_logprobs"]) == len(ids) == len(rec["tokens"]["entropies"])
+        assert all(lp <= 0 for lp in rec["token_logprobs"])
+        assert rec["prompt"].endswith("\n") and "<|im_start|>" not in rec["prompt"]  # raw input format
+
+
+def test_rerun_reads_every_score_from_the_cache(suite_run) -> None:
+    from haldet import pipeline
+
+    out, rows, _ = suite_run
+    config = load_config(None, base=get_suite("halluentity").config_base(), data_dir=str(FIX))
+    rows2, cells2 = pipeline.run(config, out)
+    assert all(d.cached for d in cells2[0].detectors if not d.error)
+    assert [(r["detector"], r["metric"], r["value"]) for r in rows2] == [
+        (r["detector"], r["metric"], r["value"]) for r in rows]
