@@ -91,6 +91,38 @@ def _token_entropies(rng: np.random.Generator, y: np.ndarray) -> list[Any]:
     return [rng.gamma(1.0 + 2 * v, 0.4, size=int(rng.integers(3, 12))) for v in y]
 
 
+@signal_maker(Signal.ANSWER_ENTROPIES)
+def _answer_entropies(rng: np.random.Generator, y: np.ndarray) -> list[Any]:
+    return [rng.gamma(1.0 + 2 * v, 0.4, size=int(rng.integers(3, 12))) for v in y]
+
+
+@signal_maker(Signal.TOKEN_OFFSETS)
+def _token_offsets(rng: np.random.Generator, y: np.ndarray) -> list[Any]:
+    # consecutive 4-character tokens over the synthetic answer
+    return [np.stack([np.arange(0, 48, 4), np.arange(4, 52, 4)], axis=1).astype(np.int64) for _ in y]
+
+
+@signal_maker(Signal.TOKEN_TOPK_IDS)
+def _token_topk_ids(rng: np.random.Generator, y: np.ndarray) -> list[Any]:
+    return [np.stack([rng.permutation(1000)[:K] for _ in range(12)]).astype(np.int64) for _ in y]
+
+
+@signal_maker(Signal.TOKEN_TOPK_LOGPROBS)
+def _token_topk_logprobs(rng: np.random.Generator, y: np.ndarray) -> list[Any]:
+    # observed token first (less likely for hallucinated items), then alternatives in descending order
+    out = []
+    for v in y:
+        alts = -np.sort(rng.gamma(2.0, 1.0, size=(12, K - 1)), axis=1)
+        observed = -rng.gamma(1.0 + 2 * v, 0.4, size=(12, 1))
+        out.append(np.concatenate([observed, alts], axis=1).astype(np.float32))
+    return out
+
+
+@signal_maker(Signal.TOKEN_ATTENTION)
+def _token_attention(rng: np.random.Generator, y: np.ndarray) -> list[Any]:
+    return [np.tril(rng.random((12, 12)), k=-1).astype(np.float32) for _ in y]
+
+
 @signal_maker(Signal.SAMPLES)
 def _samples(rng: np.random.Generator, y: np.ndarray) -> list[Any]:
     # correct items: consistent samples; hallucinated: scattered; one empty sample kept in place now and then

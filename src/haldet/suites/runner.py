@@ -108,7 +108,8 @@ def run_level(name: str, level: str, suite: Suite, config: RunConfig, store: Cel
         detector.progress = progress
     run = DetectorRun(name=name, family=str(detector.family()), level=level)
     position = {item_id: i for i, item_id in enumerate(view.ids)}
-    key = digest([name, detector.params, level, ev_key, split if detector.trains else None])
+    run.identity = detector.identity()
+    key = digest([name, run.identity, level, ev_key, split if detector.trains else None])
     run.key = key
     log = store.log(f"scores/{name}@{level}")
     cached = log.read(key)
@@ -192,7 +193,7 @@ def run_suite_cell(config: RunConfig, store: RunStore, dataset: str, model: str,
                     f"{name} at {level} level (it scores {', '.join(cls.levels)})")
                 continue
             try:
-                ev_key = evidence_key(ctx, items, needed_stages(cls.requires))
+                ev_key = evidence_key(ctx, items, needed_stages(make_detector(name, config).signals()))
                 run = run_level(name, level, suite, config, cell, view, split, ev_key, progress)
             except (ValueError, RuntimeError) as exc:  # a detector bug or bad parameter: reported, no number
                 run = DetectorRun(name=name, family=str(cls.family()), level=level,
