@@ -53,7 +53,7 @@ def test_malformed_row_names_row_and_field(tmp_path: Path, row: dict, field: str
     path.write_text(json.dumps(good) + "\n" + json.dumps(row) + "\n")
     with pytest.raises(HaldetError) as err:
         get_adapter("halluentity", tmp_path).load(seed=0)
-    assert "row 1" in err.value.message and repr(field) in err.value.message
+    assert "line 2" in err.value.message and repr(field) in err.value.message  # the file line of the bad row
     instances, report = get_adapter("halluentity", tmp_path).load(on_bad_row="skip")
     assert len(instances) == 1 and report.n_skipped == 1
 
