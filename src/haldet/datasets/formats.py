@@ -16,7 +16,7 @@ import io
 import json
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +36,7 @@ class RawFile:
     kind: str  # "json", "jsonl", "csv", "tsv", "parquet"
     data: Any
     lines: list[int | None]
+    key_lines: dict[str, list[int | None]] = field(default_factory=dict)  # lines of a nested list, computed once
 
     def rows(self) -> list[dict[str, Any]] | None:
         """The file's rows, each with its line: a list of objects, or the list of objects a JSON object holds
@@ -93,18 +94,21 @@ def _line_at(text: str, pos: int) -> int:
 
 
 def _array_lines(text: str, start: int) -> list[int | None]:
-    """1-based line of each element of the JSON array whose '[' is at `start`."""
+    """1-based line of each element of the JSON array whose '[' is at `start` (lines counted incrementally:
+    linear in the file size)."""
     decoder = json.JSONDecoder()
     out: list[int | None] = []
     pos = start + 1
+    line, counted = _line_at(text, pos), pos
     ws = re.compile(r"[\s,]*")
     while True:
         pos = ws.match(text, pos).end()  # type: ignore[union-attr]
         if pos >= len(text) or text[pos] == "]":
             return out
-        line = _line_at(text, pos)
-        _, pos = decoder.raw_decode(text, pos)
+        line += text.count("\n", counted, pos)
+        counted = pos
         out.append(line)
+        _, pos = decoder.raw_decode(text, pos)
 
 
 def read_raw(path: Path) -> RawFile:
@@ -217,7 +221,9 @@ def records(raw: RawFile, key: str | None = None) -> list[tuple[dict[str, Any], 
         if not isinstance(raw.data, dict) or not isinstance(raw.data.get(key), list):
             return None
         data = raw.data[key]
-        lines = _key_lines(raw.path, key, len(data))
+        if key not in raw.key_lines:
+            raw.key_lines[key] = _key_lines(raw.path, key, len(data))
+        lines = raw.key_lines[key]
     if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
         return None
     return list(zip(data, lines if len(lines) == len(data) else [None] * len(data), strict=True))
