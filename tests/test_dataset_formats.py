@@ -97,6 +97,16 @@ def test_data_file_and_any_file_name(tmp_path: Path) -> None:
     assert load("ragtruth", FIX / "datasets" / "ragtruth" / "response.jsonl")
 
 
+def test_a_readme_next_to_the_data_is_ignored_but_a_broken_data_file_is_not(tmp_path: Path) -> None:
+    (tmp_path / "gsm8k").mkdir()
+    shutil.copy(FIX / "datasets" / "gsm8k" / "test.jsonl", tmp_path / "gsm8k" / "test.jsonl")
+    (tmp_path / "gsm8k" / "README.md").write_text("# GSM8K\nGrade school math.\n")
+    assert len(load("gsm8k", tmp_path)) == 3
+    (tmp_path / "gsm8k" / "train.jsonl").write_text('{"question": "1+1?",\n')
+    with pytest.raises(HaldetError, match="malformed JSON"):
+        load("gsm8k", tmp_path)
+
+
 def test_unrecognised_file_is_named_with_the_accepted_formats(tmp_path: Path) -> None:
     (tmp_path / "squad_v2").mkdir()
     (tmp_path / "squad_v2" / "notes.json").write_text('[{"foo": 1, "bar": 2}]')

@@ -286,12 +286,18 @@ class DatasetAdapter:
         if not paths:
             raise self.missing_local(f"{self._local_folder()} (and the other names listed in docs/datasets.md)")
         by_split: dict[str, list[tuple[Path, list[dict[str, Any]]]]] = {}
-        rejected: list[tuple[RawFile, str]] = []
+        rejected: list[tuple[Path, str]] = []
         for path in paths:
-            raw = read_raw(path)
+            try:
+                raw = read_raw(path)
+            except HaldetError as exc:
+                if any(s.lower().lstrip(".") in EXTENSIONS for s in path.suffixes):
+                    raise  # a data file that cannot be read is an error, never skipped
+                rejected.append((path, exc.what))  # a README or licence next to the data
+                continue
             parts = self.recognise(raw)
             if parts is None:
-                rejected.append((raw, self._why_not(raw)))
+                rejected.append((path, self._why_not(raw)))
                 continue
             for split, part in parts:
                 by_split.setdefault(split, []).append((path, part))
@@ -322,14 +328,13 @@ class DatasetAdapter:
                     f"flat rows with columns {found}")
         return f"not a known format (columns found: {found})"
 
-    def _unrecognised(self, rejected: list[tuple[RawFile, str]]) -> HaldetError:
-        first = rejected[0]
-        reasons = "; ".join(f"{raw.path.name}: {why}" for raw, why in rejected[:4])
-        missing = all(why.startswith("missing column") for _, why in rejected)
+    def _unrecognised(self, rejected: list[tuple[Path, str]]) -> HaldetError:
+        reasons = "; ".join(f"{path.name}: {why}" for path, why in rejected[:4])
+        single = len(rejected) == 1 and rejected[0][1].startswith("missing column")
         return HaldetError(
-            (f"data file of dataset {self.name!r}: {first[1]}" if len(rejected) == 1 and missing else
+            (f"data file of dataset {self.name!r}: {rejected[0][1]}" if single else
              f"no file in a format of dataset {self.name!r} ({reasons})"),
-            where=str(first[0].path) if len(rejected) == 1 else self._local_folder(),
+            where=str(rejected[0][0]) if len(rejected) == 1 else self._local_folder(),
             hint=f"accepted: {self._accepted()}",
         )
 
