@@ -140,3 +140,15 @@ def test_without_namespaces_code_is_refused_unless_opted_in(monkeypatch: pytest.
     result = _run_bounded(source)
     assert result.passed, result.output
     assert _alive_with(token) == []
+
+
+@needs_namespaces
+def test_a_sandbox_that_cannot_be_set_up_stops_with_a_message(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a program cannot fake that failure (the token it would need is gone once it runs): it just fails
+    faked = run_python("import sys\nprint('haldet-sandbox 0123abcd: cannot bind', file=sys.stderr)\nsys.exit(121)\n",
+                       timeout=3.0, memory_mb=512)
+    assert not faked.passed and faked.returncode == 121
+    # without a PID namespace sandbox_init refuses to go on: no verdict, one message
+    monkeypatch.setattr(sandbox, "_UNSHARE", ("--user", "--map-root-user", "--net", "--mount"))
+    with pytest.raises(HaldetError, match="could not be set up: not the first process"):
+        run_python("print(1)\n", timeout=3.0, memory_mb=512)

@@ -137,8 +137,9 @@ def namespace_support() -> str:
         return "the `unshare` program (util-linux) is not installed"
     workdir = tempfile.mkdtemp(prefix="haldet-exec-probe-")
     try:
-        res = subprocess.run([exe, *_UNSHARE, sys.executable, "-I", "-B", str(_INIT), workdir, sys.executable,
-                              "-I", "-B", "-c", "pass"], capture_output=True, timeout=30, stdin=subprocess.DEVNULL)
+        res = subprocess.run([exe, *_UNSHARE, sys.executable, "-I", "-B", str(_INIT), "probe", workdir,
+                              sys.executable, "-I", "-B", "-c", "pass"], capture_output=True, timeout=30,
+                             stdin=subprocess.DEVNULL)
     except (OSError, subprocess.SubprocessError) as exc:
         return f"unshare failed: {exc}"
     finally:
@@ -169,8 +170,10 @@ def run_contained(program: Path, *, timeout: float, memory_mb: int) -> Outcome:
     isolated = check_allowed()
     workdir = str(program.parent)
     cmd = [sys.executable, "-I", "-B", str(program)]
+    token = secrets.token_hex(8)
     if isolated:
-        cmd = [shutil.which("unshare") or "unshare", *_UNSHARE, sys.executable, "-I", "-B", str(_INIT), workdir, *cmd]
+        cmd = [shutil.which("unshare") or "unshare", *_UNSHARE, sys.executable, "-I", "-B", str(_INIT), token,
+               workdir, *cmd]
     limit = memory_mb * 1024 * 1024
     cpu = int(timeout) + 1
 
@@ -185,10 +188,17 @@ def run_contained(program: Path, *, timeout: float, memory_mb: int) -> Outcome:
     env = {"PATH": "/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir, "LANG": "C.UTF-8", "PYTHONHASHSEED": "0"}
     group = PidsCgroup(NPROC) if os.geteuid() == 0 else None  # unshare and the program count too
     try:
-        return _supervise(cmd, workdir, env, limits, group, timeout=timeout, isolated=isolated)
+        outcome = _supervise(cmd, workdir, env, limits, group, timeout=timeout, isolated=isolated)
     finally:
         if group is not None:
             group.remove()
+    marker = f"haldet-sandbox {token}:"
+    if isolated and marker in outcome.output:  # the sandbox itself failed: no verdict on the code
+        why = outcome.output.split(marker, 1)[1].strip().splitlines()[0]
+        raise HaldetError(f"the execution sandbox could not be set up: {why}", where="execution judge (exec:python)",
+                          hint=f"report this with the message above; {OPT_IN}=1 runs code without the sandbox "
+                               "(docs/judges.md), or label with --judge llm or --judge rule")
+    return outcome
 
 
 def _supervise(cmd: list[str], workdir: str, env: dict[str, str], limits: Callable[[], None],

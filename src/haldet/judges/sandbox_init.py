@@ -1,4 +1,4 @@
-"""First process inside the execution judge's namespaces (run as `python -I -B sandbox_init.py WORKDIR PROGRAM...`).
+"""First process inside the execution judge's namespaces (`python -I -B sandbox_init.py TOKEN WORKDIR PROGRAM...`).
 
 It runs as PID 1 of a fresh PID namespace, "root" of a fresh user namespace (mapped to the unprivileged user
 outside), in fresh mount and network namespaces. Before it replaces itself with the program it:
@@ -11,8 +11,9 @@ outside), in fresh mount and network namespaces. Before it replaces itself with 
 4. execs the program, which thereby becomes PID 1: when it exits, the kernel kills every process left in the
    namespace (a `setsid` or double-forked child included), and killing it from outside does the same.
 
-A step that fails exits with status 121 and a line on stderr starting with `haldet-sandbox:`; the judge then
-refuses to run code rather than run it less contained. Standard library only: it must not import haldet.
+A step that fails exits with status 121 and a line `haldet-sandbox TOKEN: ...` on stderr (TOKEN: a secret of the
+judge, gone from the process once the program runs, so a program cannot fake a setup failure); the judge then
+stops with that message rather than run code less contained. Standard library only: it must not import haldet.
 """
 
 from __future__ import annotations
@@ -35,10 +36,11 @@ _DEVICES = ("null", "zero", "random", "urandom")
 _HIDDEN = ("/tmp", "/var/tmp", "/run")
 
 _libc = ctypes.CDLL(None, use_errno=True)
+_token = ""
 
 
 def _fail(what: str) -> None:
-    print(f"haldet-sandbox: {what}", file=sys.stderr, flush=True)
+    print(f"haldet-sandbox {_token}: {what}", file=sys.stderr, flush=True)
     os._exit(SETUP_FAILED)
 
 
@@ -106,9 +108,10 @@ def drop_capabilities() -> None:
 
 
 def main(argv: list[str]) -> None:
-    if len(argv) < 3:
-        _fail("usage: sandbox_init.py WORKDIR PROGRAM [ARGS...]")
-    workdir, program = os.path.realpath(argv[1]), argv[2:]
+    global _token
+    if len(argv) < 4:
+        _fail("usage: sandbox_init.py TOKEN WORKDIR PROGRAM [ARGS...]")
+    _token, workdir, program = argv[1], os.path.realpath(argv[2]), argv[3:]
     if os.getpid() != 1:
         _fail("not the first process of a new PID namespace")
     read_only_except(workdir)
