@@ -20,6 +20,7 @@ from rich.console import Console
 from haldet import __version__
 from haldet.config import RunConfig, load_config, split_names
 from haldet.errors import HaldetError, storage_error
+from haldet.suites.hallulens.cli import app as hallulens_app
 
 app = typer.Typer(
     help="Benchmark hallucination detectors for LLMs: generate answers, label them, score them with "
@@ -34,6 +35,7 @@ suites_app = typer.Typer(help="List the hosted benchmarks (suites): HalluEntity,
 app.add_typer(datasets_app, name="datasets")
 app.add_typer(detectors_app, name="detectors")
 app.add_typer(suites_app, name="suites")
+app.add_typer(hallulens_app, name="hallulens")
 
 console = Console(stderr=True)
 out_console = Console()

@@ -1,0 +1,143 @@
+"""`haldet hallulens build|evaluate`: construct the shared test sets, then evaluate models on them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from haldet.config import JudgeConfig, split_names
+
+app = typer.Typer(help="HalluLens (PreciseWikiQA, LongWiki, NonExistentRefusal): build seeded shared test sets, "
+                       "evaluate models with the HalluLens judges, Table 2-shaped rates. See docs/suites.md.")
+
+Backend = Annotated[str, typer.Option(help="openai (any OpenAI-compatible endpoint) or hf (local model).")]
+
+
+def _llm_config(backend: str, model: str | None, base_url: str | None, retries: int, max_tokens: int) -> JudgeConfig:
+    return JudgeConfig(backend=backend, model=model, base_url=base_url, retries=retries,  # type: ignore[arg-type]
+                       max_tokens=max_tokens)
+
+
+def _ints(text: str, n: int, flag: str, example: str) -> list[int]:
+    from haldet.errors import HaldetError
+
+    try:
+        values = [int(x) for x in text.split(",")]
+    except ValueError:
+        values = []
+    if len(values) != n or min(values) < 0:
+        raise HaldetError(f"{flag} {text!r} is not {n} comma-separated non-negative integers", where=flag,
+                          hint=f"e.g. {flag} {example}")
+    return values
+
+
+@app.command()
+def build(
+    out: Annotated[Path, typer.Option(help="Folder of the built set (seed-<s>/<task>.jsonl + build.json).")],
+    task: Annotated[list[str] | None, typer.Option(help="precisewikiqa, longwiki, nonexistent, proxy_qa (repeat or "
+                                                   "comma list; default: the tasks whose sources are given).")] = None,
+    pages: Annotated[Path | None, typer.Option(help="GoodWiki-style page file (title, document|markdown, "
+                                               "h_score or decile).")] = None,
+    taxonomy: Annotated[Path | None, typer.Option(help="ITIS-like taxonomy file (name, family, domain|kingdom).")
+                        ] = None,
+    medicines: Annotated[Path | None, typer.Option(help="Medicine list (name).")] = None,
+    generator_model: Annotated[list[str] | None, typer.Option(
+        help="Question/name generator(s); several take turns for GeneratedEntities.")] = None,
+    generator_backend: Backend = "hf",
+    generator_base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible endpoint.")] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the first trial (trial t uses seed + t).")] = 42,
+    trials: Annotated[int, typer.Option(help="Sets to build (the paper evaluates 3).")] = 3,
+    qa_size: Annotated[int, typer.Option(help="PreciseWikiQA questions (balanced over 10 deciles).")] = 5000,
+    long_size: Annotated[int, typer.Option(help="LongWiki prompts (balanced over deciles 5-9).")] = 250,
+    qa_tokens: Annotated[str, typer.Option(help="PreciseWikiQA section length MIN,MAX (tokens).")] = "200,500",
+    long_tokens: Annotated[str, typer.Option(help="LongWiki section length MIN,MAX (tokens).")] = "500,750",
+    mixed_per_domain: Annotated[int, typer.Option(help="MixedEntities names per domain.")] = 2000,
+    generated: Annotated[str, typer.Option(help="GeneratedEntities sizes business,event,product.")] = "300,300,50",
+    prompts: Annotated[Path | None, typer.Option(help="YAML file overriding HalluLens prompt texts.")] = None,
+    retries: Annotated[int, typer.Option(help="Extra attempts per failed or malformed call.")] = 4,
+) -> None:
+    """Build the test sets every tested model shares: seeded, cached (a rerun reuses every model reply)."""
+    from haldet.cli import console, progress_bars
+    from haldet.suites.hallulens.build import BuildConfig
+    from haldet.suites.hallulens.llm import StructuredLLM
+    from haldet.suites.hallulens.prompts import Prompts
+    from haldet.suites.hallulens.sets import build_sets
+
+    tasks = split_names(task) or [t for t, src in (("precisewikiqa", pages), ("longwiki", pages),
+                                                   ("nonexistent", taxonomy)) if src] or ["proxy_qa"]
+    sizes = _ints(generated, 3, "--generated", "300,300,50")
+    qa_lo, qa_hi = _ints(qa_tokens, 2, "--qa-tokens", "200,500")
+    long_lo, long_hi = _ints(long_tokens, 2, "--long-tokens", "500,750")
+    cfg = BuildConfig(seed=seed, qa_size=qa_size, long_size=long_size, mixed_per_domain=mixed_per_domain,
+                      qa_min_tokens=qa_lo, qa_max_tokens=qa_hi, long_min_tokens=long_lo, long_max_tokens=long_hi,
+                      generated=dict(zip(("business", "event", "product"), sizes, strict=True)))
+    cache = out / "cache" / "llm.jsonl"
+    generators = [StructuredLLM(_llm_config(generator_backend, m, generator_base_url, retries, 512), cache=cache)
+                  for m in split_names(generator_model)] if tasks != ["proxy_qa"] else []
+    with progress_bars() as make:
+        manifest = build_sets(out, tasks=tasks, cfg=cfg, trials=trials, generators=generators,
+                              prompts=Prompts(prompts), pages=str(pages) if pages else None,
+                              taxonomy=str(taxonomy) if taxonomy else None,
+                              medicines=str(medicines) if medicines else None, progress=make)
+    for name, rep in manifest["reports"].items():
+        console.print(f"{name}: {rep['kept']} of {rep['wanted']} kept; dropped {rep['dropped'] or 'none'}; "
+                      f"failed calls {len(rep['failures'])}" + (f"; {'; '.join(rep['notes'])}" if rep["notes"] else ""),
+                      highlight=False)
+    console.print(f"built set: {out}")
+
+
+@app.command()
+def evaluate(
+    set_dir: Annotated[Path, typer.Option("--set", help="A folder written by `haldet hallulens build`.")],
+    out: Annotated[Path, typer.Option(help="Output folder (answers, judgements, rates, detection sets).")],
+    model: Annotated[list[str], typer.Option(help="Tested model(s): hf id/alias/path, or openai:<name>.")],
+    model_base_url: Annotated[str | None, typer.Option(help="Endpoint for openai:<name> models.")] = None,
+    task: Annotated[list[str] | None, typer.Option(help="Tasks to evaluate (default: all in the set).")] = None,
+    judge_model: Annotated[str | None, typer.Option(help="LLM judge (without one only rule judges decide; "
+                                                   "the rest is listed as failed).")] = None,
+    judge_backend: Backend = "openai",
+    judge_base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible endpoint of the judge.")] = None,
+    pages: Annotated[Path | None, typer.Option(help="Page file for LongWiki retrieval (default: the build's).")
+                     ] = None,
+    k: Annotated[int, typer.Option(help="K of Recall@K / F1@K.")] = 32,
+    limit: Annotated[int | None, typer.Option(help="First N items of each set file (quick checks).")] = None,
+    max_new_tokens: Annotated[int | None, typer.Option(help="Answer budget for every task (default per task: "
+                                                       "128 QA, 1024 LongWiki, 256 NonExistentRefusal).")] = None,
+    prompts: Annotated[Path | None, typer.Option(help="YAML file overriding HalluLens prompt texts.")] = None,
+    retries: Annotated[int, typer.Option(help="Extra attempts per failed or malformed judge call.")] = 4,
+) -> None:
+    """Answer every prompt of the set with each model, judge, and print the Table 2-shaped rates."""
+    from rich.table import Table
+
+    from haldet.cli import console, out_console, progress_bars
+    from haldet.suites.hallulens.evaluate import MAX_NEW_TOKENS, Target, table_rows
+    from haldet.suites.hallulens.evaluate import evaluate as run_eval
+    from haldet.suites.hallulens.llm import StructuredLLM
+    from haldet.suites.hallulens.prompts import Prompts
+
+    judge = StructuredLLM(_llm_config(judge_backend, judge_model, judge_base_url, retries, 256),
+                          cache=out / "judge_cache.jsonl") if judge_model else None
+    targets = [Target(m, base_url=model_base_url) for m in split_names(model)]
+    budgets = {t: max_new_tokens for t in MAX_NEW_TOKENS} if max_new_tokens else None
+    with progress_bars() as make:
+        results = run_eval(set_dir, out, targets=targets, judge=judge, tasks=split_names(task) or None,
+                           prompts=Prompts(prompts), pages=str(pages) if pages else None, k=k,
+                           max_new_tokens=budgets, limit=limit, progress=make)
+    header, rows = table_rows(results)
+    table = Table(title="HalluLens (percent, mean ± sd over trials)")
+    for h in header:
+        table.add_column(h)
+    for r in rows:
+        table.add_row(*r)
+    out_console.print(table)
+    for model_name, per_task in results["models"].items():
+        for task_name, res in per_task.items():
+            failed = sum(t["failed"] for t in res["trials"].values())
+            if failed:
+                console.print(f"[yellow]{model_name} {task_name}: {failed} item(s) not judged[/yellow] "
+                              f"(see <model>/seed-*/{task_name}.failed.jsonl; a rerun retries them)")
+    if not judge_model:
+        console.print("no --judge-model: only rule judges decided; undecided items are listed as failed")
+    console.print(f"results: {out / 'results.json'}, {out / 'table.md'}")

@@ -1,0 +1,266 @@
+"""Evaluate target models on a built HalluLens set: answer, judge, rates per trial, mean/sd over trials, detection
+sets from the judged answers.
+
+Layout of the output directory:
+    OUT/results.json                            per model: per task, per trial rates + mean/sd over trials
+    OUT/table.md                                Table 2-shaped summary
+    OUT/judge_cache.jsonl                       every judge reply (keyed by request; reruns are free)
+    OUT/<model>/seed-<s>/<task>.answers.jsonl   the model's answers (keyed by model, prompt, decoding)
+    OUT/<model>/seed-<s>/<task>.judged.jsonl    one judgement record per judged item
+    OUT/<model>/seed-<s>/<task>.failed.jsonl    judge steps that failed after retries (rerun retries them)
+    OUT/<model>/detection/<task>.jsonl          detection set: prompt, response, label (+ claim units for LongWiki)
+Target answers come from greedy decoding with the model's chat template and no system prompt (paper appendix C:
+temperature 0, top-p 1), through the local transformers backend or, for `openai:<model>`, any OpenAI-compatible
+endpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from haldet.assets import file_sha256
+from haldet.config import JudgeConfig, digest
+from haldet.errors import HaldetError
+from haldet.store import StageLog, atomic_write_text, read_json
+from haldet.suites.hallulens.build import Item
+from haldet.suites.hallulens.judges import HalluLensJudges, Judgement
+from haldet.suites.hallulens.llm import CallFailure, Request, StructuredLLM
+from haldet.suites.hallulens.rates import far_rates, longwiki_rates, mean_sd, qa_rates
+from haldet.suites.hallulens.sets import MANIFEST, read_items, trial_dirs
+
+MAX_NEW_TOKENS = {"precisewikiqa": 128, "proxy_qa": 128, "longwiki": 1024, "nonexistent": 256}
+ProgressFactory = Callable[[str, int], Callable[[int], None]]
+
+
+def slug(model: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", model).strip("_") or "model"
+
+
+class Target:
+    """A tested model: `openai:<name>` (endpoint from `base_url`) or a local hf id / alias / path."""
+
+    def __init__(self, spec: str, *, base_url: str | None = None, api_key_env: str = "OPENAI_API_KEY",
+                 concurrency: int = 8, backend: Any = None) -> None:
+        self.spec = spec
+        self.remote = spec.startswith("openai:")
+        self._backend = backend
+        if self.remote:
+            cfg = JudgeConfig(backend="openai", model=spec.split(":", 1)[1], base_url=base_url, json_mode=False,
+                              api_key_env=api_key_env, concurrency=concurrency)
+            self._llm = StructuredLLM(cfg)
+
+    def fingerprint(self) -> Any:
+        if self.remote:
+            return ["openai", self.spec, self._llm.config.base_url]
+        return ["hf", self.spec, self.backend.fingerprint()]
+
+    @property
+    def backend(self) -> Any:
+        if self._backend is None:
+            from haldet.backends.hf import HFBackend
+
+            self._backend = HFBackend(self.spec)
+        return self._backend
+
+    def answer(self, prompts: Sequence[str], max_new_tokens: int, progress: Callable[[int], None] | None) -> list[
+            str | CallFailure]:
+        if self.remote:
+            outs = self._llm.ask([Request([{"role": "user", "content": p}], str, max_tokens=max_new_tokens)
+                                  for p in prompts], progress)
+            return [o.value if not isinstance(o, CallFailure) else o for o in outs]
+        rendered = [self.backend.render_chat([{"role": "user", "content": p}]) for p in prompts]
+        outs = self.backend.generate(rendered, max_new_tokens=max_new_tokens, batch_size=8, progress=progress)
+        return [o.text.strip() for o in outs]
+
+
+def answer_items(target: Target, items: Sequence[Item], path: Path, max_new_tokens: int,
+                 progress: ProgressFactory | None, label: str) -> tuple[dict[str, str], list[dict[str, Any]]]:
+    """Answers by item id (cached in `path`, keyed by model, prompt and decoding) and the calls that failed."""
+    log = StageLog(path)
+    fp = target.fingerprint()
+    keys = {it.id: digest(["answer", fp, it.prompt, max_new_tokens]) for it in items}
+    done = {i: r["response"] for i, r in log.read(keys).items()}
+    todo = [it for it in items if it.id not in done]
+    failures: list[dict[str, Any]] = []
+    if todo:
+        bar = progress(label, len(todo)) if progress else None
+        outs = target.answer([it.prompt for it in todo], max_new_tokens, bar)
+        recs = []
+        for it, out in zip(todo, outs, strict=True):
+            if isinstance(out, CallFailure):
+                failures.append({"id": it.id, "step": "answer", "error": out.error, "attempts": out.attempts})
+                continue
+            done[it.id] = out
+            recs.append({"id": it.id, "key": keys[it.id], "response": out, "model": target.spec})
+        log.append(recs)
+    return done, failures
+
+
+def task_rates(task: str, items: Sequence[Item], judgement: Judgement, k: int) -> dict[str, Any]:
+    records = list(judgement.records.values())
+    if task in ("precisewikiqa", "proxy_qa"):
+        rates = qa_rates(records)
+    elif task == "longwiki":
+        rates = longwiki_rates(records, k)
+    else:
+        domains = {it.id: (it.subtask, it.domain) for it in items}
+        rates = far_rates(records, domains)
+    rates["failed"] = len({f["id"] for f in judgement.failures})
+    return rates
+
+
+def detection_rows(task: str, items: Sequence[Item], responses: dict[str, str], judgement: Judgement
+                   ) -> list[dict[str, Any]]:
+    """Judged answers as a detection set: response label hallucination / correct / abstention (excluded by the
+    evaluation). NonExistentRefusal: acceptance = hallucination, refusal = correct (never an abstention).
+    LongWiki: claim units (offsets of the sentence each claim came from) labelled by verification."""
+    by_id = {it.id: it for it in items}
+    rows = []
+    for item_id, rec in judgement.records.items():
+        it = by_id[item_id]
+        units: list[dict[str, Any]] = []
+        if task == "nonexistent":
+            label = "hallucination" if rec["believes"] else "correct"
+        elif rec["abstained"]:
+            label = "abstention"
+        elif task == "longwiki":
+            for sent in rec.get("sentences", []):
+                for claim in sent["claims"]:
+                    units.append({"kind": "claim", "start": sent["start"], "end": sent["end"], "text": claim["text"],
+                                  "label": "correct" if claim["supported"] else "hallucination"})
+            if not units:
+                continue
+            label = "hallucination" if any(u["label"] == "hallucination" for u in units) else "correct"
+        else:
+            label = "correct" if rec["verdict"] == "CORRECT" else "hallucination"
+        rows.append({"id": item_id, "task": task, "prompt": it.prompt, "response": responses[item_id],
+                     "label": label, "units": units, "gold": it.answer, "name": it.name, "domain": it.domain})
+    return rows
+
+
+def _jsonl(path: Path, rows: Sequence[dict[str, Any]]) -> None:
+    atomic_write_text(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+
+
+def evaluate(set_dir: Path, out: Path, *, targets: Sequence[Target], judge: StructuredLLM | None,
+             tasks: Sequence[str] | None = None, prompts: Any, pages: str | None = None, k: int = 32,
+             max_new_tokens: dict[str, int] | None = None, limit: int | None = None,
+             progress: ProgressFactory | None = None) -> dict[str, Any]:
+    from haldet.suites.hallulens.retrieval import PassageIndex
+    from haldet.suites.hallulens.sources import load_pages
+
+    manifest = read_json(set_dir / MANIFEST) if (set_dir / MANIFEST).exists() else {}
+    trials = trial_dirs(set_dir)
+    wanted = list(tasks or manifest.get("tasks") or [])
+    budgets = {**MAX_NEW_TOKENS, **(max_new_tokens or {})}
+    index = None
+    if "longwiki" in wanted:
+        page_file = pages or manifest.get("sources", {}).get("pages", {}).get("path")
+        if not page_file or not Path(page_file).is_file():
+            raise HaldetError("LongWiki verification needs the page file the set was built from",
+                              where=str(page_file or set_dir / MANIFEST), hint="pass --pages FILE")
+        recorded = manifest.get("sources", {}).get("pages", {}).get("sha256")
+        if recorded and file_sha256(Path(page_file)) != recorded:
+            raise HaldetError("the page file differs from the one the set was built from", where=str(page_file),
+                              hint="pass the original file with --pages, or rebuild the set")
+        index = PassageIndex(load_pages(page_file))
+    judges = HalluLensJudges(judge, prompts, index)
+    results: dict[str, Any] = {"set": str(set_dir), "set_manifest": {k_: manifest.get(k_) for k_ in
+                                                                       ("config", "sources", "generators",
+                                                                        "prompts_digest", "built_at")},
+                               "judge": judge.usage_report() if judge else None, "judge_fingerprint":
+                               judges.fingerprint(), "k": k, "models": {}}
+    for target in targets:
+        per_task: dict[str, Any] = {}
+        for task in wanted:
+            trial_rates: dict[str, Any] = {}
+            detection: list[dict[str, Any]] = []
+            for folder in trials:
+                path = folder / f"{task}.jsonl"
+                if not path.exists():
+                    continue
+                items = read_items(path)[:limit] if limit else read_items(path)
+                cell = out / slug(target.spec) / folder.name
+                responses, answer_failures = answer_items(target, items, cell / f"{task}.answers.jsonl",
+                                                          budgets[task], progress,
+                                                          f"answer {task} [{target.spec} | {folder.name}]")
+                judgement = judges.judge(items, responses)
+                judgement.failures = answer_failures + judgement.failures
+                _jsonl(cell / f"{task}.judged.jsonl", list(judgement.records.values()))
+                _jsonl(cell / f"{task}.failed.jsonl", judgement.failures)
+                trial_rates[folder.name] = task_rates(task, items, judgement, k)
+                detection += detection_rows(task, items, responses, judgement)
+            if not trial_rates:
+                continue
+            _jsonl(out / slug(target.spec) / "detection" / f"{task}.jsonl", detection)
+            metrics = _metric_names(task)
+            summary = {m: mean_sd([float(r[m]) for r in trial_rates.values()]) for m in metrics}
+            per_task[task] = {"trials": trial_rates, "summary": summary}
+        results["models"][target.spec] = per_task
+    if judge is not None:
+        results["judge"] = judge.usage_report()
+    atomic_write_text(out / "results.json", json.dumps(_no_nan(results), indent=2, allow_nan=False) + "\n")
+    atomic_write_text(out / "table.md", table_markdown(results) + "\n")
+    return results
+
+
+def _no_nan(obj: Any) -> Any:
+    """JSON has no NaN: undefined rates are written as null (their reasons sit beside them)."""
+    if isinstance(obj, dict):
+        return {k: _no_nan(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_no_nan(v) for v in obj]
+    if isinstance(obj, float) and math.isnan(obj):
+        return None
+    return obj
+
+
+def _metric_names(task: str) -> list[str]:
+    return {"precisewikiqa": ["false_refusal", "hallucination", "correct"],
+            "proxy_qa": ["false_refusal", "hallucination", "correct"],
+            "longwiki": ["false_refusal", "recall_at_k", "precision", "f1_at_k", "f1_of_means"],
+            "nonexistent": ["far", "mixed", "generated"]}[task]
+
+
+COLUMNS = [("precisewikiqa", "false_refusal", "PWQA FR"), ("precisewikiqa", "hallucination", "PWQA H"),
+           ("precisewikiqa", "correct", "PWQA C"), ("proxy_qa", "false_refusal", "proxy FR"),
+           ("proxy_qa", "hallucination", "proxy H"), ("proxy_qa", "correct", "proxy C"),
+           ("longwiki", "false_refusal", "LW FR"), ("longwiki", "recall_at_k", "LW R@K"),
+           ("longwiki", "precision", "LW P"), ("longwiki", "f1_at_k", "LW F1@K"),
+           ("longwiki", "f1_of_means", "LW F1(mean P, mean R)"), ("nonexistent", "far", "FAR"),
+           ("nonexistent", "mixed", "FAR mixed"), ("nonexistent", "generated", "FAR generated")]
+
+
+def _cell(stat: dict[str, Any] | None) -> str:
+    if stat is None or math.isnan(stat["mean"]):
+        return "n/a"
+    text = f"{100 * stat['mean']:.2f}"
+    return text + (f" ± {100 * stat['sd']:.2f}" if not math.isnan(stat["sd"]) else "")
+
+
+def table_rows(results: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+    """Table 2 shape: one row per model; PreciseWikiQA FR/H/C | LongWiki FR/R@K/P/F1@K | FAR (percent,
+    mean ± sd over trials). The proxy's columns appear, labelled as such, only when it was run."""
+    present = {t for m in results["models"].values() for t in m}
+    cols = [c for c in COLUMNS if c[0] in present]
+    header = ["model", *[c[2].replace("@K", f"@{results['k']}") for c in cols]]
+    rows = []
+    for model, per_task in results["models"].items():
+        rows.append([model, *[_cell(per_task.get(t, {}).get("summary", {}).get(m)) for t, m, _ in cols]])
+    return header, rows
+
+
+def table_markdown(results: dict[str, Any]) -> str:
+    header, rows = table_rows(results)
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    note = ("\nPercent, mean ± sample sd over trials. FR false refusal, H hallucination when not refused, C correct; "
+            "LW LongWiki; FAR false acceptance (Mixed + Generated)/2.")
+    if any(h.startswith("proxy") for h in header):
+        note += " proxy = PROXY set (HaluEval-QA questions asked closed-book), not PreciseWikiQA."
+    return "\n".join(lines) + note

@@ -1,0 +1,229 @@
+"""HalluLens judges: rule judges first where they decide, the LLM (structured replies, own prompts) for the rest.
+
+Per task, a judgement record per answered item:
+- PreciseWikiQA / proxy: `abstained` (rule: a refusal phrase or an empty reply; the gold answer stated -> not
+  abstained; LLM otherwise), then for non-abstained items `verdict` CORRECT / INCORRECT / UNVERIFIABLE (rule:
+  the gold answer found as a normalised phrase -> CORRECT; LLM otherwise).
+- NonExistentRefusal: `believes` (rule: a refusal phrase -> does not believe; LLM otherwise). Acceptance of a
+  non-existent entity is the hallucination; a refusal is the right behaviour.
+- LongWiki: `abstained` as above; for answers, sentences (spaCy, with character offsets), claims per sentence
+  (LLM), top-5 passages per claim (`PassageIndex`), `supported` per claim (rule: the claim's normalised text
+  inside a passage -> supported; LLM otherwise).
+A step that neither a rule nor the LLM decides (no LLM configured, or every attempt failed) leaves the item
+without that judgement: the failure is listed with its step and error, and the item is left out of the rates.
+Each decision records who made it (`rule:...` or the LLM's id).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from haldet.judges.text import contains_phrase, is_refusal, normalize
+from haldet.suites.hallulens.build import Item
+from haldet.suites.hallulens.llm import CallFailure, Request, StructuredLLM
+from haldet.suites.hallulens.prompts import (
+    AbstentionReply,
+    BeliefReply,
+    ClaimsReply,
+    Prompts,
+    VerifyReply,
+    json_parser,
+    parse_correctness,
+)
+from haldet.suites.hallulens.retrieval import PassageIndex
+
+RULE_REFUSAL = "rule:refusal"
+RULE_EMPTY = "rule:empty"
+RULE_GOLD = "rule:gold_match"
+RULE_QUOTED = "rule:in_passage"
+MIN_SENTENCE_CHARS = 5
+JUDGE_VERSION = 1
+REASONING = '{"reasoning": "'  # reply prefix forced on local models
+
+
+@dataclass
+class Judgement:
+    """Judged items (id -> record) and the steps that failed (listed, never labels)."""
+
+    records: dict[str, dict[str, Any]] = field(default_factory=dict)
+    failures: list[dict[str, Any]] = field(default_factory=list)
+
+    def fail(self, item_id: str, step: str, error: str, attempts: int = 0) -> None:
+        self.failures.append({"id": item_id, "step": step, "error": error, "attempts": attempts})
+        self.records.pop(item_id, None)
+
+
+def sentence_spans(text: str) -> list[tuple[int, int, str]]:
+    """(start, end, sentence) with character offsets into `text` (sentences found in order)."""
+    from haldet.sentences import split_sentences
+
+    out, pos = [], 0
+    for sent in split_sentences(text):
+        start = text.find(sent, pos)
+        if start < 0:
+            continue
+        out.append((start, start + len(sent), sent))
+        pos = start + len(sent)
+    return out
+
+
+class HalluLensJudges:
+    """All HalluLens judgements. `llm` may be None: then only the rule judges decide and the rest is listed."""
+
+    def __init__(self, llm: StructuredLLM | None, prompts: Prompts, index: PassageIndex | None = None) -> None:
+        self.llm = llm
+        self.prompts = prompts
+        self.index = index
+
+    def fingerprint(self) -> list[Any]:
+        return ["hallulens-judges", JUDGE_VERSION, self.llm.fingerprint() if self.llm else None, self.prompts.digest,
+                self.index.fingerprint() if self.index else None]
+
+    def _ask(self, out: Judgement, step: str, jobs: Sequence[tuple[str, Any, Request[Any]]],
+             apply: Callable[[str, Any, Any], None]) -> None:
+        """Ask the LLM for each (item id, position, request); a failure fails its whole item (listed), the
+        parsed values of the items still standing are applied with their position."""
+        if not jobs:
+            return
+        if self.llm is None:
+            for item_id, _, _ in jobs:
+                out.fail(item_id, step, "no LLM judge configured and no rule decides this item")
+            return
+        results = self.llm.ask([r for _, _, r in jobs])
+        for (item_id, _, _), res in zip(jobs, results, strict=True):
+            if isinstance(res, CallFailure):
+                out.fail(item_id, step, res.error, res.attempts)
+        for (item_id, pos, _), res in zip(jobs, results, strict=True):
+            if not isinstance(res, CallFailure) and item_id in out.records:
+                apply(item_id, pos, res.value)
+
+    def judge(self, items: Sequence[Item], responses: dict[str, str]) -> Judgement:
+        """Judge every item that has a response (items of one task)."""
+        out = Judgement()
+        todo = [it for it in items if it.id in responses]
+        if not todo:
+            return out
+        task = todo[0].task
+        for it in todo:
+            out.records[it.id] = {"id": it.id, "task": it.task}
+        if task == "nonexistent":
+            self._belief(out, todo, responses)
+            return out
+        self._abstention(out, todo, responses)
+        if task == "longwiki":
+            self._claims(out, todo, responses)
+        else:
+            self._correctness(out, todo, responses)
+        return out
+
+    # --- steps ------------------------------------------------------------------------------------------------
+    def _abstention(self, out: Judgement, items: Sequence[Item], responses: dict[str, str]) -> None:
+        jobs = []
+        for it in items:
+            rec, text = out.records[it.id], responses[it.id]
+            if not normalize(text):
+                rec.update(abstained=True, abstained_by=RULE_EMPTY)
+            elif is_refusal(text) and not (it.answer and it.task != "longwiki" and contains_phrase(text, it.answer)):
+                rec.update(abstained=True, abstained_by=RULE_REFUSAL)
+            elif it.task != "longwiki" and it.answer and contains_phrase(text, it.answer):
+                rec.update(abstained=False, abstained_by=RULE_GOLD)
+            else:
+                jobs.append((it.id, None, self.prompts.request(
+                    "abstention", json_parser(AbstentionReply), REASONING, question=it.prompt, response=text)))
+
+        def apply(item_id: str, _: Any, value: AbstentionReply) -> None:
+            assert self.llm is not None
+            out.records[item_id].update(abstained=value.abstains, abstained_by=self.llm.id,
+                                        abstention_reasoning=value.reasoning)
+
+        self._ask(out, "abstention", jobs, apply)
+
+    def _correctness(self, out: Judgement, items: Sequence[Item], responses: dict[str, str]) -> None:
+        jobs = []
+        for it in items:
+            rec = out.records.get(it.id)
+            if rec is None or rec.get("abstained") is not False:
+                continue
+            text = responses[it.id]
+            if contains_phrase(text, it.answer):
+                rec.update(verdict="CORRECT", verdict_by=RULE_GOLD)
+            else:
+                jobs.append((it.id, None, self.prompts.request(
+                    "correctness", parse_correctness, REASONING, question=it.prompt, gold=it.answer, response=text)))
+
+        def apply(item_id: str, _: Any, value: Any) -> None:
+            assert self.llm is not None
+            out.records[item_id].update(verdict=value.verdict, verdict_by=self.llm.id,
+                                        verdict_reasoning=value.reasoning)
+
+        self._ask(out, "correctness", jobs, apply)
+
+    def _belief(self, out: Judgement, items: Sequence[Item], responses: dict[str, str]) -> None:
+        jobs = []
+        for it in items:
+            text = responses[it.id]
+            rec = out.records[it.id]
+            if not normalize(text):
+                rec.update(believes=False, believes_by=RULE_EMPTY)
+            elif is_refusal(text):
+                rec.update(believes=False, believes_by=RULE_REFUSAL)
+            else:
+                jobs.append((it.id, None, self.prompts.request(
+                    "belief", json_parser(BeliefReply), REASONING, name=it.name, type=it.type, question=it.prompt,
+                    response=text)))
+
+        def apply(item_id: str, _: Any, value: BeliefReply) -> None:
+            assert self.llm is not None
+            out.records[item_id].update(believes=value.believes, believes_by=self.llm.id,
+                                        belief_reasoning=value.reasoning)
+
+        self._ask(out, "belief", jobs, apply)
+
+    def _claims(self, out: Judgement, items: Sequence[Item], responses: dict[str, str]) -> None:
+        by_id = {it.id: it for it in items}
+        jobs = []
+        for it in items:
+            rec = out.records.get(it.id)
+            if rec is None or rec.get("abstained") is not False:
+                continue
+            spans = sentence_spans(responses[it.id])
+            rec["sentences"] = [{"start": s, "end": e, "text": t, "claims": []} for s, e, t in spans]
+            for k, (_, _, sent) in enumerate(spans):
+                if len(sent) < MIN_SENTENCE_CHARS:
+                    continue
+                context = " ".join(t for _, _, t in spans[max(0, k - 3):k + 2])
+                jobs.append((it.id, k, self.prompts.request(
+                    "claims", json_parser(ClaimsReply), '{"claims": [', question=it.prompt, context=context,
+                    sentence=sent)))
+
+        def apply_claims(item_id: str, k: int, reply: ClaimsReply) -> None:
+            seen: set[str] = set()
+            for claim in reply.claims:
+                text = " ".join(str(claim).split())
+                if text and text.lower() not in seen:
+                    seen.add(text.lower())
+                    out.records[item_id]["sentences"][k]["claims"].append({"text": text})
+
+        self._ask(out, "claims", jobs, apply_claims)
+        verify = []
+        for item_id, rec in list(out.records.items()):
+            for k, sent in enumerate(rec.get("sentences", [])):
+                for j, claim in enumerate(sent["claims"]):
+                    it = by_id[item_id]
+                    passages = self.index.top(it.title, it.prompt, claim["text"]) if self.index else []
+                    claim["passages"] = [p.title for p in passages]
+                    if any(f" {normalize(claim['text'])} " in f" {normalize(p.text)} " for p in passages):
+                        claim.update(supported=True, supported_by=RULE_QUOTED)
+                        continue
+                    verify.append((item_id, (k, j), self.prompts.request(
+                        "verify", json_parser(VerifyReply), REASONING, passages=passages, claim=claim["text"])))
+
+        def apply_verify(item_id: str, pos: tuple[int, int], reply: VerifyReply) -> None:
+            k, j = pos
+            assert self.llm is not None
+            out.records[item_id]["sentences"][k]["claims"][j].update(
+                supported=reply.supported, supported_by=self.llm.id, reasoning=reply.reasoning)
+
+        self._ask(out, "verify", verify, apply_verify)

@@ -1,0 +1,236 @@
+"""Structured LLM calls for HalluLens construction and judging, cached on disk.
+
+HalluLens needs many kinds of model calls (write a question, check answerability, judge a refusal, extract
+claims, ...), each with its own reply format. `StructuredLLM.ask` takes requests (chat messages plus a parser
+that turns the reply text into a value or raises `ValueError`) and returns, per request, the parsed value or a
+`CallFailure` after its retries: a failure is listed, never turned into a value.
+
+Backends are the ones the LLM judge uses (`haldet.judges.llm`): any OpenAI-compatible endpoint through the
+async `openai` client (bounded concurrency, retries with backoff, Retry-After honoured), or a local model
+through `HFBackend` (batched greedy decoding). A malformed reply is retried with the bad reply and a correction
+request appended. Decoding is deterministic (temperature 0, fixed seed), so a reply is a function of the
+request; replies are cached in a JSONL file keyed by the model's fingerprint and the whole request, which makes
+construction and judging resumable and reruns free.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+from haldet.config import JudgeConfig, digest
+from haldet.errors import HaldetError
+from haldet.judges.llm import OpenAIChat, RetryableError, Usage, _run_coroutine
+from haldet.store import StageLog
+
+T = TypeVar("T")
+CORRECTION = ("Your reply could not be read: {error}. Reply again, following the requested format exactly "
+              "and adding nothing else.")
+
+
+@dataclass
+class Request(Generic[T]):
+    """One call: `messages` (chat turns), `parse` (reply text -> value, `ValueError` when malformed), `prefill`
+    (start of the reply forced on a local model so small models stay on format; part of the parsed text)."""
+
+    messages: list[dict[str, str]]
+    parse: Callable[[str], T]
+    prefill: str = ""
+    max_tokens: int | None = None
+
+
+@dataclass(frozen=True)
+class CallFailure:
+    """No usable reply after all attempts (endpoint errors or malformed replies)."""
+
+    error: str
+    attempts: int
+
+
+@dataclass
+class Reply(Generic[T]):
+    value: T
+    text: str
+    cached: bool = False
+
+
+Outcome = Reply[Any] | CallFailure
+
+
+@dataclass
+class CallLog:
+    """Every failed call, with what it was for, so a report can list them."""
+
+    failures: list[dict[str, Any]] = field(default_factory=list)
+
+
+class StructuredLLM:
+    """A model answering structured requests. `config` is a `JudgeConfig` (backend, model, endpoint, retries,
+    concurrency, seed, max_tokens); `cache` a JSONL file of earlier replies (None = no cache)."""
+
+    def __init__(self, config: JudgeConfig, *, cache: Path | None = None, backend: Any = None) -> None:
+        if not config.model:
+            raise HaldetError("no model configured for HalluLens calls", where="--judge-model / --generator-model",
+                              hint="name an OpenAI-compatible model (with --*-base-url) or a local one with "
+                                   "backend hf, e.g. smollm2-135m")
+        self.config = config
+        self.cache = StageLog(cache) if cache is not None else None
+        self._hf = backend
+        self.usage = Usage()
+
+    @property
+    def id(self) -> str:
+        return f"{self.config.backend}:{self.config.model}"
+
+    def fingerprint(self) -> list[Any]:
+        c = self.config
+        return [c.backend, c.model, c.base_url if c.backend == "openai" else None, c.seed, c.json_mode]
+
+    def request_key(self, request: Request[Any]) -> str:
+        return digest([self.fingerprint(), request.messages, request.prefill,
+                       request.max_tokens or self.config.max_tokens], length=24)
+
+    def ask(self, requests: Sequence[Request[T]], progress: Callable[[int], None] | None = None) -> list[Outcome]:
+        """Parsed replies (or failures) in request order; cached replies are reused and new ones cached."""
+        out: list[Outcome | None] = [None] * len(requests)
+        keys = [self.request_key(r) for r in requests]
+        cached = self.cache.read() if self.cache is not None else {}
+        todo: list[int] = []
+        for i, (req, key) in enumerate(zip(requests, keys, strict=True)):
+            rec = cached.get(key)
+            if rec is not None:
+                try:
+                    out[i] = Reply(req.parse(rec["text"]), rec["text"], cached=True)
+                    if progress:
+                        progress(1)
+                    continue
+                except ValueError:
+                    pass  # a parser changed since: ask again
+            todo.append(i)
+        if todo:
+            start = time.perf_counter()
+
+            def done(local: int, outcome: Outcome) -> None:
+                index = todo[local]
+                out[index] = outcome
+                if isinstance(outcome, Reply) and self.cache is not None:
+                    self.cache.append([{"id": keys[index], "key": keys[index], "text": outcome.text}])
+                if progress:
+                    progress(1)
+
+            pending = [requests[i] for i in todo]
+            try:
+                if self.config.backend == "hf":
+                    self._ask_hf(pending, done)
+                else:
+                    _run_coroutine(self._ask_openai(pending, done))
+            finally:
+                self.usage.seconds += time.perf_counter() - start
+        return [o for o in out if o is not None]
+
+    # --- OpenAI-compatible endpoint ---------------------------------------------------------------------------
+    async def _ask_openai(self, requests: Sequence[Request[Any]], done: Callable[[int, Outcome], None]) -> None:
+        client = OpenAIChat(self.config)
+        limit = asyncio.Semaphore(self.config.concurrency)
+
+        async def one(index: int) -> None:
+            async with limit:
+                outcome = await self._attempts(client, requests[index])
+            done(index, outcome)
+
+        try:
+            tasks = [asyncio.create_task(one(i)) for i in range(len(requests))]
+            try:
+                await asyncio.gather(*tasks)
+            except BaseException:
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+                raise
+        finally:
+            await client.close()
+
+    async def _attempts(self, client: OpenAIChat, request: Request[Any]) -> Outcome:
+        messages = request.messages
+        attempts = self.config.retries + 1
+        last = ""
+        for attempt in range(1, attempts + 1):
+            self.usage.calls += 1
+            if attempt > 1:
+                self.usage.retries += 1
+            wait: float | None = None
+            try:
+                completion = await client.complete(messages)
+            except RetryableError as exc:
+                self.usage.note_error(exc.kind)
+                last, wait = str(exc), exc.retry_after
+            else:
+                self.usage.prompt_tokens += completion.prompt_tokens
+                self.usage.completion_tokens += completion.completion_tokens
+                try:
+                    return Reply(request.parse(completion.text), completion.text)
+                except ValueError as exc:
+                    self.usage.malformed += 1
+                    self.usage.note_error("malformed")
+                    last = f"malformed reply: {exc}"
+                    messages = _corrected(request.messages, completion.text, str(exc))
+            if attempt < attempts:
+                await asyncio.sleep(max(self.config.backoff * 2 ** (attempt - 1), wait or 0.0))
+        self.usage.failures += 1
+        return CallFailure(error=last, attempts=attempts)
+
+    # --- local model ------------------------------------------------------------------------------------------
+    def _ask_hf(self, requests: Sequence[Request[Any]], done: Callable[[int, Outcome], None]) -> None:
+        if self._hf is None:
+            from haldet.backends.hf import HFBackend
+
+            assert self.config.model is not None
+            self._hf = HFBackend(self.config.model)
+        backend = self._hf
+        messages = {i: r.messages for i, r in enumerate(requests)}
+        errors: dict[int, str] = {}
+        attempts = min(self.config.retries, 1) + 1  # greedy: only a changed prompt can change the reply
+        for attempt in range(1, attempts + 1):
+            order = sorted(messages)
+            by_budget: dict[int, list[int]] = {}
+            for i in order:
+                by_budget.setdefault(requests[i].max_tokens or self.config.max_tokens, []).append(i)
+            for budget, group in by_budget.items():
+                prompts = [backend.render_chat(messages[i]) + requests[i].prefill for i in group]
+                outputs = backend.generate(prompts, max_new_tokens=budget, batch_size=8)
+                self.usage.calls += len(group)
+                if attempt > 1:
+                    self.usage.retries += len(group)
+                for i, out in zip(group, outputs, strict=True):
+                    self.usage.completion_tokens += len(out.token_ids)
+                    text = requests[i].prefill + out.text
+                    try:
+                        value = requests[i].parse(text)
+                    except ValueError as exc:
+                        self.usage.malformed += 1
+                        errors[i] = f"malformed reply: {exc}"
+                        messages[i] = _corrected(requests[i].messages, text, str(exc))
+                        continue
+                    del messages[i]
+                    done(i, Reply(value, text))
+            if not messages:
+                return
+        for i in sorted(messages):
+            self.usage.failures += 1
+            done(i, CallFailure(error=errors[i], attempts=attempts))
+
+    def usage_report(self) -> dict[str, Any]:
+        return {"model": self.config.model, "backend": self.config.backend, "calls": self.usage.calls,
+                "retries": self.usage.retries, "failures": self.usage.failures, "malformed": self.usage.malformed,
+                "prompt_tokens": self.usage.prompt_tokens, "completion_tokens": self.usage.completion_tokens,
+                "seconds": round(self.usage.seconds, 3),
+                "cost_usd": self.usage.cost_usd(self.config.price_in, self.config.price_out)}
+
+
+def _corrected(messages: list[dict[str, str]], reply: str, error: str) -> list[dict[str, str]]:
+    return [*messages, {"role": "assistant", "content": reply[:2000]},
+            {"role": "user", "content": CORRECTION.format(error=error)}]

@@ -1,0 +1,172 @@
+"""The user-supplied sources HalluLens builds its test sets from, read in their own schemas.
+
+- **Page file** (GoodWiki-style; jsonl/json/parquet/csv): `title`, the article text in `document` (or GoodWiki's
+  `markdown`, or `text`), and the page's difficulty as `h_score` (harmonic centrality, higher = better known) or
+  its decile already computed (`h_score_cat` or `decile`, 0 = hardest ... 9 = easiest). Deciles from `h_score`
+  are rank-based over the file (ties broken by title), so they do not depend on row order.
+- **Taxonomy file** (ITIS-like): `name` (the scientific name, "Genus epithet"), `family`, and the domain as
+  `domain` (animal / plant / bacteria) or ITIS's `kingdom` (Animalia / Plantae / Bacteria).
+- **Medicine file** (a drug list such as the A-Z medicine dataset): `name` ("Augmentin 625 Duo Tablet").
+
+Text lengths are counted in tokens of the packaged MiniLM tokenizer (WordPiece), which is offline and fixed.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from haldet.datasets.base import read_table
+from haldet.errors import HaldetError
+
+DOC_FIELDS = ("document", "markdown", "text")
+KINGDOMS = {"animalia": "animal", "plantae": "plant", "bacteria": "bacteria"}
+DOMAINS = ("animal", "plant", "bacteria")
+_HEADING = re.compile(r"^\s*#{1,6}\s+(.*)$", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class Page:
+    title: str
+    document: str
+    decile: int
+
+
+@dataclass(frozen=True)
+class Section:
+    """A piece of a page used as the reference of one question."""
+
+    title: str
+    heading: str
+    text: str
+    n_tokens: int
+
+
+def _read(path: str | Path, what: str) -> list[dict[str, Any]]:
+    p = Path(path)
+    if not p.is_file():
+        raise HaldetError(f"{what} not found", where=str(p), hint="pass an existing jsonl/json/parquet/csv file")
+    return read_table(p)
+
+
+def _field(row: dict[str, Any], names: Sequence[str], where: str) -> Any:
+    for name in names:
+        value = row.get(name)
+        if value is not None and value != "":
+            return value
+    raise HaldetError(f"missing field {' / '.join(names)}", where=where,
+                      hint="see docs/suites.md (HalluLens sources) for the expected columns")
+
+
+def load_pages(path: str | Path) -> list[Page]:
+    """Pages with their difficulty decile (0 hardest .. 9 easiest)."""
+    rows = _read(path, "page file")
+    titles: list[str] = []
+    docs: list[str] = []
+    scores: list[float | None] = []
+    deciles: list[int | None] = []
+    for i, row in enumerate(rows):
+        where = f"{path}, row {i}"
+        titles.append(str(_field(row, ("title",), where)))
+        docs.append(str(_field(row, DOC_FIELDS, where)))
+        given = row.get("h_score_cat", row.get("decile"))
+        if given is not None and given != "":
+            try:
+                value = int(given)
+            except (TypeError, ValueError):
+                raise HaldetError(f"decile {given!r} is not an integer", where=where) from None
+            if not 0 <= value <= 9:
+                raise HaldetError(f"decile {value} outside 0..9", where=where)
+            deciles.append(value)
+            scores.append(None)
+        else:
+            try:
+                scores.append(float(_field(row, ("h_score",), where)))
+            except (TypeError, ValueError):
+                raise HaldetError(f"h_score {row.get('h_score')!r} is not a number", where=where) from None
+            deciles.append(None)
+    scored = sorted((i for i, s in enumerate(scores) if s is not None), key=lambda i: (scores[i] or 0.0, titles[i]))
+    for rank, i in enumerate(scored):
+        deciles[i] = rank * 10 // len(scored)
+    return [Page(t, d, int(dec or 0)) for t, d, dec in zip(titles, docs, deciles, strict=True)]
+
+
+@lru_cache(maxsize=1)
+def _tokenizer() -> Any:
+    from transformers import AutoTokenizer
+
+    from haldet.assets import resolve_embedding
+
+    return AutoTokenizer.from_pretrained(resolve_embedding("minilm"), local_files_only=True)
+
+
+def token_count(text: str) -> int:
+    return len(_tokenizer()(text, add_special_tokens=False, verbose=False).input_ids)
+
+
+def sections(page: Page, min_tokens: int, max_tokens: int) -> list[Section]:
+    """The page's heading-delimited sections whose length lies in [min_tokens, max_tokens]; a longer section
+    contributes its leading paragraphs up to `max_tokens` (when that reaches `min_tokens`)."""
+    parts: list[tuple[str, str]] = []
+    last, heading = 0, "(lead)"
+    for m in _HEADING.finditer(page.document):
+        parts.append((heading, page.document[last:m.start()]))
+        heading, last = m.group(1).strip(), m.end()
+    parts.append((heading, page.document[last:]))
+    out = []
+    for head, body in parts:
+        text = body.strip()
+        if not text:
+            continue
+        n = token_count(text)
+        if n > max_tokens:
+            kept: list[str] = []
+            for para in (p.strip() for p in text.split("\n\n") if p.strip()):
+                if token_count("\n\n".join([*kept, para])) > max_tokens:
+                    break
+                kept.append(para)
+            text = "\n\n".join(kept)
+            n = token_count(text) if kept else 0
+        if min_tokens <= n <= max_tokens:
+            out.append(Section(page.title, head, text, n))
+    return out
+
+
+@dataclass(frozen=True)
+class Species:
+    name: str
+    family: str
+    domain: str
+
+    @property
+    def genus(self) -> str:
+        return self.name.split()[0]
+
+    @property
+    def epithet(self) -> str:
+        return " ".join(self.name.split()[1:])
+
+
+def load_taxonomy(path: str | Path) -> list[Species]:
+    out = []
+    for i, row in enumerate(_read(path, "taxonomy file")):
+        where = f"{path}, row {i}"
+        name = " ".join(str(_field(row, ("name", "complete_name"), where)).split())
+        if len(name.split()) < 2:
+            raise HaldetError(f"scientific name {name!r} has no species epithet", where=where,
+                              hint="use species rows ('Genus epithet'); drop higher ranks")
+        raw = str(_field(row, ("domain", "kingdom"), where)).strip().lower()
+        domain = KINGDOMS.get(raw, raw)
+        if domain not in DOMAINS:
+            raise HaldetError(f"domain {raw!r} is not one of {', '.join(DOMAINS)} (or an ITIS kingdom)", where=where)
+        out.append(Species(name, str(_field(row, ("family",), where)).strip(), domain))
+    return out
+
+
+def load_medicines(path: str | Path) -> list[str]:
+    return [" ".join(str(_field(row, ("name",), f"{path}, row {i}")).split())
+            for i, row in enumerate(_read(path, "medicine file"))]

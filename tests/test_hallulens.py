@@ -1,0 +1,216 @@
+"""HalluLens: rate formulas on hand-built cases (and the identity C = (1-FR)(1-H)), the robust verdict parser,
+the sources in their own schemas, seeded MixedEntities construction, judge rules, detection-set labels."""
+
+from __future__ import annotations
+
+import math
+import random
+from pathlib import Path
+
+import pytest
+
+from haldet.errors import HaldetError
+from haldet.suites.hallulens.build import BuildConfig, Item, build_mixed, mixed_medicines, mixed_species
+from haldet.suites.hallulens.evaluate import detection_rows, table_markdown
+from haldet.suites.hallulens.judges import HalluLensJudges, Judgement
+from haldet.suites.hallulens.prompts import Prompts, parse_correctness
+from haldet.suites.hallulens.rates import far_rates, longwiki_rates, mean_sd, qa_rates, response_scores
+from haldet.suites.hallulens.sources import load_medicines, load_pages, load_taxonomy
+
+FIX = Path(__file__).parent / "fixtures" / "hallulens"
+
+
+def qa(abstained: bool, verdict: str | None = None) -> dict:
+    return {"id": "x", "abstained": abstained, "verdict": verdict}
+
+
+# --- rates ------------------------------------------------------------------------------------------------------
+def test_qa_rates_hand_computed() -> None:
+    # 10 items: 3 refused; of 7 answered, 4 correct, 2 incorrect, 1 unverifiable
+    recs = [qa(True)] * 3 + [qa(False, "CORRECT")] * 4 + [qa(False, "INCORRECT")] * 2 + [qa(False, "UNVERIFIABLE")]
+    r = qa_rates(recs)
+    assert r["false_refusal"] == pytest.approx(3 / 10)
+    assert r["hallucination"] == pytest.approx(3 / 7)
+    assert r["correct"] == pytest.approx(4 / 10)
+    assert (r["n"], r["refused"], r["answered"], r["wrong"], r["unverifiable"]) == (10, 3, 7, 3, 1)
+
+
+def test_identity_correct_equals_answered_times_not_hallucinated() -> None:
+    rng = random.Random(0)
+    for _ in range(200):
+        n = rng.randint(1, 40)
+        recs = [qa(True) if rng.random() < 0.3 else qa(False, rng.choice(["CORRECT", "INCORRECT", "UNVERIFIABLE"]))
+                for _ in range(n)]
+        r = qa_rates(recs)
+        if r["answered"]:
+            assert r["correct"] == pytest.approx((1 - r["false_refusal"]) * (1 - r["hallucination"]))
+
+
+def test_identity_fails_for_the_public_codes_correct_rate() -> None:
+    """Negative control: counting 'not hallucinated' over all items (abstained ones included, as the public code
+    does) breaks the identity, so the identity test above can detect that defect."""
+    recs = [qa(True, "CORRECT"), qa(False, "CORRECT"), qa(False, "INCORRECT")]
+    r = qa_rates(recs)
+    public_correct = sum(1 for x in recs if x["verdict"] == "CORRECT") / len(recs)
+    assert public_correct != pytest.approx((1 - r["false_refusal"]) * (1 - r["hallucination"]))
+    assert r["correct"] == pytest.approx((1 - r["false_refusal"]) * (1 - r["hallucination"]))
+
+
+def test_hallucination_rate_undefined_when_nothing_answered() -> None:
+    r = qa_rates([qa(True), qa(True)])
+    assert math.isnan(r["hallucination"]) and "answered" in r["reasons"]["hallucination"]
+    assert r["false_refusal"] == 1.0 and r["correct"] == 0.0
+
+
+def lw(abstained: bool, supported: int = 0, total: int = 0) -> dict:
+    claims = [{"supported": i < supported} for i in range(total)]
+    return {"id": "x", "abstained": abstained, "sentences": [{"claims": claims}] if not abstained else []}
+
+
+def test_longwiki_rates_hand_computed() -> None:
+    # response A: 8 of 10 supported; B: 40 of 50; C: 0 of 4; D abstained; E answered without claims
+    recs = [lw(False, 8, 10), lw(False, 40, 50), lw(False, 0, 4), lw(True), lw(False, 0, 0)]
+    r = longwiki_rates(recs, k=32)
+    pa, ra = 0.8, 8 / 32
+    fa = 2 * pa * ra / (pa + ra)
+    pb, rb, fb = 0.8, 1.0, 2 * 0.8 / 1.8
+    assert r["precision"] == pytest.approx((pa + pb + 0) / 3)
+    assert r["recall_at_k"] == pytest.approx((ra + rb + 0) / 3)
+    assert r["f1_at_k"] == pytest.approx((fa + fb + 0) / 3)
+    p, rec = r["precision"], r["recall_at_k"]
+    assert r["f1_of_means"] == pytest.approx(2 * p * rec / (p + rec))
+    assert r["f1_of_means"] != pytest.approx(r["f1_at_k"])  # the two conventions differ here
+    assert r["false_refusal"] == pytest.approx(1 / 5)
+    assert (r["scored"], r["no_claims"]) == (3, 1)
+
+
+def test_response_scores() -> None:
+    assert response_scores(16, 16, 32) == pytest.approx((1.0, 0.5, 2 / 3))
+    assert response_scores(0, 3, 32) == (0.0, 0.0, 0.0)
+
+
+def test_far_per_domain_mixed_mean_and_headline() -> None:
+    domains, recs = {}, []
+    plan = {("mixed", "animal"): (1, 4), ("mixed", "plant"): (3, 4), ("mixed", "medicine"): (0, 2),
+            ("generated", "business"): (1, 3), ("generated", "product"): (2, 3)}
+    k = 0
+    for key, (believed, n) in plan.items():
+        for i in range(n):
+            domains[f"i{k}"] = key
+            recs.append({"id": f"i{k}", "believes": i < believed})
+            k += 1
+    r = far_rates(recs, domains)
+    assert r["per_domain"]["mixed/animal"] == 0.25 and r["per_domain"]["mixed/plant"] == 0.75
+    assert r["mixed"] == pytest.approx((0.25 + 0.75 + 0.0) / 3)
+    assert r["generated"] == pytest.approx(3 / 6)
+    assert r["far"] == pytest.approx((r["mixed"] + 0.5) / 2)
+
+
+def test_mean_sd_over_trials() -> None:
+    r = mean_sd([0.2, 0.4, 0.6])
+    assert r["mean"] == pytest.approx(0.4) and r["sd"] == pytest.approx(0.2)
+    one = mean_sd([0.3])
+    assert math.isnan(one["sd"]) and one["sd_reason"]
+
+
+# --- parser -----------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(("text", "verdict"), [
+    ("CORRECT.", "CORRECT"), ("**Incorrect**", "INCORRECT"), ("correct", "CORRECT"), ("Unverifiable!", "UNVERIFIABLE"),
+    ('{"reasoning": "same person", "verdict": "correct"}', "CORRECT"),
+    ('```json\n{"reasoning": "no", "verdict": "INCORRECT"}\n```', "INCORRECT"),
+    ("The answer is INCORRECT", "INCORRECT"),
+])
+def test_correctness_parser_is_robust(text: str, verdict: str) -> None:
+    assert parse_correctness(text).verdict == verdict
+
+
+@pytest.mark.parametrize("text", ["Yes", "CORRECT or INCORRECT, hard to say", "", '{"verdict": "maybe"}'])
+def test_correctness_parser_refuses_to_guess(text: str) -> None:
+    with pytest.raises(ValueError):
+        parse_correctness(text)
+
+
+# --- sources and construction --------------------------------------------------------------------------------------
+def test_pages_deciles_from_h_score() -> None:
+    pages = load_pages(FIX / "pages.jsonl")
+    assert len(pages) == 10
+    by_title = {p.title: p.decile for p in pages}
+    assert by_title["Marie Curie"] == 9 and by_title["Voynich manuscript"] == 0  # highest / lowest centrality
+
+
+def test_source_errors_name_the_row(tmp_path: Path) -> None:
+    bad = tmp_path / "tax.csv"
+    bad.write_text("complete_name,kingdom,family\nPanthera,Animalia,Felidae\n")
+    with pytest.raises(HaldetError, match="epithet") as exc:
+        load_taxonomy(bad)
+    assert "row 0" in exc.value.message
+    pages = tmp_path / "p.jsonl"
+    pages.write_text('{"title": "A", "markdown": "x"}\n')
+    with pytest.raises(HaldetError, match="h_score"):
+        load_pages(pages)
+
+
+def test_mixed_entities_are_new_seeded_and_sibling_genera() -> None:
+    tax = load_taxonomy(FIX / "taxonomy.csv")
+    existing = {s.name for s in tax}
+    a = mixed_species(tax, "animal", 5, seed=1)
+    assert a == mixed_species(tax, "animal", 5, seed=1)  # seeded
+    assert a != mixed_species(tax, "animal", 5, seed=2) or len(a) < 2
+    for name, src in a:
+        assert name not in existing
+        genus = name.split()[0]
+        assert genus != src.genus
+        assert genus in {s.genus for s in tax if s.family == src.family}
+        assert name.split(" ", 1)[1] == src.epithet
+    meds = load_medicines(FIX / "medicines.csv")
+    made = mixed_medicines(meds, 6, seed=1)
+    assert len(made) == 6 and not {m for m, _, _ in made} & set(meds)
+    for name, stem, rest in made:
+        assert name == f"{stem} {rest}"
+
+
+def test_build_mixed_prompts_use_describe_templates() -> None:
+    tax, meds = load_taxonomy(FIX / "taxonomy.csv"), load_medicines(FIX / "medicines.csv")
+    items, report = build_mixed(tax, meds, Prompts(), BuildConfig(mixed_per_domain=2, seed=3))
+    assert {it.domain for it in items} == {"animal", "plant", "bacteria", "medicine"}
+    assert all(it.name in it.prompt and it.subtask == "mixed" for it in items)
+    assert report.kept == len(items) == 8
+
+
+# --- judges: rules decide, the rest is listed -----------------------------------------------------------------
+def test_rule_judges_without_llm_list_the_rest() -> None:
+    items = [Item(id="q/1/a", task="precisewikiqa", prompt="Who discovered radium?", answer="Marie Curie"),
+             Item(id="q/1/b", task="precisewikiqa", prompt="Who discovered radium?", answer="Marie Curie"),
+             Item(id="q/1/c", task="precisewikiqa", prompt="Who discovered radium?", answer="Marie Curie")]
+    responses = {"q/1/a": "It was Marie Curie, with Pierre.", "q/1/b": "I don't know.",
+                 "q/1/c": "Albert Einstein discovered it."}
+    out = HalluLensJudges(None, Prompts()).judge(items, responses)
+    assert out.records["q/1/a"]["verdict"] == "CORRECT" and out.records["q/1/a"]["verdict_by"] == "rule:gold_match"
+    assert out.records["q/1/b"]["abstained"] is True
+    assert "q/1/c" not in out.records  # no rule decides: listed, not labelled
+    assert [f["id"] for f in out.failures] == ["q/1/c"] and out.failures[0]["step"] == "abstention"
+
+
+def test_detection_labels_refusal_is_correct_for_nonexistent() -> None:
+    items = [Item(id="n/1/a", task="nonexistent", prompt="Tell me about Felis leo.", name="Felis leo", type="animal",
+                  subtask="mixed", domain="animal"),
+             Item(id="n/1/b", task="nonexistent", prompt="Tell me about Lynx tigris.", name="Lynx tigris",
+                  type="animal", subtask="mixed", domain="animal")]
+    judged = Judgement(records={"n/1/a": {"id": "n/1/a", "believes": True}, "n/1/b": {"id": "n/1/b",
+                                                                                    "believes": False}})
+    rows = detection_rows("nonexistent", items, {"n/1/a": "A big cat.", "n/1/b": "I cannot find it."}, judged)
+    assert {r["id"]: r["label"] for r in rows} == {"n/1/a": "hallucination", "n/1/b": "correct"}
+
+
+def test_table_is_table2_shaped() -> None:
+    stat = {"mean": 0.5, "sd": 0.1}
+    results = {"k": 32, "models": {"m": {
+        "precisewikiqa": {"summary": {"false_refusal": stat, "hallucination": stat, "correct": stat}},
+        "longwiki": {"summary": {m: stat for m in ("false_refusal", "recall_at_k", "precision", "f1_at_k",
+                                                    "f1_of_means")}},
+        "nonexistent": {"summary": {"far": stat, "mixed": stat, "generated": stat}}}}}
+    text = table_markdown(results)
+    header = text.splitlines()[0]
+    for col in ("PWQA FR", "PWQA H", "PWQA C", "LW FR", "LW R@32", "LW P", "LW F1@32", "FAR"):
+        assert col in header
+    assert "50.00 ± 10.00" in text and "proxy" not in header

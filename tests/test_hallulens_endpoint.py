@@ -1,0 +1,217 @@
+"""HalluLens end to end against a local OpenAI-compatible mock server (127.0.0.1, started here): construction
+with an endpoint generator (seeded and cached: a rebuild makes no call), target answers from the endpoint, the
+judges (bare "CORRECT." replies parsed, 500s retried, a judge call that keeps failing listed and retried on the
+next run, never labelled), rates with C = (1-FR)(1-H), Table 2 output, detection sets."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from haldet.config import JudgeConfig
+from haldet.suites.hallulens.build import BuildConfig
+from haldet.suites.hallulens.evaluate import Target, evaluate
+from haldet.suites.hallulens.llm import StructuredLLM
+from haldet.suites.hallulens.prompts import Prompts
+from haldet.suites.hallulens.sets import build_sets, read_items
+
+FIX = Path(__file__).parent / "fixtures" / "hallulens"
+Responder = Callable[[list[dict[str, str]]], tuple[int, str]]
+
+
+class MockServer:
+    """Chat completions whose reply text comes from `responder(messages) -> (status, content)`."""
+
+    def __init__(self, responder: Responder) -> None:
+        self.responder = responder
+        self.calls: Counter[str] = Counter()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                status, content = server.responder(body["messages"])
+                server.calls[body["model"]] += 1
+                if status != 200:
+                    obj: dict[str, Any] = {"error": {"message": "injected", "type": "test"}}
+                else:
+                    obj = {"id": "c", "object": "chat.completion", "created": 0, "model": body["model"],
+                           "choices": [{"index": 0, "finish_reason": "stop",
+                                        "message": {"role": "assistant", "content": content}}],
+                           "usage": {"prompt_tokens": 50, "completion_tokens": 10, "total_tokens": 60}}
+                raw = json.dumps(obj).encode()
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                    self.send_response(status)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(raw)))
+                    self.end_headers()
+                    self.wfile.write(raw)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+ANSWERS = {  # what the mock *target* model says, by the page the question is about (the 6 hardest deciles kept)
+    "Voynich manuscript": "The Voynich manuscript.",       # gold stated -> rule: correct
+    "Battle of Hastings": "I don't know.",                 # refusal -> rule: abstained
+    "Trans-Siberian Railway": "Possibly the Coral Sea.",   # LLM: answers; judged "CORRECT." (bare label)
+    "Ada Lovelace": "It was in Rome.",                     # LLM judge: 500s, then (rerun) "**Incorrect**"
+    "Lake Baikal": "I have no idea, sorry.",               # refusal
+    "Johannes Gutenberg": "Johannes Gutenberg, I think.",  # gold stated
+}
+
+
+class Behaviour:
+    """The mock's replies: generator, target and judge, told apart by the prompt text."""
+
+    def __init__(self) -> None:
+        self.fail_judge_for = "Rome"   # the correctness judge keeps failing (500) on this answer
+        self.names = 0
+
+    def __call__(self, messages: list[dict[str, str]]) -> tuple[int, str]:
+        text = messages[-1]["content"]
+        if "write one question about it" in text:
+            title = re.search(r'article "([^"]+)"', text).group(1)  # type: ignore[union-attr]
+            return 200, json.dumps({"question": f"What is one fact about {title}?"})
+        if "Give the answer as a single word" in text:
+            title = re.search(r"fact about (.+)\?", text).group(1)  # type: ignore[union-attr]
+            if title == "Tardigrade":
+                return 200, '{"answerable": false, "answer": ""}'
+            return 200, json.dumps({"answerable": True, "answer": title})
+        if "calls for an answer of a" in text:
+            title = re.search(r'article "([^"]+)"', text).group(1)  # type: ignore[union-attr]
+            return 200, json.dumps({"question": f"Describe the history of {title}."})
+        if "answer it in one paragraph" in text:
+            facts = " ".join(f"The {n} fact is here." for n in ("first", "second", "third", "fourth"))
+            return 200, json.dumps({"answerable": True, "answer": facts})
+        if "Suggest" in text and "names" in text:
+            self.names += 1
+            return 200, json.dumps({"names": [f"Quorvex {self.names}a", f"Quorvex {self.names}b"]})
+        if "Decide whether the chatbot declines" in text:
+            return 200, json.dumps({"reasoning": "It answers.", "abstains": False})
+        if "Judge whether a reply answers" in text:
+            if self.fail_judge_for in text:
+                return 500, ""
+            return 200, "CORRECT." if "Coral Sea" in text else "**Incorrect**"
+        if "which does not exist" in text:
+            return 200, json.dumps({"reasoning": "Describes it.", "believes": "Quorvex" in text})
+        if "Break the marked sentence" in text:
+            sentence = text.split("Sentence:", 1)[1].split("\n")[0].strip()
+            return 200, json.dumps({"claims": [sentence]})
+        if "supported by the passages" in text:
+            return 200, json.dumps({"reasoning": "r", "supported": "1903" in text.split("Claim:", 1)[1]})
+        # the target model
+        for title, answer in ANSWERS.items():
+            if title in text:
+                return 200, answer
+        if text.startswith("Describe the history of"):
+            return 200, "Marie Curie won the Nobel Prize in Physics in 1903. She was born on the Moon."
+        return 200, "It is a small company that makes things."
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[tuple[MockServer, Behaviour]]:
+    behaviour = Behaviour()
+    srv = MockServer(behaviour)
+    yield srv, behaviour
+    srv.close()
+
+
+def llm(srv: MockServer, model: str, cache: Path | None) -> StructuredLLM:
+    return StructuredLLM(JudgeConfig(backend="openai", model=model, base_url=srv.base_url, retries=1, backoff=0.0,
+                                     json_mode=False), cache=cache)
+
+
+def test_build_and_evaluate_through_an_endpoint(server: tuple[MockServer, Behaviour], tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    srv, behaviour = server
+    monkeypatch.setenv("OPENAI_API_KEY", "test")
+    set_dir = tmp_path / "set"
+    cfg = BuildConfig(seed=7, qa_size=10, long_size=1, long_deciles=[9], qa_min_tokens=80, qa_max_tokens=200,
+                      long_min_tokens=100, long_max_tokens=200, mixed_per_domain=1,
+                      generated={"business": 1, "event": 0, "product": 1}, names_per_call=2)
+    kwargs: dict[str, Any] = dict(tasks=["precisewikiqa", "longwiki", "nonexistent"], cfg=cfg, trials=2,
+                                  prompts=Prompts(), pages=str(FIX / "pages.jsonl"),
+                                  taxonomy=str(FIX / "taxonomy.csv"), medicines=str(FIX / "medicines.csv"))
+    manifest = build_sets(set_dir, generators=[llm(srv, "gen", set_dir / "cache" / "llm.jsonl")], **kwargs)
+    qa_items = read_items(set_dir / "seed-7" / "precisewikiqa.jsonl")
+    # 10 pages, one per decile; the Tardigrade question is unanswerable and its decile has no other page
+    assert len(qa_items) == 9 and "Tardigrade" not in {it.title for it in qa_items}
+    assert manifest["reports"]["seed-7/precisewikiqa"]["dropped"] == {"unanswerable from the section": 1}
+    assert all(it.answer == it.title for it in qa_items)
+    assert [it.decile for it in read_items(set_dir / "seed-7" / "longwiki.jsonl")] == [9]
+    nonexistent = read_items(set_dir / "seed-8" / "nonexistent.jsonl")
+    assert {(it.subtask, it.domain) for it in nonexistent} == {("mixed", "animal"), ("mixed", "plant"),
+                                                               ("mixed", "bacteria"), ("mixed", "medicine"),
+                                                               ("generated", "business"), ("generated", "product")}
+    # seeded and cached: a rebuild gives the same files and asks the generator nothing
+    before = {p.name: p.read_text() for p in (set_dir / "seed-7").iterdir()}
+    calls = srv.calls["gen"]
+    build_sets(set_dir, generators=[llm(srv, "gen", set_dir / "cache" / "llm.jsonl")], **kwargs)
+    assert srv.calls["gen"] == calls
+    assert {p.name: p.read_text() for p in (set_dir / "seed-7").iterdir()} == before
+
+    out = tmp_path / "eval"
+    judge = llm(srv, "judge", out / "judge_cache.jsonl")
+    target = Target("openai:target", base_url=srv.base_url)
+    res = evaluate(set_dir, out, targets=[target], judge=judge, prompts=Prompts(), limit=6)
+    qa = res["models"]["openai:target"]["precisewikiqa"]
+    for trial in qa["trials"].values():
+        # Voynich, Gutenberg (rule correct), Hastings, Baikal (refused), Trans-Siberian (LLM "CORRECT."),
+        # Lovelace (judge 500: not judged)
+        assert trial["failed"] == 1 and trial["n"] == 5
+        assert trial["false_refusal"] == pytest.approx(2 / 5)
+        assert trial["hallucination"] == 0.0 and trial["correct"] == pytest.approx(3 / 5)
+        assert trial["correct"] == pytest.approx((1 - trial["false_refusal"]) * (1 - trial["hallucination"]))
+    failed = [json.loads(x) for x in (out / "openai_target" / "seed-7" / "precisewikiqa.failed.jsonl")
+              .read_text().splitlines()]
+    assert [f["step"] for f in failed] == ["correctness"] and "500" in failed[0]["error"]
+    judged = {json.loads(x)["id"] for x in (out / "openai_target" / "seed-7" / "precisewikiqa.judged.jsonl")
+              .read_text().splitlines()}
+    assert failed[0]["id"] not in judged  # a failure is never a label
+    lw = res["models"]["openai:target"]["longwiki"]["trials"]["seed-7"]
+    # one response, two sentences, two claims, one supported: P = 1/2, R@32 = 1/32
+    assert (lw["precision"], lw["recall_at_k"]) == (pytest.approx(0.5), pytest.approx(1 / 32))
+    far = res["models"]["openai:target"]["nonexistent"]["trials"]["seed-7"]
+    assert far["per_domain"]["generated/business"] == 1.0 and far["mixed"] == 0.0
+    assert far["far"] == pytest.approx(0.5)
+    assert "PWQA FR" in (out / "table.md").read_text()
+    detection = [json.loads(x) for x in (out / "openai_target" / "detection" / "longwiki.jsonl").read_text()
+                 .splitlines()]
+    units = detection[0]["units"]
+    assert [u["label"] for u in units] == ["correct", "hallucination"]
+    response = detection[0]["response"]
+    assert response[units[1]["start"]:units[1]["end"]] == "She was born on the Moon."
+
+    # the endpoint recovers: a rerun retries exactly the failed judge call; everything else comes from caches
+    behaviour.fail_judge_for = "<nothing>"
+    judge_calls = srv.calls["judge"]
+    res2 = evaluate(set_dir, out, targets=[target], judge=llm(srv, "judge", out / "judge_cache.jsonl"),
+                    prompts=Prompts(), limit=6)
+    assert srv.calls["judge"] == judge_calls + 1  # the same request in both trials: asked once, then cached
+    trial = res2["models"]["openai:target"]["precisewikiqa"]["trials"]["seed-7"]
+    assert trial["failed"] == 0 and trial["hallucination"] == pytest.approx(1 / 4)
+    assert (trial["false_refusal"], trial["correct"]) == (pytest.approx(1 / 3), pytest.approx(1 / 2))
+    summary = res2["models"]["openai:target"]["precisewikiqa"]["summary"]["hallucination"]
+    assert summary["n_trials"] == 2 and summary["mean"] == pytest.approx(1 / 4) and summary["sd"] == 0.0
