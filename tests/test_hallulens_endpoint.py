@@ -5,13 +5,9 @@ next run, never labelled), rates with C = (1-FR)(1-H), Table 2 output, detection
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
-import threading
-from collections import Counter
-from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,53 +19,9 @@ from haldet.suites.hallulens.evaluate import Target, evaluate
 from haldet.suites.hallulens.llm import StructuredLLM
 from haldet.suites.hallulens.prompts import Prompts
 from haldet.suites.hallulens.sets import build_sets, read_items
+from mock_openai import FakeOpenAI
 
 FIX = Path(__file__).parent / "fixtures" / "hallulens"
-Responder = Callable[[list[dict[str, str]]], tuple[int, str]]
-
-
-class MockServer:
-    """Chat completions whose reply text comes from `responder(messages) -> (status, content)`."""
-
-    def __init__(self, responder: Responder) -> None:
-        self.responder = responder
-        self.calls: Counter[str] = Counter()
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                status, content = server.responder(body["messages"])
-                server.calls[body["model"]] += 1
-                if status != 200:
-                    obj: dict[str, Any] = {"error": {"message": "injected", "type": "test"}}
-                else:
-                    obj = {"id": "c", "object": "chat.completion", "created": 0, "model": body["model"],
-                           "choices": [{"index": 0, "finish_reason": "stop",
-                                        "message": {"role": "assistant", "content": content}}],
-                           "usage": {"prompt_tokens": 50, "completion_tokens": 10, "total_tokens": 60}}
-                raw = json.dumps(obj).encode()
-                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-                    self.send_response(status)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(raw)))
-                    self.end_headers()
-                    self.wfile.write(raw)
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
 
 ANSWERS = {  # what the mock *target* model says, by the page the question is about (the 6 hardest deciles kept)
@@ -82,70 +34,77 @@ ANSWERS = {  # what the mock *target* model says, by the page the question is ab
 }
 
 
+FAILING = "Rome"  # the correctness judge call about this answer gets 500s (plan of key "judge/fail")
+
+
+def key_of(body: dict[str, Any]) -> str:
+    text = body["messages"][-1]["content"]
+    failing = "Judge whether a reply answers" in text and FAILING in text
+    return body["model"] + ("/fail" if failing else "")
+
+
 class Behaviour:
     """The mock's replies: generator, target and judge, told apart by the prompt text."""
 
     def __init__(self) -> None:
-        self.fail_judge_for = "Rome"   # the correctness judge keeps failing (500) on this answer
         self.names = 0
 
-    def __call__(self, messages: list[dict[str, str]]) -> tuple[int, str]:
-        text = messages[-1]["content"]
+    def __call__(self, arg: str, body: dict[str, Any], j: int) -> str:
+        return self.reply(body["messages"][-1]["content"])
+
+    def reply(self, text: str) -> str:
         if "write one question about it" in text:
             title = re.search(r'article "([^"]+)"', text).group(1)  # type: ignore[union-attr]
-            return 200, json.dumps({"question": f"What is one fact about {title}?"})
+            return json.dumps({"question": f"What is one fact about {title}?"})
         if "Give the answer as a single word" in text:
             title = re.search(r"fact about (.+)\?", text).group(1)  # type: ignore[union-attr]
             if title == "Tardigrade":
-                return 200, '{"answerable": false, "answer": ""}'
-            return 200, json.dumps({"answerable": True, "answer": title})
+                return '{"answerable": false, "answer": ""}'
+            return json.dumps({"answerable": True, "answer": title})
         if "calls for an answer of a" in text:
             title = re.search(r'article "([^"]+)"', text).group(1)  # type: ignore[union-attr]
-            return 200, json.dumps({"question": f"Describe the history of {title}."})
+            return json.dumps({"question": f"Describe the history of {title}."})
         if "answer it in one paragraph" in text:
             facts = " ".join(f"The {n} fact is here." for n in ("first", "second", "third", "fourth"))
-            return 200, json.dumps({"answerable": True, "answer": facts})
+            return json.dumps({"answerable": True, "answer": facts})
         if "Suggest" in text and "names" in text:
             self.names += 1
-            return 200, json.dumps({"names": [f"Quorvex {self.names}a", f"Quorvex {self.names}b"]})
+            return json.dumps({"names": [f"Quorvex {self.names}a", f"Quorvex {self.names}b"]})
         if "Decide whether the chatbot declines" in text:
-            return 200, json.dumps({"reasoning": "It answers.", "abstains": False})
+            return json.dumps({"reasoning": "It answers.", "abstains": False})
         if "Judge whether a reply answers" in text:
-            if self.fail_judge_for in text:
-                return 500, ""
-            return 200, "CORRECT." if "Coral Sea" in text else "**Incorrect**"
+            return "CORRECT." if "Coral Sea" in text else "**Incorrect**"
         if "which does not exist" in text:
-            return 200, json.dumps({"reasoning": "Describes it.", "believes": "Quorvex" in text})
+            return json.dumps({"reasoning": "Describes it.", "believes": "Quorvex" in text})
         if "Break the marked sentence" in text:
             sentence = text.split("Sentence:", 1)[1].split("\n")[0].strip()
-            return 200, json.dumps({"claims": [sentence]})
+            return json.dumps({"claims": [sentence]})
         if "supported by the passages" in text:
-            return 200, json.dumps({"reasoning": "r", "supported": "1903" in text.split("Claim:", 1)[1]})
+            return json.dumps({"reasoning": "r", "supported": "1903" in text.split("Claim:", 1)[1]})
         # the target model
         for title, answer in ANSWERS.items():
             if title in text:
-                return 200, answer
+                return answer
         if text.startswith("Describe the history of"):
-            return 200, "Marie Curie won the Nobel Prize in Physics in 1903. She was born on the Moon."
-        return 200, "It is a small company that makes things."
+            return "Marie Curie won the Nobel Prize in Physics in 1903. She was born on the Moon."
+        return "It is a small company that makes things."
 
 
 @pytest.fixture(scope="module")
-def server() -> Iterator[tuple[MockServer, Behaviour]]:
-    behaviour = Behaviour()
-    srv = MockServer(behaviour)
-    yield srv, behaviour
-    srv.close()
+def server() -> Iterator[FakeOpenAI]:
+    with FakeOpenAI(content=Behaviour(), key_of=key_of) as srv:
+        srv.plans["judge/fail"] = ["500"]
+        yield srv
 
 
-def llm(srv: MockServer, model: str, cache: Path | None) -> StructuredLLM:
+def llm(srv: FakeOpenAI, model: str, cache: Path | None) -> StructuredLLM:
     return StructuredLLM(JudgeConfig(backend="openai", model=model, base_url=srv.base_url, retries=1, backoff=0.0,
                                      json_mode=False), cache=cache)
 
 
-def test_build_and_evaluate_through_an_endpoint(server: tuple[MockServer, Behaviour], tmp_path: Path,
+def test_build_and_evaluate_through_an_endpoint(server: FakeOpenAI, tmp_path: Path,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    srv, behaviour = server
+    srv = server
     monkeypatch.setenv("OPENAI_API_KEY", "test")
     set_dir = tmp_path / "set"
     cfg = BuildConfig(seed=7, qa_size=10, long_size=1, long_deciles=[9], qa_min_tokens=80, qa_max_tokens=200,
@@ -205,11 +164,12 @@ def test_build_and_evaluate_through_an_endpoint(server: tuple[MockServer, Behavi
     assert response[units[1]["start"]:units[1]["end"]] == "She was born on the Moon."
 
     # the endpoint recovers: a rerun retries exactly the failed judge call; everything else comes from caches
-    behaviour.fail_judge_for = "<nothing>"
-    judge_calls = srv.calls["judge"]
+    srv.plans.clear()
+    judge_calls = srv.calls["judge"] + srv.calls["judge/fail"]
     res2 = evaluate(set_dir, out, targets=[target], judge=llm(srv, "judge", out / "judge_cache.jsonl"),
                     prompts=Prompts(), limit=6)
-    assert srv.calls["judge"] == judge_calls + 1  # the same request in both trials: asked once, then cached
+    # the same request in both trials: asked once, then cached
+    assert srv.calls["judge"] + srv.calls["judge/fail"] == judge_calls + 1
     trial = res2["models"]["openai:target"]["precisewikiqa"]["trials"]["seed-7"]
     assert trial["failed"] == 0 and trial["hallucination"] == pytest.approx(1 / 4)
     assert (trial["false_refusal"], trial["correct"]) == (pytest.approx(1 / 3), pytest.approx(1 / 2))

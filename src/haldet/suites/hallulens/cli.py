@@ -74,7 +74,8 @@ def build(
                       qa_min_tokens=qa_lo, qa_max_tokens=qa_hi, long_min_tokens=long_lo, long_max_tokens=long_hi,
                       generated=dict(zip(("business", "event", "product"), sizes, strict=True)))
     cache = out / "cache" / "llm.jsonl"
-    generators = [StructuredLLM(_llm_config(generator_backend, m, generator_base_url, retries, 512), cache=cache)
+    generators = [StructuredLLM(_llm_config(generator_backend, m, generator_base_url, retries, 512), cache=cache,
+                                option="--generator-model")
                   for m in split_names(generator_model)] if tasks != ["proxy_qa"] else []
     with progress_bars() as make:
         manifest = build_sets(out, tasks=tasks, cfg=cfg, trials=trials, generators=generators,

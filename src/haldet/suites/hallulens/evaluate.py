@@ -52,7 +52,7 @@ class Target:
         if self.remote:
             cfg = JudgeConfig(backend="openai", model=spec.split(":", 1)[1], base_url=base_url, json_mode=False,
                               api_key_env=api_key_env, concurrency=concurrency)
-            self._llm = StructuredLLM(cfg)
+            self._llm = StructuredLLM(cfg, option="--model")
 
     def fingerprint(self) -> Any:
         if self.remote:

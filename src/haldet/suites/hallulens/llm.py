@@ -5,12 +5,12 @@ claims, ...), each with its own reply format. `StructuredLLM.ask` takes requests
 that turns the reply text into a value or raises `ValueError`) and returns, per request, the parsed value or a
 `CallFailure` after its retries: a failure is listed, never turned into a value.
 
-Backends are the ones the LLM judge uses (`haldet.judges.llm`): any OpenAI-compatible endpoint through the
-async `openai` client (bounded concurrency, retries with backoff, Retry-After honoured), or a local model
-through `HFBackend` (batched greedy decoding). A malformed reply is retried with the bad reply and a correction
-request appended. Decoding is deterministic (temperature 0, fixed seed), so a reply is a function of the
-request; replies are cached in a JSONL file keyed by the model's fingerprint and the whole request, which makes
-construction and judging resumable and reruns free.
+Backends are the ones the LLM judge uses: any OpenAI-compatible endpoint through the shared
+`haldet.backends.openai_client.OpenAIEndpoint` (bounded concurrency, retries with backoff, Retry-After honoured,
+circuit breaker for a dead endpoint), or a local model through `HFBackend` (batched greedy decoding). A malformed
+reply is retried with the bad reply and a correction request appended. Decoding is deterministic (temperature 0,
+fixed seed), so a reply is a function of the request; replies are cached in a JSONL file keyed by the model's
+fingerprint and the whole request, which makes construction and judging resumable and reruns free.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
+from haldet.backends.openai_client import EndpointDown, OpenAIEndpoint, RetryableError, Usage, run_coroutine
 from haldet.config import JudgeConfig, digest
 from haldet.errors import HaldetError
-from haldet.judges.llm import OpenAIChat, RetryableError, Usage, _run_coroutine
 from haldet.store import StageLog
 
 T = TypeVar("T")
@@ -72,12 +72,14 @@ class StructuredLLM:
     """A model answering structured requests. `config` is a `JudgeConfig` (backend, model, endpoint, retries,
     concurrency, seed, max_tokens); `cache` a JSONL file of earlier replies (None = no cache)."""
 
-    def __init__(self, config: JudgeConfig, *, cache: Path | None = None, backend: Any = None) -> None:
+    def __init__(self, config: JudgeConfig, *, cache: Path | None = None, backend: Any = None,
+                 option: str = "--judge-model") -> None:
         if not config.model:
-            raise HaldetError("no model configured for HalluLens calls", where="--judge-model / --generator-model",
+            raise HaldetError("no model configured for HalluLens calls", where=option,
                               hint="name an OpenAI-compatible model (with --*-base-url) or a local one with "
                                    "backend hf, e.g. smollm2-135m")
         self.config = config
+        self.option = option  # the flag naming this model, for messages
         self.cache = StageLog(cache) if cache is not None else None
         self._hf = backend
         self.usage = Usage()
@@ -127,14 +129,21 @@ class StructuredLLM:
                 if self.config.backend == "hf":
                     self._ask_hf(pending, done)
                 else:
-                    _run_coroutine(self._ask_openai(pending, done))
+                    run_coroutine(self._ask_openai(pending, done))
             finally:
                 self.usage.seconds += time.perf_counter() - start
         return [o for o in out if o is not None]
 
     # --- OpenAI-compatible endpoint ---------------------------------------------------------------------------
+    def endpoint(self) -> OpenAIEndpoint:
+        c = self.config
+        assert c.model is not None
+        return OpenAIEndpoint(c.model, base_url=c.base_url, api_key_env=c.api_key_env, timeout=c.timeout,
+                              breaker_after=c.breaker_after, option=self.option,
+                              where=f"{self.option} {c.model} at {c.base_url or 'api.openai.com'}")
+
     async def _ask_openai(self, requests: Sequence[Request[Any]], done: Callable[[int, Outcome], None]) -> None:
-        client = OpenAIChat(self.config)
+        client = self.endpoint()
         limit = asyncio.Semaphore(self.config.concurrency)
 
         async def one(index: int) -> None:
@@ -154,32 +163,33 @@ class StructuredLLM:
         finally:
             await client.close()
 
-    async def _attempts(self, client: OpenAIChat, request: Request[Any]) -> Outcome:
+    async def _attempts(self, client: OpenAIEndpoint, request: Request[Any]) -> Outcome:
+        c = self.config
         messages = request.messages
-        attempts = self.config.retries + 1
+        attempts = c.retries + 1
+        extra: dict[str, Any] = {"response_format": {"type": "json_object"}} if c.json_mode else {}
         last = ""
         for attempt in range(1, attempts + 1):
-            self.usage.calls += 1
-            if attempt > 1:
-                self.usage.retries += 1
             wait: float | None = None
             try:
-                completion = await client.complete(messages)
+                reply = await client.attempt(messages, usage=self.usage, retry=attempt > 1, temperature=0.0,
+                                             top_p=1.0, max_tokens=request.max_tokens or c.max_tokens, seed=c.seed,
+                                             **extra)
+            except EndpointDown as exc:  # the breaker opened: no more calls; listed as failed
+                self.usage.failures += 1
+                return CallFailure(error=str(exc), attempts=attempt - 1)
             except RetryableError as exc:
-                self.usage.note_error(exc.kind)
                 last, wait = str(exc), exc.retry_after
             else:
-                self.usage.prompt_tokens += completion.prompt_tokens
-                self.usage.completion_tokens += completion.completion_tokens
                 try:
-                    return Reply(request.parse(completion.text), completion.text)
+                    return Reply(request.parse(reply.text), reply.text)
                 except ValueError as exc:
                     self.usage.malformed += 1
                     self.usage.note_error("malformed")
                     last = f"malformed reply: {exc}"
-                    messages = _corrected(request.messages, completion.text, str(exc))
+                    messages = _corrected(request.messages, reply.text, str(exc))
             if attempt < attempts:
-                await asyncio.sleep(max(self.config.backoff * 2 ** (attempt - 1), wait or 0.0))
+                await asyncio.sleep(max(c.backoff * 2 ** (attempt - 1), wait or 0.0))
         self.usage.failures += 1
         return CallFailure(error=last, attempts=attempts)
 
