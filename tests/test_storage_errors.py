@@ -178,3 +178,26 @@ def test_stale_temp_files_are_removed_but_writes_in_flight_kept(tmp_path: Path) 
     removed = clean_stale_temps(tmp_path)
     assert sorted(removed) == sorted([legacy, killed])
     assert live.exists() and keep.exists() and not legacy.exists() and not killed.exists()
+
+
+@pytest.mark.slow
+def test_sigterm_mid_run_is_recorded_as_failed(tmp_path: Path) -> None:
+    import signal
+    import time
+
+    from conftest import haldet_cmd
+
+    run_dir = tmp_path / "run"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    proc = subprocess.Popen(haldet_cmd(*RUN_ARGS, "--out", str(run_dir)), env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    manifest = run_dir / "manifest.json"
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None and not (
+            manifest.exists() and json.loads(manifest.read_text()).get("status") == "running"):
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and "Traceback" not in err, err[-2000:]
+    recorded = json.loads(manifest.read_text())
+    assert recorded["status"] == "failed" and recorded["error"].startswith("interrupted")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -54,6 +55,13 @@ def main(
 ) -> None:
     """haldet: one fair protocol for hallucination detectors."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    signal.signal(signal.SIGTERM, _terminated)
+
+
+def _terminated(signum: int, frame: Any) -> None:
+    """SIGTERM (kill, a job scheduler) stops like Ctrl-C: the manifest records the run as failed ("interrupted")
+    and what was written is kept."""
+    raise KeyboardInterrupt
 
 
 @contextmanager

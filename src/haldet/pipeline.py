@@ -318,6 +318,9 @@ def run(config: RunConfig, out: Path, *, update: bool = False, progress: Progres
         if cleaned:
             notify(f"removed {len(cleaned)} temporary file(s) left by an interrupted write in {store.root}")
         manifest = check_run_dir(store, config, update=update)
+        if manifest.get("status") == "running":  # we hold the lock, so its writer is gone
+            notify(f"the previous run in {store.root} stopped without finishing (killed?); resuming from what it "
+                   "wrote")
         manifest.update({"config": config.canonical(), "config_hash": config.hash(), "versions": library_versions(),
                          "created": manifest.get("created", _now()), "status": "running", "error": None})
         store.write_manifest(manifest)
