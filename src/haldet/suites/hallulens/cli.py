@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from haldet.config import JudgeConfig, split_names
+from haldet.store import RunStore
 
 app = typer.Typer(help="HalluLens (PreciseWikiQA, LongWiki, NonExistentRefusal): build seeded shared test sets, "
                        "evaluate models with the HalluLens judges, Table 2-shaped rates. See docs/suites.md.")
@@ -77,7 +78,7 @@ def build(
     generators = [StructuredLLM(_llm_config(generator_backend, m, generator_base_url, retries, 512), cache=cache,
                                 option="--generator-model")
                   for m in split_names(generator_model)] if tasks != ["proxy_qa"] else []
-    with progress_bars() as make:
+    with RunStore(out).lock(), progress_bars() as make:  # one writer per folder: no LLM call made twice
         manifest = build_sets(out, tasks=tasks, cfg=cfg, trials=trials, generators=generators,
                               prompts=Prompts(prompts), pages=str(pages) if pages else None,
                               taxonomy=str(taxonomy) if taxonomy else None,
@@ -122,7 +123,7 @@ def evaluate(
                           cache=out / "judge_cache.jsonl") if judge_model else None
     targets = [Target(m, base_url=model_base_url) for m in split_names(model)]
     budgets = {t: max_new_tokens for t in MAX_NEW_TOKENS} if max_new_tokens else None
-    with progress_bars() as make:
+    with RunStore(out).lock(), progress_bars() as make:  # one writer per folder: no answer or judgement twice
         results = run_eval(set_dir, out, targets=targets, judge=judge, tasks=split_names(task) or None,
                            prompts=Prompts(prompts), pages=str(pages) if pages else None, k=k,
                            max_new_tokens=budgets, limit=limit, progress=make)
