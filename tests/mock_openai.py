@@ -70,6 +70,7 @@ class FakeOpenAI:
         self.top_first: dict[str, dict[str, float]] = {}
         self.calls: Counter[str] = Counter()
         self.requests: list[dict[str, Any]] = []
+        self.clients: list[tuple[str, Any]] = []  # (key, client address) per request: who asked
         self.lock = threading.Lock()
         self.content, self.key_of, self.default = content, key_of, default
         self.slow_seconds, self.hang_seconds, self.usage = slow_seconds, hang_seconds, usage
@@ -87,6 +88,7 @@ class FakeOpenAI:
                     n = server.calls[key]
                     server.calls[key] += 1
                     server.requests.append(body)
+                    server.clients.append((key, self.client_address))
                     plan = server.plans.get(key, [server.default])
                 action = plan[min(n, len(plan) - 1)]
                 with contextlib.suppress(BrokenPipeError, ConnectionResetError):
@@ -175,6 +177,7 @@ class FakeOpenAI:
             self.top_first.clear()
             self.calls.clear()
             self.requests.clear()
+            self.clients.clear()
             self.max_n = None
 
     def close(self) -> None:

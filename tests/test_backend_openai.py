@@ -21,12 +21,12 @@ from mock_openai import FakeOpenAI, text_content
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[FakeOpenAI]:
-    with FakeOpenAI(content=text_content, default="ok:Paris is the capital.", slow_seconds=1.0) as srv:
+    with FakeOpenAI(content=text_content, default="ok:Paris is the capital.", slow_seconds=3.0) as srv:
         yield srv
 
 
 def backend(server: FakeOpenAI, **kw: Any) -> OpenAIBackend:
-    cfg = {"base_url": server.base_url, "retries": 3, "backoff": 0.01, "timeout": 0.4, "concurrency": 4,
+    cfg = {"base_url": server.base_url, "retries": 3, "backoff": 0.01, "timeout": 10.0, "concurrency": 4,
            "price_in": 1.0, "price_out": 2.0, **kw}
     return OpenAIBackend("openai:mock-model", EndpointConfig(**cfg))
 
@@ -76,7 +76,7 @@ def test_retries_recover_and_exhausted_calls_store_nothing(server: FakeOpenAI) -
     server.reset()
     server.plans.update({"r429": ["429", "ok:A"], "r500": ["500", "500", "ok:B"], "rslow": ["slow", "ok:C"],
                          "rbody": ["badbody", "ok:D"], "rnone": ["nochoices", "ok:E"], "dead": ["500"]})
-    be = backend(server)
+    be = backend(server, timeout=1.5)  # "slow" answers after 3 s
     names = ["r429", "r500", "rslow", "rbody", "rnone", "dead"]
     outs = be.generate([chat(n) for n in names], max_new_tokens=8, batch_size=8)
     assert [o.text for o in outs[:5]] == ["A", "B", "C", "D", "E"]

@@ -14,8 +14,10 @@ recomputed now, with a message. So a damaged shard is repaired by any run that d
 
 from __future__ import annotations
 
+import contextvars
 import time
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -27,6 +29,9 @@ from haldet.signals import Signal
 from haldet.store import CellStore
 
 Progress = Callable[[str, int], Callable[[int], None]]  # (description, total) -> advance(n)
+# Set by an executor that computes item shards elsewhere (haldet.executors.ray_executor): (stage, items) -> None.
+ShardRunner = Callable[["Stage", list["Item"]], None]
+SHARD_RUNNER: contextvars.ContextVar[ShardRunner | None] = contextvars.ContextVar("haldet_shard_runner", default=None)
 
 
 def no_progress(description: str, total: int) -> Callable[[int], None]:
@@ -63,6 +68,7 @@ class CellContext:
     labels: dict[str, int] | None = None
     timings: dict[str, float] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
+    shard_runner: ShardRunner | None = field(default_factory=SHARD_RUNNER.get)
     _backend: Backend | None = None
 
     @property
@@ -116,6 +122,8 @@ class Stage:
         self.ctx.counts[f"{self.name}_computed"] = 0
         if not todo:
             return done
+        if self.ctx.shard_runner is not None and type(self).ensure is Stage.ensure:
+            self.ctx.shard_runner(self, todo)  # shards computed by other workers, through the same store
         with self.ctx.store.lock(self.name):
             done = self.records(items)  # another process may have filled some while we waited
             todo = [item for item in items if item.id not in done]
@@ -149,7 +157,18 @@ class Stage:
         self.ctx.counts[f"{self.name}_damaged"] = self.ctx.counts.get(f"{self.name}_damaged", 0) + lost
         return lost
 
-    def _compute_missing(self, todo: list[Item], done: dict[str, dict[str, Any]]) -> None:
+    def compute_shard(self, items: Sequence[Item]) -> tuple[int, int]:
+        """Compute the items of one shard that lack a current record, while other shards of the same stage run in
+        other processes: the lock is held only around each append (and the missing items are re-read under it), so
+        shards run in parallel and a retried shard never writes an item twice. Returns (computed, failed)."""
+        done = self.records(items)
+        todo = [item for item in items if item.id not in done]
+        before = self.ctx.counts.get(f"{self.name}_failed", 0)
+        self._compute_missing(todo, done, lock_appends=True)
+        return len(todo), self.ctx.counts.get(f"{self.name}_failed", 0) - before
+
+    def _compute_missing(self, todo: list[Item], done: dict[str, dict[str, Any]], *,
+                         lock_appends: bool = False) -> None:
         if todo:
             start = time.perf_counter()
             advance = self.ctx.progress(f"{self.name} [{self.ctx.dataset} | {self.ctx.model}]", len(todo))
@@ -164,7 +183,11 @@ class Stage:
                 for rec in recs:
                     rec.setdefault("key", keys[rec["id"]])  # a stage with several keys per item sets its own
                     done[rec["id"]] = rec
-                log.append(recs)
+                with self.ctx.store.lock(self.name) if lock_appends else nullcontext():
+                    if lock_appends:  # another writer may have stored some meanwhile: never twice
+                        stored = self.records(batch)
+                        recs = [rec for rec in recs if rec["id"] not in stored]
+                    log.append(recs)
                 if failed:
                     self._note_failures(failed, keys)
                 advance(len(batch))

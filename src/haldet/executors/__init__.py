@@ -1,0 +1,1 @@
+"""Executors that run a run's cells elsewhere than in this process (the serial one is `pipeline.serial_cells`)."""
