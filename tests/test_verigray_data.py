@@ -51,16 +51,23 @@ def test_adapter_maps_fixture_rows_to_sentence_units() -> None:
     by_answer = {r["answer"]: r for r in rows}
     grades = []
     for inst in items:
-        row = by_answer[inst.meta["response"]]
+        row = by_answer[inst.response]
         assert inst.context == row["question"] and inst.meta["generator"] == row["generator"]
-        units = inst.meta["sentences"]
-        assert [u["text"] for u in units] == [s["text"] for s in row["sentences"]]
-        for unit in units:
-            assert inst.meta["response"][unit["start"]:unit["end"]] == unit["text"]
-        grades += [u["grade"] for u in units]
+        units = inst.units_of("sentence")
+        assert [u.text for u in units] == [s["text"] for s in row["sentences"]]
+        for unit, sent in zip(units, row["sentences"], strict=True):
+            assert inst.response[unit.start:unit.end] == unit.text
+            assert unit.grade_name == CLASSES[grade_of(sent["annotation"].split("/")[0])] or unit.meta["readings"]
+            assert unit.binary == parse_annotation(sent["annotation"]).binary  # protocol 1's label or None
+        grades += [u.grade for u in units]
     assert sorted(set(grades)) == list(range(7))
-    amb = [u for i in items for u in i.meta["sentences"] if u["readings"]]
-    assert len(amb) == 1 and amb[0]["label"] == "Ambiguous" and amb[0]["readings"] == [CONTRADICTING, EXPLICIT]
+    assert [u.grade for u in items[0].units] == [6 - parse_annotation(s["annotation"]).grade
+                                                 for s in by_answer[items[0].response]["sentences"]]
+    amb = [u for i in items for u in i.units if u.meta["readings"]]
+    assert len(amb) == 1 and amb[0].grade_name == "Ambiguous" and amb[0].grade == 6 - AMBIGUOUS
+    assert amb[0].meta["readings"] == ["Contradicting", "Explicitly-Supported"] and amb[0].binary is None
+    # scoring views never see the grades
+    assert all(u.grade is None and u.binary is None for u in items[0].without_labels().units)
 
 
 def test_unknown_label_is_an_error_naming_the_row(tmp_path: Path) -> None:
@@ -82,7 +89,7 @@ def test_wrong_range_is_realigned_and_missing_text_is_a_bad_row(tmp_path: Path) 
     path = tmp_path / "verigray" / "test.jsonl"
     path.write_text(json.dumps(row) + "\n")
     (inst,), _ = get_adapter("verigray", data_dir=tmp_path).load()
-    assert inst.meta["realigned"] == 1 and inst.meta["sentences"][1]["start"] == 10
+    assert inst.meta["realigned"] == 1 and inst.units[1].start == 10
     row["sentences"][1]["text"] = "Three facts."
     path.write_text(json.dumps(row) + "\n")
     with pytest.raises(HaldetError, match=r"line 1 .*sentences\[1\]\.range"):

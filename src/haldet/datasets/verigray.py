@@ -4,9 +4,13 @@ faithfulness classes (`haldet.suites.verigray.labels`).
 Source rows (hub `Ding-Qiang/veri-gray`, or `--data-dir` files in the same schema): `question` (the source
 document), `answer` (the summary), `generator` (the model that wrote it), `sentences`: a list of {`text`,
 `range` [start, end] (character offsets into `answer`), `annotation`, `rationale`}. The summary is the given
-response: it is scored, never regenerated. Sentences become units with offsets, grade (0..6), readings (for
-Ambiguous) and the protocol-1 binary label. `meta["document_id"]` (a digest of the document) groups the
-summaries of one document, so a split never puts one document in two parts.
+response (`Instance.response`): it is teacher-forced, never regenerated. Sentences become sentence units with
+offsets; the binary label is protocol 1's (Contradicting/Fabricated = hallucination, Implicitly-/Explicitly-
+Supported = correct, the rest `invalid`, i.e. left out of binary metrics); `grade` = 6 - faithfulness degree
+(the core counts grades from the best: 0 = Explicitly-Supported, 6 = Contradicting) with the class in
+`grade_name`; the readings of an Ambiguous sentence, the raw annotation and the rationale go to the unit's meta.
+`meta["document_id"]` (a digest of the document) groups the summaries of one document, so a split never puts
+one document in two parts.
 
 A sentence whose `range` does not cover its `text` is re-aligned by searching the text after the previous
 sentence (counted in `meta["realigned"]`); one that cannot be found, or an unknown label, stops the load with
@@ -20,9 +24,11 @@ from typing import Any
 
 from haldet.datasets.base import BadRow, DatasetAdapter, register, require
 from haldet.errors import HaldetError
-from haldet.schema import Instance
+from haldet.schema import Category, Instance, SpanLabel
 from haldet.suites.verigray.labels import CLASSES, UnknownLabel, parse_annotation
 
+TOP = len(CLASSES) - 1
+BINARY = {1: Category.HALLUCINATION, 0: Category.CORRECT}
 INSTRUCTION = "Write a short summary of the passage that covers its main points, using only what the passage says."
 
 
@@ -61,7 +67,7 @@ class VeriGray(DatasetAdapter):
         sentences = require(row, "sentences")
         if not isinstance(sentences, list):
             raise BadRow("sentences", "must be a list of {text, range, annotation, rationale}")
-        units: list[dict[str, Any]] = []
+        units: list[SpanLabel] = []
         realigned = 0
         after = 0
         for k, sent in enumerate(sentences):
@@ -81,12 +87,13 @@ class VeriGray(DatasetAdapter):
             start, end, moved = _offsets(answer, text, sent.get("range"), after, f"{field}.range")
             realigned += moved
             after = end
-            units.append({"kind": "sentence", "start": start, "end": end, "text": answer[start:end],
-                          "grade": label.grade, "label": label.name, "readings": list(label.readings),
-                          "binary": label.binary, "annotation": str(raw_label),
-                          "rationale": str(sent.get("rationale") or "")})
+            category = BINARY.get(label.binary, Category.INVALID)
+            units.append(SpanLabel(kind="sentence", start=start, end=end, text=answer[start:end], category=category,
+                                   grade=TOP - label.grade, grade_name=label.name,
+                                   meta={"readings": [CLASSES[g] for g in label.readings],
+                                         "annotation": str(raw_label),
+                                         "rationale": str(sent.get("rationale") or "")}))
         native = row.get("id") if row.get("id") not in (None, "") else index
-        return self.instance(split, native, instruction=INSTRUCTION, context=document,
-                             meta={"response": answer, "generator": str(require(row, "generator")),
-                                   "document_id": document_id(document), "sentences": units,
+        return self.instance(split, native, instruction=INSTRUCTION, context=document, response=answer, units=units,
+                             meta={"generator": str(require(row, "generator")), "document_id": document_id(document),
                                    "realigned": realigned})
