@@ -18,6 +18,7 @@ import numpy as np
 
 from haldet.detectors._consistency import cache_for, pair_model
 from haldet.detectors.base import Detector, Scores, register
+from haldet.detectors.unit import UnitScores
 from haldet.nli import CONTRADICTION, ENTAILMENT, NEUTRAL
 from haldet.signals import Signal, SignalView
 from haldet.suites.verigray.nli import VARIANTS, verify
@@ -40,11 +41,11 @@ class NLIVerifier(Detector):
         values, reasons = self._verify(items, texts)
         return Scores(np.array([v[0] for v in values]), [r[0] for r in reasons])
 
-    def unit_values(self, items: SignalView, level: str) -> tuple[list[np.ndarray], list[list[str]]]:
+    def score_units(self, items: SignalView, level: str) -> UnitScores:
         """Per item, one score per unit of `level` (aligned to `instance.units_of(level)`) with reasons."""
         texts = [[u.text or (inst.response or "")[u.start:u.end] for u in inst.units_of(level)]
                  for inst in items.instances]
-        return self._verify(items, texts)
+        return UnitScores(*self._verify(items, texts))
 
     def _verify(self, items: SignalView, texts: list[list[str]]) -> tuple[list[np.ndarray], list[list[str]]]:
         values = [np.full(len(t), np.nan) for t in texts]

@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from haldet.detectors.base import Detector, Scores, register
+from haldet.detectors.unit import UnitScores
 from haldet.schema import Instance, SpanLabel
 from haldet.signals import Signal, SignalView
 from haldet.stages.verdict import Ask, Example, VerdictPrompt, register_prompt
@@ -81,7 +82,7 @@ class VeriGrayLLM(Detector):
                 out.set(i, SEVEN_WAY.scores[rec["label"]])
         return out
 
-    def unit_values(self, items: SignalView, level: str) -> tuple[list[np.ndarray], list[list[str]]]:
+    def score_units(self, items: SignalView, level: str) -> UnitScores:
         """Per item, one score per unit of `level` (aligned to `instance.units_of(level)`) with reasons."""
         values, reasons = [], []
         for inst, verdicts in zip(items.instances, items.get(Signal.VERDICT), strict=True):
@@ -99,4 +100,4 @@ class VeriGrayLLM(Detector):
                         vals[k] = SEVEN_WAY.scores[u["label"]]
             values.append(vals)
             reasons.append(why)
-        return values, reasons
+        return UnitScores(values, reasons)

@@ -14,7 +14,7 @@ Resamples in which the units hold only one class are dropped (counted in the not
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from scipy import sparse
@@ -29,26 +29,38 @@ _BLOCK = 100  # resamples per vectorised block
 
 @dataclass
 class UnitData:
-    """Pooled units: binary labels `y` (1 = hallucinated), scores `s` (NaN = invalid) and `group`, the index of the
-    item each unit belongs to (the resampling unit)."""
+    """Pooled units: binary labels `y` (1 = hallucinated, -1 = no binary label), scores `s` (NaN = invalid) and
+    `group`, the index of the item each unit belongs to (the resampling unit). Optional: `grade`, the ordinal label
+    of each unit (0 = best, -1 = none; units with only a grade have y = -1, e.g. VeriGray's Not-Sure sentences), and
+    `tags`, per-unit strings named by the suite (`Suite.tags_of`, e.g. the generator) for breakdowns."""
 
     y: np.ndarray
     s: np.ndarray
     group: np.ndarray
+    grade: np.ndarray | None = None
+    tags: dict[str, np.ndarray] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.y = np.asarray(self.y, dtype=np.int64)
         self.s = np.asarray(self.s, dtype=np.float64)
         self.group = np.asarray(self.group, dtype=np.int64)
-        if not len(self.y) == len(self.s) == len(self.group):
-            raise ValueError("one label, score and group per unit")
-
-    def valid(self) -> UnitData:
-        keep = np.isfinite(self.s)
-        return UnitData(self.y[keep], self.s[keep], self.group[keep])
+        if self.grade is not None:
+            self.grade = np.asarray(self.grade, dtype=np.int64)
+        self.tags = {k: np.asarray(v, dtype=object) for k, v in self.tags.items()}
+        sizes = {len(self.y), len(self.s), len(self.group), *(len(v) for v in self.tags.values())}
+        if len(sizes) > 1 or (self.grade is not None and len(self.grade) != len(self.y)):
+            raise ValueError("one label, score, group (and grade, tag) per unit")
 
     def where(self, mask: np.ndarray) -> UnitData:
-        return UnitData(self.y[mask], self.s[mask], self.group[mask])
+        return UnitData(self.y[mask], self.s[mask], self.group[mask],
+                        None if self.grade is None else self.grade[mask], {k: v[mask] for k, v in self.tags.items()})
+
+    def valid(self) -> UnitData:
+        return self.where(np.isfinite(self.s))
+
+    def labelled(self) -> UnitData:
+        """The units with a binary label (what the binary metrics read)."""
+        return self.where(self.y >= 0)
 
 
 def best_f1(y: np.ndarray, s: np.ndarray) -> tuple[float, float, float, float]:
@@ -123,7 +135,9 @@ def bootstrap_unit_metrics(data: UnitData, threshold: float | None, n_boot: int,
 def unit_metrics(test: UnitData, val: UnitData | None, *, n_boot: int = 1000, ci: float = 0.95,
                  seed: int = 42) -> list[MetricValue]:
     """Every metric of `UNIT_METRICS` on the test units with a valid score (n and n_pos count units); the threshold
-    comes from the validation units (None values with a note when validation cannot give one)."""
+    comes from the validation units (None values with a note when validation cannot give one). Units without a
+    binary label (y = -1) are left out."""
+    test, val = test.labelled(), (None if val is None else val.labelled())
     coverage = float(np.isfinite(test.s).mean()) if len(test.s) else 0.0
     data = test.valid()
     n, n_pos = len(data.y), int(data.y.sum())

@@ -170,7 +170,7 @@ class VerdictStage(Stage):
             log = self.ctx.store.log(self.name)
             todo = [item for item in items if item.id not in log.read(keys)]
             if todo:
-                with self._lock():
+                with self.ctx.store.lock(self.name):
                     done = log.read(keys)
                     todo = [item for item in items if item.id not in done]
                     computed += len(todo)

@@ -72,9 +72,18 @@ class Suite:
         """Items sharing a group land in the same split part (e.g. answers about one document)."""
         return instance.id
 
+    def tags_of(self, instance: Instance) -> dict[str, str]:
+        """Per-item tags copied onto its units (`UnitData.tags`) for a suite's breakdowns (e.g. the generator)."""
+        return {}
+
+    def html_section(self, rows: list[dict[str, Any]]) -> str:
+        """The suite's own part of the HTML report (its tables and plots from the result rows); empty by default."""
+        return ""
+
     def unit_metrics(self, level: str, test: UnitData, val: UnitData | None, *, n_boot: int, ci: float,
-                     seed: int) -> list[MetricValue]:
-        """Metrics of one detector at one level; override to add a suite's own (e.g. ranking loss)."""
+                     seed: int, detector: Any = None) -> list[MetricValue]:
+        """Metrics of one detector at one level; override to add a suite's own (e.g. ranking loss). `detector` is
+        the detector instance that scored (its declarations, e.g. a native decision threshold, may matter)."""
         return unit_metrics(test, val, n_boot=n_boot, ci=ci, seed=seed)
 
     @classmethod

@@ -16,7 +16,10 @@ from haldet.suites.base import Suite, TableLayout, get_suite
 METRIC_TITLES = {"auroc": "AUROC", "aupr": "AUPRC", "f1_opt": "F1-opt", "precision_opt": "P-opt",
                  "recall_opt": "R-opt", "f1_opt_test": "F1-opt (tuned on test)", "threshold": "threshold",
                  "precision_opt_test": "P-opt (tuned on test)", "recall_opt_test": "R-opt (tuned on test)",
-                 "tie_share": "ties", "base_rate": "base rate"}
+                 "tie_share": "ties", "base_rate": "base rate",
+                 # VeriGray (haldet/suites/verigray): protocol 1 and the ranking losses
+                 "bacc": "BAcc", "recall": "Rec", "precision": "Prec", "f1": "F1", "rank_loss": "Lrank",
+                 "rank_loss_continuous": "Lrank(s)", "rank_loss_best_binary": "Lrank floor"}
 
 
 def _fmt(value: Any) -> str:

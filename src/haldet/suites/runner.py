@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -28,7 +29,7 @@ from haldet.evaluation.cost import stage_stats
 from haldet.evaluation.detect import DetectorRun, fit_or_reuse, make_detector
 from haldet.evaluation.splits import SPLITS, grouped_split
 from haldet.evaluation.units import UnitData
-from haldet.schema import Category
+from haldet.schema import Category, Instance
 from haldet.signals import SignalView
 from haldet.stages.base import Item, Progress
 from haldet.stages.generate import GenerateStage, attach_generations
@@ -75,19 +76,28 @@ def unit_counts(items: list[Item], levels: tuple[str, ...]) -> dict[str, dict[st
     return out
 
 
-def pooled(view: SignalView, values: list[np.ndarray], level: str, labelled: list[Any]) -> UnitData:
-    """Units of a view's items with their labels (from `labelled`, the labelled instances), scores and item index."""
-    ys, ss, gs = [], [], []
+def pooled(view: SignalView, values: list[np.ndarray], level: str, labelled: list[Any],
+           tags_of: Callable[[Instance], dict[str, str]] | None = None) -> UnitData:
+    """Units of a view's items with their labels (from `labelled`, the labelled instances), scores and item index;
+    units with only an ordinal grade come too (y = -1), and the suite's per-item tags (`tags_of`) per unit."""
+    ys, ss, gs, grades = [], [], [], []
+    tags: dict[str, list[str]] = {}
     for g, (inst, vals) in enumerate(zip(labelled, values, strict=True)):
         units = inst.units_of(level)
         if len(units) != len(vals):
             raise ValueError(f"{len(vals)} unit scores for {len(units)} units of {inst.id} at level {level}")
+        item_tags = tags_of(inst) if tags_of is not None else {}
         for unit, v in zip(units, vals, strict=True):
-            if unit.binary is not None:
-                ys.append(unit.binary)
+            if unit.binary is not None or unit.grade is not None:
+                ys.append(-1 if unit.binary is None else unit.binary)
                 ss.append(v)
                 gs.append(g)
-    return UnitData(np.array(ys, dtype=np.int64), np.array(ss, dtype=np.float64), np.array(gs, dtype=np.int64))
+                grades.append(-1 if unit.grade is None else unit.grade)
+                for name, value in item_tags.items():
+                    tags.setdefault(name, []).append(value)
+    has_grade = any(x >= 0 for x in grades)
+    return UnitData(np.array(ys, dtype=np.int64), np.array(ss, dtype=np.float64), np.array(gs, dtype=np.int64),
+                    np.array(grades, dtype=np.int64) if has_grade else None, {k: np.array(v) for k, v in tags.items()})
 
 
 def score_level(detector: Detector, view: SignalView, level: str) -> UnitScores:
@@ -139,13 +149,13 @@ def run_level(name: str, level: str, suite: Suite, config: RunConfig, store: Cel
                                                          strict=True))
         run.score_seconds = time.perf_counter() - start
         run.meta = dict(detector.meta)
-    data = {part: pooled(view, scored[part].values, level, [view.instances[i] for i in idx])
+    data = {part: pooled(view, scored[part].values, level, [view.instances[i] for i in idx], suite.tags_of)
             for part, idx in parts.items()}
     run.n_scored = len(parts["test"])
     run.unit_scores = {"test": data["test"]}
     ev = config.evaluation
     run.metrics = suite.unit_metrics(level, data["test"], data["val"], n_boot=ev.bootstrap, ci=ev.ci,
-                                     seed=ev.bootstrap_seed)
+                                     seed=ev.bootstrap_seed, detector=detector)
     return run
 
 

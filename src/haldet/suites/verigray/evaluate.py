@@ -60,10 +60,24 @@ def classes_to_outputs(detector: str, classes: np.ndarray) -> DetectorOutput:
 
 
 def _row(detector: str, metric: str, value: float, *, n: int, group: str = "all", coverage: float | None = None,
-         note: str = "") -> dict[str, Any]:
+         note: str = "", n_pos: int | None = None) -> dict[str, Any]:
     value = float(value)
     return {"detector": detector, "metric": metric, "value": value if np.isfinite(value) else None, "n": n,
-            "coverage": coverage, "group": group, "note": note if np.isfinite(value) or note else "undefined"}
+            "n_pos": n_pos, "coverage": coverage, "group": group,
+            "note": note if np.isfinite(value) or note else "undefined"}
+
+
+def metric_name(metric: str, group: str) -> str:
+    """A row's metric with its breakdown group: 'bacc', 'bacc[generator=gpt-5]', 'class_f1[class=Fabricated]'."""
+    return metric if group == "all" else f"{metric}[{group}]"
+
+
+def split_metric(name: str) -> tuple[str, str]:
+    """Inverse of `metric_name`."""
+    if name.endswith("]") and "[" in name:
+        metric, group = name[:-1].split("[", 1)
+        return metric, group
+    return name, "all"
 
 
 def evaluate(sents: Sentences, out: DetectorOutput) -> list[dict[str, Any]]:
@@ -89,6 +103,8 @@ def evaluate(sents: Sentences, out: DetectorOutput) -> list[dict[str, Any]]:
         rows += list(_table4(out.detector, sents.degree[idx], scores[idx], binary[idx], f"generator={gen}", note))
     for degree, name in enumerate(CLASSES):
         idx = test[sents.degree[test] == degree]
+        if not len(idx):
+            continue
         flagged = binary[idx][np.isfinite(binary[idx])]
         rows.append(_row(out.detector, "flagged_unfaithful", flagged.mean() if len(flagged) else np.nan,
                          n=len(flagged), group=f"class={name}", note=note))
@@ -101,8 +117,12 @@ def evaluate(sents: Sentences, out: DetectorOutput) -> list[dict[str, Any]]:
 def _table4(detector: str, degree: np.ndarray, scores: np.ndarray, binary: np.ndarray, group: str,
             note: str) -> Iterator[dict[str, Any]]:
     p1 = protocol1(degree, binary)
+    why = ("no protocol-1 sentence has a verdict" if p1["n"] == 0 else
+           f"protocol-1 sentences are all one class ({p1['n_pos']} Unfaithful of {p1['n']})"
+           if p1["n_pos"] in (0, p1["n"]) else "no sentence predicted Unfaithful")
     for metric in ("bacc", "recall", "precision", "f1"):
-        yield _row(detector, metric, p1[metric], n=p1["n"], group=group, coverage=p1["coverage"], note=note)
+        yield _row(detector, metric, p1[metric], n=p1["n"], group=group, coverage=p1["coverage"],
+                   note=note if np.isfinite(p1[metric]) else why, n_pos=p1["n_pos"])
     valid = np.isfinite(binary)
     yield _row(detector, "rank_loss", ranking_loss(degree, binary), n=int(valid.sum()), group=group,
                coverage=float(valid.mean()) if len(valid) else None, note=note)

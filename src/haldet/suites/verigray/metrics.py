@@ -53,7 +53,8 @@ def protocol1(grades: np.ndarray, pred: np.ndarray) -> dict[str, float]:
     keep = protocol1_mask(grades)
     valid = keep & np.isfinite(pred)
     out = binary_metrics(gold_unfaithful(grades[valid]), pred[valid].astype(int))
-    return out | {"n": int(valid.sum()), "coverage": float(valid.sum() / keep.sum()) if keep.any() else np.nan}
+    return out | {"n": int(valid.sum()), "n_pos": int(gold_unfaithful(grades[valid]).sum()),
+                  "coverage": float(valid.sum() / keep.sum()) if keep.any() else np.nan}
 
 
 def protocol1_scores(grades: np.ndarray, scores: np.ndarray) -> dict[str, float]:

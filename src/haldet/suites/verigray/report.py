@@ -13,6 +13,7 @@ from html import escape
 from typing import Any
 
 from haldet.report.svg import Series, line_plot
+from haldet.suites.verigray.evaluate import split_metric
 from haldet.suites.verigray.labels import CLASSES
 
 TABLE4_COLUMNS = (("bacc", "BAcc"), ("recall", "Hallu. Rec."), ("precision", "Hallu. Prec."), ("f1", "Hallu. F1"),
@@ -26,10 +27,12 @@ def _pct(v: Any) -> str:
 
 
 def _index(rows: Sequence[Row]) -> dict[tuple[str, str], dict[tuple[str, str], Row]]:
-    """(model, detector) -> (metric, group) -> row."""
+    """(model, detector) -> (metric, group) -> row; the group comes from the row or its `metric[group]` name."""
     out: dict[tuple[str, str], dict[tuple[str, str], Row]] = {}
     for r in rows:
-        out.setdefault((str(r.get("model", "")), str(r["detector"])), {})[(str(r["metric"]), str(r["group"]))] = r
+        metric, group = split_metric(str(r["metric"]))
+        group = str(r.get("group") or group)
+        out.setdefault((str(r.get("model", "")), str(r["detector"])), {})[(metric, group)] = r
     return out
 
 
@@ -90,7 +93,8 @@ def html_section(rows: Sequence[Row]) -> str:
     if series:
         parts.append("<h3>Selective prediction</h3><div class=figs>" + line_plot(
             series, title="Selective risk vs coverage", xlabel="coverage", ylabel="selective risk") + "</div>")
-    generators = sorted({str(r["group"]).split("=", 1)[1] for r in rows if str(r["group"]).startswith("generator=")})
+    groups = {str(r.get("group") or split_metric(str(r["metric"]))[1]) for r in rows}
+    generators = sorted(g.split("=", 1)[1] for g in groups if g.startswith("generator="))
     if generators:
         parts.append("<h3>Balanced accuracy by generator</h3>")
         parts.append(_html_table(["model", "detector", *generators], [

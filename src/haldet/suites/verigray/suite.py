@@ -1,0 +1,83 @@
+"""The VeriGray suite (`haldet run --suite verigray`): given summaries, sentence units with seven ordered classes.
+
+Items are split 60/20/20 by document (`group_of`): the summaries of one document never straddle parts. Per
+detector, `unit_metrics` keeps the core's pooled unit metrics on the protocol-1 sentences (AUROC and AUPR with
+item-grouped bootstrap CIs, F1 at the validation threshold) and adds VeriGray's rows (`evaluate`): Table 4 (BAcc,
+Unfaithful recall/precision/F1, the paper's ranking loss of binary verdicts), the ranking loss of the continuous
+scores, the floor a perfect binary predictor reaches, the 7-way classifiers' per-class F1 and selective prediction,
+and every Table 4 metric per generator and per gold class. Breakdown rows are named `metric[group]`.
+
+A detector's own verdict is used when it declares `decision_threshold` (Unfaithful when score > threshold, e.g.
+the NLI verifier's argmax, the classifier's class below Implicitly-Supported); otherwise the threshold with the best
+validation balanced accuracy. A detector declaring `graded` scores 6 - class degree (the 7-way classifier).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+
+from haldet.evaluation.metrics import MetricValue
+from haldet.evaluation.units import UnitData
+from haldet.schema import Instance
+from haldet.suites.base import Suite, TableLayout, register
+from haldet.suites.verigray.evaluate import DetectorOutput, Sentences, evaluate, metric_name
+from haldet.suites.verigray.labels import CLASSES
+from haldet.suites.verigray.report import TABLE4_COLUMNS, html_section
+
+TOP = len(CLASSES) - 1
+CORE_METRICS = ("auroc", "aupr")  # the core's rows (with CIs) already hold these at group "all"
+
+
+def detector_output(name: str, scores: np.ndarray, detector: Any) -> DetectorOutput:
+    """Scores plus the detector's own binary verdict and 7-way class when it declares them."""
+    out = DetectorOutput(name, scores=scores)
+    threshold = getattr(detector, "decision_threshold", None)
+    if threshold is not None:
+        out.binary = np.where(np.isfinite(scores), (scores > threshold).astype(np.float64), np.nan)
+    if getattr(detector, "graded", False):
+        out.classes = TOP - scores
+    return out
+
+
+@register("verigray")
+class VeriGraySuite(Suite):
+    title = "VeriGray"
+    paper = "seeds/verigray.txt (Ding et al., The Gray Zone of Faithfulness)"
+    description = ("summary sentences in 7 ordered faithfulness classes; protocol 1 (binary), ranking loss, "
+                   "selective prediction")
+    datasets = ("verigray",)
+    levels = ("sentence",)
+    detectors = ("likelihood", "entropy", "nli_verifier")
+    tables = (TableLayout("Table 4", metrics=tuple(m for m, _ in TABLE4_COLUMNS), level="sentence"),)
+    settings: ClassVar[dict[str, Any]] = {}
+
+    def group_of(self, instance: Instance) -> str:
+        return str(instance.meta.get("document_id") or instance.id)
+
+    def tags_of(self, instance: Instance) -> dict[str, str]:
+        return {"generator": str(instance.meta.get("generator", ""))}
+
+    def html_section(self, rows: list[dict[str, Any]]) -> str:
+        return html_section([r for r in rows if r.get("level") == "sentence"])
+
+    def unit_metrics(self, level: str, test: UnitData, val: UnitData | None, *, n_boot: int, ci: float,
+                     seed: int, detector: Any = None) -> list[MetricValue]:
+        out = super().unit_metrics(level, test, val, n_boot=n_boot, ci=ci, seed=seed)
+        if test.grade is None:
+            return out
+        parts = [("test", test)] + ([("val", val)] if val is not None and val.grade is not None else [])
+        name = getattr(detector, "name", "") or "detector"
+        sents = Sentences(item=np.concatenate([f"{p}:" + d.group.astype(str) for p, d in parts]),
+                          degree=np.concatenate([TOP - d.grade for p, d in parts if d.grade is not None]),
+                          generator=np.concatenate([d.tags.get("generator", np.full(len(d.y), "")) for _, d in parts]),
+                          split=np.concatenate([np.full(len(d.y), p) for p, d in parts]))
+        scores = np.concatenate([d.s for _, d in parts])
+        for row in evaluate(sents, detector_output(name, scores, detector)):
+            if row["group"] == "all" and row["metric"] in CORE_METRICS:
+                continue
+            out.append(MetricValue(metric_name(row["metric"], row["group"]), row["value"], None, None, row["n"],
+                                   int(row["n_pos"] or 0), float(row["coverage"]) if row["coverage"] is not None
+                                   else 1.0, row["note"]))
+        return out

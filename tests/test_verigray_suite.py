@@ -1,0 +1,93 @@
+"""The VeriGray suite end to end on its fixture: the embedded model teacher-forces the summaries (likelihood), and
+the 7-way classifier answers through a local OpenAI-compatible mock (one reply per sentence, one unparsable)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from haldet.config import load_config
+from haldet.datasets.base import get_adapter
+from haldet.suites.base import get_suite
+from haldet.suites.verigray.classifier import OPTIONS
+from haldet.suites.verigray.labels import CLASSES
+from mock_openai import FakeOpenAI, text_content
+
+FIX = Path(__file__).parent / "fixtures" / "datasets"
+LETTER = {grade: letter for letter, grade in OPTIONS.items()}
+GARBLED = "Would you like to know more?"  # its reply is unparsable
+
+
+def sentence_of(body: dict[str, Any]) -> str:
+    return str(body["messages"][-1]["content"].rsplit("Sentence to judge:", 1)[1].strip())
+
+
+@pytest.fixture(scope="module")
+def suite_run(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    from haldet import pipeline
+
+    items, _ = get_adapter("verigray", FIX).load()
+    with FakeOpenAI(content=text_content, key_of=sentence_of, default="ok:no idea") as srv:
+        for inst in items:
+            for unit in inst.units:
+                degree = 6 - unit.grade
+                srv.plans[unit.text] = [f"ok:The facts check out as follows.\nOption: {LETTER[degree]}"]
+        srv.plans[GARBLED] = ["ok:I would rather not say."]
+        out = tmp_path_factory.mktemp("verigray")
+        config = load_config(None, base=get_suite("verigray").config_base(), data_dir=str(FIX),
+                             detectors=["likelihood", "verigray_llm"], verdict__model="fake-7way",
+                             verdict__base_url=srv.base_url, verdict__retries=0,
+                             evaluation__split=(0.34, 0.33, 0.33), evaluation__bootstrap=50)
+        rows, cells = pipeline.run(config, out)
+        n_requests = len(srv.requests)
+    return out, rows, cells, items, n_requests
+
+
+def value(rows: list[dict], detector: str, metric: str) -> Any:
+    (row,) = [r for r in rows if r["detector"] == detector and r["metric"] == metric]
+    return row["value"]
+
+
+def test_suite_runs_with_document_grouped_split(suite_run) -> None:
+    out, rows, cells, items, n_requests = suite_run
+    assert not cells[0].error and {r["level"] for r in rows} == {"sentence"}
+    assert n_requests == sum(len(i.units) for i in items)  # one verdict per sentence
+    split = json.loads((out / "verigray" / "smollm2-135m" / "split.json").read_text())
+    doc = {i.id: i.meta["document_id"] for i in items}
+    assert [len({doc[i] for i in split[p]}) for p in ("train", "val", "test")] == [2, 2, 2]
+    assert {r["detector"] for r in rows} == {"likelihood", "verigray_llm"}
+    from haldet.suites.report import suite_markdown
+
+    table = suite_markdown(get_suite("verigray"), rows)
+    assert "Table 4: verigray | smollm2-135m (sentence level)" in table and "| BAcc | Rec | Prec | F1 |" in table
+
+
+def test_classifier_rows_match_its_known_answers(suite_run) -> None:
+    out, rows, _, items, _ = suite_run
+    split = json.loads((out / "verigray" / "smollm2-135m" / "split.json").read_text())
+    test_units = [u for i in items if i.id in split["test"] for u in i.units]
+    parsed = [u for u in test_units if u.text != GARBLED]
+    # right on every parsed sentence: protocol 1 and the continuous ranking are perfect
+    assert value(rows, "verigray_llm", "bacc") == 1.0 and value(rows, "verigray_llm", "f1") == 1.0
+    assert value(rows, "verigray_llm", "rank_loss_continuous") == 0.0
+    assert value(rows, "verigray_llm", "parsed") == pytest.approx(len(parsed) / len(test_units))
+    present = {CLASSES[6 - u.grade] for u in parsed}
+    for name in present:
+        assert value(rows, "verigray_llm", f"class_f1[class={name}]") == 1.0
+    assert value(rows, "verigray_llm", "selective_risk[threshold=Implicitly-Supported]") == 0.0
+    # the binary verdicts' ranking loss is at least the floor of a perfect binary predictor, which is above 0
+    floor = value(rows, "verigray_llm", "rank_loss_best_binary")
+    assert 0 < floor <= value(rows, "verigray_llm", "rank_loss")
+    generators = {i.meta["generator"] for i in items if i.id in split["test"]}
+    assert {r["metric"] for r in rows if r["metric"].startswith("bacc[")} == {f"bacc[generator={g}]"
+                                                                            for g in generators}
+
+
+def test_likelihood_scores_are_thresholded_on_validation(suite_run) -> None:
+    _, rows, _, _, _ = suite_run
+    (bacc,) = [r for r in rows if r["detector"] == "likelihood" and r["metric"] == "bacc"]
+    assert bacc["note"].startswith("threshold ") and bacc["note"].endswith("from validation")
+    assert value(rows, "likelihood", "rank_loss_continuous") is not None
