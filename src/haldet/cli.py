@@ -239,9 +239,11 @@ def _write_run_reports(target: Path) -> None:
     """tables.md, tables.tex and report.html into the run directory; a report failure never loses results."""
     from haldet.report.build import write_reports
     from haldet.report.rundata import load_run
+    from haldet.store import RunStore
 
     try:
-        written = write_reports(target, [load_run(target)], write_results=False)
+        with RunStore(target).lock():  # another run queued on this directory must not change it mid-report
+            written = write_reports(target, [load_run(target)], write_results=False)
     except HaldetError as exc:
         console.print(f"[yellow]reports not written:[/yellow] {exc.message}", highlight=False)
         return

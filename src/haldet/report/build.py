@@ -43,8 +43,11 @@ def write_reports(out: Path, runs: Sequence[RunData], *, title: str | None = Non
 
 def report_runs(run_dirs: Sequence[Path | str], out: Path, *, n_boot: int = 1000) -> tuple[dict[str, Path],
                                                                                          list[dict[str, Any]]]:
-    """`haldet report`: load the runs, write the merged results and every report into `out`."""
-    runs = [load_run(d) for d in run_dirs]
-    written = write_reports(out, runs, n_boot=n_boot, write_results=True)
+    """`haldet report`: load the runs, write the merged results and every report into `out`. Holds `out`'s run
+    lock while it reads and writes, so a run still writing there is never overwritten with what it had before."""
+    runs = [load_run(d) for d in run_dirs]  # fail on a bad run dir before the lock creates `out`
+    with RunStore(out).lock():
+        runs = [load_run(d) for d in run_dirs]
+        written = write_reports(out, runs, n_boot=n_boot, write_results=True)
     rows = merge_runs(runs) if len(runs) > 1 else runs[0].rows
     return written, rows
