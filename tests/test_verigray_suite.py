@@ -91,3 +91,15 @@ def test_likelihood_scores_are_thresholded_on_validation(suite_run) -> None:
     (bacc,) = [r for r in rows if r["detector"] == "likelihood" and r["metric"] == "bacc"]
     assert bacc["note"].startswith("threshold ") and bacc["note"].endswith("from validation")
     assert value(rows, "likelihood", "rank_loss_continuous") is not None
+
+
+def test_html_report_has_table4_and_selective_risk_curve(suite_run) -> None:
+    from haldet.report.build import write_reports
+    from haldet.report.rundata import load_run
+
+    out, _, _, _, _ = suite_run
+    html = write_reports(out, [load_run(out)], write_results=False)["report.html"].read_text()
+    section = html[html.index("<h2 id=verigray>"):]
+    assert "L_rank (binary)" in section and "verigray_llm" in section and "likelihood" in section
+    assert "Selective risk vs coverage" in section and "<polyline" in section
+    assert "Per-class F1 of the 7-way classifiers" in section and "Balanced accuracy by generator" in section

@@ -199,6 +199,7 @@ def run(
         from haldet.suites.report import print_suite_results
 
         print_suite_results(config.suite, rows, target, out_console, as_json=as_json)
+        _write_run_reports(target)
         console.print(f"run directory: {target}")
         exit_on_failures(run_problems(cells), allow_failures)
         return

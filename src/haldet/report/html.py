@@ -301,6 +301,19 @@ def _metadata_section(runs: Sequence[RunData]) -> str:
     return "".join(parts)
 
 
+def _suite_sections(runs: Sequence[RunData], rows: Sequence[Mapping[str, Any]]) -> str:
+    """Each hosted benchmark's own tables and plots (`Suite.html_section`) for the runs made with `--suite`."""
+    from haldet.suites.base import get_suite
+
+    names = sorted({str(r.manifest.get("config", {}).get("suite")) for r in runs
+                    if r.manifest.get("config", {}).get("suite")})
+    parts = []
+    for name in names:
+        suite = get_suite(name)
+        parts.append(suite.html_section([dict(r) for r in rows if r.get("dataset") in suite.datasets]))
+    return "\n".join(p for p in parts if p)
+
+
 def build_html(runs: Sequence[RunData], rows: Sequence[Mapping[str, Any]], *, title: str = "haldet report",
                n_boot: int = 1000) -> str:
     """The whole report as one HTML string (rows: the merged tidy results of `runs`)."""
@@ -315,7 +328,7 @@ def build_html(runs: Sequence[RunData], rows: Sequence[Mapping[str, Any]], *, ti
                  _roc_section(runs, rows, n_boot)]
     else:
         body.append("<p>No result rows: every cell failed or no detector ran (see failures).</p>")
-    body += [_failures_section(runs), _metadata_section(runs)]
+    body += [_suite_sections(runs, rows), _failures_section(runs), _metadata_section(runs)]
     return ("<!DOCTYPE html>\n<html lang=en><head><meta charset=utf-8>"
             f"<meta name=viewport content=\"width=device-width, initial-scale=1\"><title>{_e(title)}</title>"
             f"<link rel=icon href=\"data:,\"><style>{CSS}</style></head><body>" + "\n".join(body)
