@@ -6,15 +6,81 @@ from haldet.config import RunConfig, load_config, split_names, stage_key
 from haldet.errors import HaldetError
 
 
-def test_hash_is_stable_and_sensitive(tmp_path):
-    a, b = RunConfig(), RunConfig()
-    assert a.hash() == b.hash()
-    assert RunConfig(limit=201).hash() != a.hash()
-    assert RunConfig(generation={"max_new_tokens": 65}).hash() != a.hash()
-    assert RunConfig(prompt={"n_shots": 1}).hash() != a.hash()
-    assert RunConfig(detector_params={"perplexity": {"nll_cap": 40}}).hash() != a.hash()
-    assert RunConfig(limit=201).diff(a) == ["limit"]
-    assert RunConfig(generation={"batch_size": 2}).diff(a) == ["generation.batch_size"]
+def _leaves(data, prefix=()):
+    """(path, value) of every leaf setting of a canonical config dict."""
+    for key, value in data.items():
+        if isinstance(value, dict) and value:
+            yield from _leaves(value, (*prefix, key))
+        else:
+            yield (*prefix, key), value
+
+
+def _perturbed(value):
+    """Another value of the same type (None when there is no obvious one)."""
+    if isinstance(value, bool):
+        return not value
+    if isinstance(value, int):
+        return value + 1
+    if isinstance(value, float):
+        return value / 2 if value else 0.5
+    if isinstance(value, str):
+        return value + "x"
+    if isinstance(value, list):
+        return [*value, value[-1]] if value else ["x"]
+    if isinstance(value, dict):
+        return {"x": {}}
+    return None
+
+
+def _set(data, path, value):
+    import copy
+
+    out = copy.deepcopy(data)
+    node = out
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    return out
+
+
+def settings_the_hash_ignores(hash_of=lambda c: c.hash()):
+    """Every leaf setting that changes to a valid other value without changing the hash."""
+    from pydantic import ValidationError
+
+    base = RunConfig()
+    ignored, tried = [], 0
+    for path, value in _leaves(base.canonical()):
+        new = _perturbed(value)
+        if new is None:
+            continue
+        try:
+            changed = RunConfig.model_validate(_set(base.canonical(), path, new))
+        except (ValidationError, ValueError):
+            continue  # a constrained setting (enum, range): no generic other value
+        if changed.canonical() == base.canonical():
+            continue
+        tried += 1
+        if hash_of(changed) == hash_of(base):
+            ignored.append(".".join(path))
+    return ignored, tried
+
+
+def test_hash_covers_every_setting():
+    """Each setting, changed on its own to another valid value, changes the hash (and `diff` names it)."""
+    assert RunConfig().hash() == RunConfig().hash()
+    ignored, tried = settings_the_hash_ignores()
+    assert tried >= 30 and ignored == []
+    assert RunConfig(limit=201).diff(RunConfig()) == ["limit"]
+    assert RunConfig(generation={"batch_size": 2}).diff(RunConfig()) == ["generation.batch_size"]
+
+
+def test_hash_check_catches_a_hash_that_drops_a_setting():
+    """Negative control: a hash that leaves out the generation section is caught, every generation field named."""
+    from haldet.config import digest
+
+    ignored, _ = settings_the_hash_ignores(
+        lambda c: digest({k: v for k, v in c.canonical().items() if k != "generation"}))
+    assert ignored and all(p.startswith("generation.") for p in ignored)
 
 
 def test_stage_key_covers_every_part():

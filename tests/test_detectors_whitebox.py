@@ -199,28 +199,9 @@ def test_best_split_threshold_hand_computed():
     assert math.isnan(best_split_threshold(np.array([0.3, 0.3, 0.3])))
 
 
-@pytest.mark.parametrize(("name", "params"), [*PROBES, ("mind", {"variant": "self_labelled"})])
-def test_scores_do_not_depend_on_test_labels(planted, name, params):
-    """Shuffling the labels of the test items (which the detectors never receive) changes no score, and an item
-    scores the same alone as in a batch."""
-    train, val, test = splits(planted)
-    det = DETECTORS.get(name)(**params)
-    det.fit(train, val)
-    before = det.score(test).values
-    shuffled = make_view(planted.ids, planted.labels.copy(), {s: planted.loader(s, planted.ids) for s in Signal
-                                                              if s in _SYNTH_SIGNALS})
-    test_pos = [shuffled.ids.index(i) for i in test.ids]
-    shuffled.labels[test_pos] = np.random.default_rng(0).permutation(shuffled.labels[test_pos])
-    tr2, va2, te2 = splits(shuffled)
-    det2 = DETECTORS.get(name)(**params)
-    det2.fit(tr2, va2)
-    np.testing.assert_array_equal(before, det2.score(te2).values)
-    one = test.subset([3], with_labels=False)
-    assert det.score(one).values[0] == pytest.approx(before[3], abs=1e-6)  # float32 batch rounding
+# No test-label / gold access, order and subset invariance: tests/test_conformance.py checks every detector and
+# variant through run_detector (the earlier label-shuffle test here could not fail: its test views had no labels).
 
-
-_SYNTH_SIGNALS = {Signal.HIDDEN_LAST, Signal.HIDDEN_MEAN, Signal.PRISM_FEATURES, Signal.SEP_FEATURES,
-                  Signal.CCS_FEATURES, Signal.ICR_FEATURES, Signal.SAMPLE_HIDDEN}
 
 
 @pytest.mark.parametrize("name", ["saplma", "mind", "prism", "icr_probe", "ccs", "haloscope", "sep"])

@@ -51,8 +51,19 @@ def test_results_rows_have_the_contract_columns(first_run):
                 "n", "n_pos", "coverage"} <= set(r)
         assert r["dataset"] == "halueval_qa" and r["detector"] == "perplexity" and r["family"] == "gray"
         assert r["coverage"] == 1.0
-        if r["value"] is not None:
-            assert 0 <= r["value"] <= 1 and not math.isnan(r["value"])
+        assert r["value"] is not None and 0 <= r["value"] <= 1 and not math.isnan(r["value"]), r
+    # the AUROC is the one of the stored test scores against the stored labels (recomputed here by sklearn)
+    from sklearn.metrics import roc_auc_score
+
+    cell = out / "halueval_qa" / "smollm2-135m"
+    key = json.loads((out / "manifest.json").read_text())["cells"][0]["detectors"][0]["key"]
+    scores = {s["id"]: s["value"] for s in map(json.loads, (cell / "scores" / "perplexity.jsonl").read_text()
+                                                .splitlines()) if s["key"] == key}
+    labels = {rec["id"]: rec["category"] for rec in map(json.loads, (cell / "annotate.jsonl").read_text().splitlines())}
+    test = json.loads((cell / "split.json").read_text())["test"]
+    y = [int(labels[i] == "hallucination") for i in test]
+    auroc = next(r["value"] for r in rows if r["metric"] == "auroc")
+    assert 0 < sum(y) < len(y) and auroc == pytest.approx(roc_auc_score(y, [scores[i] for i in test]))
     header = (out / "results.csv").read_text().splitlines()[0].split(",")
     assert header[:6] == ["dataset", "scenario", "model", "detector", "family", "metric"]
     assert "perplexity" in proc.stdout  # the printed table
