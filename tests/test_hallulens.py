@@ -214,3 +214,31 @@ def test_table_is_table2_shaped() -> None:
     for col in ("PWQA FR", "PWQA H", "PWQA C", "LW FR", "LW R@32", "LW P", "LW F1@32", "FAR"):
         assert col in header
     assert "50.00 ± 10.00" in text and "proxy" not in header
+
+
+def test_detection_set_adapters_and_suites(tmp_path: Path) -> None:
+    import json
+
+    from haldet.datasets.base import get_adapter
+    from haldet.schema import Category
+    from haldet.suites.base import get_suite
+
+    response = "Curie won the Nobel Prize in 1903. She was born on the Moon."
+    rows = [{"id": "longwiki/7/9-0", "task": "longwiki", "prompt": "Describe Marie Curie.", "response": response,
+             "label": "hallucination", "units": [
+                 {"kind": "claim", "start": 0, "end": 34, "text": "Curie won the Nobel Prize in 1903.",
+                  "label": "correct"},
+                 {"kind": "claim", "start": 35, "end": 60, "text": "Curie was born on the Moon.",
+                  "label": "hallucination"}]},
+            {"id": "longwiki/7/9-1", "task": "longwiki", "prompt": "Describe X.", "response": "I don't know.",
+             "label": "abstention", "units": []}]
+    (tmp_path / "longwiki.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    items, report = get_adapter("hallulens_longwiki", data_dir=tmp_path).load()
+    assert len(items) == 1 and report.n_filtered == 1  # the abstention is left out by design
+    inst = items[0]
+    assert inst.response_label == Category.HALLUCINATION
+    claims = inst.units_of("claim")
+    assert [u.binary for u in claims] == [0, 1]
+    assert response[claims[1].start:claims[1].end] == "She was born on the Moon."
+    assert get_suite("hallulens_longwiki").levels == ("response", "claim")
+    assert set(get_suite("hallulens").datasets) == {"hallulens_precisewikiqa", "hallulens_nonexistent"}

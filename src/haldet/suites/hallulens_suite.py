@@ -1,0 +1,41 @@
+"""HalluLens (seeds/hallulens.txt) as suites: detectors evaluated on the answers `haldet hallulens evaluate` judged.
+
+HalluLens itself measures models (rates; `haldet hallulens build|evaluate`, package `haldet.suites.hallulens`).
+These suites turn its judged answers into detection benchmarks: the answers are given text, teacher-forced
+through `--model` (use the model that wrote them, so white-box evidence is its own), labelled by the HalluLens
+judges. `hallulens`: PreciseWikiQA and NonExistentRefusal at response level; `hallulens_longwiki`: LongWiki at
+response and claim level. Point `--data-dir` at `OUT/<model>/detection`.
+"""
+
+from __future__ import annotations
+
+from haldet.suites.base import Suite, TableLayout, register
+
+METRICS = ("auroc", "aupr", "f1_opt", "precision_opt", "recall_opt")
+
+
+@register("hallulens")
+class HalluLensSuite(Suite):
+    title = "HalluLens: detection on PreciseWikiQA and NonExistentRefusal answers"
+    paper = "seeds/hallulens.txt (Bang et al., 2025)"
+    description = ("Answers judged by `haldet hallulens evaluate` (--data-dir OUT/<model>/detection); "
+                   "refusing a non-existent entity is correct, accepting it a hallucination.")
+    datasets = ("hallulens_precisewikiqa", "hallulens_nonexistent")
+    protocol = "provided"
+    levels = ("response",)
+    detectors = ("perplexity", "likelihood", "entropy")
+    tables = (TableLayout("Response level", metrics=METRICS),)
+
+
+@register("hallulens_longwiki")
+class HalluLensLongWikiSuite(Suite):
+    title = "HalluLens LongWiki: detection on long answers, per response and per claim"
+    paper = "seeds/hallulens.txt (Bang et al., 2025)"
+    description = ("LongWiki answers judged by `haldet hallulens evaluate`; claim units sit at the offsets of "
+                   "the sentence they were extracted from.")
+    datasets = ("hallulens_longwiki",)
+    protocol = "provided"
+    levels = ("response", "claim")
+    detectors = ("likelihood", "entropy")
+    tables = (TableLayout("Response level", metrics=METRICS, level="response"),
+              TableLayout("Claim level", metrics=METRICS, level="claim"))
