@@ -161,6 +161,26 @@ def test_run_end_to_end_black_and_gray_box_with_costs(tmp_path: Path) -> None:
     assert manifest["cells"][0]["data"]["backend_usage"]["calls"] == n_requests
     assert manifest["cells"][0]["model_fingerprint"]["backend"] == "openai"
 
+    # issue 18: relabelling with a dead LLM judge stops at its breaker, exits 1 unless --allow-failures, and the
+    # judge's usage in the manifest is summed over the two invocations instead of overwritten
+    judge = ["annotate", str(out), "--judge", "llm", "--judge-model", "j", "--judge-base-url", dead_url(), "--json"]
+    first = invoke(*judge)
+    assert first.exit_code == 1 and "circuit breaker" in first.stderr, first.output[-2000:]
+    second = invoke(*judge, "--allow-failures")
+    assert second.exit_code == 0 and "circuit breaker" in second.stderr
+    calls = [json.loads(r.stdout)[0]["usage"]["llm:j"]["calls"] for r in (first, second)]
+    assert all(0 < c <= 5 + 8 for c in calls)  # the threshold + requests already in flight, not 8 items x 5 tries
+    usage = json.loads((out / "manifest.json").read_text())["annotation"]["halueval_qa|openai:mock-model"]["llm"]
+    assert usage["usage"]["llm:j"]["invocations"] == 2 and usage["usage"]["llm:j"]["calls"] == sum(calls)
+    assert usage["failed"] == 8
+
+
+def dead_url() -> str:
+    """An endpoint where nothing listens: every request is refused."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
+
 
 def _config(tmp_path: Path) -> Path:
     path = tmp_path / "config.yaml"
@@ -170,10 +190,7 @@ def _config(tmp_path: Path) -> Path:
 
 
 def test_dead_endpoint_stops_at_the_breaker_and_exits_non_zero(tmp_path: Path) -> None:
-    with socket.socket() as sock:  # a port nothing listens on: every request is refused
-        sock.bind(("127.0.0.1", 0))
-        dead = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
-    args = ["run", "--model", "openai:mock-model", "--model-base-url", dead, "--limit", "12", "--detector",
+    args = ["run", "--model", "openai:mock-model", "--model-base-url", dead_url(), "--limit", "12", "--detector",
             "perplexity", "--config", str(_config(tmp_path))]
     res = invoke(*args, "--out", str(tmp_path / "a"))
     assert res.exit_code == 1, res.output[-3000:]
