@@ -242,3 +242,28 @@ def test_detection_set_adapters_and_suites(tmp_path: Path) -> None:
     assert response[claims[1].start:claims[1].end] == "She was born on the Moon."
     assert get_suite("hallulens_longwiki").levels == ("response", "claim")
     assert set(get_suite("hallulens").datasets) == {"hallulens_precisewikiqa", "hallulens_nonexistent"}
+
+
+def test_offline_proxy_set_is_seeded_and_labelled_as_a_proxy(tmp_path: Path) -> None:
+    from haldet.suites.hallulens.sets import build_sets, read_items
+
+    manifest = build_sets(tmp_path, tasks=["proxy_qa"], cfg=BuildConfig(qa_size=5, seed=1), trials=2,
+                          generators=[], prompts=Prompts())
+    a, b = read_items(tmp_path / "seed-1" / "proxy_qa.jsonl"), read_items(tmp_path / "seed-2" / "proxy_qa.jsonl")
+    assert len(a) == len(b) == 5 and [x.prompt for x in a] != [x.prompt for x in b]
+    assert all(x.meta["proxy"] and x.answer and x.task == "proxy_qa" for x in a)
+    assert "PROXY" in manifest["reports"]["seed-1/proxy_qa"]["notes"][0]
+    stat = {"mean": 0.5, "sd": math.nan}
+    results = {"k": 32, "models": {"m": {"proxy_qa": {"summary": {m: stat for m in (
+        "false_refusal", "hallucination", "correct")}}}}}
+    text = table_markdown(results)
+    assert "proxy FR" in text.splitlines()[0] and "PWQA" not in text.splitlines()[0]
+    assert "PROXY set (HaluEval-QA questions asked closed-book)" in text
+
+
+def test_cli_errors_are_one_message(tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+    res = cli("hallulens", "build", "--out", str(tmp_path / "s"), "--task", "precisewikiqa")
+    assert res.returncode == 2 and "needs a source file" in res.stderr and "--pages" in res.stderr
+    assert "Traceback" not in res.stderr
+    res = cli("hallulens", "evaluate", "--set", str(tmp_path), "--out", str(tmp_path / "o"), "--model", "x")
+    assert res.returncode == 2 and "no built HalluLens set" in res.stderr and "Traceback" not in res.stderr

@@ -151,6 +151,7 @@ def evaluate(set_dir: Path, out: Path, *, targets: Sequence[Target], judge: Stru
              tasks: Sequence[str] | None = None, prompts: Any, pages: str | None = None, k: int = 32,
              max_new_tokens: dict[str, int] | None = None, limit: int | None = None,
              progress: ProgressFactory | None = None) -> dict[str, Any]:
+    from haldet.pipeline import library_versions  # heavy: only when evaluating
     from haldet.suites.hallulens.retrieval import PassageIndex
     from haldet.suites.hallulens.sources import load_pages
 
@@ -169,12 +170,12 @@ def evaluate(set_dir: Path, out: Path, *, targets: Sequence[Target], judge: Stru
             raise HaldetError("the page file differs from the one the set was built from", where=str(page_file),
                               hint="pass the original file with --pages, or rebuild the set")
         index = PassageIndex(load_pages(page_file))
-    judges = HalluLensJudges(judge, prompts, index)
+    judges = HalluLensJudges(judge, prompts, index, progress)
     results: dict[str, Any] = {"set": str(set_dir), "set_manifest": {k_: manifest.get(k_) for k_ in
                                                                        ("config", "sources", "generators",
                                                                         "prompts_digest", "built_at")},
                                "judge": judge.usage_report() if judge else None, "judge_fingerprint":
-                               judges.fingerprint(), "k": k, "models": {}}
+                               judges.fingerprint(), "k": k, "versions": library_versions(), "models": {}}
     for target in targets:
         per_task: dict[str, Any] = {}
         for task in wanted:

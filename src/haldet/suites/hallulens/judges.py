@@ -72,10 +72,12 @@ def sentence_spans(text: str) -> list[tuple[int, int, str]]:
 class HalluLensJudges:
     """All HalluLens judgements. `llm` may be None: then only the rule judges decide and the rest is listed."""
 
-    def __init__(self, llm: StructuredLLM | None, prompts: Prompts, index: PassageIndex | None = None) -> None:
+    def __init__(self, llm: StructuredLLM | None, prompts: Prompts, index: PassageIndex | None = None,
+                 progress: Callable[[str, int], Callable[[int], None]] | None = None) -> None:
         self.llm = llm
         self.prompts = prompts
         self.index = index
+        self.progress = progress  # (description, total) -> advance(n), one bar per judge step
 
     def fingerprint(self) -> list[Any]:
         return ["hallulens-judges", JUDGE_VERSION, self.llm.fingerprint() if self.llm else None, self.prompts.digest,
@@ -91,7 +93,8 @@ class HalluLensJudges:
             for item_id, _, _ in jobs:
                 out.fail(item_id, step, "no LLM judge configured and no rule decides this item")
             return
-        results = self.llm.ask([r for _, _, r in jobs])
+        bar = self.progress(f"judge {step} [{self.llm.id}]", len(jobs)) if self.progress else None
+        results = self.llm.ask([r for _, _, r in jobs], bar)
         for (item_id, _, _), res in zip(jobs, results, strict=True):
             if isinstance(res, CallFailure):
                 out.fail(item_id, step, res.error, res.attempts)

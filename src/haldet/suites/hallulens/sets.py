@@ -15,7 +15,10 @@ from typing import Any
 from haldet import __version__
 from haldet.assets import file_sha256
 from haldet.errors import HaldetError
-from haldet.store import atomic_write_text
+from haldet.store import atomic_write_text, read_json
+from haldet.suites.hallulens.build import (
+    TASKS as TASK_ORDER,
+)
 from haldet.suites.hallulens.build import (
     BuildConfig,
     Item,
@@ -104,6 +107,11 @@ def build_sets(out: Path, *, tasks: Sequence[str], cfg: BuildConfig, trials: int
             reports[f"seed-{trial_cfg.seed}/{task}"] = asdict(report)
     sources = {k: {"path": str(v), "sha256": file_sha256(Path(v))}
                for k, v in (("pages", pages), ("taxonomy", taxonomy), ("medicines", medicines)) if v}
+    old = read_json(out / MANIFEST) if (out / MANIFEST).exists() else {}
+    if old.get("config") == cfg.model_dump():  # tasks built earlier with the same settings stay in the set
+        reports = {**old.get("reports", {}), **reports}
+        tasks = sorted(set(old.get("tasks", [])) | set(tasks), key=list(TASK_ORDER).index)
+        sources = {**old.get("sources", {}), **sources}
     manifest = {"suite": "hallulens", "tasks": list(tasks), "trials": trials, "config": cfg.model_dump(),
                 "sources": sources, "prompts_digest": prompts.digest,
                 "generators": [{"id": g.id, "fingerprint": g.fingerprint(), "usage": g.usage_report()}
