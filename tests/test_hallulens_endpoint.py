@@ -175,3 +175,17 @@ def test_build_and_evaluate_through_an_endpoint(server: FakeOpenAI, tmp_path: Pa
     assert (trial["false_refusal"], trial["correct"]) == (pytest.approx(1 / 3), pytest.approx(1 / 2))
     summary = res2["models"]["openai:target"]["precisewikiqa"]["summary"]["hallucination"]
     assert summary["n_trials"] == 2 and summary["mean"] == pytest.approx(1 / 4) and summary["sd"] == 0.0
+
+    # the command line on the same set: answers come from the cache, the table is printed
+    from typer.testing import CliRunner
+
+    from haldet.cli import app
+
+    result = CliRunner().invoke(app, [
+        "hallulens", "evaluate", "--set", str(set_dir), "--out", str(out), "--model", "openai:target",
+        "--model-base-url", srv.base_url, "--judge-model", "judge", "--judge-base-url", srv.base_url,
+        "--limit", "6", "--retries", "0"])
+    assert result.exit_code == 0, result.output
+    assert "HalluLens PreciseWikiQA" in result.output and "F1@32" in result.output
+    assert "openai:target" in result.output
+    assert json.loads((out / "results.json").read_text())["judge"]["model"] == "judge"

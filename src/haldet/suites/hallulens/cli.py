@@ -114,7 +114,7 @@ def evaluate(
     from rich.table import Table
 
     from haldet.cli import console, out_console, progress_bars
-    from haldet.suites.hallulens.evaluate import MAX_NEW_TOKENS, Target, table_rows
+    from haldet.suites.hallulens.evaluate import MAX_NEW_TOKENS, TASK_TITLES, Target, table_rows
     from haldet.suites.hallulens.evaluate import evaluate as run_eval
     from haldet.suites.hallulens.llm import StructuredLLM
     from haldet.suites.hallulens.prompts import Prompts
@@ -127,13 +127,15 @@ def evaluate(
         results = run_eval(set_dir, out, targets=targets, judge=judge, tasks=split_names(task) or None,
                            prompts=Prompts(prompts), pages=str(pages) if pages else None, k=k,
                            max_new_tokens=budgets, limit=limit, progress=make)
-    header, rows = table_rows(results)
-    table = Table(title="HalluLens (percent, mean ± sd over trials)")
-    for h in header:
-        table.add_column(h)
-    for r in rows:
-        table.add_row(*r)
-    out_console.print(table)
+    present = [t for t in TASK_TITLES if any(t in m for m in results["models"].values())]
+    for task_name in present:  # one narrow table per task; table.md holds the one-row-per-model Table 2 shape
+        header, rows = table_rows(results, [task_name])
+        table = Table(title=f"HalluLens {TASK_TITLES[task_name]} (percent, mean ± sd over trials)")
+        for h in header:
+            table.add_column(h.split(" ", 1)[-1] if h != "model" else h)
+        for r in rows:
+            table.add_row(*r)
+        out_console.print(table)
     for model_name, per_task in results["models"].items():
         for task_name, res in per_task.items():
             failed = sum(t["failed"] for t in res["trials"].values())

@@ -244,11 +244,16 @@ def _cell(stat: dict[str, Any] | None) -> str:
     return text + (f" ± {100 * stat['sd']:.2f}" if not math.isnan(stat["sd"]) else "")
 
 
-def table_rows(results: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+TASK_TITLES = {"precisewikiqa": "PreciseWikiQA", "proxy_qa": "PROXY (HaluEval-QA closed-book, not PreciseWikiQA)",
+               "longwiki": "LongWiki", "nonexistent": "NonExistentRefusal"}
+
+
+def table_rows(results: dict[str, Any], tasks: Sequence[str] | None = None) -> tuple[list[str], list[list[str]]]:
     """Table 2 shape: one row per model; PreciseWikiQA FR/H/C | LongWiki FR/R@K/P/F1@K | FAR (percent,
-    mean ± sd over trials). The proxy's columns appear, labelled as such, only when it was run."""
+    mean ± sd over trials). The proxy's columns appear, labelled as such, only when it was run. `tasks`: only
+    those tasks' columns (the terminal prints one narrow table per task)."""
     present = {t for m in results["models"].values() for t in m}
-    cols = [c for c in COLUMNS if c[0] in present]
+    cols = [c for c in COLUMNS if c[0] in present and (tasks is None or c[0] in tasks)]
     header = ["model", *[c[2].replace("@K", f"@{results['k']}") for c in cols]]
     rows = []
     for model, per_task in results["models"].items():
