@@ -23,7 +23,7 @@ class HalluEntitySuite(Suite):
     datasets = ("halluentity",)
     protocol = "provided"
     levels = ("entity",)
-    detectors = ("likelihood", "entropy")
+    detectors = ("likelihood", "entropy", "ccp", "unit_sar", "focus")
     tables = (TableLayout("Tables 2/3 (entity level)", metrics=HALLUENTITY_METRICS),
               TableLayout("Tune-on-test variant (the paper's F1_Opt convention)",
                           metrics=("f1_opt_test", "precision_opt_test", "recall_opt_test", "tie_share",

