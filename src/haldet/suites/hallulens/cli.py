@@ -13,6 +13,8 @@ from haldet.store import RunStore
 app = typer.Typer(help="HalluLens (PreciseWikiQA, LongWiki, NonExistentRefusal): build seeded shared test sets, "
                        "evaluate models with the HalluLens judges, Table 2-shaped rates. See docs/suites.md.")
 
+AllowFailures = typer.Option("--allow-failures", help="Exit 0 even when some items could not be answered or "
+                                                      "judged; what was done is kept either way.")
 Backend = Annotated[str, typer.Option(help="openai (any OpenAI-compatible endpoint) or hf (local model).")]
 
 
@@ -109,11 +111,15 @@ def evaluate(
                                                        "128 QA, 1024 LongWiki, 256 NonExistentRefusal).")] = None,
     prompts: Annotated[Path | None, typer.Option(help="YAML file overriding HalluLens prompt texts.")] = None,
     retries: Annotated[int, typer.Option(help="Extra attempts per failed or malformed judge call.")] = 4,
+    allow_failures: Annotated[bool, AllowFailures] = False,
 ) -> None:
-    """Answer every prompt of the set with each model, judge, and print the Table 2-shaped rates."""
+    """Answer every prompt of the set with each model, judge, and print the Table 2-shaped rates.
+
+    Items whose answer or judgement failed after retries are listed (exit status 1 unless --allow-failures) and
+    left out of the rates; a rerun retries exactly those."""
     from rich.table import Table
 
-    from haldet.cli import console, out_console, progress_bars
+    from haldet.cli import console, exit_on_failures, out_console, progress_bars
     from haldet.suites.hallulens.evaluate import MAX_NEW_TOKENS, TASK_TITLES, Target, table_rows
     from haldet.suites.hallulens.evaluate import evaluate as run_eval
     from haldet.suites.hallulens.llm import StructuredLLM
@@ -136,12 +142,11 @@ def evaluate(
         for r in rows:
             table.add_row(*r)
         out_console.print(table)
-    for model_name, per_task in results["models"].items():
-        for task_name, res in per_task.items():
-            failed = sum(t["failed"] for t in res["trials"].values())
-            if failed:
-                console.print(f"[yellow]{model_name} {task_name}: {failed} item(s) not judged[/yellow] "
-                              f"(see <model>/seed-*/{task_name}.failed.jsonl; a rerun retries them)")
     if not judge_model:
         console.print("no --judge-model: only rule judges decided; undecided items are listed as failed")
     console.print(f"results: {out / 'results.json'}, {out / 'table.md'}")
+    failures = [f"{model_name} {task_name}: {failed} item(s) not judged (<model>/seed-*/{task_name}.failed.jsonl; "
+                "a rerun retries them)"
+                for model_name, per_task in results["models"].items() for task_name, res in per_task.items()
+                if (failed := sum(t["failed"] for t in res["trials"].values()))]
+    exit_on_failures(failures, allow_failures)
