@@ -60,6 +60,9 @@ class Behaviour:
             title = re.search(r"fact about (.+)\?", text).group(1)  # type: ignore[union-attr]
             if title == "Tardigrade":
                 return '{"answerable": false, "answer": ""}'
+            if title == "Great Barrier Reef":  # a gold answer over 10 words is dropped
+                return json.dumps({"answerable": True, "answer": "the largest coral reef system in the world, "
+                                                                 "off the coast of Queensland"})
             return json.dumps({"answerable": True, "answer": title})
         if "calls for an answer of a" in text:
             title = re.search(r'article "([^"]+)"', text).group(1)  # type: ignore[union-attr]
@@ -115,9 +118,12 @@ def test_build_and_evaluate_through_an_endpoint(server: FakeOpenAI, tmp_path: Pa
                                   taxonomy=str(FIX / "taxonomy.csv"), medicines=str(FIX / "medicines.csv"))
     manifest = build_sets(set_dir, generators=[llm(srv, "gen", set_dir / "cache" / "llm.jsonl")], **kwargs)
     qa_items = read_items(set_dir / "seed-7" / "precisewikiqa.jsonl")
-    # 10 pages, one per decile; the Tardigrade question is unanswerable and its decile has no other page
-    assert len(qa_items) == 9 and "Tardigrade" not in {it.title for it in qa_items}
-    assert manifest["reports"]["seed-7/precisewikiqa"]["dropped"] == {"unanswerable from the section": 1}
+    # 10 pages, one per decile; the Tardigrade question is unanswerable, the Reef's gold answer too long, and
+    # their deciles have no other page
+    assert len(qa_items) == 8 and not {"Tardigrade", "Great Barrier Reef"} & {it.title for it in qa_items}
+    assert manifest["reports"]["seed-7/precisewikiqa"]["dropped"] == {"unanswerable from the section": 1,
+                                                                      "gold answer longer than 10 words": 1}
+    assert any("decile 2: 0 of 1" in n for n in manifest["reports"]["seed-7/precisewikiqa"]["notes"])
     assert all(it.answer == it.title for it in qa_items)
     assert [it.decile for it in read_items(set_dir / "seed-7" / "longwiki.jsonl")] == [9]
     nonexistent = read_items(set_dir / "seed-8" / "nonexistent.jsonl")
