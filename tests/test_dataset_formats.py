@@ -177,3 +177,10 @@ def test_cli_data_file_split_and_formats() -> None:
     assert "TruthfulQA.csv release" in listed.stdout and "hub schema" in listed.stdout
     both = runner.invoke(app, ["run", "--dataset", "gsm8k,svamp", "--data-file", mbpp])  # the entry point prints it
     assert isinstance(both.exception, HaldetError) and "one --dataset" in both.exception.hint
+
+
+def test_id_columns_are_optional(tmp_path: Path) -> None:
+    (tmp_path / "xsum").mkdir()
+    (tmp_path / "xsum" / "test.jsonl").write_text('{"document": "A long article.", "summary": "Short."}\n')
+    (item,) = load("xsum", tmp_path)
+    assert item.id == "xsum/test/0"

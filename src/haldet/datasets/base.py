@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 
 from pydantic import ValidationError
 
-from haldet.datasets.formats import LINE, Format, RawFile, hub_format, read_raw, split_from_name
+from haldet.datasets.formats import LINE, Format, RawFile, hub_format, needed_columns, read_raw, split_from_name
 from haldet.errors import HaldetError
 from haldet.registry import Registry
 from haldet.schema import Instance
@@ -317,7 +317,7 @@ class DatasetAdapter:
         """Why a readable file is not in any accepted format: the missing columns (with those found) when it
         shares columns with the hub schema, a nested file read as flat rows, or simply not recognised."""
         cols = raw.columns()
-        needed = [c for c in self.required_fields if ":" not in c and "." not in c]
+        needed = needed_columns(self.required_fields)
         missing = [c for c in needed if c not in cols]
         found = ", ".join(cols[:20]) or "none"
         if missing and len(missing) < len(needed):

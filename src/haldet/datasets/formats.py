@@ -193,9 +193,19 @@ def _csv_cell(value: str | None) -> Any:
     return value
 
 
+# id columns the adapters fall back from (to the row number): a file without them still loads
+OPTIONAL_ID_COLUMNS = frozenset({"id", "ID", "question_id"})
+
+
+def needed_columns(required: Sequence[str]) -> list[str]:
+    """The top-level columns a hub-schema file must have (nested `a.b` and per-file `f: x` entries are checked
+    by the adapters; id columns are optional)."""
+    return [c for c in required if ":" not in c and "." not in c and c not in OPTIONAL_ID_COLUMNS]
+
+
 def hub_format(required: Sequence[str], describe: str) -> Format:
     """The hub schema as a flat file: rows carrying the required columns."""
-    needed = [c for c in required if ":" not in c and "." not in c]
+    needed = needed_columns(required)
 
     def convert(raw: RawFile) -> list[tuple[str | None, list[dict[str, Any]]]] | None:
         rows = raw.rows()
