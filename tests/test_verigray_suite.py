@@ -38,8 +38,8 @@ def suite_run(tmp_path_factory: pytest.TempPathFactory) -> Any:
         srv.plans[GARBLED] = ["ok:I would rather not say."]
         out = tmp_path_factory.mktemp("verigray")
         config = load_config(None, base=get_suite("verigray").config_base(), data_dir=str(FIX),
-                             detectors=["likelihood", "verigray_llm"], verdict__model="fake-7way",
-                             verdict__base_url=srv.base_url, verdict__retries=0,
+                             detectors=["likelihood", "llmcheck_hidden", "llmcheck_attention", "verigray_llm"],
+                             verdict__model="fake-7way", verdict__base_url=srv.base_url, verdict__retries=0,
                              evaluation__split=(0.34, 0.33, 0.33), evaluation__bootstrap=50)
         rows, cells = pipeline.run(config, out)
         n_requests = len(srv.requests)
@@ -58,7 +58,7 @@ def test_suite_runs_with_document_grouped_split(suite_run) -> None:
     split = json.loads((out / "verigray" / "smollm2-135m" / "split.json").read_text())
     doc = {i.id: i.meta["document_id"] for i in items}
     assert [len({doc[i] for i in split[p]}) for p in ("train", "val", "test")] == [2, 2, 2]
-    assert {r["detector"] for r in rows} == {"likelihood", "verigray_llm"}
+    assert {r["detector"] for r in rows} == {"likelihood", "llmcheck_hidden", "llmcheck_attention", "verigray_llm"}
     from haldet.suites.report import suite_markdown
 
     table = suite_markdown(get_suite("verigray"), rows)
@@ -86,11 +86,15 @@ def test_classifier_rows_match_its_known_answers(suite_run) -> None:
                                                                             for g in generators}
 
 
-def test_likelihood_scores_are_thresholded_on_validation(suite_run) -> None:
-    _, rows, _, _, _ = suite_run
-    (bacc,) = [r for r in rows if r["detector"] == "likelihood" and r["metric"] == "bacc"]
-    assert bacc["note"].startswith("threshold ") and bacc["note"].endswith("from validation")
-    assert value(rows, "likelihood", "rank_loss_continuous") is not None
+def test_white_box_scores_are_thresholded_and_layered_on_validation(suite_run) -> None:
+    _, rows, cells, _, _ = suite_run
+    for name in ("likelihood", "llmcheck_hidden", "llmcheck_attention"):
+        (bacc,) = [r for r in rows if r["detector"] == name and r["metric"] == "bacc"]
+        assert bacc["note"].startswith("threshold ") and bacc["note"].endswith("from validation")
+        assert value(rows, name, "rank_loss_continuous") is not None
+    meta = {d.name: d.meta for d in cells[0].detectors}
+    for name in ("llmcheck_hidden", "llmcheck_attention"):
+        assert meta[name]["layer_choice"].startswith("layer ") and "from validation units" in meta[name]["layer_choice"]
 
 
 def test_html_report_has_table4_and_selective_risk_curve(suite_run) -> None:

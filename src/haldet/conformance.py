@@ -127,6 +127,20 @@ def _token_attention(rng: np.random.Generator, y: np.ndarray) -> list[Any]:
     return [np.tril(rng.random((MAX_TOKENS, MAX_TOKENS)), k=-1).astype(np.float32) for _ in y]
 
 
+@signal_maker(Signal.TOKEN_ATTN_LOGDIAG)
+def _token_attn_logdiag(rng: np.random.Generator, y: np.ndarray) -> list[Any]:
+    # 12 tokens (as TOKEN_OFFSETS); hallucinated items attend less to themselves in layer 1
+    return [(-rng.gamma(2.0, 1.0, size=(LAYERS, 12)) - np.array([[0.0], [1.5 * v], [0.0]])).astype(np.float32)
+            for v in y]
+
+
+@signal_maker(Signal.UNIT_HIDDEN_SCORES)
+def _unit_hidden_scores(rng: np.random.Generator, y: np.ndarray) -> list[Any]:
+    # synthetic instances have no units: one column, the whole answer; layer 2 carries the label
+    return [(rng.normal(size=(LAYERS + 1, 1)) + np.array([[0.0], [0.0], [1.5 * v], [0.0]])).astype(np.float32)
+            for v in y]
+
+
 @signal_maker(Signal.SAMPLES)
 def _samples(rng: np.random.Generator, y: np.ndarray) -> list[Any]:
     # correct items: consistent samples; hallucinated: scattered; one empty sample kept in place now and then

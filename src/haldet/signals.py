@@ -40,6 +40,9 @@ class Signal(StrEnum):
     TOKEN_TOPK_LOGPROBS float32 [T, k]: their log-probabilities (same order)
     TOKEN_ATTENTION  float32 [T, T]: attention of answer token i to answer token j (j < i), max over layers and
                      heads (`tokens.attention`); row i is 0 for j >= i
+    TOKEN_ATTN_LOGDIAG float32 [L, T]: per layer, sum over heads of log A[t, t] (LLM-Check's attention kernel)
+    UNIT_HIDDEN_SCORES float32 [L + 1, U + 1]: per hidden-state layer, LLM-Check's hidden score of each unit of
+                     `Instance.units` (in order; NaN for a unit without tokens), then of the whole answer (last column)
     HIDDEN_MEAN      float32 [L + 1, D] mean over answer tokens (with features.layers set: [len(layers), D], the
                      hidden-state indices are in the features record's `layers`)
     HIDDEN_LAST      float32 [L + 1, D] last answer token
@@ -72,6 +75,8 @@ class Signal(StrEnum):
     TOKEN_TOPK_IDS = "token_topk_ids"        # observed token first, then the top alternatives
     TOKEN_TOPK_LOGPROBS = "token_topk_logprobs"
     TOKEN_ATTENTION = "token_attention"      # [T, T] answer-to-answer attention, reduced over layers and heads
+    TOKEN_ATTN_LOGDIAG = "token_attn_logdiag"  # [L, T] per-layer log attention diagonal (summed over heads)
+    UNIT_HIDDEN_SCORES = "unit_hidden_scores"  # [L + 1, U + 1] per-layer hidden-state log-det of each unit
 
 
 SIGNAL_STAGE: dict[Signal, str] = {
@@ -89,6 +94,8 @@ SIGNAL_STAGE: dict[Signal, str] = {
     Signal.TOKEN_TOPK_IDS: "generate",
     Signal.TOKEN_TOPK_LOGPROBS: "generate",
     Signal.TOKEN_ATTENTION: "generate",
+    Signal.TOKEN_ATTN_LOGDIAG: "generate",
+    Signal.UNIT_HIDDEN_SCORES: "generate",
     Signal.HIDDEN_MEAN: "features",
     Signal.HIDDEN_LAST: "features",
     Signal.SEP_FEATURES: "features",
@@ -115,7 +122,8 @@ SIGNAL_ACCESS: dict[Signal, Access] = {
 
 # signals read from the teacher-forced token pass of the generate stage (beyond the generation record itself)
 TOKEN_PASS_SIGNALS = frozenset({Signal.ANSWER_ENTROPIES, Signal.TOKEN_OFFSETS, Signal.TOKEN_TOPK_IDS,
-                                Signal.TOKEN_TOPK_LOGPROBS, Signal.TOKEN_ATTENTION})
+                                Signal.TOKEN_TOPK_LOGPROBS, Signal.TOKEN_ATTENTION, Signal.TOKEN_ATTN_LOGDIAG,
+                                Signal.UNIT_HIDDEN_SCORES})
 
 
 def access_of(signals: frozenset[Signal]) -> Access:

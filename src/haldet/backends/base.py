@@ -74,18 +74,22 @@ class ForwardOutput:
 
 @dataclass
 class TokenRequest:
-    """One teacher-forced token pass: `prompt_ids` then `answer_ids` (exactly the answer's tokens); `key` is echoed."""
+    """One teacher-forced token pass: `prompt_ids` then `answer_ids` (exactly the answer's tokens); `key` is echoed.
+    `spans`: answer-token ranges [a, b) (the item's units) whose per-layer hidden scores the `layers` part wants."""
 
     prompt_ids: list[int]
     answer_ids: list[int]
     key: str = ""
+    spans: list[tuple[int, int]] = field(default_factory=list)
 
 
 @dataclass
 class TokenOutput:
     """Token-level evidence of one answer from one pass (T = answer tokens). `token_logprobs` [T] always; the rest
     only when asked: `entropies` [T] (nats), `topk_ids`/`topk_logprobs` [T, k] with the observed token at index 0,
-    `attention` [T, T] (answer token i to answer token j < i, max over layers and heads). `window` says how a
+    `attention` [T, T] (answer token i to answer token j < i, max over layers and heads), and the LLM-Check
+    evidence (`layers`): `attn_logdiag` [L, T] (per layer, sum over heads of log A[t, t]) and `span_hidden`
+    [L + 1, len(spans)] (per hidden-state layer, `haldet.llmcheck.hidden_score` of each span). `window` says how a
     sequence longer than the model window was handled; when the answer alone does not fit, every field but
     `window` is None (its `reason` says why)."""
 
@@ -95,6 +99,8 @@ class TokenOutput:
     topk_ids: np.ndarray | None = None
     topk_logprobs: np.ndarray | None = None
     attention: np.ndarray | None = None
+    attn_logdiag: np.ndarray | None = None
+    span_hidden: np.ndarray | None = None
     window: dict[str, Any] | None = None
 
 
@@ -166,7 +172,7 @@ class Backend:
         raise self.unavailable("token offsets")
 
     def token_pass(self, requests: list[TokenRequest], *, top_k: int, entropies: bool, attention: bool,
-                   batch_size: int, progress: Any = None) -> list[TokenOutput]:
+                   batch_size: int, progress: Any = None, layers: bool = False) -> list[TokenOutput]:
         """One teacher-forced pass per batch over prompt + answer ids: the token-level evidence (`TokenOutput`)."""
         raise self.unavailable("teacher-forced token evidence")
 

@@ -488,12 +488,12 @@ class HFBackend(Backend):
         return token_offsets(self, ids, text)
 
     def token_pass(self, requests: list[TokenRequest], *, top_k: int, entropies: bool, attention: bool,
-                   batch_size: int, progress: Any = None) -> list[TokenOutput]:
+                   batch_size: int, progress: Any = None, layers: bool = False) -> list[TokenOutput]:
         """Token-level evidence from one teacher-forced pass (`haldet.backends.hf_tokens`)."""
         from haldet.backends.hf_tokens import token_pass
 
         return token_pass(self, requests, top_k=top_k, entropies=entropies, attention=attention,
-                          batch_size=batch_size, progress=progress)
+                          batch_size=batch_size, progress=progress, layers=layers)
 
     def _left_pad(self, seqs: list[list[int]]) -> tuple[Any, Any]:
         import torch

@@ -62,8 +62,10 @@ def topk_with_observed(logp: Any, observed: Any, k: int) -> tuple[Any, Any]:
 
 
 def token_pass(backend: HFBackend, requests: list[TokenRequest], *, top_k: int, entropies: bool, attention: bool,
-               batch_size: int, progress: Any = None) -> list[TokenOutput]:
+               batch_size: int, progress: Any = None, layers: bool = False) -> list[TokenOutput]:
     import torch
+
+    from haldet.llmcheck import unit_hidden_scores
 
     model = backend.model
     window = backend.window()
@@ -89,16 +91,23 @@ def token_pass(backend: HFBackend, requests: list[TokenRequest], *, top_k: int, 
         rows.append((i, ids, start, info))
     rows.sort(key=lambda r: len(r[1]))
     captured: list[Any] = []  # running max over layers of the head-max attention, [B, S, S]
+    diagonals: list[Any] = []  # `layers`: per layer, sum over heads of log A[t, t], [B, S]
     hooks: list[Any] = []
     original_attn = getattr(model.config, "_attn_implementation", None) or "sdpa"
-    if attention:
+    eager = attention or layers
+    if eager:
         model.set_attn_implementation("eager")
 
         def reduce(module: Any, args: Any, out: Any) -> None:
             if out[1] is None:
                 raise HaldetError("this model did not expose attention weights", where=f"model {backend.name}",
-                                  hint="drop the detectors that read token attention (focus)")
-            layer_max = out[1].float().amax(dim=1)
+                                  hint="drop the detectors that read token attention (focus, llmcheck)")
+            weights = out[1].float()
+            if layers:
+                diagonals.append(torch.diagonal(weights, dim1=-2, dim2=-1).clamp_min(1e-30).log().sum(dim=1))
+            if not attention:
+                return
+            layer_max = weights.amax(dim=1)
             if captured:
                 captured[0] = torch.maximum(captured[0], layer_max)
             else:
@@ -116,6 +125,7 @@ def token_pass(backend: HFBackend, requests: list[TokenRequest], *, top_k: int, 
                 ids_t[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
                 mask[row, : len(ids)] = 1
             captured.clear()
+            diagonals.clear()
             with torch.inference_mode():
                 out = model(input_ids=ids_t.to(backend.device), attention_mask=mask.to(backend.device),
                             output_hidden_states=True, use_cache=False, logits_to_keep=1)
@@ -134,12 +144,16 @@ def token_pass(backend: HFBackend, requests: list[TokenRequest], *, top_k: int, 
                     if attention:
                         att = captured[0][row, start : len(ids), start : len(ids)]
                         res.attention = torch.tril(att, diagonal=-1).cpu().numpy().astype(np.float32)
+                    if layers:
+                        res.attn_logdiag = torch.stack([d[row, start : len(ids)] for d in diagonals]).cpu().numpy()
+                        states = torch.stack([h[row, start : len(ids)] for h in out.hidden_states]).double()
+                        res.span_hidden = unit_hidden_scores(states.cpu().numpy(), requests[index].spans)
                     outputs[index] = res
             if progress is not None:
                 progress(len(batch))
     finally:
         for hook in hooks:
             hook.remove()
-        if attention and original_attn != "eager":
+        if eager and original_attn != "eager":
             model.set_attn_implementation(original_attn)
     return [o for o in outputs if o is not None]

@@ -87,7 +87,8 @@ class GenerateStage(Stage):
         """Given responses: tokenised once with offsets, scored by one teacher-forced pass."""
         start = time.perf_counter()
         encoded = {item.id: self.ctx.backend.encode_response(item.instance.response or "") for item in batch}
-        outs = run_token_pass(self.ctx, batch, {item_id: ids for item_id, (ids, _) in encoded.items()})
+        outs = run_token_pass(self.ctx, batch, {item_id: ids for item_id, (ids, _) in encoded.items()},
+                              {item_id: offs for item_id, (_, offs) in encoded.items()})
         per_item = (time.perf_counter() - start) / max(1, len(batch))
         records = {}
         for item in batch:

@@ -6,8 +6,9 @@ of the `Generation` and every token-level signal the selected detectors read. Fo
 the exact generated ids, only when a selected detector reads a token-level signal. No detector runs its own pass.
 
 Parts (each computed only when read): `entropies` and `offsets` (in the generate record, under `tokens`),
-`topk` (`topk_ids` int64 and `topk_logprobs` [T, k], observed token at index 0) and `attention` ([T, T], max over
-layers and heads) in `generate/<shard>.h5`. Record field `tokens`: {parts, top_k, entropies, offsets, shard,
+`topk` (`topk_ids` int64 and `topk_logprobs` [T, k], observed token at index 0), `attention` ([T, T], max over
+layers and heads) and `layers` (LLM-Check: `attn_logdiag` [L, T], `span_hidden` [L + 1, U + 1] over the item's
+units then the whole answer) in `generate/<shard>.h5`. Record field `tokens`: {parts, top_k, entropies, offsets, shard,
 arrays: {name: shape}, window, invalid}.
 """
 
@@ -29,10 +30,13 @@ PART_SIGNALS: dict[str, frozenset[Signal]] = {
     "offsets": frozenset({Signal.TOKEN_OFFSETS}),
     "topk": frozenset({Signal.TOKEN_TOPK_IDS, Signal.TOKEN_TOPK_LOGPROBS}),
     "attention": frozenset({Signal.TOKEN_ATTENTION}),
+    "layers": frozenset({Signal.TOKEN_ATTN_LOGDIAG, Signal.UNIT_HIDDEN_SCORES}),
 }
-ARRAY_PARTS = {"topk": ("topk_ids", "topk_logprobs"), "attention": ("attention",)}
+ARRAY_PARTS = {"topk": ("topk_ids", "topk_logprobs"), "attention": ("attention",),
+               "layers": ("attn_logdiag", "span_hidden")}
 SIGNAL_ARRAYS = {Signal.TOKEN_TOPK_IDS: "topk_ids", Signal.TOKEN_TOPK_LOGPROBS: "topk_logprobs",
-                 Signal.TOKEN_ATTENTION: "attention"}
+                 Signal.TOKEN_ATTENTION: "attention", Signal.TOKEN_ATTN_LOGDIAG: "attn_logdiag",
+                 Signal.UNIT_HIDDEN_SCORES: "span_hidden"}
 
 
 def token_parts(signals: frozenset[Signal] | None) -> list[str]:
@@ -49,15 +53,30 @@ def token_spec(ctx: CellContext) -> dict[str, Any]:
     return {"parts": parts, "top_k": cfg.top_k if "topk" in parts else None, "version": TOKEN_PASS_VERSION}
 
 
-def run_token_pass(ctx: CellContext, batch: list[Item], answers: dict[str, list[int]]) -> dict[str, TokenOutput]:
-    """One pass over each item's prompt + answer ids (`answers`: item id -> answer token ids)."""
+def unit_spans(item: Item, n_tokens: int, offsets: list[tuple[int, int]] | None) -> list[tuple[int, int]]:
+    """Answer-token ranges [a, b) of the item's units (tokens overlapping the unit's characters; (0, 0) when none
+    or without offsets), then the whole answer (0, n_tokens)."""
+    spans = []
+    for unit in item.instance.units:
+        hit = [t for t, (a, b) in enumerate(offsets or []) if b > a and a < unit.end and b > unit.start]
+        spans.append((hit[0], hit[-1] + 1) if hit else (0, 0))
+    return [*spans, (0, n_tokens)]
+
+
+def run_token_pass(ctx: CellContext, batch: list[Item], answers: dict[str, list[int]],
+                   offsets: dict[str, list[tuple[int, int]]] | None = None) -> dict[str, TokenOutput]:
+    """One pass over each item's prompt + answer ids (`answers`: item id -> answer token ids; `offsets`: their
+    character offsets, which the `layers` part needs to find the units' tokens)."""
     parts = token_parts(ctx.signals)
     backend = ctx.backend
-    requests = [TokenRequest(prompt_ids=backend.encode_prompt(item.prompt), answer_ids=answers[item.id], key=item.id)
+    layers = "layers" in parts
+    requests = [TokenRequest(prompt_ids=backend.encode_prompt(item.prompt), answer_ids=answers[item.id], key=item.id,
+                             spans=unit_spans(item, len(answers[item.id]), (offsets or {}).get(item.id))
+                             if layers else [])
                 for item in batch]
     outs = backend.token_pass(requests, top_k=ctx.config.tokens.top_k if "topk" in parts else 0,
                               entropies="entropies" in parts, attention="attention" in parts,
-                              batch_size=ctx.config.tokens.batch_size)
+                              batch_size=ctx.config.tokens.batch_size, layers=layers)
     return {out.key: out for out in outs}
 
 
@@ -79,6 +98,8 @@ def token_record(ctx: CellContext, out: TokenOutput, offsets: list[tuple[int, in
         arrays["topk_ids"], arrays["topk_logprobs"] = out.topk_ids, out.topk_logprobs
     if out.attention is not None:
         arrays["attention"] = out.attention
+    if out.attn_logdiag is not None and out.span_hidden is not None:
+        arrays["attn_logdiag"], arrays["span_hidden"] = out.attn_logdiag, out.span_hidden
     return rec
 
 

@@ -54,7 +54,7 @@ def suite_markdown(suite: Suite, rows: list[dict[str, Any]]) -> str:
         body = []
         for det, metrics in t["lines"].items():
             first = next(iter(metrics.values()))
-            notes = sorted({str(m.get("note")) for m in metrics.values() if m.get("note")})
+            notes = sorted({str(metrics[m].get("note")) for m in t["metrics"] if metrics.get(m, {}).get("note")})
             body.append([det, *(_fmt(metrics.get(m, {}).get("value")) for m in t["metrics"]), str(first.get("n")),
                          "; ".join(notes)])
         parts.append(f"### {t['title']}\n\n| " + " | ".join(head) + " |\n|" + "---|" * len(head) + "\n"

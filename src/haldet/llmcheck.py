@@ -1,4 +1,5 @@
-"""LLM-Check-style sentence scores (Sriramanan et al. 2024) from one teacher-forced pass over document + summary.
+"""LLM-Check-style unit scores (Sriramanan et al. 2024; VeriGray's "LLM-Check" baselines) from one teacher-forced
+pass over prompt + response.
 
 - Hidden score of a sentence at layer l: the mean log eigenvalue of the covariance of its tokens' hidden states,
   (1/m) sum_i log(sigma_i^2 + alpha), sigma_i the singular values of the m x D matrix of the sentence's token
@@ -7,8 +8,9 @@
   tokens, which for a causal (lower-triangular) map is the sum of log A[t, t]; averaged over the sentence's tokens
   and summed over heads.
 
-The layer, and the direction in which a score means "unfaithful" (the method does not fix it), are chosen on the
-validation split by protocol-1 AUROC (`choose_layer`), never on test.
+The layer, and the direction in which a score means "hallucinated" (the method does not fix it), are chosen on the
+validation split by AUROC (`choose_layer`), never on test. The evidence comes from the generate stage's token pass
+(`Signal.UNIT_HIDDEN_SCORES`, `Signal.TOKEN_ATTN_LOGDIAG`); the detectors are `haldet.detectors.llmcheck`.
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ from __future__ import annotations
 import numpy as np
 
 from haldet.evaluation.metrics import auroc
-from haldet.suites.verigray.metrics import gold_unfaithful, protocol1_mask
 
 ALPHA = 1e-3
 
@@ -36,18 +37,17 @@ def attention_score(log_diag: np.ndarray) -> float:
     return float(np.asarray(log_diag, dtype=np.float64).mean(axis=1).sum())
 
 
-def choose_layer(scores: np.ndarray, degree: np.ndarray) -> tuple[int, float, float]:
+def choose_layer(scores: np.ndarray, y: np.ndarray) -> tuple[int, float, float]:
     """(layer, sign, validation AUROC): the layer column of `scores` [n, L] and the sign (+1 or -1) whose signed
-    score best separates protocol-1 Unfaithful from Faithful sentences. Layers without a valid score or without
-    both classes are skipped; (-1, nan, nan) when none qualifies."""
-    scores, degree = np.asarray(scores, dtype=np.float64), np.asarray(degree)
+    score best separates y = 1 (hallucinated) from y = 0; units with y < 0 (no binary label) are ignored. Layers
+    without a valid score or without both classes are skipped; (-1, nan, nan) when none qualifies."""
+    scores, y = np.asarray(scores, dtype=np.float64), np.asarray(y)
     best = (-1, np.nan, np.nan)
     for layer in range(scores.shape[1]):
-        keep = protocol1_mask(degree) & np.isfinite(scores[:, layer])
-        y = gold_unfaithful(degree[keep])
-        if len(set(y.tolist())) < 2:
+        keep = (y >= 0) & np.isfinite(scores[:, layer])
+        if len(set(y[keep].tolist())) < 2:
             continue
-        auc = auroc(y, scores[keep, layer])
+        auc = auroc(y[keep], scores[keep, layer])
         sign, value = (1.0, auc) if auc >= 0.5 else (-1.0, 1.0 - auc)
         if not np.isfinite(best[2]) or value > best[2]:
             best = (layer, sign, value)
