@@ -103,6 +103,11 @@ def test_hidden_state_detector_refused_before_any_request(tmp_path: Path, server
         pipeline.run(no_lp, tmp_path / "run")
     with pytest.raises(HaldetError, match="HALDET_TEST_NO_SUCH_KEY"):
         OpenAIBackend("openai:gpt-4o-mini", EndpointConfig(api_key_env="HALDET_TEST_NO_SUCH_KEY"))
+    hosted = RunConfig(models=["openai:gpt-4o-mini"], detectors=["perplexity"],
+                       endpoint=EndpointConfig(api_key_env="HALDET_TEST_NO_SUCH_KEY"))
+    with pytest.raises(HaldetError, match="HALDET_TEST_NO_SUCH_KEY"):  # before the run directory is touched
+        pipeline.run(hosted, tmp_path / "hosted")
+    assert not (tmp_path / "hosted").exists()
 
 
 def _answers(limit: int) -> dict[str, tuple[str, str]]:

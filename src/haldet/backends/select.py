@@ -40,10 +40,15 @@ def provided_signals(model: str, config: RunConfig) -> frozenset[Signal] | None:
 
 
 def check_signals(config: RunConfig) -> None:
-    """Fail before any work when a selected detector needs a signal a model's backend cannot provide."""
+    """Fail before any work when a selected detector needs a signal a model's backend cannot provide, or an API
+    model has no key."""
     from haldet.detectors.base import DETECTORS
 
     for model in config.models:
+        if backend_kind(model) == "openai":  # a missing API key is known now, not after the run started
+            from haldet.backends.openai_client import api_key
+
+            api_key(model, config.endpoint.base_url, config.endpoint.api_key_env, "--model")
         provided = provided_signals(model, config)
         if provided is None:
             continue
