@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -122,7 +123,11 @@ class OpenAIBackend(Backend):
     # --- requests ---------------------------------------------------------------------------------------------
     def _run(self, jobs: list[tuple[list[dict[str, str]], dict[str, Any], int]]) -> list[list[GenOutput]]:
         """Each job (messages, params, n) -> its outputs (one failed GenOutput when every attempt failed)."""
-        return run_coroutine(self._gather(jobs))
+        start = time.perf_counter()
+        try:
+            return run_coroutine(self._gather(jobs))
+        finally:
+            self.usage.seconds += time.perf_counter() - start
 
     async def _gather(self, jobs: list[tuple[list[dict[str, str]], dict[str, Any], int]]) -> list[list[GenOutput]]:
         c = self.config
