@@ -98,3 +98,25 @@ def test_grouped_split_never_puts_one_group_in_two_parts() -> None:
             assert seen.setdefault(groups[item], part) == part
     assert sorted(i for ids in split.values() for i in ids) == sorted(groups)
     assert all(split.values())
+
+
+def test_breakdowns_by_hand() -> None:
+    from haldet.evaluation.breakdowns import breakdown_metrics
+
+    # 6 units, threshold 0.5: predicted positive = s >= 0.5
+    y = np.array([1, 0, 0, 1, 0, 1])
+    s = np.array([0.9, 0.7, 0.1, 0.2, 0.3, 0.8])
+    tags = {"rate": np.array(["<10%", "<10%", "<10%", ">20%", ">20%", ">20%"]),
+            "pos": np.array(["NOUN", "NOUN", "DET", "PROPN", "DET", "PROPN"]),
+            "ner": np.array(["O"] * 6), "position": np.array(["first", "middle", "last"] * 2),
+            "content": np.array(["yes", "yes", "no", "yes", "no", "yes"])}
+    out = {m.metric: m for m in breakdown_metrics(UnitData(y, s, np.arange(6) // 3, tags=tags), 0.5, 1.0)}
+    assert out["fpr[pos=NOUN]"].value == 1.0 and out["fnr[pos=NOUN]"].value == 0.0  # the 0.7 negative flagged
+    assert out["fnr[pos=PROPN]"].value == 0.5 and out["fpr[pos=PROPN]"].value is None  # no negative PROPN
+    assert out["fpr[pos=DET]"].value == 0.0 and out["fnr[pos=DET]"].n == 2
+    assert out["precision_opt[rate=<10%]"].value == 0.5 and out["recall_opt[rate=<10%]"].value == 1.0
+    assert out["recall_opt[rate=>20%]"].value == 0.5 and out["auroc[rate=>20%]"].value == 0.5
+    assert "f1_opt[rate=10-20%]" not in out  # no item in that group
+    # content units 0, 1, 3, 5: positives 0.9, 0.2, 0.8 against the negative 0.7 -> 2 of 3 pairs ranked right
+    assert out["auroc[content]"].n == 4 and out["auroc[content]"].value == pytest.approx(2 / 3)
+    assert breakdown_metrics(UnitData(y, s, np.arange(6), tags=tags), None, 1.0) == []  # no validation threshold

@@ -28,7 +28,7 @@ from haldet.errors import HaldetError
 from haldet.evaluation.metrics import MetricValue
 from haldet.evaluation.units import UNIT_METRICS, UnitData, unit_metrics
 from haldet.registry import Registry
-from haldet.schema import LEVELS, Instance
+from haldet.schema import LEVELS, Instance, SpanLabel
 
 
 @dataclass(frozen=True)
@@ -74,6 +74,10 @@ class Suite:
 
     def tags_of(self, instance: Instance) -> dict[str, str]:
         """Per-item tags copied onto its units (`UnitData.tags`) for a suite's breakdowns (e.g. the generator)."""
+        return {}
+
+    def unit_tags_of(self, level: str, units: list[tuple[Instance, SpanLabel]]) -> dict[str, list[str]]:
+        """Per-unit tags of the pooled test units (e.g. POS, sentence position) for breakdowns; {} by default."""
         return {}
 
     def html_section(self, rows: list[dict[str, Any]]) -> str:

@@ -10,6 +10,12 @@ validation items (the paper's tune-on-test F1_Opt is reported as `f1_opt_test`).
 
 from __future__ import annotations
 
+from typing import Any
+
+from haldet.evaluation.breakdowns import breakdown_metrics, unit_attributes
+from haldet.evaluation.metrics import MetricValue
+from haldet.evaluation.units import UnitData
+from haldet.schema import Instance, SpanLabel
 from haldet.suites.base import Suite, TableLayout, register
 
 HALLUENTITY_METRICS = ("auroc", "aupr", "f1_opt", "precision_opt", "recall_opt")
@@ -28,3 +34,14 @@ class HalluEntitySuite(Suite):
               TableLayout("Tune-on-test variant (the paper's F1_Opt convention)",
                           metrics=("f1_opt_test", "precision_opt_test", "recall_opt_test", "tie_share",
                                    "base_rate")))
+
+    def unit_tags_of(self, level: str, units: list[tuple[Instance, SpanLabel]]) -> dict[str, list[str]]:
+        """Rate group, POS, entity type, sentence position and content flag of each test entity (spaCy)."""
+        return unit_attributes(level, units)
+
+    def unit_metrics(self, level: str, test: UnitData, val: UnitData | None, *, n_boot: int, ci: float,
+                     seed: int, detector: Any = None) -> list[MetricValue]:
+        out = super().unit_metrics(level, test, val, n_boot=n_boot, ci=ci, seed=seed)
+        threshold = next(m.value for m in out if m.metric == "threshold")
+        coverage = out[0].coverage
+        return out + breakdown_metrics(test, threshold, coverage)

@@ -62,6 +62,32 @@ def suite_markdown(suite: Suite, rows: list[dict[str, Any]]) -> str:
     return "\n".join(parts) or "No result rows.\n"
 
 
+def breakdown_markdown(rows: list[dict[str, Any]]) -> str:
+    """Rows named `metric[tag=group]` / `metric[group]` as one table per (dataset, model, level, tag): groups as
+    rows, `detector: metric` as columns (unit counts of the group in the first column)."""
+    tables: dict[tuple[str, str, str, str], dict[str, dict[str, Any]]] = {}
+    counts: dict[tuple[str, str, str, str], dict[str, str]] = {}
+    for r in rows:
+        metric = str(r["metric"])
+        if "[" not in metric or not metric.endswith("]"):
+            continue
+        name, _, group = metric[:-1].partition("[")
+        tag, _, value = group.partition("=") if "=" in group else ("", "", group)
+        key = (r["dataset"], r["model"], str(r.get("level")), tag or "view")
+        tables.setdefault(key, {}).setdefault(value, {})[f"{r['detector']}: {METRIC_TITLES.get(name, name)}"] = \
+            r.get("value")
+        counts.setdefault(key, {})[value] = f"{r.get('n')} ({r.get('n_pos')} pos)"
+    parts = []
+    for (dataset, model, level, tag), groups in tables.items():
+        cols = list(dict.fromkeys(c for g in groups.values() for c in g))
+        head = ["group", "units", *cols]
+        body = ["| " + " | ".join([g, counts[(dataset, model, level, tag)][g],
+                                   *(_fmt(vals.get(c)) for c in cols)]) + " |" for g, vals in groups.items()]
+        parts.append(f"### Breakdown by {tag}: {dataset} | {model} ({level} level)\n\n| " + " | ".join(head)
+                     + " |\n|" + "---|" * len(head) + "\n" + "\n".join(body) + "\n")
+    return "\n".join(parts)
+
+
 def rich_tables(suite: Suite, rows: list[dict[str, Any]]) -> list[Table]:
     tables = []
     for t in table_cells(suite, rows):
@@ -85,7 +111,8 @@ def print_suite_results(name: str, rows: list[dict[str, Any]], target: Path, con
                         as_json: bool = False) -> None:
     """The suite's tables on the terminal (or the rows as JSON) and `suite_tables.md` in the run directory."""
     suite = get_suite(name)
-    atomic_write_text(target / "suite_tables.md", f"# {suite.title or suite.name}\n\n" + suite_markdown(suite, rows))
+    atomic_write_text(target / "suite_tables.md", f"# {suite.title or suite.name}\n\n" + suite_markdown(suite, rows)
+                      + "\n" + breakdown_markdown(rows))
     if as_json:
         console.print_json(json.dumps(rows, default=str))
         return

@@ -77,10 +77,13 @@ def unit_counts(items: list[Item], levels: tuple[str, ...]) -> dict[str, dict[st
 
 
 def pooled(view: SignalView, values: list[np.ndarray], level: str, labelled: list[Any],
-           tags_of: Callable[[Instance], dict[str, str]] | None = None) -> UnitData:
+           tags_of: Callable[[Instance], dict[str, str]] | None = None,
+           unit_tags_of: Callable[[str, list[tuple[Instance, Any]]], dict[str, list[str]]] | None = None) -> UnitData:
     """Units of a view's items with their labels (from `labelled`, the labelled instances), scores and item index;
-    units with only an ordinal grade come too (y = -1), and the suite's per-item tags (`tags_of`) per unit."""
+    units with only an ordinal grade come too (y = -1), the suite's per-item tags (`tags_of`) per unit and its
+    per-unit tags (`unit_tags_of`, computed once over all pooled units)."""
     ys, ss, gs, grades = [], [], [], []
+    kept: list[tuple[Instance, Any]] = []
     tags: dict[str, list[str]] = {}
     for g, (inst, vals) in enumerate(zip(labelled, values, strict=True)):
         units = inst.units_of(level)
@@ -89,12 +92,15 @@ def pooled(view: SignalView, values: list[np.ndarray], level: str, labelled: lis
         item_tags = tags_of(inst) if tags_of is not None else {}
         for unit, v in zip(units, vals, strict=True):
             if unit.binary is not None or unit.grade is not None:
+                kept.append((inst, unit))
                 ys.append(-1 if unit.binary is None else unit.binary)
                 ss.append(v)
                 gs.append(g)
                 grades.append(-1 if unit.grade is None else unit.grade)
                 for name, value in item_tags.items():
                     tags.setdefault(name, []).append(value)
+    if unit_tags_of is not None and kept:
+        tags.update(unit_tags_of(level, kept))
     has_grade = any(x >= 0 for x in grades)
     return UnitData(np.array(ys, dtype=np.int64), np.array(ss, dtype=np.float64), np.array(gs, dtype=np.int64),
                     np.array(grades, dtype=np.int64) if has_grade else None, {k: np.array(v) for k, v in tags.items()})
@@ -149,7 +155,8 @@ def run_level(name: str, level: str, suite: Suite, config: RunConfig, store: Cel
                                                          strict=True))
         run.score_seconds = time.perf_counter() - start
         run.meta = dict(detector.meta)
-    data = {part: pooled(view, scored[part].values, level, [view.instances[i] for i in idx], suite.tags_of)
+    data = {part: pooled(view, scored[part].values, level, [view.instances[i] for i in idx], suite.tags_of,
+                         suite.unit_tags_of if part == "test" else None)
             for part, idx in parts.items()}
     run.n_scored = len(parts["test"])
     run.unit_scores = {"test": data["test"]}
