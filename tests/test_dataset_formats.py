@@ -58,11 +58,17 @@ def test_truthfulqa_csv_lists_are_split_on_semicolons() -> None:
     assert turkey.incorrect == ["Turkey is in the EU", "Turkey is in the EU because it joined the EU"]
 
 
-def test_squad_release_is_flattened_with_impossible_questions_unanswerable() -> None:
+def test_squad_release_is_flattened_with_impossible_questions_unanswerable(tmp_path: Path) -> None:
     items = {i.id: i for i in load("squad_v2", ORIGINALS)}
     assert len(items) == 3
     assert items["squad_v2/validation/5ad39d53604f3c001a3fe8d1"].meta["unanswerable"]
     assert items["squad_v2/validation/56ddde6b9a695914005b9628"].references == ["France"]
+    bad = json.loads((ORIGINALS / "squad_v2" / "dev-v2.0.json").read_text())
+    bad["data"][1]["paragraphs"][0]["qas"][0]["question"] = ""
+    (tmp_path / "squad_v2").mkdir()
+    (tmp_path / "squad_v2" / "dev-v2.0.json").write_text(json.dumps(bad, indent=2))
+    with pytest.raises(HaldetError, match="line 49 of dataset 'squad_v2'"):  # the question's own line (its id)
+        load("squad_v2", tmp_path)
 
 
 def test_mbpp_release_applies_the_task_id_split_and_never_evaluates_prompt_tasks() -> None:

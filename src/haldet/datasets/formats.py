@@ -10,6 +10,7 @@ recognises a raw file and turns it into rows of the hub schema, so an adapter ma
 
 from __future__ import annotations
 
+import bisect
 import csv
 import gzip
 import io
@@ -37,6 +38,19 @@ class RawFile:
     data: Any
     lines: list[int | None]
     key_lines: dict[str, list[int | None]] = field(default_factory=dict)  # lines of a nested list, computed once
+    _text: str | None = None
+    _starts: list[int] = field(default_factory=list)  # offset of each line's first character
+
+    def line_of(self, needle: str, after: int | None) -> int | None:
+        """The 1-based line where `needle` first occurs at or after line `after` (a nested record's own line,
+        e.g. a SQuAD question by its id inside its article); `after` when not found."""
+        if after is None:
+            return None
+        if self._text is None:
+            self._text = _text(self.path)
+            self._starts = [0, *(m.end() for m in re.finditer("\n", self._text))]
+        pos = self._text.find(needle, self._starts[min(after, len(self._starts)) - 1])
+        return after if pos < 0 else bisect.bisect_right(self._starts, pos)
 
     def rows(self) -> list[dict[str, Any]] | None:
         """The file's rows, each with its line: a list of objects, or the list of objects a JSON object holds

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -59,7 +60,8 @@ def _squad_release(raw: RawFile) -> Parts:
         for para in article.get("paragraphs") or []:
             for qa in para.get("qas") or []:
                 answers = [] if qa.get("is_impossible") else list(qa.get("answers") or [])
-                rows.append(with_line(qa, line, id=qa.get("id"), title=article.get("title", ""),
+                qa_line = raw.line_of(json.dumps(qa.get("id")), line) if qa.get("id") is not None else line
+                rows.append(with_line(qa, qa_line, id=qa.get("id"), title=article.get("title", ""),
                                       context=para.get("context"), question=qa.get("question"),
                                       answers={"text": [a.get("text") for a in answers],
                                                "answer_start": [a.get("answer_start") for a in answers]}))
