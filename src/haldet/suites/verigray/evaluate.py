@@ -64,7 +64,7 @@ def _row(detector: str, metric: str, value: float, *, n: int, group: str = "all"
     value = float(value)
     return {"detector": detector, "metric": metric, "value": value if np.isfinite(value) else None, "n": n,
             "n_pos": n_pos, "coverage": coverage, "group": group,
-            "note": note if np.isfinite(value) or note else "undefined"}
+            "note": note if np.isfinite(value) or note else "no valid score" if n == 0 else "undefined"}
 
 
 def metric_name(metric: str, group: str) -> str:

@@ -49,7 +49,7 @@ class VeriGraySuite(Suite):
                    "selective prediction")
     datasets = ("verigray",)
     levels = ("sentence",)
-    detectors = ("likelihood", "entropy", "llmcheck_hidden", "llmcheck_attention", "nli_verifier")
+    detectors = ("likelihood", "entropy", "ccp", "focus", "llmcheck_hidden", "llmcheck_attention", "nli_verifier")
     tables = (TableLayout("Table 4", metrics=tuple(m for m, _ in TABLE4_COLUMNS), level="sentence"),)
     settings: ClassVar[dict[str, Any]] = {}
 
