@@ -52,3 +52,17 @@ def test_constant_detector_has_rank_loss_one_half() -> None:
     degree = [0, 6, 1, 5, 0, 6, 3, 4]
     rows = evaluate(sentences(degree, ["val"] * 4 + ["test"] * 4), DetectorOutput("c", np.zeros(8)))
     assert pick(rows, "rank_loss_continuous")["value"] == 0.5 and pick(rows, "rank_loss")["value"] == 0.5
+
+
+def test_table4_rows_get_item_bootstrap_cis() -> None:
+    rng = np.random.default_rng(0)
+    degree = rng.integers(0, 7, 200)
+    scores = (6 - degree) + rng.normal(0, 2.0, 200)
+    s = Sentences(item=np.array([f"i{k // 4}" for k in range(200)]), degree=degree, generator=np.array(["g"] * 200),
+                  split=np.array(["val"] * 100 + ["test"] * 100))
+    rows = evaluate(s, DetectorOutput("d", scores), n_boot=200, seed=1)
+    for metric in ("bacc", "f1", "rank_loss", "rank_loss_continuous"):
+        row = pick(rows, metric)
+        assert row["ci_low"] < row["value"] < row["ci_high"], (metric, row)
+    assert evaluate(s, DetectorOutput("d", scores), n_boot=200, seed=1) == rows  # seeded
+    assert pick(evaluate(s, DetectorOutput("d", scores)), "bacc")["ci_low"] is None  # no bootstrap asked

@@ -96,3 +96,14 @@ def test_selective_prediction_hand_computed() -> None:
 def test_threshold_is_chosen_for_balanced_accuracy() -> None:
     assert choose_threshold(np.array([0, 1, 5, 6, 3]), np.array([0.9, 0.6, 0.4, 0.1, 0.99])) == 0.6
     assert np.isnan(choose_threshold(np.array([5, 6]), np.array([0.1, 0.2])))
+
+
+def test_fast_binary_rates_equal_sklearn() -> None:
+    from haldet.suites.verigray.metrics import binary_metrics, binary_rates
+
+    rng = np.random.default_rng(4)
+    for _ in range(20):
+        y, pred = rng.integers(0, 2, 30), rng.integers(0, 2, 30)
+        fast, ref = binary_rates(y, pred), binary_metrics(y, pred)
+        assert all(fast[k] == pytest.approx(ref[k], nan_ok=True) for k in ref)
+    assert np.isnan(binary_rates(np.array([1, 0]), np.array([0, 0]))["precision"])

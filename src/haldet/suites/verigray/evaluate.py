@@ -19,9 +19,12 @@ from haldet.suites.verigray.labels import CLASSES, IMPLICIT
 from haldet.suites.verigray.metrics import (
     FLOAT,
     best_binary_ranking_loss,
+    binary_rates,
     choose_threshold,
+    gold_unfaithful,
     per_class_f1,
     protocol1,
+    protocol1_mask,
     protocol1_scores,
     ranking_loss,
     selective_prediction,
@@ -80,8 +83,36 @@ def split_metric(name: str) -> tuple[str, str]:
     return name, "all"
 
 
-def evaluate(sents: Sentences, out: DetectorOutput) -> list[dict[str, Any]]:
-    """All result rows of one detector (see the module docstring)."""
+BOOTSTRAPPED = ("bacc", "recall", "precision", "f1", "rank_loss", "rank_loss_continuous")
+
+
+def bootstrap_table4(item: np.ndarray, degree: np.ndarray, scores: np.ndarray, binary: np.ndarray, *, n_boot: int,
+                     ci: float, seed: int) -> dict[str, tuple[float, float]]:
+    """Percentile CIs of the Table 4 metrics from a bootstrap over items (a resample draws whole summaries with
+    replacement and keeps all their sentences, as the core's unit metrics do); undefined resamples are skipped."""
+    if n_boot <= 0 or len(item) == 0:
+        return {}
+    items, inverse = np.unique(item, return_inverse=True)
+    members = [np.flatnonzero(inverse == g) for g in range(len(items))]
+    rng = np.random.default_rng(seed)
+    keep = protocol1_mask(degree)
+    draws: dict[str, list[float]] = {m: [] for m in BOOTSTRAPPED}
+    for _ in range(n_boot):
+        idx = np.concatenate([members[g] for g in rng.integers(0, len(items), len(items))])
+        p1 = idx[keep[idx] & np.isfinite(binary[idx])]
+        values = binary_rates(gold_unfaithful(degree[p1]), binary[p1])
+        values["rank_loss"] = ranking_loss(degree[idx], binary[idx])
+        values["rank_loss_continuous"] = ranking_loss(degree[idx], scores[idx])
+        for m, v in values.items():
+            if np.isfinite(v):
+                draws[m].append(float(v))
+    alpha = (1 - ci) / 2
+    return {m: (float(np.quantile(v, alpha)), float(np.quantile(v, 1 - alpha))) for m, v in draws.items() if v}
+
+
+def evaluate(sents: Sentences, out: DetectorOutput, *, n_boot: int = 0, ci: float = 0.95,
+             seed: int = 42) -> list[dict[str, Any]]:
+    """All result rows of one detector (see the module docstring); Table 4 rows get item-bootstrap CIs."""
     scores = np.asarray(out.scores, dtype=FLOAT)
     note = ""
     if out.binary is not None:
@@ -96,6 +127,11 @@ def evaluate(sents: Sentences, out: DetectorOutput) -> list[dict[str, Any]]:
             binary = np.full(len(scores), np.nan)
     test = sents.where("test")
     rows = list(_table4(out.detector, sents.degree[test], scores[test], binary[test], "all", note))
+    cis = bootstrap_table4(sents.item[test], sents.degree[test], scores[test], binary[test], n_boot=n_boot, ci=ci,
+                           seed=seed)
+    for row in rows:
+        row["ci_low"], row["ci_high"] = cis.get(row["metric"], (None, None)) if row["value"] is not None else (
+            None, None)
     if out.classes is not None:
         rows += list(_classifier_rows(out.detector, sents.degree[test], np.asarray(out.classes, dtype=FLOAT)[test]))
     for gen in sorted(set(sents.generator[test].tolist())):

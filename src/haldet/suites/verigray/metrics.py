@@ -47,6 +47,21 @@ def binary_metrics(y: np.ndarray, pred: np.ndarray) -> dict[str, float]:
             "f1": float(f[0])}
 
 
+def binary_rates(y: np.ndarray, pred: np.ndarray) -> dict[str, float]:
+    """`binary_metrics` from confusion counts with numpy (the bootstrap's fast path; equal values, tested)."""
+    y, pred = np.asarray(y, dtype=int), np.asarray(pred, dtype=int)
+    tp = float(np.sum((pred == 1) & (y == 1)))
+    fp = float(np.sum((pred == 1) & (y == 0)))
+    fn = float(np.sum((pred == 0) & (y == 1)))
+    tn = float(np.sum((pred == 0) & (y == 0)))
+    if tp + fn == 0 or tn + fp == 0:
+        return {"bacc": np.nan, "precision": np.nan, "recall": np.nan, "f1": np.nan}
+    recall = tp / (tp + fn)
+    precision = tp / (tp + fp) if tp + fp else np.nan
+    f1 = 2 * tp / (2 * tp + fp + fn)
+    return {"bacc": (recall + tn / (tn + fp)) / 2, "precision": precision, "recall": recall, "f1": f1}
+
+
 def protocol1(grades: np.ndarray, pred: np.ndarray) -> dict[str, float]:
     """Protocol 1 on binary predictions (1 = Unfaithful; NaN = no prediction, left out)."""
     grades, pred = np.asarray(grades), np.asarray(pred, dtype=FLOAT)

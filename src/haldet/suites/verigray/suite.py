@@ -74,10 +74,11 @@ class VeriGraySuite(Suite):
                           generator=np.concatenate([d.tags.get("generator", np.full(len(d.y), "")) for _, d in parts]),
                           split=np.concatenate([np.full(len(d.y), p) for p, d in parts]))
         scores = np.concatenate([d.s for _, d in parts])
-        for row in evaluate(sents, detector_output(name, scores, detector)):
+        for row in evaluate(sents, detector_output(name, scores, detector), n_boot=n_boot, ci=ci, seed=seed):
             if row["group"] == "all" and row["metric"] in CORE_METRICS:
                 continue
-            out.append(MetricValue(metric_name(row["metric"], row["group"]), row["value"], None, None, row["n"],
+            out.append(MetricValue(metric_name(row["metric"], row["group"]), row["value"], row.get("ci_low"),
+                                   row.get("ci_high"), row["n"],
                                    int(row["n_pos"] or 0), float(row["coverage"]) if row["coverage"] is not None
                                    else 1.0, row["note"]))
         return out
