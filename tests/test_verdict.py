@@ -122,3 +122,35 @@ def test_changing_the_demonstrations_changes_the_few_shot_key(tmp_path: Path) ->
         stage2 = VerdictStage(ctx)
         stage2.ensure(items)
         assert stage2.ask_key(stage2.asks[-1], items[5]) != first
+
+
+def test_local_verdicts_sample_at_the_configured_temperature(tmp_path: Path) -> None:
+    """The run's own model answers with `verdict.temperature`: greedy at 0, else one seeded sample per prompt (the
+    seed depends on the prompt only, so a prompt's reply does not depend on its batch)."""
+    from types import SimpleNamespace
+
+    from haldet.stages.verdict import VerdictStage
+
+    calls: list[tuple[str, Any]] = []
+
+    class Backend:
+        def render_chat(self, chat: list[dict[str, str]]) -> str:
+            return chat[-1]["content"]
+
+        def generate(self, prompts: list[str], **kw: Any) -> list[Any]:
+            calls.append(("generate", None))
+            return [SimpleNamespace(text=f"greedy {p}") for p in prompts]
+
+        def sample(self, prompts: list[str], **kw: Any) -> list[Any]:
+            calls.append(("sample", (kw["temperature"], kw["k"], list(kw["seeds"]))))
+            return [[SimpleNamespace(text=f"sampled {p}")] for p in prompts]
+
+    chats = [[{"role": "user", "content": "a"}], [{"role": "user", "content": "b"}]]
+    for temperature in (0.0, 0.6):
+        ctx = SimpleNamespace(config=RunConfig(verdict={"temperature": temperature}), backend=Backend())
+        replies = VerdictStage(ctx, asks=[])._ask(chats, 16)
+        assert replies == (["greedy a", "greedy b"] if temperature == 0 else ["sampled a", "sampled b"])
+    assert calls[0] == ("generate", None) and calls[1][0] == "sample" and calls[1][1][:2] == (0.6, 1)
+    ctx = SimpleNamespace(config=RunConfig(verdict={"temperature": 0.6}), backend=Backend())
+    VerdictStage(ctx, asks=[])._ask(chats[::-1], 16)
+    assert calls[2][1][2] == calls[1][1][2][::-1]  # per-prompt seeds, whatever the order

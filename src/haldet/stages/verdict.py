@@ -247,6 +247,11 @@ class VerdictStage(Stage):
         if cfg.model is None:
             backend = self.ctx.backend
             prompts = [backend.render_chat(chat) for chat in chats]
+            if cfg.temperature > 0:  # sampled locally, seeded per prompt: the same prompt gets the same reply
+                seeds = [int(digest(prompt)[:8], 16) for prompt in prompts]
+                sampled = backend.sample(prompts, k=1, temperature=cfg.temperature, top_p=1.0, seeds=seeds,
+                                         max_new_tokens=max_new_tokens, batch_size=cfg.batch_size)
+                return [outs[0].text for outs in sampled]
             outs = backend.generate(prompts, max_new_tokens=max_new_tokens, batch_size=cfg.batch_size)
             return [out.text for out in outs]
         return _ask_endpoint(chats, cfg, max_new_tokens)
