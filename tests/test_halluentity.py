@@ -138,3 +138,24 @@ def test_rerun_reads_every_score_from_the_cache(suite_run) -> None:
     assert all(d.cached for d in cells2[0].detectors if not d.error)
     assert [(r["detector"], r["metric"], r["value"]) for r in rows2] == [
         (r["detector"], r["metric"], r["value"]) for r in rows]
+
+
+def test_suites_list_and_unknown_suite_message(tmp_path: Path) -> None:
+    from conftest import run_cli
+
+    listed = run_cli("suites", "list", "--json")
+    assert listed.returncode == 0
+    info = {s["name"]: s for s in json.loads(listed.stdout)}
+    assert info["halluentity"]["levels"] == ["entity"] and info["halluentity"]["protocol"] == "provided"
+    assert set(info["halluentity"]["detectors"]) == {"likelihood", "entropy", "ccp", "unit_sar", "focus"}
+    bad = run_cli("run", "--suite", "halluentityy", "--out", str(tmp_path / "r"))
+    assert bad.returncode == 2 and "halluentity" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_suite_html_section_has_tables_and_position_plot(suite_run) -> None:
+    _, rows, _ = suite_run
+    planted = [{"dataset": "halluentity", "model": "smollm2-135m", "detector": "focus", "level": "entity",
+                "metric": f"fnr[position={p}]", "value": v, "n": 3, "n_pos": 1}
+               for p, v in (("first", 0.6), ("middle", 0.4), ("last", 0.2))]
+    html = get_suite("halluentity").html_section(rows + planted)
+    assert html.count("<table>") == 2 and "AUROC" in html and "<svg" in html and "FNR by position" in html

@@ -45,3 +45,29 @@ class HalluEntitySuite(Suite):
         threshold = next(m.value for m in out if m.metric == "threshold")
         coverage = out[0].coverage
         return out + breakdown_metrics(test, threshold, coverage)
+
+    def html_section(self, rows: list[dict[str, Any]]) -> str:
+        """Tables 2/3 and the tune-on-test variant, then FPR/FNR by position in the sentence (the paper's Figure 5,
+        right) per detector, at the validation threshold."""
+        from haldet.report.svg import Series, line_plot
+        from haldet.suites.report import html_tables
+
+        rows = [r for r in rows if r.get("level") == "entity"]
+        parts = ["<h2 id=halluentity>HalluEntity (entity level, test items)</h2>",
+                 "<p class=muted>Entity score = mean of its token scores from one teacher-forced pass of a proxy "
+                 "model; "
+                 "F1-opt/P-opt/R-opt at the threshold chosen on validation items (the paper tunes on the evaluated "
+                 "items: the '(tuned on test)' columns).</p>", html_tables(self, rows)]
+        x = {"first": 0.0, "middle": 0.5, "last": 1.0}
+        for kind in ("fpr", "fnr"):
+            series = []
+            for det in dict.fromkeys(r["detector"] for r in rows):
+                pts = [(x[pos], float(r["value"]), pos) for pos in x for r in rows
+                       if r["detector"] == det and r["metric"] == f"{kind}[position={pos}]" and r["value"] is not None]
+                if pts:
+                    series.append(Series(det, pts))
+            if series:
+                parts.append("<div class=figs>" + line_plot(series, title=f"{kind.upper()} by position in sentence",
+                                                            xlabel="first / middle / last words",
+                                                            ylabel=kind.upper()) + "</div>")
+        return "\n".join(parts)

@@ -4,6 +4,7 @@ one table per (layout, dataset, model). Printed after `haldet run --suite` and w
 from __future__ import annotations
 
 import json
+from html import escape
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +86,29 @@ def breakdown_markdown(rows: list[dict[str, Any]]) -> str:
                                    *(_fmt(vals.get(c)) for c in cols)]) + " |" for g, vals in groups.items()]
         parts.append(f"### Breakdown by {tag}: {dataset} | {model} ({level} level)\n\n| " + " | ".join(head)
                      + " |\n|" + "---|" * len(head) + "\n" + "\n".join(body) + "\n")
+    return "\n".join(parts)
+
+
+def _html_table(header: list[str], body: list[list[str]]) -> str:
+    head = "".join(f"<th>{escape(h)}</th>" for h in header)
+    rows = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in line) + "</tr>" for line in body)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
+
+
+def html_tables(suite: Suite, rows: list[dict[str, Any]]) -> str:
+    """The suite's layouts as HTML tables (value [95% CI] per metric), for `Suite.html_section`."""
+    parts = []
+    for t in table_cells(suite, rows):
+        body = []
+        for det, metrics in t["lines"].items():
+            cells = []
+            for m in t["metrics"]:
+                r = metrics.get(m, {})
+                ci = f" [{_fmt(r.get('ci_low'))}, {_fmt(r.get('ci_high'))}]" if r.get("ci_low") is not None else ""
+                cells.append(_fmt(r.get("value")) + ci)
+            body.append([det, *cells, str(next(iter(metrics.values())).get("n"))])
+        parts.append(f"<h3>{escape(t['title'])}</h3>" + _html_table(
+            ["detector", *(METRIC_TITLES.get(m, m) for m in t["metrics"]), "N units"], body))
     return "\n".join(parts)
 
 
