@@ -192,6 +192,7 @@ class RunConfig(Section):
     prompt: PromptConfig = Field(default_factory=PromptConfig)
     tokens: TokensConfig = Field(default_factory=TokensConfig)
     suite: str | None = None  # a registered suite (haldet/suites/): its protocol, levels, metrics and tables
+    suite_params: dict[str, dict[str, Any]] = Field(default_factory=dict)  # per suite, e.g. {"triviaplus": {...}}
     judge: JudgeConfig = Field(default_factory=JudgeConfig)
     verdict: VerdictConfig = Field(default_factory=VerdictConfig)
     endpoint: EndpointConfig = Field(default_factory=EndpointConfig)

@@ -78,6 +78,7 @@ class CellResult:
     fingerprint: dict[str, Any] = field(default_factory=dict)
     data: dict[str, Any] = field(default_factory=dict)
     error: str = ""
+    extra_rows: list[dict[str, Any]] = field(default_factory=list)  # a suite's own tables (Suite.extra_rows)
 
 
 def check_run_dir(store: RunStore, config: RunConfig, *, update: bool) -> dict[str, Any]:
@@ -148,6 +149,10 @@ def prepare_cell(config: RunConfig, store: RunStore, dataset: str, model: str, p
     ctx = CellContext(config=config, dataset=dataset, model=model, store=cell, backend_factory=backend_factory,
                       progress=progress, signals=detector_signals(config.detectors, config))
     ctx.timings["load_data"] = load_seconds
+    if config.suite:  # e.g. contexts over the model's window, fitted by the suite's recorded policy
+        from haldet.suites.base import get_suite
+
+        instances = get_suite(config.suite).prepare_instances(instances, ctx.backend, config)
     prompts = given_response_prompts(config.tokens, instances, render_prompts(builder, ctx.backend, instances, pool))
     items = [Item(instance=inst, prompt=prompt) for inst, prompt in zip(instances, prompts, strict=True)]
     result.fingerprint = ctx.backend.fingerprint()
@@ -281,8 +286,10 @@ def result_rows(cell: CellResult, cost_n: int = DEFAULT_N) -> list[dict[str, Any
                 "coverage": m.coverage, "fit_s": round(run.fit_seconds, 4), "score_s": round(run.score_seconds, 4),
                 "note": "; ".join(n for n in (m.note, str(run.meta.get("note") or "")) if n), **cost,
                 **provenance_columns(run.name, run.identity),
+                **({"train_labels": run.train_labels} if run.train_labels else {}),
             })
-    return rows
+    base = {"dataset": cell.dataset, "scenario": cell.scenario, "model": cell.model}
+    return rows + [{**base, **row} for row in cell.extra_rows]
 
 
 def validate_names(config: RunConfig) -> None:

@@ -208,17 +208,20 @@ class DatasetAdapter:
     def offline_available(self) -> bool:
         return self.packaged_path() is not None or (self.data_dir is not None and self.local_file() is not None)
 
-    def instance(self, split: str, native: Any, **fields: Any) -> Instance:
-        """An `Instance` of this dataset with a stable id `<name>/<split>/<native>`."""
-        return Instance(id=self.make_id(split, native), dataset=self.name, scenario=self.scenario,
+    def instance(self, id_split: str, native: Any, /, **fields: Any) -> Instance:
+        """An `Instance` of this dataset with a stable id `<name>/<id_split>/<native>` (`split=` in `fields` is the
+        dataset's own train/val/test assignment, for suites that keep it)."""
+        return Instance(id=self.make_id(id_split, native), dataset=self.name, scenario=self.scenario,
                         task_type=fields.pop("task_type", self.task_type), **fields)
 
     def make_id(self, split: str, native: Any) -> str:
         return f"{self.name}/{split}/{native}"
 
     def rows(self) -> Source:
-        """Local files first (when --data-dir/--data-file is given), then packaged data, then the hub."""
-        if self.data_dir is not None:
+        """Local files first (when --data-dir/--data-file is given), then packaged data, then the hub. A packaged
+        dataset with no file of its own under --data-dir (a run mixing it with datasets that need one) reads its
+        packaged copy."""
+        if self.data_dir is not None and (self.packaged_path() is None or self.local_paths()):
             return self.local_rows()
         packaged = self.packaged_path()
         if packaged is not None:

@@ -7,13 +7,15 @@ without importing it.
 
 from __future__ import annotations
 
+import random
 import re
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from haldet.assets import package_dir
 from haldet.datasets.base import DatasetAdapter, register, require
-from haldet.schema import Instance
+from haldet.schema import Category, Instance
 
 _LICENSE = "MIT"
 _SPEAKER = re.compile(r"\s*\[(Human|Assistant)\]:\s*")
@@ -102,3 +104,37 @@ class HaluEvalSummarization(_HaluEval):
             references=[require(row, "right_summary")],
             incorrect=[require(row, "hallucinated_summary")],
         )
+
+
+@register("halueval_qa_pairs")
+class HaluEvalQAPairs(HaluEvalQA):
+    """HaluEval QA as given answers (TRIVIA+'s HaluEval comparison, its Table 4): each row gives two labelled
+    responses to the same knowledge and question, the right answer (faithful) and the hallucinated one. Both land
+    in the same split part, drawn per row with a fixed seed (60/20/20), so no question is in two parts."""
+
+    task_type = "rag"
+    scenario = "rag"
+    params: ClassVar[dict[str, Any]] = {"rows": 200}  # HaluEval rows used (each gives two answers); None = all
+
+    def ordered_units(self, rows: Sequence[dict[str, Any]], seed: int) -> list[tuple[int, int | None]]:
+        order = super().ordered_units(rows, seed)
+        return order if self.options["rows"] is None else order[: int(self.options["rows"])]
+
+    def row_to_instance(self, row: dict[str, Any], index: int, split: str) -> list[Instance]:  # type: ignore[override]
+        part = _pair_split(index)
+        out = []
+        for kind, field, category in (("right", "right_answer", Category.CORRECT),
+                                      ("hallucinated", "hallucinated_answer", Category.HALLUCINATION)):
+            out.append(self.instance(
+                split, f"{index}.{kind}",
+                instruction="Answer the question using only the information in the context.",
+                context=require(row, "knowledge"), question=require(row, "question"),
+                response=str(require(row, field)), response_label=category, split=part,
+                meta={"generator": "HaluEval (prompted ChatGPT)", "domain": "HotpotQA",
+                      "context_chars": len(str(row["knowledge"]))}))
+        return out
+
+
+def _pair_split(index: int, fractions: tuple[float, float] = (0.6, 0.8)) -> str:
+    draw = random.Random(f"halueval-pairs/{index}").random()
+    return "train" if draw < fractions[0] else "val" if draw < fractions[1] else "test"

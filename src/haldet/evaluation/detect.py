@@ -39,6 +39,7 @@ class DetectorRun:
     identity: dict[str, Any] = field(default_factory=dict)  # version, resolved params/variant, auxiliary models
     level: str = "response"  # the level scored: response, or a unit level of a suite (suites/runner.py)
     unit_scores: dict[str, Any] = field(default_factory=dict)  # unit levels: pooled test units (UnitData)
+    train_labels: str = ""  # a trained detector's training-label set when a suite offers several (TRIVIA+)
 
 
 def make_detector(name: str, config: RunConfig) -> Detector:

@@ -39,6 +39,8 @@ class TableLayout:
     title: str
     metrics: tuple[str, ...] = ("auroc", "aupr", "f1_opt", "precision_opt", "recall_opt")
     level: str | None = None  # None: the suite's first level
+    table: str | None = None  # rows of a suite's own table (`Suite.extra_rows`, their `table` column); None: metrics
+    line: tuple[str, ...] = ("detector",)  # the row columns that name one line of the table
 
 
 class Suite:
@@ -67,6 +69,34 @@ class Suite:
         """The run settings this suite implies; a config file and command-line flags override them."""
         return {"limit": None, **self.settings, "suite": self.name, "datasets": list(self.datasets),
                 "detectors": list(self.detectors)}
+
+    params: ClassVar[dict[str, Any]] = {}         # suite options (RunConfig.suite_params[name]) and defaults
+
+    def options(self, config: Any) -> dict[str, Any]:
+        """The suite's options: its defaults under `suite_params[<suite>]` of the config; unknown keys fail."""
+        given = dict((getattr(config, "suite_params", None) or {}).get(self.name, {}))
+        unknown = sorted(set(given) - set(self.params))
+        if unknown:
+            raise HaldetError(f"unknown option(s) {', '.join(unknown)} for suite {self.name!r}",
+                              where=f"suite_params.{self.name}",
+                              hint=f"options: {', '.join(sorted(self.params)) or '(none)'}")
+        return {**self.params, **given}
+
+    def prepare_instances(self, instances: list[Instance], backend: Any, config: Any) -> list[Instance]:
+        """The loaded instances as the suite feeds them to the model (e.g. a long context fitted to the window,
+        with the policy recorded in `meta`); an instance it cannot feed gets `meta["unscorable"]` = the reason
+        (every detector then gives it NaN with that reason). Default: unchanged."""
+        return instances
+
+    def training_labels(self, instances: list[Instance], config: Any) -> list[tuple[str, dict[str, int]]]:
+        """(name, binary label by item id) of each label set trained detectors fit on, in turn; evaluation always
+        uses the response labels. Default: one pass on the data's own labels (an empty list means that)."""
+        return []
+
+    def extra_rows(self, instances: list[Instance], split: dict[str, list[str]], runs: list[Any],
+                   config: Any) -> list[dict[str, Any]]:
+        """Result rows of the suite's own tables beyond the per-level metrics (each with a `table` column)."""
+        return []
 
     def group_of(self, instance: Instance) -> str:
         """Items sharing a group land in the same split part (e.g. answers about one document)."""

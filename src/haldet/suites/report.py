@@ -24,7 +24,9 @@ METRIC_TITLES = {"auroc": "AUROC", "aupr": "AUPRC", "f1_opt": "F1-opt", "precisi
 
 
 def _fmt(value: Any) -> str:
-    return "—" if value is None else f"{value:.3f}"
+    if value is None:
+        return "—"
+    return str(value) if isinstance(value, int) and not isinstance(value, bool) else f"{value:.3f}"
 
 
 def layouts(suite: Suite) -> list[TableLayout]:
@@ -37,26 +39,28 @@ def table_cells(suite: Suite, rows: list[dict[str, Any]]) -> list[dict[str, Any]
     out = []
     for layout in layouts(suite):
         level = layout.level or suite.levels[0]
-        cells = sorted({(r["dataset"], r["model"]) for r in rows if r.get("level") == level})
+        mine = [r for r in rows if r.get("level") == level and r.get("table") == layout.table]
+        cells = sorted({(r["dataset"], r["model"]) for r in mine})
         for dataset, model in cells:
             lines: dict[str, dict[str, dict[str, Any]]] = {}
-            for r in rows:
-                if (r["dataset"], r["model"], r.get("level")) == (dataset, model, level):
-                    lines.setdefault(r["detector"], {})[r["metric"]] = r
+            for r in mine:
+                if (r["dataset"], r["model"]) == (dataset, model):
+                    name = tuple(str(r.get(c, "")) for c in layout.line)
+                    lines.setdefault(name, {})[r["metric"]] = r
             out.append({"title": f"{layout.title}: {dataset} | {model} ({level} level)", "level": level,
-                        "metrics": list(layout.metrics), "lines": lines})
+                        "metrics": list(layout.metrics), "lines": lines, "line": list(layout.line)})
     return out
 
 
 def suite_markdown(suite: Suite, rows: list[dict[str, Any]]) -> str:
     parts = []
     for t in table_cells(suite, rows):
-        head = ["detector", *(METRIC_TITLES.get(m, m) for m in t["metrics"]), "N units", "note"]
+        head = [*t["line"], *(METRIC_TITLES.get(m, m) for m in t["metrics"]), "N units", "note"]
         body = []
         for det, metrics in t["lines"].items():
             first = next(iter(metrics.values()))
             notes = sorted({str(metrics[m].get("note")) for m in t["metrics"] if metrics.get(m, {}).get("note")})
-            body.append([det, *(_fmt(metrics.get(m, {}).get("value")) for m in t["metrics"]), str(first.get("n")),
+            body.append([*det, *(_fmt(metrics.get(m, {}).get("value")) for m in t["metrics"]), str(first.get("n")),
                          "; ".join(notes)])
         parts.append(f"### {t['title']}\n\n| " + " | ".join(head) + " |\n|" + "---|" * len(head) + "\n"
                      + "".join("| " + " | ".join(line) + " |\n" for line in body))
@@ -116,7 +120,8 @@ def rich_tables(suite: Suite, rows: list[dict[str, Any]]) -> list[Table]:
     tables = []
     for t in table_cells(suite, rows):
         table = Table(title=t["title"])
-        table.add_column("detector", no_wrap=True)
+        for col in t["line"]:
+            table.add_column(col, no_wrap=True)
         for m in t["metrics"]:
             table.add_column(METRIC_TITLES.get(m, m), justify="right")
         table.add_column("N units", justify="right")
@@ -126,7 +131,7 @@ def rich_tables(suite: Suite, rows: list[dict[str, Any]]) -> list[Table]:
                 r = metrics.get(m, {})
                 ci = f" [{_fmt(r.get('ci_low'))}, {_fmt(r.get('ci_high'))}]" if r.get("ci_low") is not None else ""
                 cells.append(_fmt(r.get("value")) + ci)
-            table.add_row(det, *cells, str(next(iter(metrics.values())).get("n")))
+            table.add_row(*det, *cells, str(next(iter(metrics.values())).get("n")))
         tables.append(table)
     return tables
 

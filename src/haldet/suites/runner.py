@@ -116,18 +116,23 @@ def score_level(detector: Detector, view: SignalView, level: str) -> UnitScores:
 
 
 def run_level(name: str, level: str, suite: Suite, config: RunConfig, store: CellStore, view: SignalView,
-              split: dict[str, list[str]], ev_key: str, progress: Progress | None) -> DetectorRun:
-    """Fit (trained detectors), score validation and test items at one level, cache, evaluate."""
+              split: dict[str, list[str]], ev_key: str, progress: Progress | None,
+              train_labels: tuple[str, dict[str, int]] = ("", {}),
+              unscored: dict[str, Instance] | None = None) -> DetectorRun:
+    """Fit (trained detectors, on `train_labels`: a label-set name and its labels, which key the scores), score
+    validation and test items at one level, cache, evaluate (items in `unscored` count as NaN)."""
     detector = make_detector(name, config)
     detector.workdir = store.root
     if progress is not None:
         detector.progress = progress
-    run = DetectorRun(name=name, family=str(detector.family()), level=level)
+    run = DetectorRun(name=name, family=str(detector.family()), level=level,
+                      train_labels=train_labels[0] if detector.trains else "")
     position = {item_id: i for i, item_id in enumerate(view.ids)}
     run.identity = detector.identity()
-    key = digest([name, run.identity, level, ev_key, split if detector.trains else None])
+    trained_on = [split, sorted(train_labels[1].items())] if detector.trains else None
+    key = digest([name, run.identity, level, ev_key, trained_on])
     run.key = key
-    log = store.log(f"scores/{name}@{level}")
+    log = store.log(f"scores/{name}@{level}" + (f"@{run.train_labels}" if run.train_labels else ""))
     cached = log.read(key)
     parts = {part: [position[i] for i in split[part] if i in position] for part in ("val", "test")}
     scored: dict[str, UnitScores] = {}
@@ -155,11 +160,20 @@ def run_level(name: str, level: str, suite: Suite, config: RunConfig, store: Cel
                                                          strict=True))
         run.score_seconds = time.perf_counter() - start
         run.meta = dict(detector.meta)
-    data = {part: pooled(view, scored[part].values, level, [view.instances[i] for i in idx], suite.tags_of,
-                         suite.unit_tags_of if part == "test" else None)
+    missing = unscored or {}
+    data = {}
+    for part, idx in parts.items():
+        extra = [missing[i] for i in split[part] if i in missing]  # unscorable items: NaN units, never dropped
+        data[part] = pooled(view, [*scored[part].values, *(np.full(len(x.units_of(level)), np.nan) for x in extra)],
+                            level, [*(view.instances[i] for i in idx), *extra], suite.tags_of,
+                            suite.unit_tags_of if part == "test" else None)
+    if level == "response":  # per-item scores for a suite's own tables (strata, other label sets)
+        run.unit_scores["items"] = {
+            part: {**{view.ids[i]: float(v[0]) for i, v in zip(idx, scored[part].values, strict=True)},
+                   **{i: float("nan") for i in split[part] if i in missing}}
             for part, idx in parts.items()}
     run.n_scored = len(parts["test"])
-    run.unit_scores = {"test": data["test"]}
+    run.unit_scores["test"] = data["test"]
     ev = config.evaluation
     run.metrics = suite.unit_metrics(level, data["test"], data["val"], n_boot=ev.bootstrap, ci=ev.ci,
                                      seed=ev.bootstrap_seed, detector=detector)
@@ -179,43 +193,58 @@ def run_suite_cell(config: RunConfig, store: RunStore, dataset: str, model: str,
             raise HaldetError(f"suite {suite.name!r} scores responses that ship with the data, but {len(missing)} "
                               f"item(s) of {dataset!r} have none (first: {missing[0]})", where=f"dataset {dataset}",
                               hint=f"use a dataset of the suite ({', '.join(suite.datasets)})")
+    unscored = {i.id: i.instance for i in items if i.instance.meta.get("unscorable")}
+    if unscored:
+        result.data["unscored"] = {i: inst.meta["unscorable"] for i, inst in unscored.items()}
+    all_items, items = items, [i for i in items if i.id not in unscored]
     gen_records = GenerateStage(ctx).ensure(items)
     attach_generations(items, gen_records)
     if suite.protocol == "generate":
         _judge_responses(ctx, items)
     result.data["protocol"] = suite.protocol
     result.data["input_format"] = config.tokens.input_format if suite.protocol == "provided" else "chat"
-    result.data["units"] = unit_counts(items, suite.levels)
-    binary = response_labels(items)
+    result.data["units"] = unit_counts(all_items, suite.levels)
+    binary = response_labels(all_items)
     result.label_counts = dict(Counter("hallucination" if v else "correct" for v in binary.values()))
     ev = config.evaluation
-    split = suite_split(suite, items, ev.split, ev.split_seed)
+    split = suite_split(suite, all_items, ev.split, ev.split_seed)
     cell.write_json("split.json", {"seed": ev.split_seed, "fractions": list(ev.split), "grouped": suite.splits,
                                    **split})
     result.split_sizes = {k: len(v) for k, v in split.items()}
-    stage_records = ensure_stages(ctx, items, needed_stages(ctx.signals or ()))
-    stage_records[GenerateStage.name] = dict(gen_records)
-    result.evidence = {name: stage_stats(name, recs, wall_seconds=ctx.timings.get(name),
-                                         computed=ctx.counts.get(f"{name}_computed"),
-                                         previous=((previous or {}).get("evidence") or {}).get(name))
-                       for name, recs in stage_records.items()}
-    view = SignalView(ids=[i.id for i in items], instances=[i.instance for i in items],
-                      generations=[i.generation for i in items if i.generation is not None],
-                      loader=EvidenceLoader(ctx, items), labels=np.array([binary.get(i.id, -1) for i in items]))
-    for name in config.detectors:
-        cls = DETECTORS.get(name, where="--detector")
-        for level in suite.levels:
-            if level not in cls.levels:  # e.g. a response-level detector in an entity-level suite
-                result.data.setdefault("not_scored", []).append(
-                    f"{name} at {level} level (it scores {', '.join(cls.levels)})")
+    # one pass per training-label set (the suite's own labels by default; TRIVIA+: its noisy regimes): trained
+    # detectors fit on each, the others score once; evaluation is always on the suite's evaluation labels
+    label_sets = suite.training_labels([i.instance for i in all_items], config) or [("", binary)]
+    for r, (regime, train) in enumerate(label_sets):
+        ctx.split, ctx.labels = split, train  # few-shot verdict demonstrations come from these labels
+        stage_records = ensure_stages(ctx, items, needed_stages(ctx.signals or ()))
+        if r == 0:
+            stage_records[GenerateStage.name] = dict(gen_records)
+            result.evidence = {name: stage_stats(name, recs, wall_seconds=ctx.timings.get(name),
+                                                 computed=ctx.counts.get(f"{name}_computed"),
+                                                 previous=((previous or {}).get("evidence") or {}).get(name))
+                               for name, recs in stage_records.items()}
+        view = SignalView(ids=[i.id for i in items], instances=[i.instance for i in items],
+                          generations=[i.generation for i in items if i.generation is not None],
+                          loader=EvidenceLoader(ctx, items), labels=np.array([train.get(i.id, -1) for i in items]))
+        for name in config.detectors:
+            cls = DETECTORS.get(name, where="--detector")
+            if r > 0 and not cls.trains:
                 continue
-            try:
-                ev_key = evidence_key(ctx, items, needed_stages(make_detector(name, config).signals()))
-                run = run_level(name, level, suite, config, cell, view, split, ev_key, progress)
-            except (ValueError, RuntimeError) as exc:  # a detector bug or bad parameter: reported, no number
-                run = DetectorRun(name=name, family=str(cls.family()), level=level,
-                                  error=f"{type(exc).__name__}: {exc}")
-            result.detectors.append(run)
+            for level in suite.levels:
+                if level not in cls.levels:  # e.g. a response-level detector in an entity-level suite
+                    if r == 0:
+                        result.data.setdefault("not_scored", []).append(
+                            f"{name} at {level} level (it scores {', '.join(cls.levels)})")
+                    continue
+                try:
+                    ev_key = evidence_key(ctx, items, needed_stages(make_detector(name, config).signals()))
+                    run = run_level(name, level, suite, config, cell, view, split, ev_key, progress,
+                                    train_labels=(regime, train), unscored=unscored)
+                except (ValueError, RuntimeError) as exc:  # a detector bug or bad parameter: reported, no number
+                    run = DetectorRun(name=name, family=str(cls.family()), level=level, train_labels=regime,
+                                      error=f"{type(exc).__name__}: {exc}")
+                result.detectors.append(run)
+    result.extra_rows = suite.extra_rows([i.instance for i in all_items], split, result.detectors, config)
     result.timings = dict(ctx.timings)
     result.counts = dict(ctx.counts)
     return result

@@ -1,0 +1,186 @@
+"""TRIVIA+ as a haldet suite: given answers to questions over long articles, human labels, four noisy label sets.
+
+Protocol (seed triviaplus.txt, sections 4-5; DESIGN 8 where they differ):
+- the answers ship with the data and are teacher-forced through the proxy model (the embedded SmolLM2-135M by
+  default, a substitute for the paper's detectors' own models, named in every row); the release's own
+  train / valid / test split is used as is;
+- articles longer than the proxy model's window are fitted by the `long_context` policy (`truncate`: the passages
+  most relevant to question and answer; `skip`: NaN with the reason), recorded per item, coverage per stratum;
+- supervised detectors train on the labels of `train_labels` (clean, ws, dw, dl, rf; several = one run each,
+  the paper's Table 6) and are always evaluated on the clean test labels; a second table evaluates on each noisy
+  test label set (Table 5); the measured disagreement of each noisy column with the clean one is reported;
+- thresholds (F1, precision, recall, accuracy) come from the validation split; the paper's best-F1-on-test is
+  only the labelled variant `tune_on=test`;
+- strata: context length (<1K, 1K-5K, >5K characters), domain and generator, with counts, coverage and Fisher's
+  exact test of each stratum's share of correct predictions against the rest.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar
+
+from haldet.evaluation.metrics import MetricValue
+from haldet.evaluation.thresholds import at_threshold
+from haldet.evaluation.units import UnitData, unit_metrics
+from haldet.long_context import POLICIES, fit_context
+from haldet.schema import Instance
+from haldet.suites.base import Suite, TableLayout, register
+from haldet.suites.triviaplus.analysis import DetectorScores, hallucination_type_test, label_of, main_row, strata_rows
+from haldet.suites.triviaplus.protocol import CLEAN, REGIME_COLUMNS, check_regime, label_disagreement
+
+NOISY = tuple(r for r in REGIME_COLUMNS if r != CLEAN)
+MARGIN_TOKENS = 512  # room left in the window beside the article: prompt template, question, answer, a judge's reply
+T4, T4_TEST, T3, T5, T6, T11, NOISE = ("Table 4", "Table 4 (tuned on test)", "Table 3 / A.7", "Table 5", "Table 6",
+                                       "Table 11", "label noise")
+_THRESHOLDED = ("f1", "precision", "recall", "accuracy")
+MAIN = ("auroc", "aupr", *_THRESHOLDED)
+
+
+@register("triviaplus")
+class TriviaPlusSuite(Suite):
+    title = "TRIVIA+: RAG long-context faithfulness under label noise"
+    paper = "seeds/triviaplus.txt (Chen et al., 2025)"
+    description = ("Given answers over long articles (up to ~94K characters), human labels; noisy training-label "
+                   "regimes, length strata; LLM-as-a-judge, SelfCheck and proxy-model detectors.")
+    datasets = ("triviaplus", "halueval_qa_pairs")  # + HaluEval's prompted hallucinations (its Table 4)
+    protocol = "provided"
+    levels = ("response",)
+    detectors = ("llm_judge", "llm_judge_fs", "selfcheck_bertscore", "perplexity", "saplma")
+    splits = "given"
+    metrics = ("auroc", "aupr", "f1_opt", "precision_opt", "recall_opt", "accuracy_opt", "threshold")
+    tables = (
+        TableLayout("Table 4 (clean test labels; threshold from validation)",
+                    metrics=("auroc", "aupr", "f1_opt", "precision_opt", "recall_opt", "accuracy_opt")),
+        TableLayout("Table 4, tune-on-test variant (the paper's convention)", table=T4_TEST,
+                    metrics=("f1", "precision", "recall", "accuracy")),
+        TableLayout("Table 5 (evaluated on noisy test labels)", table=T5, line=("detector", "eval_labels"),
+                    metrics=("auroc", "f1", "accuracy")),
+        TableLayout("Table 6 (trained on noisy labels, clean test labels)", table=T6,
+                    line=("detector", "train_labels"), metrics=("auroc", "f1", "precision", "recall", "accuracy")),
+        TableLayout("Table 3 / A.7 (strata; Fisher p: share of right predictions vs the other strata)", table=T3,
+                    line=("detector", "dimension", "stratum"),
+                    metrics=("n_items", "coverage", "f1", "accuracy", "fisher_p")),
+        TableLayout("Table 11 (detection rate by hallucination type)", table=T11,
+                    metrics=("rate_contradicted", "rate_not_mentioned", "fisher_p")),
+        TableLayout("Measured label noise (disagreement with the clean labels)", table=NOISE,
+                    line=("eval_labels", "split"), metrics=("n_items", "disagree", "share")),
+    )
+    params: ClassVar[dict[str, Any]] = {"train_labels": [CLEAN], "long_context": "truncate", "context_tokens": None}
+    settings: ClassVar[dict[str, Any]] = {"verdict": {"max_new_tokens": 256}}
+
+    # --- options -----------------------------------------------------------------------------------------------
+    def regimes(self, config: Any) -> list[str]:
+        wanted = self.options(config)["train_labels"] or [CLEAN]
+        return [check_regime(r) for r in ([wanted] if isinstance(wanted, str) else wanted)]
+
+    # --- hooks of the suite runner ------------------------------------------------------------------------------
+    def prepare_instances(self, instances: list[Instance], backend: Any, config: Any) -> list[Instance]:
+        """Fit each article into the token budget by the `long_context` policy; the record lands in
+        `meta["long_context"]`, and an item the policy cannot feed gets `meta["unscorable"]` (NaN everywhere)."""
+        opts = self.options(config)
+        policy = opts["long_context"]
+        if policy not in POLICIES:
+            raise ValueError(f"suite_params.triviaplus.long_context must be one of {POLICIES}, not {policy!r}")
+
+        def count(text: str) -> int:
+            return len(backend.encode_text(text))
+
+        out = []
+        for inst in instances:
+            budget = opts["context_tokens"]
+            if budget is None:
+                budget = backend.window() - MARGIN_TOKENS - count(f"{inst.instruction}\n{inst.question}\n"
+                                                                  f"{inst.response or ''}")
+            meta = dict(inst.meta)
+            if budget <= 0:
+                meta["unscorable"] = (f"question and answer leave no room for the article in the "
+                                      f"{backend.window()}-token window")
+                out.append(inst.model_copy(update={"meta": meta}))
+                continue
+            fit = fit_context(inst.context, f"{inst.question} {inst.response or ''}", int(budget), count, policy)
+            meta["long_context"] = fit.record()
+            if fit.too_long:
+                meta["unscorable"] = fit.reason
+            out.append(inst.model_copy(update={"context": fit.text, "meta": meta}))
+        return out
+
+    def training_labels(self, instances: list[Instance], config: Any) -> list[tuple[str, dict[str, int]]]:
+        out = []
+        for regime in self.regimes(config):
+            labels = {i.id: y for i in instances if (y := label_of(i, regime)) is not None}
+            out.append((regime, labels))
+        return out
+
+    def unit_metrics(self, level: str, test: UnitData, val: UnitData | None, *, n_boot: int, ci: float,
+                     seed: int, detector: Any = None) -> list[MetricValue]:
+        """The unit metrics plus accuracy at the validation threshold (the paper's Table 4 reports accuracy)."""
+        out = unit_metrics(test, val, n_boot=n_boot, ci=ci, seed=seed)
+        first = out[0]
+        threshold = next((m.value for m in out if m.metric == "threshold"), None)
+        accuracy = None
+        if threshold is not None:
+            data = test.valid()
+            accuracy = at_threshold(data.y, data.s, threshold).accuracy
+        note = "" if threshold is not None else "no threshold from validation"
+        return [*out, MetricValue("accuracy_opt", accuracy, None, None, first.n, first.n_pos, first.coverage, note)]
+
+    def extra_rows(self, instances: list[Instance], split: dict[str, list[str]], runs: list[Any],
+                   config: Any) -> list[dict[str, Any]]:
+        """Tables 3, 5, 6, 11, the tune-on-test variant of Table 4 and the measured label noise, as tidy rows."""
+        items = {i.id: i for i in instances}
+        regimes = self.regimes(config)
+        rows: list[dict[str, Any]] = []
+        for run in runs:
+            scores = run.unit_scores.get("items")
+            if run.error or not scores:
+                continue
+            ds = DetectorScores(run.name, scores["val"], scores["test"], run.train_labels or CLEAN)
+            base = {"detector": run.name, "family": run.family, "level": "response", "train_labels": ds.train_labels}
+            primary = not run.train_labels or run.train_labels == regimes[0]
+            if run.train_labels:
+                rows += _metric_rows({**base, "table": T6}, main_row(ds, items), MAIN)
+            if not primary:
+                continue
+            rows += _metric_rows({**base, "table": T4_TEST}, main_row(ds, items, tune_on="test"), MAIN)
+            for eval_labels in (CLEAN, *NOISY):
+                if any(label_of(items[i], eval_labels) is not None for i in split["test"]):
+                    rows += _metric_rows({**base, "table": T5, "eval_labels": eval_labels},
+                                         main_row(ds, items, eval_labels=eval_labels), MAIN)
+            for stratum in strata_rows(ds, items):
+                stratum = {**stratum, "n_items": stratum["n"], "fisher_p": stratum.get("fisher_p_vs_rest")}
+                rows += _metric_rows({**base, "table": T3, "dimension": stratum["dimension"],
+                                      "stratum": stratum["stratum"]}, stratum,
+                                     ("n_items", "n_pos", "coverage", *_THRESHOLDED, "fisher_p"))
+            kinds = hallucination_type_test(ds, items)
+            rates = kinds.get("detection_rate") or {}
+            rows += _metric_rows({**base, "table": T11}, {
+                "rate_contradicted": rates.get("contradicted"), "rate_not_mentioned": rates.get("not-mentioned"),
+                "fisher_p": kinds.get("fisher_p"), "n": sum((kinds.get("n") or {}).values()),
+                "note": kinds.get("note", "")}, ("rate_contradicted", "rate_not_mentioned", "fisher_p"))
+        labels = {CLEAN: {i: y for i, inst in items.items() if (y := label_of(inst, CLEAN)) is not None}}
+        for regime in NOISY:
+            found = {i: y for i, inst in items.items() if (y := label_of(inst, regime)) is not None}
+            if found:
+                labels[regime] = found
+        splits = {i: part for part, ids in split.items() for i in ids}
+        for d in label_disagreement(labels, splits):
+            rows += _metric_rows({"detector": "", "level": "response", "table": NOISE, "eval_labels": d["regime"],
+                                  "split": d["split"]}, {"n_items": d["n"], "disagree": d["disagree"],
+                                                         "share": d["share"], "n": d["n"]},
+                                 ("n_items", "disagree", "share"))
+        return rows
+
+
+def _metric_rows(base: dict[str, Any], values: dict[str, Any], metrics: tuple[str, ...]) -> list[dict[str, Any]]:
+    """One tidy row per metric of `metrics` (value None when absent or NaN); n, n_pos, coverage, threshold and the
+    note ride along on each row."""
+    ride = {k: values[k] for k in ("n", "n_pos", "coverage", "threshold") if k in values}
+    note = str(values.get("note") or "")
+    out = []
+    for metric in metrics:
+        value = values.get(metric)
+        if isinstance(value, float) and math.isnan(value):
+            value = None
+        out.append({**base, "metric": metric, "value": value, "ci_low": None, "ci_high": None, **ride, "note": note})
+    return out
