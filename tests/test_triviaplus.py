@@ -172,3 +172,35 @@ def test_halueval_pairs_companion_keeps_both_answers_of_a_question_in_one_part()
     assert all(len(parts) == 1 for parts in by_row.values())
     assert {p for parts in by_row.values() for p in parts} == {"train", "val", "test"}
     assert sum(i.response_label == Category.HALLUCINATION for i in items) == 30
+
+
+class _Window:
+    """The two things the long-context policy asks of a backend: its window and a token count."""
+
+    def window(self) -> int:
+        return 400
+
+    def encode_text(self, text: str) -> list[int]:
+        return [0] * len(text.split())
+
+
+def test_long_context_policy_truncates_or_marks_items_unscorable() -> None:
+    from haldet.config import RunConfig
+    from haldet.suites.base import get_suite
+
+    items, _ = load(FIXTURE)
+    suite = get_suite("triviaplus")
+    cfg = RunConfig(suite="triviaplus", suite_params={"triviaplus": {"context_tokens": 300}})
+    fitted = suite.prepare_instances(items, _Window(), cfg)
+    long_ones = [(a, b) for a, b in zip(items, fitted, strict=True) if len(a.context.split()) > 300]
+    assert long_ones and all(b.meta["long_context"]["truncated"] for _, b in long_ones)
+    assert all(len(b.context.split()) <= 300 and "first recorded in" in b.context for _, b in long_ones)
+    short = [(a, b) for a, b in zip(items, fitted, strict=True) if len(a.context.split()) <= 300]
+    assert short and all(a.context == b.context and not b.meta["long_context"]["truncated"] for a, b in short)
+    skip = RunConfig(suite="triviaplus", suite_params={"triviaplus": {"context_tokens": 300, "long_context": "skip"}})
+    marked = suite.prepare_instances(items, _Window(), skip)
+    assert {b.id for b in marked if b.meta.get("unscorable")} == {a.id for a, _ in long_ones}
+    assert all("exceeds the 300-token budget" in b.meta["unscorable"] for b in marked if b.meta.get("unscorable"))
+    with pytest.raises(HaldetError):
+        suite.prepare_instances(items, _Window(), RunConfig(suite="triviaplus",
+                                                            suite_params={"triviaplus": {"window": 1}}))
