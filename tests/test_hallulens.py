@@ -267,3 +267,18 @@ def test_cli_errors_are_one_message(tmp_path: Path, cli) -> None:  # type: ignor
     assert "Traceback" not in res.stderr
     res = cli("hallulens", "evaluate", "--set", str(tmp_path), "--out", str(tmp_path / "o"), "--model", "x")
     assert res.returncode == 2 and "no built HalluLens set" in res.stderr and "Traceback" not in res.stderr
+
+
+def test_a_reply_cut_after_its_decision_keeps_the_decision_and_nothing_is_completed() -> None:
+    from haldet.suites.hallulens.prompts import BeliefReply, ClaimsReply, QuestionReply, parse_json
+
+    cut = '{"believes": false, "reasoning": "The chatbot says it cannot find any rec'
+    assert parse_json(cut, BeliefReply).believes is False
+    rambling = '{"question": "Who discovered radium?", "answer": "Marie Curie", "why": "The passage sa'
+    assert parse_json(rambling, QuestionReply).question == "Who discovered radium?"
+    with pytest.raises(ValueError):  # cut before the decision: never completed
+        parse_json('{"reasoning": "The chatbot", "bel', BeliefReply)
+    with pytest.raises(ValueError):  # an unfinished string is never closed: no half question in a test set
+        parse_json('{"question": "Who discovered, "radium', QuestionReply)
+    with pytest.raises(ValueError):  # an unfinished list is never closed: no claim silently dropped
+        parse_json('{"claims": ["A was born in 1900.", "A died in', ClaimsReply)

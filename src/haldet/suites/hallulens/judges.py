@@ -39,8 +39,10 @@ RULE_EMPTY = "rule:empty"
 RULE_GOLD = "rule:gold_match"
 RULE_QUOTED = "rule:in_passage"
 MIN_SENTENCE_CHARS = 5
-JUDGE_VERSION = 1
-REASONING = '{"reasoning": "'  # reply prefix forced on local models
+JUDGE_VERSION = 2
+# reply openings forced on local models: the decision first, so a reply cut by the token budget has stated it
+PREFILL = {"abstention": '{"abstains": ', "correctness": '{"verdict": "', "belief": '{"believes": ',
+           "verify": '{"supported": '}
 
 
 @dataclass
@@ -134,7 +136,8 @@ class HalluLensJudges:
                 rec.update(abstained=False, abstained_by=RULE_GOLD)
             else:
                 jobs.append((it.id, None, self.prompts.request(
-                    "abstention", json_parser(AbstentionReply), REASONING, question=it.prompt, response=text)))
+                    "abstention", json_parser(AbstentionReply), PREFILL["abstention"],
+                    question=it.prompt, response=text)))
 
         def apply(item_id: str, _: Any, value: AbstentionReply) -> None:
             assert self.llm is not None
@@ -154,7 +157,8 @@ class HalluLensJudges:
                 rec.update(verdict="CORRECT", verdict_by=RULE_GOLD)
             else:
                 jobs.append((it.id, None, self.prompts.request(
-                    "correctness", parse_correctness, REASONING, question=it.prompt, gold=it.answer, response=text)))
+                    "correctness", parse_correctness, PREFILL["correctness"], question=it.prompt, gold=it.answer,
+                    response=text)))
 
         def apply(item_id: str, _: Any, value: Any) -> None:
             assert self.llm is not None
@@ -174,8 +178,8 @@ class HalluLensJudges:
                 rec.update(believes=False, believes_by=RULE_REFUSAL)
             else:
                 jobs.append((it.id, None, self.prompts.request(
-                    "belief", json_parser(BeliefReply), REASONING, name=it.name, type=it.type, question=it.prompt,
-                    response=text)))
+                    "belief", json_parser(BeliefReply), PREFILL["belief"], name=it.name,
+                    type=it.type, question=it.prompt, response=text)))
 
         def apply(item_id: str, _: Any, value: BeliefReply) -> None:
             assert self.llm is not None
@@ -221,7 +225,8 @@ class HalluLensJudges:
                         claim.update(supported=True, supported_by=RULE_QUOTED)
                         continue
                     verify.append((item_id, (k, j), self.prompts.request(
-                        "verify", json_parser(VerifyReply), REASONING, passages=passages, claim=claim["text"])))
+                        "verify", json_parser(VerifyReply), PREFILL["verify"], passages=passages,
+                        claim=claim["text"])))
 
         def apply_verify(item_id: str, pos: tuple[int, int], reply: VerifyReply) -> None:
             k, j = pos

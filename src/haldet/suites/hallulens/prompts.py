@@ -129,10 +129,28 @@ class VerifyReply(_Reply):
 
 
 def parse_json(text: str, model: type[M]) -> M:
-    """The first JSON object in `text` that validates as `model`; `ValueError` naming the problem otherwise."""
+    """The first JSON object in `text` that validates as `model`; `ValueError` naming the problem otherwise.
+
+    A reply cut off by the token budget (or rambling on past the wanted fields) is read up to its last complete
+    member: `{"believes": false, "reasoning": "The reply decl` -> `{"believes": false}`. Only members that are
+    complete JSON are kept and the result must still validate, so nothing is completed or guessed (an unfinished
+    string or list is never closed)."""
     body = re.sub(r"```(?:json)?", "", text)
+    try:
+        return _first_object(body, model)
+    except ValueError as exc:
+        start = body.find("{")
+        for cut in sorted((m.start() for m in re.finditer(r',\s*"', body) if m.start() > start), reverse=True):
+            try:
+                return _first_object(body[start:cut] + "}", model)
+            except ValueError:
+                continue
+        raise exc from None
+
+
+def _first_object(body: str, model: type[M]) -> M:
     decoder = json.JSONDecoder()
-    problem = f"no JSON object in the reply {text[:100]!r}"
+    problem = f"no JSON object in the reply {body[:100]!r}"
     for start in (i for i, c in enumerate(body) if c == "{"):
         try:
             obj, _ = decoder.raw_decode(body[start:])
