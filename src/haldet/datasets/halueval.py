@@ -114,7 +114,7 @@ class HaluEvalQAPairs(HaluEvalQA):
 
     task_type = "rag"
     scenario = "rag"
-    params: ClassVar[dict[str, Any]] = {"rows": 200}  # HaluEval rows used (each gives two answers); None = all
+    params: ClassVar[dict[str, Any]] = {"rows": 100}  # HaluEval rows used (each gives two answers); None = all
 
     def ordered_units(self, rows: Sequence[dict[str, Any]], seed: int) -> list[tuple[int, int | None]]:
         order = super().ordered_units(rows, seed)
