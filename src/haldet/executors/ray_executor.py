@@ -26,9 +26,11 @@ from typing import Any
 
 from haldet.config import RunConfig
 from haldet.errors import HaldetError
+from haldet.locking import notify
 
 SHARD_SIZE = 32  # items per evidence-stage shard task (override: $HALDET_RAY_SHARD_SIZE)
 TASK_RETRIES = 3  # re-runs of a task whose worker died (a shard task recomputes only what is missing)
+PROGRESS_SECONDS = 30.0  # a line on the driver this often while cells run (also in log files)
 
 
 def import_ray() -> Any:
@@ -71,10 +73,17 @@ def ray_cells(config: RunConfig, out: Path, previous: dict[tuple[Any, Any], Any]
     pending = {task.remote(cfg, str(out), dataset, model, previous.get((dataset, model)), shard_size,
                            len(config.models) * len(config.datasets) == 1): (dataset, model)
                for model in config.models for dataset in config.datasets}
+    total = len(pending)
+    notify(f"ray: {total} cell(s) submitted ({ray.cluster_resources().get('CPU', 0):g} CPUs in the cluster); "
+           "each cell's result is written as it finishes")
     while pending:
-        done, _ = ray.wait(list(pending), num_returns=1)
+        done, _ = ray.wait(list(pending), num_returns=1, timeout=PROGRESS_SECONDS)
+        if not done:
+            notify(f"ray: {total - len(pending)}/{total} cell(s) finished, still running: "
+                   + ", ".join(f"{d} | {m}" for d, m in pending.values()))
         for ref in done:
             dataset, model = pending.pop(ref)
+            notify(f"ray: cell {dataset} | {model} finished ({total - len(pending)}/{total})")
             try:
                 yield ray.get(ref)
             except ray.exceptions.RayTaskError as exc:  # the cell's own error, raised on the worker
