@@ -38,8 +38,8 @@ app.add_typer(detectors_app, name="detectors")
 app.add_typer(suites_app, name="suites")
 app.add_typer(hallulens_app, name="hallulens")
 
-console = Console(stderr=True)
-out_console = Console()
+console = Console(stderr=True, emoji=False)  # model specs like openai:m: must not turn into emoji
+out_console = Console(emoji=False)
 
 
 def _version(value: bool) -> None:
