@@ -38,6 +38,7 @@ N_ITEMS, LAYERS, DIM, K = 60, 3, 16, 5
 MAX_TOKENS = 12  # token-aligned makers give this many positions; synthetic_view cuts them to each answer's length
 TOKEN_ALIGNED = {"answer_entropies": 1, "token_offsets": 1, "token_topk_ids": 1, "token_topk_logprobs": 1,
                  "token_attention": 2}  # signal value -> leading axes that run over answer tokens
+TOKEN_ALIGNED_LAST = {"token_attn_logdiag"}  # signals whose last axis runs over answer tokens
 
 
 @dataclass(frozen=True)
@@ -129,9 +130,9 @@ def _token_attention(rng: np.random.Generator, y: np.ndarray) -> list[Any]:
 
 @signal_maker(Signal.TOKEN_ATTN_LOGDIAG)
 def _token_attn_logdiag(rng: np.random.Generator, y: np.ndarray) -> list[Any]:
-    # 12 tokens (as TOKEN_OFFSETS); hallucinated items attend less to themselves in layer 1
-    return [(-rng.gamma(2.0, 1.0, size=(LAYERS, 12)) - np.array([[0.0], [1.5 * v], [0.0]])).astype(np.float32)
-            for v in y]
+    # MAX_TOKENS tokens (as TOKEN_OFFSETS); hallucinated items attend less to themselves in layer 1
+    return [(-rng.gamma(2.0, 1.0, size=(LAYERS, MAX_TOKENS)) - np.array([[0.0], [1.5 * v], [0.0]]))
+            .astype(np.float32) for v in y]
 
 
 @signal_maker(Signal.UNIT_HIDDEN_SCORES)
@@ -231,6 +232,8 @@ def synthetic_view(signals: frozenset[Signal] | set[Signal], n: int = N_ITEMS, s
         if axes:
             values[s] = [a[tuple([slice(0, len(lp))] * axes)] for a, lp in
                          zip(values[s], values[Signal.TOKEN_LOGPROBS], strict=True)]
+        elif s.value in TOKEN_ALIGNED_LAST:
+            values[s] = [a[..., : len(lp)] for a, lp in zip(values[s], values[Signal.TOKEN_LOGPROBS], strict=True)]
     ids = [f"synth/test/{i}" for i in range(n)]
     instances = [Instance(id=i, dataset="synth", scenario="qa_open", task_type="short_answer",
                           question="What is the capital of France?", references=["Paris"], incorrect=["Rome"],
