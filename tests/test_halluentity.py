@@ -97,6 +97,7 @@ def test_suite_runs_end_to_end_on_the_fixture(suite_run) -> None:
     assert not cell.error and {r["level"] for r in rows} == {"entity"}
     assert {r["detector"] for r in rows} == {"likelihood", "entropy", "ccp", "unit_sar", "focus"}
     assert cell.data["protocol"] == "provided" and cell.data["units"]["entity"]["units"] == 64
+    assert cell.data["units"]["entity"]["unaligned"] == 1  # "Harvard Mark I" is not in its response
     # grouped: every item in exactly one part
     split = json.loads((out / "halluentity" / "smollm2-135m" / "split.json").read_text())
     ids = split["train"] + split["val"] + split["test"]

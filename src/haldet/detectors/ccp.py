@@ -57,6 +57,12 @@ class CCP(UnitDetector):
 
         if self.params["context"] not in ("sentence", "response"):
             raise ValueError(f"ccp: context must be sentence or response, not {self.params['context']!r}")
+        try:  # the NLI model first: without one there is nothing to compute (NaN with the reason, no decoding)
+            model = pair_model(self, "nli", "nli_model", batch_size=self.params["batch_size"],
+                               max_length=self.params["max_length"])
+        except HaldetError as exc:
+            self.meta["nli_model"] = {"requested": self.params["nli_model"], "loaded": None, "error": exc.message}
+            return [f"no NLI model could run ({exc.message})"] * len(items)
         responses = [r or "" for r in items.get(Signal.RESPONSE)]
         words = analyse(responses) if self.params["context"] == "sentence" else [[] for _ in responses]
         out: list[np.ndarray | str] = []
@@ -87,13 +93,6 @@ class CCP(UnitDetector):
             jobs.append((i, np.asarray(lps), entail, contradict, pairs))
         all_pairs = [p for *_, ps in jobs for _, _, p in ps]
         if all_pairs:
-            try:
-                model = pair_model(self, "nli", "nli_model", batch_size=self.params["batch_size"],
-                                   max_length=self.params["max_length"])
-            except HaldetError as exc:
-                reason = f"no NLI model could run ({exc.message})"
-                self.meta["nli_model"] = {"requested": self.params["nli_model"], "loaded": None, "error": exc.message}
-                return [reason if not isinstance(o, str) or not o else o for o in out]
             probs = cache_for(self).scores(model, all_pairs, self.progress("ccp NLI pairs", len(set(all_pairs))))
             if self.params["variant"] == "hard":
                 hard = np.argmax(probs, axis=1)

@@ -66,13 +66,15 @@ def response_labels(items: list[Item]) -> dict[str, int]:
 
 
 def unit_counts(items: list[Item], levels: tuple[str, ...]) -> dict[str, dict[str, int]]:
-    """Per level: items, units, labelled units, hallucinated units (for the manifest and the report)."""
+    """Per level: items, units, labelled units, hallucinated units, and units the adapter could not align to the
+    response (`meta["unaligned"]`, kept out of the units: counted here, never dropped silently)."""
     out = {}
     for level in levels:
         units = [u for item in items for u in item.instance.units_of(level)]
         labelled = [u.binary for u in units if u.binary is not None]
         out[level] = {"items": sum(1 for i in items if i.instance.units_of(level)), "units": len(units),
-                      "labelled": len(labelled), "hallucinated": int(sum(labelled))}
+                      "labelled": len(labelled), "hallucinated": int(sum(labelled)),
+                      "unaligned": sum(len(i.instance.meta.get("unaligned") or []) for i in items)}
     return out
 
 
