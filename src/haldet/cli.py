@@ -52,10 +52,15 @@ def _version(value: bool) -> None:
 def main(
     version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
                                           help="Print the version and exit.")] = False,
+    threads: Annotated[int | None, typer.Option(help="CPU threads for torch (default: the cores this process may "
+                                                     "use, from its affinity and cgroup quota).")] = None,
 ) -> None:
     """haldet: one fair protocol for hallucination detectors."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     signal.signal(signal.SIGTERM, _terminated)
+    from haldet.threads import configure_threads
+
+    configure_threads(threads)
 
 
 def _terminated(signum: int, frame: Any) -> None:

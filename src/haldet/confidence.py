@@ -72,3 +72,18 @@ def parse_confidence(text: str | None) -> float | None:
         if value is not None:
             return value
     return None
+
+
+_LAST_DIGIT = re.compile(r"\d(?=\D*$)")
+_SENTENCE_END = re.compile(r"\n|[.!?;](?:\s)")
+
+
+def confidence_complete(text: str | None) -> bool:
+    """Whether a reply being decoded already states its confidence: a number parses and the sentence holding
+    the last digit has ended (a newline, or . ! ? ; then a space), so further tokens cannot extend that number.
+    The auxiliary stage stops decoding a verbalized reply here (a later sentence with another number is not read).
+    """
+    if parse_confidence(text) is None or text is None:
+        return False
+    last = _LAST_DIGIT.search(text)
+    return last is not None and _SENTENCE_END.search(text, last.end()) is not None

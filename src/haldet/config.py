@@ -185,6 +185,10 @@ class RunConfig(Section):
     data_dir: str | None = None
     on_bad_row: Literal["skip", "fail"] = "fail"
     device: str = "auto"
+    # speed options (docs/speed.md): the hf backend's decoding loop (same answers); faster numerics on CPU
+    # (bfloat16 weights, or int8 dynamic quantisation of linear layers) change answers and are never the default
+    decoder: Literal["haldet", "transformers"] = "haldet"
+    fast_numerics: Literal["none", "bf16", "int8"] = "none"
     generation: GenerationConfig = Field(default_factory=GenerationConfig)
     sample: SampleConfig = Field(default_factory=SampleConfig)
     auxiliary: AuxiliaryConfig = Field(default_factory=AuxiliaryConfig)

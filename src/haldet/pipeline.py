@@ -42,6 +42,7 @@ from haldet.stages.base import CellContext, Item, Progress, no_progress
 from haldet.stages.generate import GenerateStage, attach_generations
 from haldet.stages.loader import EvidenceLoader, ensure_stages, evidence_key, needed_stages
 from haldet.store import RunStore, clean_stale_temps
+from haldet.threads import runtime_info
 
 LIBRARIES = ("torch", "transformers", "numpy", "scikit-learn", "h5py", "pydantic", "datasets", "typer", "rich")
 
@@ -329,6 +330,7 @@ def run(config: RunConfig, out: Path, *, update: bool = False, progress: Progres
             notify(f"the previous run in {store.root} stopped without finishing (killed?); resuming from what it "
                    "wrote")
         manifest.update({"config": config.canonical(), "config_hash": config.hash(), "versions": library_versions(),
+                         "runtime": runtime_info(),
                          "created": manifest.get("created", _now()), "status": "running", "error": None})
         store.write_manifest(manifest)
         with store.recording_failure(manifest):

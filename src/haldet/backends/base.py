@@ -6,7 +6,7 @@ a detector needing hidden states from an API model fails with one clear message 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -132,6 +132,12 @@ class Backend:
         """Greedy answers for rendered prompts, in input order."""
         raise self.unavailable("greedy generation")
 
+    def generate_until(self, prompts: list[str], until: Callable[[str], bool] | None, *, max_new_tokens: int,
+                       batch_size: int, progress: Any = None) -> list[GenOutput]:
+        """Greedy answers that may end as soon as `until(text so far)` holds (a backend that cannot stop early
+        decodes the whole answer: the default here)."""
+        return self.generate(prompts, max_new_tokens=max_new_tokens, batch_size=batch_size, progress=progress)
+
     def sample(self, prompts: list[str], *, k: int, temperature: float, top_p: float, seeds: Sequence[int],
                max_new_tokens: int, batch_size: int, progress: Any = None) -> list[list[GenOutput]]:
         """K stochastic answers per prompt (row j of prompt i seeded by `seeds[i]` and j, so an item's samples do
@@ -140,7 +146,8 @@ class Backend:
 
     def candidate_logprobs(self, prompts: list[str], candidates: Sequence[int], *, max_new_tokens: int,
                            batch_size: int, progress: Any = None) -> list[GenOutput]:
-        """Greedy answers plus, in `extra["candidate_logprobs"]`, the first-step log-probs of `candidates`."""
+        """First reply position's log-probs of `candidates` in `extra["candidate_logprobs"]`, with the reply text
+        (a backend may return only its first token: the probabilities are what is read)."""
         raise self.unavailable("next-token probabilities")
 
     def encode_prompt(self, prompt: str) -> list[int]:

@@ -20,7 +20,8 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Sequence
+import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,7 @@ from haldet.backends.base import (
     role_based_chat,
 )
 from haldet.errors import HaldetError
+from haldet.threads import thread_count
 
 
 def resolve_model_path(name: str) -> tuple[str, Path | None]:
@@ -110,21 +112,36 @@ def _load_error(name: str, exc: Exception) -> HaldetError:
                        hint=f"offline? use a local path, a .gguf file, or an alias ({', '.join(MODEL_ALIASES)})")
 
 
+# how the hf backend decodes: its own lean loop (haldet.backends.decode) or transformers' `generate` (reference)
+DECODERS = ("haldet", "transformers")
+# faster numerics on CPU, never the default (they change answers): bfloat16 weights, int8 dynamic quantisation
+FAST_NUMERICS = ("none", "bf16", "int8")
+
+
 class HFBackend(Backend):
     kind = "hf"
 
-    def __init__(self, name: str, *, device: str = "auto") -> None:
+    def __init__(self, name: str, *, device: str = "auto", decoder: str = "haldet",
+                 fast_numerics: str = "none") -> None:
         super().__init__(name)
+        if decoder not in DECODERS:
+            raise HaldetError(f"unknown decoder {decoder!r}", where="decoder", hint=f"choose {' or '.join(DECODERS)}")
+        if fast_numerics not in FAST_NUMERICS:
+            raise HaldetError(f"unknown fast_numerics {fast_numerics!r}", where="fast_numerics",
+                              hint=f"choose {', '.join(FAST_NUMERICS)}")
+        self.decoder = decoder
+        self.fast_numerics = fast_numerics
         import torch
         from transformers import AutoTokenizer
 
+        torch.set_num_threads(thread_count())
         source, gguf = resolve_model_path(name)
         self.gguf = gguf
         load_from = str(converted_gguf_dir(gguf)) if gguf is not None else source
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
         self.device = torch.device(device)
-        self.dtype = torch.bfloat16 if self.device.type == "cuda" else torch.float32
+        self.dtype = torch.bfloat16 if self.device.type == "cuda" or fast_numerics == "bf16" else torch.float32
         self._source = load_from
         self._model: Any = None
         self.stop_ids: set[int] = set()
@@ -149,6 +166,8 @@ class HFBackend(Backend):
             except OSError as exc:
                 raise _load_error(self.name, exc) from None
             self._model.to(self.device).eval()
+            if self.fast_numerics == "int8":
+                self._model = _int8_dynamic(self._model, self.device)
             self.load_seconds = time.perf_counter() - start
             self.stop_ids = self._stop_ids()
         return self._model
@@ -163,7 +182,10 @@ class HFBackend(Backend):
         return ids
 
     def fingerprint(self) -> dict[str, Any]:
-        fp: dict[str, Any] = {"backend": self.kind, "model": self.name, "dtype": str(self.dtype)}
+        fp: dict[str, Any] = {"backend": self.kind, "model": self.name, "dtype": str(self.dtype),
+                              "decoder": self.decoder}
+        if self.fast_numerics != "none":
+            fp["fast_numerics"] = self.fast_numerics
         if self.gguf is not None:
             fp["gguf_sha256_head"] = file_sha256(self.gguf, limit=1 << 22)[:16]
         elif Path(self._source).exists():
@@ -195,7 +217,45 @@ class HFBackend(Backend):
         return list(self.tokenizer(text, add_special_tokens=False).input_ids)
 
     def generate(self, prompts: list[str], *, max_new_tokens: int, batch_size: int,
-                 progress: Any = None, candidates: Sequence[int] | None = None) -> list[GenOutput]:
+                 progress: Any = None) -> list[GenOutput]:
+        return self.generate_until(prompts, None, max_new_tokens=max_new_tokens, batch_size=batch_size,
+                                   progress=progress)
+
+    def generate_until(self, prompts: list[str], until: Callable[[str], bool] | None, *, max_new_tokens: int,
+                       batch_size: int, progress: Any = None) -> list[GenOutput]:
+        """Greedy answers, each row ending at a stop token or as soon as `until(text so far)` holds."""
+        if self.decoder == "transformers":
+            outs = self._generate_transformers(prompts, max_new_tokens=max_new_tokens, batch_size=batch_size,
+                                               progress=progress)
+            return [_cut_until(self, o, until) for o in outs] if until is not None else outs
+        import torch
+
+        from haldet.backends.decode import decode
+
+        encoded = [self.encode_prompt(p) for p in prompts]
+        order = sorted(range(len(prompts)), key=lambda i: len(encoded[i]))
+        results: list[GenOutput | None] = [None] * len(prompts)
+        row_done = None
+        if until is not None:
+            def row_done(row: int, tokens: list[int]) -> bool:
+                return until(str(self.tokenizer.decode(tokens, skip_special_tokens=True)).strip())
+        for start in range(0, len(order), batch_size):
+            batch = order[start : start + batch_size]
+            with torch.inference_mode():
+                out = decode(self.model, [encoded[i] for i in batch], max_new_tokens=max_new_tokens,
+                             stop_ids=sorted(self.stop_ids), pad_id=self.tokenizer.pad_token_id, row_done=row_done)
+            for row, item in enumerate(batch):
+                res = self._finish(out.tokens[row], out.logprobs[row])
+                if until is not None and res.finish_reason == "length" and until(res.text):
+                    res.finish_reason = "stop"
+                results[item] = res
+            if progress is not None:
+                progress(len(batch))
+        return [r for r in results if r is not None]
+
+    def _generate_transformers(self, prompts: list[str], *, max_new_tokens: int, batch_size: int,
+                               progress: Any = None, candidates: Sequence[int] | None = None) -> list[GenOutput]:
+        """The reference path (`decoder="transformers"`): `model.generate` with every step's full logits kept."""
         import torch
         from transformers import GenerationConfig
 
@@ -227,12 +287,47 @@ class HFBackend(Backend):
     def sample(self, prompts: list[str], *, k: int, temperature: float, top_p: float, seeds: Sequence[int],
                max_new_tokens: int, batch_size: int, progress: Any = None) -> list[list[GenOutput]]:
         """K answers per prompt; `batch_size` counts sequences (prompts per call = batch_size // k, at least 1)."""
-        import torch
-        from transformers import GenerationConfig, LogitsProcessorList
-
         if temperature <= 0 or not 0 < top_p <= 1:
             raise HaldetError(f"sampling needs temperature > 0 and 0 < top_p <= 1 (got {temperature}, {top_p})",
                               where="sample.temperature / sample.top_p")
+        if self.decoder == "transformers":
+            return self._sample_transformers(prompts, k=k, temperature=temperature, top_p=top_p, seeds=seeds,
+                                             max_new_tokens=max_new_tokens, batch_size=batch_size, progress=progress)
+        import torch
+
+        from haldet.backends.decode import decode
+
+        encoded = [self.encode_prompt(p) for p in prompts]
+        order = sorted(range(len(prompts)), key=lambda i: len(encoded[i]))
+        results: list[list[GenOutput] | None] = [None] * len(prompts)
+        per_call = max(1, batch_size // k)
+        sampler_cls = _sampler_class()
+        for begin in range(0, len(order), per_call):
+            batch = order[begin : begin + per_call]
+            sampler = sampler_cls([_row_seed(seeds[i], j) for i in batch for j in range(k)], temperature, top_p,
+                                  self.device)
+            with torch.inference_mode():
+                # the K rows of a prompt share its prefill; log-probs are the model's own (raw logits, temperature 1)
+                out = decode(self.model, [encoded[i] for i in batch], max_new_tokens=max_new_tokens,
+                             stop_ids=sorted(self.stop_ids), pad_id=self.tokenizer.pad_token_id, choose=sampler.draw,
+                             repeat=k)
+            for pos, item in enumerate(batch):
+                rows = range(pos * k, (pos + 1) * k)
+                outs = [self._finish(out.tokens[r], out.logprobs[r]) for r in rows]
+                for r, o in zip(rows, outs, strict=True):
+                    o.extra["sanitised_logits"] = sampler.sanitised_rows[r]
+                results[item] = outs
+            if progress is not None:
+                progress(len(batch))
+        return [r for r in results if r is not None]
+
+    def _sample_transformers(self, prompts: list[str], *, k: int, temperature: float, top_p: float,
+                             seeds: Sequence[int], max_new_tokens: int, batch_size: int,
+                             progress: Any = None) -> list[list[GenOutput]]:
+        """The reference path (`decoder="transformers"`): `model.generate` with the seeded sampler as a processor."""
+        import torch
+        from transformers import GenerationConfig, LogitsProcessorList
+
         model = self.model
         encoded = [self.encode_prompt(p) for p in prompts]
         order = sorted(range(len(prompts)), key=lambda i: len(encoded[i]))
@@ -285,9 +380,37 @@ class HFBackend(Backend):
 
     def candidate_logprobs(self, prompts: list[str], candidates: Sequence[int], *, max_new_tokens: int,
                            batch_size: int, progress: Any = None) -> list[GenOutput]:
-        """Greedy answers; the first decoding step's log-probs of `candidates` go to `extra` (no extra pass)."""
-        return self.generate(prompts, max_new_tokens=max_new_tokens, batch_size=batch_size, progress=progress,
-                             candidates=candidates)
+        """The first reply position's log-probs of `candidates` (`extra["candidate_logprobs"]`) from one pass over
+        each prompt; the text is the greedy first token only (the verdict word): with the probabilities at hand
+        nothing further is read. The `transformers` decoder decodes the whole greedy reply as before."""
+        if self.decoder == "transformers":
+            outs = self._generate_transformers(prompts, max_new_tokens=max_new_tokens, batch_size=batch_size,
+                                               progress=progress, candidates=candidates)
+            return [replace(self._finish(o.token_ids[:1], o.token_logprobs[:1]), extra=o.extra) for o in outs]
+        import torch
+
+        from haldet.backends.decode import prefill
+
+        encoded = [self.encode_prompt(p) for p in prompts]
+        order = sorted(range(len(prompts)), key=lambda i: len(encoded[i]))
+        results: list[GenOutput | None] = [None] * len(prompts)
+        wanted = list(candidates)
+        for start in range(0, len(order), batch_size):
+            batch = order[start : start + batch_size]
+            seqs = [encoded[i] for i in batch]
+            with torch.inference_mode():
+                state = prefill(self.model, seqs, capacity=max(len(s) for s in seqs),
+                                pad_id=self.tokenizer.pad_token_id)
+                logp = torch.log_softmax(state.logits, dim=-1)
+                first = logp.argmax(dim=-1)
+            for row, item in enumerate(batch):
+                token = int(first[row])
+                res = self._finish([token], [float(logp[row, token])])
+                res.extra["candidate_logprobs"] = [float(x) for x in logp[row, wanted]]
+                results[item] = res
+            if progress is not None:
+                progress(len(batch))
+        return [r for r in results if r is not None]
 
     def _text_config(self) -> Any:
         config = self.model.config
@@ -536,13 +659,23 @@ def _sampler_class() -> type:
             self.sanitised_rows = [0] * len(self.generators)
 
         def __call__(self, input_ids: Any, scores: Any) -> Any:
+            """As a transformers logits processor (all rows present): scores forced to the drawn tokens."""
+            import torch
+
+            chosen = self.draw(scores, torch.arange(scores.shape[0], device=scores.device))
+            forced = torch.full_like(scores, float("-inf"))
+            forced[torch.arange(len(chosen)), chosen] = 0.0
+            return forced
+
+        def draw(self, scores: Any, rows: Any) -> Any:
+            """One token per row of `scores`; `rows` are the rows' original indices (whose generators draw)."""
             import torch
 
             logits = scores.float()
             bad = ~torch.isfinite(logits)
             if bool(bad.any()):
                 self.sanitised += int(bad.sum())
-                for row, n in enumerate(bad.sum(dim=-1).tolist()):
+                for row, n in zip(rows.tolist(), bad.sum(dim=-1).tolist(), strict=True):
                     self.sanitised_rows[row] += int(n)
                 logits = torch.nan_to_num(logits, nan=-1e4, posinf=1e4, neginf=-1e4)
             logits = logits.clamp(-1e4, 1e4) / self.temperature
@@ -554,10 +687,9 @@ def _sampler_class() -> type:
                 keep_sorted[:, 0] = True
                 keep = torch.zeros_like(keep_sorted).scatter(-1, sorted_idx, keep_sorted)
                 probs = torch.where(keep, probs, torch.zeros_like(probs))
-            chosen = [int(torch.multinomial(probs[row], 1, generator=gen)) for row, gen in enumerate(self.generators)]
-            forced = torch.full_like(scores, float("-inf"))
-            forced[torch.arange(len(chosen)), torch.tensor(chosen, device=scores.device)] = 0.0
-            return forced
+            chosen = [int(torch.multinomial(probs[i], 1, generator=self.generators[row]))
+                      for i, row in enumerate(rows.tolist())]
+            return torch.tensor(chosen, dtype=torch.long, device=scores.device)
 
     return SeededSampler
 
@@ -605,6 +737,28 @@ def icr_features(hidden: Sequence[Any], attn: Sequence[Any], start: int, end: in
         out[layer - 1] = [float(score.mean()), float(score.std(unbiased=False)), float(score.max()),
                           float(ratio.mean())]
     return out
+
+
+def _cut_until(backend: HFBackend, out: GenOutput, until: Callable[[str], bool]) -> GenOutput:
+    """A full greedy answer cut after its first token at which `until(text so far)` holds (the reference path)."""
+    for n in range(1, len(out.token_ids) + 1):
+        if until(str(backend.tokenizer.decode(out.token_ids[:n], skip_special_tokens=True)).strip()):
+            cut = backend._finish(out.token_ids[:n], out.token_logprobs[:n])
+            cut.finish_reason = "stop"
+            return cut
+    return out
+
+
+def _int8_dynamic(model: Any, device: Any) -> Any:
+    """Linear layers as int8 dynamic quantisation (`fast_numerics="int8"`, CPU only): faster, other answers."""
+    import torch
+
+    if device.type != "cpu":
+        raise HaldetError("int8 dynamic quantisation runs on CPU only", where="fast_numerics",
+                          hint="use fast_numerics: none or bf16 on GPUs")
+    with warnings.catch_warnings():  # torch marks its quantized tensor constructors deprecated; they still work
+        warnings.filterwarnings("ignore", category=UserWarning, message=".*quantiz.*deprecated")
+        return torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
 
 
 def _row_seed(seed: int, j: int) -> int:

@@ -8,8 +8,11 @@ the generated answer:
   next-token distribution at the first reply position: the probability mass on the first tokens of "True"
   spellings divided by the mass on "True" plus "False" spellings (normalised over the two). The greedy verdict
   text is stored as the fallback (`self_eval_text`).
-Both use the same greedy generate call that also yields the first-step distribution, so P(True) costs no extra pass.
-Only the queries a selected detector reads are asked (`AuxiliaryStage.queries`).
+Only what is read is decoded (`DECODING`, part of the key): P(True) needs one pass over the prompt (a backend with
+next-token probabilities returns just the greedy first token, the verdict word, as `self_eval_text`; one without
+them returns its whole verdict); a verbalized reply stops as soon as its number is complete
+(`haldet.confidence.confidence_complete`). Only the queries a selected detector reads are asked
+(`AuxiliaryStage.queries`).
 
 Record: {id, key, verbalized, verbalized_value, self_eval_text, p_true, logp_true, logp_false, seconds}.
 """
@@ -21,6 +24,7 @@ import time
 from functools import cached_property
 from typing import Any
 
+from haldet.confidence import confidence_complete, parse_confidence
 from haldet.config import stage_key
 from haldet.prompts import PromptBuilder
 from haldet.signals import Signal
@@ -28,6 +32,7 @@ from haldet.stages.base import Item, Stage
 from haldet.stages.generate import GenerateStage
 
 PROMPT_VERSION = "aux-v1"  # bump when the wording below changes: it is part of the cache key
+DECODING = "first-token-p-true+verbalized-until-number"  # what is decoded of each reply (part of the cache key)
 
 VERBALIZED_SYSTEM = ("You grade answers strictly. Reply with nothing but one number between 0.0 and 1.0: how "
                      "likely it is that the proposed answer is entirely correct.")
@@ -76,14 +81,6 @@ def p_true_from_logprobs(true_lps: list[float], false_lps: list[float]) -> tuple
     return p, lt, lf
 
 
-def _parse_confidence(text: str) -> float | None:
-    try:
-        from haldet.confidence import parse_confidence
-    except ImportError:  # the parser module is optional: the raw text is always stored
-        return None
-    return parse_confidence(text)
-
-
 class AuxiliaryStage(Stage):
     name = "auxiliary"
 
@@ -109,7 +106,7 @@ class AuxiliaryStage(Stage):
         cfg = self.ctx.config.auxiliary
         gen_key = GenerateStage(self.ctx).key(item)
         return stage_key(self.name, self.ctx.backend.fingerprint(), item.prompt, gen_key, PROMPT_VERSION,
-                         *self.queries(), cfg.max_new_tokens)
+                         *self.queries(), cfg.max_new_tokens, DECODING)
 
     def items_per_batch(self) -> int:
         return self.ctx.config.auxiliary.batch_size * 2
@@ -129,10 +126,11 @@ class AuxiliaryStage(Stage):
                                           "self_eval_text": None, "p_true": None, "logp_true": None,
                                           "logp_false": None} for item in batch]
         if verbalized:
-            outs = backend.generate([self._prompt(VERBALIZED_SYSTEM, VERBALIZED_USER, item) for item in batch],
-                                    max_new_tokens=cfg.max_new_tokens, batch_size=cfg.batch_size)
+            outs = backend.generate_until([self._prompt(VERBALIZED_SYSTEM, VERBALIZED_USER, item) for item in batch],
+                                          confidence_complete, max_new_tokens=cfg.max_new_tokens,
+                                          batch_size=cfg.batch_size)
             for rec, out in zip(records, outs, strict=True):
-                _fail_or(rec, out, verbalized=out.text, verbalized_value=_parse_confidence(out.text))
+                _fail_or(rec, out, verbalized=out.text, verbalized_value=parse_confidence(out.text))
         if self_eval:
             prompts = [self._prompt(SELF_EVAL_SYSTEM, SELF_EVAL_USER, item) for item in batch]
             for rec, (out, true_lps, false_lps) in zip(records, self._self_eval(prompts), strict=True):

@@ -1,0 +1,83 @@
+"""The full default protocol (`haldet run` with no detector options) on the same N items, before and after in one
+process: `decoder="transformers"` (today's decoding: transformers `generate`, auxiliary replies decoded in full)
+and the default `decoder="haldet"` (lean loop, first-token P(True), verbalized replies stopped at their number).
+
+Each mode runs `haldet.pipeline.run` in a fresh run directory, so every stage computes. Per mode: wall seconds of
+each stage (load_data, generate, annotate, sample, auxiliary, features), the detectors' fit + score seconds, the
+whole run, and the ratio (whole run) / (generate + sample): how close the protocol is to the decoding it cannot
+avoid. Also CPU seconds of this process per mode (robust to other processes on a shared machine) and
+`os.getloadavg()`. Prints JSON. Usage:
+  python benchmarks/protocol.py [--n 50] [--modes transformers,haldet] [--threads N] [--max-new-tokens 64]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from haldet.config import RunConfig
+from haldet.threads import available_cores, configure_threads
+
+STAGES = ("load_data", "generate", "annotate", "sample", "auxiliary", "features")
+
+
+def run_mode(decoder: str, n: int, max_new_tokens: int | None, root: Path) -> dict[str, Any]:
+    from haldet import pipeline
+
+    overrides: dict[str, Any] = {"limit": n, "decoder": decoder}
+    if max_new_tokens is not None:
+        overrides.update(generation={"max_new_tokens": max_new_tokens}, sample={"max_new_tokens": max_new_tokens})
+    config = RunConfig.model_validate(overrides)
+    wall, cpu = time.perf_counter(), time.process_time()
+    _, cells = pipeline.run(config, root / decoder)
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    cell = cells[0]
+    if cell.error:
+        raise SystemExit(f"{decoder}: the cell failed: {cell.error}")
+    stages = {name: round(cell.timings.get(name, 0.0), 2) for name in STAGES}
+    detectors = {d.name: round(d.fit_seconds + d.score_seconds, 3) for d in cell.detectors}
+    decoding = stages["generate"] + stages["sample"]
+    return {
+        "decoder": decoder, "wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "stage_wall_s": stages,
+        "detectors_fit_score_s": round(sum(detectors.values()), 2), "per_detector_s": detectors,
+        "ratio_all_over_generate_plus_sample": round(wall / decoding, 3) if decoding else None,
+        "detector_errors": {d.name: d.error for d in cell.detectors if d.error},
+        "labels": cell.label_counts,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--n", type=int, default=50)
+    parser.add_argument("--modes", default="transformers,haldet")
+    parser.add_argument("--max-new-tokens", type=int, default=None, help="Override generation and sample limits.")
+    parser.add_argument("--threads", type=int, default=None)
+    args = parser.parse_args()
+    threads = configure_threads(args.threads)
+    report: dict[str, Any] = {"n_items": args.n, "dataset": "halueval_qa", "model": "smollm2-135m",
+                              "threads": threads, "available_cores": available_cores(),
+                              "loadavg_before": [round(x, 2) for x in os.getloadavg()], "modes": {}}
+    with tempfile.TemporaryDirectory() as tmp:
+        for decoder in args.modes.split(","):
+            result = run_mode(decoder, args.n, args.max_new_tokens, Path(tmp))
+            print(f"{decoder}: {result['wall_s']} s", file=sys.stderr, flush=True)
+            report["modes"][decoder] = result
+    report["loadavg_after"] = [round(x, 2) for x in os.getloadavg()]
+    modes = report["modes"]
+    if "transformers" in modes and "haldet" in modes:
+        before, after = modes["transformers"], modes["haldet"]
+        report["speedup_wall"] = round(before["wall_s"] / after["wall_s"], 2)
+        report["speedup_cpu"] = round(before["cpu_s"] / after["cpu_s"], 2)
+        report["stage_speedup_wall"] = {s: round(before["stage_wall_s"][s] / after["stage_wall_s"][s], 2)
+                                        for s in STAGES if after["stage_wall_s"][s] > 0}
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,119 @@
+"""The lean decoding loop (haldet.backends.decode) against transformers' `generate`, on the embedded model.
+
+Greedy answers must be identical token for token (the speed path is not allowed to change answers), with the same
+log-probs; early stops and first-token P(True) must read exactly what the full paths read.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from haldet.backends.decode import common_prefix
+from haldet.backends.hf import HFBackend
+from haldet.confidence import confidence_complete, parse_confidence
+from haldet.threads import available_cores, cgroup_cpu_limit, thread_count
+
+QUESTIONS = ["What is the capital of France?", "Who wrote the play Hamlet?",
+             "Name the largest planet of the solar system and say why it is so large.",
+             "How many legs does a spider have?"]
+
+
+@pytest.fixture(scope="module")
+def backends() -> dict[str, HFBackend]:
+    lean = HFBackend("smollm2-135m", device="cpu")
+    reference = HFBackend("smollm2-135m", device="cpu", decoder="transformers")
+    reference._model = lean.model  # same weights, loaded once
+    reference.stop_ids = lean.stop_ids
+    return {"haldet": lean, "transformers": reference}
+
+
+@pytest.fixture(scope="module")
+def prompts(backends: dict[str, HFBackend]) -> list[str]:
+    return [backends["haldet"].render_chat([{"role": "system", "content": "Answer with one word."},
+                                            {"role": "user", "content": q}]) for q in QUESTIONS]
+
+
+@pytest.fixture(scope="module")
+def answers(backends: dict[str, HFBackend], prompts: list[str]) -> dict[str, list]:
+    # batch 3 over 4 prompts: a full batch with rows ending at different steps, and a batch of one
+    return {name: b.generate(prompts, max_new_tokens=20, batch_size=3) for name, b in backends.items()}
+
+
+def test_greedy_answers_identical_to_transformers_generate(answers):
+    lean, ref = answers["haldet"], answers["transformers"]
+    assert [a.token_ids for a in lean] == [a.token_ids for a in ref]
+    assert [a.text for a in lean] == [a.text for a in ref]
+    assert [a.finish_reason for a in lean] == [a.finish_reason for a in ref]
+    assert len({len(a.token_ids) for a in lean}) > 1  # rows left the batch at different steps
+    for a, b in zip(lean, ref, strict=True):
+        np.testing.assert_allclose(a.token_logprobs, b.token_logprobs, atol=1e-4)
+
+
+def test_shared_prefix_prefill_equals_separate_prompts(backends, prompts, answers):
+    """Batched prompts share their chat-template prefix (read once); each alone has nothing to share."""
+    lean = backends["haldet"]
+    assert common_prefix([lean.encode_prompt(p) for p in prompts]) > 5
+    alone = [lean.generate([p], max_new_tokens=20, batch_size=1)[0] for p in prompts[:2]]
+    assert [a.token_ids for a in alone] == [a.token_ids for a in answers["haldet"][:2]]
+
+
+def test_generate_until_stops_at_the_first_token_where_it_holds(backends, prompts, answers):
+    lean = backends["haldet"]
+    full = answers["haldet"]
+    until = lambda text: len(text.split()) >= 2  # noqa: E731
+    for name, backend in backends.items():
+        cut = backend.generate_until(prompts, until, max_new_tokens=20, batch_size=3)
+        for c, f in zip(cut, full, strict=True):
+            assert f.token_ids[: len(c.token_ids)] == c.token_ids, name  # a prefix of the full answer
+            if len(c.token_ids) < len(f.token_ids):
+                assert until(c.text) and c.finish_reason == "stop", name
+                shorter = lean.tokenizer.decode(c.token_ids[:-1], skip_special_tokens=True).strip()
+                assert not until(shorter), name  # and not a token later than needed
+
+
+def test_first_token_p_true_equals_a_direct_forward_pass(backends, prompts):
+    lean = backends["haldet"]
+    candidates = [lean.tokenizer.convert_tokens_to_ids("True"), lean.tokenizer.convert_tokens_to_ids("False")]
+    outs = lean.candidate_logprobs(prompts, candidates, max_new_tokens=8, batch_size=3)
+    ref = backends["transformers"].candidate_logprobs(prompts, candidates, max_new_tokens=8, batch_size=3)
+    for prompt, out, r in zip(prompts, outs, ref, strict=True):
+        with torch.inference_mode():
+            logits = lean.model(input_ids=torch.tensor([lean.encode_prompt(prompt)])).logits[0, -1].float()
+        logp = torch.log_softmax(logits, -1)
+        np.testing.assert_allclose(out.extra["candidate_logprobs"], logp[candidates].numpy(), atol=1e-4)
+        assert len(out.token_ids) <= 1 and out.token_ids == r.token_ids  # the verdict word only, both decoders
+        assert out.token_ids in ([], [int(logp.argmax())])
+
+
+@pytest.mark.parametrize(("text", "done"), [
+    ("0.8", False),  # EOS ends it; another digit could still follow
+    ("0.8\n", True), ("Confidence: 0.85. The answer", True), ("I am 90% sure. It", True),
+    ("8.", False),  # 8.5 may follow
+    ("The answer is", False), ("7 out of 10", False), ("7 out of 10\n", True),
+])
+def test_confidence_complete(text, done):
+    assert confidence_complete(text) is done
+    if done:  # stopping there reads the same value as the whole reply would
+        assert parse_confidence(text) == parse_confidence(text + "More words follow")
+
+
+def test_common_prefix_leaves_every_row_a_token():
+    assert common_prefix([[1, 2, 3], [1, 2, 4]]) == 2
+    assert common_prefix([[1, 2], [1, 2, 3]]) == 1
+    assert common_prefix([[1, 2, 3]]) == 0
+    assert common_prefix([[5], [5]]) == 0
+
+
+def test_available_cores_reads_the_cgroup_quota(tmp_path: Path, monkeypatch):
+    (tmp_path / "cpu.max").write_text("150000 100000\n")
+    assert cgroup_cpu_limit(tmp_path) == 1.5
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    assert available_cores(tmp_path) == 2
+    (tmp_path / "cpu.max").write_text("max 100000\n")
+    assert cgroup_cpu_limit(tmp_path) is None and available_cores(tmp_path) == 4
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert thread_count() == 3 and thread_count(1) == 1
