@@ -117,3 +117,17 @@ def test_available_cores_reads_the_cgroup_quota(tmp_path: Path, monkeypatch):
     assert cgroup_cpu_limit(tmp_path) is None and available_cores(tmp_path) == 4
     monkeypatch.setenv("OMP_NUM_THREADS", "3")
     assert thread_count() == 3 and thread_count(1) == 1
+
+
+def test_partial_sort_nucleus_equals_the_full_sort():
+    from haldet.backends.hf import _nucleus_full, nucleus_mask
+
+    gen = torch.Generator().manual_seed(0)
+    logits = torch.randn((6, 5000), generator=gen) * torch.tensor([0.5, 1, 2, 4, 8, 16])[:, None]
+    probs = torch.softmax(logits, -1)
+    for top_p in (0.1, 0.5, 0.9, 0.999):
+        fast, full = nucleus_mask(probs, top_p, head=64), _nucleus_full(probs, top_p)
+        assert torch.equal(fast, full)
+    flat = torch.softmax(torch.zeros((1, 5000)), -1)  # the head of 64 holds 1.3% of the mass: full-sort rows
+    assert torch.equal(nucleus_mask(flat, 0.9, head=64), _nucleus_full(flat, 0.9))
+    assert 4400 < int(nucleus_mask(flat, 0.9, head=64).sum()) < 4600

@@ -681,17 +681,40 @@ def _sampler_class() -> type:
             logits = logits.clamp(-1e4, 1e4) / self.temperature
             probs = torch.softmax(logits, dim=-1)
             if self.top_p < 1.0:
-                sorted_p, sorted_idx = probs.sort(dim=-1, descending=True)
-                before = sorted_p.cumsum(dim=-1) - sorted_p  # mass of strictly more likely tokens
-                keep_sorted = before < self.top_p
-                keep_sorted[:, 0] = True
-                keep = torch.zeros_like(keep_sorted).scatter(-1, sorted_idx, keep_sorted)
-                probs = torch.where(keep, probs, torch.zeros_like(probs))
+                probs = torch.where(nucleus_mask(probs, self.top_p), probs, torch.zeros_like(probs))
             chosen = [int(torch.multinomial(probs[i], 1, generator=self.generators[row]))
                       for i, row in enumerate(rows.tolist())]
             return torch.tensor(chosen, dtype=torch.long, device=scores.device)
 
     return SeededSampler
+
+
+def nucleus_mask(probs: Any, top_p: float, head: int = 1024) -> Any:
+    """Tokens of the top-p nucleus per row: in descending probability, those whose strictly more likely tokens
+    hold less than `top_p` of the mass (the most likely token always). Read from the `head` most likely tokens
+    (a partial sort) whenever they already hold `top_p`; only the other rows sort the whole vocabulary. The same
+    set as a full sort gives (`_nucleus_full`), at a fraction of the cost per decoding step."""
+    import torch
+
+    head = min(head, probs.shape[-1])
+    top_p_vals, top_idx = probs.topk(head, dim=-1)
+    keep_top = (top_p_vals.cumsum(dim=-1) - top_p_vals) < top_p
+    keep_top[:, 0] = True
+    keep = torch.zeros_like(probs, dtype=torch.bool).scatter(-1, top_idx, keep_top)
+    wide = (top_p_vals.sum(dim=-1) < top_p).nonzero().flatten()
+    if len(wide):  # the head holds less than top_p: these rows need the full order
+        keep[wide] = _nucleus_full(probs[wide], top_p)
+    return keep
+
+
+def _nucleus_full(probs: Any, top_p: float) -> Any:
+    """`nucleus_mask` by a full sort of each row."""
+    import torch
+
+    sorted_p, sorted_idx = probs.sort(dim=-1, descending=True)
+    keep_sorted = (sorted_p.cumsum(dim=-1) - sorted_p) < top_p  # mass of strictly more likely tokens
+    keep_sorted[:, 0] = True
+    return torch.zeros_like(keep_sorted).scatter(-1, sorted_idx, keep_sorted)
 
 
 def _jsd(p: Any, q: Any) -> Any:
