@@ -7,7 +7,7 @@ per mode it reports wall seconds and CPU seconds of this process (with one threa
 on a quiet core, even when the machine is shared), items/s and generated tokens/s, and how many greedy answers are
 identical (token ids) to today's batched path. `os.getloadavg()` is recorded before and after.
 Usage: python benchmarks/generation.py [--n 64] [--old-batch 8] [--new-batch 16] [--max-new-tokens 32]
-       [--rounds 1] [--one-at-a-time 8] [--numerics bf16,int8] [--threads 1]
+       [--rounds 1] [--one-at-a-time 8] [--numerics bf16,int8] [--sample-prompts 8] [--threads 1]
 """
 
 from __future__ import annotations
@@ -33,6 +33,27 @@ def _timed(backend: HFBackend, prompts: list[str], batch: int, max_new_tokens: i
     return time.perf_counter() - wall, time.process_time() - cpu, outs
 
 
+def _sampling(old: HFBackend, new: HFBackend, prompts: list[str], max_new_tokens: int) -> dict[str, Any]:
+    """K=5 samples per prompt (the protocol's defaults), today's path then the new one, same per-row seeds."""
+    out: dict[str, Any] = {"k": 5, "prompts": len(prompts), "max_new_tokens": max_new_tokens, "batch_size": 40}
+    samples = {}
+    for name, backend in (("today", old), ("new", new)):
+        wall, cpu = time.perf_counter(), time.process_time()
+        samples[name] = backend.sample(prompts, k=5, temperature=1.0, top_p=0.9, seeds=list(range(len(prompts))),
+                                       max_new_tokens=max_new_tokens, batch_size=40)
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        tokens = sum(len(o.token_ids) for outs in samples[name] for o in outs)
+        out[name] = {"wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "tokens": tokens,
+                     "tokens_per_s_cpu": round(tokens / cpu, 2)}
+        print(f"sampling {name}: {wall:.1f} s wall, {cpu:.1f} s cpu", file=sys.stderr, flush=True)
+    pairs = [(a.token_ids, b.token_ids) for x, y in zip(samples["today"], samples["new"], strict=True)
+             for a, b in zip(x, y, strict=True)]
+    out["identical_samples"] = f"{sum(a == b for a, b in pairs)}/{len(pairs)}"
+    out["speedup_cpu_per_token"] = round(out["new"]["tokens_per_s_cpu"] / out["today"]["tokens_per_s_cpu"], 2)
+    out["speedup_cpu_per_item"] = round(out["today"]["cpu_s"] / out["new"]["cpu_s"], 2)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--n", type=int, default=64)
@@ -42,6 +63,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--one-at-a-time", type=int, default=8, help="Prompts run one at a time (0 = skip).")
     parser.add_argument("--numerics", default="", help="Also time these fast_numerics (comma list: bf16,int8).")
+    parser.add_argument("--sample-prompts", type=int, default=0,
+                        help="Also time K=5 sampling (top-p 0.9, batch 40 sequences) of this many prompts, today's "
+                             "path vs the new one, same seeds (0 = skip).")
+    parser.add_argument("--sample-max-new-tokens", type=int, default=64)
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--model", default="smollm2-135m")
     args = parser.parse_args()
@@ -96,6 +121,8 @@ def main() -> None:
             "tokens_per_s_cpu": round(t["tokens"] / t["cpu_s"], 2),
             "identical_greedy_answers_vs_batched_today": f"{same}/{len(subset)}",
         }
+    if args.sample_prompts:
+        report["sampling"] = _sampling(old, new, prompts[: args.sample_prompts], args.sample_max_new_tokens)
     base = report["modes"]["batched_today"]
     for m in report["modes"].values():
         m["speedup_wall_vs_batched_today"] = round(m["items_per_s_wall"] / base["items_per_s_wall"], 2)
