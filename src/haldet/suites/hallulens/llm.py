@@ -82,6 +82,7 @@ class StructuredLLM:
         self.option = option  # the flag naming this model, for messages
         self.cache = StageLog(cache) if cache is not None else None
         self._hf = backend
+        self._fingerprint: list[Any] | None = None
         self.usage = Usage()
 
     @property
@@ -89,8 +90,20 @@ class StructuredLLM:
         return f"{self.config.backend}:{self.config.model}"
 
     def fingerprint(self) -> list[Any]:
+        """What makes a reply: the endpoint model, or the local model's own fingerprint (file hashes)."""
         c = self.config
-        return [c.backend, c.model, c.base_url if c.backend == "openai" else None, c.seed, c.json_mode]
+        if self._fingerprint is None:
+            self._fingerprint = (["hf", self.local_backend().fingerprint()] if c.backend == "hf" else
+                                 [c.backend, c.model, c.base_url, c.seed, c.json_mode])
+        return self._fingerprint
+
+    def local_backend(self) -> Any:
+        if self._hf is None:
+            from haldet.backends.hf import HFBackend
+
+            assert self.config.model is not None
+            self._hf = HFBackend(self.config.model)
+        return self._hf
 
     def request_key(self, request: Request[Any]) -> str:
         return digest([self.fingerprint(), request.messages, request.prefill,
@@ -195,12 +208,7 @@ class StructuredLLM:
 
     # --- local model ------------------------------------------------------------------------------------------
     def _ask_hf(self, requests: Sequence[Request[Any]], done: Callable[[int, Outcome], None]) -> None:
-        if self._hf is None:
-            from haldet.backends.hf import HFBackend
-
-            assert self.config.model is not None
-            self._hf = HFBackend(self.config.model)
-        backend = self._hf
+        backend = self.local_backend()
         messages = {i: r.messages for i, r in enumerate(requests)}
         errors: dict[int, str] = {}
         attempts = min(self.config.retries, 1) + 1  # greedy: only a changed prompt can change the reply
