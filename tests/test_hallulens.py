@@ -282,3 +282,27 @@ def test_a_reply_cut_after_its_decision_keeps_the_decision_and_nothing_is_comple
         parse_json('{"question": "Who discovered, "radium', QuestionReply)
     with pytest.raises(ValueError):  # an unfinished list is never closed: no claim silently dropped
         parse_json('{"claims": ["A was born in 1900.", "A died in', ClaimsReply)
+
+
+def test_detectors_run_on_hallulens_detection_sets(tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
+    """`haldet run --suite hallulens` on judged answers: teacher-forced through the embedded model, one response-level
+    score per answer, one result row per dataset (abstentions left out)."""
+    import json
+
+    data = tmp_path / "detection"
+    data.mkdir()
+    rows = {"precisewikiqa": [(f"Who wrote book {i}?", f"Author {i}.", "hallucination" if i % 2 else "correct")
+                              for i in range(10)] + [("Who wrote book X?", "I don't know.", "abstention")],
+            "nonexistent": [(f"Tell me about the animal Felis {i}.", f"Felis {i} is a cat." if i % 2 else
+                             "I cannot find it.", "hallucination" if i % 2 else "correct") for i in range(10)]}
+    for task, items in rows.items():
+        (data / f"{task}.jsonl").write_text("".join(json.dumps(
+            {"id": f"{task}/1/{k}", "task": task, "prompt": p, "response": r, "label": lab}) + "\n"
+            for k, (p, r, lab) in enumerate(items)))
+    out = tmp_path / "run"
+    res = cli("run", "--suite", "hallulens", "--data-dir", str(data), "--out", str(out), "--detector", "perplexity")
+    assert res.returncode == 0, res.stderr[-2000:]
+    results = json.loads((out / "results.json").read_text())
+    auroc = {r["dataset"]: r for r in results if r["metric"] == "auroc" and r["detector"] == "perplexity"}
+    assert set(auroc) == {"hallulens_precisewikiqa", "hallulens_nonexistent"}
+    assert all(r["level"] == "response" and r["coverage"] == 1.0 for r in auroc.values())
