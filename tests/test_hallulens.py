@@ -191,6 +191,16 @@ def test_rule_judges_without_llm_list_the_rest() -> None:
     assert [f["id"] for f in out.failures] == ["q/1/c"] and out.failures[0]["step"] == "abstention"
 
 
+def test_refusal_rule_for_long_answers_only_takes_an_opening_refusal() -> None:
+    items = [Item(id=f"n/1/{k}", task="nonexistent", prompt="Tell me about the animal Felis leo.", name="Felis leo",
+                  type="animal", subtask="mixed", domain="animal") for k in "ab"]
+    responses = {"n/1/a": "I couldn't find any information on Felis leo. It may be a misspelling.",
+                 "n/1/b": "Felis leo is a large cat of the savanna. I cannot confirm its exact range."}
+    out = HalluLensJudges(None, Prompts()).judge(items, responses)
+    assert out.records["n/1/a"]["believes"] is False and out.records["n/1/a"]["believes_by"] == "rule:refusal"
+    assert "n/1/b" not in out.records and [f["id"] for f in out.failures] == ["n/1/b"]  # left to the LLM
+
+
 def test_detection_labels_refusal_is_correct_for_nonexistent() -> None:
     items = [Item(id="n/1/a", task="nonexistent", prompt="Tell me about Felis leo.", name="Felis leo", type="animal",
                   subtask="mixed", domain="animal"),

@@ -71,6 +71,17 @@ def sentence_spans(text: str) -> list[tuple[int, int, str]]:
     return out
 
 
+def refuses(text: str, task: str) -> bool:
+    """The refusal rule. Short answers (PreciseWikiQA, proxy): a refusal phrase anywhere. Long answers (LongWiki,
+    NonExistentRefusal descriptions): only an opening refusal ("I couldn't find any information on X. ..."); a
+    refusal phrase later on ("X is a beetle. I cannot confirm its range.") is a hedge inside an answer, left to
+    the LLM judge."""
+    if task in ("precisewikiqa", "proxy_qa"):
+        return is_refusal(text)
+    spans = sentence_spans(text)
+    return bool(spans) and is_refusal(spans[0][2])
+
+
 class HalluLensJudges:
     """All HalluLens judgements. `llm` may be None: then only the rule judges decide and the rest is listed."""
 
@@ -128,11 +139,12 @@ class HalluLensJudges:
         jobs = []
         for it in items:
             rec, text = out.records[it.id], responses[it.id]
+            states_gold = it.task != "longwiki" and bool(it.answer) and contains_phrase(text, it.answer)
             if not normalize(text):
                 rec.update(abstained=True, abstained_by=RULE_EMPTY)
-            elif is_refusal(text) and not (it.answer and it.task != "longwiki" and contains_phrase(text, it.answer)):
+            elif refuses(text, it.task) and not states_gold:
                 rec.update(abstained=True, abstained_by=RULE_REFUSAL)
-            elif it.task != "longwiki" and it.answer and contains_phrase(text, it.answer):
+            elif states_gold:
                 rec.update(abstained=False, abstained_by=RULE_GOLD)
             else:
                 jobs.append((it.id, None, self.prompts.request(
@@ -174,7 +186,7 @@ class HalluLensJudges:
             rec = out.records[it.id]
             if not normalize(text):
                 rec.update(believes=False, believes_by=RULE_EMPTY)
-            elif is_refusal(text):
+            elif refuses(text, it.task):
                 rec.update(believes=False, believes_by=RULE_REFUSAL)
             else:
                 jobs.append((it.id, None, self.prompts.request(
