@@ -110,9 +110,9 @@ def html_tables(suite: Suite, rows: list[dict[str, Any]]) -> str:
                 r = metrics.get(m, {})
                 ci = f" [{_fmt(r.get('ci_low'))}, {_fmt(r.get('ci_high'))}]" if r.get("ci_low") is not None else ""
                 cells.append(_fmt(r.get("value")) + ci)
-            body.append([det, *cells, str(next(iter(metrics.values())).get("n"))])
+            body.append([*det, *cells, str(next(iter(metrics.values())).get("n"))])
         parts.append(f"<h3>{escape(t['title'])}</h3>" + _html_table(
-            ["detector", *(METRIC_TITLES.get(m, m) for m in t["metrics"]), "N units"], body))
+            [*t["line"], *(METRIC_TITLES.get(m, m) for m in t["metrics"]), "N units"], body))
     return "\n".join(parts)
 
 
