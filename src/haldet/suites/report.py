@@ -29,6 +29,12 @@ def _fmt(value: Any) -> str:
     return str(value) if isinstance(value, int) and not isinstance(value, bool) else f"{value:.3f}"
 
 
+def _with_ci(row: dict[str, Any]) -> str:
+    """A metric cell: value and, when there is one, its 95% CI."""
+    ci = f" [{_fmt(row.get('ci_low'))}, {_fmt(row.get('ci_high'))}]" if row.get("ci_low") is not None else ""
+    return _fmt(row.get("value")) + ci
+
+
 def layouts(suite: Suite) -> list[TableLayout]:
     return list(suite.tables) or [TableLayout(suite.title or suite.name)]
 
@@ -105,11 +111,7 @@ def html_tables(suite: Suite, rows: list[dict[str, Any]]) -> str:
     for t in table_cells(suite, rows):
         body = []
         for det, metrics in t["lines"].items():
-            cells = []
-            for m in t["metrics"]:
-                r = metrics.get(m, {})
-                ci = f" [{_fmt(r.get('ci_low'))}, {_fmt(r.get('ci_high'))}]" if r.get("ci_low") is not None else ""
-                cells.append(_fmt(r.get("value")) + ci)
+            cells = [_with_ci(metrics.get(m, {})) for m in t["metrics"]]
             body.append([*det, *cells, str(next(iter(metrics.values())).get("n"))])
         parts.append(f"<h3>{escape(t['title'])}</h3>" + _html_table(
             [*t["line"], *(METRIC_TITLES.get(m, m) for m in t["metrics"]), "N units"], body))
@@ -126,11 +128,7 @@ def rich_tables(suite: Suite, rows: list[dict[str, Any]]) -> list[Table]:
             table.add_column(METRIC_TITLES.get(m, m), justify="right")
         table.add_column("N units", justify="right")
         for det, metrics in t["lines"].items():
-            cells = []
-            for m in t["metrics"]:
-                r = metrics.get(m, {})
-                ci = f" [{_fmt(r.get('ci_low'))}, {_fmt(r.get('ci_high'))}]" if r.get("ci_low") is not None else ""
-                cells.append(_fmt(r.get("value")) + ci)
+            cells = [_with_ci(metrics.get(m, {})) for m in t["metrics"]]
             table.add_row(*det, *cells, str(next(iter(metrics.values())).get("n")))
         tables.append(table)
     return tables
