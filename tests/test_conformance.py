@@ -130,9 +130,23 @@ class _BadVariant(_Honest):
         super().__init__(**{"variant": "a", **params})
 
 
+class _ReadsUnitLabels(_Honest):
+    """A unit-level cheat: each unit scores 1 when it is labelled hallucinated."""
+
+    levels: ClassVar[tuple[str, ...]] = ("response", "sentence")
+
+    def score_units(self, items: SignalView, level: str) -> Any:
+        from haldet.detectors.unit import UnitScores
+
+        values = [np.array([float(u.category == "hallucination") for u in inst.units_of(level)])
+                  for inst in items.instances]
+        return UnitScores(values, [[""] * len(v) for v in values])
+
+
 CONTROLS = [(_ReadsReferences, "references"), (_HalfOnFailure, "instead of NaN"), (_Constant, "a constant"),
             (_ReadsUndeclared, "does not declare"), (_BatchNormalised, "which other items"),
-            (_Unseeded, "not deterministic"), (_BadVariant, "default variant")]
+            (_Unseeded, "not deterministic"), (_BadVariant, "default variant"),
+            (_ReadsUnitLabels, "units' labels change")]
 
 
 def test_honest_control_conforms() -> None:

@@ -13,7 +13,9 @@ returns a list of problems (empty = conformant). Checks:
 - NaN with reasons and no constant fallbacks: items whose signals are missing score NaN with a reason (a detector
   returning 0.5 on failure is rejected), a varied input does not give one value for every item, most items of a
   clean synthetic cell get a finite score;
-- trained detectors: `fit` is deterministic and `save`/`load` round-trips to identical scores.
+- trained detectors: `fit` is deterministic and `save`/`load` round-trips to identical scores;
+- unit levels (`levels` beyond "response", `score_units`): one score per unit, aligned to the items' units; unit
+  labels never change a score; item order does not matter; missing evidence gives NaN with a reason.
 
 Synthetic evidence comes from one place, `SIGNAL_MAKERS`: one maker per `Signal`, returning per-item values that
 carry the label (so trained detectors can fit) and the value a missing item gets. A new signal type adds one
@@ -39,6 +41,7 @@ MAX_TOKENS = 12  # token-aligned makers give this many positions; synthetic_view
 TOKEN_ALIGNED = {"answer_entropies": 1, "token_offsets": 1, "token_topk_ids": 1, "token_topk_logprobs": 1,
                  "token_attention": 2}  # signal value -> leading axes that run over answer tokens
 TOKEN_ALIGNED_LAST = {"token_attn_logdiag"}  # signals whose last axis runs over answer tokens
+UNITS_PER_ITEM = 2  # units `with_units` gives every item at a unit level (per-unit makers follow it)
 
 
 @dataclass(frozen=True)
@@ -192,11 +195,16 @@ def _verdict(rng: np.random.Generator, y: np.ndarray) -> list[Any]:
         asks = _AnyAsk()
         for name, prompt in PROMPTS.items():
             ranked = sorted(prompt.labels, key=lambda lab: prompt.scores[lab])
-            label: str | None = ranked[-1] if (rng.random() < 0.8) == bool(v) else ranked[0]
-            if rng.random() < 0.1:
-                label = None
-            asks[name] = {"judge": "synthetic", "reply": str(label), "label": label,
-                          "reason": "" if label else "the reply states no verdict"}
+
+            def verdict(bad: bool, ranked: list[str] = ranked) -> dict[str, Any]:
+                label: str | None = ranked[-1] if (rng.random() < 0.8) == bad else ranked[0]
+                if rng.random() < 0.1:
+                    label = None
+                return {"reply": str(label), "label": label, "reason": "" if label else "the reply states no verdict"}
+
+            asks[name] = {"judge": "synthetic", **verdict(bool(v))}
+            if getattr(prompt, "level", "response") != "response":  # one verdict per unit (see `with_units`)
+                asks[name]["units"] = [verdict(False), verdict(bool(v))][:UNITS_PER_ITEM]
         out.append(asks)
     return out
 
@@ -467,6 +475,69 @@ def _direct_checks(cls: type, params: dict[str, Any], view: SignalView, split: d
         json.dumps(det.identity(), sort_keys=True)
     except (TypeError, ValueError) as exc:
         problems.append(f"identity() is not JSON: {exc}")
+    return problems + _unit_checks(det, view, test)
+
+
+# ---------------------------------------------------------------------------------------------------- unit levels
+def with_units(view: SignalView, level: str) -> SignalView:
+    """The view's instances carrying their response and UNITS_PER_ITEM (two) units of kind `level` over it (the
+    second one hallucinated for hallucinated items), so unit-level scoring has something to align to."""
+    from haldet.schema import Category, SpanLabel
+
+    instances = []
+    for inst, gen, y in zip(view.instances, view.generations, view.labels, strict=True):
+        text = gen.response
+        end = min(len(text), 4 * gen.n_tokens)  # the span the synthetic 4-character tokens cover
+        cut = end // 2
+        units = [SpanLabel(start=0, end=cut, category=Category.CORRECT, text=text[:cut], kind=level),
+                 SpanLabel(start=cut, end=end, category=Category.HALLUCINATION if y else Category.CORRECT,
+                           text=text[cut:end], kind=level)]
+        instances.append(inst.model_copy(update={"response": text, "units": units}))
+    declared = {s for s in SIGNAL_MAKERS if _serves(view, s)}
+    return _view(view.ids, instances, view.generations, {s: view.get(s) for s in declared}, view.labels, declared)
+
+
+def _flip_unit_labels(view: SignalView) -> SignalView:
+    from haldet.schema import Category
+
+    flip = {Category.CORRECT: Category.HALLUCINATION, Category.HALLUCINATION: Category.CORRECT}
+    instances = [inst.model_copy(update={"units": [u.model_copy(update={"category": flip.get(u.category, u.category)})
+                                                   for u in inst.units]}) for inst in view.instances]
+    declared = {s for s in SIGNAL_MAKERS if _serves(view, s)}
+    return _view(view.ids, instances, view.generations, {s: view.get(s) for s in declared}, view.labels, declared)
+
+
+def _flat(scores: Any) -> np.ndarray:
+    return np.concatenate([np.asarray(v, dtype=np.float64) for v in scores.values]) if scores.values else np.zeros(0)
+
+
+def _unit_checks(det: Any, view: SignalView, test: list[int]) -> list[str]:
+    """Per unit level the detector declares: one score per unit, aligned; no unit-label access; order invariance;
+    missing evidence -> NaN with a reason."""
+    problems: list[str] = []
+    for level in [lv for lv in getattr(det, "levels", ("response",)) if lv != "response"]:
+        if not hasattr(det, "score_units"):
+            problems.append(f"declares level {level!r} but has no score_units()")
+            continue
+        units = with_units(view, level)
+        part = units.subset(test, with_labels=True)  # labels kept: a detector must not read them anyway
+        out = det.score_units(part, level)
+        if [len(v) for v in out.values] != [len(i.units_of(level)) for i in part.instances]:
+            problems.append(f"{level}: unit scores not aligned to the items' units")
+            continue
+        flat = _flat(out)
+        if np.isfinite(flat).sum() < len(flat) / 2:
+            problems.append(f"{level}: only {int(np.isfinite(flat).sum())}/{len(flat)} clean synthetic units scored")
+        if not _same(_flat(det.score_units(_flip_unit_labels(part), level)), flat):
+            problems.append(f"{level}: unit scores change when the units' labels change")
+        perm = np.random.default_rng(5).permutation(len(test))
+        shuffled = det.score_units(part.subset(perm, with_labels=True), level)
+        if not _same(np.concatenate([np.asarray(shuffled.values[list(perm).index(k)]) for k in range(len(test))]),
+                     flat):
+            problems.append(f"{level}: unit scores depend on the order of the items")
+        broken = det.score_units(with_units(with_missing(view, test[:2]), level).subset(test, with_labels=True), level)
+        if np.isfinite(_flat(type(out)(broken.values[:2], broken.reasons[:2]))).any():
+            problems.append(f"{level}: units of items with missing evidence scored instead of NaN with a reason")
     return problems
 
 
