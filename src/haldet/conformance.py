@@ -512,10 +512,11 @@ def _flat(scores: Any) -> np.ndarray:
 
 
 def _unit_checks(det: Any, view: SignalView, test: list[int]) -> list[str]:
-    """Per unit level the detector declares: one score per unit, aligned; no unit-label access; order invariance;
-    missing evidence -> NaN with a reason."""
+    """At the first unit level the detector declares: one score per unit, aligned; no unit-label access; order
+    invariance; missing evidence -> NaN with a reason."""
     problems: list[str] = []
-    for level in [lv for lv in getattr(det, "levels", ("response",)) if lv != "response"]:
+    # the first unit level only: levels share the unit machinery, and each check re-scores every item
+    for level in [lv for lv in getattr(det, "levels", ("response",)) if lv != "response"][:1]:
         if not hasattr(det, "score_units"):
             problems.append(f"declares level {level!r} but has no score_units()")
             continue
