@@ -140,9 +140,9 @@ def _token_attn_logdiag(rng: np.random.Generator, y: np.ndarray) -> list[Any]:
 
 @signal_maker(Signal.UNIT_HIDDEN_SCORES)
 def _unit_hidden_scores(rng: np.random.Generator, y: np.ndarray) -> list[Any]:
-    # synthetic instances have no units: one column, the whole answer; layer 2 carries the label
-    return [(rng.normal(size=(LAYERS + 1, 1)) + np.array([[0.0], [0.0], [1.5 * v], [0.0]])).astype(np.float32)
-            for v in y]
+    # one column per unit of `with_units` (UNITS_PER_ITEM) and the whole answer last; layer 2 carries the label
+    return [(rng.normal(size=(LAYERS + 1, UNITS_PER_ITEM + 1)) + np.array([[0.0], [0.0], [1.5 * v], [0.0]]))
+            .astype(np.float32) for v in y]
 
 
 @signal_maker(Signal.SAMPLES)
