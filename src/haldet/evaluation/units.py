@@ -32,7 +32,7 @@ class UnitData:
     """Pooled units: binary labels `y` (1 = hallucinated, -1 = no binary label), scores `s` (NaN = invalid) and
     `group`, the index of the item each unit belongs to (the resampling unit). Optional: `grade`, the ordinal label
     of each unit (0 = best, -1 = none; units with only a grade have y = -1, e.g. VeriGray's Not-Sure sentences), and
-    `tags`, per-unit strings named by the suite (`Suite.tags_of`, e.g. the generator) for breakdowns."""
+    `tags`, per-unit strings named by the suite (`Suite.unit_tags_of`, e.g. the generator) for breakdowns."""
 
     y: np.ndarray
     s: np.ndarray

@@ -102,10 +102,6 @@ class Suite:
         """Items sharing a group land in the same split part (e.g. answers about one document)."""
         return instance.id
 
-    def tags_of(self, instance: Instance) -> dict[str, str]:
-        """Per-item tags copied onto its units (`UnitData.tags`) for a suite's breakdowns (e.g. the generator)."""
-        return {}
-
     def unit_tags_of(self, level: str, units: list[tuple[Instance, SpanLabel]]) -> dict[str, list[str]]:
         """Per-unit tags of the pooled test units (e.g. POS, sentence position) for breakdowns; {} by default."""
         return {}

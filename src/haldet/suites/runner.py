@@ -79,11 +79,10 @@ def unit_counts(items: list[Item], levels: tuple[str, ...]) -> dict[str, dict[st
 
 
 def pooled(view: SignalView, values: list[np.ndarray], level: str, labelled: list[Any],
-           tags_of: Callable[[Instance], dict[str, str]] | None = None,
            unit_tags_of: Callable[[str, list[tuple[Instance, Any]]], dict[str, list[str]]] | None = None) -> UnitData:
     """Units of a view's items with their labels (from `labelled`, the labelled instances), scores and item index;
-    units with only an ordinal grade come too (y = -1), the suite's per-item tags (`tags_of`) per unit and its
-    per-unit tags (`unit_tags_of`, computed once over all pooled units)."""
+    units with only an ordinal grade come too (y = -1), and the suite's per-unit tags (`unit_tags_of`, computed
+    once over all pooled units)."""
     ys, ss, gs, grades = [], [], [], []
     kept: list[tuple[Instance, Any]] = []
     tags: dict[str, list[str]] = {}
@@ -91,7 +90,6 @@ def pooled(view: SignalView, values: list[np.ndarray], level: str, labelled: lis
         units = inst.units_of(level)
         if len(units) != len(vals):
             raise ValueError(f"{len(vals)} unit scores for {len(units)} units of {inst.id} at level {level}")
-        item_tags = tags_of(inst) if tags_of is not None else {}
         for unit, v in zip(units, vals, strict=True):
             if unit.binary is not None or unit.grade is not None:
                 kept.append((inst, unit))
@@ -99,8 +97,6 @@ def pooled(view: SignalView, values: list[np.ndarray], level: str, labelled: lis
                 ss.append(v)
                 gs.append(g)
                 grades.append(-1 if unit.grade is None else unit.grade)
-                for name, value in item_tags.items():
-                    tags.setdefault(name, []).append(value)
     if unit_tags_of is not None and kept:
         tags.update(unit_tags_of(level, kept))
     has_grade = any(x >= 0 for x in grades)
@@ -167,7 +163,7 @@ def run_level(name: str, level: str, suite: Suite, config: RunConfig, store: Cel
     for part, idx in parts.items():
         extra = [missing[i] for i in split[part] if i in missing]  # unscorable items: NaN units, never dropped
         data[part] = pooled(view, [*scored[part].values, *(np.full(len(x.units_of(level)), np.nan) for x in extra)],
-                            level, [*(view.instances[i] for i in idx), *extra], suite.tags_of,
+                            level, [*(view.instances[i] for i in idx), *extra],
                             suite.unit_tags_of if part == "test" else None)
     if level == "response":  # per-item scores for a suite's own tables (strata, other label sets)
         run.unit_scores["items"] = {

@@ -20,7 +20,7 @@ import numpy as np
 
 from haldet.evaluation.metrics import MetricValue
 from haldet.evaluation.units import UnitData
-from haldet.schema import Instance
+from haldet.schema import Instance, SpanLabel
 from haldet.suites.base import Suite, TableLayout, register
 from haldet.suites.verigray.evaluate import DetectorOutput, Sentences, evaluate, metric_name
 from haldet.suites.verigray.labels import CLASSES
@@ -56,8 +56,8 @@ class VeriGraySuite(Suite):
     def group_of(self, instance: Instance) -> str:
         return str(instance.meta.get("document_id") or instance.id)
 
-    def tags_of(self, instance: Instance) -> dict[str, str]:
-        return {"generator": str(instance.meta.get("generator", ""))}
+    def unit_tags_of(self, level: str, units: list[tuple[Instance, SpanLabel]]) -> dict[str, list[str]]:
+        return {"generator": [str(inst.meta.get("generator", "")) for inst, _ in units]}
 
     def html_section(self, rows: list[dict[str, Any]]) -> str:
         return html_section([r for r in rows if r.get("level") == "sentence"])
