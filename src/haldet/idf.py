@@ -47,6 +47,16 @@ def corpus_files(corpus: str) -> list[Path]:
     return [path]
 
 
+def corpus_identity(corpus: str) -> dict[str, Any]:
+    """The corpus's name and file fingerprint (what keys Focus's scores); an unreadable corpus says so."""
+    try:
+        files = corpus_files(corpus)
+    except HaldetError as exc:
+        return {"kind": "idf", "corpus": corpus, "fingerprint": None, "error": exc.message}
+    return {"kind": "idf", "corpus": corpus, "version": IDF_VERSION,
+            "fingerprint": "-".join(file_sha256(f, limit=1 << 22)[:12] for f in files)}
+
+
 def documents(files: list[Path]) -> Iterator[str]:
     """Documents of the corpus files: HaluEval rows give each text field as its own document."""
     for path in files:
@@ -70,7 +80,7 @@ def idf_table(tokenizer_name: str, corpus: str = "halueval") -> IDFTable:
     from haldet.backends.hf import HFBackend
 
     files = corpus_files(corpus)
-    fingerprint = "-".join(file_sha256(f, limit=1 << 22)[:12] for f in files)
+    fingerprint = str(corpus_identity(corpus)["fingerprint"])
     tokenizer = HFBackend(tokenizer_name).tokenizer
     path = cache_dir() / "idf" / f"{model_slug(tokenizer_name)}-{fingerprint}-{IDF_VERSION}.npz"
     if path.exists():

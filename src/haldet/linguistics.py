@@ -53,6 +53,22 @@ def pipeline_id() -> str:
     return _nlp()[1]
 
 
+def linguistics_identity() -> dict[str, Any]:
+    """What tags words here (pipeline and versions): part of the score key of detectors that read the tags."""
+    from importlib import metadata
+
+    try:
+        used = pipeline_id()
+    except HaldetError as exc:
+        return {"kind": "spacy", "used": None, "error": exc.message}
+    package = used.removeprefix("spacy:")
+    try:
+        version: str | None = metadata.version(package)
+    except metadata.PackageNotFoundError:
+        version = None
+    return {"kind": "spacy", "used": used, "version": version, "spacy": metadata.version("spacy")}
+
+
 def analyse(texts: Sequence[str]) -> list[list[Word]]:
     """Words of each text, in one `nlp.pipe` pass (duplicates parsed once)."""
     nlp, _ = _nlp()

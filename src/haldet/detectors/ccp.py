@@ -51,6 +51,9 @@ class CCP(UnitDetector):
                                           "variant": "hard", "fallback": None, "context": "sentence", "tokenizer": None,
                                           "batch_size": 32, "max_length": 256, "device": "auto"}
 
+    def reads_linguistics(self) -> bool:
+        return self.params["context"] == "sentence"
+
     def token_scores(self, items: SignalView) -> list[np.ndarray | str]:
         from haldet.backends.hf import HFBackend
         from haldet.linguistics import analyse, sentence_start

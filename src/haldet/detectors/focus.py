@@ -64,6 +64,17 @@ class Focus(UnitDetector):
     defaults: ClassVar[dict[str, Any]] = {**UnitDetector.defaults, "gamma": 0.9, "p_threshold": 0.01,
                                           "idf_corpus": "halueval", "tokenizer": None}
 
+    def reads_linguistics(self) -> bool:
+        return True
+
+    def identity(self) -> dict[str, Any]:
+        """Adds the IDF corpus's file fingerprint: a changed corpus re-scores."""
+        from haldet.idf import corpus_identity
+
+        out = super().identity()
+        out["models"] = {**out.get("models", {}), "idf": corpus_identity(self.params["idf_corpus"])}
+        return out
+
     def _focus(self, items: SignalView) -> list[tuple[np.ndarray, np.ndarray] | str]:
         from haldet.idf import idf_table
         from haldet.linguistics import analyse, pipeline_id, token_mask

@@ -74,6 +74,18 @@ class UnitDetector(Detector):
             raise ValueError(f"detector {self.name!r}: aggregate must be one of {', '.join(AGGREGATES)}, "
                              f"not {self.params['aggregate']!r}")
 
+    def reads_linguistics(self) -> bool:
+        """Whether this instance reads spaCy tags (`haldet.linguistics`); their pipeline then keys its scores."""
+        return False
+
+    def identity(self) -> dict[str, Any]:
+        out = super().identity()
+        if self.reads_linguistics():
+            from haldet.linguistics import linguistics_identity
+
+            out["models"] = {**out.get("models", {}), "linguistics": linguistics_identity()}
+        return out
+
     def token_scores(self, items: SignalView) -> list[np.ndarray | str]:
         """Per item, one score per answer token (NaN allowed for single tokens), or a reason the item has none."""
         raise NotImplementedError

@@ -54,6 +54,9 @@ class UnitSAR(UnitDetector):
                                           "fallback": "minilm", "scope": "sentence", "normalise": "sum",
                                           "batch_size": 64, "max_length": 512, "device": "auto"}
 
+    def reads_linguistics(self) -> bool:
+        return self.params["scope"] == "sentence"
+
     def token_scores(self, items: SignalView) -> list[np.ndarray | str]:
         from haldet.linguistics import analyse
 
