@@ -5,10 +5,11 @@ cached as safetensors under the user cache dir (a GGUF-loaded model refuses `sav
 is built from the same config without its quantization config, given the state dict, and saved), so later loads
 take well under a second.
 Generation is greedy, left-padded and length-bucketed: prompts are sorted by token length and batched, so a
-batch wastes little compute on padding; outputs are returned in input order.
-Sampling draws K answers per prompt in one `generate` call over K rows per prompt, each row with its own seeded
-generator (`SeededSampler`), so samples are reproducible whatever the batch composition; the prompt is read once
-and its KV cache repeated for the K rows (`_prompt_cache`).
+batch wastes little compute on padding; outputs are returned in input order. Decoding runs haldet's own loop
+(`haldet.backends.decode`, docs/speed.md) or, with `decoder="transformers"`, `model.generate` (the reference).
+Sampling draws K answers per prompt over K rows per prompt, each row with its own seeded generator
+(`SeededSampler`), so samples are reproducible whatever the batch composition; the prompt is read once and its
+KV cache repeated for the K rows.
 `forward` is the teacher-forced pass over exact token ids (right-padded, so positions are the natural ones):
 log-probs and entropies of the answer tokens, pooled hidden states, and ICR features from attentions captured by
 hooks (eager attention only for that pass).
