@@ -18,9 +18,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from scipy import sparse
-from sklearn.metrics import average_precision_score, precision_recall_curve, roc_auc_score
+from sklearn.metrics import average_precision_score, roc_auc_score
 
 from haldet.evaluation.metrics import MetricValue, _aupr_counts, _auroc_counts
+from haldet.evaluation.thresholds import Confusion, best_f1_threshold
 
 UNIT_METRICS = ("auroc", "aupr", "f1_opt", "precision_opt", "recall_opt", "threshold", "f1_opt_test",
                 "precision_opt_test", "recall_opt_test", "tie_share", "base_rate")
@@ -64,25 +65,19 @@ class UnitData:
 
 
 def best_f1(y: np.ndarray, s: np.ndarray) -> tuple[float, float, float, float]:
-    """(threshold, F1, precision, recall) of the threshold with the best F1 (predict positive when s >= threshold);
-    the first such threshold in ascending order on ties of F1."""
-    precision, recall, thresholds = precision_recall_curve(y, s)
-    precision, recall = precision[:-1], recall[:-1]  # the last point has no threshold
-    denom = precision + recall
-    f1 = np.divide(2 * precision * recall, denom, out=np.zeros_like(denom), where=denom > 0)
-    k = len(f1) - 1 - int(np.argmax(f1[::-1]))
-    return float(thresholds[k]), float(f1[k]), float(precision[k]), float(recall[k])
+    """(threshold, F1, precision, recall) of the threshold with the best F1 (predict positive when s >= threshold;
+    the highest such threshold on ties of F1); `y` must hold a positive (`thresholds.best_f1_threshold`)."""
+    threshold = best_f1_threshold(y, s)
+    if threshold is None:
+        raise ValueError("no positive unit with a valid score: no F1-optimal threshold")
+    return (threshold, *at_threshold(y, s, threshold))
 
 
 def at_threshold(y: np.ndarray, s: np.ndarray, threshold: float) -> tuple[float, float, float]:
-    """(F1, precision, recall) of predicting positive when s >= threshold (precision 0 when nothing is predicted)."""
-    pred = s >= threshold
-    tp = float(np.sum(pred & (y == 1)))
-    fp = float(np.sum(pred & (y == 0)))
-    fn = float(np.sum(~pred & (y == 1)))
-    p = tp / (tp + fp) if tp + fp else 0.0
-    r = tp / (tp + fn) if tp + fn else 0.0
-    return (2 * p * r / (p + r) if p + r else 0.0), p, r
+    """(F1, precision, recall) of predicting positive when s >= threshold, as the unit tables print them: 0 where
+    `thresholds.Confusion` says undefined (nothing predicted, or no positive)."""
+    c = Confusion.of(y, np.asarray(s) >= threshold)
+    return c.f1 or 0.0, c.precision or 0.0, c.recall or 0.0
 
 
 def tie_share(s: np.ndarray) -> float:
