@@ -40,7 +40,7 @@ def test_every_white_box_detector_scores_at_least_90_percent_of_test_items(first
         assert finite >= 0.9, (det.name, finite, sorted(set(det.scores.reasons)))
         if det.name != "eigenscore":
             assert det.meta["fitted"].startswith("fitted now") and det.meta["fit"]["problem"] is None
-    assert {r["detector"] for r in rows} == set(WHITE_BOX)
+    assert {r["detector"] for r in rows if r["metric"] == "auroc" and r["value"] is not None} == set(WHITE_BOX)
 
 
 def test_fitted_states_saved_and_reused_on_rerun(first):
