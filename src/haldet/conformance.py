@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from haldet.detectors.base import Detector
 from haldet.schema import Generation, Instance
 from haldet.signals import Signal, SignalView
 
@@ -258,7 +259,7 @@ def _generation(item_id: str, response: str, logprobs: Any) -> Generation:
 
 
 def _view(ids: list[str], instances: list[Instance], generations: list[Generation], values: dict[Signal, list[Any]],
-          y: np.ndarray, declared: frozenset[Signal] | set[Signal]) -> SignalView:
+          y: np.ndarray | None, declared: frozenset[Signal] | set[Signal]) -> SignalView:
     pos = {i: k for k, i in enumerate(ids)}
 
     def loader(signal: Signal, wanted: Any) -> list[Any]:
@@ -267,7 +268,7 @@ def _view(ids: list[str], instances: list[Instance], generations: list[Generatio
         return [values[signal][pos[i]] for i in wanted]
 
     return SignalView(ids=list(ids), instances=list(instances), generations=list(generations), loader=loader,
-                      labels=np.asarray(y).copy())
+                      labels=None if y is None else np.asarray(y).copy())
 
 
 def with_missing(view: SignalView, broken: list[int]) -> SignalView:
@@ -316,7 +317,7 @@ class Spy:
     score_views: list[SignalView]
 
 
-def spying(cls: type, spy: Spy) -> type:
+def spying(cls: type[Detector], spy: Spy) -> type[Detector]:
     """A subclass recording its fit/score views (a subclass, so the fitted state still pickles)."""
 
     def fit(self: Any, train: SignalView, val: SignalView | None) -> None:
@@ -337,7 +338,7 @@ def split_of(view: SignalView) -> dict[str, list[str]]:
     return {"train": view.ids[:a], "val": view.ids[a:b], "test": view.ids[b:]}
 
 
-def run_through_runner(cls: type, params: dict[str, Any], view: SignalView, workdir: Path,
+def run_through_runner(cls: type[Detector], params: dict[str, Any], view: SignalView, workdir: Path,
                        spy: Spy | None = None) -> np.ndarray:
     """Test scores of `cls(**params)` from `run_detector`, exactly as a run computes them (in a fresh cell)."""
     from haldet.config import RunConfig
@@ -350,6 +351,7 @@ def run_through_runner(cls: type, params: dict[str, Any], view: SignalView, work
     detect.make_detector = lambda name, config: klass(**params)  # type: ignore[assignment]
     try:
         split = split_of(view)
+        assert view.labels is not None, "the runner's split needs a labelled view"
         labels = {i: int(v) for i, v in zip(view.ids, view.labels, strict=True)}
         config = RunConfig(detectors=[cls.name], evaluation={"bootstrap": 0})
         run = detect.run_detector(cls.name, config, CellStore(workdir), view, split, labels, "synthetic-evidence")
@@ -360,7 +362,7 @@ def run_through_runner(cls: type, params: dict[str, Any], view: SignalView, work
     return np.asarray(run.scores.values)
 
 
-def check_declarations(cls: type) -> list[str]:
+def check_declarations(cls: type[Detector]) -> list[str]:
     problems = []
     if not isinstance(getattr(cls, "version", None), str) or not cls.version:
         problems.append("no `version` string (bump it when the formula changes)")
@@ -388,7 +390,7 @@ def _same(a: np.ndarray, b: np.ndarray) -> bool:
     return a.shape == b.shape and bool(np.array_equal(a, b, equal_nan=True))
 
 
-def check_detector(cls: type, params: dict[str, Any] | None = None, *, seed: int = 0) -> list[str]:
+def check_detector(cls: type[Detector], params: dict[str, Any] | None = None, *, seed: int = 0) -> list[str]:
     """Every conformance problem of `cls(**params)` (empty list = conformant). See the module docstring."""
     params = dict(params or {})
     problems = [f"declarations: {p}" for p in check_declarations(cls)]
@@ -421,7 +423,8 @@ def check_detector(cls: type, params: dict[str, Any] | None = None, *, seed: int
     return problems
 
 
-def _fitted(cls: type, params: dict[str, Any], view: SignalView, split: dict[str, list[str]], workdir: Path) -> Any:
+def _fitted(cls: type[Detector], params: dict[str, Any], view: SignalView, split: dict[str, list[str]],
+            workdir: Path) -> Any:
     det = cls(**params)
     det.workdir = workdir
     pos = {i: k for k, i in enumerate(view.ids)}
@@ -431,7 +434,7 @@ def _fitted(cls: type, params: dict[str, Any], view: SignalView, split: dict[str
     return det
 
 
-def _direct_checks(cls: type, params: dict[str, Any], view: SignalView, split: dict[str, list[str]],
+def _direct_checks(cls: type[Detector], params: dict[str, Any], view: SignalView, split: dict[str, list[str]],
                    workdir: Path) -> list[str]:
     problems: list[str] = []
     pos = {i: k for k, i in enumerate(view.ids)}
@@ -485,7 +488,8 @@ def with_units(view: SignalView, level: str) -> SignalView:
     from haldet.schema import Category, SpanLabel
 
     instances = []
-    for inst, gen, y in zip(view.instances, view.generations, view.labels, strict=True):
+    labels = np.zeros(len(view), dtype=int) if view.labels is None else view.labels
+    for inst, gen, y in zip(view.instances, view.generations, labels, strict=True):
         text = gen.response
         end = min(len(text), 4 * gen.n_tokens)  # the span the synthetic 4-character tokens cover
         cut = end // 2
@@ -532,7 +536,7 @@ def _unit_checks(det: Any, view: SignalView, test: list[int]) -> list[str]:
         if not _same(_flat(det.score_units(_flip_unit_labels(part), level)), flat):
             problems.append(f"{level}: unit scores change when the units' labels change")
         perm = np.random.default_rng(5).permutation(len(test))
-        shuffled = det.score_units(part.subset(perm, with_labels=True), level)
+        shuffled = det.score_units(part.subset([int(k) for k in perm], with_labels=True), level)
         if not _same(np.concatenate([np.asarray(shuffled.values[list(perm).index(k)]) for k in range(len(test))]),
                      flat):
             problems.append(f"{level}: unit scores depend on the order of the items")
@@ -542,7 +546,7 @@ def _unit_checks(det: Any, view: SignalView, test: list[int]) -> list[str]:
     return problems
 
 
-def light(cls: type, params: dict[str, Any], models: dict[str, str]) -> dict[str, Any]:
+def light(cls: type[Detector], params: dict[str, Any], models: dict[str, str]) -> dict[str, Any]:
     """`params` with every auxiliary model parameter of kind k set to `models[k]` and no fallback: the suite's
     way to run model-backed detectors on small local models."""
     out = dict(params)
