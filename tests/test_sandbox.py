@@ -152,3 +152,24 @@ def test_a_sandbox_that_cannot_be_set_up_stops_with_a_message(monkeypatch: pytes
     monkeypatch.setattr(sandbox, "_UNSHARE", ("--user", "--map-root-user", "--net", "--mount"))
     with pytest.raises(HaldetError, match="could not be set up: not the first process"):
         run_python("print(1)\n", timeout=3.0, memory_mb=512)
+
+
+@needs_namespaces
+def test_an_interpreter_living_under_tmp_still_starts(tmp_path: Path) -> None:
+    """A checkout (and its venv) under /tmp, as a CI clone may be: /tmp is hidden inside the sandbox, so the
+    interpreter's installation is bound back read-only, and the program still cannot write there."""
+    import subprocess
+
+    venv = tmp_path / "venv"  # tmp_path lives under /tmp
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    probe = ("from haldet.judges.execution import run_python\n"
+             "ok = run_python('print(40 + 2)', timeout=5, memory_mb=512)\n"
+             f"bad = run_python(\"open({str(venv / 'x')!r}, 'w')\", timeout=5, memory_mb=512)\n"
+             "print(ok.passed, '42' in ok.output, bad.passed)\n")
+    src = Path(__file__).resolve().parents[1] / "src"
+    site = [p for p in sys.path if p.endswith("site-packages")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(src), *site])}
+    res = subprocess.run([str(venv / "bin" / "python"), "-c", probe], capture_output=True, text=True, env=env,
+                         timeout=120)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.split() == ["True", "True", "False"], res.stdout + res.stderr[-1000:]

@@ -80,9 +80,19 @@ def _tmpfs(target: str, options: str) -> None:
         _fail(f"cannot mount a private tmpfs on {target}: {os.strerror(ctypes.get_errno())}")
 
 
+def _interpreter_dirs() -> list[str]:
+    """The Python installation the program runs on (the venv and its base) where it lives under a directory that
+    is about to be hidden (a checkout under /tmp): it is bound back read-only, or the program could not start."""
+    dirs = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, os.path.dirname(sys.executable))}
+    hidden = [os.path.realpath(h) for h in _HIDDEN if os.path.isdir(h)]
+    return sorted(d for d in dirs if any(d == h or d.startswith(h + os.sep) for h in hidden))
+
+
 def read_only_except(workdir: str) -> None:
-    """Every mount read-only; /tmp, /var/tmp and /run private and empty; a minimal /dev; `workdir` writable."""
+    """Every mount read-only; /tmp, /var/tmp and /run private and empty (but for the Python installation the
+    program needs, read-only); a minimal /dev; `workdir` writable."""
     keep = os.open(workdir, os.O_PATH | os.O_DIRECTORY)
+    python = {path: os.open(path, os.O_PATH | os.O_DIRECTORY) for path in _interpreter_dirs()}
     devices = {name: os.open(f"/dev/{name}", os.O_PATH) for name in _DEVICES if os.path.exists(f"/dev/{name}")}
     for point, flags in _mount_points():
         err = _mount(None, point, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | flags)
@@ -95,6 +105,9 @@ def read_only_except(workdir: str) -> None:
     for name, fd in devices.items():
         open(f"/dev/{name}", "w").close()
         _bind_fd(fd, f"/dev/{name}", _MS_NOSUID | _MS_NOEXEC)
+    for path, fd in python.items():
+        os.makedirs(path, exist_ok=True)
+        _bind_fd(fd, path, _MS_RDONLY | _MS_NOSUID | _MS_NODEV)
     os.makedirs(workdir, exist_ok=True)  # inside a private tmpfs when it lives under /tmp
     _bind_fd(keep, workdir, _MS_NOSUID | _MS_NODEV)
 
