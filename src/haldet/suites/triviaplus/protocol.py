@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy.stats import fisher_exact
 
+from haldet.errors import HaldetError
 from haldet.evaluation.thresholds import Confusion
 
 CLEAN = "clean"
@@ -40,7 +41,6 @@ LENGTH_STRATA: tuple[tuple[str, int, float], ...] = (
 # the release's `source` values -> domain names of the paper (msmarco and ms_marco are one origin)
 DOMAINS: dict[str, str] = {"drop": "DROP", "msmarco": "MS-MARCO", "ms_marco": "MS-MARCO", "nq": "NQ",
                            "trivia": "TriviaQA", "covid": "COVID"}
-STRATA_DIMENSIONS = ("length", "domain", "generator")
 
 
 def length_stratum(n_chars: int) -> str:
@@ -53,8 +53,6 @@ def domain_of(source: str) -> str:
 
 
 def check_regime(regime: str, where: str = "suite_params.triviaplus.train_labels") -> str:
-    from haldet.errors import HaldetError
-
     if regime not in REGIME_COLUMNS:
         known = "; ".join(f"{k}: {v}" for k, v in REGIME_NAMES.items())
         raise HaldetError(f"unknown TRIVIA+ label regime {regime!r}", where=where, hint=f"one of {known}")
