@@ -33,6 +33,7 @@ from haldet.backends.openai_client import (
     OpenAIEndpoint,
     Usage,
     api_key,
+    gather_closing,
     run_coroutine,
 )
 from haldet.config import EndpointConfig
@@ -149,16 +150,7 @@ class OpenAIBackend(Backend):
                                       error=f"{exc.error} (after {exc.attempts} attempt(s))")]
             return self._outputs(reply)
 
-        tasks = [asyncio.create_task(one(*job)) for job in jobs]
-        try:
-            return list(await asyncio.gather(*tasks))
-        except BaseException:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            raise
-        finally:
-            await endpoint.close()
+        return await gather_closing((one(*job) for job in jobs), endpoint)
 
     def _breaker(self, endpoint: OpenAIEndpoint) -> CircuitBreaker:
         """One breaker for the backend's lifetime: once the endpoint is declared dead, later stages do not call it."""

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Coroutine, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 
@@ -329,3 +329,18 @@ def run_coroutine(coro: Coroutine[Any, Any, T]) -> T:
     if "error" in box:
         raise box["error"]
     return box["value"]  # type: ignore[no-any-return]
+
+
+async def gather_closing(coros: Iterable[Awaitable[T]], endpoint: OpenAIEndpoint) -> list[T]:
+    """Every request coroutine at once (each bounds itself by the caller's semaphore); when one raises, the others
+    are cancelled and awaited before the error propagates; the endpoint's client is closed either way."""
+    tasks = [asyncio.ensure_future(coro) for coro in coros]
+    try:
+        return list(await asyncio.gather(*tasks))
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+    finally:
+        await endpoint.close()

@@ -31,7 +31,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from haldet.backends.openai_client import EndpointDown, OpenAIEndpoint, RetryableError, Usage, run_coroutine
+from haldet.backends.openai_client import (
+    EndpointDown,
+    OpenAIEndpoint,
+    RetryableError,
+    Usage,
+    gather_closing,
+    run_coroutine,
+)
 from haldet.config import JudgeConfig, digest
 from haldet.errors import HaldetError
 from haldet.judges.base import Judge, JudgeFailure, Pair, Verdict, register
@@ -227,17 +234,7 @@ class LLMJudge(Judge):
                 verdict = await self._attempts(client, instance, generation)
             on_done(index, verdict)
 
-        try:
-            tasks = [asyncio.create_task(one(i)) for i in range(len(pairs))]
-            try:
-                await asyncio.gather(*tasks)
-            except BaseException:
-                for task in tasks:
-                    task.cancel()
-                await asyncio.gather(*tasks, return_exceptions=True)
-                raise
-        finally:
-            await client.close()
+        await gather_closing((one(i) for i in range(len(pairs))), client)
 
     async def _attempts(self, client: OpenAIEndpoint, instance: Instance, generation: Generation) -> Verdict:
         c = self.config

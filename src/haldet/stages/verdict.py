@@ -270,7 +270,7 @@ def _label_word(prompt: VerdictPrompt, label: int | None) -> str:
 
 def _ask_endpoint(chats: list[list[dict[str, str]]], cfg: Any, max_new_tokens: int) -> list[str | _Failed]:
     """Every chat through an OpenAI-compatible endpoint, concurrently, with retries and the circuit breaker."""
-    from haldet.backends.openai_client import CallFailed, OpenAIEndpoint, Usage, run_coroutine
+    from haldet.backends.openai_client import CallFailed, OpenAIEndpoint, Usage, gather_closing, run_coroutine
 
     endpoint = OpenAIEndpoint(cfg.model, base_url=cfg.base_url, api_key_env=cfg.api_key_env, timeout=cfg.timeout,
                               where=f"verdict model {cfg.model}", option="verdict.model")
@@ -286,10 +286,4 @@ def _ask_endpoint(chats: list[list[dict[str, str]]], cfg: Any, max_new_tokens: i
                 return _Failed(f"{exc.error} (after {exc.attempts} attempts)")
             return reply.text
 
-    async def all_chats() -> list[str | _Failed]:
-        try:
-            return list(await asyncio.gather(*(one(chat) for chat in chats)))
-        finally:
-            await endpoint.close()
-
-    return run_coroutine(all_chats())
+    return run_coroutine(gather_closing((one(chat) for chat in chats), endpoint))

@@ -22,7 +22,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from haldet.backends.openai_client import EndpointDown, OpenAIEndpoint, RetryableError, Usage, run_coroutine
+from haldet.backends.openai_client import (
+    EndpointDown,
+    OpenAIEndpoint,
+    RetryableError,
+    Usage,
+    gather_closing,
+    run_coroutine,
+)
 from haldet.config import JudgeConfig, digest
 from haldet.errors import HaldetError
 from haldet.store import StageLog
@@ -164,17 +171,7 @@ class StructuredLLM:
                 outcome = await self._attempts(client, requests[index])
             done(index, outcome)
 
-        try:
-            tasks = [asyncio.create_task(one(i)) for i in range(len(requests))]
-            try:
-                await asyncio.gather(*tasks)
-            except BaseException:
-                for task in tasks:
-                    task.cancel()
-                await asyncio.gather(*tasks, return_exceptions=True)
-                raise
-        finally:
-            await client.close()
+        await gather_closing((one(i) for i in range(len(requests))), client)
 
     async def _attempts(self, client: OpenAIEndpoint, request: Request[Any]) -> Outcome:
         c = self.config
