@@ -50,7 +50,7 @@ def _string_list(row: dict[str, Any], column: str) -> list[str]:
             value = json.loads(value)
         except json.JSONDecodeError:
             raise BadRow(column, "must be a list of strings") from None
-    if hasattr(value, "tolist"):
+    if value is not None and hasattr(value, "tolist"):  # numpy arrays from a parquet reader
         value = value.tolist()
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
         raise BadRow(column, "must be a list of strings")
@@ -146,7 +146,8 @@ class TriviaPlus(DatasetAdapter):
         labels = {regime: _binary(row, column) for regime, column in REGIME_COLUMNS.items()
                   if regime == CLEAN or row.get(column) is not None}
         three_way = row.get("response_level_label")
-        if three_way is not None and _int_or_none(three_way) not in RESPONSE_3WAY:
+        three = _int_or_none(three_way)
+        if three_way is not None and (three is None or three not in RESPONSE_3WAY):
             raise BadRow("response_level_label", f"must be -1, 0 or 1, not {three_way!r}")
         spans = locate_sentences(answer, sentences)
         units = [SpanLabel(kind="sentence", start=sp[0], end=sp[1], text=answer[sp[0]:sp[1]],
@@ -154,7 +155,7 @@ class TriviaPlus(DatasetAdapter):
                  for sp, v in zip(spans, votes, strict=True) if sp is not None]
         meta = {"generator": str(require(row, "model")), "source_name": str(require(row, "source")),
                 "domain": domain_of(str(row["source"])), "context_chars": len(article),
-                "label_3way": RESPONSE_3WAY[_int_or_none(three_way)] if three_way is not None else None,
+                "label_3way": RESPONSE_3WAY[three] if three is not None else None,
                 "sentences_unaligned": [s for s, sp in zip(sentences, spans, strict=True) if sp is None]}
         return self.instance(SPLITS[raw_split], index, context=article, question=question, response=answer,
                              units=units, response_label=_category(labels[CLEAN]), split=SPLITS[raw_split],

@@ -149,11 +149,11 @@ def unit_metrics(test: UnitData, val: UnitData | None, *, n_boot: int = 1000, ci
     if val is None:
         threshold_note = "no validation units: no threshold"
     else:
-        v = val.valid()
-        if v.y.sum() == 0 or v.y.sum() == len(v.y):
+        valid_val = val.valid()
+        if valid_val.y.sum() == 0 or valid_val.y.sum() == len(valid_val.y):
             threshold_note = "validation units with a valid score are all one class: no threshold"
         else:
-            threshold = best_f1(v.y, v.s)[0]
+            threshold = best_f1(valid_val.y, valid_val.s)[0]
     point: dict[str, float | None] = {"auroc": float(roc_auc_score(data.y, data.s)),
                                       "aupr": float(average_precision_score(data.y, data.s))}
     if threshold is not None:

@@ -48,7 +48,7 @@ def table_cells(suite: Suite, rows: list[dict[str, Any]]) -> list[dict[str, Any]
         mine = [r for r in rows if r.get("level") == level and r.get("table") == layout.table]
         cells = sorted({(r["dataset"], r["model"]) for r in mine})
         for dataset, model in cells:
-            lines: dict[str, dict[str, dict[str, Any]]] = {}
+            lines: dict[tuple[str, ...], dict[str, dict[str, Any]]] = {}
             for r in mine:
                 if (r["dataset"], r["model"]) == (dataset, model):
                     name = tuple(str(r.get(c, "")) for c in layout.line)

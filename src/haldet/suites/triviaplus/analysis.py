@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -111,7 +112,7 @@ def strata_rows(ds: DetectorScores, items: Mapping[str, Instance]) -> list[dict[
     return rows
 
 
-def hallucination_type_test(ds: DetectorScores, items: Mapping[str, Instance]) -> dict[str, object]:
+def hallucination_type_test(ds: DetectorScores, items: Mapping[str, Instance]) -> dict[str, Any]:
     """Appendix Table 11: detection rate on contradicted vs not-mentioned test answers, Fisher's exact p."""
     _, yv, sv = _arrays(ds.val, items, CLEAN)
     ids, y, s = _arrays(ds.test, items, CLEAN)

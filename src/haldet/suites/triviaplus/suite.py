@@ -175,12 +175,14 @@ class TriviaPlusSuite(Suite):
 def _metric_rows(base: dict[str, Any], values: dict[str, Any], metrics: tuple[str, ...]) -> list[dict[str, Any]]:
     """One tidy row per metric of `metrics` (value None when absent or NaN); n, n_pos, coverage, threshold and the
     note ride along on each row."""
-    ride = {k: values[k] for k in ("n", "n_pos", "coverage", "threshold") if k in values}
+    ride: dict[str, Any] = {k: values[k] for k in ("n", "n_pos", "coverage", "threshold") if k in values}
     note = str(values.get("note") or "")
     out = []
     for metric in metrics:
         value = values.get(metric)
         if isinstance(value, float) and math.isnan(value):
             value = None
-        out.append({**base, "metric": metric, "value": value, "ci_low": None, "ci_high": None, **ride, "note": note})
+        row: dict[str, Any] = {**base, "metric": metric, "value": value, "ci_low": None, "ci_high": None, **ride,
+                               "note": note}
+        out.append(row)
     return out
