@@ -204,3 +204,13 @@ def test_long_context_policy_truncates_or_marks_items_unscorable() -> None:
     with pytest.raises(HaldetError):
         suite.prepare_instances(items, _Window(), RunConfig(suite="triviaplus",
                                                             suite_params={"triviaplus": {"window": 1}}))
+
+
+def test_suite_tables_show_coverage_below_100_percent() -> None:
+    from haldet.suites.base import get_suite
+    from haldet.suites.report import suite_markdown
+
+    rows = [{"dataset": "triviaplus", "model": "m", "level": "response", "detector": d, "metric": "auroc",
+             "value": 0.6, "n": 10, "coverage": cov, "note": ""} for d, cov in (("a", 1.0), ("b", 0.8))]
+    text = suite_markdown(get_suite("triviaplus"), rows)
+    assert "| a | 0.600 |" in text and "| 10 |" in text and "| 10 (80%) |" in text

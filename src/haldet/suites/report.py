@@ -23,6 +23,12 @@ METRIC_TITLES = {"auroc": "AUROC", "aupr": "AUPRC", "f1_opt": "F1-opt", "precisi
                  "rank_loss_continuous": "Lrank(s)", "rank_loss_best_binary": "Lrank floor"}
 
 
+def _n(row: dict[str, Any]) -> str:
+    """N of a line, with the coverage beside it when not every unit has a valid score ("39 (94%)")."""
+    cov = row.get("coverage")
+    return f"{row.get('n')}" + (f" ({cov:.0%})" if isinstance(cov, float) and cov < 1.0 else "")
+
+
 def _fmt(value: Any) -> str:
     if value is None:
         return "—"
@@ -61,12 +67,12 @@ def table_cells(suite: Suite, rows: list[dict[str, Any]]) -> list[dict[str, Any]
 def suite_markdown(suite: Suite, rows: list[dict[str, Any]]) -> str:
     parts = []
     for t in table_cells(suite, rows):
-        head = [*t["line"], *(METRIC_TITLES.get(m, m) for m in t["metrics"]), "N units", "note"]
+        head = [*t["line"], *(METRIC_TITLES.get(m, m) for m in t["metrics"]), "N units (coverage)", "note"]
         body = []
         for det, metrics in t["lines"].items():
             first = next(iter(metrics.values()))
             notes = sorted({str(metrics[m].get("note")) for m in t["metrics"] if metrics.get(m, {}).get("note")})
-            body.append([*det, *(_fmt(metrics.get(m, {}).get("value")) for m in t["metrics"]), str(first.get("n")),
+            body.append([*det, *(_fmt(metrics.get(m, {}).get("value")) for m in t["metrics"]), _n(first),
                          "; ".join(notes)])
         parts.append(f"### {t['title']}\n\n| " + " | ".join(head) + " |\n|" + "---|" * len(head) + "\n"
                      + "".join("| " + " | ".join(line) + " |\n" for line in body))
@@ -112,9 +118,9 @@ def html_tables(suite: Suite, rows: list[dict[str, Any]]) -> str:
         body = []
         for det, metrics in t["lines"].items():
             cells = [_with_ci(metrics.get(m, {})) for m in t["metrics"]]
-            body.append([*det, *cells, str(next(iter(metrics.values())).get("n"))])
+            body.append([*det, *cells, _n(next(iter(metrics.values())))])
         parts.append(f"<h3>{escape(t['title'])}</h3>" + _html_table(
-            [*t["line"], *(METRIC_TITLES.get(m, m) for m in t["metrics"]), "N units"], body))
+            [*t["line"], *(METRIC_TITLES.get(m, m) for m in t["metrics"]), "N units (coverage)"], body))
     return "\n".join(parts)
 
 
@@ -126,10 +132,10 @@ def rich_tables(suite: Suite, rows: list[dict[str, Any]]) -> list[Table]:
             table.add_column(col, no_wrap=True)
         for m in t["metrics"]:
             table.add_column(METRIC_TITLES.get(m, m), justify="right")
-        table.add_column("N units", justify="right")
+        table.add_column("N units (coverage)", justify="right")
         for det, metrics in t["lines"].items():
             cells = [_with_ci(metrics.get(m, {})) for m in t["metrics"]]
-            table.add_row(*det, *cells, str(next(iter(metrics.values())).get("n")))
+            table.add_row(*det, *cells, _n(next(iter(metrics.values()))))
         tables.append(table)
     return tables
 
