@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from haldet.backends.decode import common_prefix
+from haldet.backends import decode as decode_module
+from haldet.backends.decode import common_prefix, prefill_group
 from haldet.backends.hf import HFBackend
 from haldet.confidence import confidence_complete, parse_confidence
 from haldet.threads import available_cores, cgroup_cpu_limit, thread_count
@@ -73,6 +74,53 @@ def test_generate_until_stops_at_the_first_token_where_it_holds(backends, prompt
                 assert until(c.text) and c.finish_reason == "stop", name
                 shorter = lean.tokenizer.decode(c.token_ids[:-1], skip_special_tokens=True).strip()
                 assert not until(shorter), name  # and not a token later than needed
+
+
+@pytest.fixture(scope="module")
+def small_pool(backends: dict[str, HFBackend]) -> HFBackend:
+    """The lean loop with a pool of 2 rows: prompts must join while other rows are still decoding."""
+    pool = HFBackend("smollm2-135m", device="cpu", decode_rows=2)
+    pool._model, pool.stop_ids = backends["haldet"].model, backends["haldet"].stop_ids
+    return pool
+
+
+def test_rows_joining_a_running_pool_give_the_same_answers(small_pool, prompts, answers, monkeypatch):
+    """Continuous batching: prompts read one at a time join a 2-row pool as rows end (their caches merged at
+    different widths); answers and log-probs are those of transformers' generate."""
+    merges: list[int] = []
+    real_merge = decode_module._merge
+
+    def counting(parts, **kwargs):
+        merges.append(len(parts))
+        return real_merge(parts, **kwargs)
+
+    monkeypatch.setattr(decode_module, "_merge", counting)
+    done: list[int] = []
+    joined = small_pool.generate(prompts, max_new_tokens=20, batch_size=1, progress=done.append)
+    assert max(merges) >= 2  # a prompt joined rows that were already decoding
+    assert len(done) == len(prompts)  # progress: once per prompt, when its rows have ended
+    ref = answers["transformers"]
+    assert [a.token_ids for a in joined] == [a.token_ids for a in ref]
+    for a, b in zip(joined, ref, strict=True):
+        np.testing.assert_allclose(a.token_logprobs, b.token_logprobs, atol=1e-4)
+
+
+def test_samples_do_not_depend_on_the_pool_size(backends, small_pool, prompts):
+    """Each sample row draws from its own seeded generator: a 2-row pool (prompts joining as rows end) gives the
+    same K samples as one pool holding every row."""
+    kwargs = dict(k=3, temperature=1.0, top_p=0.9, seeds=[11, 12, 13, 14], max_new_tokens=12, batch_size=3)
+    wide = backends["haldet"].sample(prompts, **kwargs)
+    narrow = small_pool.sample(prompts, **kwargs)
+    assert [[s.token_ids for s in outs] for outs in narrow] == [[s.token_ids for s in outs] for outs in wide]
+    assert len({tuple(s.token_ids) for outs in wide for s in outs}) > len(prompts)  # samples do differ
+
+
+def test_prefill_group_caps_the_padding():
+    seqs = [[0] * n for n in (10, 10, 11, 30, 31)]
+    assert prefill_group(seqs, 0, 8) == 3  # 3 x 11 = 33 <= 1.25 x 31; with 30: 4 x 30 = 120 > 1.25 x 61
+    assert prefill_group(seqs, 0, 2) == 2  # at most `most`
+    assert prefill_group(seqs, 3, 8) == 2  # 30 and 31 read together
+    assert prefill_group(seqs, 4, 8) == 1  # the last prompt alone
 
 
 def test_first_token_p_true_equals_a_direct_forward_pass(backends, prompts):

@@ -12,7 +12,8 @@ from conftest import haldet_cmd, run_cli
 
 pytestmark = pytest.mark.slow
 
-ARGS = ("run", "--limit", "24", "--max-new-tokens", "16", "--batch-size", "2", "--detector", "perplexity")
+ARGS = ("run", "--limit", "24", "--max-new-tokens", "16", "--batch-size", "2", "--decode-rows", "2",
+        "--detector", "perplexity")
 
 
 def test_killed_run_resumes_without_loss_or_duplicates(tmp_path):

@@ -24,8 +24,8 @@ def _records(path: Path) -> list[dict]:
 
 def test_sample_stage_killed_midway_resumes_exactly(tmp_path):
     run_dir = tmp_path / "run"
-    # two items per appended batch (batch_size // k * 2), so the log grows in three steps
-    config = RunConfig.model_validate({"limit": N_ITEMS, "generation": {"max_new_tokens": 4},
+    # two items per appended batch (batch_size // k * 2, and 4 * decode_rows // k), so the log grows in three steps
+    config = RunConfig.model_validate({"limit": N_ITEMS, "decode_rows": 1, "generation": {"max_new_tokens": 4},
                                        "sample": {"k": 2, "batch_size": 2, "max_new_tokens": 4,
                                                   "hidden_layer": -1}})
     RunStore(run_dir).write_manifest({"config": config.canonical(), "config_hash": config.hash()})

@@ -128,6 +128,8 @@ def run(
     on_bad_row: Annotated[str | None, typer.Option(help="skip|fail on a dataset row missing a field.")] = None,
     batch_size: Annotated[int | None, typer.Option(help="Generation batch size.")] = None,
     max_new_tokens: Annotated[int | None, typer.Option(help="Max generated tokens per answer.")] = None,
+    decode_rows: Annotated[int | None, typer.Option(help="Rows the local decoding loop runs together (default 64; "
+                                                    "docs/speed.md).")] = None,
     device: Annotated[str | None, typer.Option(help="auto, cpu, cuda, cuda:1 ...")] = None,
     judge: Annotated[str | None, typer.Option(help="Labelling: rule | exec | llm | cascade (default cascade; "
                                               "see `haldet annotate --help`).")] = None,
@@ -160,7 +162,7 @@ def run(
     overrides = dict(
         datasets=split_names(dataset), models=split_names(model), detectors=split_names(detector),
         limit=limit, data_dir=local_data(data_dir, data_file, split_names(dataset) or None), on_bad_row=on_bad_row,
-        device=device,
+        device=device, decode_rows=decode_rows,
         generation__batch_size=batch_size, generation__max_new_tokens=max_new_tokens,
         judge__kind=judge, judge__model=judge_model, judge__base_url=judge_base_url, judge__backend=judge_backend,
         endpoint__base_url=model_base_url,

@@ -189,6 +189,9 @@ class RunConfig(Section):
     # (bfloat16 weights, or int8 dynamic quantisation of linear layers) change answers and are never the default
     decoder: Literal["haldet", "transformers"] = "haldet"
     fast_numerics: Literal["none", "bf16", "int8"] = "none"
+    # rows the lean loop decodes together (continuous batching; prompts join as rows end): decoding steps of many
+    # rows cost far less per token on CPU; memory grows with it (the rows' KV cache)
+    decode_rows: int = Field(64, ge=1)
     generation: GenerationConfig = Field(default_factory=GenerationConfig)
     sample: SampleConfig = Field(default_factory=SampleConfig)
     auxiliary: AuxiliaryConfig = Field(default_factory=AuxiliaryConfig)

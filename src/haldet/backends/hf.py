@@ -123,7 +123,7 @@ class HFBackend(Backend):
     kind = "hf"
 
     def __init__(self, name: str, *, device: str = "auto", decoder: str = "haldet",
-                 fast_numerics: str = "none") -> None:
+                 fast_numerics: str = "none", decode_rows: int = 64) -> None:
         super().__init__(name)
         if decoder not in DECODERS:
             raise HaldetError(f"unknown decoder {decoder!r}", where="decoder", hint=f"choose {' or '.join(DECODERS)}")
@@ -132,6 +132,7 @@ class HFBackend(Backend):
                               hint=f"choose {', '.join(FAST_NUMERICS)}")
         self.decoder = decoder
         self.fast_numerics = fast_numerics
+        self.decode_rows = decode_rows  # rows the lean loop decodes together (continuous batching)
         import torch
         from transformers import AutoTokenizer
 
@@ -238,20 +239,18 @@ class HFBackend(Backend):
         results: list[GenOutput | None] = [None] * len(prompts)
         row_done = None
         if until is not None:
-            def row_done(row: int, tokens: list[int]) -> bool:
+            def row_done(row: int, tokens: list[int]) -> bool:  # row = position in `order`
                 return until(str(self.tokenizer.decode(tokens, skip_special_tokens=True)).strip())
-        for start in range(0, len(order), batch_size):
-            batch = order[start : start + batch_size]
-            with torch.inference_mode():
-                out = decode(self.model, [encoded[i] for i in batch], max_new_tokens=max_new_tokens,
-                             stop_ids=sorted(self.stop_ids), pad_id=self.tokenizer.pad_token_id, row_done=row_done)
-            for row, item in enumerate(batch):
-                res = self._finish(out.tokens[row], out.logprobs[row])
-                if until is not None and res.finish_reason == "length" and until(res.text):
-                    res.finish_reason = "stop"
-                results[item] = res
-            if progress is not None:
-                progress(len(batch))
+        with torch.inference_mode():
+            out = decode(self.model, [encoded[i] for i in order], max_new_tokens=max_new_tokens,
+                         stop_ids=sorted(self.stop_ids), pad_id=self.tokenizer.pad_token_id, row_done=row_done,
+                         prefill_batch=batch_size, pool_rows=self.decode_rows,
+                         on_prompt_done=(lambda _: progress(1)) if progress is not None else None)
+        for row, item in enumerate(order):
+            res = self._finish(out.tokens[row], out.logprobs[row])
+            if until is not None and res.finish_reason == "length" and until(res.text):
+                res.finish_reason = "stop"
+            results[item] = res
         return [r for r in results if r is not None]
 
     def _generate_transformers(self, prompts: list[str], *, max_new_tokens: int, batch_size: int,
@@ -301,25 +300,21 @@ class HFBackend(Backend):
         encoded = [self.encode_prompt(p) for p in prompts]
         order = sorted(range(len(prompts)), key=lambda i: len(encoded[i]))
         results: list[list[GenOutput] | None] = [None] * len(prompts)
-        per_call = max(1, batch_size // k)
-        sampler_cls = _sampler_class()
-        for begin in range(0, len(order), per_call):
-            batch = order[begin : begin + per_call]
-            sampler = sampler_cls([_row_seed(seeds[i], j) for i in batch for j in range(k)], temperature, top_p,
-                                  self.device)
-            with torch.inference_mode():
-                # the K rows of a prompt share its prefill; log-probs are the model's own (raw logits, temperature 1)
-                out = decode(self.model, [encoded[i] for i in batch], max_new_tokens=max_new_tokens,
-                             stop_ids=sorted(self.stop_ids), pad_id=self.tokenizer.pad_token_id, choose=sampler.draw,
-                             repeat=k)
-            for pos, item in enumerate(batch):
-                rows = range(pos * k, (pos + 1) * k)
-                outs = [self._finish(out.tokens[r], out.logprobs[r]) for r in rows]
-                for r, o in zip(rows, outs, strict=True):
-                    o.extra["sanitised_logits"] = sampler.sanitised_rows[r]
-                results[item] = outs
-            if progress is not None:
-                progress(len(batch))
+        # row i * k + j is sample j of prompt order[i]; each row draws from its own seeded generator
+        sampler = _sampler_class()([_row_seed(seeds[i], j) for i in order for j in range(k)], temperature, top_p,
+                                   self.device)
+        with torch.inference_mode():
+            # the K rows of a prompt share its prefill; log-probs are the model's own (raw logits, temperature 1)
+            out = decode(self.model, [encoded[i] for i in order], max_new_tokens=max_new_tokens,
+                         stop_ids=sorted(self.stop_ids), pad_id=self.tokenizer.pad_token_id, choose=sampler.draw,
+                         repeat=k, prefill_batch=max(1, batch_size // k), pool_rows=max(self.decode_rows, k),
+                         on_prompt_done=(lambda _: progress(1)) if progress is not None else None)
+        for pos, item in enumerate(order):
+            rows = range(pos * k, (pos + 1) * k)
+            outs = [self._finish(out.tokens[r], out.logprobs[r]) for r in rows]
+            for r, o in zip(rows, outs, strict=True):
+                o.extra["sanitised_logits"] = sampler.sanitised_rows[r]
+            results[item] = outs
         return [r for r in results if r is not None]
 
     def _sample_transformers(self, prompts: list[str], *, k: int, temperature: float, top_p: float,

@@ -79,4 +79,5 @@ def make_backend(model: str, config: RunConfig) -> Backend:
         return VLLMBackend(model, device=config.device)
     from haldet.backends.hf import HFBackend
 
-    return HFBackend(model, device=config.device, decoder=config.decoder, fast_numerics=config.fast_numerics)
+    return HFBackend(model, device=config.device, decoder=config.decoder, fast_numerics=config.fast_numerics,
+                     decode_rows=config.decode_rows)

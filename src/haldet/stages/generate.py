@@ -35,7 +35,8 @@ class GenerateStage(Stage):
         return stage_key(self.name, fingerprint, item.prompt, limit)
 
     def items_per_batch(self) -> int:
-        return self.ctx.config.generation.batch_size * 4
+        # enough prompts per stored shard for the decoding pool to stay full (continuous batching)
+        return max(self.ctx.config.generation.batch_size * 4, self.ctx.config.decode_rows * 2)
 
     def compute(self, batch: list[Item]) -> list[dict[str, Any]]:
         generated = [item for item in batch if item.instance.response is None]
