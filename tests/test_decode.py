@@ -167,15 +167,37 @@ def test_available_cores_reads_the_cgroup_quota(tmp_path: Path, monkeypatch):
     assert thread_count() == 3 and thread_count(1) == 1
 
 
-def test_partial_sort_nucleus_equals_the_full_sort():
-    from haldet.backends.hf import _nucleus_full, nucleus_mask
+def _nucleus_reference(probs: torch.Tensor, top_p: float, u: float) -> int:
+    """One row by the definition: sort descending, keep tokens whose strictly more likely mass < top_p,
+    renormalise, first token whose cumulative share exceeds u."""
+    order = np.argsort(-probs.numpy(), kind="stable")
+    p = probs.numpy()[order].astype(np.float64)
+    kept = p[(np.cumsum(p) - p) < top_p]
+    return int(order[int(np.searchsorted(np.cumsum(kept) / kept.sum(), u, side="right"))])
+
+
+def test_nucleus_draw_partial_sort_equals_the_definition():
+    from haldet.backends.hf import nucleus_draw
 
     gen = torch.Generator().manual_seed(0)
     logits = torch.randn((6, 5000), generator=gen) * torch.tensor([0.5, 1, 2, 4, 8, 16])[:, None]
-    probs = torch.softmax(logits, -1)
+    probs = torch.softmax(logits, -1)  # the first rows are flat: their head of 64 holds < top_p (full sort)
     for top_p in (0.1, 0.5, 0.9, 0.999):
-        fast, full = nucleus_mask(probs, top_p, head=64), _nucleus_full(probs, top_p)
-        assert torch.equal(fast, full)
-    flat = torch.softmax(torch.zeros((1, 5000)), -1)  # the head of 64 holds 1.3% of the mass: full-sort rows
-    assert torch.equal(nucleus_mask(flat, 0.9, head=64), _nucleus_full(flat, 0.9))
-    assert 4400 < int(nucleus_mask(flat, 0.9, head=64).sum()) < 4600
+        for _ in range(5):
+            u = torch.rand(6, generator=gen)
+            fast, full = nucleus_draw(probs, top_p, u, head=64), nucleus_draw(probs, top_p, u, head=5000)
+            assert torch.equal(fast, full)
+            assert fast.tolist() == [_nucleus_reference(probs[r], top_p, float(u[r])) for r in range(6)]
+
+
+def test_nucleus_draw_frequencies_are_the_renormalised_nucleus():
+    from haldet.backends.hf import nucleus_draw
+
+    probs = torch.tensor([[0.05, 0.5, 0.15, 0.3]]).repeat(20000, 1)
+    u = torch.rand(20000, generator=torch.Generator().manual_seed(1))
+    drawn = nucleus_draw(probs, 0.9, u, head=2)  # the head of 2 holds 0.8 < 0.9: full order
+    counts = torch.bincount(drawn, minlength=4).double() / 20000
+    assert counts[0] == 0  # outside the nucleus (0.95 of the mass is more likely)
+    np.testing.assert_allclose(counts[1:].numpy(), np.array([0.5, 0.15, 0.3]) / 0.95, atol=0.012)
+    everything = torch.bincount(nucleus_draw(probs, 1.0, u), minlength=4).double() / 20000
+    np.testing.assert_allclose(everything.numpy(), [0.05, 0.5, 0.15, 0.3], atol=0.012)

@@ -115,6 +115,9 @@ class Backend:
     """Base class; `name` is what stages record as the model id, `fingerprint()` what caches key on."""
 
     kind: str = ""
+    # how this backend turns a seed into samples, when it samples locally (part of the sample stage's key: a changed
+    # draw gives other samples for the same seed); "" where the model's server samples
+    sampler: str = ""
 
     def __init__(self, name: str) -> None:
         self.name = name

@@ -121,6 +121,7 @@ FAST_NUMERICS = ("none", "bf16", "int8")
 
 class HFBackend(Backend):
     kind = "hf"
+    sampler = "seeded-nucleus-inverse-cdf-v2"  # SeededSampler.draw: per-row generator, one uniform per token
 
     def __init__(self, name: str, *, device: str = "auto", decoder: str = "haldet",
                  fast_numerics: str = "none", decode_rows: int = 64) -> None:
@@ -676,41 +677,48 @@ def _sampler_class() -> type:
                 logits = torch.nan_to_num(logits, nan=-1e4, posinf=1e4, neginf=-1e4)
             logits = logits.clamp(-1e4, 1e4) / self.temperature
             probs = torch.softmax(logits, dim=-1)
-            if self.top_p < 1.0:
-                probs = torch.where(nucleus_mask(probs, self.top_p), probs, torch.zeros_like(probs))
-            chosen = [int(torch.multinomial(probs[i], 1, generator=self.generators[row]))
-                      for i, row in enumerate(rows.tolist())]
-            return torch.tensor(chosen, dtype=torch.long, device=scores.device)
+            uniforms = torch.stack([torch.rand((), generator=self.generators[row], device=self.generators[row].device)
+                                    for row in rows.tolist()])
+            return nucleus_draw(probs, self.top_p, uniforms.to(probs.device))
 
     return SeededSampler
 
 
-def nucleus_mask(probs: Any, top_p: float, head: int = 1024) -> Any:
-    """Tokens of the top-p nucleus per row: in descending probability, those whose strictly more likely tokens
-    hold less than `top_p` of the mass (the most likely token always). Read from the `head` most likely tokens
-    (a partial sort) whenever they already hold `top_p`; only the other rows sort the whole vocabulary. The same
-    set as a full sort gives (`_nucleus_full`), at a fraction of the cost per decoding step."""
+def nucleus_draw(probs: Any, top_p: float, uniforms: Any, head: int = 1024) -> Any:
+    """One token per row from its top-p nucleus, renormalised, by inverse CDF with the row's uniform in [0, 1).
+
+    The nucleus: in descending probability, the tokens whose strictly more likely tokens hold less than `top_p` of
+    the mass (the most likely token always). A row's token is the first one, in that order, whose cumulative mass
+    exceeds uniform x (nucleus mass). Rows whose `head` most likely tokens already hold `top_p` are read from a
+    partial sort (`topk`); only the others sort the whole vocabulary; `top_p >= 1` needs no order at all. Per
+    decoding step this costs a fraction of masking the vocabulary and calling `multinomial` row by row."""
     import torch
 
-    head = min(head, probs.shape[-1])
-    top_p_vals, top_idx = probs.topk(head, dim=-1)
-    keep_top = (top_p_vals.cumsum(dim=-1) - top_p_vals) < top_p
-    keep_top[:, 0] = True
-    keep = torch.zeros_like(probs, dtype=torch.bool).scatter(-1, top_idx, keep_top)
-    wide = (top_p_vals.sum(dim=-1) < top_p).nonzero().flatten()
-    if len(wide):  # the head holds less than top_p: these rows need the full order
-        keep[wide] = _nucleus_full(probs[wide], top_p)
-    return keep
+    if top_p >= 1.0:
+        cum = probs.cumsum(dim=-1)
+        pos = torch.searchsorted(cum, (uniforms * cum[:, -1])[:, None].contiguous(), right=True).squeeze(-1)
+        return pos.clamp(max=probs.shape[-1] - 1)
+    values, index = probs.topk(min(head, probs.shape[-1]), dim=-1)
+    wide = values.sum(dim=-1) < top_p  # the head holds less than top_p: these rows need the full order
+    chosen = torch.empty(probs.shape[0], dtype=torch.long, device=probs.device)
+    narrow_rows, wide_rows = (~wide).nonzero().flatten(), wide.nonzero().flatten()
+    if len(narrow_rows):
+        chosen[narrow_rows] = _draw_sorted(values[narrow_rows], index[narrow_rows], top_p, uniforms[narrow_rows])
+    if len(wide_rows):
+        values, index = probs[wide_rows].sort(dim=-1, descending=True)
+        chosen[wide_rows] = _draw_sorted(values, index, top_p, uniforms[wide_rows])
+    return chosen
 
 
-def _nucleus_full(probs: Any, top_p: float) -> Any:
-    """`nucleus_mask` by a full sort of each row."""
+def _draw_sorted(values: Any, index: Any, top_p: float, uniforms: Any) -> Any:
+    """`nucleus_draw` on probabilities already in descending order (`index`: their token ids)."""
     import torch
 
-    sorted_p, sorted_idx = probs.sort(dim=-1, descending=True)
-    keep_sorted = (sorted_p.cumsum(dim=-1) - sorted_p) < top_p  # mass of strictly more likely tokens
-    keep_sorted[:, 0] = True
-    return torch.zeros_like(keep_sorted).scatter(-1, sorted_idx, keep_sorted)
+    cum = values.cumsum(dim=-1)
+    kept = ((cum - values) < top_p).sum(dim=-1).clamp_min(1)  # the nucleus is a prefix of the order
+    mass = cum.gather(-1, (kept - 1)[:, None]).squeeze(-1)
+    pos = torch.searchsorted(cum, (uniforms * mass)[:, None].contiguous(), right=True).squeeze(-1)
+    return index.gather(-1, torch.minimum(pos, kept - 1)[:, None]).squeeze(-1)
 
 
 def _jsd(p: Any, q: Any) -> Any:

@@ -62,7 +62,8 @@ class SampleStage(Stage):
         cfg = self.ctx.config.sample
         layer = self.hidden_layer()
         limit = max_new_tokens(self.ctx.config, item.instance, sample=True)
-        return stage_key(self.name, self.ctx.backend.fingerprint(), item.prompt, cfg.k, cfg.temperature, cfg.top_p,
+        return stage_key(self.name, self.ctx.backend.fingerprint(), self.ctx.backend.sampler, item.prompt, cfg.k,
+                         cfg.temperature, cfg.top_p,
                          cfg.seed, limit, layer, cfg.hidden_pooling if layer is not None else None)
 
     def items_per_batch(self) -> int:
