@@ -201,3 +201,10 @@ def test_nucleus_draw_frequencies_are_the_renormalised_nucleus():
     np.testing.assert_allclose(counts[1:].numpy(), np.array([0.5, 0.15, 0.3]) / 0.95, atol=0.012)
     everything = torch.bincount(nucleus_draw(probs, 1.0, u), minlength=4).double() / 20000
     np.testing.assert_allclose(everything.numpy(), [0.05, 0.5, 0.15, 0.3], atol=0.012)
+
+
+def test_pool_rows_fit_the_kv_budget(backends):
+    """SmolLM2-135M keeps 2 x 30 layers x 3 KV heads x 64 dims x 4 bytes = 46,080 bytes per token."""
+    lean = backends["haldet"]
+    assert lean.pool_rows([[0] * 100], 28) == lean.decode_rows == 96  # 5.9 MB a row: the setting decides
+    assert lean.pool_rows([[0] * 20_000], 28) == (3 << 30) // (46_080 * 20_028) == 3  # long prompts: fewer rows

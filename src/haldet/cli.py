@@ -128,7 +128,7 @@ def run(
     on_bad_row: Annotated[str | None, typer.Option(help="skip|fail on a dataset row missing a field.")] = None,
     batch_size: Annotated[int | None, typer.Option(help="Generation batch size.")] = None,
     max_new_tokens: Annotated[int | None, typer.Option(help="Max generated tokens per answer.")] = None,
-    decode_rows: Annotated[int | None, typer.Option(help="Rows the local decoding loop runs together (default 64; "
+    decode_rows: Annotated[int | None, typer.Option(help="Rows the local decoding loop runs together (default 96; "
                                                     "docs/speed.md).")] = None,
     device: Annotated[str | None, typer.Option(help="auto, cpu, cuda, cuda:1 ...")] = None,
     judge: Annotated[str | None, typer.Option(help="Labelling: rule | exec | llm | cascade (default cascade; "

@@ -190,8 +190,8 @@ class RunConfig(Section):
     decoder: Literal["haldet", "transformers"] = "haldet"
     fast_numerics: Literal["none", "bf16", "int8"] = "none"
     # rows the lean loop decodes together (continuous batching; prompts join as rows end): decoding steps of many
-    # rows cost far less per token on CPU; memory grows with it (the rows' KV cache)
-    decode_rows: int = Field(64, ge=1)
+    # rows cost far less per token on CPU; memory grows with it (the rows' KV cache, capped at 3 GiB)
+    decode_rows: int = Field(96, ge=1)
     generation: GenerationConfig = Field(default_factory=GenerationConfig)
     sample: SampleConfig = Field(default_factory=SampleConfig)
     auxiliary: AuxiliaryConfig = Field(default_factory=AuxiliaryConfig)

@@ -331,7 +331,7 @@ def decode(model: Any, seqs: Sequence[Sequence[int]], *, max_new_tokens: int, st
             pool = _merge(parts, room=max_new_tokens)
         elif pool is None or live == 0:
             break
-        elif pool.n - live >= live:  # as many finished rows as running ones: stop computing them
+        elif 4 * (pool.n - live) >= live:  # ended rows are a fifth of the pool: stop computing them
             pool = _merge([pool], room=max_new_tokens)
         if pool is None or pool.n_live == 0:
             continue

@@ -117,6 +117,8 @@ def _load_error(name: str, exc: Exception) -> HaldetError:
 DECODERS = ("haldet", "transformers")
 # faster numerics on CPU, never the default (they change answers): bfloat16 weights, int8 dynamic quantisation
 FAST_NUMERICS = ("none", "bf16", "int8")
+# the most memory the decoding pool's KV cache may take (rows are capped to fit; a merge briefly holds two copies)
+KV_POOL_BYTES = 3 << 30
 
 
 class HFBackend(Backend):
@@ -124,7 +126,7 @@ class HFBackend(Backend):
     sampler = "seeded-nucleus-inverse-cdf-v2"  # SeededSampler.draw: per-row generator, one uniform per token
 
     def __init__(self, name: str, *, device: str = "auto", decoder: str = "haldet",
-                 fast_numerics: str = "none", decode_rows: int = 64) -> None:
+                 fast_numerics: str = "none", decode_rows: int = 96) -> None:
         super().__init__(name)
         if decoder not in DECODERS:
             raise HaldetError(f"unknown decoder {decoder!r}", where="decoder", hint=f"choose {' or '.join(DECODERS)}")
@@ -197,6 +199,16 @@ class HFBackend(Backend):
             fp["revision"] = getattr(self.tokenizer, "init_kwargs", {}).get("_commit_hash")
         return fp
 
+    def pool_rows(self, encoded: Sequence[Sequence[int]], max_new_tokens: int) -> int:
+        """Rows to decode together: `decode_rows`, fewer when their KV cache (every layer's keys and values for the
+        longest prompt plus the answer) would pass `KV_POOL_BYTES` (a larger model, long prompts)."""
+        config = self._text_config()
+        heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        per_token = 2 * config.num_hidden_layers * heads * head_dim * self.model.dtype.itemsize
+        per_row = per_token * (max((len(s) for s in encoded), default=1) + max_new_tokens)
+        return max(1, min(self.decode_rows, KV_POOL_BYTES // per_row))
+
     @property
     def has_chat_template(self) -> bool:
         return bool(getattr(self.tokenizer, "chat_template", None))
@@ -245,7 +257,7 @@ class HFBackend(Backend):
         with torch.inference_mode():
             out = decode(self.model, [encoded[i] for i in order], max_new_tokens=max_new_tokens,
                          stop_ids=sorted(self.stop_ids), pad_id=self.tokenizer.pad_token_id, row_done=row_done,
-                         prefill_batch=batch_size, pool_rows=self.decode_rows,
+                         prefill_batch=batch_size, pool_rows=self.pool_rows(encoded, max_new_tokens),
                          on_prompt_done=(lambda _: progress(1)) if progress is not None else None)
         for row, item in enumerate(order):
             res = self._finish(out.tokens[row], out.logprobs[row])
@@ -308,7 +320,8 @@ class HFBackend(Backend):
             # the K rows of a prompt share its prefill; log-probs are the model's own (raw logits, temperature 1)
             out = decode(self.model, [encoded[i] for i in order], max_new_tokens=max_new_tokens,
                          stop_ids=sorted(self.stop_ids), pad_id=self.tokenizer.pad_token_id, choose=sampler.draw,
-                         repeat=k, prefill_batch=max(1, batch_size // k), pool_rows=max(self.decode_rows, k),
+                         repeat=k, prefill_batch=max(1, batch_size // k),
+                         pool_rows=max(self.pool_rows(encoded, max_new_tokens), k),
                          on_prompt_done=(lambda _: progress(1)) if progress is not None else None)
         for pos, item in enumerate(order):
             rows = range(pos * k, (pos + 1) * k)
