@@ -399,14 +399,16 @@ class HFBackend(Backend):
             return [replace(self._finish(o.token_ids[:1], o.token_logprobs[:1]), extra=o.extra) for o in outs]
         import torch
 
-        from haldet.backends.decode import prefill
+        from haldet.backends.decode import prefill, prefill_group
 
         encoded = [self.encode_prompt(p) for p in prompts]
         order = sorted(range(len(prompts)), key=lambda i: len(encoded[i]))
         results: list[GenOutput | None] = [None] * len(prompts)
         wanted = list(candidates)
-        for start in range(0, len(order), batch_size):
-            batch = order[start : start + batch_size]
+        start = 0
+        while start < len(order):
+            batch = order[start : start + prefill_group([encoded[i] for i in order], start, batch_size)]
+            start += len(batch)
             seqs = [encoded[i] for i in batch]
             with torch.inference_mode():
                 state = prefill(self.model, seqs, capacity=max(len(s) for s in seqs),

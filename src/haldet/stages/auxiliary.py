@@ -109,7 +109,8 @@ class AuxiliaryStage(Stage):
                          *self.queries(), cfg.max_new_tokens, DECODING)
 
     def items_per_batch(self) -> int:
-        return self.ctx.config.auxiliary.batch_size * 2
+        # enough replies per stored shard for the decoding pool (decode_rows rows) to be full
+        return max(self.ctx.config.auxiliary.batch_size * 2, self.ctx.config.decode_rows)
 
     def _prompt(self, system: str, user: str, item: Item) -> str:
         if item.generation is None:
