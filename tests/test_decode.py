@@ -208,3 +208,26 @@ def test_pool_rows_fit_the_kv_budget(backends):
     lean = backends["haldet"]
     assert lean.pool_rows([[0] * 100], 28) == lean.decode_rows == 96  # 5.9 MB a row: the setting decides
     assert lean.pool_rows([[0] * 20_000], 28) == (3 << 30) // (46_080 * 20_028) == 3  # long prompts: fewer rows
+
+
+@pytest.mark.parametrize("pooling", ["mean", "last"])
+def test_hidden_states_pooled_while_sampling_equal_a_teacher_forced_pass(backends, small_pool, prompts, pooling):
+    """EigenScore's per-sample state, read from the decoding steps (each ended row feeds its last token once more),
+    equals the state a forward pass over prompt + sample gives; also with rows joining a small pool."""
+    from haldet.backends.base import ForwardRequest
+
+    kwargs = dict(k=2, temperature=1.0, top_p=0.9, seeds=[3, 4, 5, 6], max_new_tokens=10, batch_size=4,
+                  hidden=(-1, pooling))
+    lean = backends["haldet"]
+    for backend in (lean, small_pool):
+        outs = backend.sample(prompts, **kwargs)
+        assert {o.finish_reason for samples in outs for o in samples} == {"stop", "length"}  # both endings
+        requests = [ForwardRequest(ids=lean.encode_prompt(p), start=len(lean.encode_prompt(p)), key=str(i),
+                                   branches={str(j): o.token_ids for j, o in enumerate(samples)})
+                    for i, (p, samples) in enumerate(zip(prompts, outs, strict=True))]
+        forward = lean.forward(requests, layers=[-1], poolings=[], logprobs=False, icr=False, batch_size=4,
+                               branch_pooling=pooling)
+        for res, samples in zip(forward, outs, strict=True):
+            for j, o in enumerate(samples):
+                np.testing.assert_allclose(o.extra["hidden"], res.branch_states[str(j)][0], atol=2e-3, rtol=1e-3)
+    assert "hidden" not in backends["transformers"].sample(prompts[:1], **kwargs)[0][0].extra  # left to forward

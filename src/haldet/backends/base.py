@@ -142,9 +142,12 @@ class Backend:
         return self.generate(prompts, max_new_tokens=max_new_tokens, batch_size=batch_size, progress=progress)
 
     def sample(self, prompts: list[str], *, k: int, temperature: float, top_p: float, seeds: Sequence[int],
-               max_new_tokens: int, batch_size: int, progress: Any = None) -> list[list[GenOutput]]:
+               max_new_tokens: int, batch_size: int, progress: Any = None,
+               hidden: tuple[int, str] | None = None) -> list[list[GenOutput]]:
         """K stochastic answers per prompt (row j of prompt i seeded by `seeds[i]` and j, so an item's samples do
-        not depend on which other items share its batch); `token_logprobs` are the model's own log-probs."""
+        not depend on which other items share its batch); `token_logprobs` are the model's own log-probs.
+        `hidden` = (layer, pooling): a backend that can pool that hidden state over each sample's tokens while it
+        decodes puts it in `extra["hidden"]`; the others ignore it (the caller then runs a forward pass)."""
         raise self.unavailable("stochastic sampling")
 
     def candidate_logprobs(self, prompts: list[str], candidates: Sequence[int], *, max_new_tokens: int,

@@ -32,10 +32,12 @@ def greedy(logits: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
 
 @dataclass
 class Decoded:
-    """Per row: generated ids (the stop token included when one ended the row) and their log-probs."""
+    """Per row: generated ids (the stop token included when one ended the row) and their log-probs; with
+    `hidden_layer`, the hidden state of that layer pooled over the row's tokens ([D] float32, `states`)."""
 
     tokens: list[list[int]] = field(default_factory=list)
     logprobs: list[list[float]] = field(default_factory=list)
+    states: torch.Tensor | None = None
 
 
 @functools.cache
@@ -175,7 +177,8 @@ def _mergeable(model: Any) -> bool:
 @dataclass
 class _Pool:
     """Rows decoded together: their cache (left-padded to one width), mask, last positions, global row ids, next
-    input tokens, which rows still run, and the last step's logits."""
+    input tokens, which rows still choose tokens (`live`), which have ended but still feed their last token once to
+    read its hidden state (`flush`), and the last step's logits and hidden states of the asked layer."""
 
     cache: Any
     mask: torch.Tensor
@@ -183,7 +186,9 @@ class _Pool:
     rows: torch.Tensor
     chosen: torch.Tensor
     live: torch.Tensor
+    flush: torch.Tensor
     logits: torch.Tensor | None = None
+    hidden: torch.Tensor | None = None
 
     @property
     def n(self) -> int:
@@ -193,14 +198,20 @@ class _Pool:
     def n_live(self) -> int:
         return int(self.live.sum())
 
-    def step(self, model: Any) -> None:
+    @property
+    def active(self) -> torch.Tensor:
+        return self.live | self.flush
+
+    def step(self, model: Any, hidden_layer: int | None) -> None:
         """One forward pass of every row at its next position. Ended rows (not yet dropped) keep their position:
         their outputs are not read, and they never run past the positions their prompt and answer used."""
         self.mask = torch.cat([self.mask, self.mask.new_ones((self.n, 1))], dim=-1)
-        self.last_pos = self.last_pos + self.live.long()
-        self.logits = model(input_ids=self.chosen[:, None], attention_mask=self.mask,
-                            position_ids=self.last_pos[:, None], past_key_values=self.cache, use_cache=True,
-                            logits_to_keep=1).logits[:, -1].float()
+        self.last_pos = self.last_pos + self.active.long()
+        out = model(input_ids=self.chosen[:, None], attention_mask=self.mask, position_ids=self.last_pos[:, None],
+                    past_key_values=self.cache, use_cache=True, logits_to_keep=1,
+                    output_hidden_states=hidden_layer is not None)
+        self.logits = out.logits[:, -1].float()
+        self.hidden = out.hidden_states[hidden_layer][:, -1].float() if hidden_layer is not None else None
 
 
 def _first_read_column(mask: torch.Tensor) -> int:
@@ -212,7 +223,7 @@ def _merge(parts: list[_Pool], *, room: int) -> _Pool | None:
     """One pool of the still-running rows of `parts` (None when there are none): one copy of their caches into
     buffers left-padded to a common width, with `room` free positions after it; leading columns that no row reads
     are left out. A single part is only compacted in place (rows selected, leading padding trimmed)."""
-    chosen = [(p, p.live.nonzero().flatten()) for p in parts]
+    chosen = [(p, p.active.nonzero().flatten()) for p in parts]
     chosen = [(p, index) for p, index in chosen if len(index)]
     if not chosen:
         return None
@@ -220,8 +231,8 @@ def _merge(parts: list[_Pool], *, room: int) -> _Pool | None:
         pool, index = chosen[0]
         if len(index) < pool.n:
             pool.cache.batch_select_indices(index)
-            pool.mask, pool.last_pos, pool.rows, pool.chosen, pool.live = (
-                t[index] for t in (pool.mask, pool.last_pos, pool.rows, pool.chosen, pool.live))
+            pool.mask, pool.last_pos, pool.rows, pool.chosen, pool.live, pool.flush = (
+                t[index] for t in (pool.mask, pool.last_pos, pool.rows, pool.chosen, pool.live, pool.flush))
         trim = _first_read_column(pool.mask)
         if trim and all(isinstance(layer, _layer_class()) for layer in pool.cache.layers):
             for layer in pool.cache.layers:
@@ -247,9 +258,10 @@ def _merge(parts: list[_Pool], *, room: int) -> _Pool | None:
         layer.adopt(buffers[0], buffers[1], width)
     mask = torch.cat([torch.nn.functional.pad(m[:, s:], (width - w, 0))
                       for m, s, w in zip(masks, starts, widths, strict=True)])
-    joined = [torch.cat([getattr(p, name)[index] for p, index in chosen]) for name in ("last_pos", "rows", "chosen")]
-    return _Pool(cache=cache, mask=mask, last_pos=joined[0], rows=joined[1], chosen=joined[2],
-                 live=torch.ones(n_rows, dtype=torch.bool, device=mask.device))
+    joined = [torch.cat([getattr(p, name)[index] for p, index in chosen])
+              for name in ("last_pos", "rows", "chosen", "live", "flush")]
+    return _Pool(cache=cache, mask=mask, last_pos=joined[0], rows=joined[1], chosen=joined[2], live=joined[3],
+                 flush=joined[4])
 
 
 def prefill_group(seqs: Sequence[Sequence[int]], first: int, most: int, waste: float = 0.25) -> int:
@@ -267,17 +279,26 @@ def prefill_group(seqs: Sequence[Sequence[int]], first: int, most: int, waste: f
 def decode(model: Any, seqs: Sequence[Sequence[int]], *, max_new_tokens: int, stop_ids: Sequence[int],
            pad_id: int, choose: Chooser = greedy, repeat: int = 1, share_prefix: bool = True,
            row_done: Callable[[int, list[int]], bool] | None = None, prefill_batch: int = 8, pool_rows: int = 64,
-           on_prompt_done: Callable[[int], None] | None = None) -> Decoded:
+           on_prompt_done: Callable[[int], None] | None = None, hidden_layer: int | None = None,
+           hidden_pooling: str = "mean") -> Decoded:
     """Decode each prompt (token ids) for at most `max_new_tokens` steps; `repeat` rows per prompt (row
     `i * repeat + j` is copy j of prompt i: the K samples share the prompt's prefill, and its logits).
 
     Continuous batching: prompts are read in the order given (sort them by length: less padding), at most
     `prefill_batch` at a time, and their rows join one pool of up to `pool_rows` rows decoded together; rows that
     end leave it and waiting prompts take their places. `row_done(row, tokens)` may end a row early (e.g. once a
-    number has been read); `on_prompt_done(i)` is called once every row of prompt i has ended. Call under
-    `torch.inference_mode()`.
+    number has been read); `on_prompt_done(i)` is called once every row of prompt i has ended.
+
+    `hidden_layer` (an index into the model's hidden states, -1 = last): pool that layer's state over each row's
+    generated tokens ("mean" or "last"), as a teacher-forced pass over prompt + answer would, from the decoding
+    steps themselves: a row cut by the token limit (or `row_done`) feeds its last token once more, so that token's
+    state is read too; a stop token is not part of the answer (nor of its state); an empty answer's state is NaN.
+    Call under `torch.inference_mode()`.
     """
-    out = Decoded(tokens=[[] for _ in range(len(seqs) * repeat)], logprobs=[[] for _ in range(len(seqs) * repeat)])
+    n_rows = len(seqs) * repeat
+    out = Decoded(tokens=[[] for _ in range(n_rows)], logprobs=[[] for _ in range(n_rows)])
+    capture = hidden_layer is not None
+    counts = torch.zeros(n_rows, device=model.device)
     stops = torch.tensor(sorted(stop_ids), dtype=torch.long, device=model.device)
     rows_left = [repeat] * len(seqs)
 
@@ -309,7 +330,24 @@ def decode(model: Any, seqs: Sequence[Sequence[int]], *, max_new_tokens: int, st
             mask, last_pos, logits = (t.repeat_interleave(repeat, dim=0) for t in (mask, last_pos, logits))
         rows = torch.arange(first * repeat, (first + count) * repeat, device=logits.device)
         chosen, ended = record(logits, rows)
-        return _Pool(cache=cache, mask=mask, last_pos=last_pos, rows=rows, chosen=chosen, live=~ended)
+        return _Pool(cache=cache, mask=mask, last_pos=last_pos, rows=rows, chosen=chosen, live=~ended,
+                     flush=unread(chosen, ended))
+
+    def unread(chosen: torch.Tensor, ended: torch.Tensor) -> torch.Tensor:
+        """Ended rows whose last token is part of the answer (not a stop token): its state is still to be read."""
+        return ended & ~torch.isin(chosen, stops) if capture else torch.zeros_like(ended)
+
+    def absorb(pool: _Pool) -> None:
+        """Pool the step's hidden states of the rows that fed one of their own tokens (running or flushing)."""
+        index = pool.active.nonzero().flatten()
+        rows, states = pool.rows[index], pool.hidden[index]  # type: ignore[index]
+        if out.states is None:
+            out.states = states.new_zeros((n_rows, states.shape[-1]))
+        counts.index_add_(0, rows, torch.ones_like(rows, dtype=counts.dtype))
+        if hidden_pooling == "mean":
+            out.states.index_add_(0, rows, states)
+        else:
+            out.states[rows] = states
 
     mergeable = _mergeable(model)
     refill_at = max(repeat, pool_rows // 4)  # free rows that make it worth reading more prompts (one merge copy)
@@ -317,10 +355,11 @@ def decode(model: Any, seqs: Sequence[Sequence[int]], *, max_new_tokens: int, st
     waiting = 0  # the next prompt to read
     while True:
         live = pool.n_live if pool is not None else 0
+        busy = int(pool.active.sum()) if pool is not None else 0
         free = pool_rows - live
         wanted = min(refill_at, (len(seqs) - waiting) * repeat)
-        if waiting < len(seqs) and (live == 0 or (mergeable and free >= wanted)):
-            parts = [pool] if live else []
+        if waiting < len(seqs) and (busy == 0 or (mergeable and free >= wanted)):
+            parts = [pool] if busy else []
             while waiting < len(seqs) and (free >= repeat or not parts):
                 count = prefill_group(seqs, waiting, min(prefill_batch, max(1, free // repeat)))
                 parts.append(admit(waiting, count))
@@ -329,16 +368,25 @@ def decode(model: Any, seqs: Sequence[Sequence[int]], *, max_new_tokens: int, st
                 if not mergeable:
                     break
             pool = _merge(parts, room=max_new_tokens)
-        elif pool is None or live == 0:
+        elif pool is None or busy == 0:
             break
-        elif 4 * (pool.n - live) >= live:  # ended rows are a fifth of the pool: stop computing them
+        elif 4 * (pool.n - busy) >= busy:  # ended rows are a fifth of the pool: stop computing them
             pool = _merge([pool], room=max_new_tokens)
-        if pool is None or pool.n_live == 0:
+        if pool is None or not bool(pool.active.any()):
             continue
-        pool.step(model)
+        pool.step(model, hidden_layer)
+        if capture:
+            absorb(pool)
+            pool.flush[:] = False
         live_index = pool.live.nonzero().flatten()
-        logits = pool.logits if len(live_index) == pool.n else pool.logits[live_index]
-        chosen, ended = record(logits, pool.rows[live_index])
-        pool.chosen[live_index] = chosen
-        pool.live[live_index[ended]] = False
+        if len(live_index):
+            logits = pool.logits if len(live_index) == pool.n else pool.logits[live_index]  # type: ignore[index]
+            chosen, ended = record(logits, pool.rows[live_index])
+            pool.chosen[live_index] = chosen
+            pool.live[live_index[ended]] = False
+            pool.flush[live_index] = unread(chosen, ended)
+    if out.states is not None:
+        if hidden_pooling == "mean":
+            out.states /= counts.clamp_min(1)[:, None]
+        out.states[counts == 0] = float("nan")  # an empty answer (a stop token first) has no state
     return out

@@ -298,8 +298,11 @@ class HFBackend(Backend):
         return [r for r in results if r is not None]
 
     def sample(self, prompts: list[str], *, k: int, temperature: float, top_p: float, seeds: Sequence[int],
-               max_new_tokens: int, batch_size: int, progress: Any = None) -> list[list[GenOutput]]:
-        """K answers per prompt; `batch_size` counts sequences (prompts per call = batch_size // k, at least 1)."""
+               max_new_tokens: int, batch_size: int, progress: Any = None,
+               hidden: tuple[int, str] | None = None) -> list[list[GenOutput]]:
+        """K answers per prompt; `batch_size` counts sequences (prompts per call = batch_size // k, at least 1).
+        The lean loop pools `hidden` (layer, mean|last) over each sample's tokens as it decodes
+        (`extra["hidden"]`); the reference decoder leaves it to the caller's forward pass."""
         if temperature <= 0 or not 0 < top_p <= 1:
             raise HaldetError(f"sampling needs temperature > 0 and 0 < top_p <= 1 (got {temperature}, {top_p})",
                               where="sample.temperature / sample.top_p")
@@ -322,12 +325,16 @@ class HFBackend(Backend):
                          stop_ids=sorted(self.stop_ids), pad_id=self.tokenizer.pad_token_id, choose=sampler.draw,
                          repeat=k, prefill_batch=max(1, batch_size // k),
                          pool_rows=max(self.pool_rows(encoded, max_new_tokens), k),
-                         on_prompt_done=(lambda _: progress(1)) if progress is not None else None)
+                         on_prompt_done=(lambda _: progress(1)) if progress is not None else None,
+                         hidden_layer=_layer_index(hidden[0], self.layer_count() + 1) if hidden else None,
+                         hidden_pooling=hidden[1] if hidden else "mean")
         for pos, item in enumerate(order):
             rows = range(pos * k, (pos + 1) * k)
             outs = [self._finish(out.tokens[r], out.logprobs[r]) for r in rows]
             for r, o in zip(rows, outs, strict=True):
                 o.extra["sanitised_logits"] = sampler.sanitised_rows[r]
+                if out.states is not None:
+                    o.extra["hidden"] = out.states[r].cpu().numpy()
             results[item] = outs
         return [r for r in results if r is not None]
 

@@ -86,7 +86,8 @@ class OpenAIBackend(Backend):
         return [outs[0] for outs in self._run(jobs)]
 
     def sample(self, prompts: list[str], *, k: int, temperature: float, top_p: float, seeds: Sequence[int],
-               max_new_tokens: int, batch_size: int, progress: Any = None) -> list[list[GenOutput]]:
+               max_new_tokens: int, batch_size: int, progress: Any = None,
+               hidden: tuple[int, str] | None = None) -> list[list[GenOutput]]:
         """K answers per prompt; seeds make reruns reproducible where the server honours `seed`."""
         base = {"temperature": temperature, "top_p": top_p, "max_tokens": max_new_tokens}
         if self.n_supported is False or k == 1:

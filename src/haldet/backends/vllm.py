@@ -83,7 +83,8 @@ class VLLMBackend(HFBackend):
         return outs
 
     def sample(self, prompts: list[str], *, k: int, temperature: float, top_p: float, seeds: Sequence[int],
-               max_new_tokens: int, batch_size: int, progress: Any = None) -> list[list[GenOutput]]:
+               max_new_tokens: int, batch_size: int, progress: Any = None,
+               hidden: tuple[int, str] | None = None) -> list[list[GenOutput]]:
         from vllm import SamplingParams
 
         params = [SamplingParams(n=k, temperature=temperature, top_p=top_p, max_tokens=max_new_tokens, logprobs=0,

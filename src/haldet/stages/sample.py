@@ -5,11 +5,12 @@ once); each sample row has its own seed derived from (sample.seed, item id, samp
 are identical whichever batch it lands in, including after a resume. Each sample keeps its token ids, its
 sequence log-likelihood under the model (sum of token log-probs at temperature 1, and the token count), and, when
 `sample.hidden_layer` is set and a selected detector reads it (EigenScore), the pooled hidden state of that layer
-from a teacher-forced pass over the exact sample ids (the K samples packed as branches of one row per item, so
-the prompt is read once).
+over the sample's tokens: pooled by the local lean decoder from its own decoding steps (`hidden_source:
+"decoding"`, no extra pass), else from a teacher-forced pass over the exact sample ids (the K samples packed as
+branches of one row per item, so the prompt is read once; `hidden_source: "forward"`).
 
 Record: {id, key, samples: [K texts], token_ids: [K lists], logliks: [[sum, n], ...], finish: [K],
-sanitised_logits, hidden_layer, hidden_pooling, shard (or null), seconds}.
+sanitised_logits, hidden_layer, hidden_pooling, hidden_source, shard (or null), seconds}.
 Arrays (`sample/<shard>.h5`): `/<id>/sample_hidden` [K, D] (NaN row for an empty sample).
 """
 
@@ -77,17 +78,23 @@ class SampleStage(Stage):
         start = time.perf_counter()
         outputs: list[Any] = [None] * len(batch)
         limits = [max_new_tokens(self.ctx.config, item.instance, sample=True) for item in batch]
+        layer = self.hidden_layer()
         for limit, positions in by_limit(limits).items():
             part = [batch[p] for p in positions]
             outs = backend.sample([item.prompt for item in part], k=cfg.k, temperature=cfg.temperature,
                                   top_p=cfg.top_p, seeds=[item_seed(cfg.seed, item.id) for item in part],
-                                  max_new_tokens=limit, batch_size=cfg.batch_size)
+                                  max_new_tokens=limit, batch_size=cfg.batch_size,
+                                  hidden=(layer, cfg.hidden_pooling) if layer is not None else None)
             for pos, out in zip(positions, outs, strict=True):
                 outputs[pos] = out
-        layer = self.hidden_layer()
         hidden: dict[str, np.ndarray] = {}
+        hidden_source = None
         if layer is not None:
-            hidden = self._hidden(batch, outputs, layer)
+            if all("hidden" in o.extra for outs in outputs for o in outs):  # pooled while decoding: no extra pass
+                hidden, hidden_source = {item.id: np.stack([o.extra["hidden"] for o in outs]).astype(np.float32)
+                                         for item, outs in zip(batch, outputs, strict=True) if outs}, "decoding"
+            else:
+                hidden, hidden_source = self._hidden(batch, outputs, layer), "forward"
         shard = (self.ctx.store.arrays(self.name).write({i: {"sample_hidden": h} for i, h in hidden.items()})
                  if hidden else None)
         per_item = (time.perf_counter() - start) / max(1, len(batch))
@@ -108,6 +115,7 @@ class SampleStage(Stage):
                 "sanitised_logits": int(sum(o.extra.get("sanitised_logits", 0) for o in outs)),
                 "hidden_layer": layer,
                 "hidden_pooling": cfg.hidden_pooling if layer is not None else None,
+                "hidden_source": hidden_source,
                 "shard": shard if item.id in hidden else None,
                 "seconds": per_item,
             })
