@@ -6,8 +6,11 @@ The modes run interleaved in rounds (old, new, old, new, ...) so that load from 
 per mode it reports wall seconds and CPU seconds of this process (with one thread, CPU time is what the work costs
 on a quiet core, even when the machine is shared), items/s and generated tokens/s, and how many greedy answers are
 identical (token ids) to today's batched path. `os.getloadavg()` is recorded before and after.
-Usage: python benchmarks/generation.py [--n 64] [--old-batch 8] [--new-batch 16] [--max-new-tokens 32]
+The new path reads prompts in groups of `--new-batch` and decodes them in one continuously refilled pool of
+`--decode-rows` rows. Defaults: the protocol's (generation.batch_size 8, 64 new tokens for short answers).
+Usage: python benchmarks/generation.py [--n 64] [--old-batch 8] [--new-batch 8] [--max-new-tokens 64]
        [--rounds 1] [--one-at-a-time 8] [--numerics bf16,int8] [--sample-prompts 8] [--threads 1]
+       [--decode-rows 96]
 """
 
 from __future__ import annotations
@@ -58,8 +61,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--n", type=int, default=64)
     parser.add_argument("--old-batch", type=int, default=8, help="Batch of today's path (generation.batch_size).")
-    parser.add_argument("--new-batch", type=int, default=16)
-    parser.add_argument("--max-new-tokens", type=int, default=32)
+    parser.add_argument("--new-batch", type=int, default=8, help="Prompts read together by the new path.")
+    parser.add_argument("--decode-rows", type=int, default=96, help="Rows the new path decodes together.")
+    parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--one-at-a-time", type=int, default=8, help="Prompts run one at a time (0 = skip).")
     parser.add_argument("--numerics", default="", help="Also time these fast_numerics (comma list: bf16,int8).")
@@ -73,7 +77,7 @@ def main() -> None:
     threads = configure_threads(args.threads)
     load_before = os.getloadavg()
 
-    new = HFBackend(args.model)
+    new = HFBackend(args.model, decode_rows=args.decode_rows)
     old = HFBackend(args.model, decoder="transformers")
     old._model, old.stop_ids = new.model, new.stop_ids  # one copy of the weights
     instances, _ = DATASETS.get("halueval_qa")().load(limit=args.n, seed=42)
@@ -85,7 +89,7 @@ def main() -> None:
     if args.one_at_a_time:
         modes["one_at_a_time_today"] = (old, 1, prompts[: args.one_at_a_time])
     for numerics in filter(None, args.numerics.split(",")):
-        fast = HFBackend(args.model, fast_numerics=numerics)
+        fast = HFBackend(args.model, fast_numerics=numerics, decode_rows=args.decode_rows)
         fast.generate(prompts[:2], max_new_tokens=4, batch_size=2)
         modes[f"new_{numerics}"] = (fast, args.new_batch, prompts)
 
@@ -104,6 +108,7 @@ def main() -> None:
     reference = [o.token_ids for o in outputs["batched_today"]]
     report: dict[str, Any] = {
         "model": args.model, "dataset": "halueval_qa", "n_prompts": args.n, "max_new_tokens": args.max_new_tokens,
+        "decode_rows": args.decode_rows,
         "rounds": args.rounds, "torch_threads": torch.get_num_threads(), "threads_set": threads,
         "available_cores": available_cores(), "host_cpu_count": os.cpu_count(),
         "loadavg_before": [round(x, 2) for x in load_before],

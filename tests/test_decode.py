@@ -231,3 +231,28 @@ def test_hidden_states_pooled_while_sampling_equal_a_teacher_forced_pass(backend
             for j, o in enumerate(samples):
                 np.testing.assert_allclose(o.extra["hidden"], res.branch_states[str(j)][0], atol=2e-3, rtol=1e-3)
     assert "hidden" not in backends["transformers"].sample(prompts[:1], **kwargs)[0][0].extra  # left to forward
+
+
+def test_paired_replies_equal_the_two_queries_asked_apart(backends):
+    """Two questions about the same text, their shared head read once (tails after it): the first reply is the
+    greedy reply `generate_until` gives, the second's first-token log-probs those of `candidate_logprobs`."""
+    lean = backends["haldet"]
+
+    def ask(question: str, instruction: str) -> str:
+        return lean.render_chat([{"role": "system", "content": "You grade answers."},
+                                 {"role": "user", "content": f"Question: {question}\nAnswer: Paris\n{instruction}"}])
+
+    first = [ask(q, "Your confidence, 0.0 to 1.0:") for q in QUESTIONS]
+    second = [ask(q, "Is the answer correct? True or False:") for q in QUESTIONS]
+    assert common_prefix([lean.encode_prompt(first[0]), lean.encode_prompt(second[0])]) > 20  # a real shared head
+    candidates = [lean.tokenizer.convert_tokens_to_ids("True"), lean.tokenizer.convert_tokens_to_ids("False")]
+    until = lambda text: len(text.split()) >= 3  # noqa: E731
+    replies, verdicts = lean.paired_replies(first, second, until, candidates=candidates, max_new_tokens=12,
+                                            batch_size=3)
+    apart = lean.generate_until(first, until, max_new_tokens=12, batch_size=3)
+    direct = lean.candidate_logprobs(second, candidates, max_new_tokens=12, batch_size=3)
+    assert [r.token_ids for r in replies] == [a.token_ids for a in apart]
+    assert [r.finish_reason for r in replies] == [a.finish_reason for a in apart]
+    assert [v.token_ids for v in verdicts] == [d.token_ids for d in direct]
+    for v, d in zip(verdicts, direct, strict=True):
+        np.testing.assert_allclose(v.extra["candidate_logprobs"], d.extra["candidate_logprobs"], atol=1e-4)

@@ -299,12 +299,12 @@ def test_loader_returns_documented_formats(tmp_path, backend, items):
 
 
 def test_auxiliary_shows_the_task_through_the_run_templates(tmp_path, backend, items):
-    from haldet.stages.auxiliary import VERBALIZED_SYSTEM, VERBALIZED_USER
+    from haldet.stages.auxiliary import VERBALIZED_INSTRUCTION
 
     (tmp_path / "prompt_user.j2").write_text("CUSTOM TASK >> {{ question }}")
     ctx = _cell(tmp_path, backend, prompt={"template_dir": str(tmp_path)})
     item = Item(instance=items[0].instance, prompt=items[0].prompt,
                 generation=Generation(id=items[0].id, prompt=items[0].prompt, response="Paris", token_ids=[1],
                                       token_logprobs=[-0.1], finish_reason="stop", n_tokens=1, model="m"))
-    prompt = AuxiliaryStage(ctx)._prompt(VERBALIZED_SYSTEM, VERBALIZED_USER, item)
+    prompt = AuxiliaryStage(ctx)._prompt(VERBALIZED_INSTRUCTION, item)
     assert f"CUSTOM TASK >> {QUESTIONS[0]}" in prompt and "Proposed answer: Paris" in prompt

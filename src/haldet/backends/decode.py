@@ -154,19 +154,27 @@ def prefill(model: Any, seqs: Sequence[Sequence[int]], *, capacity: int, pad_id:
         model(input_ids=head, position_ids=torch.arange(n_shared, device=device)[None], past_key_values=cache,
               use_cache=True, logits_to_keep=1)
         cache.batch_repeat_interleave(len(seqs))
-    rests = [list(s[n_shared:]) for s in seqs]
+    mask = torch.ones((len(seqs), n_shared), dtype=torch.long, device=device)
+    last_pos = torch.full((len(seqs),), n_shared - 1, dtype=torch.long, device=device)
+    return extend(model, Prefilled(cache=cache, mask=mask, last_pos=last_pos, logits=torch.empty(0)),
+                  [s[n_shared:] for s in seqs], pad_id=pad_id)
+
+
+def extend(model: Any, state: Prefilled, rests: Sequence[Sequence[int]], *, pad_id: int) -> Prefilled:
+    """Read each row's own further tokens after what its cache holds, left-padded among the rows
+    ([cached][pad..][rest]; positions continue each row's own, padding is masked)."""
     width = max(len(r) for r in rests)
-    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
-    rest_mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    ids = torch.full((len(rests), width), pad_id, dtype=torch.long)
+    rest_mask = torch.zeros((len(rests), width), dtype=torch.long)
     for row, rest in enumerate(rests):
-        ids[row, width - len(rest):] = torch.tensor(rest, dtype=torch.long)
+        ids[row, width - len(rest):] = torch.tensor(list(rest), dtype=torch.long)
         rest_mask[row, width - len(rest):] = 1
-    ids, rest_mask = ids.to(device), rest_mask.to(device)
-    positions = n_shared + (rest_mask.cumsum(-1) - 1).clamp_min(0)
-    mask = torch.cat([rest_mask.new_ones((len(seqs), n_shared)), rest_mask], dim=-1)
-    logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True,
-                   logits_to_keep=1).logits[:, -1].float()
-    return Prefilled(cache=cache, mask=mask, last_pos=positions[:, -1], logits=logits)
+    ids, rest_mask = ids.to(model.device), rest_mask.to(model.device)
+    positions = state.last_pos[:, None] + 1 + (rest_mask.cumsum(-1) - 1).clamp_min(0)
+    mask = torch.cat([state.mask, rest_mask], dim=-1)
+    logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=state.cache,
+                   use_cache=True, logits_to_keep=1).logits[:, -1].float()
+    return Prefilled(cache=state.cache, mask=mask, last_pos=positions[:, -1], logits=logits)
 
 
 def _mergeable(model: Any) -> bool:
@@ -280,7 +288,8 @@ def decode(model: Any, seqs: Sequence[Sequence[int]], *, max_new_tokens: int, st
            pad_id: int, choose: Chooser = greedy, repeat: int = 1, share_prefix: bool = True,
            row_done: Callable[[int, list[int]], bool] | None = None, prefill_batch: int = 8, pool_rows: int = 64,
            on_prompt_done: Callable[[int], None] | None = None, hidden_layer: int | None = None,
-           hidden_pooling: str = "mean") -> Decoded:
+           hidden_pooling: str = "mean", tails: Sequence[Sequence[Sequence[int]]] | None = None,
+           on_first: Callable[[torch.Tensor, torch.Tensor], None] | None = None) -> Decoded:
     """Decode each prompt (token ids) for at most `max_new_tokens` steps; `repeat` rows per prompt (row
     `i * repeat + j` is copy j of prompt i: the K samples share the prompt's prefill, and its logits).
 
@@ -288,6 +297,10 @@ def decode(model: Any, seqs: Sequence[Sequence[int]], *, max_new_tokens: int, st
     `prefill_batch` at a time, and their rows join one pool of up to `pool_rows` rows decoded together; rows that
     end leave it and waiting prompts take their places. `row_done(row, tokens)` may end a row early (e.g. once a
     number has been read); `on_prompt_done(i)` is called once every row of prompt i has ended.
+
+    `tails[i][j]` (non-empty token lists): row j of prompt i reads these tokens after the prompt, which is then a
+    head its rows share (read once: two questions about the same text). `on_first(rows, logits)` receives each
+    admitted row's first-step logits [n, V] (float32) with the rows' indices.
 
     `hidden_layer` (an index into the model's hidden states, -1 = last): pool that layer's state over each row's
     generated tokens ("mean" or "last"), as a teacher-forced pass over prompt + answer would, from the decoding
@@ -322,13 +335,21 @@ def decode(model: Any, seqs: Sequence[Sequence[int]], *, max_new_tokens: int, st
     def admit(first: int, count: int) -> _Pool:
         """Read prompts first..first+count-1 and choose their rows' first tokens."""
         group = seqs[first : first + count]
-        state = prefill(model, group, capacity=max(len(s) for s in group) + max_new_tokens, pad_id=pad_id,
+        group_tails = [tail for per_prompt in tails[first : first + count] for tail in per_prompt] if tails else []
+        room = max((len(t) for t in group_tails), default=0) + max_new_tokens
+        state = prefill(model, group, capacity=max(len(s) for s in group) + room, pad_id=pad_id,
                         share_prefix=share_prefix)
         cache, mask, last_pos, logits = state.cache, state.mask, state.last_pos, state.logits
         if repeat > 1:
             cache.batch_repeat_interleave(repeat)
             mask, last_pos, logits = (t.repeat_interleave(repeat, dim=0) for t in (mask, last_pos, logits))
+        if group_tails:
+            state = extend(model, Prefilled(cache=cache, mask=mask, last_pos=last_pos, logits=logits), group_tails,
+                           pad_id=pad_id)
+            mask, last_pos, logits = state.mask, state.last_pos, state.logits
         rows = torch.arange(first * repeat, (first + count) * repeat, device=logits.device)
+        if on_first is not None:
+            on_first(rows, logits)
         chosen, ended = record(logits, rows)
         return _Pool(cache=cache, mask=mask, last_pos=last_pos, rows=rows, chosen=chosen, live=~ended,
                      flush=unread(chosen, ended))

@@ -431,6 +431,52 @@ class HFBackend(Backend):
                 progress(len(batch))
         return [r for r in results if r is not None]
 
+    def paired_replies(self, first: list[str], second: list[str], until: Callable[[str], bool], *,
+                       candidates: Sequence[int], max_new_tokens: int,
+                       batch_size: int) -> tuple[list[GenOutput], list[GenOutput]]:
+        """Two questions per item about the same text, their shared head (the token prefix the two prompts have in
+        common) read once: `first[i]` answered greedily until `until` holds (as `generate_until`), `second[i]` read
+        for its first reply position's log-probs of `candidates` (as `candidate_logprobs`, the verdict word only).
+        The reference decoder asks them apart."""
+        if self.decoder == "transformers":
+            return (self.generate_until(first, until, max_new_tokens=max_new_tokens, batch_size=batch_size),
+                    self.candidate_logprobs(second, candidates, max_new_tokens=max_new_tokens, batch_size=batch_size))
+        import torch
+
+        from haldet.backends.decode import common_prefix, decode
+
+        pairs = [(self.encode_prompt(a), self.encode_prompt(b)) for a, b in zip(first, second, strict=True)]
+        shared = [common_prefix(pair) for pair in pairs]
+        order = sorted(range(len(pairs)), key=lambda i: shared[i])
+        wanted = list(candidates)
+        first_logp: dict[int, Any] = {}
+
+        def on_first(rows: Any, logits: Any) -> None:  # row 2p + 1 asks item order[p] the second question
+            for row, logp in zip(rows.tolist(), torch.log_softmax(logits, dim=-1), strict=True):
+                if row % 2:
+                    first_logp[row] = logp[wanted]
+
+        def row_done(row: int, tokens: list[int]) -> bool:
+            return bool(row % 2) or until(str(self.tokenizer.decode(tokens, skip_special_tokens=True)).strip())
+
+        with torch.inference_mode():
+            out = decode(self.model, [pairs[i][0][: shared[i]] for i in order], max_new_tokens=max_new_tokens,
+                         stop_ids=sorted(self.stop_ids), pad_id=self.tokenizer.pad_token_id, repeat=2,
+                         tails=[[pairs[i][0][shared[i]:], pairs[i][1][shared[i]:]] for i in order],
+                         row_done=row_done, on_first=on_first, prefill_batch=batch_size,
+                         pool_rows=self.pool_rows([p for pair in pairs for p in pair], max_new_tokens))
+        answers: list[GenOutput | None] = [None] * len(pairs)
+        verdicts: list[GenOutput | None] = [None] * len(pairs)
+        for pos, item in enumerate(order):
+            res = self._finish(out.tokens[2 * pos], out.logprobs[2 * pos])
+            if res.finish_reason == "length" and until(res.text):
+                res.finish_reason = "stop"
+            answers[item] = res
+            verdict = self._finish(out.tokens[2 * pos + 1][:1], out.logprobs[2 * pos + 1][:1])
+            verdict.extra["candidate_logprobs"] = [float(x) for x in first_logp[2 * pos + 1]]
+            verdicts[item] = verdict
+        return [a for a in answers if a is not None], [v for v in verdicts if v is not None]
+
     def _text_config(self) -> Any:
         config = self.model.config
         return getattr(config, "get_text_config", lambda: config)()

@@ -12,7 +12,9 @@ Only what is read is decoded (`DECODING`, part of the key): P(True) needs one pa
 next-token probabilities returns just the greedy first token, the verdict word, as `self_eval_text`; one without
 them returns its whole verdict); a verbalized reply stops as soon as its number is complete
 (`haldet.confidence.confidence_complete`). Only the queries a selected detector reads are asked
-(`AuxiliaryStage.queries`).
+(`AuxiliaryStage.queries`). Both prompts show the same text (system turn, task, proposed answer) and differ only in
+their closing instruction, so a local model reads that shared head once per item for both queries
+(`HFBackend.paired_replies`; the key says so).
 
 Record: {id, key, verbalized, verbalized_value, self_eval_text, p_true, logp_true, logp_false, seconds}.
 """
@@ -31,18 +33,18 @@ from haldet.signals import Signal
 from haldet.stages.base import Item, Stage
 from haldet.stages.generate import GenerateStage
 
-PROMPT_VERSION = "aux-v1"  # bump when the wording below changes: it is part of the cache key
+PROMPT_VERSION = "aux-v2"  # bump when the wording below changes: it is part of the cache key
 DECODING = "first-token-p-true+verbalized-until-number"  # what is decoded of each reply (part of the cache key)
+SHARED_HEAD = "+shared-head"  # both queries of an item read in one pass over their common head (local backend)
 
-VERBALIZED_SYSTEM = ("You grade answers strictly. Reply with nothing but one number between 0.0 and 1.0: how "
-                     "likely it is that the proposed answer is entirely correct.")
-VERBALIZED_USER = ("Question: {task}\n\nProposed answer: {answer}\n\n"
-                   "How confident are you that the proposed answer is completely correct? "
-                   "Give a single number from 0.0 to 1.0:")
-SELF_EVAL_SYSTEM = ("You are a strict examiner checking an answer. Start your reply with one word, True or "
-                    "False, then you may explain briefly.")
-SELF_EVAL_USER = ("Question: {task}\n\nProposed answer: {answer}\n\n"
-                  "Is the proposed answer correct? Reply True if it is correct and False if it is not.")
+# Both queries show the same text first (system turn, task, proposed answer) and differ only in the closing
+# instruction: a local model reads that shared head once per item (`HFBackend.paired_replies`).
+AUX_SYSTEM = "You are a strict examiner grading a proposed answer to a question."
+AUX_USER = "Question: {task}\n\nProposed answer: {answer}\n\n{instruction}"
+VERBALIZED_INSTRUCTION = ("How confident are you that the proposed answer is completely correct? Reply with nothing "
+                          "but a single number from 0.0 to 1.0:")
+SELF_EVAL_INSTRUCTION = ("Is the proposed answer correct? Start your reply with one word, True if it is correct "
+                         "and False if it is not; you may then explain briefly.")
 
 TRUE_WORDS = ("True", " True", "true", " true", "TRUE")
 FALSE_WORDS = ("False", " False", "false", " false", "FALSE")
@@ -106,17 +108,23 @@ class AuxiliaryStage(Stage):
         cfg = self.ctx.config.auxiliary
         gen_key = GenerateStage(self.ctx).key(item)
         return stage_key(self.name, self.ctx.backend.fingerprint(), item.prompt, gen_key, PROMPT_VERSION,
-                         *self.queries(), cfg.max_new_tokens, DECODING)
+                         *self.queries(), cfg.max_new_tokens, DECODING + (SHARED_HEAD if self.paired() else ""))
+
+    def paired(self) -> bool:
+        """Whether both queries are asked of a backend that reads their shared head once."""
+        return all(self.queries()) and hasattr(self.ctx.backend, "paired_replies")
 
     def items_per_batch(self) -> int:
         # enough replies per stored shard for the decoding pool (decode_rows rows) to be full
         return max(self.ctx.config.auxiliary.batch_size * 2, self.ctx.config.decode_rows)
 
-    def _prompt(self, system: str, user: str, item: Item) -> str:
+    def _prompt(self, instruction: str, item: Item) -> str:
         if item.generation is None:
             raise ValueError(f"auxiliary stage needs the generation of {item.id}")
-        text = user.format(task=self.builder.user_message(item.instance), answer=item.generation.response)
-        return self.ctx.backend.render_chat([{"role": "system", "content": system}, {"role": "user", "content": text}])
+        text = AUX_USER.format(task=self.builder.user_message(item.instance), answer=item.generation.response,
+                               instruction=instruction)
+        return self.ctx.backend.render_chat([{"role": "system", "content": AUX_SYSTEM},
+                                             {"role": "user", "content": text}])
 
     def compute(self, batch: list[Item]) -> list[dict[str, Any]]:
         cfg = self.ctx.config.auxiliary
@@ -126,15 +134,24 @@ class AuxiliaryStage(Stage):
         records: list[dict[str, Any]] = [{"id": item.id, "verbalized": None, "verbalized_value": None,
                                           "self_eval_text": None, "p_true": None, "logp_true": None,
                                           "logp_false": None} for item in batch]
+        verbalized_prompts = [self._prompt(VERBALIZED_INSTRUCTION, item) for item in batch] if verbalized else []
+        self_eval_prompts = [self._prompt(SELF_EVAL_INSTRUCTION, item) for item in batch] if self_eval else []
+        if self.paired():
+            true_ids, false_ids = answer_candidates(backend.tokenizer)  # type: ignore[attr-defined]
+            replies, verdicts = backend.paired_replies(  # type: ignore[attr-defined]
+                verbalized_prompts, self_eval_prompts, confidence_complete, candidates=true_ids + false_ids,
+                max_new_tokens=cfg.max_new_tokens, batch_size=cfg.batch_size)
+            judged = _true_false(verdicts, len(true_ids))
+        else:
+            replies = (backend.generate_until(verbalized_prompts, confidence_complete,
+                                              max_new_tokens=cfg.max_new_tokens, batch_size=cfg.batch_size)
+                       if verbalized else [])
+            judged = self._self_eval(self_eval_prompts) if self_eval else []
         if verbalized:
-            outs = backend.generate_until([self._prompt(VERBALIZED_SYSTEM, VERBALIZED_USER, item) for item in batch],
-                                          confidence_complete, max_new_tokens=cfg.max_new_tokens,
-                                          batch_size=cfg.batch_size)
-            for rec, out in zip(records, outs, strict=True):
+            for rec, out in zip(records, replies, strict=True):
                 _fail_or(rec, out, verbalized=out.text, verbalized_value=parse_confidence(out.text))
         if self_eval:
-            prompts = [self._prompt(SELF_EVAL_SYSTEM, SELF_EVAL_USER, item) for item in batch]
-            for rec, (out, true_lps, false_lps) in zip(records, self._self_eval(prompts), strict=True):
+            for rec, (out, true_lps, false_lps) in zip(records, judged, strict=True):
                 p, lt, lf = p_true_from_logprobs(true_lps, false_lps)
                 _fail_or(rec, out, self_eval_text=out.text, p_true=p, logp_true=_finite(lt), logp_false=_finite(lf))
         per_item = (time.perf_counter() - start) / max(1, len(batch))
@@ -152,8 +169,12 @@ class AuxiliaryStage(Stage):
         true_ids, false_ids = answer_candidates(backend.tokenizer)  # type: ignore[attr-defined]
         outs = backend.candidate_logprobs(prompts, true_ids + false_ids, max_new_tokens=cfg.max_new_tokens,
                                           batch_size=cfg.batch_size)
-        return [(out, out.extra["candidate_logprobs"][: len(true_ids)], out.extra["candidate_logprobs"][len(true_ids):])
-                for out in outs]
+        return _true_false(outs, len(true_ids))
+
+
+def _true_false(outs: list[Any], n_true: int) -> list[tuple[Any, list[float], list[float]]]:
+    """(reply, log-probs of the True spellings, of the False spellings) from candidate log-probs (True ids first)."""
+    return [(out, out.extra["candidate_logprobs"][:n_true], out.extra["candidate_logprobs"][n_true:]) for out in outs]
 
 
 def _fail_or(rec: dict[str, Any], out: Any, **values: Any) -> None:
