@@ -140,7 +140,7 @@ def test_run_end_to_end_black_and_gray_box_with_costs(tmp_path: Path) -> None:
         bad = q in wrong
         if "single number from 0.0 to 1.0" in text:
             return "0.1" if bad else "0.9"
-        if "Reply True if it is correct" in text:
+        if "True if it is correct" in text:
             return "False" if bad else "True"
         return answers[q][1] if bad else answers[q][0]
 

@@ -34,7 +34,7 @@ def content(arg: str, body: dict[str, Any], j: int) -> str:
     text = body["messages"][-1]["content"]
     if "single number from 0.0 to 1.0" in text:
         return "0.2" if len(text) % 2 else "0.8"
-    if "Reply True if it is correct" in text:
+    if "True if it is correct" in text:
         return "True" if len(text) % 3 else "False"
     return f"answer {len(text) % 7} variant {j % 3}"
 
