@@ -116,7 +116,7 @@ class AuxiliaryStage(Stage):
 
     def items_per_batch(self) -> int:
         # enough replies per stored shard for the decoding pool (decode_rows rows) to be full
-        return max(self.ctx.config.auxiliary.batch_size * 2, self.ctx.config.decode_rows)
+        return max(self.ctx.config.auxiliary.batch_size * 2, self.pool_rows())
 
     def _prompt(self, instruction: str, item: Item) -> str:
         if item.generation is None:

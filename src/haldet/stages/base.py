@@ -97,6 +97,12 @@ class Stage:
         """Items computed (and appended, and advanced on the progress bar) together."""
         return 32
 
+    def pool_rows(self) -> int:
+        """Rows the local lean decoder keeps in its pool (`decode_rows`): a decoding stage's batches should hold
+        several pools' worth, so the pool stays full. 0 where another backend decodes (it batches by itself, and
+        small batches lose little on a resume)."""
+        return self.ctx.config.decode_rows if self.ctx.backend.kind == "hf" else 0
+
     def compute(self, batch: list[Item]) -> list[dict[str, Any]]:
         """Records (without `key`) for a batch of items, each with `id`."""
         raise NotImplementedError

@@ -36,7 +36,7 @@ class GenerateStage(Stage):
 
     def items_per_batch(self) -> int:
         # enough prompts per stored shard for the decoding pool to stay full (continuous batching)
-        return max(self.ctx.config.generation.batch_size * 4, self.ctx.config.decode_rows * 2)
+        return max(self.ctx.config.generation.batch_size * 4, self.pool_rows() * 2)
 
     def compute(self, batch: list[Item]) -> list[dict[str, Any]]:
         generated = [item for item in batch if item.instance.response is None]

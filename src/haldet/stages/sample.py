@@ -70,7 +70,7 @@ class SampleStage(Stage):
     def items_per_batch(self) -> int:
         cfg = self.ctx.config.sample
         # enough prompts per stored shard for the decoding pool (decode_rows rows) to stay full for a while
-        return max(max(1, cfg.batch_size // cfg.k) * 2, 4 * self.ctx.config.decode_rows // cfg.k)
+        return max(max(1, cfg.batch_size // cfg.k) * 2, 4 * self.pool_rows() // cfg.k)
 
     def compute(self, batch: list[Item]) -> list[dict[str, Any]]:
         cfg = self.ctx.config.sample
