@@ -186,7 +186,7 @@ def _mergeable(model: Any) -> bool:
 class _Pool:
     """Rows decoded together: their cache (left-padded to one width), mask, last positions, global row ids, next
     input tokens, which rows still choose tokens (`live`), which have ended but still feed their last token once to
-    read its hidden state (`flush`), and the last step's logits and hidden states of the asked layer."""
+    read its hidden state (`flush`)."""
 
     cache: Any
     mask: torch.Tensor
@@ -195,8 +195,6 @@ class _Pool:
     chosen: torch.Tensor
     live: torch.Tensor
     flush: torch.Tensor
-    logits: torch.Tensor | None = None
-    hidden: torch.Tensor | None = None
 
     @property
     def n(self) -> int:
@@ -210,16 +208,17 @@ class _Pool:
     def active(self) -> torch.Tensor:
         return self.live | self.flush
 
-    def step(self, model: Any, hidden_layer: int | None) -> None:
-        """One forward pass of every row at its next position. Ended rows (not yet dropped) keep their position:
-        their outputs are not read, and they never run past the positions their prompt and answer used."""
+    def step(self, model: Any, hidden_layer: int | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """One forward pass of every row at its next position: the rows' logits [R, V] (float32) and, with
+        `hidden_layer`, that layer's states [R, D]. Ended rows (not yet dropped) keep their position: their outputs
+        are not read, and they never run past the positions their prompt and answer used."""
         self.mask = torch.cat([self.mask, self.mask.new_ones((self.n, 1))], dim=-1)
         self.last_pos = self.last_pos + self.active.long()
         out = model(input_ids=self.chosen[:, None], attention_mask=self.mask, position_ids=self.last_pos[:, None],
                     past_key_values=self.cache, use_cache=True, logits_to_keep=1,
                     output_hidden_states=hidden_layer is not None)
-        self.logits = out.logits[:, -1].float()
-        self.hidden = out.hidden_states[hidden_layer][:, -1].float() if hidden_layer is not None else None
+        hidden = out.hidden_states[hidden_layer][:, -1].float() if hidden_layer is not None else None
+        return out.logits[:, -1].float(), hidden
 
 
 def _first_read_column(mask: torch.Tensor) -> int:
@@ -358,10 +357,10 @@ def decode(model: Any, seqs: Sequence[Sequence[int]], *, max_new_tokens: int, st
         """Ended rows whose last token is part of the answer (not a stop token): its state is still to be read."""
         return ended & ~torch.isin(chosen, stops) if capture else torch.zeros_like(ended)
 
-    def absorb(pool: _Pool) -> None:
+    def absorb(pool: _Pool, hidden: torch.Tensor) -> None:
         """Pool the step's hidden states of the rows that fed one of their own tokens (running or flushing)."""
         index = pool.active.nonzero().flatten()
-        rows, states = pool.rows[index], pool.hidden[index]  # type: ignore[index]
+        rows, states = pool.rows[index], hidden[index]
         if out.states is None:
             out.states = states.new_zeros((n_rows, states.shape[-1]))
         counts.index_add_(0, rows, torch.ones_like(rows, dtype=counts.dtype))
@@ -380,7 +379,7 @@ def decode(model: Any, seqs: Sequence[Sequence[int]], *, max_new_tokens: int, st
         free = pool_rows - live
         wanted = min(refill_at, (len(seqs) - waiting) * repeat)
         if waiting < len(seqs) and (busy == 0 or (mergeable and free >= wanted)):
-            parts = [pool] if busy else []
+            parts = [pool] if pool is not None and busy else []
             while waiting < len(seqs) and (free >= repeat or not parts):
                 count = prefill_group(seqs, waiting, min(prefill_batch, max(1, free // repeat)))
                 parts.append(admit(waiting, count))
@@ -395,14 +394,14 @@ def decode(model: Any, seqs: Sequence[Sequence[int]], *, max_new_tokens: int, st
             pool = _merge([pool], room=max_new_tokens)
         if pool is None or not bool(pool.active.any()):
             continue
-        pool.step(model, hidden_layer)
-        if capture:
-            absorb(pool)
+        logits, hidden = pool.step(model, hidden_layer)
+        if hidden is not None:
+            absorb(pool, hidden)
             pool.flush[:] = False
         live_index = pool.live.nonzero().flatten()
         if len(live_index):
-            logits = pool.logits if len(live_index) == pool.n else pool.logits[live_index]  # type: ignore[index]
-            chosen, ended = record(logits, pool.rows[live_index])
+            chosen, ended = record(logits if len(live_index) == pool.n else logits[live_index],
+                                   pool.rows[live_index])
             pool.chosen[live_index] = chosen
             pool.live[live_index[ended]] = False
             pool.flush[live_index] = unread(chosen, ended)
