@@ -256,3 +256,28 @@ def test_paired_replies_equal_the_two_queries_asked_apart(backends):
     assert [v.token_ids for v in verdicts] == [d.token_ids for d in direct]
     for v, d in zip(verdicts, direct, strict=True):
         np.testing.assert_allclose(v.extra["candidate_logprobs"], d.extra["candidate_logprobs"], atol=1e-4)
+
+
+def test_sliding_window_models_decode_as_generate_does():
+    """A model with sliding-window layers (tiny random Gemma-3 layout): its window counts cache columns, so the
+    loop uses plain left padding (no shared prefix, no rows joining a running pool) and equals `generate`."""
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    from haldet.backends.decode import decode, mergeable
+
+    torch.manual_seed(0)
+    config = Gemma3TextConfig(vocab_size=300, hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+                              num_attention_heads=4, num_key_value_heads=2, head_dim=16, sliding_window=6,
+                              max_position_embeddings=256,
+                              layer_types=["sliding_attention", "full_attention"] * 2)
+    model = Gemma3ForCausalLM(config).eval()
+    assert not mergeable(model)
+    seqs = [[2, *range(5 + i, 15 + 3 * i)] for i in range(5)]  # share a first token; lengths 11..23 (> window)
+    with torch.inference_mode():
+        out = decode(model, seqs, max_new_tokens=10, stop_ids=[1], pad_id=0, prefill_batch=2, pool_rows=3)
+        for seq, tokens in zip(seqs, out.tokens, strict=True):
+            ref = model.generate(torch.tensor([seq]), max_new_tokens=10, do_sample=False, eos_token_id=1,
+                                 pad_token_id=0)
+            assert tokens == ref[0, len(seq):].tolist()
+        with pytest.raises(ValueError, match="full-attention"):
+            decode(model, seqs[:1], max_new_tokens=2, stop_ids=[1], pad_id=0, tails=[[[7], [8]]], repeat=2)

@@ -145,10 +145,12 @@ def prefill(model: Any, seqs: Sequence[Sequence[int]], *, capacity: int, pad_id:
             share_prefix: bool = True) -> Prefilled:
     """Read the prompts: their shared token prefix once (batch 1, then repeated into every row), then each
     row's own rest, left-padded after the prefix ([prefix][pad..][rest]; positions continue from the prefix and
-    padding is masked, so each row sees exactly its prompt). Rows are in the order given."""
+    padding is masked, so each row sees exactly its prompt). Rows are in the order given. A model with
+    sliding-window layers gets plain left padding: its window counts cache columns, so padding between the prefix
+    and the rest would push prefix tokens out of it."""
     device = model.device
     cache = growing_cache(model, capacity)
-    n_shared = common_prefix(seqs) if share_prefix else 0
+    n_shared = common_prefix(seqs) if share_prefix and _all_growing(cache) else 0
     if n_shared:
         head = torch.tensor([list(seqs[0][:n_shared])], dtype=torch.long, device=device)
         model(input_ids=head, position_ids=torch.arange(n_shared, device=device)[None], past_key_values=cache,
@@ -177,9 +179,15 @@ def extend(model: Any, state: Prefilled, rests: Sequence[Sequence[int]], *, pad_
     return Prefilled(cache=state.cache, mask=mask, last_pos=positions[:, -1], logits=logits)
 
 
-def _mergeable(model: Any) -> bool:
-    """Whether the model's cache is made of `GrowingLayer`s, whose rows can be merged across prompts."""
-    return all(isinstance(layer, _layer_class()) for layer in growing_cache(model, 1).layers)
+def _all_growing(cache: Any) -> bool:
+    """Whether every layer of the cache is a `GrowingLayer` (full attention, preallocated)."""
+    return all(isinstance(layer, _layer_class()) for layer in cache.layers)
+
+
+def mergeable(model: Any) -> bool:
+    """Whether the model's cache is made of `GrowingLayer`s (full attention only), whose rows can be merged across
+    prompts at different widths, and padded in the middle (a shared prefix, a shared head before per-row tails)."""
+    return _all_growing(growing_cache(model, 1))
 
 
 @dataclass
@@ -241,7 +249,7 @@ def _merge(parts: list[_Pool], *, room: int) -> _Pool | None:
             pool.mask, pool.last_pos, pool.rows, pool.chosen, pool.live, pool.flush = (
                 t[index] for t in (pool.mask, pool.last_pos, pool.rows, pool.chosen, pool.live, pool.flush))
         trim = _first_read_column(pool.mask)
-        if trim and all(isinstance(layer, _layer_class()) for layer in pool.cache.layers):
+        if trim and _all_growing(pool.cache):
             for layer in pool.cache.layers:
                 layer.trim_left(trim)
             pool.mask = pool.mask[:, trim:]
@@ -369,7 +377,10 @@ def decode(model: Any, seqs: Sequence[Sequence[int]], *, max_new_tokens: int, st
         else:
             out.states[rows] = states
 
-    mergeable = _mergeable(model)
+    can_merge = mergeable(model)
+    if tails is not None and not can_merge:
+        raise ValueError("per-row tails need a full-attention cache (padding between head and tail would shift a "
+                         "sliding window); ask the prompts apart")
     refill_at = max(repeat, pool_rows // 4)  # free rows that make it worth reading more prompts (one merge copy)
     pool: _Pool | None = None
     waiting = 0  # the next prompt to read
@@ -378,14 +389,14 @@ def decode(model: Any, seqs: Sequence[Sequence[int]], *, max_new_tokens: int, st
         busy = int(pool.active.sum()) if pool is not None else 0
         free = pool_rows - live
         wanted = min(refill_at, (len(seqs) - waiting) * repeat)
-        if waiting < len(seqs) and (busy == 0 or (mergeable and free >= wanted)):
+        if waiting < len(seqs) and (busy == 0 or (can_merge and free >= wanted)):
             parts = [pool] if pool is not None and busy else []
             while waiting < len(seqs) and (free >= repeat or not parts):
                 count = prefill_group(seqs, waiting, min(prefill_batch, max(1, free // repeat)))
                 parts.append(admit(waiting, count))
                 waiting += count
                 free -= count * repeat
-                if not mergeable:
+                if not can_merge:
                     break
             pool = _merge(parts, room=max_new_tokens)
         elif pool is None or busy == 0:

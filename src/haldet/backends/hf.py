@@ -437,13 +437,13 @@ class HFBackend(Backend):
         """Two questions per item about the same text, their shared head (the token prefix the two prompts have in
         common) read once: `first[i]` answered greedily until `until` holds (as `generate_until`), `second[i]` read
         for its first reply position's log-probs of `candidates` (as `candidate_logprobs`, the verdict word only).
-        The reference decoder asks them apart."""
-        if self.decoder == "transformers":
+        The reference decoder, and models with sliding-window layers, ask them apart."""
+        from haldet.backends.decode import common_prefix, decode, mergeable
+
+        if self.decoder == "transformers" or not mergeable(self.model):
             return (self.generate_until(first, until, max_new_tokens=max_new_tokens, batch_size=batch_size),
                     self.candidate_logprobs(second, candidates, max_new_tokens=max_new_tokens, batch_size=batch_size))
         import torch
-
-        from haldet.backends.decode import common_prefix, decode
 
         pairs = [(self.encode_prompt(a), self.encode_prompt(b)) for a, b in zip(first, second, strict=True)]
         shared = [common_prefix(pair) for pair in pairs]
