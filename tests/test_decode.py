@@ -16,6 +16,7 @@ from haldet.backends import decode as decode_module
 from haldet.backends.decode import common_prefix, prefill_group
 from haldet.backends.hf import HFBackend
 from haldet.confidence import confidence_complete, parse_confidence
+from haldet.errors import HaldetError
 from haldet.threads import available_cores, cgroup_cpu_limit, thread_count
 
 QUESTIONS = ["What is the capital of France?", "Who wrote the play Hamlet?",
@@ -256,6 +257,13 @@ def test_paired_replies_equal_the_two_queries_asked_apart(backends):
     assert [v.token_ids for v in verdicts] == [d.token_ids for d in direct]
     for v, d in zip(verdicts, direct, strict=True):
         np.testing.assert_allclose(v.extra["candidate_logprobs"], d.extra["candidate_logprobs"], atol=1e-4)
+    # the reference decoder asks apart (the auxiliary key says which ran); deciding needs no weights
+    assert not backends["transformers"].shares_heads()
+    with pytest.raises(HaldetError, match="shared head"):
+        backends["transformers"].paired_replies(first, second, until, candidates=candidates, max_new_tokens=4,
+                                                batch_size=3)
+    fresh = HFBackend("smollm2-135m", device="cpu")
+    assert fresh.shares_heads() and fresh._model is None
 
 
 def test_sliding_window_models_decode_as_generate_does():
@@ -271,7 +279,7 @@ def test_sliding_window_models_decode_as_generate_does():
                               max_position_embeddings=256,
                               layer_types=["sliding_attention", "full_attention"] * 2)
     model = Gemma3ForCausalLM(config).eval()
-    assert not mergeable(model)
+    assert not mergeable(config)
     seqs = [[2, *range(5 + i, 15 + 3 * i)] for i in range(5)]  # share a first token; lengths 11..23 (> window)
     with torch.inference_mode():
         out = decode(model, seqs, max_new_tokens=10, stop_ids=[1], pad_id=0, prefill_batch=2, pool_rows=3)

@@ -156,6 +156,18 @@ class Backend:
         (a backend may return only its first token: the probabilities are what is read)."""
         raise self.unavailable("next-token probabilities")
 
+    def shares_heads(self) -> bool:
+        """Whether `paired_replies` can answer two prompts per item reading their common head once (`HFBackend`'s
+        lean loop); elsewhere the prompts are asked apart."""
+        return False
+
+    def paired_replies(self, first: list[str], second: list[str], until: Callable[[str], bool], *,
+                       candidates: Sequence[int], max_new_tokens: int,
+                       batch_size: int) -> tuple[list[GenOutput], list[GenOutput]]:
+        """`first[i]` answered greedily until `until` holds and `second[i]` read for its first reply position's
+        log-probs of `candidates`, the head the two prompts share read once (only where `shares_heads()`)."""
+        raise self.unavailable("shared-head replies")
+
     def encode_prompt(self, prompt: str) -> list[int]:
         raise self.unavailable("tokenisation")
 

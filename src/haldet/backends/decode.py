@@ -106,12 +106,13 @@ def _layer_class() -> type:
     return GrowingLayer
 
 
-def growing_cache(model: Any, capacity: int) -> Any:
-    """A DynamicCache whose layers preallocate `capacity` positions; a plain DynamicCache when the model has
-    layer kinds other than full attention (sliding windows, linear attention), whose cache logic is their own."""
+def growing_cache(config: Any, capacity: int) -> Any:
+    """A DynamicCache whose layers preallocate `capacity` positions; a plain DynamicCache when the model (its
+    config) has layer kinds other than full attention (sliding windows, linear attention), whose cache logic is
+    their own."""
     from transformers import DynamicCache
 
-    cache = DynamicCache(config=model.config)
+    cache = DynamicCache(config=config)
     from transformers.cache_utils import DynamicLayer
 
     if all(type(layer) is DynamicLayer for layer in cache.layers):
@@ -149,7 +150,7 @@ def prefill(model: Any, seqs: Sequence[Sequence[int]], *, capacity: int, pad_id:
     sliding-window layers gets plain left padding: its window counts cache columns, so padding between the prefix
     and the rest would push prefix tokens out of it."""
     device = model.device
-    cache = growing_cache(model, capacity)
+    cache = growing_cache(model.config, capacity)
     n_shared = common_prefix(seqs) if share_prefix and _all_growing(cache) else 0
     if n_shared:
         head = torch.tensor([list(seqs[0][:n_shared])], dtype=torch.long, device=device)
@@ -184,10 +185,10 @@ def _all_growing(cache: Any) -> bool:
     return all(isinstance(layer, _layer_class()) for layer in cache.layers)
 
 
-def mergeable(model: Any) -> bool:
-    """Whether the model's cache is made of `GrowingLayer`s (full attention only), whose rows can be merged across
-    prompts at different widths, and padded in the middle (a shared prefix, a shared head before per-row tails)."""
-    return _all_growing(growing_cache(model, 1))
+def mergeable(config: Any) -> bool:
+    """Whether a model with this config gets a cache of `GrowingLayer`s (full attention only), whose rows can be
+    merged across prompts at different widths and padded in the middle (a shared prefix, a head before tails)."""
+    return _all_growing(growing_cache(config, 1))
 
 
 @dataclass
@@ -377,7 +378,7 @@ def decode(model: Any, seqs: Sequence[Sequence[int]], *, max_new_tokens: int, st
         else:
             out.states[rows] = states
 
-    can_merge = mergeable(model)
+    can_merge = mergeable(model.config)
     if tails is not None and not can_merge:
         raise ValueError("per-row tails need a full-attention cache (padding between head and tail would shift a "
                          "sliding window); ask the prompts apart")

@@ -149,6 +149,7 @@ class HFBackend(Backend):
         self.dtype = torch.bfloat16 if self.device.type == "cuda" or fast_numerics == "bf16" else torch.float32
         self._source = load_from
         self._model: Any = None
+        self._config: Any = None
         self.stop_ids: set[int] = set()
         self.load_seconds = 0.0
         try:
@@ -250,20 +251,14 @@ class HFBackend(Backend):
         encoded = [self.encode_prompt(p) for p in prompts]
         order = sorted(range(len(prompts)), key=lambda i: len(encoded[i]))
         results: list[GenOutput | None] = [None] * len(prompts)
-        row_done = None
-        if until is not None:
-            def row_done(row: int, tokens: list[int]) -> bool:  # row = position in `order`
-                return until(str(self.tokenizer.decode(tokens, skip_special_tokens=True)).strip())
         with torch.inference_mode():
             out = decode(self.model, [encoded[i] for i in order], max_new_tokens=max_new_tokens,
-                         stop_ids=sorted(self.stop_ids), pad_id=self.tokenizer.pad_token_id, row_done=row_done,
+                         stop_ids=sorted(self.stop_ids), pad_id=self.tokenizer.pad_token_id,
+                         row_done=self._until_done(until) if until is not None else None,
                          prefill_batch=batch_size, pool_rows=self.pool_rows(encoded, max_new_tokens),
                          on_prompt_done=(lambda _: progress(1)) if progress is not None else None)
         for row, item in enumerate(order):
-            res = self._finish(out.tokens[row], out.logprobs[row])
-            if until is not None and res.finish_reason == "length" and until(res.text):
-                res.finish_reason = "stop"
-            results[item] = res
+            results[item] = self._finish_until(out.tokens[row], out.logprobs[row], until)
         return [r for r in results if r is not None]
 
     def _generate_transformers(self, prompts: list[str], *, max_new_tokens: int, batch_size: int,
@@ -412,9 +407,10 @@ class HFBackend(Backend):
         order = sorted(range(len(prompts)), key=lambda i: len(encoded[i]))
         results: list[GenOutput | None] = [None] * len(prompts)
         wanted = list(candidates)
+        in_order = [encoded[i] for i in order]
         start = 0
         while start < len(order):
-            batch = order[start : start + prefill_group([encoded[i] for i in order], start, batch_size)]
+            batch = order[start : start + prefill_group(in_order, start, batch_size)]
             start += len(batch)
             seqs = [encoded[i] for i in batch]
             with torch.inference_mode():
@@ -431,19 +427,37 @@ class HFBackend(Backend):
                 progress(len(batch))
         return [r for r in results if r is not None]
 
+    def shares_heads(self) -> bool:
+        """The lean loop on a full-attention model: `paired_replies` reads two prompts' common head once (padding
+        between a head and its tails would shift a sliding window). Read from the config: no weights loaded."""
+        from haldet.backends.decode import mergeable
+
+        return self.decoder == "haldet" and mergeable(self.model_config)
+
+    @property
+    def model_config(self) -> Any:
+        """The model's config; read from its files while the weights are not loaded (keys are computed first)."""
+        if self._model is not None:
+            return self._model.config
+        if self._config is None:
+            from transformers import AutoConfig
+
+            self._config = AutoConfig.from_pretrained(self._source)
+        return self._config
+
     def paired_replies(self, first: list[str], second: list[str], until: Callable[[str], bool], *,
                        candidates: Sequence[int], max_new_tokens: int,
                        batch_size: int) -> tuple[list[GenOutput], list[GenOutput]]:
         """Two questions per item about the same text, their shared head (the token prefix the two prompts have in
         common) read once: `first[i]` answered greedily until `until` holds (as `generate_until`), `second[i]` read
         for its first reply position's log-probs of `candidates` (as `candidate_logprobs`, the verdict word only).
-        The reference decoder, and models with sliding-window layers, ask them apart."""
-        from haldet.backends.decode import common_prefix, decode, mergeable
-
-        if self.decoder == "transformers" or not mergeable(self.model):
-            return (self.generate_until(first, until, max_new_tokens=max_new_tokens, batch_size=batch_size),
-                    self.candidate_logprobs(second, candidates, max_new_tokens=max_new_tokens, batch_size=batch_size))
+        Only where `shares_heads()`."""
+        if not self.shares_heads():
+            raise HaldetError("this model cannot read a shared head once (the reference decoder, or sliding-window "
+                              "layers)", where=f"model {self.name}", hint="ask the two prompts apart")
         import torch
+
+        from haldet.backends.decode import common_prefix, decode
 
         pairs = [(self.encode_prompt(a), self.encode_prompt(b)) for a, b in zip(first, second, strict=True)]
         shared = [common_prefix(pair) for pair in pairs]
@@ -456,8 +470,10 @@ class HFBackend(Backend):
                 if row % 2:
                     first_logp[row] = logp[wanted]
 
-        def row_done(row: int, tokens: list[int]) -> bool:
-            return bool(row % 2) or until(str(self.tokenizer.decode(tokens, skip_special_tokens=True)).strip())
+        answer_done = self._until_done(until)
+
+        def row_done(row: int, tokens: list[int]) -> bool:  # the second question's row: its first token only
+            return bool(row % 2) or answer_done(row, tokens)
 
         with torch.inference_mode():
             out = decode(self.model, [pairs[i][0][: shared[i]] for i in order], max_new_tokens=max_new_tokens,
@@ -468,10 +484,7 @@ class HFBackend(Backend):
         answers: list[GenOutput | None] = [None] * len(pairs)
         verdicts: list[GenOutput | None] = [None] * len(pairs)
         for pos, item in enumerate(order):
-            res = self._finish(out.tokens[2 * pos], out.logprobs[2 * pos])
-            if res.finish_reason == "length" and until(res.text):
-                res.finish_reason = "stop"
-            answers[item] = res
+            answers[item] = self._finish_until(out.tokens[2 * pos], out.logprobs[2 * pos], until)
             verdict = self._finish(out.tokens[2 * pos + 1][:1], out.logprobs[2 * pos + 1][:1])
             verdict.extra["candidate_logprobs"] = [float(x) for x in first_logp[2 * pos + 1]]
             verdicts[item] = verdict
@@ -695,14 +708,29 @@ class HFBackend(Backend):
             mask[row, width - len(seq):] = 1
         return ids.to(self.device), mask.to(self.device)
 
+    def _text(self, ids: Sequence[int]) -> str:
+        return str(self.tokenizer.decode(list(ids), skip_special_tokens=True)).strip()
+
+    def _until_done(self, until: Callable[[str], bool]) -> Callable[[int, list[int]], bool]:
+        """A decoding row's stop test: `until` holds for its text so far."""
+        return lambda row, tokens: until(self._text(tokens))
+
+    def _finish_until(self, token_ids: list[int], logprobs: list[float],
+                      until: Callable[[str], bool] | None) -> GenOutput:
+        """`_finish` for a reply that may have ended because `until` held: that is a stop, not the token limit."""
+        res = self._finish(token_ids, logprobs)
+        if until is not None and res.finish_reason == "length" and until(res.text):
+            res.finish_reason = "stop"
+        return res
+
     def _finish(self, token_ids: list[int], logprobs: list[float]) -> GenOutput:
         """Cut at the first stop token (excluded); the remaining ids are exactly the answer's tokens."""
         cut = next((i for i, t in enumerate(token_ids) if t in self.stop_ids), None)
         finish = "length" if cut is None else "stop"
         ids = token_ids if cut is None else token_ids[:cut]
         lps = logprobs[: len(ids)]
-        text = str(self.tokenizer.decode(ids, skip_special_tokens=True)).strip()
-        return GenOutput(text=text, token_ids=ids, token_logprobs=[float(x) for x in lps], finish_reason=finish)
+        return GenOutput(text=self._text(ids), token_ids=ids, token_logprobs=[float(x) for x in lps],
+                         finish_reason=finish)
 
 
 def _sampler_class() -> type:
@@ -837,7 +865,7 @@ def icr_features(hidden: Sequence[Any], attn: Sequence[Any], start: int, end: in
 def _cut_until(backend: HFBackend, out: GenOutput, until: Callable[[str], bool]) -> GenOutput:
     """A full greedy answer cut after its first token at which `until(text so far)` holds (the reference path)."""
     for n in range(1, len(out.token_ids) + 1):
-        if until(str(backend.tokenizer.decode(out.token_ids[:n], skip_special_tokens=True)).strip()):
+        if until(backend._text(out.token_ids[:n])):
             cut = backend._finish(out.token_ids[:n], out.token_logprobs[:n])
             cut.finish_reason = "stop"
             return cut

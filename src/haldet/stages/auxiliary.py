@@ -112,7 +112,7 @@ class AuxiliaryStage(Stage):
 
     def paired(self) -> bool:
         """Whether both queries are asked of a backend that reads their shared head once."""
-        return all(self.queries()) and hasattr(self.ctx.backend, "paired_replies")
+        return all(self.queries()) and self.ctx.backend.shares_heads()
 
     def items_per_batch(self) -> int:
         # enough replies per stored shard for the decoding pool (decode_rows rows) to be full
@@ -138,7 +138,7 @@ class AuxiliaryStage(Stage):
         self_eval_prompts = [self._prompt(SELF_EVAL_INSTRUCTION, item) for item in batch] if self_eval else []
         if self.paired():
             true_ids, false_ids = answer_candidates(backend.tokenizer)  # type: ignore[attr-defined]
-            replies, verdicts = backend.paired_replies(  # type: ignore[attr-defined]
+            replies, verdicts = backend.paired_replies(
                 verbalized_prompts, self_eval_prompts, confidence_complete, candidates=true_ids + false_ids,
                 max_new_tokens=cfg.max_new_tokens, batch_size=cfg.batch_size)
             judged = _true_false(verdicts, len(true_ids))

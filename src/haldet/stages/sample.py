@@ -92,7 +92,7 @@ class SampleStage(Stage):
         if layer is not None:
             if all("hidden" in o.extra for outs in outputs for o in outs):  # pooled while decoding: no extra pass
                 hidden, hidden_source = {item.id: np.stack([o.extra["hidden"] for o in outs]).astype(np.float32)
-                                         for item, outs in zip(batch, outputs, strict=True) if outs}, "decoding"
+                                         for item, outs in zip(batch, outputs, strict=True)}, "decoding"
             else:
                 hidden, hidden_source = self._hidden(batch, outputs, layer), "forward"
         shard = (self.ctx.store.arrays(self.name).write({i: {"sample_hidden": h} for i, h in hidden.items()})
