@@ -130,6 +130,20 @@ class Backend:
         """Serialise chat messages into the model's prompt text (its chat template, or a role-based format)."""
         raise self.unavailable("chat rendering")
 
+    def turn_suffix(self, question: str) -> str:
+        """The prompt text that follows an assistant turn's content when the user then asks `question`: end of
+        that turn, the question as a user turn, the start of the next reply (the model's chat template)."""
+        marker = "\x00answer\x00"
+        rendered = self.render_chat([{"role": "user", "content": "?"}, {"role": "assistant", "content": marker},
+                                     {"role": "user", "content": question}])
+        if marker not in rendered:
+            raise ValueError(f"the chat template of {self.name} drops an assistant turn's content")
+        return rendered.split(marker, 1)[1]
+
+    def follow_up(self, prompt: str, answer: str, question: str) -> str:
+        """The answered conversation (`prompt` and its `answer`) continued by the user's `question`."""
+        return prompt + answer + self.turn_suffix(question)
+
     def generate(self, prompts: list[str], *, max_new_tokens: int, batch_size: int,
                  progress: Any = None) -> list[GenOutput]:
         """Greedy answers for rendered prompts, in input order."""

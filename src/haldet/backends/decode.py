@@ -15,10 +15,12 @@ batched arithmetic (checked by tests/test_decode.py on real prompts and counted 
 
 from __future__ import annotations
 
+import copy
 import functools
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -38,6 +40,25 @@ class Decoded:
     tokens: list[list[int]] = field(default_factory=list)
     logprobs: list[list[float]] = field(default_factory=list)
     states: torch.Tensor | None = None
+
+
+class Reader(Protocol):
+    """What `decode` shows an evidence reader (haldet.backends.answer_reader) while it decodes."""
+
+    def admitted(self, rows: torch.Tensor, state: Prefilled) -> None:
+        """Rows whose prompts were just read, with every layer's states over the prompts."""
+
+    def chose(self, rows: torch.Tensor, logits: torch.Tensor) -> None:
+        """The logits [n, V] (float32) from which these rows choose their next token."""
+
+    def stepping(self) -> AbstractContextManager[Any]:
+        """Entered around each decoding step."""
+
+    def stepped(self, pool: _Pool, fed: torch.Tensor, states: tuple[torch.Tensor, ...]) -> None:
+        """Every layer's states ([R, 1, D] each) of the step in which rows `fed` of the pool read a token."""
+
+    def ended(self, pool: _Pool, index: torch.Tensor) -> None:
+        """Rows `index` of the pool have ended and are about to leave it (`fork` copies their caches)."""
 
 
 @functools.cache
@@ -140,30 +161,40 @@ class Prefilled:
     mask: torch.Tensor
     last_pos: torch.Tensor
     logits: torch.Tensor
+    # with `states=True`: every hidden-state layer over the shared prefix ([1, n, D] each, None without one) and
+    # over the rows' own rests ([rows, width, D] each, left-padded)
+    head_states: tuple[torch.Tensor, ...] | None = None
+    rest_states: tuple[torch.Tensor, ...] | None = None
 
 
 def prefill(model: Any, seqs: Sequence[Sequence[int]], *, capacity: int, pad_id: int,
-            share_prefix: bool = True) -> Prefilled:
+            share_prefix: bool = True, states: bool = False) -> Prefilled:
     """Read the prompts: their shared token prefix once (batch 1, then repeated into every row), then each
     row's own rest, left-padded after the prefix ([prefix][pad..][rest]; positions continue from the prefix and
     padding is masked, so each row sees exactly its prompt). Rows are in the order given. A model with
     sliding-window layers gets plain left padding: its window counts cache columns, so padding between the prefix
-    and the rest would push prefix tokens out of it."""
+    and the rest would push prefix tokens out of it. `states`: keep every layer's hidden states of the prompt
+    tokens (`head_states`, `rest_states`)."""
     device = model.device
     cache = growing_cache(model.config, capacity)
     n_shared = common_prefix(seqs) if share_prefix and _all_growing(cache) else 0
+    head_states = None
     if n_shared:
         head = torch.tensor([list(seqs[0][:n_shared])], dtype=torch.long, device=device)
-        model(input_ids=head, position_ids=torch.arange(n_shared, device=device)[None], past_key_values=cache,
-              use_cache=True, logits_to_keep=1)
+        out = model(input_ids=head, position_ids=torch.arange(n_shared, device=device)[None], past_key_values=cache,
+                    use_cache=True, logits_to_keep=1, output_hidden_states=states)
+        head_states = out.hidden_states if states else None
         cache.batch_repeat_interleave(len(seqs))
     mask = torch.ones((len(seqs), n_shared), dtype=torch.long, device=device)
     last_pos = torch.full((len(seqs),), n_shared - 1, dtype=torch.long, device=device)
-    return extend(model, Prefilled(cache=cache, mask=mask, last_pos=last_pos, logits=torch.empty(0)),
-                  [s[n_shared:] for s in seqs], pad_id=pad_id)
+    state = extend(model, Prefilled(cache=cache, mask=mask, last_pos=last_pos, logits=torch.empty(0)),
+                   [s[n_shared:] for s in seqs], pad_id=pad_id, states=states)
+    state.head_states = head_states
+    return state
 
 
-def extend(model: Any, state: Prefilled, rests: Sequence[Sequence[int]], *, pad_id: int) -> Prefilled:
+def extend(model: Any, state: Prefilled, rests: Sequence[Sequence[int]], *, pad_id: int,
+           states: bool = False) -> Prefilled:
     """Read each row's own further tokens after what its cache holds, left-padded among the rows
     ([cached][pad..][rest]; positions continue each row's own, padding is masked)."""
     width = max(len(r) for r in rests)
@@ -175,9 +206,10 @@ def extend(model: Any, state: Prefilled, rests: Sequence[Sequence[int]], *, pad_
     ids, rest_mask = ids.to(model.device), rest_mask.to(model.device)
     positions = state.last_pos[:, None] + 1 + (rest_mask.cumsum(-1) - 1).clamp_min(0)
     mask = torch.cat([state.mask, rest_mask], dim=-1)
-    logits = model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=state.cache,
-                   use_cache=True, logits_to_keep=1).logits[:, -1].float()
-    return Prefilled(cache=state.cache, mask=mask, last_pos=positions[:, -1], logits=logits)
+    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=state.cache,
+                use_cache=True, logits_to_keep=1, output_hidden_states=states)
+    return Prefilled(cache=state.cache, mask=mask, last_pos=positions[:, -1], logits=out.logits[:, -1].float(),
+                     rest_states=out.hidden_states if states else None)
 
 
 def _all_growing(cache: Any) -> bool:
@@ -195,7 +227,8 @@ def mergeable(config: Any) -> bool:
 class _Pool:
     """Rows decoded together: their cache (left-padded to one width), mask, last positions, global row ids, next
     input tokens, which rows still choose tokens (`live`), which have ended but still feed their last token once to
-    read its hidden state (`flush`)."""
+    read its hidden state (`flush`), and for an ended row the cache width it filled (`width`; later steps write
+    columns it never reads)."""
 
     cache: Any
     mask: torch.Tensor
@@ -204,6 +237,7 @@ class _Pool:
     chosen: torch.Tensor
     live: torch.Tensor
     flush: torch.Tensor
+    width: torch.Tensor
 
     @property
     def n(self) -> int:
@@ -217,17 +251,15 @@ class _Pool:
     def active(self) -> torch.Tensor:
         return self.live | self.flush
 
-    def step(self, model: Any, hidden_layer: int | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def step(self, model: Any, states: bool) -> tuple[torch.Tensor, tuple[torch.Tensor, ...] | None]:
         """One forward pass of every row at its next position: the rows' logits [R, V] (float32) and, with
-        `hidden_layer`, that layer's states [R, D]. Ended rows (not yet dropped) keep their position: their outputs
-        are not read, and they never run past the positions their prompt and answer used."""
+        `states`, every layer's states ([R, 1, D] each). Ended rows (not yet dropped) keep their position: their
+        outputs are not read, and they never run past the positions their prompt and answer used."""
         self.mask = torch.cat([self.mask, self.mask.new_ones((self.n, 1))], dim=-1)
         self.last_pos = self.last_pos + self.active.long()
         out = model(input_ids=self.chosen[:, None], attention_mask=self.mask, position_ids=self.last_pos[:, None],
-                    past_key_values=self.cache, use_cache=True, logits_to_keep=1,
-                    output_hidden_states=hidden_layer is not None)
-        hidden = out.hidden_states[hidden_layer][:, -1].float() if hidden_layer is not None else None
-        return out.logits[:, -1].float(), hidden
+                    past_key_values=self.cache, use_cache=True, logits_to_keep=1, output_hidden_states=states)
+        return out.logits[:, -1].float(), out.hidden_states if states else None
 
 
 def _first_read_column(mask: torch.Tensor) -> int:
@@ -247,8 +279,9 @@ def _merge(parts: list[_Pool], *, room: int) -> _Pool | None:
         pool, index = chosen[0]
         if len(index) < pool.n:
             pool.cache.batch_select_indices(index)
-            pool.mask, pool.last_pos, pool.rows, pool.chosen, pool.live, pool.flush = (
-                t[index] for t in (pool.mask, pool.last_pos, pool.rows, pool.chosen, pool.live, pool.flush))
+            pool.mask, pool.last_pos, pool.rows, pool.chosen, pool.live, pool.flush, pool.width = (
+                t[index] for t in (pool.mask, pool.last_pos, pool.rows, pool.chosen, pool.live, pool.flush,
+                                   pool.width))
         trim = _first_read_column(pool.mask)
         if trim and _all_growing(pool.cache):
             for layer in pool.cache.layers:
@@ -275,9 +308,31 @@ def _merge(parts: list[_Pool], *, room: int) -> _Pool | None:
     mask = torch.cat([torch.nn.functional.pad(m[:, s:], (width - w, 0))
                       for m, s, w in zip(masks, starts, widths, strict=True)])
     joined = [torch.cat([getattr(p, name)[index] for p, index in chosen])
-              for name in ("last_pos", "rows", "chosen", "live", "flush")]
+              for name in ("last_pos", "rows", "chosen", "live", "flush", "width")]
     return _Pool(cache=cache, mask=mask, last_pos=joined[0], rows=joined[1], chosen=joined[2], live=joined[3],
-                 flush=joined[4])
+                 flush=joined[4], width=joined[5])
+
+
+def fork(pool: _Pool, index: torch.Tensor, room: int) -> Prefilled:
+    """Rows `index` of the pool as they ended, copied into a cache of their own with `room` free positions: each
+    row's answered conversation (the columns it filled; columns written after it ended are masked), ready to be
+    continued (`extend` with branches, further decoding)."""
+    widths = pool.width[index]
+    width = int(widths.max())
+    cache = copy.copy(pool.cache)
+    cache.layers = []
+    for layer in pool.cache.layers:
+        copied = copy.copy(layer)
+        buffers = []
+        for filled in (layer.keys, layer.values):
+            buffer = filled.new_empty((len(index), filled.shape[1], width + room, filled.shape[3]))
+            buffer[:, :, :width] = filled[index, :, :width]
+            buffers.append(buffer)
+        copied.adopt(buffers[0], buffers[1], width)
+        cache.layers.append(copied)
+    mask = pool.mask[index, :width].clone()
+    mask[torch.arange(width, device=mask.device)[None, :] >= widths[:, None]] = 0
+    return Prefilled(cache=cache, mask=mask, last_pos=pool.last_pos[index].clone(), logits=torch.empty(0))
 
 
 def prefill_group(seqs: Sequence[Sequence[int]], first: int, most: int, waste: float = 0.25) -> int:
@@ -297,7 +352,8 @@ def decode(model: Any, seqs: Sequence[Sequence[int]], *, max_new_tokens: int, st
            row_done: Callable[[int, list[int]], bool] | None = None, prefill_batch: int = 8, pool_rows: int = 64,
            on_prompt_done: Callable[[int], None] | None = None, hidden_layer: int | None = None,
            hidden_pooling: str = "mean", tails: Sequence[Sequence[Sequence[int]]] | None = None,
-           on_first: Callable[[torch.Tensor, torch.Tensor], None] | None = None) -> Decoded:
+           on_first: Callable[[torch.Tensor, torch.Tensor], None] | None = None,
+           reader: Reader | None = None) -> Decoded:
     """Decode each prompt (token ids) for at most `max_new_tokens` steps; `repeat` rows per prompt (row
     `i * repeat + j` is copy j of prompt i: the K samples share the prompt's prefill, and its logits).
 
@@ -314,17 +370,22 @@ def decode(model: Any, seqs: Sequence[Sequence[int]], *, max_new_tokens: int, st
     generated tokens ("mean" or "last"), as a teacher-forced pass over prompt + answer would, from the decoding
     steps themselves: a row cut by the token limit (or `row_done`) feeds its last token once more, so that token's
     state is read too; a stop token is not part of the answer (nor of its state); an empty answer's state is NaN.
+
+    `reader` (`Reader`) is shown each row's prompt states, choosing logits and step states as they are computed,
+    and each ended row once, with its cache, before the row leaves the pool (the same flush rule applies).
     Call under `torch.inference_mode()`.
     """
     n_rows = len(seqs) * repeat
     out = Decoded(tokens=[[] for _ in range(n_rows)], logprobs=[[] for _ in range(n_rows)])
-    capture = hidden_layer is not None
+    capture = hidden_layer is not None or reader is not None
     counts = torch.zeros(n_rows, device=model.device)
     stops = torch.tensor(sorted(stop_ids), dtype=torch.long, device=model.device)
     rows_left = [repeat] * len(seqs)
 
     def record(logits: torch.Tensor, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Choose each row's next token, store it and its log-prob; which rows have ended."""
+        if reader is not None:
+            reader.chose(rows, logits)
         chosen = choose(logits, rows)
         logp = logits.gather(-1, chosen[:, None]).squeeze(-1) - torch.logsumexp(logits, dim=-1)
         ended = torch.isin(chosen, stops).tolist()
@@ -345,8 +406,10 @@ def decode(model: Any, seqs: Sequence[Sequence[int]], *, max_new_tokens: int, st
         group = seqs[first : first + count]
         group_tails = [tail for per_prompt in tails[first : first + count] for tail in per_prompt] if tails else []
         room = max((len(t) for t in group_tails), default=0) + max_new_tokens
-        state = prefill(model, group, capacity=max(len(s) for s in group) + room, pad_id=pad_id,
-                        share_prefix=share_prefix)
+        state = prefill(model, group, capacity=max(len(s) for s in group) + room,
+                        pad_id=pad_id, share_prefix=share_prefix, states=reader is not None)
+        if reader is not None:
+            reader.admitted(torch.arange(first * repeat, (first + count) * repeat, device=model.device), state)
         cache, mask, last_pos, logits = state.cache, state.mask, state.last_pos, state.logits
         if repeat > 1:
             cache.batch_repeat_interleave(repeat)
@@ -359,16 +422,17 @@ def decode(model: Any, seqs: Sequence[Sequence[int]], *, max_new_tokens: int, st
         if on_first is not None:
             on_first(rows, logits)
         chosen, ended = record(logits, rows)
-        return _Pool(cache=cache, mask=mask, last_pos=last_pos, rows=rows, chosen=chosen, live=~ended,
-                     flush=unread(chosen, ended))
+        flush = unread(chosen, ended)
+        width = torch.where(ended & ~flush, mask.shape[1], -1)
+        return _Pool(cache=cache, mask=mask, last_pos=last_pos, rows=rows, chosen=chosen, live=~ended, flush=flush,
+                     width=width)
 
     def unread(chosen: torch.Tensor, ended: torch.Tensor) -> torch.Tensor:
         """Ended rows whose last token is part of the answer (not a stop token): its state is still to be read."""
         return ended & ~torch.isin(chosen, stops) if capture else torch.zeros_like(ended)
 
-    def absorb(pool: _Pool, hidden: torch.Tensor) -> None:
+    def absorb(pool: _Pool, index: torch.Tensor, hidden: torch.Tensor) -> None:
         """Pool the step's hidden states of the rows that fed one of their own tokens (running or flushing)."""
-        index = pool.active.nonzero().flatten()
         rows, states = pool.rows[index], hidden[index]
         if out.states is None:
             out.states = states.new_zeros((n_rows, states.shape[-1]))
@@ -382,6 +446,16 @@ def decode(model: Any, seqs: Sequence[Sequence[int]], *, max_new_tokens: int, st
     if tails is not None and not can_merge:
         raise ValueError("per-row tails need a full-attention cache (padding between head and tail would shift a "
                          "sliding window); ask the prompts apart")
+    if reader is not None and not can_merge:
+        raise ValueError("reading answers' branches needs a full-attention cache")
+
+    def leave(pool: _Pool | None) -> None:
+        """The pool's ended rows are about to leave it: the reader sees each once, with its cache."""
+        if reader is not None and pool is not None:
+            index = (~pool.active).nonzero().flatten()
+            if len(index):
+                reader.ended(pool, index)
+
     refill_at = max(repeat, pool_rows // 4)  # free rows that make it worth reading more prompts (one merge copy)
     pool: _Pool | None = None
     waiting = 0  # the next prompt to read
@@ -392,6 +466,7 @@ def decode(model: Any, seqs: Sequence[Sequence[int]], *, max_new_tokens: int, st
         wanted = min(refill_at, (len(seqs) - waiting) * repeat)
         if waiting < len(seqs) and (busy == 0 or (can_merge and free >= wanted)):
             parts = [pool] if pool is not None and busy else []
+            leave(pool)
             while waiting < len(seqs) and (free >= repeat or not parts):
                 count = prefill_group(seqs, waiting, min(prefill_batch, max(1, free // repeat)))
                 parts.append(admit(waiting, count))
@@ -401,14 +476,21 @@ def decode(model: Any, seqs: Sequence[Sequence[int]], *, max_new_tokens: int, st
                     break
             pool = _merge(parts, room=max_new_tokens)
         elif pool is None or busy == 0:
+            leave(pool)
             break
         elif 4 * (pool.n - busy) >= busy:  # ended rows are a fifth of the pool: stop computing them
+            leave(pool)
             pool = _merge([pool], room=max_new_tokens)
         if pool is None or not bool(pool.active.any()):
             continue
-        logits, hidden = pool.step(model, hidden_layer)
+        fed = pool.active.nonzero().flatten()
+        with reader.stepping() if reader is not None else nullcontext():
+            logits, hidden = pool.step(model, capture)
         if hidden is not None:
-            absorb(pool, hidden)
+            if hidden_layer is not None:
+                absorb(pool, fed, hidden[hidden_layer][:, -1].float())
+            if reader is not None:
+                reader.stepped(pool, fed, hidden)
             pool.flush[:] = False
         live_index = pool.live.nonzero().flatten()
         if len(live_index):
@@ -417,6 +499,7 @@ def decode(model: Any, seqs: Sequence[Sequence[int]], *, max_new_tokens: int, st
             pool.chosen[live_index] = chosen
             pool.live[live_index[ended]] = False
             pool.flush[live_index] = unread(chosen, ended)
+        pool.width[fed[~pool.active[fed]]] = pool.mask.shape[1]  # rows that fed their last token this step
     if out.states is not None:
         if hidden_pooling == "mean":
             out.states /= counts.clamp_min(1)[:, None]

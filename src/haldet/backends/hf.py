@@ -17,6 +17,7 @@ hooks (eager attention only for that pass).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -25,7 +26,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -43,6 +44,9 @@ from haldet.backends.base import (
 )
 from haldet.errors import HaldetError
 from haldet.threads import thread_count
+
+if TYPE_CHECKING:
+    from haldet.backends.answer_reader import AnswerEvidence, EvidenceRequest, Reply
 
 
 def resolve_model_path(name: str) -> tuple[str, Path | None]:
@@ -200,13 +204,16 @@ class HFBackend(Backend):
             fp["revision"] = getattr(self.tokenizer, "init_kwargs", {}).get("_commit_hash")
         return fp
 
-    def pool_rows(self, encoded: Sequence[Sequence[int]], max_new_tokens: int) -> int:
+    def pool_rows(self, encoded: Sequence[Sequence[int]], max_new_tokens: int, *, states: bool = False) -> int:
         """Rows to decode together: `decode_rows`, fewer when their KV cache (every layer's keys and values for the
-        longest prompt plus the answer) would pass `KV_POOL_BYTES` (a larger model, long prompts)."""
+        longest prompt plus the answer; with `states`, also every layer's float32 hidden state of each token, which
+        the ICR features read) would pass `KV_POOL_BYTES` (a larger model, long prompts)."""
         config = self._text_config()
         heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
         per_token = 2 * config.num_hidden_layers * heads * head_dim * self.model.dtype.itemsize
+        if states:
+            per_token += (config.num_hidden_layers + 1) * config.hidden_size * 4
         per_row = per_token * (max((len(s) for s in encoded), default=1) + max_new_tokens)
         return max(1, min(self.decode_rows, KV_POOL_BYTES // per_row))
 
@@ -434,6 +441,54 @@ class HFBackend(Backend):
 
         return self.decoder == "haldet" and mergeable(self.model_config)
 
+    def fuses_evidence(self) -> bool:
+        """Whether greedy decoding can also read each answer's white-box evidence and follow-up questions
+        (`generate_with_evidence`): the lean loop on a full-attention model with SDPA attention."""
+        return self.shares_heads() and getattr(self.model_config, "_attn_implementation", None) in (None, "sdpa")
+
+    def generate_with_evidence(self, prompts: list[str], request: EvidenceRequest, *, max_new_tokens: int,
+                               batch_size: int, progress: Any = None
+                               ) -> tuple[list[GenOutput], list[AnswerEvidence] | None]:
+        """Greedy answers (as `generate`) and, read on the way, each answer's evidence (`answer_reader`): states
+        and branches from the decoding's own cache instead of a second pass over prompt + answer. The evidence is
+        None when a prompt, its answer and the branches would not fit in the model window (the caller then reads
+        it the usual way)."""
+        if not self.fuses_evidence():
+            raise HaldetError("this model cannot read evidence while decoding (the reference decoder, sliding-window "
+                              "layers, or a non-SDPA attention)", where=f"model {self.name}",
+                              hint="compute the evidence with its own pass")
+        import torch
+
+        from haldet.backends.answer_reader import AnswerReader, reading_attention
+        from haldet.backends.decode import decode
+
+        encoded = [self.encode_prompt(p) for p in prompts]
+        reader = AnswerReader(self.model, request, stop_ids=sorted(self.stop_ids),
+                              pad_id=self.tokenizer.pad_token_id, head=self.head_logits)
+        if max(len(e) for e in encoded) + max_new_tokens + reader.room > self.window():
+            return self.generate(prompts, max_new_tokens=max_new_tokens, batch_size=batch_size,
+                                 progress=progress), None
+        order = sorted(range(len(prompts)), key=lambda i: len(encoded[i]))
+        with torch.inference_mode(), reading_attention(self.model) if request.icr else contextlib.nullcontext():
+            out = decode(self.model, [encoded[i] for i in order], max_new_tokens=max_new_tokens,
+                         stop_ids=sorted(self.stop_ids), pad_id=self.tokenizer.pad_token_id, prefill_batch=batch_size,
+                         pool_rows=self.pool_rows(encoded, max_new_tokens, states=request.icr),
+                         on_prompt_done=(lambda _: progress(1)) if progress is not None else None, reader=reader)
+        answers: list[GenOutput | None] = [None] * len(prompts)
+        evidence: list[AnswerEvidence | None] = [None] * len(prompts)
+        for row, item in enumerate(order):
+            answers[item] = answer = self._finish(out.tokens[row], out.logprobs[row])
+            evidence[item] = found = reader.evidence[row]
+            found.output.token_logprobs = (np.asarray(answer.token_logprobs, dtype=np.float64)
+                                           if answer.token_ids else None)
+        return [a for a in answers if a is not None], [e for e in evidence if e is not None]
+
+    def reply_output(self, reply: Reply, until: Callable[[str], bool] | None = None) -> GenOutput:
+        """A follow-up's reply as `generate_until` would return it, with its candidates' log-probs."""
+        res = self._finish_until(reply.tokens, reply.logprobs, until)
+        res.extra["candidate_logprobs"] = list(reply.candidate_logprobs)
+        return res
+
     @property
     def model_config(self) -> Any:
         """The model's config; read from its files while the weights are not loaded (keys are computed first)."""
@@ -597,7 +652,8 @@ class HFBackend(Backend):
             for name in poolings:
                 res.pooled[name] = _pool(hidden, chosen, row, start, end, name)
             if icr:
-                res.icr = icr_features([h[row].float() for h in hidden], [a[row] for a in captured], start, end)
+                res.icr = icr_features([h[row].float() for h in hidden], [a[row][start:end] for a in captured],
+                                       start, end)
         offset = end
         for name, suffix in r.branches.items():
             res.branch_states[name] = _pool(hidden, chosen, row, offset, offset + len(suffix), branch_pooling)
@@ -661,12 +717,17 @@ class HFBackend(Backend):
         """[T, vocab] log-probabilities predicting each answer token ids[start:], from one row's final hidden states."""
         import torch
 
-        head = self.model.get_output_embeddings()
-        logits = head(last_hidden[start - 1 : len(ids) - 1]).float()
+        return torch.log_softmax(self.head_logits(last_hidden[start - 1 : len(ids) - 1]), dim=-1)
+
+    def head_logits(self, last_hidden: Any) -> Any:
+        """Next-token logits (float32) from final hidden states, as the model computes them (output head, soft cap)."""
+        import torch
+
+        logits = self.model.get_output_embeddings()(last_hidden).float()
         cap = getattr(self._text_config(), "final_logit_softcapping", None)
         if cap:
             logits = torch.tanh(logits / cap) * cap
-        return torch.log_softmax(logits, dim=-1)
+        return logits
 
     def _token_stats(self, last_hidden: Any, ids: list[int], start: int) -> tuple[np.ndarray, np.ndarray]:
         """Log-prob and entropy at each answer position, from the final hidden states of that row only."""
@@ -829,7 +890,7 @@ def _jsd(p: Any, q: Any) -> Any:
     return 0.5 * kl(p, m) + 0.5 * kl(q, m)
 
 
-def icr_features(hidden: Sequence[Any], attn: Sequence[Any], start: int, end: int) -> np.ndarray:
+def icr_features(hidden: Sequence[Any], attn_rows: Sequence[Any], start: int, end: int) -> np.ndarray:
     """Per-layer ICR features of one sequence (ICR Probe, Zhang et al. 2025, our implementation).
 
     For layer l (1..L) and answer position t, the residual update is d = h_l[t] - h_{l-1}[t]. Its projection onto
@@ -837,11 +898,12 @@ def icr_features(hidden: Sequence[Any], attn: Sequence[Any], start: int, end: in
     which tokens the update moved towards; the ICR score is the Jensen-Shannon divergence between that
     distribution and the layer's head-averaged attention row a_l[t, :t+1]. Columns (`ICR_COLUMNS`): mean, std and
     max of the score over answer tokens, and the mean relative update size |d| / |h_{l-1}[t]|.
-    `hidden`: L + 1 tensors [S, D] (float32); `attn`: L tensors [S, S] (head-averaged).
+    `hidden`: L + 1 tensors [S, D] (float32); `attn_rows`: L tensors [end - start, >= end], the head-averaged
+    attention rows of the answer positions.
     """
     import torch
 
-    n_layers = len(attn)
+    n_layers = len(attn_rows)
     out = np.zeros((n_layers, len(ICR_COLUMNS)), dtype=np.float32)
     positions = torch.arange(start, end)
     for layer in range(1, n_layers + 1):
@@ -852,7 +914,7 @@ def icr_features(hidden: Sequence[Any], attn: Sequence[Any], start: int, end: in
         causal = torch.arange(end)[None, :] <= positions[:, None]
         proj = proj.masked_fill(~causal, float("-inf"))
         p = torch.softmax(proj, dim=-1)
-        a = attn[layer - 1][positions, :end].float()
+        a = attn_rows[layer - 1][:, :end].float()
         a = a.masked_fill(~causal, 0.0)
         a = a / a.sum(-1, keepdim=True).clamp_min(1e-12)
         score = _jsd(p, a)

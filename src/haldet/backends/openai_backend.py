@@ -78,6 +78,10 @@ class OpenAIBackend(Backend):
     def render_chat(self, messages: list[dict[str, str]]) -> str:
         return json.dumps(messages, ensure_ascii=False)
 
+    def follow_up(self, prompt: str, answer: str, question: str) -> str:
+        return self.render_chat([*prompt_messages(prompt), {"role": "assistant", "content": answer},
+                                 {"role": "user", "content": question}])
+
     # --- the protocol -----------------------------------------------------------------------------------------
     def generate(self, prompts: list[str], *, max_new_tokens: int, batch_size: int,
                  progress: Any = None) -> list[GenOutput]:

@@ -1,0 +1,308 @@
+"""Evidence of each greedy answer read while it is decoded: the features and auxiliary stages' inputs without
+reading prompt + answer a second time.
+
+A teacher-forced pass over prompt + answer (`HFBackend.forward`) recomputes the states the decoding steps already
+computed. `AnswerReader` keeps them instead (`decode(reader=...)`): every layer's state of each prompt token
+(from the prefill: the SEP token-before-generation state, the ICR context) and of each answer token (from its
+step: mean/last/second-to-last pooling, ICR), the entropy of each choosing distribution, and, for ICR, each
+answer token's head-averaged attention row (`read_attention`: the SDPA kernel still computes the output, so
+answers are unchanged). When a row ends, its cache (prompt + answer, as decoded) is copied once (`decode.fork`)
+and continued by branches in one packed pass: the CCS/PRISM statements (their last token's states) and the
+follow-up questions of the answered conversation (verbalized confidence, self-evaluation: first reply position's
+log-probs, then a greedy reply while it is wanted). A row cut by the token limit feeds its last token once more
+first (`decode`'s flush), so its cache and states hold the whole answer, as a teacher-forced pass would.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from haldet.backends.base import ForwardOutput
+from haldet.backends.decode import Prefilled, _Pool, fork
+
+READ_ATTENTION = "haldet_sdpa_reading"  # attention implementation name: SDPA output, attention rows on the side
+_ROWS: list[torch.Tensor] | None = None  # while a step's attention rows are read: one [R, kv] per layer
+
+
+@dataclass
+class FollowUp:
+    """A question asked after the answer, as a turn of the answered conversation (its tokens after the answer:
+    end of turn, question, start of the reply). The first reply position's log-probs of `candidates` are kept;
+    the reply is decoded greedily for at most `max_new_tokens` tokens, and no further once `done(tokens)`."""
+
+    tail: list[int]
+    max_new_tokens: int
+    candidates: list[int] = field(default_factory=list)
+    done: Callable[[list[int]], bool] | None = None
+
+
+@dataclass
+class EvidenceRequest:
+    """What to read of each answer: hidden-state layers (indices, 0 = embeddings), poolings of the answer span
+    (`POOLINGS`: mean, last, tbg, slt), ICR features, statements (name -> ids continuing the answer; their last
+    token's states) and follow-up questions."""
+
+    layers: list[int]
+    poolings: list[str]
+    icr: bool = False
+    statements: dict[str, list[int]] = field(default_factory=dict)
+    follow_ups: dict[str, FollowUp] = field(default_factory=dict)
+
+
+@dataclass
+class Reply:
+    """A follow-up's reply: its tokens (a stop token included when one ended it), their log-probs, and the first
+    reply position's log-probs of the follow-up's candidates."""
+
+    tokens: list[int]
+    logprobs: list[float]
+    candidate_logprobs: list[float]
+
+
+@dataclass
+class AnswerEvidence:
+    """One answer's evidence: `output` as a teacher-forced pass gives it (pooled states, ICR, statement states,
+    entropies of the answer tokens), and the follow-ups' replies."""
+
+    output: ForwardOutput
+    replies: dict[str, Reply]
+
+
+def _read_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                    attention_mask: torch.Tensor | None, **kwargs: Any) -> tuple[torch.Tensor, Any]:
+    """SDPA attention (the output the model uses); while `_ROWS` is set, also the head-averaged attention
+    probabilities of the last query position over every key column ([batch, kv], float32)."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    out = sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
+    if _ROWS is not None:
+        groups = query.shape[1] // key.shape[1]
+        keys = key.repeat_interleave(groups, dim=1) if groups > 1 else key
+        scores = (query[:, :, -1:].float() @ keys.float().transpose(2, 3)) * kwargs.get("scaling", 1.0)
+        if attention_mask is not None:
+            mask = attention_mask[:, :, -1:, : keys.shape[2]]
+            scores = (scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool
+                      else scores + mask.float())
+        _ROWS.append(torch.softmax(scores, dim=-1).mean(dim=1)[:, 0])
+    return out
+
+
+@functools.cache
+def _register() -> str:
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    AttentionInterface.register(READ_ATTENTION, _read_attention)
+    AttentionMaskInterface.register(READ_ATTENTION, sdpa_mask)
+    return READ_ATTENTION
+
+
+@contextlib.contextmanager
+def reading_attention(model: Any) -> Iterator[None]:
+    """The model uses `_read_attention` inside the block (SDPA with the same masks, so the same outputs)."""
+    before = model.config._attn_implementation
+    model.set_attn_implementation(_register())
+    try:
+        yield
+    finally:
+        model.set_attn_implementation(before)
+
+
+@contextlib.contextmanager
+def _collect(rows: list[torch.Tensor]) -> Iterator[None]:
+    global _ROWS
+    _ROWS = rows
+    try:
+        yield
+    finally:
+        _ROWS = None
+
+
+class AnswerReader:
+    """`decode.Reader` for greedy answers: keeps what `EvidenceRequest` asks, per row, and finishes each row's
+    `AnswerEvidence` when it ends (`evidence[row]`). `head(last_hidden)` maps final states to logits."""
+
+    def __init__(self, model: Any, request: EvidenceRequest, *, stop_ids: Sequence[int], pad_id: int,
+                 head: Callable[[torch.Tensor], torch.Tensor]) -> None:
+        self.model, self.request, self.pad_id, self.head = model, request, pad_id, head
+        self.stops = torch.tensor(sorted(stop_ids), dtype=torch.long, device=model.device)
+        # states kept per token: every layer for ICR (its context is every layer), else the requested ones
+        self.kept = None if request.icr else request.layers
+        self.prompt: dict[int, torch.Tensor] = {}  # row -> [S, layers, D] (ICR) or [1, layers, D] (last only)
+        self.answer: dict[int, list[torch.Tensor]] = {}  # row -> per answer token [layers, D]
+        self.attention: dict[int, list[torch.Tensor]] = {}  # row -> per answer token [L, its read columns]
+        self.entropies: dict[int, list[float]] = {}
+        self.evidence: dict[int, AnswerEvidence] = {}
+        segments = [*request.statements.values(), *(f.tail for f in request.follow_ups.values())]
+        self.ends = list(np.cumsum([len(s) for s in segments]) - 1)  # last column of each segment
+        self.tails = [t for s in segments for t in s]
+        self.room = len(self.tails) + max((f.max_new_tokens for f in request.follow_ups.values()), default=0)
+
+    def _layers(self, states: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        return list(states) if self.kept is None else [states[i] for i in self.kept]
+
+    # --- decode.Reader ------------------------------------------------------------------------------------------
+    def admitted(self, rows: torch.Tensor, state: Prefilled) -> None:
+        layers = self._layers(state.rest_states or ())
+        if not self.request.icr:  # the last prompt token's states suffice (SEP's token before generation)
+            last = torch.stack([h[:, -1] for h in layers], dim=1).float()  # [n, layers, D]
+            for i, row in enumerate(rows.tolist()):
+                self.prompt[row] = last[i][None]
+        else:
+            rest = torch.stack(layers, dim=2).float()  # [n, width, layers, D]: the rows' own tokens, left-padded
+            own = state.mask[:, -rest.shape[1]:].bool()
+            head = (torch.stack(self._layers(state.head_states), dim=2)[0].float() if state.head_states
+                    else rest.new_zeros((0, *rest.shape[2:])))
+            for i, row in enumerate(rows.tolist()):
+                self.prompt[row] = torch.cat([head, rest[i][own[i]]])
+        for row in rows.tolist():
+            self.answer[row], self.attention[row], self.entropies[row] = [], [], []
+
+    def chose(self, rows: torch.Tensor, logits: torch.Tensor) -> None:
+        logp = torch.log_softmax(logits, dim=-1)
+        entropy = -(logp.exp() * logp).nan_to_num().sum(-1)
+        for row, value in zip(rows.tolist(), entropy.tolist(), strict=True):
+            self.entropies[row].append(value)
+
+    def stepping(self) -> contextlib.AbstractContextManager[Any]:
+        self._rows: list[torch.Tensor] = []
+        return _collect(self._rows) if self.request.icr else contextlib.nullcontext()
+
+    def stepped(self, pool: _Pool, fed: torch.Tensor, states: tuple[torch.Tensor, ...]) -> None:
+        step = torch.stack([h[:, -1] for h in self._layers(states)], dim=1).float()  # [R, layers, D]
+        attention = torch.stack(self._rows, dim=1) if self.request.icr else None  # [R, L, kv]
+        for i, row in zip(fed.tolist(), pool.rows[fed].tolist(), strict=True):
+            self.answer[row].append(step[i])
+            if attention is not None:
+                self.attention[row].append(attention[i][:, pool.mask[i].bool()])
+
+    def ended(self, pool: _Pool, index: torch.Tensor) -> None:
+        rows = pool.rows[index].tolist()
+        replies: dict[int, dict[str, Reply]] = {row: {} for row in rows}
+        branch_states: dict[int, dict[str, np.ndarray]] = {row: {} for row in rows}
+        if self.tails:
+            self._branches(fork(pool, index, self.room), rows, replies, branch_states)
+        for row in rows:
+            self.evidence[row] = AnswerEvidence(output=self._finish(row, branch_states[row]), replies=replies[row])
+
+    # --- a row's evidence ---------------------------------------------------------------------------------------
+    def _finish(self, row: int, branch_states: dict[str, np.ndarray]) -> ForwardOutput:
+        prompt, answer = self.prompt.pop(row), self.answer.pop(row)
+        attention, entropies = self.attention.pop(row), self.entropies.pop(row)
+        out = ForwardOutput(key=str(row), n_tokens=len(prompt) + len(answer), branch_states=branch_states)
+        if not answer:  # a stop token first: no answer span (only the branches)
+            return out
+        out.token_entropies = np.asarray(entropies[: len(answer)], dtype=np.float64)
+        span = torch.stack(answer)  # [T, layers, D]
+        chosen = (lambda x: x) if self.kept is not None else (lambda x: x[:, self.request.layers])
+        pooled = {"mean": lambda: span.mean(dim=0), "last": lambda: span[-1],
+                  "slt": lambda: span[max(0, len(answer) - 2)], "tbg": lambda: prompt[-1]}
+        for name in self.request.poolings:
+            value = pooled[name]()
+            out.pooled[name] = chosen(value[None])[0].cpu().numpy().astype(np.float32)
+        if self.request.icr:
+            from haldet.backends.hf import icr_features
+
+            hidden = torch.cat([prompt, span]).transpose(0, 1)  # [L + 1, S + T, D]
+            end = hidden.shape[1]
+            rows = torch.zeros((len(attention[0]), len(answer), end))  # [L, T, S + T]
+            for t, a in enumerate(attention):
+                rows[:, t, : a.shape[1]] = a
+            out.icr = icr_features(list(hidden), list(rows), len(prompt), end)
+        return out
+
+    def _branches(self, state: Prefilled, rows: list[int], replies: dict[int, dict[str, Reply]],
+                  branch_states: dict[int, dict[str, np.ndarray]]) -> None:
+        """One packed pass over every row's statements and follow-up questions (each sees the answered
+        conversation and itself only), then the follow-ups' greedy replies."""
+        model, device = self.model, self.model.device
+        n, q = len(rows), len(self.tails)
+        starts = [0, *[e + 1 for e in self.ends[:-1]]]
+        segment = torch.zeros(q, dtype=torch.long)
+        offset = torch.zeros(q, dtype=torch.long)
+        for k, (a, e) in enumerate(zip(starts, self.ends, strict=True)):
+            segment[a : e + 1] = k
+            offset[a : e + 1] = torch.arange(e + 1 - a)
+        ids = torch.tensor(self.tails, dtype=torch.long, device=device)[None].expand(n, q)
+        positions = state.last_pos[:, None] + 1 + offset.to(device)[None]
+        width = state.mask.shape[1]
+        tree = (segment[:, None] == segment[None, :]) & (offset[:, None] >= offset[None, :])  # [q, q]
+        allowed = torch.cat([state.mask.bool()[:, None, :].expand(n, q, width),
+                             tree.to(device)[None].expand(n, q, q)], dim=-1)
+        dtype = model.dtype
+        mask4d = torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill(~allowed, torch.finfo(dtype).min)
+        names = list(self.request.statements)
+        follow = list(self.request.follow_ups)
+        ends = torch.tensor(self.ends, device=device)
+        out = model(input_ids=ids, attention_mask=mask4d[:, None], position_ids=positions,
+                    past_key_values=state.cache, use_cache=True, output_hidden_states=True, logits_to_keep=1)
+        if names:
+            chosen = [out.hidden_states[i] for i in self.request.layers]
+            at = torch.stack([h[:, ends[: len(names)]] for h in chosen], dim=2).float()  # [n, statements, L, D]
+            for i, row in enumerate(rows):
+                for k, name in enumerate(names):
+                    branch_states[row][name] = at[i, k].cpu().numpy().astype(np.float32)
+        if not follow:
+            return
+        # the next-token logits after each follow-up's last question token
+        first = self.head(out.hidden_states[-1][:, ends[len(names):]]).float()  # [n, follow-ups, V]
+        for k, name in enumerate(follow):
+            self._reply(state, rows, k, name, first[:, k], segment == len(names) + k, replies)
+
+    def _reply(self, state: Prefilled, rows: list[int], k: int, name: str, logits: torch.Tensor,
+               own: torch.Tensor, replies: dict[int, dict[str, Reply]]) -> None:
+        """Follow-up `name`'s greedy reply in every row: its first token from `logits`, then further steps over a
+        copy of the cache in which the row sees the answered conversation and this question only."""
+        f = self.request.follow_ups[name]
+        logp = torch.log_softmax(logits, dim=-1)
+        candidates = logp[:, f.candidates].tolist() if f.candidates else [[] for _ in rows]
+        tokens = [[int(t)] for t in logp.argmax(dim=-1).tolist()]
+        lps = [[float(logp[i, t[0]])] for i, t in enumerate(tokens)]
+        live = [not self._ended(t, f) for t in tokens]
+        if any(live):
+            cache = _copy_cache(state.cache) if len(self.request.follow_ups) > k + 1 else state.cache
+            device = state.mask.device
+            mask = torch.cat([state.mask, own.to(device)[None].expand(len(rows), -1).long()], dim=-1)
+            pool = _Pool(cache=cache, mask=mask, last_pos=state.last_pos + len(f.tail),
+                         rows=torch.arange(len(rows), device=device),
+                         chosen=torch.tensor([t[0] for t in tokens], device=device),
+                         live=torch.tensor(live, device=device), flush=torch.zeros(len(rows), dtype=torch.bool,
+                                                                                   device=device),
+                         width=torch.full((len(rows),), -1, device=device))
+            while bool(pool.live.any()):
+                step_logits, _ = pool.step(self.model, False)
+                step_logp = torch.log_softmax(step_logits, dim=-1)
+                chosen = step_logp.argmax(dim=-1)
+                for i in pool.live.nonzero().flatten().tolist():
+                    token = int(chosen[i])
+                    tokens[i].append(token)
+                    lps[i].append(float(step_logp[i, token]))
+                    if self._ended(tokens[i], f):
+                        pool.live[i] = False
+                pool.chosen = chosen
+        for i, row in enumerate(rows):
+            replies[row][name] = Reply(tokens=tokens[i], logprobs=lps[i], candidate_logprobs=candidates[i])
+
+    def _ended(self, tokens: list[int], f: FollowUp) -> bool:
+        return (tokens[-1] in self.stops.tolist() or len(tokens) >= f.max_new_tokens
+                or (f.done is not None and f.done(tokens)))
+
+
+def _copy_cache(cache: Any) -> Any:
+    """A copy of a cache of `GrowingLayer`s whose writes do not reach the original (another follow-up reads it)."""
+    import copy
+
+    copied = copy.copy(cache)
+    copied.layers = []
+    for layer in cache.layers:
+        new = copy.copy(layer)
+        new.adopt(layer.key_buffer.clone(), layer.value_buffer.clone(), layer.length)
+        copied.layers.append(new)
+    return copied
