@@ -192,6 +192,10 @@ class RunConfig(Section):
     # rows the lean loop decodes together (continuous batching; prompts join as rows end): decoding steps of many
     # rows cost far less per token on CPU; memory grows with it (the rows' KV cache, capped at 3 GiB)
     decode_rows: int = Field(96, ge=1)
+    # the lean loop reads the features and auxiliary stages' evidence while it decodes the greedy answers (states
+    # as computed, statements and follow-up questions as branches of each answer's cache) instead of reading
+    # prompt + answer again; equal within float tolerance, records say `source`
+    evidence_in_decoding: bool = True
     generation: GenerationConfig = Field(default_factory=GenerationConfig)
     sample: SampleConfig = Field(default_factory=SampleConfig)
     auxiliary: AuxiliaryConfig = Field(default_factory=AuxiliaryConfig)

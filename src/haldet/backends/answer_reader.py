@@ -18,61 +18,16 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
 
-from haldet.backends.base import ForwardOutput
+from haldet.backends.base import AnswerEvidence, EvidenceRequest, FollowUp, ForwardOutput, Reply
 from haldet.backends.decode import Prefilled, _Pool, fork
 
 READ_ATTENTION = "haldet_sdpa_reading"  # attention implementation name: SDPA output, attention rows on the side
 _ROWS: list[torch.Tensor] | None = None  # while a step's attention rows are read: one [R, kv] per layer
-
-
-@dataclass
-class FollowUp:
-    """A question asked after the answer, as a turn of the answered conversation (its tokens after the answer:
-    end of turn, question, start of the reply). The first reply position's log-probs of `candidates` are kept;
-    the reply is decoded greedily for at most `max_new_tokens` tokens, and no further once `done(tokens)`."""
-
-    tail: list[int]
-    max_new_tokens: int
-    candidates: list[int] = field(default_factory=list)
-    done: Callable[[list[int]], bool] | None = None
-
-
-@dataclass
-class EvidenceRequest:
-    """What to read of each answer: hidden-state layers (indices, 0 = embeddings), poolings of the answer span
-    (`POOLINGS`: mean, last, tbg, slt), ICR features, statements (name -> ids continuing the answer; their last
-    token's states) and follow-up questions."""
-
-    layers: list[int]
-    poolings: list[str]
-    icr: bool = False
-    statements: dict[str, list[int]] = field(default_factory=dict)
-    follow_ups: dict[str, FollowUp] = field(default_factory=dict)
-
-
-@dataclass
-class Reply:
-    """A follow-up's reply: its tokens (a stop token included when one ended it), their log-probs, and the first
-    reply position's log-probs of the follow-up's candidates."""
-
-    tokens: list[int]
-    logprobs: list[float]
-    candidate_logprobs: list[float]
-
-
-@dataclass
-class AnswerEvidence:
-    """One answer's evidence: `output` as a teacher-forced pass gives it (pooled states, ICR, statement states,
-    entropies of the answer tokens), and the follow-ups' replies."""
-
-    output: ForwardOutput
-    replies: dict[str, Reply]
 
 
 def _read_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
@@ -135,6 +90,7 @@ class AnswerReader:
         self.stops = torch.tensor(sorted(stop_ids), dtype=torch.long, device=model.device)
         # states kept per token: every layer for ICR (its context is every layer), else the requested ones
         self.kept = None if request.icr else request.layers
+        self.states = request.icr or bool(request.layers)  # any hidden state to keep at all
         self.prompt: dict[int, torch.Tensor] = {}  # row -> [S, layers, D] (ICR) or [1, layers, D] (last only)
         self.answer: dict[int, list[torch.Tensor]] = {}  # row -> per answer token [layers, D]
         self.attention: dict[int, list[torch.Tensor]] = {}  # row -> per answer token [L, its read columns]
@@ -150,6 +106,11 @@ class AnswerReader:
 
     # --- decode.Reader ------------------------------------------------------------------------------------------
     def admitted(self, rows: torch.Tensor, state: Prefilled) -> None:
+        for row in rows.tolist():
+            self.answer[row], self.attention[row], self.entropies[row] = [], [], []
+            self.prompt[row] = torch.empty(0)
+        if not self.states:
+            return
         layers = self._layers(state.rest_states or ())
         if not self.request.icr:  # the last prompt token's states suffice (SEP's token before generation)
             last = torch.stack([h[:, -1] for h in layers], dim=1).float()  # [n, layers, D]
@@ -162,8 +123,6 @@ class AnswerReader:
                     else rest.new_zeros((0, *rest.shape[2:])))
             for i, row in enumerate(rows.tolist()):
                 self.prompt[row] = torch.cat([head, rest[i][own[i]]])
-        for row in rows.tolist():
-            self.answer[row], self.attention[row], self.entropies[row] = [], [], []
 
     def chose(self, rows: torch.Tensor, logits: torch.Tensor) -> None:
         logp = torch.log_softmax(logits, dim=-1)
@@ -176,6 +135,10 @@ class AnswerReader:
         return _collect(self._rows) if self.request.icr else contextlib.nullcontext()
 
     def stepped(self, pool: _Pool, fed: torch.Tensor, states: tuple[torch.Tensor, ...]) -> None:
+        if not self.states:
+            for row in pool.rows[fed].tolist():
+                self.answer[row].append(torch.empty(0))  # the answer's length is still counted
+            return
         step = torch.stack([h[:, -1] for h in self._layers(states)], dim=1).float()  # [R, layers, D]
         attention = torch.stack(self._rows, dim=1) if self.request.icr else None  # [R, L, kv]
         for i, row in zip(fed.tolist(), pool.rows[fed].tolist(), strict=True):
@@ -200,6 +163,8 @@ class AnswerReader:
         if not answer:  # a stop token first: no answer span (only the branches)
             return out
         out.token_entropies = np.asarray(entropies[: len(answer)], dtype=np.float64)
+        if not self.states:
+            return out
         span = torch.stack(answer)  # [T, layers, D]
         chosen = (lambda x: x) if self.kept is not None else (lambda x: x[:, self.request.layers])
         pooled = {"mean": lambda: span.mean(dim=0), "last": lambda: span[-1],

@@ -104,6 +104,51 @@ class TokenOutput:
     window: dict[str, Any] | None = None
 
 
+@dataclass
+class FollowUp:
+    """A question asked after the answer (`HFBackend.generate_with_evidence`), as a turn of the answered
+    conversation (its tokens after the answer: end of turn, question, start of the reply). The first reply
+    position's log-probs of `candidates` are kept; the reply is decoded greedily for at most `max_new_tokens`
+    tokens, and no further once `done(tokens)`."""
+
+    tail: list[int]
+    max_new_tokens: int
+    candidates: list[int] = field(default_factory=list)
+    done: Callable[[list[int]], bool] | None = None
+
+
+@dataclass
+class EvidenceRequest:
+    """What to read of each answer: hidden-state layers (indices, 0 = embeddings), poolings of the answer span
+    (`POOLINGS`: mean, last, tbg, slt), ICR features, statements (name -> ids continuing the answer; their last
+    token's states) and follow-up questions."""
+
+    layers: list[int]
+    poolings: list[str]
+    icr: bool = False
+    statements: dict[str, list[int]] = field(default_factory=dict)
+    follow_ups: dict[str, FollowUp] = field(default_factory=dict)
+
+
+@dataclass
+class Reply:
+    """A follow-up's reply: its tokens (a stop token included when one ended it), their log-probs, and the first
+    reply position's log-probs of the follow-up's candidates."""
+
+    tokens: list[int]
+    logprobs: list[float]
+    candidate_logprobs: list[float]
+
+
+@dataclass
+class AnswerEvidence:
+    """One answer's evidence: `output` as a teacher-forced pass gives it (pooled states, ICR, statement states,
+    entropies of the answer tokens), and the follow-ups' replies."""
+
+    output: ForwardOutput
+    replies: dict[str, Reply]
+
+
 # Poolings of hidden states over a request's span [start, end): see `ForwardOutput.pooled`.
 POOLINGS = ("mean", "last", "tbg", "slt")
 # Per-layer ICR feature columns: JSD between the residual update's projection and the attention distribution,
@@ -173,6 +218,10 @@ class Backend:
     def shares_heads(self) -> bool:
         """Whether `paired_replies` can answer two prompts per item reading their common head once (`HFBackend`'s
         lean loop); elsewhere the prompts are asked apart."""
+        return False
+
+    def fuses_evidence(self) -> bool:
+        """Whether greedy decoding can also read each answer's evidence (`HFBackend.generate_with_evidence`)."""
         return False
 
     def paired_replies(self, first: list[str], second: list[str], until: Callable[[str], bool], *,

@@ -46,7 +46,7 @@ from haldet.errors import HaldetError
 from haldet.threads import thread_count
 
 if TYPE_CHECKING:
-    from haldet.backends.answer_reader import AnswerEvidence, EvidenceRequest, Reply
+    from haldet.backends.base import AnswerEvidence, EvidenceRequest, Reply
 
 
 def resolve_model_path(name: str) -> tuple[str, Path | None]:

@@ -1,7 +1,7 @@
 """The `auxiliary` stage: the model's own view of its answer (paper appendix E.1), greedy and cached.
 
-Two queries per item, both built from the clean task prompt (the user turn rendered with the run's templates) and
-the generated answer:
+Two follow-up questions per item, each asked as the next user turn of the answered conversation (the item's prompt,
+the generated answer as the model's turn, then the question: `Backend.follow_up`):
 - verbalized confidence: the model is asked for one number in [0, 1]; the raw reply is stored (`verbalized`) and,
   parsed by `haldet.confidence.parse_confidence`, as `verbalized_value` (None when no number is found);
 - self-evaluation: the model is asked whether the proposed answer is True or False. P(True) is read from the
@@ -12,39 +12,37 @@ Only what is read is decoded (`DECODING`, part of the key): P(True) needs one pa
 next-token probabilities returns just the greedy first token, the verdict word, as `self_eval_text`; one without
 them returns its whole verdict); a verbalized reply stops as soon as its number is complete
 (`haldet.confidence.confidence_complete`). Only the queries a selected detector reads are asked
-(`AuxiliaryStage.queries`). Both prompts show the same text (system turn, task, proposed answer) and differ only in
-their closing instruction, so a local model reads that shared head once per item for both queries
-(`HFBackend.paired_replies`; the key says so).
+(`AuxiliaryStage.queries`). Both prompts share the answered conversation and differ only in the question, so a local
+model reads that shared head once per item for both queries (`HFBackend.paired_replies`; the key says so). When
+the local lean decoder generates the answers, it asks both questions as branches of each answer's own cache right
+where the answer ends (`haldet.backends.answer_reader`), and the generate stage stores these records
+(`source: "decoding"`; otherwise `"prompt"`).
 
-Record: {id, key, verbalized, verbalized_value, self_eval_text, p_true, logp_true, logp_false, seconds}.
+Record: {id, key, verbalized, verbalized_value, self_eval_text, p_true, logp_true, logp_false, source, seconds}.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from functools import cached_property
 from typing import Any
 
+from haldet.backends.base import FollowUp
 from haldet.confidence import confidence_complete, parse_confidence
 from haldet.config import stage_key
-from haldet.prompts import PromptBuilder
 from haldet.signals import Signal
 from haldet.stages.base import Item, Stage
 from haldet.stages.generate import GenerateStage
 
-PROMPT_VERSION = "aux-v2"  # bump when the wording below changes: it is part of the cache key
+PROMPT_VERSION = "aux-v3"  # bump when the wording below changes: it is part of the cache key
 DECODING = "first-token-p-true+verbalized-until-number"  # what is decoded of each reply (part of the cache key)
 SHARED_HEAD = "+shared-head"  # both queries of an item read in one pass over their common head (local backend)
 
-# Both queries show the same text first (system turn, task, proposed answer) and differ only in the closing
-# instruction: a local model reads that shared head once per item (`HFBackend.paired_replies`).
-AUX_SYSTEM = "You are a strict examiner grading a proposed answer to a question."
-AUX_USER = "Question: {task}\n\nProposed answer: {answer}\n\n{instruction}"
-VERBALIZED_INSTRUCTION = ("How confident are you that the proposed answer is completely correct? Reply with nothing "
+# The questions, asked as the user's next turn after the model's answer (`Backend.follow_up`).
+VERBALIZED_INSTRUCTION = ("How confident are you that your answer above is completely correct? Reply with nothing "
                           "but a single number from 0.0 to 1.0:")
-SELF_EVAL_INSTRUCTION = ("Is the proposed answer correct? Start your reply with one word, True if it is correct "
-                         "and False if it is not; you may then explain briefly.")
+SELF_EVAL_INSTRUCTION = ("Check your answer above. Is it correct? Start your reply with one word, True if it is "
+                         "correct and False if it is not; you may then explain briefly.")
 
 TRUE_WORDS = ("True", " True", "true", " true", "TRUE")
 FALSE_WORDS = ("False", " False", "false", " false", "FALSE")
@@ -86,11 +84,6 @@ def p_true_from_logprobs(true_lps: list[float], false_lps: list[float]) -> tuple
 class AuxiliaryStage(Stage):
     name = "auxiliary"
 
-    @cached_property
-    def builder(self) -> PromptBuilder:
-        """The run's prompt templates (`prompt.template_dir`): the task is shown as the run showed it."""
-        return PromptBuilder(self.ctx.config.prompt)
-
     def queries(self) -> tuple[bool, bool]:
         """(verbalized, self-evaluation): the configured queries that a selected detector reads."""
         cfg, signals = self.ctx.config.auxiliary, self.ctx.signals
@@ -121,19 +114,39 @@ class AuxiliaryStage(Stage):
     def _prompt(self, instruction: str, item: Item) -> str:
         if item.generation is None:
             raise ValueError(f"auxiliary stage needs the generation of {item.id}")
-        text = AUX_USER.format(task=self.builder.user_message(item.instance), answer=item.generation.response,
-                               instruction=instruction)
-        return self.ctx.backend.render_chat([{"role": "system", "content": AUX_SYSTEM},
-                                             {"role": "user", "content": text}])
+        return self.ctx.backend.follow_up(item.prompt, item.generation.response, instruction)
+
+    def follow_ups(self) -> dict[str, FollowUp]:
+        """The queries as branches of each answer's own cache (`HFBackend.generate_with_evidence`)."""
+        cfg, backend = self.ctx.config.auxiliary, self.ctx.backend
+        verbalized, self_eval = self.queries()
+        out: dict[str, FollowUp] = {}
+        if verbalized:
+            text = backend._text  # type: ignore[attr-defined]
+            out["verbalized"] = FollowUp(tail=backend.encode_text(backend.turn_suffix(VERBALIZED_INSTRUCTION)),
+                                         max_new_tokens=cfg.max_new_tokens,
+                                         done=lambda tokens: confidence_complete(text(tokens)))
+        if self_eval:
+            true_ids, false_ids = answer_candidates(backend.tokenizer)  # type: ignore[attr-defined]
+            out["self_eval"] = FollowUp(tail=backend.encode_text(backend.turn_suffix(SELF_EVAL_INSTRUCTION)),
+                                        max_new_tokens=1, candidates=true_ids + false_ids)
+        return out
+
+    def from_decoding(self, batch: list[Item], replies: list[dict[str, Any]], seconds: float) -> list[dict[str, Any]]:
+        """Records from the follow-ups' replies read while the answers were decoded (one dict per item)."""
+        backend = self.ctx.backend
+        verbalized, self_eval = self.queries()
+        outs = [backend.reply_output(r["verbalized"], confidence_complete)  # type: ignore[attr-defined]
+                for r in replies] if verbalized else []
+        verdicts = [backend.reply_output(r["self_eval"]) for r in replies] if self_eval else []  # type: ignore[attr-defined]
+        n_true = len(answer_candidates(backend.tokenizer)[0]) if self_eval else 0  # type: ignore[attr-defined]
+        return self._records(batch, outs, _true_false(verdicts, n_true), "decoding", seconds)
 
     def compute(self, batch: list[Item]) -> list[dict[str, Any]]:
         cfg = self.ctx.config.auxiliary
         verbalized, self_eval = self.queries()
         backend = self.ctx.backend
         start = time.perf_counter()
-        records: list[dict[str, Any]] = [{"id": item.id, "verbalized": None, "verbalized_value": None,
-                                          "self_eval_text": None, "p_true": None, "logp_true": None,
-                                          "logp_false": None} for item in batch]
         verbalized_prompts = [self._prompt(VERBALIZED_INSTRUCTION, item) for item in batch] if verbalized else []
         self_eval_prompts = [self._prompt(SELF_EVAL_INSTRUCTION, item) for item in batch] if self_eval else []
         if self.paired():
@@ -147,6 +160,15 @@ class AuxiliaryStage(Stage):
                                               max_new_tokens=cfg.max_new_tokens, batch_size=cfg.batch_size)
                        if verbalized else [])
             judged = self._self_eval(self_eval_prompts) if self_eval else []
+        return self._records(batch, replies, judged, "prompt", (time.perf_counter() - start) / max(1, len(batch)))
+
+    def _records(self, batch: list[Item], replies: list[Any], judged: list[tuple[Any, list[float], list[float]]],
+                 source: str, seconds: float) -> list[dict[str, Any]]:
+        verbalized, self_eval = self.queries()
+        records: list[dict[str, Any]] = [{"id": item.id, "verbalized": None, "verbalized_value": None,
+                                          "self_eval_text": None, "p_true": None, "logp_true": None,
+                                          "logp_false": None, "source": source, "seconds": seconds}
+                                         for item in batch]
         if verbalized:
             for rec, out in zip(records, replies, strict=True):
                 _fail_or(rec, out, verbalized=out.text, verbalized_value=parse_confidence(out.text))
@@ -154,9 +176,6 @@ class AuxiliaryStage(Stage):
             for rec, (out, true_lps, false_lps) in zip(records, judged, strict=True):
                 p, lt, lf = p_true_from_logprobs(true_lps, false_lps)
                 _fail_or(rec, out, self_eval_text=out.text, p_true=p, logp_true=_finite(lt), logp_false=_finite(lf))
-        per_item = (time.perf_counter() - start) / max(1, len(batch))
-        for rec in records:
-            rec["seconds"] = per_item
         return records
 
     def _self_eval(self, prompts: list[str]) -> list[tuple[Any, list[float], list[float]]]:

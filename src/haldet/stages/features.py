@@ -12,11 +12,17 @@ the answer's truthfulness), at the statement's last token. The statements are br
 
 Only the groups the selected detectors read are computed (`FeatureStage.groups`); the record key names them.
 
+When the local lean decoder generates the answers, the same evidence is read from the decoding itself (states of
+the prompt and answer tokens as they were computed, statements as branches of each answer's own cache:
+`haldet.backends.answer_reader`) and the generate stage stores these records (`source: "decoding"`; they equal
+the pass's within float tolerance, tests/test_answer_reader.py); otherwise this stage's pass runs
+(`source: "forward"`).
+
 A sequence longer than the model window is not truncated silently: the prompt head is dropped (answer kept) and
 the record says so in `window`; if the answer alone does not fit, the groups are marked invalid with the reason.
 
 Record: {id, key, shard, arrays: {name: shape}, layers, groups, n_prompt_tokens, n_answer_tokens, token_logprobs,
-token_entropies, logprob_gap, window: {pass: info}, invalid: {group: reason}, seconds}.
+token_entropies, logprob_gap, window: {pass: info}, invalid: {group: reason}, source, seconds}.
 Arrays (`features/<shard>.h5`, float16 by default): hidden_mean, hidden_last [n_layers, D]; sep [2, n_layers, D];
 ccs [2, n_layers, D]; prism [n_layers, D]; icr [L, F] (`ICR_COLUMNS`).
 """
@@ -25,12 +31,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
-from haldet.backends.base import ForwardOutput, ForwardRequest
+from haldet.backends.base import EvidenceRequest, ForwardOutput, ForwardRequest
 from haldet.config import stage_key
+from haldet.errors import HaldetError
 from haldet.signals import Signal
 from haldet.stages.base import Item, Stage
 from haldet.stages.generate import GenerateStage
@@ -82,43 +90,74 @@ class FeatureStage(Stage):
     def items_per_batch(self) -> int:
         return self.ctx.config.features.batch_size * 4
 
+    def _statements(self) -> dict[str, list[int]]:
+        backend, groups = self.ctx.backend, set(self.groups())
+        return {name: backend.encode_text(STATEMENTS[name])
+                for group in sorted(groups & set(GROUP_STATEMENTS)) for name in GROUP_STATEMENTS[group]}
+
+    def _pass_poolings(self) -> list[str]:
+        groups = set(self.groups())
+        return sorted(set((self.poolings() if "hidden" in groups else []) + (["tbg", "slt"] if "sep" in groups
+                                                                            else [])))
+
+    def evidence_request(self) -> EvidenceRequest:
+        """What to read of each answer while it is decoded (`HFBackend.generate_with_evidence`)."""
+        cfg, groups = self.ctx.config.features, set(self.groups())
+        n_states = self.ctx.backend.layer_count() + 1  # type: ignore[attr-defined]
+        layers = list(range(n_states)) if cfg.layers == "all" else [x + n_states if x < 0 else x for x in cfg.layers]
+        if any(not 0 <= x < n_states for x in layers):
+            raise HaldetError(f"features.layers {cfg.layers} is out of range for a model with {n_states} "
+                              "hidden-state layers", where="features.layers")
+        return EvidenceRequest(layers=layers, poolings=self._pass_poolings(), icr="icr" in groups,
+                               statements=self._statements())
+
+    def from_decoding(self, batch: list[Item], outs: list[ForwardOutput], seconds: float) -> list[dict[str, Any]]:
+        """Records from the evidence read while the answers were decoded (`outs[i]` for `batch[i]`)."""
+        outs = [replace(out, key=item.id) for item, out in zip(batch, outs, strict=True)]
+        records = self._records(batch, outs, "decoding", seconds)
+        for rec in records:  # the log-probs are the generation's own: there is no second computation to compare
+            rec["logprob_gap"] = None
+        return records
+
     def compute(self, batch: list[Item]) -> list[dict[str, Any]]:
         cfg = self.ctx.config.features
         backend = self.ctx.backend
         groups = set(self.groups())
+        layers = None if cfg.layers == "all" else list(cfg.layers)
+        suffixes = self._statements()
+        start = time.perf_counter()
+        prompts = [backend.encode_prompt(item.prompt) for item in batch]
+        requests = [ForwardRequest(ids=ids + list(_generation(item).token_ids), start=len(ids), key=item.id,
+                                   branches=suffixes) for item, ids in zip(batch, prompts, strict=True)]
+        outs = backend.forward(requests, layers=layers, poolings=self._pass_poolings(), logprobs=True,
+                               icr="icr" in groups, batch_size=cfg.batch_size)
+        return self._records(batch, outs, "forward", (time.perf_counter() - start) / max(1, len(batch)))
+
+    def _records(self, batch: list[Item], outs: list[ForwardOutput], source: str,
+                 seconds: float) -> list[dict[str, Any]]:
+        """Records and the arrays shard of a batch from its outputs (matched by `key` = item id)."""
+        cfg, backend = self.ctx.config.features, self.ctx.backend
+        groups = set(self.groups())
         pooling = self.poolings() if "hidden" in groups else []
         layers = None if cfg.layers == "all" else list(cfg.layers)
-        suffixes = {name: backend.encode_text(STATEMENTS[name])
-                    for group in sorted(groups & set(GROUP_STATEMENTS)) for name in GROUP_STATEMENTS[group]}
-        start = time.perf_counter()
         records: dict[str, dict[str, Any]] = {}
         arrays: dict[str, dict[str, np.ndarray]] = {}
-        requests: list[ForwardRequest] = []
         for item in batch:
-            gen = item.generation
-            if gen is None:
-                raise ValueError(f"features stage needs the generation of {item.id}")
-            prompt_ids = backend.encode_prompt(item.prompt)
-            records[item.id] = {"id": item.id, "n_prompt_tokens": len(prompt_ids),
+            gen = _generation(item)
+            records[item.id] = {"id": item.id, "n_prompt_tokens": len(backend.encode_prompt(item.prompt)),
                                 "n_answer_tokens": len(gen.token_ids), "groups": sorted(groups),
                                 "token_logprobs": None, "token_entropies": None, "logprob_gap": None,
-                                "window": {}, "invalid": {}, "arrays": {}}
+                                "window": {}, "invalid": {}, "arrays": {}, "source": source}
             arrays[item.id] = {}
             if not gen.token_ids:
                 for group in groups & ANSWER_GROUPS:
                     records[item.id]["invalid"][group] = "empty answer: no answer tokens to read"
-            requests.append(ForwardRequest(ids=prompt_ids + list(gen.token_ids), start=len(prompt_ids),
-                                           key=item.id, branches=suffixes))
-        poolings = pooling + (["tbg", "slt"] if "sep" in groups else [])
-        outs = backend.forward(requests, layers=layers, poolings=sorted(set(poolings)), logprobs=True,
-                               icr="icr" in groups, batch_size=cfg.batch_size)
         by_id = {item.id: item for item in batch}
         for out in outs:
             self._result(records[out.key], arrays[out.key], out, groups, pooling, by_id[out.key])
         shard = None
         if any(arrays.values()):
             shard = self.ctx.store.arrays(self.name).write({i: a for i, a in arrays.items() if a}, dtype=cfg.dtype)
-        per_item = (time.perf_counter() - start) / max(1, len(batch))
         n_states = backend.layer_count() + 1 if hasattr(backend, "layer_count") else None
         chosen: list[int] | None = layers
         if n_states:
@@ -127,7 +166,7 @@ class FeatureStage(Stage):
         for item in batch:
             rec = records[item.id]
             rec["arrays"] = {name: list(arr.shape) for name, arr in arrays[item.id].items()}
-            rec.update(shard=shard if arrays[item.id] else None, layers=chosen, seconds=per_item)
+            rec.update(shard=shard if arrays[item.id] else None, layers=chosen, seconds=seconds)
             out_records.append(rec)
         return out_records
 
@@ -161,3 +200,9 @@ class FeatureStage(Stage):
                 arr[group] = out.branch_states[names[0]]
             else:  # ccs: [2, layers, D], positive then negated
                 arr[group] = np.stack([out.branch_states[name] for name in names])
+
+
+def _generation(item: Item) -> Any:
+    if item.generation is None:
+        raise ValueError(f"features stage needs the generation of {item.id}")
+    return item.generation

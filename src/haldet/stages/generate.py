@@ -9,10 +9,12 @@ over the exact generated ids), and the key names the parts computed; otherwise t
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
+from haldet.backends.base import EvidenceRequest
 from haldet.config import stage_key
 from haldet.limits import by_limit, max_new_tokens
 from haldet.schema import Generation
@@ -58,12 +60,20 @@ class GenerateStage(Stage):
         gen = self.ctx.config.generation
         start = time.perf_counter()
         outputs: list[Any] = [None] * len(batch)
+        evidence: list[Any] = [None] * len(batch)
+        readers = self._readers()
         for limit, positions in by_limit([max_new_tokens(self.ctx.config, item.instance) for item in batch]).items():
-            outs = self.ctx.backend.generate([batch[p].prompt for p in positions], max_new_tokens=limit,
-                                             batch_size=gen.batch_size)
-            for pos, out in zip(positions, outs, strict=True):
-                outputs[pos] = out
+            prompts = [batch[p].prompt for p in positions]
+            if readers:
+                request = _merged_request(readers)
+                outs, found = self.ctx.backend.generate_with_evidence(  # type: ignore[attr-defined]
+                    prompts, request, max_new_tokens=limit, batch_size=gen.batch_size)
+            else:
+                outs, found = self.ctx.backend.generate(prompts, max_new_tokens=limit, batch_size=gen.batch_size), None
+            for k, pos in enumerate(positions):
+                outputs[pos], evidence[pos] = outs[k], found[k] if found else None
         per_item = (time.perf_counter() - start) / max(1, len(batch))
+        self._store_evidence(batch, outputs, evidence, per_item)
         records: dict[str, dict[str, Any]] = {}
         for item, out in zip(batch, outputs, strict=True):
             if out.error:
@@ -83,6 +93,48 @@ class GenerateStage(Stage):
                 arrays[item.id] = {}
                 rec["tokens"] = token_record(self.ctx, outs[item.id], offsets, arrays[item.id])
         return records
+
+    def _readers(self) -> list[Stage]:
+        """The evidence stages whose records the greedy decoding also reads (`evidence_in_decoding`, a backend that
+        can, stages a selected detector reads)."""
+        from haldet.stages.auxiliary import AuxiliaryStage
+        from haldet.stages.features import FeatureStage
+        from haldet.stages.loader import needed_stages
+
+        if not (self.ctx.config.evidence_in_decoding and self.ctx.signals and self.ctx.backend.fuses_evidence()):
+            return []
+        needed = needed_stages(self.ctx.signals)
+        return [cls(self.ctx) for cls in (FeatureStage, AuxiliaryStage) if cls.name in needed]
+
+    def _store_evidence(self, batch: list[Item], outputs: list[Any], evidence: list[Any], seconds: float) -> None:
+        """Store the features/auxiliary records read while decoding (items that have none yet; an answer that
+        failed or whose evidence could not be read is left to its own stage)."""
+        readers = self._readers()
+        done = [(item, out, ev) for item, out, ev in zip(batch, outputs, evidence, strict=True)
+                if ev is not None and not out.error]
+        if not readers or not done:
+            return
+        items = [Item(instance=item.instance, prompt=item.prompt,
+                      generation=Generation(id=item.id, prompt=item.prompt, response=out.text,
+                                            token_ids=out.token_ids, token_logprobs=out.token_logprobs,
+                                            finish_reason=out.finish_reason, n_tokens=out.n_tokens or 0,
+                                            model=self.ctx.model))
+                 for item, out, _ in done]
+        for stage in readers:
+            with self.ctx.store.lock(stage.name):
+                have = stage.records(items)
+                todo = [(item, ev) for item, (_, _, ev) in zip(items, done, strict=True) if item.id not in have]
+                if not todo:
+                    continue
+                part = [item for item, _ in todo]
+                if stage.name == "features":
+                    recs = stage.from_decoding(part, [ev.output for _, ev in todo], seconds)  # type: ignore[attr-defined]
+                else:
+                    recs = stage.from_decoding(part, [ev.replies for _, ev in todo], seconds)  # type: ignore[attr-defined]
+                keys = {item.id: stage.key(item) for item in part}
+                for rec in recs:
+                    rec["key"] = keys[rec["id"]]
+                self.ctx.store.log(stage.name).append(recs)
 
     def _teacher_force(self, batch: list[Item], arrays: dict[str, dict[str, np.ndarray]]) -> dict[str, dict[str, Any]]:
         """Given responses: tokenised once with offsets, scored by one teacher-forced pass."""
@@ -125,3 +177,14 @@ def generation_of(record: dict[str, Any]) -> Generation:
 def attach_generations(items: list[Item], records: dict[str, dict[str, Any]]) -> None:
     for item in items:
         item.generation = generation_of(records[item.id])
+
+
+def _merged_request(readers: list[Stage]) -> EvidenceRequest:
+    """One request for every reading stage: the features' states and statements, the auxiliary follow-ups."""
+    request = EvidenceRequest(layers=[], poolings=[])
+    for stage in readers:
+        if stage.name == "features":
+            request = replace(stage.evidence_request(), follow_ups=request.follow_ups)  # type: ignore[attr-defined]
+        else:
+            request.follow_ups = stage.follow_ups()  # type: ignore[attr-defined]
+    return request
