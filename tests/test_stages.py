@@ -298,13 +298,14 @@ def test_loader_returns_documented_formats(tmp_path, backend, items):
     assert not np.allclose(ccs[0], ccs[1])
 
 
-def test_auxiliary_shows_the_task_through_the_run_templates(tmp_path, backend, items):
+def test_auxiliary_asks_a_follow_up_turn_of_the_answered_conversation(tmp_path, backend, items):
     from haldet.stages.auxiliary import VERBALIZED_INSTRUCTION
 
-    (tmp_path / "prompt_user.j2").write_text("CUSTOM TASK >> {{ question }}")
-    ctx = _cell(tmp_path, backend, prompt={"template_dir": str(tmp_path)})
+    ctx = _cell(tmp_path, backend)
     item = Item(instance=items[0].instance, prompt=items[0].prompt,
                 generation=Generation(id=items[0].id, prompt=items[0].prompt, response="Paris", token_ids=[1],
                                       token_logprobs=[-0.1], finish_reason="stop", n_tokens=1, model="m"))
     prompt = AuxiliaryStage(ctx)._prompt(VERBALIZED_INSTRUCTION, item)
-    assert f"CUSTOM TASK >> {QUESTIONS[0]}" in prompt and "Proposed answer: Paris" in prompt
+    # the item's own prompt (as the run showed it), the answer as the model's turn, then the question as a user turn
+    assert prompt.startswith(items[0].prompt + "Paris<|im_end|>\n<|im_start|>user\n" + VERBALIZED_INSTRUCTION)
+    assert prompt.endswith("<|im_start|>assistant\n")
