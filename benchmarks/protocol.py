@@ -1,13 +1,17 @@
 """The full default protocol (`haldet run` with no detector options) on the same N items, before and after in one
-process: `decoder="transformers"` (today's decoding: transformers `generate`, auxiliary replies decoded in full)
-and the default `decoder="haldet"` (lean loop, first-token P(True), verbalized replies stopped at their number).
+process. Modes: `transformers` (`decoder="transformers"`: transformers `generate`, auxiliary replies decoded in
+full, evidence from its own passes), `haldet-separate` (the lean loop, the features and auxiliary stages reading
+prompt + answer again: `evidence_in_decoding=False`) and `haldet` (the default: that evidence read while the
+greedy answers are decoded, inside the generate stage).
 
 Each mode runs `haldet.pipeline.run` in a fresh run directory, so every stage computes. Per mode: wall seconds of
 each stage (load_data, generate, annotate, sample, auxiliary, features), the detectors' fit + score seconds, the
 whole run, and the ratio (whole run) / (generate + sample): how close the protocol is to the decoding it cannot
-avoid. Also CPU seconds of this process per mode (robust to other processes on a shared machine) and
-`os.getloadavg()`. Prints JSON. Usage:
-  python benchmarks/protocol.py [--n 50] [--modes transformers,haldet] [--threads N] [--max-new-tokens 64]
+avoid. In `haldet` mode the generate stage also reads the evidence, so its generate time is not decoding alone:
+with `haldet-separate` in the same run, `ratio_over_decoding_alone` divides `haldet`'s whole run by
+`haldet-separate`'s generate + sample (the same decoding, nothing else in it). Also CPU seconds of this process
+per mode (robust to other processes on a shared machine) and `os.getloadavg()`. Prints JSON. Usage:
+  python benchmarks/protocol.py [--n 50] [--modes transformers,haldet-separate,haldet] [--threads N]
 """
 
 from __future__ import annotations
@@ -30,7 +34,8 @@ STAGES = ("load_data", "generate", "annotate", "sample", "auxiliary", "features"
 def run_mode(decoder: str, n: int, max_new_tokens: int | None, root: Path) -> dict[str, Any]:
     from haldet import pipeline
 
-    overrides: dict[str, Any] = {"limit": n, "decoder": decoder}
+    overrides: dict[str, Any] = {"limit": n, "decoder": "transformers" if decoder == "transformers" else "haldet",
+                                 "evidence_in_decoding": decoder == "haldet"}
     if max_new_tokens is not None:
         overrides.update(generation={"max_new_tokens": max_new_tokens}, sample={"max_new_tokens": max_new_tokens})
     config = RunConfig.model_validate(overrides)
@@ -55,7 +60,7 @@ def run_mode(decoder: str, n: int, max_new_tokens: int | None, root: Path) -> di
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--n", type=int, default=50)
-    parser.add_argument("--modes", default="transformers,haldet")
+    parser.add_argument("--modes", default="transformers,haldet-separate,haldet")
     parser.add_argument("--max-new-tokens", type=int, default=None, help="Override generation and sample limits.")
     parser.add_argument("--threads", type=int, default=None)
     args = parser.parse_args()
@@ -70,6 +75,10 @@ def main() -> None:
             report["modes"][decoder] = result
     report["loadavg_after"] = [round(x, 2) for x in os.getloadavg()]
     modes = report["modes"]
+    if "haldet-separate" in modes and "haldet" in modes:
+        alone = modes["haldet-separate"]["stage_wall_s"]
+        decoding_alone = alone["generate"] + alone["sample"]
+        report["ratio_over_decoding_alone"] = round(modes["haldet"]["wall_s"] / decoding_alone, 3)
     if "transformers" in modes and "haldet" in modes:
         before, after = modes["transformers"], modes["haldet"]
         report["speedup_wall"] = round(before["wall_s"] / after["wall_s"], 2)
