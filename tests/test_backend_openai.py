@@ -135,8 +135,8 @@ def test_run_end_to_end_black_and_gray_box_with_costs(tmp_path: Path) -> None:
     wrong = set(questions[::2])
 
     def content(arg: str, body: dict[str, Any], j: int) -> str:
-        text = body["messages"][-1]["content"]
-        q = next(q for q in questions if q.strip() in text)
+        text = body["messages"][-1]["content"]  # the task, or a follow-up question after the model's answer
+        q = next(q for q in questions if any(q.strip() in m["content"] for m in body["messages"]))
         bad = q in wrong
         if "single number from 0.0 to 1.0" in text:
             return "0.1" if bad else "0.9"
