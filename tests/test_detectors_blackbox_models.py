@@ -114,3 +114,26 @@ def test_bi_encoder_similarity() -> None:
     model, _ = load_pair_model("similarity", "minilm")
     out = model.compute([("The capital is Paris.", "The capital is Paris."), ("The capital is Paris.", "I like dogs.")])
     assert out[0, 0] == pytest.approx(1.0, abs=1e-4) and 0 <= out[1, 0] < 0.5
+
+
+def test_bi_encoder_embeds_each_text_once_across_pair_batches(monkeypatch: pytest.MonkeyPatch) -> None:
+    """SAR asks every ordered pair of an item's samples: the pair cache batches them, and each distinct text is
+    embedded once (not once per batch it appears in), with the same cosines as embedding the pair alone."""
+    nli._LOADED.clear()   # a fresh model instance: no embeddings kept from other tests
+    model, _ = load_pair_model("similarity", "minilm", batch_size=2)
+    encoded: list[str] = []
+    encode = model.model.encode
+
+    def counting(texts, **kw):  # type: ignore[no-untyped-def]
+        encoded.extend(texts)
+        return encode(texts, **kw)
+
+    monkeypatch.setattr(model.model, "encode", counting)
+    texts = ["The capital is Paris.", "Paris is the capital of France.", "I like dogs.", "Berlin, I think."]
+    pairs = [(a, b) for a in texts for b in texts if a != b]   # 12 pairs in batches of 2
+    out = PairCache(None).scores(model, pairs)
+    assert sorted(encoded) == sorted(texts)
+    for (a, b), value in zip(pairs, out[:, 0], strict=True):
+        alone = encode([a, b], normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False)
+        assert value == pytest.approx(max(0.0, float(alone[0] @ alone[1])), abs=1e-6)
+    nli._LOADED.clear()

@@ -95,6 +95,10 @@ class PairModel:
         """[len(pairs), width] float64 for one batch (callers batch; see `PairCache`)."""
         raise NotImplementedError
 
+    def prepare(self, pairs: Sequence[Pair]) -> None:
+        """Called by `PairCache` with every pair it is about to compute (before batching them into `compute`
+        calls): a model whose work is per text rather than per pair does that work once here."""
+
 
 class HFEntailment(PairModel):
     """An HF sequence-classification NLI model; label order read from its config (id2label)."""
@@ -239,7 +243,10 @@ class CrossEncoderSimilarity(PairModel):
 
 
 class BiEncoderSimilarity(PairModel):
-    """Cosine similarity of sentence embeddings, clipped to [0, 1] (negative cosine = unrelated)."""
+    """Cosine similarity of sentence embeddings, clipped to [0, 1] (negative cosine = unrelated).
+
+    Each distinct text is embedded once per process (kept by text): the pairs of K samples share their texts, and
+    the pair batches of `PairCache` would otherwise embed the same text again in every batch it appears in."""
 
     kind = "similarity"
 
@@ -255,14 +262,19 @@ class BiEncoderSimilarity(PairModel):
             self.model = SentenceTransformer(path, device=_device(device), local_files_only=_local_only(path))
         except (OSError, ValueError) as exc:
             raise _load_error(name, exc, "sentence encoder") from None
+        self.embeddings: dict[str, np.ndarray] = {}
+
+    def prepare(self, pairs: Sequence[Pair]) -> None:
+        texts = sorted({t for p in pairs for t in p} - self.embeddings.keys())
+        if texts:
+            emb = self.model.encode(texts, batch_size=self.batch_size, normalize_embeddings=True,
+                                    convert_to_numpy=True, show_progress_bar=False)
+            self.embeddings.update(zip(texts, emb, strict=True))
 
     def compute(self, pairs: Sequence[Pair]) -> np.ndarray:
-        texts = sorted({t for p in pairs for t in p})
-        emb = self.model.encode(texts, batch_size=self.batch_size, normalize_embeddings=True,
-                                convert_to_numpy=True, show_progress_bar=False)
-        pos = {t: i for i, t in enumerate(texts)}
-        a = emb[[pos[p[0]] for p in pairs]]
-        b = emb[[pos[p[1]] for p in pairs]]
+        self.prepare(pairs)
+        a = np.stack([self.embeddings[p[0]] for p in pairs])
+        b = np.stack([self.embeddings[p[1]] for p in pairs])
         return np.clip((a * b).sum(-1).astype(np.float64), 0.0, 1.0)[:, None]
 
 
@@ -364,6 +376,7 @@ def pair_id(a: str, b: str) -> str:
 
 
 _MEMORY: dict[str, dict[str, np.ndarray]] = {}
+PREPARE_BLOCK = 4096  # pairs handed to `PairModel.prepare` at once (bounds what is prepared before it is stored)
 
 
 class PairCache:
@@ -394,7 +407,11 @@ class PairCache:
         if todo:
             order = sorted(todo, key=lambda k: len(todo[k][0]) + len(todo[k][1]))
             step = model.batch_size
+            prepared = 0
             for start in range(0, len(order), step):
+                if start >= prepared:  # per-text work for the next block of pairs, done once for the block
+                    prepared = start + max(PREPARE_BLOCK, step)
+                    model.prepare([todo[k] for k in order[start:prepared]])
                 chunk = order[start : start + step]
                 values = model.compute([todo[k] for k in chunk])
                 if values.shape != (len(chunk), model.width) or not np.all(np.isfinite(values)):
