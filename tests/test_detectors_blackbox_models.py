@@ -137,3 +137,25 @@ def test_bi_encoder_embeds_each_text_once_across_pair_batches(monkeypatch: pytes
         alone = encode([a, b], normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False)
         assert value == pytest.approx(max(0.0, float(alone[0] @ alone[1])), abs=1e-6)
     nli._LOADED.clear()
+
+
+def test_bertscore_embeds_each_sentence_once_across_many_pairs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """SelfCheck-BERTScore matches each answer sentence with every sample sentence: pairs go to bert-score in calls
+    of up to 1,024 (not one call per 64-pair batch), so a sentence shared by many pairs is embedded once."""
+    import bert_score.utils
+
+    model, _ = load_pair_model("bertscore", "minilm")
+    embedded: list[str] = []
+    embed = bert_score.utils.get_bert_embedding
+
+    def counting(sentences, *args, **kw):  # type: ignore[no-untyped-def]
+        embedded.extend(sentences)
+        return embed(sentences, *args, **kw)
+
+    monkeypatch.setattr(bert_score.utils, "get_bert_embedding", counting)
+    answer = "Paris is the capital of France."
+    pairs = [(answer, f"Sample sentence number {i}.") for i in range(model.batch_size + 6)]
+    out = PairCache(None).scores(model, pairs)
+    assert sorted(embedded) == sorted({t for p in pairs for t in p})
+    alone = model.compute(pairs[:1])
+    assert out[0] == pytest.approx(alone[0], abs=1e-6)

@@ -89,6 +89,7 @@ class PairModel:
     def __init__(self, name: str, *, batch_size: int = 16) -> None:
         self.name = name
         self.batch_size = max(1, int(batch_size))
+        self.pairs_per_call = self.batch_size  # pairs `PairCache` hands to one `compute` call
         self.id = f"{self.kind}:{name}"
 
     def compute(self, pairs: Sequence[Pair]) -> np.ndarray:
@@ -278,6 +279,9 @@ class BiEncoderSimilarity(PairModel):
         return np.clip((a * b).sum(-1).astype(np.float64), 0.0, 1.0)[:, None]
 
 
+PAIRS_PER_BERTSCORE_CALL = 1024  # bounds the token embeddings one call keeps (~100 MB at MiniLM's width)
+
+
 class BERTScorePairs(PairModel):
     """bert-score (P, R, F1) of candidate a against reference b. `num_layers` defaults to the library's table
     for known models and to the last layer for any other encoder (e.g. the packaged MiniLM)."""
@@ -309,6 +313,9 @@ class BERTScorePairs(PairModel):
         except (OSError, ValueError, KeyError, AssertionError) as exc:
             raise _load_error(name, exc, "BERTScore encoder") from None
         self.id = f"bertscore:{name}:L{num_layers}" + (":rescaled" if rescale_with_baseline else "")
+        # bert-score embeds each distinct sentence of a call once and batches by `batch_size` itself: a call of many
+        # pairs embeds an answer sentence once for all the sample sentences it is matched with
+        self.pairs_per_call = max(self.batch_size, PAIRS_PER_BERTSCORE_CALL)
 
     def compute(self, pairs: Sequence[Pair]) -> np.ndarray:
         p, r, f = self.scorer.score([a for a, _ in pairs], [b for _, b in pairs], batch_size=self.batch_size)
@@ -406,7 +413,7 @@ class PairCache:
             progress(len(set(ids)) - len(todo))  # already known: the bar counts distinct pairs
         if todo:
             order = sorted(todo, key=lambda k: len(todo[k][0]) + len(todo[k][1]))
-            step = model.batch_size
+            step = model.pairs_per_call
             prepared = 0
             for start in range(0, len(order), step):
                 if start >= prepared:  # per-text work for the next block of pairs, done once for the block
