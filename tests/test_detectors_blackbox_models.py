@@ -159,3 +159,18 @@ def test_bertscore_embeds_each_sentence_once_across_many_pairs(monkeypatch: pyte
     assert sorted(embedded) == sorted({t for p in pairs for t in p})
     alone = model.compute(pairs[:1])
     assert out[0] == pytest.approx(alone[0], abs=1e-6)
+
+
+def test_bi_encoder_keeps_a_bounded_number_of_embeddings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A long multi-cell process does not keep every text's embedding: past the bound the kept ones are dropped
+    (and a batch that needs some of them embeds them again)."""
+    model, _ = load_pair_model("similarity", "minilm")
+    monkeypatch.setattr(nli, "MAX_KEPT_EMBEDDINGS", 3)
+    model.embeddings.clear()
+    first = model.compute([("one", "two")])
+    model.compute([("three", "four")])   # 2 kept + 2 new > 3: dropped
+    assert set(model.embeddings) == {"three", "four"}
+    out = model.compute([("one", "three"), ("five", "two")])   # needs a kept one and new ones: all embedded
+    assert set(model.embeddings) == {"one", "two", "three", "five"} and out.shape == (2, 1)
+    assert model.compute([("one", "two")]) == pytest.approx(first, abs=1e-6)
+    model.embeddings.clear()

@@ -243,6 +243,9 @@ class CrossEncoderSimilarity(PairModel):
         return np.clip(np.asarray(scores, dtype=np.float64).reshape(len(pairs), -1)[:, :1], 0.0, 1.0)
 
 
+MAX_KEPT_EMBEDDINGS = 200_000  # texts whose embedding a bi-encoder keeps (~300 MB at MiniLM's width)
+
+
 class BiEncoderSimilarity(PairModel):
     """Cosine similarity of sentence embeddings, clipped to [0, 1] (negative cosine = unrelated).
 
@@ -266,8 +269,12 @@ class BiEncoderSimilarity(PairModel):
         self.embeddings: dict[str, np.ndarray] = {}
 
     def prepare(self, pairs: Sequence[Pair]) -> None:
-        texts = sorted({t for p in pairs for t in p} - self.embeddings.keys())
+        wanted = {t for p in pairs for t in p}
+        texts = sorted(wanted - self.embeddings.keys())
         if texts:
+            if len(self.embeddings) + len(texts) > MAX_KEPT_EMBEDDINGS:  # a long multi-cell process: bounded
+                self.embeddings.clear()
+                texts = sorted(wanted)
             emb = self.model.encode(texts, batch_size=self.batch_size, normalize_embeddings=True,
                                     convert_to_numpy=True, show_progress_bar=False)
             self.embeddings.update(zip(texts, emb, strict=True))
