@@ -128,6 +128,30 @@ def test_lexical_similarity_rouge_l() -> None:
     assert np.isnan(out.values[2]) and np.isnan(out.values[3]) and "need 2" in out.reasons[3]
 
 
+def test_lexical_similarity_tokenizes_each_sample_once(monkeypatch) -> None:
+    """Each sample is in K - 1 pairs: it is tokenized (and stemmed) once, and the scores are rouge-score's own."""
+    from itertools import combinations
+
+    from rouge_score import rouge_scorer, tokenize
+
+    samples = [["The cats were running home", "the cat ran home quickly", "cats running", "a dog barked"],
+               ["Paris is the capital", "the capital is Paris", "Lyon"]]
+    reference = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=True)
+    expected = [1 - np.mean([reference.score(a, b)["rougeL"].fmeasure for a, b in combinations(ss, 2)])
+                for ss in samples]
+    seen: list[str] = []
+    real = tokenize.tokenize
+
+    def counting(text, stemmer):  # type: ignore[no-untyped-def]
+        seen.append(text)
+        return real(text, stemmer)
+
+    monkeypatch.setattr(tokenize, "tokenize", counting)
+    out = detector("lexical_similarity").score(make_view(["a"] * 2, {Signal.SAMPLES: samples}))
+    assert out.values.tolist() == expected
+    assert sorted(seen) == sorted(s for ss in samples for s in ss)
+
+
 # ------------------------------------------------------------------------------------------------ ln_entropy
 def test_ln_entropy_normalized_and_paper() -> None:
     ll = [np.array([[-2.0, 4], [-3.0, 3], [0.0, 0]]), None, np.array([[0.0, 0]]), np.array([[np.nan, 2], [-1, 2]])]

@@ -114,3 +114,63 @@ def test_bi_encoder_similarity() -> None:
     model, _ = load_pair_model("similarity", "minilm")
     out = model.compute([("The capital is Paris.", "The capital is Paris."), ("The capital is Paris.", "I like dogs.")])
     assert out[0, 0] == pytest.approx(1.0, abs=1e-4) and 0 <= out[1, 0] < 0.5
+
+
+def test_bi_encoder_embeds_each_text_once_across_pair_batches(monkeypatch: pytest.MonkeyPatch) -> None:
+    """SAR asks every ordered pair of an item's samples: the pair cache batches them, and each distinct text is
+    embedded once (not once per batch it appears in), with the same cosines as embedding the pair alone."""
+    nli._LOADED.clear()   # a fresh model instance: no embeddings kept from other tests
+    model, _ = load_pair_model("similarity", "minilm", batch_size=2)
+    encoded: list[str] = []
+    encode = model.model.encode
+
+    def counting(texts, **kw):  # type: ignore[no-untyped-def]
+        encoded.extend(texts)
+        return encode(texts, **kw)
+
+    monkeypatch.setattr(model.model, "encode", counting)
+    texts = ["The capital is Paris.", "Paris is the capital of France.", "I like dogs.", "Berlin, I think."]
+    pairs = [(a, b) for a in texts for b in texts if a != b]   # 12 pairs in batches of 2
+    out = PairCache(None).scores(model, pairs)
+    assert sorted(encoded) == sorted(texts)
+    for (a, b), value in zip(pairs, out[:, 0], strict=True):
+        alone = encode([a, b], normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False)
+        assert value == pytest.approx(max(0.0, float(alone[0] @ alone[1])), abs=1e-6)
+    nli._LOADED.clear()
+
+
+def test_bertscore_embeds_each_sentence_once_across_many_pairs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """SelfCheck-BERTScore matches each answer sentence with every sample sentence: pairs go to bert-score in calls
+    of up to 1,024 (not one call per 64-pair batch), so a sentence shared by many pairs is embedded once."""
+    import bert_score.utils
+
+    model, _ = load_pair_model("bertscore", "minilm")
+    embedded: list[str] = []
+    embed = bert_score.utils.get_bert_embedding
+
+    def counting(sentences, *args, **kw):  # type: ignore[no-untyped-def]
+        embedded.extend(sentences)
+        return embed(sentences, *args, **kw)
+
+    monkeypatch.setattr(bert_score.utils, "get_bert_embedding", counting)
+    answer = "Paris is the capital of France."
+    pairs = [(answer, f"Sample sentence number {i}.") for i in range(model.batch_size + 6)]
+    out = PairCache(None).scores(model, pairs)
+    assert sorted(embedded) == sorted({t for p in pairs for t in p})
+    alone = model.compute(pairs[:1])
+    assert out[0] == pytest.approx(alone[0], abs=1e-6)
+
+
+def test_bi_encoder_keeps_a_bounded_number_of_embeddings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A long multi-cell process does not keep every text's embedding: past the bound the kept ones are dropped
+    (and a batch that needs some of them embeds them again)."""
+    model, _ = load_pair_model("similarity", "minilm")
+    monkeypatch.setattr(nli, "MAX_KEPT_EMBEDDINGS", 3)
+    model.embeddings.clear()
+    first = model.compute([("one", "two")])
+    model.compute([("three", "four")])   # 2 kept + 2 new > 3: dropped
+    assert set(model.embeddings) == {"three", "four"}
+    out = model.compute([("one", "three"), ("five", "two")])   # needs a kept one and new ones: all embedded
+    assert set(model.embeddings) == {"one", "two", "three", "five"} and out.shape == (2, 1)
+    assert model.compute([("one", "two")]) == pytest.approx(first, abs=1e-6)
+    model.embeddings.clear()

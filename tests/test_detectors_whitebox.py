@@ -298,3 +298,59 @@ def test_haloscope_without_usable_validation_gives_nan_unless_defaults_are_asked
     flagged.fit(train, single)
     assert np.isfinite(flagged.score(test).values).all()
     assert flagged.fit_info["settings_from"].startswith("fixed defaults") and "settings fixed" in flagged.meta["note"]
+
+
+def test_binary_auroc_is_sklearns_value_bit_for_bit():
+    """The probes' searches compare AUROCs with `>`: the fast AUROC must be sklearn's float exactly, ties included."""
+    from sklearn.metrics import roc_auc_score
+
+    from haldet.detectors._probes import binary_auroc
+
+    rng = np.random.default_rng(3)
+    checked = 0
+    for trial in range(3000):
+        n = int(rng.integers(2, 60))
+        y = rng.integers(0, 2, n) * (3 if trial % 5 == 0 else 1)  # labels {0, 1} or {0, 3}
+        if len(np.unique(y)) < 2:
+            continue
+        s = [rng.normal(size=n), rng.integers(0, 4, n).astype(float), np.round(rng.random(n), 2)][trial % 3]
+        assert binary_auroc(y, s) == roc_auc_score(y, s), (y, s)
+        checked += 1
+    assert checked > 2500
+
+
+def test_haloscope_trains_each_distinct_pseudo_labelling_once(planted, monkeypatch):
+    """38 quantiles of tens of wild items repeat pseudo-labels; a repeat trains the same seeded classifier, so it is
+    trained once, and the choice equals trying every quantile (first best validation AUROC wins)."""
+    from haldet.detectors import haloscope as hs
+    from haldet.detectors._probes import safe_auroc
+
+    train, val, _ = splits(planted.subset(range(50), with_labels=True))
+    calls = []
+
+    def counting(Z, pseudo, **kw):  # type: ignore[no-untyped-def]
+        calls.append(pseudo.tobytes())
+        return train_mlp(Z, pseudo, **kw)
+
+    monkeypatch.setattr(hs, "train_mlp", counting)
+    det = DETECTORS.get("haloscope")(epochs=3)
+    det.fit(train, val)
+    assert det.problem is None and len(calls) == len(set(calls)) < det.params["n_quantiles"]
+    # every quantile tried, as before
+    p, info = det.params, det.fit_info
+    F, ok, _ = det._features(train, det.layer)
+    F = F[ok]
+    s, Vt = np.linalg.svd(F - F.mean(axis=0), full_matrices=False)[1:]
+    zeta = info["sign"] * hs.membership_scores(F, F.mean(axis=0), Vt, s, info["k"], p["weighted"])
+    Z, Fv, okv = det.scaler.transform(F), *det._features(val, det.layer)[:2]
+    Zv, yv = det.scaler.transform(Fv[okv]), np.asarray(val.labels)[okv]
+    best = None
+    for q in np.linspace(0, 1, p["n_quantiles"] + 2)[1:-1]:
+        pseudo = (zeta > np.quantile(zeta, q)).astype(int)
+        if len(np.unique(pseudo)) == 2:
+            model = train_mlp(Z, pseudo, hidden=p["hidden"], n_out=1, epochs=3, batch_size=p["batch_size"], lr=p["lr"],
+                              weight_decay=p["weight_decay"], optimizer=p["optimizer"], seed=p["seed"], device="cpu")
+            auc = safe_auroc(yv, model.predict(Zv))
+            if best is None or auc > best[0]:
+                best = (auc, float(q))
+    assert best == (info["classifier_val_auroc"], info["quantile"])

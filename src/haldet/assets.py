@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
+import time
 from pathlib import Path
 
 from platformdirs import user_cache_dir
@@ -73,14 +74,30 @@ def resolve_embedding(name: str) -> str:
     return name
 
 
+# (device, inode, size, mtime, ctime, limit) -> digest: stage keys fingerprint the model file for every item, and
+# re-reading 4 MiB of it each time cost seconds per run. Only files unchanged for SETTLED_NS are memoised (as git
+# treats "racily clean" files): a later write then always lands on a later mtime/ctime, so a changed file is hashed
+# again even where the file system's timestamps are coarse.
+_SHA256_MEMO: dict[tuple[int, int, int, int, int, int | None], str] = {}
+SETTLED_NS = 2_000_000_000
+
+
 def file_sha256(path: Path, *, limit: int | None = None) -> str:
-    """Content hash of a file (first `limit` bytes plus the size when `limit` is set, for big files)."""
-    h = hashlib.sha256()
+    """Content hash of a file (first `limit` bytes plus the size when `limit` is set, for big files).
+    Memoised per process while the file's inode, size, mtime and ctime stay the same."""
     with open(path, "rb") as fh:
+        st = os.fstat(fh.fileno())
+        memo = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, limit)
+        if memo in _SHA256_MEMO:
+            return _SHA256_MEMO[memo]
+        h = hashlib.sha256()
         if limit is None:
             for chunk in iter(lambda: fh.read(1 << 20), b""):
                 h.update(chunk)
         else:
             h.update(fh.read(limit))
-            h.update(str(path.stat().st_size).encode())
-    return h.hexdigest()
+            h.update(str(st.st_size).encode())
+    digest = h.hexdigest()
+    if time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) > SETTLED_NS:
+        _SHA256_MEMO[memo] = digest
+    return digest

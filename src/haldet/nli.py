@@ -89,11 +89,16 @@ class PairModel:
     def __init__(self, name: str, *, batch_size: int = 16) -> None:
         self.name = name
         self.batch_size = max(1, int(batch_size))
+        self.pairs_per_call = self.batch_size  # pairs `PairCache` hands to one `compute` call
         self.id = f"{self.kind}:{name}"
 
     def compute(self, pairs: Sequence[Pair]) -> np.ndarray:
         """[len(pairs), width] float64 for one batch (callers batch; see `PairCache`)."""
         raise NotImplementedError
+
+    def prepare(self, pairs: Sequence[Pair]) -> None:
+        """Called by `PairCache` with every pair it is about to compute (before batching them into `compute`
+        calls): a model whose work is per text rather than per pair does that work once here."""
 
 
 class HFEntailment(PairModel):
@@ -238,8 +243,14 @@ class CrossEncoderSimilarity(PairModel):
         return np.clip(np.asarray(scores, dtype=np.float64).reshape(len(pairs), -1)[:, :1], 0.0, 1.0)
 
 
+MAX_KEPT_EMBEDDINGS = 200_000  # texts whose embedding a bi-encoder keeps (~300 MB at MiniLM's width)
+
+
 class BiEncoderSimilarity(PairModel):
-    """Cosine similarity of sentence embeddings, clipped to [0, 1] (negative cosine = unrelated)."""
+    """Cosine similarity of sentence embeddings, clipped to [0, 1] (negative cosine = unrelated).
+
+    Each distinct text is embedded once per process (kept by text): the pairs of K samples share their texts, and
+    the pair batches of `PairCache` would otherwise embed the same text again in every batch it appears in."""
 
     kind = "similarity"
 
@@ -255,15 +266,27 @@ class BiEncoderSimilarity(PairModel):
             self.model = SentenceTransformer(path, device=_device(device), local_files_only=_local_only(path))
         except (OSError, ValueError) as exc:
             raise _load_error(name, exc, "sentence encoder") from None
+        self.embeddings: dict[str, np.ndarray] = {}
+
+    def prepare(self, pairs: Sequence[Pair]) -> None:
+        wanted = {t for p in pairs for t in p}
+        texts = sorted(wanted - self.embeddings.keys())
+        if texts:
+            if len(self.embeddings) + len(texts) > MAX_KEPT_EMBEDDINGS:  # a long multi-cell process: bounded
+                self.embeddings.clear()
+                texts = sorted(wanted)
+            emb = self.model.encode(texts, batch_size=self.batch_size, normalize_embeddings=True,
+                                    convert_to_numpy=True, show_progress_bar=False)
+            self.embeddings.update(zip(texts, emb, strict=True))
 
     def compute(self, pairs: Sequence[Pair]) -> np.ndarray:
-        texts = sorted({t for p in pairs for t in p})
-        emb = self.model.encode(texts, batch_size=self.batch_size, normalize_embeddings=True,
-                                convert_to_numpy=True, show_progress_bar=False)
-        pos = {t: i for i, t in enumerate(texts)}
-        a = emb[[pos[p[0]] for p in pairs]]
-        b = emb[[pos[p[1]] for p in pairs]]
+        self.prepare(pairs)
+        a = np.stack([self.embeddings[p[0]] for p in pairs])
+        b = np.stack([self.embeddings[p[1]] for p in pairs])
         return np.clip((a * b).sum(-1).astype(np.float64), 0.0, 1.0)[:, None]
+
+
+PAIRS_PER_BERTSCORE_CALL = 1024  # bounds the token embeddings one call keeps (~100 MB at MiniLM's width)
 
 
 class BERTScorePairs(PairModel):
@@ -297,6 +320,9 @@ class BERTScorePairs(PairModel):
         except (OSError, ValueError, KeyError, AssertionError) as exc:
             raise _load_error(name, exc, "BERTScore encoder") from None
         self.id = f"bertscore:{name}:L{num_layers}" + (":rescaled" if rescale_with_baseline else "")
+        # bert-score embeds each distinct sentence of a call once and batches by `batch_size` itself: a call of many
+        # pairs embeds an answer sentence once for all the sample sentences it is matched with
+        self.pairs_per_call = max(self.batch_size, PAIRS_PER_BERTSCORE_CALL)
 
     def compute(self, pairs: Sequence[Pair]) -> np.ndarray:
         p, r, f = self.scorer.score([a for a, _ in pairs], [b for _, b in pairs], batch_size=self.batch_size)
@@ -364,6 +390,7 @@ def pair_id(a: str, b: str) -> str:
 
 
 _MEMORY: dict[str, dict[str, np.ndarray]] = {}
+PREPARE_BLOCK = 4096  # pairs handed to `PairModel.prepare` at once (bounds what is prepared before it is stored)
 
 
 class PairCache:
@@ -393,8 +420,12 @@ class PairCache:
             progress(len(set(ids)) - len(todo))  # already known: the bar counts distinct pairs
         if todo:
             order = sorted(todo, key=lambda k: len(todo[k][0]) + len(todo[k][1]))
-            step = model.batch_size
+            step = model.pairs_per_call
+            prepared = 0
             for start in range(0, len(order), step):
+                if start >= prepared:  # per-text work for the next block of pairs, done once for the block
+                    prepared = start + max(PREPARE_BLOCK, step)
+                    model.prepare([todo[k] for k in order[start:prepared]])
                 chunk = order[start : start + step]
                 values = model.compute([todo[k] for k in chunk])
                 if values.shape != (len(chunk), model.width) or not np.all(np.isfinite(values)):

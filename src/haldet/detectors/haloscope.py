@@ -152,10 +152,14 @@ class HaloScope(Detector):
             Fv, okv, _ = self._features(val, self.layer)
             Zv, yv = self.scaler.transform(Fv[okv]), np.asarray(val.labels)[okv].astype(int)
         candidates = grid if Zv is not None else np.array([0.5])
+        tried: set[bytes] = set()
         for q in candidates:
             pseudo = (zeta > np.quantile(zeta, q)).astype(int)
-            if not has_both_classes(pseudo):
+            if not has_both_classes(pseudo) or pseudo.tobytes() in tried:
+                # the same pseudo-labels as an earlier quantile (tens of wild items, 38 quantiles) train the same
+                # seeded classifier to the same validation AUROC, which never replaces the earlier choice
                 continue
+            tried.add(pseudo.tobytes())
             model = train_mlp(Z, pseudo, hidden=p["hidden"], n_out=1, epochs=p["epochs"],
                               batch_size=p["batch_size"], lr=p["lr"], weight_decay=p["weight_decay"],
                               optimizer=p["optimizer"], seed=p["seed"], device=p["device"])

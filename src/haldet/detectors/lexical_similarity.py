@@ -21,9 +21,10 @@ class LexicalSimilarity(Detector):
     defaults: ClassVar[dict[str, Any]] = {"use_stemmer": True}
 
     def score(self, items: SignalView) -> Scores:
-        from rouge_score import rouge_scorer
+        from rouge_score import rouge_scorer, tokenizers
 
-        scorer = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=bool(self.params["use_stemmer"]))
+        scorer = rouge_scorer.RougeScorer(["rougeL"], tokenizer=_OnceTokenizer(
+            tokenizers.DefaultTokenizer(use_stemmer=bool(self.params["use_stemmer"]))))
         out = Scores.empty(len(items))
         advance = self.progress("lexical similarity", len(items))
         for i, raw in enumerate(items.get(Signal.SAMPLES)):
@@ -37,3 +38,16 @@ class LexicalSimilarity(Detector):
                 out.set(i, 1.0 - float(np.mean(sims)))
             advance(1)
         return out
+
+
+class _OnceTokenizer:
+    """rouge-score's own tokenizer (and stemmer), each text tokenized once: every sample is in K - 1 pairs."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+        self.seen: dict[str, list[str]] = {}
+
+    def tokenize(self, text: str) -> list[str]:
+        if text not in self.seen:
+            self.seen[text] = self.tokenizer.tokenize(text)
+        return self.seen[text]

@@ -56,7 +56,24 @@ class MetricValue:
 
 def stratified_indices(y: np.ndarray, n_boot: int, seed: int) -> np.ndarray:
     """[n_boot, n] resampled indices: positives and negatives drawn with replacement separately, so every
-    resample keeps the class counts (the draw order is that of the original per-resample loop)."""
+    resample keeps the class counts (the draw order is that of the original per-resample loop).
+
+    Every detector of a cell is evaluated on the same test labels: the draws are made once per (labels, n_boot,
+    seed) in a process and returned read-only."""
+    y = np.asarray(y)
+    memo = (y.dtype.str, y.tobytes(), n_boot, seed)
+    if memo not in _INDICES:
+        if len(_INDICES) >= 16:
+            _INDICES.clear()
+        _INDICES[memo] = out = _draw_indices(y, n_boot, seed)
+        out.setflags(write=False)
+    return _INDICES[memo]
+
+
+_INDICES: dict[tuple[str, bytes, int, int], np.ndarray] = {}
+
+
+def _draw_indices(y: np.ndarray, n_boot: int, seed: int) -> np.ndarray:
     rng = np.random.default_rng(seed)
     pos, neg = np.flatnonzero(y == 1), np.flatnonzero(y == 0)
     out = np.empty((n_boot, len(pos) + len(neg)), dtype=np.int64)
@@ -95,18 +112,25 @@ def _aupr_counts(cp: np.ndarray, cn: np.ndarray) -> np.ndarray:
     return (cp_d * precision).sum(axis=1) / cp.sum(axis=1)
 
 
-def _fpr95_counts(cp_row: np.ndarray, cn_row: np.ndarray) -> float:
-    """sklearn's roc_curve (collinear points dropped before the origin is prepended), then the FPR at the first
-    point whose TPR reaches the target."""
-    present = (cp_row + cn_row) > 0
-    tps = np.cumsum(cp_row[::-1][present[::-1]])
-    fps = np.cumsum(cn_row[::-1][present[::-1]])
-    if len(fps) > 2:
-        keep = np.r_[True, np.logical_or(np.diff(fps, 2), np.diff(tps, 2)), True]
-        tps, fps = tps[keep], fps[keep]
-    tpr = np.r_[0.0, tps] / tps[-1]
-    fpr = np.r_[0.0, fps] / fps[-1]
-    return float(fpr[np.searchsorted(tpr, TPR_TARGET, side="left")])
+def _fpr95_rows(cp: np.ndarray, cn: np.ndarray) -> np.ndarray:
+    """FPR@95TPR per row as sklearn's roc_curve gives it, for all rows at once: each row's present bins moved to
+    the front (descending scores), cumulative counts, collinear points dropped before the origin is prepended
+    (endpoints kept), then the FPR (fps / fps[-1]) of the first kept point whose TPR (tps / tps[-1]) reaches the
+    target. Counts are whole numbers, so the divisions are sklearn's own: the values are equal, not close."""
+    rows = np.arange(cp.shape[0])[:, None]
+    cp_d, cn_d = cp[:, ::-1], cn[:, ::-1]
+    present = (cp_d + cn_d) > 0
+    order = np.argsort(~present, axis=1, kind="stable")  # present bins first, in descending-score order
+    m = present.sum(axis=1)  # points per row
+    tps, fps = np.cumsum(cp_d[rows, order], axis=1), np.cumsum(cn_d[rows, order], axis=1)
+    col = np.arange(cp.shape[1])[None, :]
+    last = (m - 1)[:, None]
+    bend = np.zeros(cp.shape, dtype=bool)  # interior point where the curve changes direction
+    bend[:, 1:-1] = np.logical_or(np.diff(fps, 2, axis=1), np.diff(tps, 2, axis=1))
+    keep = (col <= last) & ((col == 0) | (col == last) | bend | (m[:, None] <= 2))
+    tpr = tps / np.take_along_axis(tps, last, axis=1)
+    first = np.argmax(keep & (tpr >= TPR_TARGET), axis=1)[:, None]
+    return (np.take_along_axis(fps, first, axis=1) / np.take_along_axis(fps, last, axis=1))[:, 0]
 
 
 def metrics_on_resamples(y: np.ndarray, s: np.ndarray, idx: np.ndarray,
@@ -120,7 +144,7 @@ def metrics_on_resamples(y: np.ndarray, s: np.ndarray, idx: np.ndarray,
         if "aupr" in out:
             out["aupr"].append(_aupr_counts(cp, cn))
         if "fpr95" in out:
-            out["fpr95"].append(np.array([_fpr95_counts(a, b) for a, b in zip(cp, cn, strict=True)]))
+            out["fpr95"].append(_fpr95_rows(cp, cn))
     return {m: np.concatenate(v) if v else np.empty(0) for m, v in out.items()}
 
 

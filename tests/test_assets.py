@@ -1,0 +1,59 @@
+"""`file_sha256` is memoised per process (stage keys fingerprint the model file for every item), but never answers
+for a file that changed."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from haldet import assets
+
+
+@pytest.fixture
+def counted(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Count the hashes actually computed; treat every file as settled (no wait for the racy window)."""
+    calls: list[int] = []
+
+    class CountingHashlib:
+        @staticmethod
+        def sha256() -> hashlib._Hash:
+            calls.append(1)
+            return hashlib.sha256()
+
+    monkeypatch.setattr(assets, "hashlib", CountingHashlib)
+    monkeypatch.setattr(assets, "SETTLED_NS", -(10 ** 18))
+    monkeypatch.setattr(assets, "_SHA256_MEMO", {})
+    return calls
+
+
+def test_unchanged_file_is_hashed_once(tmp_path: Path, counted: list[int]) -> None:
+    f = tmp_path / "model.gguf"
+    f.write_bytes(b"x" * 5000)
+    first = assets.file_sha256(f, limit=1024)
+    assert assets.file_sha256(f, limit=1024) == first
+    assert assets.file_sha256(f) == hashlib.sha256(b"x" * 5000).hexdigest()  # another limit: its own entry
+    assert len(counted) == 2
+
+
+def test_rewritten_file_is_hashed_again(tmp_path: Path, counted: list[int]) -> None:
+    f = tmp_path / "model.gguf"
+    f.write_bytes(b"a" * 100)
+    old = assets.file_sha256(f)
+    f.write_bytes(b"b" * 100)  # same size, same inode
+    st = f.stat()
+    os.utime(f, ns=(st.st_atime_ns, st.st_mtime_ns + 1))  # coarse clocks: make sure the write is visible
+    assert assets.file_sha256(f) == hashlib.sha256(b"b" * 100).hexdigest() != old
+
+
+def test_recently_written_file_is_not_memoised(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A file written within the racy window could change again on the same coarse timestamp: not memoised."""
+    monkeypatch.setattr(assets, "_SHA256_MEMO", {})
+    f = tmp_path / "fresh.bin"
+    f.write_bytes(b"new")
+    assert time.time_ns() - f.stat().st_mtime_ns < assets.SETTLED_NS
+    assets.file_sha256(f)
+    assert assets._SHA256_MEMO == {}
