@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from haldet.backends.base import AnswerEvidence, EvidenceRequest, FollowUp, ForwardOutput, Reply
-from haldet.backends.decode import Prefilled, _Pool, fork
+from haldet.backends.decode import Prefilled, _Pool, copy_rows, fork
 
 READ_ATTENTION = "haldet_sdpa_reading"  # attention implementation name: SDPA output, attention rows on the side
 _ROWS: list[torch.Tensor] | None = None  # while a step's attention rows are read: one [R, kv] per layer
@@ -232,7 +232,8 @@ class AnswerReader:
         lps = [[float(logp[i, t[0]])] for i, t in enumerate(tokens)]
         live = [not self._ended(t, f) for t in tokens]
         if any(live):
-            cache = _copy_cache(state.cache) if len(self.request.follow_ups) > k + 1 else state.cache
+            cache = (copy_rows(state.cache, None, state.cache.get_seq_length(), self.room)  # another reads it
+                     if len(self.request.follow_ups) > k + 1 else state.cache)
             device = state.mask.device
             mask = torch.cat([state.mask, own.to(device)[None].expand(len(rows), -1).long()], dim=-1)
             pool = _Pool(cache=cache, mask=mask, last_pos=state.last_pos + len(f.tail),
@@ -258,16 +259,3 @@ class AnswerReader:
     def _ended(self, tokens: list[int], f: FollowUp) -> bool:
         return (tokens[-1] in self.stops.tolist() or len(tokens) >= f.max_new_tokens
                 or (f.done is not None and f.done(tokens)))
-
-
-def _copy_cache(cache: Any) -> Any:
-    """A copy of a cache of `GrowingLayer`s whose writes do not reach the original (another follow-up reads it)."""
-    import copy
-
-    copied = copy.copy(cache)
-    copied.layers = []
-    for layer in cache.layers:
-        new = copy.copy(layer)
-        new.adopt(layer.key_buffer.clone(), layer.value_buffer.clone(), layer.length)
-        copied.layers.append(new)
-    return copied

@@ -8,7 +8,9 @@ a fixed batch runs at the pace of its longest answer. This loop does per step on
 - the pool's KV cache lives in preallocated buffers (`GrowingLayer`: keys/values written in place, room for
   `max_new_tokens`), rows left-padded to one width; a merge (rows joining, ended rows dropped) is one copy, and
   columns no row reads any more are trimmed away;
-- the log-prob of the chosen token only (`logit - logsumexp`), never a stacked [batch, steps, vocab] tensor.
+- the log-prob of the chosen token only (`logit - logsumexp`), never a stacked [batch, steps, vocab] tensor;
+- an evidence reader (`Reader`, haldet.backends.answer_reader) may keep the states each step computes anyway and
+  continue each ended row's cache (`fork`) before the row leaves the pool.
 Greedy answers are the argmax of the same logits `generate` sees, so they are identical up to the last bits of
 batched arithmetic (checked by tests/test_decode.py on real prompts and counted by benchmarks/generation.py).
 """
@@ -319,20 +321,28 @@ def fork(pool: _Pool, index: torch.Tensor, room: int) -> Prefilled:
     continued (`extend` with branches, further decoding)."""
     widths = pool.width[index]
     width = int(widths.max())
-    cache = copy.copy(pool.cache)
-    cache.layers = []
-    for layer in pool.cache.layers:
-        copied = copy.copy(layer)
-        buffers = []
-        for filled in (layer.keys, layer.values):
-            buffer = filled.new_empty((len(index), filled.shape[1], width + room, filled.shape[3]))
-            buffer[:, :, :width] = filled[index, :, :width]
-            buffers.append(buffer)
-        copied.adopt(buffers[0], buffers[1], width)
-        cache.layers.append(copied)
     mask = pool.mask[index, :width].clone()
     mask[torch.arange(width, device=mask.device)[None, :] >= widths[:, None]] = 0
-    return Prefilled(cache=cache, mask=mask, last_pos=pool.last_pos[index].clone(), logits=torch.empty(0))
+    return Prefilled(cache=copy_rows(pool.cache, index, width, room), mask=mask,
+                     last_pos=pool.last_pos[index].clone(), logits=torch.empty(0))
+
+
+def copy_rows(cache: Any, index: torch.Tensor | None, width: int, room: int) -> Any:
+    """A cache of `GrowingLayer`s of its own (writes to it do not reach `cache`): rows `index` (all: None) of
+    `cache`'s first `width` columns, with `room` free positions after them."""
+    copied = copy.copy(cache)
+    copied.layers = []
+    for layer in cache.layers:
+        new = copy.copy(layer)
+        buffers = []
+        for filled in (layer.keys, layer.values):
+            rows = filled if index is None else filled[index]
+            buffer = filled.new_empty((rows.shape[0], filled.shape[1], width + room, filled.shape[3]))
+            buffer[:, :, :width] = rows[:, :, :width]
+            buffers.append(buffer)
+        new.adopt(buffers[0], buffers[1], width)
+        copied.layers.append(new)
+    return copied
 
 
 def prefill_group(seqs: Sequence[Sequence[int]], first: int, most: int, waste: float = 0.25) -> int:
