@@ -138,9 +138,9 @@ def test_run_end_to_end_black_and_gray_box_with_costs(tmp_path: Path) -> None:
         text = body["messages"][-1]["content"]  # the task, or a follow-up question after the model's answer
         q = next(q for q in questions if any(q.strip() in m["content"] for m in body["messages"]))
         bad = q in wrong
-        if "single number from 0.0 to 1.0" in text:
+        if "one number between 0 and 1" in text:
             return "0.1" if bad else "0.9"
-        if "True if it is correct" in text:
+        if "Reply True or False" in text:
             return "False" if bad else "True"
         return answers[q][1] if bad else answers[q][0]
 

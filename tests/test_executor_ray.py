@@ -31,10 +31,11 @@ VOLATILE = {"seconds", "shard"}  # wall times differ between runs; HDF5 shard na
 
 def content(arg: str, body: dict[str, Any], j: int) -> str:
     """A deterministic reply per prompt: the answer depends on the prompt text, samples on their index."""
-    text = body["messages"][-1]["content"]
-    if "single number from 0.0 to 1.0" in text:
+    text = " ".join(m["content"] for m in body["messages"])  # a follow-up question comes after the answer
+    question = body["messages"][-1]["content"]
+    if "one number between 0 and 1" in question:
         return "0.2" if len(text) % 2 else "0.8"
-    if "True if it is correct" in text:
+    if "Reply True or False" in question:
         return "True" if len(text) % 3 else "False"
     return f"answer {len(text) % 7} variant {j % 3}"
 

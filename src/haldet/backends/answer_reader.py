@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -24,7 +25,7 @@ import numpy as np
 import torch
 
 from haldet.backends.base import AnswerEvidence, EvidenceRequest, FollowUp, ForwardOutput, Reply
-from haldet.backends.decode import Prefilled, _Pool, copy_rows, fork
+from haldet.backends.decode import Prefilled, _merge, _Pool, copy_rows, fork
 
 READ_ATTENTION = "haldet_sdpa_reading"  # attention implementation name: SDPA output, attention rows on the side
 _ROWS: list[torch.Tensor] | None = None  # while a step's attention rows are read: one [R, kv] per layer
@@ -38,14 +39,16 @@ def _read_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: 
 
     out = sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
     if _ROWS is not None:
-        groups = query.shape[1] // key.shape[1]
-        keys = key.repeat_interleave(groups, dim=1) if groups > 1 else key
-        scores = (query[:, :, -1:].float() @ keys.float().transpose(2, 3)) * kwargs.get("scaling", 1.0)
+        batch, heads, _, dim = query.shape
+        kv_heads, columns = key.shape[1], key.shape[2]
+        # [batch, kv heads, query heads per kv head, dim] @ [batch, kv heads, dim, columns]: no repeated keys
+        grouped = query[:, :, -1].float().reshape(batch, kv_heads, heads // kv_heads, dim)
+        scores = (grouped @ key.float().transpose(2, 3)) * kwargs.get("scaling", 1.0)
         if attention_mask is not None:
-            mask = attention_mask[:, :, -1:, : keys.shape[2]]
+            mask = attention_mask[:, :, -1:, :columns]  # [batch, 1, 1, columns]
             scores = (scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool
                       else scores + mask.float())
-        _ROWS.append(torch.softmax(scores, dim=-1).mean(dim=1)[:, 0])
+        _ROWS.append(torch.softmax(scores, dim=-1).mean(dim=(1, 2)))
     return out
 
 
@@ -85,7 +88,7 @@ class AnswerReader:
     `AnswerEvidence` when it ends (`evidence[row]`). `head(last_hidden)` maps final states to logits."""
 
     def __init__(self, model: Any, request: EvidenceRequest, *, stop_ids: Sequence[int], pad_id: int,
-                 head: Callable[[torch.Tensor], torch.Tensor]) -> None:
+                 head: Callable[[torch.Tensor], torch.Tensor], pool_rows: int = 64) -> None:
         self.model, self.request, self.pad_id, self.head = model, request, pad_id, head
         self.stops = torch.tensor(sorted(stop_ids), dtype=torch.long, device=model.device)
         # states kept per token: every layer for ICR (its context is every layer), else the requested ones
@@ -100,13 +103,37 @@ class AnswerReader:
         self.ends = list(np.cumsum([len(s) for s in segments]) - 1)  # last column of each segment
         self.tails = [t for s in segments for t in s]
         self.room = len(self.tails) + max((f.max_new_tokens for f in request.follow_ups.values()), default=0)
+        self.prompt_tokens: dict[int, int] = {}
+        self.pool_rows = pool_rows  # replies decoded together (`flush`)
+        self.waiting: dict[str, tuple[list[_Pool], list[Reply]]] = {}  # follow-up -> pool parts, their replies
+        # the branches' shared work (cache copy, packed pass) is charged by token count
+        self.statement_share = sum(len(t) for t in request.statements.values()) / max(1, len(self.tails))
+        # the reader's own work, charged to the stages whose records it makes (what rides inside the decoding
+        # steps, the attention rows for ICR, stays in the decoding's time)
+        self.seconds = {"features": 0.0, "auxiliary": 0.0}
+
+    @contextlib.contextmanager
+    def _timed(self, part: str, share: float = 1.0) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            elapsed = time.perf_counter() - start
+            self.seconds[part] += elapsed * share
+            if share < 1.0:
+                self.seconds["auxiliary" if part == "features" else "features"] += elapsed * (1.0 - share)
 
     def _layers(self, states: Sequence[torch.Tensor]) -> list[torch.Tensor]:
         return list(states) if self.kept is None else [states[i] for i in self.kept]
 
     # --- decode.Reader ------------------------------------------------------------------------------------------
     def admitted(self, rows: torch.Tensor, state: Prefilled) -> None:
-        for row in rows.tolist():
+        with self._timed("features"):
+            self._admitted(rows, state)
+
+    def _admitted(self, rows: torch.Tensor, state: Prefilled) -> None:
+        for row, n in zip(rows.tolist(), state.mask.sum(dim=-1).tolist(), strict=True):
+            self.prompt_tokens[row] = int(n)
             self.answer[row], self.attention[row], self.entropies[row] = [], [], []
             self.prompt[row] = torch.empty(0)
         if not self.states:
@@ -125,8 +152,9 @@ class AnswerReader:
                 self.prompt[row] = torch.cat([head, rest[i][own[i]]])
 
     def chose(self, rows: torch.Tensor, logits: torch.Tensor) -> None:
-        logp = torch.log_softmax(logits, dim=-1)
-        entropy = -(logp.exp() * logp).nan_to_num().sum(-1)
+        with self._timed("features"):
+            logp = torch.log_softmax(logits, dim=-1)
+            entropy = -(logp.exp() * logp).nan_to_num().sum(-1)
         for row, value in zip(rows.tolist(), entropy.tolist(), strict=True):
             self.entropies[row].append(value)
 
@@ -135,6 +163,10 @@ class AnswerReader:
         return _collect(self._rows) if self.request.icr else contextlib.nullcontext()
 
     def stepped(self, pool: _Pool, fed: torch.Tensor, states: tuple[torch.Tensor, ...]) -> None:
+        with self._timed("features"):
+            self._stepped(pool, fed, states)
+
+    def _stepped(self, pool: _Pool, fed: torch.Tensor, states: tuple[torch.Tensor, ...]) -> None:
         if not self.states:
             for row in pool.rows[fed].tolist():
                 self.answer[row].append(torch.empty(0))  # the answer's length is still counted
@@ -151,15 +183,20 @@ class AnswerReader:
         replies: dict[int, dict[str, Reply]] = {row: {} for row in rows}
         branch_states: dict[int, dict[str, np.ndarray]] = {row: {} for row in rows}
         if self.tails:
-            self._branches(fork(pool, index, self.room), rows, replies, branch_states)
-        for row in rows:
-            self.evidence[row] = AnswerEvidence(output=self._finish(row, branch_states[row]), replies=replies[row])
+            with self._timed("features", share=self.statement_share):
+                state = fork(pool, index, self.room)
+            self._branches(state, rows, replies, branch_states)
+        with self._timed("features"):
+            for row in rows:
+                self.evidence[row] = AnswerEvidence(output=self._finish(row, branch_states[row]),
+                                                    replies=replies[row])
 
     # --- a row's evidence ---------------------------------------------------------------------------------------
     def _finish(self, row: int, branch_states: dict[str, np.ndarray]) -> ForwardOutput:
         prompt, answer = self.prompt.pop(row), self.answer.pop(row)
         attention, entropies = self.attention.pop(row), self.entropies.pop(row)
-        out = ForwardOutput(key=str(row), n_tokens=len(prompt) + len(answer), branch_states=branch_states)
+        out = ForwardOutput(key=str(row), n_tokens=self.prompt_tokens.pop(row) + len(answer),
+                            branch_states=branch_states)
         if not answer:  # a stop token first: no answer span (only the branches)
             return out
         out.token_entropies = np.asarray(entropies[: len(answer)], dtype=np.float64)
@@ -206,8 +243,9 @@ class AnswerReader:
         names = list(self.request.statements)
         follow = list(self.request.follow_ups)
         ends = torch.tensor(self.ends, device=device)
-        out = model(input_ids=ids, attention_mask=mask4d[:, None], position_ids=positions,
-                    past_key_values=state.cache, use_cache=True, output_hidden_states=True, logits_to_keep=1)
+        with self._timed("features", share=self.statement_share):
+            out = model(input_ids=ids, attention_mask=mask4d[:, None], position_ids=positions,
+                        past_key_values=state.cache, use_cache=True, output_hidden_states=True, logits_to_keep=1)
         if names:
             chosen = [out.hidden_states[i] for i in self.request.layers]
             at = torch.stack([h[:, ends[: len(names)]] for h in chosen], dim=2).float()  # [n, statements, L, D]
@@ -216,45 +254,65 @@ class AnswerReader:
                     branch_states[row][name] = at[i, k].cpu().numpy().astype(np.float32)
         if not follow:
             return
-        # the next-token logits after each follow-up's last question token
-        first = self.head(out.hidden_states[-1][:, ends[len(names):]]).float()  # [n, follow-ups, V]
-        for k, name in enumerate(follow):
-            self._reply(state, rows, k, name, first[:, k], segment == len(names) + k, replies)
+        with self._timed("auxiliary"):
+            # the next-token logits after each follow-up's last question token
+            first = self.head(out.hidden_states[-1][:, ends[len(names):]]).float()  # [n, follow-ups, V]
+            for k, name in enumerate(follow):
+                self._reply(state, rows, k, name, first[:, k], segment == len(names) + k, replies)
 
     def _reply(self, state: Prefilled, rows: list[int], k: int, name: str, logits: torch.Tensor,
                own: torch.Tensor, replies: dict[int, dict[str, Reply]]) -> None:
-        """Follow-up `name`'s greedy reply in every row: its first token from `logits`, then further steps over a
-        copy of the cache in which the row sees the answered conversation and this question only."""
+        """Follow-up `name`'s reply in every row: its first token (greedy) and candidates' log-probs from `logits`;
+        rows whose reply goes on wait, with a copy of the cache in which they see the answered conversation and
+        this question only, for `flush` to decode them with every other waiting row."""
         f = self.request.follow_ups[name]
         logp = torch.log_softmax(logits, dim=-1)
         candidates = logp[:, f.candidates].tolist() if f.candidates else [[] for _ in rows]
-        tokens = [[int(t)] for t in logp.argmax(dim=-1).tolist()]
-        lps = [[float(logp[i, t[0]])] for i, t in enumerate(tokens)]
-        live = [not self._ended(t, f) for t in tokens]
-        if any(live):
-            cache = (copy_rows(state.cache, None, state.cache.get_seq_length(), self.room)  # another reads it
-                     if len(self.request.follow_ups) > k + 1 else state.cache)
-            device = state.mask.device
-            mask = torch.cat([state.mask, own.to(device)[None].expand(len(rows), -1).long()], dim=-1)
-            pool = _Pool(cache=cache, mask=mask, last_pos=state.last_pos + len(f.tail),
-                         rows=torch.arange(len(rows), device=device),
-                         chosen=torch.tensor([t[0] for t in tokens], device=device),
-                         live=torch.tensor(live, device=device), flush=torch.zeros(len(rows), dtype=torch.bool,
-                                                                                   device=device),
-                         width=torch.full((len(rows),), -1, device=device))
-            while bool(pool.live.any()):
-                step_logits, _ = pool.step(self.model, False)
-                step_logp = torch.log_softmax(step_logits, dim=-1)
-                chosen = step_logp.argmax(dim=-1)
-                for i in pool.live.nonzero().flatten().tolist():
-                    token = int(chosen[i])
-                    tokens[i].append(token)
-                    lps[i].append(float(step_logp[i, token]))
-                    if self._ended(tokens[i], f):
-                        pool.live[i] = False
-                pool.chosen = chosen
-        for i, row in enumerate(rows):
-            replies[row][name] = Reply(tokens=tokens[i], logprobs=lps[i], candidate_logprobs=candidates[i])
+        first = logp.argmax(dim=-1)
+        made = [Reply(tokens=[int(t)], logprobs=[float(logp[i, t])], candidate_logprobs=candidates[i])
+                for i, t in enumerate(first.tolist())]
+        for row, reply in zip(rows, made, strict=True):
+            replies[row][name] = reply
+        live = torch.tensor([not self._ended(r.tokens, f) for r in made], device=state.mask.device)
+        if not bool(live.any()):
+            return
+        cache = (copy_rows(state.cache, None, state.cache.get_seq_length(), self.room)  # another follow-up reads it
+                 if len(self.request.follow_ups) > k + 1 else state.cache)
+        device = state.mask.device
+        waiting = self.waiting.setdefault(name, ([], []))
+        ids = torch.arange(len(waiting[1]), len(waiting[1]) + len(rows), device=device)
+        waiting[1].extend(made)
+        waiting[0].append(_Pool(
+            cache=cache, mask=torch.cat([state.mask, own.to(device)[None].expand(len(rows), -1).long()], dim=-1),
+            last_pos=state.last_pos + len(f.tail), rows=ids, chosen=first, live=live,
+            flush=torch.zeros_like(live), width=torch.full((len(rows),), -1, device=device)))
+        if sum(int(p.live.sum()) for p in waiting[0]) >= self.pool_rows:
+            self._decode_replies(name)
+
+    def flush(self) -> None:
+        """Decode every reply still waiting (call once decoding has ended)."""
+        with self._timed("auxiliary"):
+            for name in list(self.waiting):
+                self._decode_replies(name)
+
+    def _decode_replies(self, name: str) -> None:
+        """The waiting replies of follow-up `name`, decoded greedily together in one pool until each has ended."""
+        parts, made = self.waiting.pop(name)
+        f = self.request.follow_ups[name]
+        pool = _merge(parts, room=f.max_new_tokens)
+        while pool is not None and bool(pool.live.any()):
+            logits, _ = pool.step(self.model, False)
+            logp = torch.log_softmax(logits, dim=-1)
+            chosen = logp.argmax(dim=-1)
+            for i in pool.live.nonzero().flatten().tolist():
+                reply = made[int(pool.rows[i])]
+                reply.tokens.append(int(chosen[i]))
+                reply.logprobs.append(float(logp[i, chosen[i]]))
+                if self._ended(reply.tokens, f):
+                    pool.live[i] = False
+            pool.chosen = chosen
+            if 4 * int((~pool.live).sum()) >= int(pool.live.sum()):  # ended replies are a fifth: drop them
+                pool = _merge([pool], room=f.max_new_tokens)
 
     def _ended(self, tokens: list[int], f: FollowUp) -> bool:
         return (tokens[-1] in self.stops.tolist() or len(tokens) >= f.max_new_tokens

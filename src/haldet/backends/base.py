@@ -143,10 +143,12 @@ class Reply:
 @dataclass
 class AnswerEvidence:
     """One answer's evidence: `output` as a teacher-forced pass gives it (pooled states, ICR, statement states,
-    entropies of the answer tokens), and the follow-ups' replies."""
+    entropies of the answer tokens), the follow-ups' replies, and its share of the reader's own seconds per stage
+    (`features`, `auxiliary`)."""
 
     output: ForwardOutput
     replies: dict[str, Reply]
+    seconds: dict[str, float] = field(default_factory=dict)  # this answer's share of the reading, per stage
 
 
 # Poolings of hidden states over a request's span [start, end): see `ForwardOutput.pooled`.

@@ -463,8 +463,9 @@ class HFBackend(Backend):
         from haldet.backends.decode import decode
 
         encoded = [self.encode_prompt(p) for p in prompts]
+        rows = self.pool_rows(encoded, max_new_tokens, states=request.icr)
         reader = AnswerReader(self.model, request, stop_ids=sorted(self.stop_ids),
-                              pad_id=self.tokenizer.pad_token_id, head=self.head_logits)
+                              pad_id=self.tokenizer.pad_token_id, head=self.head_logits, pool_rows=rows)
         if max(len(e) for e in encoded) + max_new_tokens + reader.room > self.window():
             return self.generate(prompts, max_new_tokens=max_new_tokens, batch_size=batch_size,
                                  progress=progress), None
@@ -472,8 +473,9 @@ class HFBackend(Backend):
         with torch.inference_mode(), reading_attention(self.model) if request.icr else contextlib.nullcontext():
             out = decode(self.model, [encoded[i] for i in order], max_new_tokens=max_new_tokens,
                          stop_ids=sorted(self.stop_ids), pad_id=self.tokenizer.pad_token_id, prefill_batch=batch_size,
-                         pool_rows=self.pool_rows(encoded, max_new_tokens, states=request.icr),
-                         on_prompt_done=(lambda _: progress(1)) if progress is not None else None, reader=reader)
+                         pool_rows=rows, on_prompt_done=(lambda _: progress(1)) if progress is not None else None,
+                         reader=reader)
+            reader.flush()
         answers: list[GenOutput | None] = [None] * len(prompts)
         evidence: list[AnswerEvidence | None] = [None] * len(prompts)
         for row, item in enumerate(order):
@@ -481,6 +483,7 @@ class HFBackend(Backend):
             evidence[item] = found = reader.evidence[row]
             found.output.token_logprobs = (np.asarray(answer.token_logprobs, dtype=np.float64)
                                            if answer.token_ids else None)
+            found.seconds = {stage: total / len(prompts) for stage, total in reader.seconds.items()}
         return [a for a in answers if a is not None], [e for e in evidence if e is not None]
 
     def reply_output(self, reply: Reply, until: Callable[[str], bool] | None = None) -> GenOutput:

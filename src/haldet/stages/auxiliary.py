@@ -39,10 +39,8 @@ DECODING = "first-token-p-true+verbalized-until-number"  # what is decoded of ea
 SHARED_HEAD = "+shared-head"  # both queries of an item read in one pass over their common head (local backend)
 
 # The questions, asked as the user's next turn after the model's answer (`Backend.follow_up`).
-VERBALIZED_INSTRUCTION = ("How confident are you that your answer above is completely correct? Reply with nothing "
-                          "but a single number from 0.0 to 1.0:")
-SELF_EVAL_INSTRUCTION = ("Check your answer above. Is it correct? Start your reply with one word, True if it is "
-                         "correct and False if it is not; you may then explain briefly.")
+VERBALIZED_INSTRUCTION = "How likely is it that your answer above is correct? Reply with one number between 0 and 1:"
+SELF_EVAL_INSTRUCTION = "Is your answer above correct? Reply True or False."
 
 TRUE_WORDS = ("True", " True", "true", " true", "TRUE")
 FALSE_WORDS = ("False", " False", "false", " false", "FALSE")

@@ -73,7 +73,11 @@ class GenerateStage(Stage):
             for k, pos in enumerate(positions):
                 outputs[pos], evidence[pos] = outs[k], found[k] if found else None
         per_item = (time.perf_counter() - start) / max(1, len(batch))
-        self._store_evidence(batch, outputs, evidence, per_item)
+        reading = [ev.seconds for ev in evidence if ev is not None]
+        read_s = {stage: sum(s.get(stage, 0.0) for s in reading) / len(reading) for stage in ("features", "auxiliary")
+                  } if reading else {}
+        per_item -= sum(read_s.values()) * len(reading) / max(1, len(batch))  # the decoding's own share
+        self._store_evidence(batch, outputs, evidence, read_s)
         records: dict[str, dict[str, Any]] = {}
         for item, out in zip(batch, outputs, strict=True):
             if out.error:
@@ -106,9 +110,11 @@ class GenerateStage(Stage):
         needed = needed_stages(self.ctx.signals)
         return [cls(self.ctx) for cls in (FeatureStage, AuxiliaryStage) if cls.name in needed]
 
-    def _store_evidence(self, batch: list[Item], outputs: list[Any], evidence: list[Any], seconds: float) -> None:
+    def _store_evidence(self, batch: list[Item], outputs: list[Any], evidence: list[Any],
+                        seconds: dict[str, float]) -> None:
         """Store the features/auxiliary records read while decoding (items that have none yet; an answer that
-        failed or whose evidence could not be read is left to its own stage)."""
+        failed or whose evidence could not be read is left to its own stage); `seconds`: the reading's seconds per
+        item and stage."""
         readers = self._readers()
         done = [(item, out, ev) for item, out, ev in zip(batch, outputs, evidence, strict=True)
                 if ev is not None and not out.error]
@@ -128,9 +134,11 @@ class GenerateStage(Stage):
                     continue
                 part = [item for item, _ in todo]
                 if stage.name == "features":
-                    recs = stage.from_decoding(part, [ev.output for _, ev in todo], seconds)  # type: ignore[attr-defined]
+                    recs = stage.from_decoding(part, [ev.output for _, ev in todo],  # type: ignore[attr-defined]
+                                               seconds.get(stage.name, 0.0))
                 else:
-                    recs = stage.from_decoding(part, [ev.replies for _, ev in todo], seconds)  # type: ignore[attr-defined]
+                    recs = stage.from_decoding(part, [ev.replies for _, ev in todo],  # type: ignore[attr-defined]
+                                               seconds.get(stage.name, 0.0))
                 keys = {item.id: stage.key(item) for item in part}
                 for rec in recs:
                     rec["key"] = keys[rec["id"]]
@@ -146,10 +154,11 @@ class GenerateStage(Stage):
         records = {}
         for item in batch:
             out, (ids, offsets) = outs[item.id], encoded[item.id]
-            valid = out.token_logprobs is not None
+            logprobs = out.token_logprobs
+            valid = logprobs is not None
             record = Generation(id=item.id, prompt=item.prompt, response=item.instance.response or "",
                                 token_ids=ids if valid else [],
-                                token_logprobs=[float(x) for x in out.token_logprobs] if valid else [],
+                                token_logprobs=[float(x) for x in logprobs] if logprobs is not None else [],
                                 finish_reason="provided" if valid else "skipped",
                                 n_tokens=len(ids) if valid else 0, model=self.ctx.model, seconds=per_item,
                                 provided=True)
