@@ -20,7 +20,7 @@ from haldet.signals import Signal
 from haldet.stages.auxiliary import SELF_EVAL_INSTRUCTION, VERBALIZED_INSTRUCTION, AuxiliaryStage, answer_candidates
 from haldet.stages.base import CellContext, Item
 from haldet.stages.features import STATEMENTS, FeatureStage
-from haldet.stages.generate import GenerateStage
+from haldet.stages.generate import GenerateStage, attach_generations
 from haldet.store import CellStore
 
 QUESTIONS = ["What is the capital of France?", "Who wrote Hamlet?", "Name a prime number larger than 10.",
@@ -53,7 +53,8 @@ def _request(backend: HFBackend) -> EvidenceRequest:
 
 def _teacher_forced(backend: HFBackend, prompts: list[str], answers: list, statements: dict) -> list:
     requests = [ForwardRequest(ids=backend.encode_prompt(p) + a.token_ids, start=len(backend.encode_prompt(p)),
-                               key=str(i), branches=statements) for i, (p, a) in enumerate(zip(prompts, answers))]
+                               key=str(i), branches=statements)
+                for i, (p, a) in enumerate(zip(prompts, answers, strict=True))]
     return backend.forward(requests, layers=None, poolings=POOLINGS, logprobs=True, icr=True, batch_size=4)
 
 
@@ -109,11 +110,11 @@ def test_follow_ups_equal_asking_them_as_prompts(backend, prompts):
     request = _request(backend)
     answers, evidence = backend.generate_with_evidence(prompts, request, max_new_tokens=8, batch_size=2)
     verbalized = backend.generate_until([backend.follow_up(p, a.text, VERBALIZED_INSTRUCTION)
-                                         for p, a in zip(prompts, answers)], confidence_complete,
+                                         for p, a in zip(prompts, answers, strict=True)], confidence_complete,
                                         max_new_tokens=6, batch_size=4)
     true_ids, false_ids = answer_candidates(backend.tokenizer)
     verdicts = backend.candidate_logprobs([backend.follow_up(p, a.text, SELF_EVAL_INSTRUCTION)
-                                           for p, a in zip(prompts, answers)], true_ids + false_ids,
+                                           for p, a in zip(prompts, answers, strict=True)], true_ids + false_ids,
                                           max_new_tokens=1, batch_size=4)
     for ev, asked, verdict in zip(evidence, verbalized, verdicts, strict=True):
         reply = backend.reply_output(ev.replies["verbalized"], confidence_complete)
@@ -135,13 +136,11 @@ def _cell(tmp_path: Path, backend: HFBackend, fused: bool) -> CellContext:
 def test_generate_stage_stores_evidence_records_equal_to_the_stages_own(tmp_path, backend, prompts):
     items = [Item(instance=Instance(id=f"toy/test/{i}", dataset="toy", scenario="qa_open", task_type="short_answer",
                                     question=q, references=["x"]), prompt=p)
-             for i, (q, p) in enumerate(zip(QUESTIONS[:4], prompts[:4]))]
+             for i, (q, p) in enumerate(zip(QUESTIONS[:4], prompts[:4], strict=True))]
     records = {}
     for fused in (True, False):
         ctx = _cell(tmp_path / str(fused), backend, fused)
         gen = GenerateStage(ctx).ensure(items)
-        from haldet.stages.generate import attach_generations
-
         attach_generations(items, gen)
         found = {stage.name: stage.records(items) for stage in (FeatureStage(ctx), AuxiliaryStage(ctx))}
         # fused: the generate stage already stored both; the stages then compute nothing
