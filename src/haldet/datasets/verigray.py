@@ -87,7 +87,7 @@ class VeriGray(DatasetAdapter):
             start, end, moved = _offsets(answer, text, sent.get("range"), after, f"{field}.range")
             realigned += moved
             after = end
-            category = BINARY.get(label.binary, Category.INVALID)
+            category = Category.INVALID if label.binary is None else BINARY.get(label.binary, Category.INVALID)
             units.append(SpanLabel(kind="sentence", start=start, end=end, text=answer[start:end], category=category,
                                    grade=TOP - label.grade, grade_name=label.name,
                                    meta={"readings": [CLASSES[g] for g in label.readings],

@@ -240,7 +240,7 @@ def backbone_summary(rows: Sequence[Mapping[str, Any]], metric: str = "auroc") -
         best = max(scored, key=lambda r: r.values[OVERALL].value or 0.0, default=None)
         entry["best_detector"] = best.detector if best else None
         entry["best_value"] = best.values[OVERALL].value if best else None
-        covs = {None if r.values[OVERALL].coverage is None else round(r.values[OVERALL].coverage, 6) for r in scored}
+        covs = {None if (cov := r.values[OVERALL].coverage) is None else round(cov, 6) for r in scored}
         entry["mixed_coverage"] = len(covs) > 1  # the best was chosen among detectors scored on different items
         entry["n_datasets"] = len({k[2] for k in frame(rows, metric).values if k[0] == model})
         out.append(entry)

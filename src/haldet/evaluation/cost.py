@@ -158,7 +158,8 @@ def stage_stats(stage: str, records: Mapping[str, Mapping[str, Any]], *, wall_se
     if parts:
         out["parts"] = parts
     if usd:  # a billed remote backend: USD per item (None when a price is unknown or a record lacks it)
-        out["usd_per_item"] = None if len(usd) < n or any(u is None for u in usd) else sum(usd) / n
+        known = [u for u in usd if u is not None]
+        out["usd_per_item"] = None if len(usd) < n or len(known) < len(usd) else sum(known) / n
     return out
 
 

@@ -67,6 +67,8 @@ def run_detector(name: str, config: RunConfig, store: CellStore, view: SignalVie
         _score_or_reuse(run, detector, store, name, key, view, split, position, test_idx)
     y = np.array([labels[view.ids[i]] for i in test_idx], dtype=int)
     ev = config.evaluation
+    if run.scores is None:
+        raise RuntimeError(f"detector {name} left no scores")
     run.metrics = evaluate(y, run.scores.values, n_boot=ev.bootstrap, ci=ev.ci, seed=ev.bootstrap_seed)
     return run
 

@@ -157,8 +157,8 @@ def _table4(detector: str, degree: np.ndarray, scores: np.ndarray, binary: np.nd
            f"protocol-1 sentences are all one class ({p1['n_pos']} Unfaithful of {p1['n']})"
            if p1["n_pos"] in (0, p1["n"]) else "no sentence predicted Unfaithful")
     for metric in ("bacc", "recall", "precision", "f1"):
-        yield _row(detector, metric, p1[metric], n=p1["n"], group=group, coverage=p1["coverage"],
-                   note=note if np.isfinite(p1[metric]) else why, n_pos=p1["n_pos"])
+        yield _row(detector, metric, p1[metric], n=int(p1["n"]), group=group, coverage=p1["coverage"],
+                   note=note if np.isfinite(p1[metric]) else why, n_pos=int(p1["n_pos"]))
     valid = np.isfinite(binary)
     yield _row(detector, "rank_loss", ranking_loss(degree, binary), n=int(valid.sum()), group=group,
                coverage=float(valid.mean()) if len(valid) else None, note=note)

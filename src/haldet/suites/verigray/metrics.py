@@ -16,6 +16,8 @@ binary prediction is 1 = Unfaithful. Invalid (NaN) scores are left out and count
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from sklearn.metrics import balanced_accuracy_score, precision_recall_fscore_support
 
@@ -129,7 +131,7 @@ def per_class_f1(grades: np.ndarray, predicted: np.ndarray) -> dict[str, float]:
 
 
 def selective_prediction(grades: np.ndarray, predicted: np.ndarray,
-                         thresholds: tuple[int, ...] = SELECTIVE_THRESHOLDS) -> list[dict[str, float]]:
+                         thresholds: tuple[int, ...] = SELECTIVE_THRESHOLDS) -> list[dict[str, Any]]:
     """Per threshold t: coverage = share of sentences whose predicted grade is >= t (an unparsable reply is
     never selected), selective risk = share of those selected whose gold class is Unfaithful."""
     grades = np.asarray(grades, dtype=int)
