@@ -162,6 +162,7 @@ def test_generate_stage_stores_evidence_records_equal_to_the_stages_own(tmp_path
         assert (fused_f["source"], own_f["source"]) == ("decoding", "forward") and fused_f["key"] == own_f["key"]
         np.testing.assert_allclose(fused_f["token_entropies"], own_f["token_entropies"], atol=1e-3)
         assert fused_f["seconds"] > 0 and fused_aux["seconds"] > 0  # the reading's own work is charged to them
+        assert fused_aux["self_eval_n_tokens"] == 1 and 1 <= fused_aux["verbalized_n_tokens"] <= 6  # cost counts
     assert same_text >= 2
     log = (tmp_path / "True" / "features.jsonl").read_text().splitlines()
     assert len(log) == len(items) and all(json.loads(line)["arrays"] for line in log)

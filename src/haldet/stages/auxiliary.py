@@ -18,7 +18,8 @@ the local lean decoder generates the answers, it asks both questions as branches
 where the answer ends (`haldet.backends.answer_reader`), and the generate stage stores these records
 (`source: "decoding"`; otherwise `"prompt"`).
 
-Record: {id, key, verbalized, verbalized_value, self_eval_text, p_true, logp_true, logp_false, source, seconds}.
+Record: {id, key, verbalized, verbalized_value, verbalized_n_tokens, self_eval_text, p_true, logp_true, logp_false,
+self_eval_n_tokens, source, seconds} (`*_n_tokens`: the reply's generated tokens, for cost accounting).
 """
 
 from __future__ import annotations
@@ -169,11 +170,13 @@ class AuxiliaryStage(Stage):
                                          for item in batch]
         if verbalized:
             for rec, out in zip(records, replies, strict=True):
-                _fail_or(rec, out, verbalized=out.text, verbalized_value=parse_confidence(out.text))
+                _fail_or(rec, out, verbalized=out.text, verbalized_value=parse_confidence(out.text),
+                         verbalized_n_tokens=out.n_tokens)
         if self_eval:
             for rec, (out, true_lps, false_lps) in zip(records, judged, strict=True):
                 p, lt, lf = p_true_from_logprobs(true_lps, false_lps)
-                _fail_or(rec, out, self_eval_text=out.text, p_true=p, logp_true=_finite(lt), logp_false=_finite(lf))
+                _fail_or(rec, out, self_eval_text=out.text, p_true=p, logp_true=_finite(lt), logp_false=_finite(lf),
+                         self_eval_n_tokens=out.n_tokens)
         return records
 
     def _self_eval(self, prompts: list[str]) -> list[tuple[Any, list[float], list[float]]]:
