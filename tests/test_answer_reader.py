@@ -166,3 +166,20 @@ def test_generate_stage_stores_evidence_records_equal_to_the_stages_own(tmp_path
     assert same_text >= 2
     log = (tmp_path / "True" / "features.jsonl").read_text().splitlines()
     assert len(log) == len(items) and all(json.loads(line)["arrays"] for line in log)
+
+
+def test_an_answer_ended_by_its_first_token_still_gets_its_branches(backend, prompts, monkeypatch):
+    """A row whose first token is a stop token ends when its prompt is read, before it ever joins the pool: it is
+    still read (statements after the prompt, follow-ups), as a teacher-forced pass with an empty answer span is."""
+    first = backend.generate(prompts, max_new_tokens=1, batch_size=4)
+    monkeypatch.setattr(backend, "stop_ids", backend.stop_ids | {first[0].token_ids[0]})
+    request = _request(backend)
+    answers, evidence = backend.generate_with_evidence(prompts, request, max_new_tokens=4, batch_size=2)
+    empty = [i for i, a in enumerate(answers) if not a.token_ids]
+    assert 0 < len(empty) < len(prompts)
+    outs = _teacher_forced(backend, prompts, answers, request.statements)
+    for i in empty:
+        mine = evidence[i]
+        assert mine.output.pooled == {} and mine.output.icr is None and set(mine.replies) == {"verbalized", "self_eval"}
+        for name, state in outs[i].branch_states.items():
+            assert np.abs(mine.output.branch_states[name] - state).max() < 2e-3

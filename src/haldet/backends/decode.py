@@ -479,7 +479,9 @@ def decode(model: Any, seqs: Sequence[Sequence[int]], *, max_new_tokens: int, st
             leave(pool)
             while waiting < len(seqs) and (free >= repeat or not parts):
                 count = prefill_group(seqs, waiting, min(prefill_batch, max(1, free // repeat)))
-                parts.append(admit(waiting, count))
+                part = admit(waiting, count)
+                leave(part)  # rows that ended at their first token (a stop token) leave at the merge below
+                parts.append(part)
                 waiting += count
                 free -= count * repeat
                 if not can_merge:
