@@ -43,7 +43,7 @@ def _request(backend: HFBackend) -> EvidenceRequest:
     true_ids, false_ids = answer_candidates(backend.tokenizer)
     follow_ups = {
         "verbalized": FollowUp(tail=backend.encode_text(backend.turn_suffix(VERBALIZED_INSTRUCTION)), max_new_tokens=6,
-                               done=lambda tokens: confidence_complete(backend._text(tokens))),
+                               until=confidence_complete),
         "self_eval": FollowUp(tail=backend.encode_text(backend.turn_suffix(SELF_EVAL_INSTRUCTION)), max_new_tokens=1,
                               candidates=true_ids + false_ids)}
     return EvidenceRequest(layers=list(range(backend.layer_count() + 1)), poolings=POOLINGS, icr=True,

@@ -5,7 +5,7 @@ A teacher-forced pass over prompt + answer (`HFBackend.forward`) recomputes the 
 computed. `AnswerReader` keeps them instead (`decode(reader=...)`): every layer's state of each prompt token
 (from the prefill: the SEP token-before-generation state, the ICR context) and of each answer token (from its
 step: mean/last/second-to-last pooling, ICR), the entropy of each choosing distribution, and, for ICR, each
-answer token's head-averaged attention row (`read_attention`: the SDPA kernel still computes the output, so
+answer token's head-averaged attention row (`reading_attention`: the SDPA kernel still computes the output, so
 answers are unchanged). When a row ends, its cache (prompt + answer, as decoded) is copied once (`decode.fork`)
 and continued by branches in one packed pass: the CCS/PRISM statements (their last token's states) and the
 follow-up questions of the answered conversation (verbalized confidence, self-evaluation: first reply position's
@@ -85,12 +85,14 @@ def _collect(rows: list[torch.Tensor]) -> Iterator[None]:
 
 class AnswerReader:
     """`decode.Reader` for greedy answers: keeps what `EvidenceRequest` asks, per row, and finishes each row's
-    `AnswerEvidence` when it ends (`evidence[row]`). `head(last_hidden)` maps final states to logits."""
+    `AnswerEvidence` when it ends (`evidence[row]`). `head(last_hidden)` maps final states to logits, `text(ids)`
+    decodes a reply for its follow-up's `until`."""
 
-    def __init__(self, model: Any, request: EvidenceRequest, *, stop_ids: Sequence[int], pad_id: int,
-                 head: Callable[[torch.Tensor], torch.Tensor], pool_rows: int = 64) -> None:
-        self.model, self.request, self.pad_id, self.head = model, request, pad_id, head
-        self.stops = torch.tensor(sorted(stop_ids), dtype=torch.long, device=model.device)
+    def __init__(self, model: Any, request: EvidenceRequest, *, stop_ids: Sequence[int],
+                 head: Callable[[torch.Tensor], torch.Tensor], text: Callable[[Sequence[int]], str],
+                 pool_rows: int = 64) -> None:
+        self.model, self.request, self.head, self.text = model, request, head, text
+        self.stops = frozenset(stop_ids)
         # states kept per token: every layer for ICR (its context is every layer), else the requested ones
         self.kept = None if request.icr else request.layers
         self.states = request.icr or bool(request.layers)  # any hidden state to keep at all
@@ -99,9 +101,13 @@ class AnswerReader:
         self.attention: dict[int, list[torch.Tensor]] = {}  # row -> per answer token [L, its read columns]
         self.entropies: dict[int, list[float]] = {}
         self.evidence: dict[int, AnswerEvidence] = {}
+        # the branches, packed one after another: each token's segment, its offset in it, each segment's last column
         segments = [*request.statements.values(), *(f.tail for f in request.follow_ups.values())]
-        self.ends = list(np.cumsum([len(s) for s in segments]) - 1)  # last column of each segment
         self.tails = [t for s in segments for t in s]
+        self.segment = torch.tensor([k for k, s in enumerate(segments) for _ in s], dtype=torch.long)
+        self.offset = torch.tensor([i for s in segments for i in range(len(s))], dtype=torch.long)
+        self.ends = torch.tensor(np.cumsum([len(s) for s in segments]) - 1, dtype=torch.long)
+        self._rows: list[torch.Tensor] = []  # the current step's attention rows (ICR)
         self.room = len(self.tails) + max((f.max_new_tokens for f in request.follow_ups.values()), default=0)
         self.prompt_tokens: dict[int, int] = {}
         self.pool_rows = pool_rows  # replies decoded together (`flush`)
@@ -159,7 +165,7 @@ class AnswerReader:
             self.entropies[row].append(value)
 
     def stepping(self) -> contextlib.AbstractContextManager[Any]:
-        self._rows: list[torch.Tensor] = []
+        self._rows = []
         return _collect(self._rows) if self.request.icr else contextlib.nullcontext()
 
     def stepped(self, pool: _Pool, fed: torch.Tensor, states: tuple[torch.Tensor, ...]) -> None:
@@ -203,12 +209,12 @@ class AnswerReader:
         if not self.states:
             return out
         span = torch.stack(answer)  # [T, layers, D]
-        chosen = (lambda x: x) if self.kept is not None else (lambda x: x[:, self.request.layers])
-        pooled = {"mean": lambda: span.mean(dim=0), "last": lambda: span[-1],
-                  "slt": lambda: span[max(0, len(answer) - 2)], "tbg": lambda: prompt[-1]}
+        asked = self.request.layers if self.kept is None else slice(None)  # every layer was kept for ICR
+        picked, before = span[:, asked], prompt[-1, asked]
+        pooled = {"mean": picked.mean(dim=0), "last": picked[-1], "slt": picked[max(0, len(answer) - 2)],
+                  "tbg": before}  # as `hf._pool`: second-to-last answer token, the token before the answer
         for name in self.request.poolings:
-            value = pooled[name]()
-            out.pooled[name] = chosen(value[None])[0].cpu().numpy().astype(np.float32)
+            out.pooled[name] = pooled[name].cpu().numpy().astype(np.float32)
         if self.request.icr:
             from haldet.backends.hf import icr_features
 
@@ -226,12 +232,7 @@ class AnswerReader:
         conversation and itself only), then the follow-ups' greedy replies."""
         model, device = self.model, self.model.device
         n, q = len(rows), len(self.tails)
-        starts = [0, *[e + 1 for e in self.ends[:-1]]]
-        segment = torch.zeros(q, dtype=torch.long)
-        offset = torch.zeros(q, dtype=torch.long)
-        for k, (a, e) in enumerate(zip(starts, self.ends, strict=True)):
-            segment[a : e + 1] = k
-            offset[a : e + 1] = torch.arange(e + 1 - a)
+        segment, offset = self.segment, self.offset
         ids = torch.tensor(self.tails, dtype=torch.long, device=device)[None].expand(n, q)
         positions = state.last_pos[:, None] + 1 + offset.to(device)[None]
         width = state.mask.shape[1]
@@ -242,7 +243,7 @@ class AnswerReader:
         mask4d = torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill(~allowed, torch.finfo(dtype).min)
         names = list(self.request.statements)
         follow = list(self.request.follow_ups)
-        ends = torch.tensor(self.ends, device=device)
+        ends = self.ends.to(device)
         with self._timed("features", share=self.statement_share):
             out = model(input_ids=ids, attention_mask=mask4d[:, None], position_ids=positions,
                         past_key_values=state.cache, use_cache=True, output_hidden_states=True, logits_to_keep=1)
@@ -315,5 +316,5 @@ class AnswerReader:
                 pool = _merge([pool], room=f.max_new_tokens)
 
     def _ended(self, tokens: list[int], f: FollowUp) -> bool:
-        return (tokens[-1] in self.stops.tolist() or len(tokens) >= f.max_new_tokens
-                or (f.done is not None and f.done(tokens)))
+        return (tokens[-1] in self.stops or len(tokens) >= f.max_new_tokens
+                or (f.until is not None and f.until(self.text(tokens))))

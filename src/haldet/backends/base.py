@@ -109,12 +109,12 @@ class FollowUp:
     """A question asked after the answer (`HFBackend.generate_with_evidence`), as a turn of the answered
     conversation (its tokens after the answer: end of turn, question, start of the reply). The first reply
     position's log-probs of `candidates` are kept; the reply is decoded greedily for at most `max_new_tokens`
-    tokens, and no further once `done(tokens)`."""
+    tokens, and no further once `until(text so far)` holds (as `generate_until`)."""
 
     tail: list[int]
     max_new_tokens: int
     candidates: list[int] = field(default_factory=list)
-    done: Callable[[list[int]], bool] | None = None
+    until: Callable[[str], bool] | None = None
 
 
 @dataclass

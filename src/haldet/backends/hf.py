@@ -464,8 +464,8 @@ class HFBackend(Backend):
 
         encoded = [self.encode_prompt(p) for p in prompts]
         rows = self.pool_rows(encoded, max_new_tokens, states=request.icr)
-        reader = AnswerReader(self.model, request, stop_ids=sorted(self.stop_ids),
-                              pad_id=self.tokenizer.pad_token_id, head=self.head_logits, pool_rows=rows)
+        reader = AnswerReader(self.model, request, stop_ids=sorted(self.stop_ids), head=self.head_logits,
+                              text=self._text, pool_rows=rows)
         if max(len(e) for e in encoded) + max_new_tokens + reader.room > self.window():
             return self.generate(prompts, max_new_tokens=max_new_tokens, batch_size=batch_size,
                                  progress=progress), None

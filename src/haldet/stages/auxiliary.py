@@ -26,9 +26,10 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import replace
 from typing import Any
 
-from haldet.backends.base import FollowUp
+from haldet.backends.base import AnswerEvidence, EvidenceRequest, FollowUp
 from haldet.confidence import confidence_complete, parse_confidence
 from haldet.config import stage_key
 from haldet.signals import Signal
@@ -115,29 +116,29 @@ class AuxiliaryStage(Stage):
             raise ValueError(f"auxiliary stage needs the generation of {item.id}")
         return self.ctx.backend.follow_up(item.prompt, item.generation.response, instruction)
 
-    def follow_ups(self) -> dict[str, FollowUp]:
-        """The queries as branches of each answer's own cache (`HFBackend.generate_with_evidence`)."""
+    def reads(self, request: EvidenceRequest) -> EvidenceRequest:
+        """`request` with the queries added as follow-ups of each answer's own cache (`generate_with_evidence`)."""
         cfg, backend = self.ctx.config.auxiliary, self.ctx.backend
         verbalized, self_eval = self.queries()
-        out: dict[str, FollowUp] = {}
+        follow_ups: dict[str, FollowUp] = {}
         if verbalized:
-            text = backend._text  # type: ignore[attr-defined]
-            out["verbalized"] = FollowUp(tail=backend.encode_text(backend.turn_suffix(VERBALIZED_INSTRUCTION)),
-                                         max_new_tokens=cfg.max_new_tokens,
-                                         done=lambda tokens: confidence_complete(text(tokens)))
+            follow_ups["verbalized"] = FollowUp(tail=backend.encode_text(backend.turn_suffix(VERBALIZED_INSTRUCTION)),
+                                                max_new_tokens=cfg.max_new_tokens, until=confidence_complete)
         if self_eval:
             true_ids, false_ids = answer_candidates(backend.tokenizer)  # type: ignore[attr-defined]
-            out["self_eval"] = FollowUp(tail=backend.encode_text(backend.turn_suffix(SELF_EVAL_INSTRUCTION)),
-                                        max_new_tokens=1, candidates=true_ids + false_ids)
-        return out
+            follow_ups["self_eval"] = FollowUp(tail=backend.encode_text(backend.turn_suffix(SELF_EVAL_INSTRUCTION)),
+                                               max_new_tokens=1, candidates=true_ids + false_ids)
+        return replace(request, follow_ups=follow_ups)
 
-    def from_decoding(self, batch: list[Item], replies: list[dict[str, Any]], seconds: float) -> list[dict[str, Any]]:
-        """Records from the follow-ups' replies read while the answers were decoded (one dict per item)."""
+    def from_decoding(self, batch: list[Item], evidence: list[AnswerEvidence],
+                      seconds: float) -> list[dict[str, Any]]:
+        """Records from the follow-ups' replies read while the answers were decoded (`evidence[i]` of `batch[i]`)."""
         backend = self.ctx.backend
         verbalized, self_eval = self.queries()
-        outs = [backend.reply_output(r["verbalized"], confidence_complete)  # type: ignore[attr-defined]
-                for r in replies] if verbalized else []
-        verdicts = [backend.reply_output(r["self_eval"]) for r in replies] if self_eval else []  # type: ignore[attr-defined]
+        outs = [backend.reply_output(ev.replies["verbalized"], confidence_complete)  # type: ignore[attr-defined]
+                for ev in evidence] if verbalized else []
+        verdicts = ([backend.reply_output(ev.replies["self_eval"]) for ev in evidence]  # type: ignore[attr-defined]
+                    if self_eval else [])
         n_true = len(answer_candidates(backend.tokenizer)[0]) if self_eval else 0  # type: ignore[attr-defined]
         return self._records(batch, outs, _true_false(verdicts, n_true), "decoding", seconds)
 

@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from haldet.backends.base import EvidenceRequest, ForwardOutput, ForwardRequest
+from haldet.backends.base import AnswerEvidence, EvidenceRequest, ForwardOutput, ForwardRequest
 from haldet.config import stage_key
 from haldet.errors import HaldetError
 from haldet.signals import Signal
@@ -100,20 +100,21 @@ class FeatureStage(Stage):
         return sorted(set((self.poolings() if "hidden" in groups else []) + (["tbg", "slt"] if "sep" in groups
                                                                             else [])))
 
-    def evidence_request(self) -> EvidenceRequest:
-        """What to read of each answer while it is decoded (`HFBackend.generate_with_evidence`)."""
+    def reads(self, request: EvidenceRequest) -> EvidenceRequest:
+        """`request` with what this stage reads of each answer while it is decoded (`generate_with_evidence`)."""
         cfg, groups = self.ctx.config.features, set(self.groups())
         n_states = self.ctx.backend.layer_count() + 1  # type: ignore[attr-defined]
         layers = list(range(n_states)) if cfg.layers == "all" else [x + n_states if x < 0 else x for x in cfg.layers]
         if any(not 0 <= x < n_states for x in layers):
             raise HaldetError(f"features.layers {cfg.layers} is out of range for a model with {n_states} "
                               "hidden-state layers", where="features.layers")
-        return EvidenceRequest(layers=layers, poolings=self._pass_poolings(), icr="icr" in groups,
-                               statements=self._statements())
+        return replace(request, layers=layers, poolings=self._pass_poolings(), icr="icr" in groups,
+                       statements=self._statements())
 
-    def from_decoding(self, batch: list[Item], outs: list[ForwardOutput], seconds: float) -> list[dict[str, Any]]:
-        """Records from the evidence read while the answers were decoded (`outs[i]` for `batch[i]`)."""
-        outs = [replace(out, key=item.id) for item, out in zip(batch, outs, strict=True)]
+    def from_decoding(self, batch: list[Item], evidence: list[AnswerEvidence],
+                      seconds: float) -> list[dict[str, Any]]:
+        """Records from the evidence read while the answers were decoded (`evidence[i]` of `batch[i]`)."""
+        outs = [replace(ev.output, key=item.id) for item, ev in zip(batch, evidence, strict=True)]
         records = self._records(batch, outs, "decoding", seconds)
         for rec in records:  # the log-probs are the generation's own: there is no second computation to compare
             rec["logprob_gap"] = None

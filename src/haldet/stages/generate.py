@@ -9,8 +9,7 @@ over the exact generated ids), and the key names the parts computed; otherwise t
 from __future__ import annotations
 
 import time
-from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -20,6 +19,10 @@ from haldet.limits import by_limit, max_new_tokens
 from haldet.schema import Generation
 from haldet.stages.base import Item, Stage
 from haldet.stages.tokens import run_token_pass, token_record, token_spec
+
+if TYPE_CHECKING:
+    from haldet.stages.auxiliary import AuxiliaryStage
+    from haldet.stages.features import FeatureStage
 
 
 class GenerateStage(Stage):
@@ -62,10 +65,12 @@ class GenerateStage(Stage):
         outputs: list[Any] = [None] * len(batch)
         evidence: list[Any] = [None] * len(batch)
         readers = self._readers()
+        request = EvidenceRequest(layers=[], poolings=[])
+        for stage in readers:  # one request for every reading stage
+            request = stage.reads(request)
         for limit, positions in by_limit([max_new_tokens(self.ctx.config, item.instance) for item in batch]).items():
             prompts = [batch[p].prompt for p in positions]
             if readers:
-                request = _merged_request(readers)
                 outs, found = self.ctx.backend.generate_with_evidence(  # type: ignore[attr-defined]
                     prompts, request, max_new_tokens=limit, batch_size=gen.batch_size)
             else:
@@ -77,7 +82,7 @@ class GenerateStage(Stage):
         read_s = {stage: sum(s.get(stage, 0.0) for s in reading) / len(reading) for stage in ("features", "auxiliary")
                   } if reading else {}
         per_item -= sum(read_s.values()) * len(reading) / max(1, len(batch))  # the decoding's own share
-        self._store_evidence(batch, outputs, evidence, read_s)
+        self._store_evidence(readers, batch, outputs, evidence, read_s)
         records: dict[str, dict[str, Any]] = {}
         for item, out in zip(batch, outputs, strict=True):
             if out.error:
@@ -98,7 +103,7 @@ class GenerateStage(Stage):
                 rec["tokens"] = token_record(self.ctx, outs[item.id], offsets, arrays[item.id])
         return records
 
-    def _readers(self) -> list[Stage]:
+    def _readers(self) -> list[FeatureStage | AuxiliaryStage]:
         """The evidence stages whose records the greedy decoding also reads (`evidence_in_decoding`, a backend that
         can, stages a selected detector reads)."""
         from haldet.stages.auxiliary import AuxiliaryStage
@@ -110,12 +115,11 @@ class GenerateStage(Stage):
         needed = needed_stages(self.ctx.signals)
         return [cls(self.ctx) for cls in (FeatureStage, AuxiliaryStage) if cls.name in needed]
 
-    def _store_evidence(self, batch: list[Item], outputs: list[Any], evidence: list[Any],
-                        seconds: dict[str, float]) -> None:
+    def _store_evidence(self, readers: list[FeatureStage | AuxiliaryStage], batch: list[Item], outputs: list[Any],
+                        evidence: list[Any], seconds: dict[str, float]) -> None:
         """Store the features/auxiliary records read while decoding (items that have none yet; an answer that
         failed or whose evidence could not be read is left to its own stage); `seconds`: the reading's seconds per
         item and stage."""
-        readers = self._readers()
         done = [(item, out, ev) for item, out, ev in zip(batch, outputs, evidence, strict=True)
                 if ev is not None and not out.error]
         if not readers or not done:
@@ -133,12 +137,7 @@ class GenerateStage(Stage):
                 if not todo:
                     continue
                 part = [item for item, _ in todo]
-                if stage.name == "features":
-                    recs = stage.from_decoding(part, [ev.output for _, ev in todo],  # type: ignore[attr-defined]
-                                               seconds.get(stage.name, 0.0))
-                else:
-                    recs = stage.from_decoding(part, [ev.replies for _, ev in todo],  # type: ignore[attr-defined]
-                                               seconds.get(stage.name, 0.0))
+                recs = stage.from_decoding(part, [ev for _, ev in todo], seconds.get(stage.name, 0.0))
                 keys = {item.id: stage.key(item) for item in part}
                 for rec in recs:
                     rec["key"] = keys[rec["id"]]
@@ -187,13 +186,3 @@ def attach_generations(items: list[Item], records: dict[str, dict[str, Any]]) ->
     for item in items:
         item.generation = generation_of(records[item.id])
 
-
-def _merged_request(readers: list[Stage]) -> EvidenceRequest:
-    """One request for every reading stage: the features' states and statements, the auxiliary follow-ups."""
-    request = EvidenceRequest(layers=[], poolings=[])
-    for stage in readers:
-        if stage.name == "features":
-            request = replace(stage.evidence_request(), follow_ups=request.follow_ups)  # type: ignore[attr-defined]
-        else:
-            request.follow_ups = stage.follow_ups()  # type: ignore[attr-defined]
-    return request
