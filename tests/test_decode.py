@@ -15,7 +15,7 @@ import torch
 from haldet.backends import decode as decode_module
 from haldet.backends.decode import common_prefix, prefill_group
 from haldet.backends.hf import HFBackend
-from haldet.confidence import confidence_complete, parse_confidence
+from haldet.confidence import confidence_complete, confidence_statement, parse_confidence
 from haldet.errors import HaldetError
 from haldet.threads import available_cores, cgroup_cpu_limit, thread_count
 
@@ -138,16 +138,23 @@ def test_first_token_p_true_equals_a_direct_forward_pass(backends, prompts):
         assert out.token_ids in ([], [int(logp.argmax())])
 
 
-@pytest.mark.parametrize(("text", "done"), [
-    ("0.8", False),  # EOS ends it; another digit could still follow
-    ("0.8\n", True), ("Confidence: 0.85. The answer", True), ("I am 90% sure. It", True),
-    ("8.", False),  # 8.5 may follow
-    ("The answer is", False), ("7 out of 10", False), ("7 out of 10\n", True),
+@pytest.mark.parametrize(("text", "done", "stated"), [
+    ("0.8", False, "0.8"),  # EOS ends it; another digit could still follow
+    ("0.8\n", True, "0.8"), ("Confidence: 0.85. The answer", True, "Confidence: 0.85."),
+    ("I am 90% sure. It", True, "I am 90% sure."),
+    ("8.", False, "8."),  # 8.5 may follow
+    ("The answer is", False, "The answer is"), ("7 out of 10", False, "7 out of 10"),
+    ("7 out of 10\n", True, "7 out of 10"), ("Sure! Maybe", False, "Sure! Maybe"),
+    # the whitespace that ends the first sentence came with the next number's token
+    ("1. 1", True, "1."), ("0.8. 0", True, "0.8."), ("Sure! 0.3; then 0", True, "Sure! 0.3;"),
 ])
-def test_confidence_complete(text, done):
+def test_confidence_complete(text, done, stated):
     assert confidence_complete(text) is done
+    assert confidence_statement(text) == stated
     if done:  # stopping there reads the same value as the whole reply would
-        assert parse_confidence(text) == parse_confidence(text + "More words follow")
+        more = text + "5 and more words follow"
+        assert confidence_statement(more) == stated
+        assert parse_confidence(confidence_statement(more)) == parse_confidence(stated) is not None
 
 
 def test_common_prefix_leaves_every_row_a_token():

@@ -74,16 +74,31 @@ def parse_confidence(text: str | None) -> float | None:
     return None
 
 
-_LAST_DIGIT = re.compile(r"\d(?=\D*$)")
 _SENTENCE_END = re.compile(r"\n|[.!?;](?:\s)")
 
 
+def _statement_end(text: str | None) -> int | None:
+    """Where the reply's first sentence that states a number ends (after its . ! ? ; or before its newline),
+    or None while no such sentence has ended."""
+    if not text:
+        return None
+    for end in _SENTENCE_END.finditer(text):
+        cut = end.start() + (end.group() != "\n")  # the punctuation belongs to the sentence, the newline does not
+        if parse_confidence(text[:cut]) is not None:
+            return cut
+    return None
+
+
 def confidence_complete(text: str | None) -> bool:
-    """Whether a reply being decoded already states its confidence: a number parses and the sentence holding
-    the last digit has ended (a newline, or . ! ? ; then a space), so further tokens cannot extend that number.
-    The auxiliary stage stops decoding a verbalized reply here (a later sentence with another number is not read).
-    """
-    if parse_confidence(text) is None or text is None:
-        return False
-    last = _LAST_DIGIT.search(text)
-    return last is not None and _SENTENCE_END.search(text, last.end()) is not None
+    """Whether a reply being decoded already states its confidence: a sentence holding a number that parses has
+    ended (a newline, or . ! ? ; then a whitespace), so further tokens cannot change what is read
+    (`confidence_statement`). The auxiliary stage stops decoding a verbalized reply here."""
+    return _statement_end(text) is not None
+
+
+def confidence_statement(text: str) -> str:
+    """The part of a reply the confidence is read from: up to the end of its first sentence that states a number
+    ("1. 1" -> "1.", "0.8. 0" -> "0.8."), else the whole reply. A later sentence, or the token that showed the
+    first one had ended, is not read, whether the decoding stopped there or ran on."""
+    end = _statement_end(text)
+    return text if end is None else text[:end]

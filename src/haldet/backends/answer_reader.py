@@ -83,6 +83,36 @@ def _collect(rows: list[torch.Tensor]) -> Iterator[None]:
         _ROWS = None
 
 
+def _token_tree(branches: Sequence[Sequence[int]]) -> tuple[list[int], list[int], torch.Tensor, list[int],
+                                                               list[set[int]]]:
+    """Token sequences packed as one prefix tree: its tokens (each shared prefix once, parents before children),
+    each one's depth, which tokens each sees ([q, q] bool: its ancestors and itself), the index of each branch's
+    last token, and which branches read each token."""
+    tokens: list[int] = []
+    depth: list[int] = []
+    parent: list[int] = []
+    users: list[set[int]] = []
+    children: dict[tuple[int, int], int] = {}  # (parent node or -1, token) -> node
+    ends = []
+    for b, branch in enumerate(branches):
+        node = -1
+        for d, token in enumerate(branch):
+            if (node, token) not in children:
+                children[node, token] = len(tokens)
+                tokens.append(token)
+                depth.append(d)
+                parent.append(node)
+                users.append(set())
+            node = children[node, token]
+            users[node].add(b)
+        ends.append(node)
+    sees = torch.eye(len(tokens), dtype=torch.bool)
+    for node, up in enumerate(parent):  # parents come first: a node sees what its parent sees
+        if up >= 0:
+            sees[node] |= sees[up]
+    return tokens, depth, sees, ends, users
+
+
 class AnswerReader:
     """`decode.Reader` for greedy answers: keeps what `EvidenceRequest` asks, per row, and finishes each row's
     `AnswerEvidence` when it ends (`evidence[row]`). `head(last_hidden)` maps final states to logits, `text(ids)`
@@ -101,19 +131,22 @@ class AnswerReader:
         self.attention: dict[int, list[torch.Tensor]] = {}  # row -> per answer token [L, its read columns]
         self.entropies: dict[int, list[float]] = {}
         self.evidence: dict[int, AnswerEvidence] = {}
-        # the branches, packed one after another: each token's segment, its offset in it, each segment's last column
-        segments = [*request.statements.values(), *(f.tail for f in request.follow_ups.values())]
-        self.tails = [t for s in segments for t in s]
-        self.segment = torch.tensor([k for k, s in enumerate(segments) for _ in s], dtype=torch.long)
-        self.offset = torch.tensor([i for s in segments for i in range(len(s))], dtype=torch.long)
-        self.ends = torch.tensor(np.cumsum([len(s) for s in segments]) - 1, dtype=torch.long)
+        # the branches, packed as one token tree (a prefix they share is read once): its tokens, each one's depth
+        # below the answer, which tokens each sees (its ancestors and itself), each branch's last token
+        branches = [*request.statements.values(), *(f.tail for f in request.follow_ups.values())]
+        self.tails, depth, self.sees, ends, users = _token_tree(branches)
+        self.depth = torch.tensor(depth, dtype=torch.long)
+        self.ends = torch.tensor(ends, dtype=torch.long)
         self._rows: list[torch.Tensor] = []  # the current step's attention rows (ICR)
         self.room = len(self.tails) + max((f.max_new_tokens for f in request.follow_ups.values()), default=0)
         self.prompt_tokens: dict[int, int] = {}
         self.pool_rows = pool_rows  # replies decoded together (`flush`)
         self.waiting: dict[str, tuple[list[_Pool], list[Reply]]] = {}  # follow-up -> pool parts, their replies
-        # the branches' shared work (cache copy, packed pass) is charged by token count
-        self.statement_share = sum(len(t) for t in request.statements.values()) / max(1, len(self.tails))
+        # the branches' shared work (cache copy, packed pass) is charged by token count; a token both kinds of
+        # branch read counts half to each
+        statements = len(request.statements)
+        self.statement_share = sum(
+            sum(b < statements for b in u) / len(u) for u in users) / max(1, len(self.tails))
         # the reader's own work, charged to the stages whose records it makes (what rides inside the decoding
         # steps, the attention rows for ICR, stays in the decoding's time)
         self.seconds = {"features": 0.0, "auxiliary": 0.0}
@@ -232,13 +265,11 @@ class AnswerReader:
         conversation and itself only), then the follow-ups' greedy replies."""
         model, device = self.model, self.model.device
         n, q = len(rows), len(self.tails)
-        segment, offset = self.segment, self.offset
         ids = torch.tensor(self.tails, dtype=torch.long, device=device)[None].expand(n, q)
-        positions = state.last_pos[:, None] + 1 + offset.to(device)[None]
+        positions = state.last_pos[:, None] + 1 + self.depth.to(device)[None]
         width = state.mask.shape[1]
-        tree = (segment[:, None] == segment[None, :]) & (offset[:, None] >= offset[None, :])  # [q, q]
         allowed = torch.cat([state.mask.bool()[:, None, :].expand(n, q, width),
-                             tree.to(device)[None].expand(n, q, q)], dim=-1)
+                             self.sees.to(device)[None].expand(n, q, q)], dim=-1)
         dtype = model.dtype
         mask4d = torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill(~allowed, torch.finfo(dtype).min)
         names = list(self.request.statements)
@@ -259,7 +290,7 @@ class AnswerReader:
             # the next-token logits after each follow-up's last question token
             first = self.head(out.hidden_states[-1][:, ends[len(names):]]).float()  # [n, follow-ups, V]
             for k, name in enumerate(follow):
-                self._reply(state, rows, k, name, first[:, k], segment == len(names) + k, replies)
+                self._reply(state, rows, k, name, first[:, k], self.sees[self.ends[len(names) + k]], replies)
 
     def _reply(self, state: Prefilled, rows: list[int], k: int, name: str, logits: torch.Tensor,
                own: torch.Tensor, replies: dict[int, dict[str, Reply]]) -> None:

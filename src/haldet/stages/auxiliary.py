@@ -2,15 +2,16 @@
 
 Two follow-up questions per item, each asked as the next user turn of the answered conversation (the item's prompt,
 the generated answer as the model's turn, then the question: `Backend.follow_up`):
-- verbalized confidence: the model is asked for one number in [0, 1]; the raw reply is stored (`verbalized`) and,
-  parsed by `haldet.confidence.parse_confidence`, as `verbalized_value` (None when no number is found);
+- verbalized confidence: the model is asked for one number in [0, 1]; the reply up to the end of its first
+  sentence that states a number is stored (`verbalized`, `haldet.confidence.confidence_statement`: "1. 1" -> "1.")
+  and, parsed by `haldet.confidence.parse_confidence`, as `verbalized_value` (None when no number is found);
 - self-evaluation: the model is asked whether the proposed answer is True or False. P(True) is read from the
   next-token distribution at the first reply position: the probability mass on the first tokens of "True"
   spellings divided by the mass on "True" plus "False" spellings (normalised over the two). The greedy verdict
   text is stored as the fallback (`self_eval_text`).
 Only what is read is decoded (`DECODING`, part of the key): P(True) needs one pass over the prompt (a backend with
 next-token probabilities returns just the greedy first token, the verdict word, as `self_eval_text`; one without
-them returns its whole verdict); a verbalized reply stops as soon as its number is complete
+them returns its whole verdict); a verbalized reply stops as soon as that sentence has ended
 (`haldet.confidence.confidence_complete`). Only the queries a selected detector reads are asked
 (`AuxiliaryStage.queries`). Both prompts share the answered conversation and differ only in the question, so a local
 model reads that shared head once per item for both queries (`HFBackend.paired_replies`; the key says so). When
@@ -30,14 +31,15 @@ from dataclasses import replace
 from typing import Any
 
 from haldet.backends.base import AnswerEvidence, EvidenceRequest, FollowUp
-from haldet.confidence import confidence_complete, parse_confidence
+from haldet.confidence import confidence_complete, confidence_statement, parse_confidence
 from haldet.config import stage_key
 from haldet.signals import Signal
 from haldet.stages.base import Item, Stage
 from haldet.stages.generate import GenerateStage
 
 PROMPT_VERSION = "aux-v3"  # bump when the wording below changes: it is part of the cache key
-DECODING = "first-token-p-true+verbalized-until-number"  # what is decoded of each reply (part of the cache key)
+# what is decoded of each reply (part of the cache key)
+DECODING = "first-token-p-true+verbalized-until-first-stated-number"
 SHARED_HEAD = "+shared-head"  # both queries of an item read in one pass over their common head (local backend)
 
 # The questions, asked as the user's next turn after the model's answer (`Backend.follow_up`).
@@ -171,7 +173,8 @@ class AuxiliaryStage(Stage):
                                          for item in batch]
         if verbalized:
             for rec, out in zip(records, replies, strict=True):
-                _fail_or(rec, out, verbalized=out.text, verbalized_value=parse_confidence(out.text),
+                stated = confidence_statement(out.text)
+                _fail_or(rec, out, verbalized=stated, verbalized_value=parse_confidence(stated),
                          verbalized_n_tokens=out.n_tokens)
         if self_eval:
             for rec, (out, true_lps, false_lps) in zip(records, judged, strict=True):
