@@ -42,12 +42,14 @@ def _read_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: 
         batch, heads, _, dim = query.shape
         kv_heads, columns = key.shape[1], key.shape[2]
         # [batch, kv heads, query heads per kv head, dim] @ [batch, kv heads, dim, columns]: no repeated keys
-        grouped = query[:, :, -1].float().reshape(batch, kv_heads, heads // kv_heads, dim)
-        scores = (grouped @ key.float().transpose(2, 3)) * kwargs.get("scaling", 1.0)
+        grouped = query[:, :, -1].float().reshape(batch, kv_heads, heads // kv_heads, dim) * kwargs.get("scaling", 1.0)
+        scores = grouped @ key.float().transpose(2, 3)
         if attention_mask is not None:
             mask = attention_mask[:, :, -1:, :columns]  # [batch, 1, 1, columns]
-            scores = (scores.masked_fill(~mask, float("-inf")) if mask.dtype == torch.bool
-                      else scores + mask.float())
+            if mask.dtype == torch.bool:
+                scores.masked_fill_(~mask, float("-inf"))
+            else:
+                scores += mask
         _ROWS.append(torch.softmax(scores, dim=-1).mean(dim=(1, 2)))
     return out
 

@@ -317,14 +317,34 @@ def _merge(parts: list[_Pool], *, room: int) -> _Pool | None:
 
 def fork(pool: _Pool, index: torch.Tensor, room: int) -> Prefilled:
     """Rows `index` of the pool as they ended, copied into a cache of their own with `room` free positions: each
-    row's answered conversation (the columns it filled; columns written after it ended are masked), ready to be
-    continued (`extend` with branches, further decoding)."""
+    row's answered conversation (the columns it filled and reads; columns written after it ended, and padding, are
+    left out), ready to be continued (`extend` with branches, further decoding). The rows' columns are packed to
+    the right ([pad..][own columns]): a key carries its position in its rotary embedding, not in its column, so
+    the continuation reads only as many columns as the longest conversation holds, not the pool's width."""
     widths = pool.width[index]
     width = int(widths.max())
-    mask = pool.mask[index, :width].clone()
-    mask[torch.arange(width, device=mask.device)[None, :] >= widths[:, None]] = 0
-    return Prefilled(cache=copy_rows(pool.cache, index, width, room), mask=mask,
-                     last_pos=pool.last_pos[index].clone(), logits=torch.empty(0))
+    own = pool.mask[index, :width].bool()
+    own[torch.arange(width, device=own.device)[None, :] >= widths[:, None]] = False
+    counts = own.sum(dim=-1)
+    packed = int(counts.max())
+    # for each row, its own columns in order, after `packed - count` padding columns (which read column 0, masked)
+    order = torch.sort(own.long(), dim=-1, stable=True).indices[:, width - packed:]  # [n, packed]
+    mask = (torch.arange(packed, device=own.device)[None, :] >= (packed - counts)[:, None]).long()
+    order = order * mask
+    cache = copy.copy(pool.cache)
+    cache.layers = []
+    for layer in pool.cache.layers:
+        new = copy.copy(layer)
+        buffers = []
+        for filled in (layer.keys, layer.values):
+            rows = filled[:, :, :width][index]
+            n, heads, _, dim = rows.shape
+            buffer = rows.new_empty((n, heads, packed + room, dim))
+            buffer[:, :, :packed] = torch.gather(rows, 2, order[:, None, :, None].expand(n, heads, packed, dim))
+            buffers.append(buffer)
+        new.adopt(buffers[0], buffers[1], packed)
+        cache.layers.append(new)
+    return Prefilled(cache=cache, mask=mask, last_pos=pool.last_pos[index].clone(), logits=torch.empty(0))
 
 
 def copy_rows(cache: Any, index: torch.Tensor | None, width: int, room: int) -> Any:
