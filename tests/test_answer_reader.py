@@ -193,3 +193,5 @@ def test_branches_sharing_a_prefix_are_packed_as_one_token_tree():
     assert users == [{0, 1}, {0, 1}, {0}, {1}, {2}, {2}]
     seen = [set(np.flatnonzero(row.numpy())) for row in sees]
     assert seen == [{0}, {0, 1}, {0, 1, 2}, {0, 1, 3}, {4}, {4, 5}]  # ancestors and itself, never a sibling
+    with pytest.raises(ValueError, match="no tokens"):
+        answer_reader._token_tree([[1], []])

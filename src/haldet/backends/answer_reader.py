@@ -97,6 +97,8 @@ def _token_tree(branches: Sequence[Sequence[int]]) -> tuple[list[int], list[int]
     children: dict[tuple[int, int], int] = {}  # (parent node or -1, token) -> node
     ends = []
     for b, branch in enumerate(branches):
+        if not branch:
+            raise ValueError(f"branch {b} has no tokens: a statement or question must continue the answer")
         node = -1
         for d, token in enumerate(branch):
             if (node, token) not in children:
