@@ -140,7 +140,11 @@ def test_generate_stage_stores_evidence_records_equal_to_the_stages_own(tmp_path
     records = {}
     for fused in (True, False):
         ctx = _cell(tmp_path / str(fused), backend, fused)
+        shown: dict[str, list[int]] = {}
+        ctx.progress = lambda description, total, shown=shown: shown.setdefault(description.split()[0], []).append
         gen = GenerateStage(ctx).ensure(items)
+        # the four items are one batch (the decoding pool's), yet the progress bar moves as each answer ends
+        assert shown["generate"] == [1] * len(items)
         attach_generations(items, gen)
         found = {stage.name: stage.records(items) for stage in (FeatureStage(ctx), AuxiliaryStage(ctx))}
         # fused: the generate stage already stored both; the stages then compute nothing

@@ -85,6 +85,16 @@ class Stage:
 
     def __init__(self, ctx: CellContext) -> None:
         self.ctx = ctx
+        self._advance: Callable[[int], None] | None = None  # the progress bar of the batch being computed
+        self._left = 0  # items of that batch not yet shown as done
+
+    def item_done(self, n: int = 1) -> None:
+        """`n` items of the batch being computed are finished (a backend's `progress` callback): the progress bar
+        moves now, though their records are appended when the whole batch is, so a batch as large as the decoding
+        pool does not sit at 0% for minutes."""
+        if self._advance is not None and (n := min(n, self._left)) > 0:
+            self._left -= n
+            self._advance(n)
 
     def key(self, item: Item) -> str:
         raise NotImplementedError
@@ -183,7 +193,11 @@ class Stage:
             for i in range(0, len(todo), step):
                 batch = todo[i : i + step]
                 keys = {item.id: self.key(item) for item in batch}
-                recs = self.compute(batch)
+                self._advance, self._left = advance, len(batch)
+                try:
+                    recs = self.compute(batch)
+                finally:
+                    self._advance = None
                 failed = [rec for rec in recs if rec.get("failed")]
                 recs = [rec for rec in recs if not rec.get("failed")]
                 for rec in recs:
@@ -196,5 +210,6 @@ class Stage:
                     log.append(recs)
                 if failed:
                     self._note_failures(failed, keys)
-                advance(len(batch))
+                if self._left:
+                    advance(self._left)
             self.ctx.timings[self.name] = self.ctx.timings.get(self.name, 0.0) + time.perf_counter() - start

@@ -72,9 +72,10 @@ class GenerateStage(Stage):
             prompts = [batch[p].prompt for p in positions]
             if readers:
                 outs, found = self.ctx.backend.generate_with_evidence(  # type: ignore[attr-defined]
-                    prompts, request, max_new_tokens=limit, batch_size=gen.batch_size)
+                    prompts, request, max_new_tokens=limit, batch_size=gen.batch_size, progress=self.item_done)
             else:
-                outs, found = self.ctx.backend.generate(prompts, max_new_tokens=limit, batch_size=gen.batch_size), None
+                outs, found = self.ctx.backend.generate(prompts, max_new_tokens=limit, batch_size=gen.batch_size,
+                                                        progress=self.item_done), None
             for k, pos in enumerate(positions):
                 outputs[pos], evidence[pos] = outs[k], found[k] if found else None
         per_item = (time.perf_counter() - start) / max(1, len(batch))

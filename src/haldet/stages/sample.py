@@ -83,7 +83,7 @@ class SampleStage(Stage):
             part = [batch[p] for p in positions]
             outs = backend.sample([item.prompt for item in part], k=cfg.k, temperature=cfg.temperature,
                                   top_p=cfg.top_p, seeds=[item_seed(cfg.seed, item.id) for item in part],
-                                  max_new_tokens=limit, batch_size=cfg.batch_size,
+                                  max_new_tokens=limit, batch_size=cfg.batch_size, progress=self.item_done,
                                   hidden=(layer, cfg.hidden_pooling) if layer is not None else None)
             for pos, out in zip(positions, outs, strict=True):
                 outputs[pos] = out
