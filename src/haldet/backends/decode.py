@@ -331,36 +331,36 @@ def fork(pool: _Pool, index: torch.Tensor, room: int) -> Prefilled:
     order = torch.sort(own.long(), dim=-1, stable=True).indices[:, width - packed:]  # [n, packed]
     mask = (torch.arange(packed, device=own.device)[None, :] >= (packed - counts)[:, None]).long()
     order = order * mask
-    cache = copy.copy(pool.cache)
-    cache.layers = []
-    for layer in pool.cache.layers:
-        new = copy.copy(layer)
-        buffers = []
-        for filled in (layer.keys, layer.values):
-            rows = filled[:, :, :width][index]
-            n, heads, _, dim = rows.shape
-            buffer = rows.new_empty((n, heads, packed + room, dim))
-            buffer[:, :, :packed] = torch.gather(rows, 2, order[:, None, :, None].expand(n, heads, packed, dim))
-            buffers.append(buffer)
-        new.adopt(buffers[0], buffers[1], packed)
-        cache.layers.append(new)
-    return Prefilled(cache=cache, mask=mask, last_pos=pool.last_pos[index].clone(), logits=torch.empty(0))
+
+    def own_columns(filled: torch.Tensor) -> torch.Tensor:
+        rows = filled[:, :, :width][index]
+        n, heads, _, dim = rows.shape
+        return torch.gather(rows, 2, order[:, None, :, None].expand(n, heads, packed, dim))
+
+    return Prefilled(cache=_rebuilt(pool.cache, own_columns, room), mask=mask, last_pos=pool.last_pos[index].clone(),
+                     logits=torch.empty(0))
 
 
 def copy_rows(cache: Any, index: torch.Tensor | None, width: int, room: int) -> Any:
     """A cache of `GrowingLayer`s of its own (writes to it do not reach `cache`): rows `index` (all: None) of
     `cache`'s first `width` columns, with `room` free positions after them."""
+    return _rebuilt(cache, lambda filled: (filled if index is None else filled[index])[:, :, :width], room)
+
+
+def _rebuilt(cache: Any, take: Callable[[torch.Tensor], torch.Tensor], room: int) -> Any:
+    """A copy of `cache` whose every layer holds `take(keys)` and `take(values)` ([rows, heads, columns, dim]) in
+    buffers of its own, with `room` free positions after them."""
     copied = copy.copy(cache)
     copied.layers = []
     for layer in cache.layers:
         new = copy.copy(layer)
         buffers = []
         for filled in (layer.keys, layer.values):
-            rows = filled if index is None else filled[index]
-            buffer = filled.new_empty((rows.shape[0], filled.shape[1], width + room, filled.shape[3]))
-            buffer[:, :, :width] = rows[:, :, :width]
+            rows = take(filled)
+            buffer = rows.new_empty((*rows.shape[:2], rows.shape[2] + room, rows.shape[3]))
+            buffer[:, :, : rows.shape[2]] = rows
             buffers.append(buffer)
-        new.adopt(buffers[0], buffers[1], width)
+        new.adopt(buffers[0], buffers[1], buffers[0].shape[2] - room)
         copied.layers.append(new)
     return copied
 
