@@ -22,3 +22,10 @@ def run_cli(*args: str, cwd: Path | None = None, timeout: float = 900) -> subpro
 @pytest.fixture
 def cli():
     return run_cli
+
+
+if os.environ.get("HALDET_GOLDEN_DIR"):  # record golden outputs of every in-process run (tests/golden.py)
+    sys.path.insert(0, str(Path(__file__).parent))
+    import golden
+
+    golden.install(Path(os.environ["HALDET_GOLDEN_DIR"]))
