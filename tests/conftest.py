@@ -29,3 +29,6 @@ if os.environ.get("HALDET_GOLDEN_DIR"):  # record golden outputs of every in-pro
     import golden
 
     golden.install(Path(os.environ["HALDET_GOLDEN_DIR"]))
+    # CLI subprocesses inherit the variable; this path makes them load the same hook at start-up
+    os.environ["PYTHONPATH"] = os.pathsep.join(
+        [str(Path(__file__).parent / "golden_site"), *filter(None, [os.environ.get("PYTHONPATH")])])

@@ -1,7 +1,8 @@
 """Golden outputs for a refactor that must not change behaviour.
 
 Recording: `HALDET_GOLDEN_DIR=DIR pytest ...` makes every in-process run (every `RunStore.write_results`) also
-leave its last results under DIR, one JSON file per (test, run directory), with the columns that measure time
+leave its last results under DIR, one JSON file per (test, run directory; CLI subprocesses too, through
+`tests/golden_site/sitecustomize.py`), with the columns that measure time
 removed (they differ between any two runs). Comparing: `python tests/golden.py BEFORE AFTER` lists every file
 and row whose values differ, and exits 1 if any does. A `results.json` pair from two `make run`s compares the same way
 (`python tests/golden.py runs/a/results.json runs/b/results.json`).
@@ -31,15 +32,12 @@ def install(directory: Path) -> None:
 
     directory.mkdir(parents=True, exist_ok=True)
     original = RunStore.write_results
-    roots: dict[str, list[str]] = {}
 
     def recording(self: RunStore, rows: list[dict[str, Any]]) -> None:
         original(self, rows)
         test = os.environ.get("PYTEST_CURRENT_TEST", "outside-a-test").split(" (")[0]
-        seen = roots.setdefault(test, [])
-        if str(self.root) not in seen:
-            seen.append(str(self.root))
-        name = re.sub(r"[^A-Za-z0-9_.-]+", "_", test) + f"__{seen.index(str(self.root))}.json"
+        where = re.split(r"pytest-\d+/", str(self.root.resolve()))[-1]  # stable across sessions
+        name = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{test}__{where}") + ".json"
         (directory / name).write_text(json.dumps(untimed(rows), indent=1, sort_keys=True, default=str))
 
     RunStore.write_results = recording  # type: ignore[method-assign]
