@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from haldet import pipeline
+import haldet as pipeline
 from haldet.config import load_config
 from haldet.suites.base import get_suite
 

@@ -4,7 +4,7 @@ full, evidence from its own passes), `haldet-separate` (the lean loop, the featu
 prompt + answer again: `evidence_in_decoding=False`) and `haldet` (the default: that evidence read while the
 greedy answers are decoded, inside the generate stage).
 
-Each mode runs `haldet.pipeline.run` in a fresh run directory, so every stage computes. Per mode: wall seconds of
+Each mode runs `haldet.run` in a fresh run directory, so every stage computes. Per mode: wall seconds of
 each stage (load_data, generate, annotate, sample, auxiliary, features), the detectors' fit + score seconds, the
 whole run, and the ratio (whole run) / (generate + sample): how close the protocol is to the decoding it cannot
 avoid. In `haldet` mode the generate stage also reads the evidence, so its generate time is not decoding alone:
@@ -35,7 +35,7 @@ STAGES = ("load_data", "generate", "annotate", "sample", "auxiliary", "features"
 
 
 def run_mode(decoder: str, n: int, max_new_tokens: int | None, root: Path) -> dict[str, Any]:
-    from haldet import pipeline
+    import haldet as pipeline
 
     overrides: dict[str, Any] = {"limit": n, "decoder": "transformers" if decoder == "transformers" else "haldet",
                                  "evidence_in_decoding": decoder == "haldet"}

@@ -42,7 +42,7 @@ def main() -> None:
     parser.add_argument("--partial", type=Path, default=None, help="Rewrite this JSON file after each stage.")
     args = parser.parse_args()
 
-    from haldet.pipeline import prepare_cell
+    from haldet.flow.cell import prepare_cell
     from haldet.stages.generate import attach_generations
     from haldet.store import RunStore
 

@@ -191,7 +191,7 @@ def test_run_then_annotate_with_compare(tmp_path: Path, cli: Any, server: FakeOp
 
 
 def test_llm_judge_without_model_fails_before_any_work() -> None:
-    from haldet.pipeline import validate_names
+    from haldet.flow.run import validate_names
 
     with pytest.raises(HaldetError, match="needs a model"):
         validate_names(RunConfig(judge=JudgeConfig(kind="llm")))

@@ -88,7 +88,7 @@ def test_retries_recover_and_exhausted_calls_store_nothing(server: FakeOpenAI) -
 
 
 def test_hidden_state_detector_refused_before_any_request(tmp_path: Path, server: FakeOpenAI) -> None:
-    from haldet import pipeline
+    import haldet as pipeline
 
     server.reset()
     config = RunConfig(models=["openai:mock-model"], detectors=["perplexity", "saplma"], limit=4,

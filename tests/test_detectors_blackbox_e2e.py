@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from haldet import run
 from haldet.config import RunConfig
-from haldet.pipeline import run
 
 pytestmark = pytest.mark.slow
 

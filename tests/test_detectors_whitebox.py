@@ -265,7 +265,7 @@ def test_trainer_is_seeded_and_checkpoints_on_validation():
 
 @pytest.mark.parametrize(("name", "params"), [("prism", {}), ("ccs", {"epochs": 50}), ("sep", {"variant": "accuracy"})])
 def test_fitted_state_saved_and_reused(planted, tmp_path, name, params):
-    from haldet.evaluation.detect import fit_or_reuse, fitted_path
+    from haldet.flow.scoring import fit_or_reuse, fitted_path
     from haldet.store import CellStore
 
     store = CellStore(tmp_path)

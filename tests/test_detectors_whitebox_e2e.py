@@ -8,8 +8,8 @@ import json
 import numpy as np
 import pytest
 
+from haldet import run
 from haldet.config import load_config
-from haldet.pipeline import run
 
 pytestmark = pytest.mark.slow
 

@@ -71,7 +71,7 @@ def records(run: Path, stage: str) -> list[dict[str, Any]]:
 
 def test_ray_equals_serial_on_a_two_dataset_matrix(tmp_path: Path, cluster: None, server: FakeOpenAI,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    from haldet import pipeline
+    import haldet as pipeline
 
     monkeypatch.setenv("HALDET_RAY_SHARD_SIZE", "2")  # 4 items per cell -> 2 generate shard tasks per cell
     cfg = config(server, ["halueval_qa", "halueval_dialogue"], limit=4)
@@ -93,7 +93,7 @@ def test_a_worker_killed_mid_shard_is_retried_without_duplicates(tmp_path: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """Shard = 3 items, sample batches of 1 item: the third item's sample request hangs; the worker that sent it is
     killed after the first two items' samples were written. Ray re-runs the shard, which asks only for the third."""
-    from haldet import pipeline
+    import haldet as pipeline
     from haldet.datasets.base import get_adapter
     from haldet.prompts import PromptBuilder
 

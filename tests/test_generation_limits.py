@@ -10,10 +10,10 @@ from typing import Any, ClassVar
 import pytest
 from typer.testing import CliRunner
 
-from haldet import pipeline
 from haldet.backends.base import Backend, GenOutput, role_based_chat
 from haldet.cli import app
 from haldet.config import RunConfig
+from haldet.flow import cell as pipeline
 from haldet.limits import TASK_MAX_NEW_TOKENS, cut_off_summary, max_new_tokens
 from haldet.schema import Instance
 

@@ -83,7 +83,7 @@ def test_scoring_views_never_show_unit_labels() -> None:
 
 @pytest.fixture(scope="module")
 def suite_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict], list]:
-    from haldet import pipeline
+    import haldet as pipeline
 
     out = tmp_path_factory.mktemp("halluentity")
     config = load_config(None, base=get_suite("halluentity").config_base(), data_dir=str(FIX))
@@ -131,7 +131,7 @@ def test_given_responses_are_teacher_forced_with_offsets(suite_run) -> None:
 
 
 def test_rerun_reads_every_score_from_the_cache(suite_run) -> None:
-    from haldet import pipeline
+    import haldet as pipeline
 
     out, rows, _ = suite_run
     config = load_config(None, base=get_suite("halluentity").config_base(), data_dir=str(FIX))

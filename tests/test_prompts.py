@@ -183,7 +183,7 @@ def test_bad_template_inputs_are_clear_errors(tmp_path: Path) -> None:
 
 # --- pipeline -------------------------------------------------------------------------------------------
 def test_pipeline_renders_demos_from_rows_past_the_evaluated_limit(tmp_path: Path) -> None:
-    from haldet.pipeline import prepare_cell
+    from haldet.flow.cell import prepare_cell
     from haldet.store import RunStore
 
     config = RunConfig(datasets=["halueval_qa"], models=["role"], limit=6,

@@ -9,7 +9,7 @@ import numpy as np
 
 from haldet.config import RunConfig
 from haldet.conformance import split_of, synthetic_view
-from haldet.evaluation.detect import DetectorRun, run_detector
+from haldet.flow.scoring import DetectorRun, ResponseScoring, score_detector
 from haldet.provenance import locate, pair_model_identity, substitutes
 from haldet.signals import Signal
 from haldet.store import CellStore
@@ -34,10 +34,10 @@ def tiny_nli(path: Path, seed: int) -> Path:
 
 def run_nli(cell: Path, requested: Path, fallback: Path) -> DetectorRun:
     view = synthetic_view({Signal.RESPONSE, Signal.SAMPLES}, n=20)
-    labels = {i: int(v) for i, v in zip(view.ids, view.labels, strict=True)}
     config = RunConfig(detectors=["selfcheck_nli"], evaluation={"bootstrap": 0}, detector_params={
         "selfcheck_nli": {"nli_model": str(requested), "fallback": str(fallback)}})
-    return run_detector("selfcheck_nli", config, CellStore(cell), view, split_of(view), labels, "ev")
+    return score_detector("selfcheck_nli", "response", ResponseScoring(config), CellStore(cell), view,
+                          split_of(view), "ev")
 
 
 def test_substitute_scores_are_not_reused_for_the_real_model(tmp_path: Path) -> None:
@@ -74,12 +74,12 @@ def test_detector_key_changes_with_version_and_variant(tmp_path: Path) -> None:
 
     cls = DETECTORS.get("ln_entropy")
     view = synthetic_view(cls.requires, n=20)
-    labels = {i: int(v) for i, v in zip(view.ids, view.labels, strict=True)}
 
     def key(params: dict) -> str:
         config = RunConfig(detectors=["ln_entropy"], evaluation={"bootstrap": 0},
                            detector_params={"ln_entropy": params})
-        return run_detector("ln_entropy", config, CellStore(tmp_path), view, split_of(view), labels, "ev").key
+        return score_detector("ln_entropy", "response", ResponseScoring(config), CellStore(tmp_path), view,
+                              split_of(view), "ev").key
 
     base = key({})
     assert key({"variant": "normalized"}) == base             # the default, spelled out: same key

@@ -7,11 +7,13 @@ import json
 
 import pytest
 
-from haldet import pipeline
+import haldet
 from haldet.config import RunConfig
 from haldet.evaluation.cost import stage_stats
-from haldet.evaluation.detect import DetectorRun
 from haldet.evaluation.metrics import MetricValue
+from haldet.flow import cell as pipeline
+from haldet.flow.results import result_rows
+from haldet.flow.scoring import DetectorRun
 
 
 def _fake_cell(dataset: str, model: str, *, cached: bool = False) -> pipeline.CellResult:
@@ -38,7 +40,7 @@ def test_failing_cell_reported_others_finish(tmp_path, monkeypatch):
     monkeypatch.setattr(pipeline, "run_cell", fake_run_cell)
     config = RunConfig(datasets=["halueval_qa", "halueval_dialogue", "halueval_summarization"],
                        models=["smollm2-135m"], detectors=["perplexity", "lexical_similarity"])
-    rows, cells = pipeline.run(config, tmp_path / "run",
+    rows, cells = haldet.run(config, tmp_path / "run",
                                on_cell=lambda c: seen_manifests.append(
                                    json.loads((tmp_path / "run" / "manifest.json").read_text())))
     assert [c.dataset for c in cells] == ["halueval_qa", "halueval_dialogue", "halueval_summarization"]
@@ -61,11 +63,11 @@ def test_single_cell_failure_raises(tmp_path, monkeypatch):
 
     monkeypatch.setattr(pipeline, "run_cell", boom)
     with pytest.raises(RuntimeError, match="boom"):
-        pipeline.run(RunConfig(datasets=["halueval_qa"], detectors=["perplexity"]), tmp_path / "run")
+        haldet.run(RunConfig(datasets=["halueval_qa"], detectors=["perplexity"]), tmp_path / "run")
 
 
 def test_rows_carry_cost_columns_that_sum():
-    rows = pipeline.result_rows(_fake_cell("halueval_qa", "m"))
+    rows = result_rows(_fake_cell("halueval_qa", "m"))
     by_det = {r["detector"]: r for r in rows if r["metric"] == "auroc"}
     lex, ppl = by_det["lexical_similarity"], by_det["perplexity"]
     assert lex["prep_sample_s_item"] == pytest.approx(0.9) and lex["extra_calls_item"] == 3
@@ -80,13 +82,13 @@ def test_cached_detector_keeps_previous_timings():
     cell = _fake_cell("halueval_qa", "m", cached=True)
     previous = {"detectors": [{"name": "perplexity", "key": "key-perplexity", "fit_s": 1.5, "score_s": 0.2},
                               {"name": "lexical_similarity", "key": "other-key", "fit_s": 9.0, "score_s": 9.0}]}
-    found = [pipeline._carry_timings(run, previous) for run in cell.detectors]
+    found = [pipeline.carry_timings(run, previous) for run in cell.detectors]
     ppl, lex = cell.detectors
     assert found == [True, False]
     assert (ppl.fit_seconds, ppl.score_seconds) == (1.5, 0.2)
     assert (lex.fit_seconds, lex.score_seconds) == (0.0, 0.0)  # a different key: not the same scores
     # an unknown timing gives no cost number (never a cache-read zero)
     cell.untimed.append("lexical_similarity")
-    rows = {r["detector"]: r for r in pipeline.result_rows(cell) if r["metric"] == "auroc"}
+    rows = {r["detector"]: r for r in result_rows(cell) if r["metric"] == "auroc"}
     assert rows["lexical_similarity"]["cost_at_n"] is None and "no fit/score" in rows["lexical_similarity"]["cost_note"]
     assert rows["perplexity"]["cost_at_n"] == pytest.approx(1.5 + 100 * 0.02)

@@ -241,7 +241,7 @@ def test_changed_settings_recompute_only_the_affected_stage(tmp_path, backend, i
 
 
 def test_stages_compute_only_what_the_selected_detectors_read(tmp_path, backend, items):
-    from haldet.pipeline import detector_signals
+    from haldet.flow.cell import detector_signals
     from haldet.stages.features import FeatureStage
     from haldet.stages.sample import SampleStage
 

@@ -146,7 +146,8 @@ def test_damaged_shard_is_detected_invalidated_and_recomputed(tmp_path: Path, mo
 
 
 def test_failed_run_is_recorded_in_the_manifest(tmp_path: Path, monkeypatch: Any) -> None:
-    from haldet import pipeline
+    import haldet
+    from haldet.flow import cell as pipeline
 
     def boom(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("model exploded")
@@ -154,13 +155,13 @@ def test_failed_run_is_recorded_in_the_manifest(tmp_path: Path, monkeypatch: Any
     monkeypatch.setattr(pipeline, "run_cell", boom)
     config = RunConfig(datasets=["halueval_qa"], detectors=["perplexity"], limit=2)
     with pytest.raises(RuntimeError):
-        pipeline.run(config, tmp_path / "run")
+        haldet.run(config, tmp_path / "run")
     manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
     assert manifest["status"] == "failed" and manifest["error"] == "RuntimeError: model exploded"
 
     monkeypatch.setattr(pipeline, "run_cell", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt()))
     with pytest.raises(KeyboardInterrupt):
-        pipeline.run(config, tmp_path / "run")
+        haldet.run(config, tmp_path / "run")
     manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
     assert manifest["status"] == "failed" and manifest["error"].startswith("interrupted")
 

@@ -27,7 +27,7 @@ def sentence_of(body: dict[str, Any]) -> str:
 
 @pytest.fixture(scope="module")
 def suite_run(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    from haldet import pipeline
+    import haldet as pipeline
 
     items, _ = get_adapter("verigray", FIX).load()
     with FakeOpenAI(content=text_content, key_of=sentence_of, default="ok:no idea") as srv:

@@ -1,3 +1,70 @@
-"""haldet: benchmark hallucination detectors for LLMs under one fair protocol."""
+"""haldet: benchmark hallucination detectors for LLMs under one fair protocol.
 
-__version__ = "0.1.0"
+The public API (everything else may move between releases)::
+
+    import haldet
+    config = haldet.load_config(None, datasets=["halueval_qa"], detectors=["perplexity"], limit=20)
+    rows, cells = haldet.run(config, "runs/exp1")      # the same run as `haldet run`
+    frame = haldet.load_results("runs/exp1")           # its results as a pandas DataFrame
+
+    @haldet.register("my_detector")                    # a detector plugin: one class, one decorator
+    class MyDetector(haldet.Detector):
+        requires = frozenset({haldet.Signal.TOKEN_LOGPROBS})
+        def score(self, items: haldet.SignalView) -> haldet.Scores: ...
+
+    haldet.check_detector(MyDetector)                  # the conformance suite: [] when conformant
+
+Names are imported on first use, so `import haldet` stays light (no torch until a run needs it).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from haldet.version import __version__
+
+if TYPE_CHECKING:
+    import pandas
+
+__all__ = ["Detector", "RunConfig", "Scores", "Signal", "SignalView", "UnitScores", "__version__", "check_detector",
+           "load_config", "load_results", "register", "run"]
+
+
+def run(config: Any, out: str | Path, **options: Any) -> tuple[list[dict[str, Any]], list[Any]]:
+    """Run a config (a `RunConfig`) into the run directory `out`, as `haldet run` does: returns the result rows and
+    the per-cell results. `options`: update, progress, on_cell, executor ("serial" | "ray"), ray_address."""
+    from haldet.flow.run import run as run_config
+
+    return run_config(config, Path(out), **options)
+
+
+def load_results(run_dir: str | Path) -> pandas.DataFrame:
+    """A finished (or partly finished) run's tidy result rows as a DataFrame: one row per dataset, model, detector,
+    level and metric, with value, CI, N, coverage, cost and provenance columns."""
+    import pandas
+
+    from haldet.store import RunStore
+
+    return pandas.DataFrame(RunStore(Path(run_dir)).read_results())
+
+
+def __getattr__(name: str) -> Any:
+    """The public classes and functions, imported when first named."""
+    if name in ("Detector", "Scores", "UnitScores", "register"):
+        from haldet.detectors import base
+
+        return getattr(base, name)
+    if name in ("Signal", "SignalView"):
+        from haldet import signals
+
+        return getattr(signals, name)
+    if name in ("RunConfig", "load_config"):
+        from haldet import config
+
+        return getattr(config, name)
+    if name == "check_detector":
+        from haldet.conformance import check_detector
+
+        return check_detector
+    raise AttributeError(f"module 'haldet' has no attribute {name!r}")

@@ -18,10 +18,10 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from haldet import __version__
 from haldet.config import RunConfig, load_config, split_names
 from haldet.errors import HaldetError, storage_error
 from haldet.suites.hallulens.cli import app as hallulens_app
+from haldet.version import __version__
 
 app = typer.Typer(
     help="Benchmark hallucination detectors for LLMs: generate answers, label them, score them with "
@@ -155,7 +155,7 @@ def run(
     With no options: the embedded SmolLM2-135M on packaged HaluEval-QA (200 items), fully offline.
     Run it again and everything is read from the cache. With --suite NAME: that suite (docs/suites.md).
     """
-    from haldet import pipeline
+    from haldet.flow import run as pipeline
     from haldet.outcome import run_problems
     from haldet.report.terminal import results_table
 

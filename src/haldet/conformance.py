@@ -1,12 +1,12 @@
 """The detector conformance suite (our `check_estimator`): one set of checks every registered detector passes.
 
-`check_detector(cls, params)` runs a detector the way the runner does (`run_detector` on a synthetic cell) and
+`check_detector(cls, params)` runs a detector the way the runner does (`score_detector` on a synthetic cell) and
 returns a list of problems (empty = conformant). Checks:
 
 - declarations: `version`, `defaults`, `variants` and `auxiliary` agree (the default variant exists, every
   variant builds, model parameters are parameters); the instance's `signals()` are all it reads (the synthetic
   view serves no other signal);
-- no test-label or gold access: the views `score` receives (spied inside `run_detector`) carry no labels, and
+- no test-label or gold access: the views `score` receives (spied inside `score_detector`) carry no labels, and
   deleting/replacing the scored items' references, incorrect answers, source rows and their labels leaves every
   score bit-identical;
 - permutation and subset invariance: a shuffled or partial view scores each item the same;
@@ -311,7 +311,7 @@ def _serves(view: SignalView, signal: Signal) -> bool:
 # ---------------------------------------------------------------------------------------------------- checks
 @dataclass
 class Spy:
-    """What `run_detector` handed the detector: the views `fit` and `score` received."""
+    """What `score_detector` handed the detector: the views `fit` and `score` received."""
 
     fit_views: list[SignalView]
     score_views: list[SignalView]
@@ -340,25 +340,20 @@ def split_of(view: SignalView) -> dict[str, list[str]]:
 
 def run_through_runner(cls: type[Detector], params: dict[str, Any], view: SignalView, workdir: Path,
                        spy: Spy | None = None) -> np.ndarray:
-    """Test scores of `cls(**params)` from `run_detector`, exactly as a run computes them (in a fresh cell)."""
+    """Test scores of `cls(**params)` from the run's scoring path (`score_detector`), exactly as a run computes them
+    (in a fresh cell)."""
     from haldet.config import RunConfig
-    from haldet.evaluation import detect
+    from haldet.flow.scoring import ResponseScoring, score_detector
     from haldet.store import CellStore
 
     spy = spy or Spy([], [])
-    klass = spying(cls, spy)
-    original = detect.make_detector
-    detect.make_detector = lambda name, config: klass(**params)  # type: ignore[assignment]
-    try:
-        split = split_of(view)
-        assert view.labels is not None, "the runner's split needs a labelled view"
-        labels = {i: int(v) for i, v in zip(view.ids, view.labels, strict=True)}
-        config = RunConfig(detectors=[cls.name], evaluation={"bootstrap": 0})
-        run = detect.run_detector(cls.name, config, CellStore(workdir), view, split, labels, "synthetic-evidence")
-    finally:
-        detect.make_detector = original  # type: ignore[assignment]
+    split = split_of(view)
+    assert view.labels is not None, "the runner's split needs a labelled view"
+    config = RunConfig(detectors=[cls.name], evaluation={"bootstrap": 0})
+    run = score_detector(cls.name, "response", ResponseScoring(config), CellStore(workdir), view, split,
+                         "synthetic-evidence", detector=spying(cls, spy)(**params))
     if run.scores is None:
-        raise RuntimeError(f"run_detector gave no scores: {run.error}")
+        raise RuntimeError(f"the scoring path gave no scores: {run.error}")
     return np.asarray(run.scores.values)
 
 

@@ -46,7 +46,7 @@ CELL_CHECKS: list[Callable[[Any], list[str]]] = [_cell_error, _stage_failures, _
 
 
 def run_problems(cells: Iterable[Any]) -> list[str]:
-    """One line per problem of each finished cell (`pipeline.CellResult`)."""
+    """One line per problem of each finished cell (`haldet.flow.cell.CellResult`)."""
     return [f"{cell.dataset} | {cell.model}: {line}" for cell in cells for check in CELL_CHECKS
             for line in check(cell)]
 

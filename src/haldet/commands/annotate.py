@@ -11,9 +11,9 @@ from pydantic import ValidationError
 
 from haldet.config import JudgeConfig, RunConfig
 from haldet.errors import HaldetError
+from haldet.flow.cell import prepare_cell
 from haldet.judges.agreement import agreement
 from haldet.locking import notify
-from haldet.pipeline import prepare_cell
 from haldet.stages.annotate import FAILED, AnnotateStage, labels_of
 from haldet.stages.base import no_progress
 from haldet.stages.generate import GenerateStage, generation_of

@@ -23,8 +23,9 @@ import numpy as np
 
 from haldet.config import RunConfig
 from haldet.errors import HaldetError
+from haldet.flow.cell import prepare_cell
+from haldet.flow.run import check_run_dir
 from haldet.locking import notify
-from haldet.pipeline import check_run_dir, prepare_cell
 from haldet.signals import SIGNAL_STAGE, Signal
 from haldet.stages.base import CellContext, Item, Progress, no_progress
 from haldet.stages.loader import ARRAY_SIGNALS, EvidenceLoader, stage_class

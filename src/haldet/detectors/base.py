@@ -52,6 +52,23 @@ class Scores:
             raise ValueError("one reason per score")
 
 
+@dataclass
+class UnitScores:
+    """Per item, one score per unit (aligned to `instance.units_of(level)`); NaN entries have a reason."""
+
+    values: list[np.ndarray]
+    reasons: list[list[str]]
+
+    def __post_init__(self) -> None:
+        self.values = [np.asarray(v, dtype=np.float64) for v in self.values]
+        if len(self.values) != len(self.reasons) or any(
+                len(v) != len(r) for v, r in zip(self.values, self.reasons, strict=True)):
+            raise ValueError("one reason list per item and one reason per unit score")
+        for v, r in zip(self.values, self.reasons, strict=True):
+            if any(not np.isfinite(x) and not why for x, why in zip(v, r, strict=True)):
+                raise ValueError("a non-finite unit score needs a reason")
+
+
 class Detector:
     """Base class. Subclasses set `requires` (and `trains`, `variants`, `defaults`) and implement `score`."""
 
@@ -109,6 +126,12 @@ class Detector:
 
     # runner-set attributes that are not part of the fitted state
     _UNSAVED: ClassVar[frozenset[str]] = frozenset({"workdir", "progress"})
+
+    def score_units(self, items: SignalView, level: str) -> UnitScores:
+        """One score per unit of `level` (aligned to `instance.units_of(level)`). A response-level detector scores
+        the response as its one unit; unit-level detectors (`levels` beyond "response") override this."""
+        flat = self.score(items)
+        return UnitScores([flat.values[i : i + 1] for i in range(len(items))], [[r] for r in flat.reasons])
 
     def save(self, path: Path) -> None:
         """Persist the fitted state (default: the instance's attributes, via torch.save, written atomically) so

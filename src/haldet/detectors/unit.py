@@ -14,33 +14,15 @@ both levels for free: `score_units(items, level)` aggregates token scores over t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 
-from haldet.detectors.base import Detector, Scores
+from haldet.detectors.base import Detector, Scores, UnitScores
 from haldet.schema import LEVELS, SpanLabel
 from haldet.signals import Signal, SignalView
 
 AGGREGATES = ("mean", "max", "sum")
-
-
-@dataclass
-class UnitScores:
-    """Per item, one score per unit (aligned to `instance.units_of(level)`); NaN entries have a reason."""
-
-    values: list[np.ndarray]
-    reasons: list[list[str]]
-
-    def __post_init__(self) -> None:
-        self.values = [np.asarray(v, dtype=np.float64) for v in self.values]
-        if len(self.values) != len(self.reasons) or any(
-                len(v) != len(r) for v, r in zip(self.values, self.reasons, strict=True)):
-            raise ValueError("one reason list per item and one reason per unit score")
-        for v, r in zip(self.values, self.reasons, strict=True):
-            if any(not np.isfinite(x) and not why for x, why in zip(v, r, strict=True)):
-                raise ValueError("a non-finite unit score needs a reason")
 
 
 def unit_token_index(offsets: np.ndarray, units: list[SpanLabel]) -> list[np.ndarray]:

@@ -1,1 +1,2 @@
-"""Executors that run a run's cells elsewhere than in this process (the serial one is `pipeline.serial_cells`)."""
+"""Executors that run a run's cells elsewhere than in this process (the serial one is
+`haldet.flow.run.serial_cells`)."""

@@ -3,7 +3,8 @@ tasks with declared resources (optional extra `ray`; docs/backends.md).
 
 Nothing here schedules or talks RPC itself: Ray places the tasks; every task writes through the same store contract
 as the serial run (per-item keyed records, appends under the cell's stage lock, HDF5 shards renamed into place), so
-a Ray run equals the serial run item for item. A cell task runs `pipeline.guarded_cell` on a worker; when one of its
+a Ray run equals the serial run item for item. A cell task runs `haldet.flow.cell.guarded_cell` on a worker; when one
+of its
 evidence stages (generate, sample, auxiliary, features) has more than `shard_size` items to compute, the stage hands
 them to `ShardRunner`, which runs one Ray task per shard and waits. A shard task recomputes only what its items
 lack, so when a worker dies mid-shard Ray retries the task (`max_retries`) and the retry computes exactly the items
@@ -26,6 +27,7 @@ from typing import Any
 
 from haldet.config import RunConfig
 from haldet.errors import HaldetError
+from haldet.flow.cell import CellResult, guarded_cell, prepare_cell, scenario_of
 from haldet.locking import notify
 
 SHARD_SIZE = 32  # items per evidence-stage shard task (override: $HALDET_RAY_SHARD_SIZE)
@@ -64,8 +66,6 @@ def connect(address: str | None) -> Any:
 def ray_cells(config: RunConfig, out: Path, previous: dict[tuple[Any, Any], Any], *,
               address: str | None = None, shard_size: int | None = None) -> Iterator[Any]:
     """Every cell as a Ray task; yields each `CellResult` as it finishes (the driver writes results/manifest)."""
-    from haldet.pipeline import CellResult, _scenario_of
-
     shard_size = shard_size or int(os.environ.get("HALDET_RAY_SHARD_SIZE") or SHARD_SIZE)
     ray = connect(address)
     task = ray.remote(max_retries=TASK_RETRIES)(_cell_task).options(**resources(config))
@@ -90,18 +90,17 @@ def ray_cells(config: RunConfig, out: Path, previous: dict[tuple[Any, Any], Any]
                 cause = exc.cause if isinstance(exc.cause, BaseException) else exc
                 if isinstance(cause, HaldetError) and len(config.models) * len(config.datasets) == 1:
                     raise cause from None
-                yield CellResult(dataset=dataset, scenario=_scenario_of(dataset), model=model,
+                yield CellResult(dataset=dataset, scenario=scenario_of(dataset), model=model,
                                  error=cause.message if isinstance(cause, HaldetError) else f"{type(cause).__name__}: "
                                  f"{cause}")
             except ray.exceptions.RayError as exc:  # the worker died more often than the retries allow
-                yield CellResult(dataset=dataset, scenario=_scenario_of(dataset), model=model,
+                yield CellResult(dataset=dataset, scenario=scenario_of(dataset), model=model,
                                  error=f"Ray task failed: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}")
 
 
 def _cell_task(cfg: dict[str, Any], out: str, dataset: str, model: str, previous: dict[str, Any] | None,
                shard_size: int, single: bool) -> Any:
     """One cell on a Ray worker, its evidence stages sharded over further tasks."""
-    from haldet.pipeline import guarded_cell
     from haldet.stages.base import SHARD_RUNNER, no_progress
     from haldet.store import RunStore
 
@@ -148,7 +147,6 @@ def _shard_task(cfg: dict[str, Any], out: str, dataset: str, model: str, stage_n
                 ids: list[str]) -> tuple[int, int]:
     """Compute one shard of a stage on a worker: only the items of `ids` that lack a current record.
     Returns (items computed, items that failed)."""
-    from haldet.pipeline import prepare_cell
     from haldet.stages.base import no_progress
     from haldet.stages.generate import GenerateStage, attach_generations
     from haldet.stages.loader import stage_class

@@ -17,7 +17,6 @@ from typing import Any
 import numpy as np
 from sklearn.metrics import roc_curve
 
-from haldet import __version__
 from haldet.evaluation.aggregate import (
     FAMILY_TITLE,
     backbone_summary,
@@ -32,6 +31,7 @@ from haldet.report.marks import COVERAGE_NOTE, SUBSET_NOTE, Marks, coverage_suff
 from haldet.report.rundata import RunData
 from haldet.report.svg import EVIDENCE_COLOURS, Curve, Point, heatmap, roc_plot, scatter_logx
 from haldet.report.tables import table_cells
+from haldet.version import __version__
 
 CSS = """
 body{font-family:Helvetica,Arial,sans-serif;margin:24px;color:#222;max-width:1400px}

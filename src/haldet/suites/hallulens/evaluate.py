@@ -151,7 +151,7 @@ def evaluate(set_dir: Path, out: Path, *, targets: Sequence[Target], judge: Stru
              tasks: Sequence[str] | None = None, prompts: Any, pages: str | None = None, k: int = 32,
              max_new_tokens: dict[str, int] | None = None, limit: int | None = None,
              progress: ProgressFactory | None = None) -> dict[str, Any]:
-    from haldet.pipeline import library_versions  # heavy: only when evaluating
+    from haldet.flow.run import library_versions  # heavy: only when evaluating
     from haldet.suites.hallulens.retrieval import PassageIndex
     from haldet.suites.hallulens.sources import load_pages
 

@@ -1,0 +1,246 @@
+"""The one parameter of the cell flow: what differs between OpenHalDet's protocol and a hosted benchmark's.
+
+`ResponseProtocol` is OpenHalDet's: answers generated and labelled by the judges, a stratified 60/20/20 split of
+labelled items, one score per answer on test, AUROC/AUPR/FPR@95 with a stratified bootstrap. `SuiteProtocol` wraps a
+suite (`haldet.suites.base.Suite`): labels that ship with the data (or its judges), its split (grouped or given), its
+levels and training-label sets, val and test scored (thresholds come from validation), pooled unit metrics and its
+own tables. The cell flow (`haldet.flow.cell`) and the scoring path (`haldet.flow.scoring`) are the same for both.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from haldet.config import RunConfig, digest
+from haldet.detectors.base import Detector, UnitScores
+from haldet.errors import HaldetError
+from haldet.evaluation.metrics import MetricValue
+from haldet.evaluation.splits import SPLITS, grouped_split, stratified_split
+from haldet.evaluation.units import UnitData
+from haldet.flow.scoring import DetectorRun, ResponseScoring, json_float
+from haldet.limits import cut_off_summary
+from haldet.schema import Category, Instance
+from haldet.signals import SignalView
+from haldet.stages.annotate import AnnotateStage, labels_of
+from haldet.stages.base import CellContext, Item
+from haldet.suites.base import Suite, get_suite
+
+
+class Protocol(ResponseScoring):
+    """OpenHalDet's protocol (the default; its scoring half is `ResponseScoring`); `SuiteProtocol` overrides what a
+    hosted benchmark does differently."""
+
+    needs_labels = True  # a cell without a usable response label ends with the reason (a suite may label units only)
+
+    # --- items and labels ------------------------------------------------------------------------------------
+    def scorable(self, items: list[Item], result: Any) -> list[Item]:
+        """The items that get evidence and scores (a suite may mark some unscorable: NaN with a reason)."""
+        return items
+
+    def label(self, ctx: CellContext, items: list[Item], all_items: list[Item], result: Any,
+              previous: dict[str, Any]) -> dict[str, int]:
+        """Binary evaluation labels by item id (1 = hallucination); the judges label each generated answer."""
+        from haldet.backends.openai_client import accumulate_usages
+
+        result.data["generation"] = cut_off_summary(
+            self.config, [(item.instance, item.generation.finish_reason if item.generation else "") for item in items])
+        annotate = AnnotateStage(ctx)
+        labels = labels_of(annotate.ensure(items))
+        result.annotation = annotate.summary(labels)  # per judge, failures, judge tokens/cost
+        result.annotation["usage"] = accumulate_usages((previous.get("annotation") or {}).get("usage"),
+                                                       result.annotation["usage"])  # summed over reruns
+        result.label_counts = result.annotation["total"]
+        return {i: int(lab.category is Category.HALLUCINATION) for i, lab in labels.items()
+                if lab.category in (Category.CORRECT, Category.HALLUCINATION)}
+
+    def evaluated(self, items: list[Item], labels: dict[str, int]) -> list[Item]:
+        """The items whose evidence is computed and whose scores are evaluated: the labelled ones."""
+        return [item for item in items if item.id in labels]
+
+    def split(self, items: list[Item], labels: dict[str, int]) -> tuple[dict[str, list[str]], dict[str, Any]]:
+        """The split and what `split.json` records beside it."""
+        ev = self.config.evaluation
+        return stratified_split(labels, ev.split, ev.split_seed), {}
+
+    def training_labels(self, items: list[Item], labels: dict[str, int]) -> list[tuple[str, dict[str, int]]]:
+        """(name, labels) of each label set trained detectors fit on, in turn: here the evaluation labels."""
+        return [("", labels)]
+
+    def extra_rows(self, items: list[Item], split: dict[str, list[str]],
+                   runs: list[DetectorRun]) -> list[dict[str, Any]]:
+        return []
+
+
+class SuiteProtocol(Protocol):
+    """A hosted benchmark's protocol (DESIGN 8b): everything it does differently is here or in the suite class."""
+
+    scored_parts = ("val", "test")
+    needs_labels = False
+
+    def __init__(self, config: RunConfig, suite: Suite) -> None:
+        super().__init__(config)
+        self.suite = suite
+        self.levels = suite.levels
+
+    def scorable(self, items: list[Item], result: Any) -> list[Item]:
+        if self.suite.protocol == "provided":
+            missing = [i.id for i in items if i.instance.response is None]
+            if missing:
+                dataset = items[0].instance.dataset
+                raise HaldetError(f"suite {self.suite.name!r} scores responses that ship with the data, but "
+                                  f"{len(missing)} item(s) of {dataset!r} have none (first: {missing[0]})",
+                                  where=f"dataset {dataset}",
+                                  hint=f"use a dataset of the suite ({', '.join(self.suite.datasets)})")
+        unscored = {i.id: i.instance for i in items if i.instance.meta.get("unscorable")}
+        if unscored:
+            result.data["unscored"] = {i: inst.meta["unscorable"] for i, inst in unscored.items()}
+        return [i for i in items if i.id not in unscored]
+
+    def label(self, ctx: CellContext, items: list[Item], all_items: list[Item], result: Any,
+              previous: dict[str, Any]) -> dict[str, int]:
+        """Labels that ship with the data (response labels, or implied by the units); with the `generate`
+        protocol the judges label each answer first (the response label of its instance)."""
+        if self.suite.protocol == "generate":
+            labels = labels_of(AnnotateStage(ctx).ensure(items))
+            for item in items:
+                label = labels.get(item.id)
+                if label is not None and label.category in (Category.CORRECT, Category.HALLUCINATION):
+                    item.instance = item.instance.model_copy(update={"response_label": label.category})
+        result.data["protocol"] = self.suite.protocol
+        result.data["input_format"] = self.config.tokens.input_format if self.suite.protocol == "provided" else "chat"
+        result.data["units"] = unit_counts(all_items, self.suite.levels)
+        binary = response_labels(all_items)
+        result.label_counts = dict(Counter("hallucination" if v else "correct" for v in binary.values()))
+        return binary
+
+    def evaluated(self, items: list[Item], labels: dict[str, int]) -> list[Item]:
+        """Every scorable item: units may be labelled where the response is not."""
+        return items
+
+    def split(self, items: list[Item], labels: dict[str, int]) -> tuple[dict[str, list[str]], dict[str, Any]]:
+        """The dataset's own split when the suite says so (every item must carry one), else a seeded grouped split
+        of items: units never cross parts."""
+        ev = self.config.evaluation
+        suite = self.suite
+        if suite.splits == "given":
+            missing = [i.id for i in items if i.instance.split is None]
+            if missing:
+                raise HaldetError(f"suite {suite.name!r} uses the dataset's own splits, but {len(missing)} item(s) "
+                                  f"have none (first: {missing[0]})", where=f"dataset {items[0].instance.dataset}",
+                                  hint="the adapter must set Instance.split (train/val/test) on every item")
+            out: dict[str, list[str]] = {name: [] for name in SPLITS}
+            for item in items:
+                out[str(item.instance.split)].append(item.id)
+            return {name: sorted(ids) for name, ids in out.items()}, {"grouped": suite.splits}
+        split = grouped_split({i.id: suite.group_of(i.instance) for i in items}, ev.split, ev.split_seed)
+        return split, {"grouped": suite.splits}
+
+    def training_labels(self, items: list[Item], labels: dict[str, int]) -> list[tuple[str, dict[str, int]]]:
+        """The suite's own labels by default; TRIVIA+: its noisy regimes (evaluation labels stay fixed)."""
+        return self.suite.training_labels([i.instance for i in items], self.config) or [("", labels)]
+
+    def score_key(self, name: str, identity: dict[str, Any], level: str, evidence_key: str,
+                  trained_on: tuple[dict[str, list[str]], dict[str, int]] | None) -> str:
+        trained = None if trained_on is None else [trained_on[0], sorted(trained_on[1].items())]
+        return digest([name, identity, level, evidence_key, trained])
+
+    def score_log(self, name: str, level: str, train_labels: str) -> str:
+        return f"scores/{name}@{level}" + (f"@{train_labels}" if train_labels else "")
+
+    def fitted_name(self, name: str, level: str) -> str:
+        return f"{name}@{level}"
+
+    def score(self, detector: Detector, view: SignalView, level: str) -> UnitScores:
+        return detector.score_units(view, level)
+
+    def score_records(self, ids: list[str], scores: UnitScores, key: str) -> list[dict[str, Any]]:
+        """One record per item with one value per unit (`scores/<detector>@<level>.jsonl`)."""
+        return [{"id": item_id, "key": key, "values": [json_float(v) for v in vals], "reasons": reasons}
+                for item_id, vals, reasons in zip(ids, scores.values, scores.reasons, strict=True)]
+
+    def read_scores(self, records: list[dict[str, Any]]) -> UnitScores:
+        return UnitScores([np.array([np.nan if v is None else v for v in r["values"]]) for r in records],
+                          [list(r["reasons"]) for r in records])
+
+    def evaluate(self, run: DetectorRun, detector: Detector, view: SignalView, split: dict[str, list[str]],
+                 scored: dict[str, tuple[list[str], UnitScores]], unscored: dict[str, Instance]) -> list[MetricValue]:
+        """Pooled units of val and test (unscorable items count as NaN units, never dropped), metrics with the
+        threshold from validation (`Suite.unit_metrics`)."""
+        level = run.level
+        instance = dict(zip(view.ids, view.instances, strict=True))
+        data = {}
+        for part, (ids, scores) in scored.items():
+            extra = [unscored[i] for i in split[part] if i in unscored]
+            data[part] = pooled([*scores.values, *(np.full(len(x.units_of(level)), np.nan) for x in extra)], level,
+                                [*(instance[i] for i in ids), *extra],
+                                self.suite.unit_tags_of if part == "test" else None)
+        if level == "response":  # per-item scores for a suite's own tables (strata, other label sets)
+            run.unit_scores["items"] = {
+                part: {**{i: float(v[0]) for i, v in zip(ids, scores.values, strict=True)},
+                       **{i: float("nan") for i in split[part] if i in unscored}}
+                for part, (ids, scores) in scored.items()}
+        run.unit_scores["test"] = data["test"]
+        ev = self.config.evaluation
+        return self.suite.unit_metrics(level, data["test"], data["val"], n_boot=ev.bootstrap, ci=ev.ci,
+                                       seed=ev.bootstrap_seed, detector=detector)
+
+    def extra_rows(self, items: list[Item], split: dict[str, list[str]],
+                   runs: list[DetectorRun]) -> list[dict[str, Any]]:
+        return self.suite.extra_rows([i.instance for i in items], split, runs, self.config)
+
+
+def protocol_for(config: RunConfig) -> Protocol:
+    """OpenHalDet's protocol, or the configured suite's."""
+    return SuiteProtocol(config, get_suite(config.suite)) if config.suite else Protocol(config)
+
+
+def response_labels(items: list[Item]) -> dict[str, int]:
+    """Binary response-level labels shipped with the data (or implied by the units); unlabelled items left out."""
+    out = {}
+    for item in items:
+        unit = item.instance.units_of("response")[0]
+        if unit.binary is not None:
+            out[item.id] = unit.binary
+    return out
+
+
+def unit_counts(items: list[Item], levels: tuple[str, ...]) -> dict[str, dict[str, int]]:
+    """Per level: items, units, labelled units, hallucinated units, and units the adapter could not align to the
+    response (`meta["unaligned"]`, kept out of the units: counted here, never dropped silently)."""
+    out = {}
+    for level in levels:
+        units = [u for item in items for u in item.instance.units_of(level)]
+        labelled = [u.binary for u in units if u.binary is not None]
+        out[level] = {"items": sum(1 for i in items if i.instance.units_of(level)), "units": len(units),
+                      "labelled": len(labelled), "hallucinated": int(sum(labelled)),
+                      "unaligned": sum(len(i.instance.meta.get("unaligned") or []) for i in items)}
+    return out
+
+
+def pooled(values: list[np.ndarray], level: str, labelled: list[Instance],
+           unit_tags_of: Callable[[str, list[tuple[Instance, Any]]], dict[str, list[str]]] | None = None) -> UnitData:
+    """Units of the given instances with their labels, scores and item index; units with only an ordinal grade come
+    too (y = -1), and the suite's per-unit tags (`unit_tags_of`, computed once over all pooled units)."""
+    ys, ss, gs, grades = [], [], [], []
+    kept: list[tuple[Instance, Any]] = []
+    tags: dict[str, list[str]] = {}
+    for g, (inst, vals) in enumerate(zip(labelled, values, strict=True)):
+        units = inst.units_of(level)
+        if len(units) != len(vals):
+            raise ValueError(f"{len(vals)} unit scores for {len(units)} units of {inst.id} at level {level}")
+        for unit, v in zip(units, vals, strict=True):
+            if unit.binary is not None or unit.grade is not None:
+                kept.append((inst, unit))
+                ys.append(-1 if unit.binary is None else unit.binary)
+                ss.append(v)
+                gs.append(g)
+                grades.append(-1 if unit.grade is None else unit.grade)
+    if unit_tags_of is not None and kept:
+        tags.update(unit_tags_of(level, kept))
+    has_grade = any(x >= 0 for x in grades)
+    return UnitData(np.array(ys, dtype=np.int64), np.array(ss, dtype=np.float64), np.array(gs, dtype=np.int64),
+                    np.array(grades, dtype=np.int64) if has_grade else None, {k: np.array(v) for k, v in tags.items()})

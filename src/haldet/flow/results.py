@@ -1,0 +1,50 @@
+"""What a finished cell leaves: the tidy result rows (one per detector, level and metric, with CI, N, coverage,
+cost and provenance) and its manifest entry."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from haldet.detectors.base import DETECTORS
+from haldet.evaluation.cost import DEFAULT_N, detector_cost
+from haldet.flow.cell import CellResult
+from haldet.provenance import provenance_columns
+
+
+def result_rows(cell: CellResult, cost_n: int = DEFAULT_N) -> list[dict[str, Any]]:
+    """The tidy results: one row per (dataset, scenario, model, detector, family, metric), with the metric's
+    value, CI, N, positives and coverage, and the detector's cost columns on this cell (haldet.evaluation.cost)."""
+    rows = []
+    for run in cell.detectors:
+        timed = run.name not in cell.untimed
+        cost = detector_cost(DETECTORS.get(run.name, where="--detector").requires, cell.evidence,
+                             fit_s=round(run.fit_seconds, 6) if timed else None,
+                             score_s=round(run.score_seconds, 6) if timed else None,
+                             n_scored=run.n_scored, n=cost_n) if not run.error else {}
+        if not timed and not run.error:
+            cost["cost_note"] = "scores read from an earlier run's cache that recorded no fit/score timings"
+        for m in run.metrics:
+            rows.append({
+                "dataset": cell.dataset, "scenario": cell.scenario, "model": cell.model,
+                "detector": run.name, "family": run.family, "metric": m.metric, "level": run.level,
+                "value": m.value, "ci_low": m.ci_low, "ci_high": m.ci_high, "n": m.n, "n_pos": m.n_pos,
+                "coverage": m.coverage, "fit_s": round(run.fit_seconds, 4), "score_s": round(run.score_seconds, 4),
+                "note": "; ".join(n for n in (m.note, str(run.meta.get("note") or "")) if n), **cost,
+                **provenance_columns(run.name, run.identity),
+                **({"train_labels": run.train_labels} if run.train_labels else {}),
+            })
+    base = {"dataset": cell.dataset, "scenario": cell.scenario, "model": cell.model}
+    return rows + [{**base, **row} for row in cell.extra_rows]
+
+
+def cell_entry(c: CellResult) -> dict[str, Any]:
+    """A cell's manifest entry: what ran, how long each stage took (`stage_seconds`: this run's wall time;
+    `evidence`: per-item cost stats that survive caching), and each detector's score key and timings."""
+    return {"dataset": c.dataset, "scenario": c.scenario, "model": c.model, "error": c.error, "data": c.data,
+            "model_fingerprint": c.fingerprint, "labels": c.label_counts,
+            "annotation": c.annotation, "split": c.split_sizes,
+            "stage_seconds": c.timings, "computed": c.counts, "evidence": c.evidence,
+            "detectors": [{"name": d.name, "family": d.family, "level": d.level, "key": d.key, "n_scored": d.n_scored,
+                           "fit_s": d.fit_seconds, "score_s": d.score_seconds,
+                           "timing_known": d.name not in c.untimed, "cached": d.cached, "error": d.error,
+                           "identity": d.identity, "meta": d.meta} for d in c.detectors]}

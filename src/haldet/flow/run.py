@@ -1,0 +1,157 @@
+"""A whole run: check names and the run directory, hold its lock, run every (dataset, model) cell (serially here,
+or as Ray tasks through `haldet.executors.ray_executor`), and write results and the manifest after every cell, so a
+crash later keeps every finished cell. A run that raises is recorded in the manifest as "failed" with the reason."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import gc
+import platform
+import time
+from collections.abc import Callable, Iterator
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from haldet.backends.base import Backend
+from haldet.backends.select import check_signals
+from haldet.config import RunConfig
+from haldet.datasets.base import DATASETS, get_adapter
+from haldet.detectors.base import DETECTORS
+from haldet.errors import HaldetError
+from haldet.executors.ray_executor import ray_cells
+from haldet.flow.cell import CellResult, guarded_cell
+from haldet.flow.results import cell_entry, result_rows
+from haldet.judges.cascade import Cascade
+from haldet.locking import notify
+from haldet.stages.base import Progress, no_progress
+from haldet.store import RunStore, clean_stale_temps
+from haldet.suites.base import get_suite
+from haldet.threads import runtime_info
+from haldet.version import __version__
+
+LIBRARIES = ("torch", "transformers", "numpy", "scikit-learn", "h5py", "pydantic", "datasets", "typer", "rich")
+EXECUTORS = ("serial", "ray")
+
+
+def library_versions() -> dict[str, str]:
+    out = {"python": platform.python_version(), "haldet": __version__}
+    for lib in LIBRARIES:
+        try:
+            out[lib] = metadata.version(lib)
+        except metadata.PackageNotFoundError:
+            out[lib] = "not installed"
+    return out
+
+
+def check_run_dir(store: RunStore, config: RunConfig, *, update: bool) -> dict[str, Any]:
+    """A run dir belongs to one config; a different one is refused unless `update` (nothing is deleted:
+    records are keyed, so still-valid evidence is reused and the old config is kept in the history)."""
+    manifest = store.read_manifest() or {}
+    old = manifest.get("config")
+    if old is not None:
+        previous = RunConfig.model_validate(old)
+        changed = previous.diff(config)
+        if changed and not update:
+            raise HaldetError(
+                f"this output directory holds a run with a different config (changed: {', '.join(changed)})",
+                where=str(store.root),
+                hint="pass a new --out DIR, or --update to re-run here (cached evidence that still matches is "
+                     "reused; nothing is deleted)",
+            )
+        if changed:
+            manifest.setdefault("history", []).append({"config_hash": manifest.get("config_hash"),
+                                                       "config": old, "replaced_at": _now()})
+    return manifest
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
+
+
+def validate_names(config: RunConfig) -> None:
+    """Fail before any work on unknown dataset or detector names."""
+    if config.suite:
+        get_suite(config.suite)
+    for name in config.dataset_params:
+        DATASETS.get(name, where="dataset_params")
+    for name in config.datasets:
+        get_adapter(name, config.data_dir, config.dataset_params.get(name))  # unknown name or option: fail now
+    for name in config.detectors:
+        DETECTORS.get(name, where="--detector")
+    Cascade.from_config(config.judge)  # an LLM judge without a model, a missing template dir: fail before generating
+    check_signals(config)  # hidden-state detectors on an API model: fail before any work
+
+
+def run(config: RunConfig, out: Path, *, update: bool = False, progress: Progress = no_progress,
+        on_cell: Callable[[CellResult], None] | None = None, executor: str = "serial",
+        ray_address: str | None = None) -> tuple[list[dict[str, Any]], list[CellResult]]:
+    """`executor`: serial (cells one after another in this process) or ray (cells and item shards of the evidence
+    stages as Ray tasks: `haldet.executors.ray_executor`); both write through the same keyed store.
+
+    Holds the run's lock throughout (a second process on the same directory waits, then reuses what this one
+    computed); a run that raises is recorded in the manifest as status "failed" with the reason."""
+    if executor not in EXECUTORS:
+        raise HaldetError(f"unknown executor {executor!r}", where="--executor", hint=" or ".join(EXECUTORS))
+    validate_names(config)
+    store = RunStore(out)
+    with store.lock():
+        cleaned = clean_stale_temps(store.root)
+        if cleaned:
+            notify(f"removed {len(cleaned)} temporary file(s) left by an interrupted write in {store.root}")
+        manifest = check_run_dir(store, config, update=update)
+        if manifest.get("status") == "running":  # we hold the lock, so its writer is gone
+            notify(f"the previous run in {store.root} stopped without finishing (killed?); resuming from what it "
+                   "wrote")
+        manifest.update({"config": config.canonical(), "config_hash": config.hash(), "versions": library_versions(),
+                         "runtime": runtime_info(),
+                         "created": manifest.get("created", _now()), "status": "running", "error": None})
+        store.write_manifest(manifest)
+        with store.recording_failure(manifest):
+            return _run_cells(config, store, manifest, progress, on_cell, executor, ray_address)
+
+
+def _run_cells(config: RunConfig, store: RunStore, manifest: dict[str, Any], progress: Progress,
+               on_cell: Callable[[CellResult], None] | None, executor: str,
+               ray_address: str | None) -> tuple[list[dict[str, Any]], list[CellResult]]:
+    started = time.perf_counter()
+    previous = {(c.get("dataset"), c.get("model")): c for c in manifest.get("cells") or []}
+    if executor == "ray":
+        finished = ray_cells(config, store.root, previous, address=ray_address)
+    else:
+        finished = serial_cells(config, store, previous, progress)
+    order = {(d, m): i for i, (m, d) in enumerate((m, d) for m in config.models for d in config.datasets)}
+    cells: list[CellResult] = []
+    rows: list[dict[str, Any]] = []
+    for cell in finished:
+        cells.append(cell)
+        cells.sort(key=lambda c: order[(c.dataset, c.model)])  # the serial order, whatever finished first
+        rows = [row for c in cells for row in result_rows(c)]
+        # results and manifest after every cell: a crash later keeps every finished cell
+        store.write_results(rows)
+        manifest["cells"] = [cell_entry(c) for c in cells]
+        store.write_manifest(manifest)
+        if on_cell is not None:
+            on_cell(cell)
+    store.write_results(rows)
+    manifest.update({
+        "status": "done", "finished": _now(), "seconds": round(time.perf_counter() - started, 3),
+        "cells": [cell_entry(c) for c in cells],
+        "failed_cells": sum(1 for c in cells if c.error),
+    })
+    store.write_manifest(manifest)
+    return rows, cells
+
+
+def serial_cells(config: RunConfig, store: RunStore, previous: dict[tuple[Any, Any], Any],
+                 progress: Progress) -> Iterator[CellResult]:
+    """Every (dataset, model) cell in this process, model-major: each model is loaded once and released before
+    the next. A failing cell is reported and the others still run (a single cell's error is raised)."""
+    backends: dict[str, Backend] = {}
+    n_cells = len(config.models) * len(config.datasets)
+    for model in config.models:
+        for dataset in config.datasets:
+            yield guarded_cell(config, store, dataset, model, progress, backends, previous.get((dataset, model)),
+                               raise_errors=n_cells == 1)
+        backends.pop(model, None)
+        gc.collect()

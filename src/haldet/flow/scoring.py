@@ -1,0 +1,212 @@
+"""One scoring path for every level: fit on train, score the parts the protocol evaluates, cache, evaluate.
+
+Detectors are fitted on the train view (labelled items only; val may inform choices), then score views that carry
+no labels. Labels meet scores only in the protocol's `evaluate`, after scoring; nothing about orientation is decided
+here. Every level goes through the same steps: the score log's lock (a second process waits, then reads), the
+cache by key, and the re-key when another auxiliary model ran than the one resolved.
+"""
+
+from __future__ import annotations
+
+import pickle
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from haldet.config import RunConfig, digest
+from haldet.detectors.base import DETECTORS, Detector, Scores, UnitScores
+from haldet.evaluation.metrics import MetricValue, evaluate
+from haldet.schema import Instance
+from haldet.signals import SignalView
+from haldet.store import CellStore
+
+
+@dataclass
+class DetectorRun:
+    """One detector's outcome on one cell at one level: test scores, metrics, timings."""
+
+    name: str
+    family: str
+    scores: Scores | None = None  # response-level test scores (the protocol's flat records)
+    metrics: list[MetricValue] = field(default_factory=list)
+    fit_seconds: float = 0.0
+    score_seconds: float = 0.0
+    error: str = ""
+    cached: bool = False
+    key: str = ""        # the score cache key (reports read exactly these test scores)
+    n_scored: int = 0    # test items scored
+    meta: dict[str, Any] = field(default_factory=dict)  # what the detector reports: models/backends actually used
+    identity: dict[str, Any] = field(default_factory=dict)  # version, resolved params/variant, auxiliary models
+    level: str = "response"  # the level scored: response, or a unit level of a suite
+    unit_scores: dict[str, Any] = field(default_factory=dict)  # unit levels: pooled test units (UnitData)
+    train_labels: str = ""  # a trained detector's training-label set when a suite offers several (TRIVIA+)
+
+
+def make_detector(name: str, config: RunConfig) -> Detector:
+    cls = DETECTORS.get(name, where="--detector")
+    return cls(**config.detector_params.get(name, {}))
+
+
+class ResponseScoring:
+    """How OpenHalDet scores and evaluates (the scoring half of `haldet.flow.protocol.Protocol`): one score per
+    answer on the test part, cached in `scores/<detector>.jsonl` (value, reason), AUROC/AUPR/FPR@95 on the test labels
+    with a stratified bootstrap. A suite's protocol overrides these methods (unit levels, val scored too)."""
+
+    levels: tuple[str, ...] = ("response",)
+    scored_parts: tuple[str, ...] = ("test",)
+
+    def __init__(self, config: RunConfig) -> None:
+        self.config = config
+
+    def score_key(self, name: str, identity: dict[str, Any], level: str, evidence_key: str,
+                  trained_on: tuple[dict[str, list[str]], dict[str, int]] | None) -> str:
+        return digest([name, identity, evidence_key, None if trained_on is None else trained_on[0]])
+
+    def score_log(self, name: str, level: str, train_labels: str) -> str:
+        return f"scores/{name}"
+
+    def fitted_name(self, name: str, level: str) -> str:
+        return name
+
+    def score(self, detector: Detector, view: SignalView, level: str) -> UnitScores:
+        flat = detector.score(view)
+        return UnitScores([flat.values[i : i + 1] for i in range(len(view))], [[r] for r in flat.reasons])
+
+    def score_records(self, ids: list[str], scores: UnitScores, key: str) -> list[dict[str, Any]]:
+        """One score-log record per item (`scores/<detector>.jsonl`: value, reason)."""
+        return [{"id": item_id, "key": key, "value": json_float(vals[0]), "reason": reasons[0]}
+                for item_id, vals, reasons in zip(ids, scores.values, scores.reasons, strict=True)]
+
+    def read_scores(self, records: list[dict[str, Any]]) -> UnitScores:
+        return UnitScores([np.array([np.nan if r["value"] is None else r["value"]]) for r in records],
+                          [[r["reason"]] for r in records])
+
+    def evaluate(self, run: DetectorRun, detector: Detector, view: SignalView, split: dict[str, list[str]],
+                 scored: dict[str, tuple[list[str], UnitScores]], unscored: dict[str, Instance]) -> list[MetricValue]:
+        """Metrics on the test labels, after scoring."""
+        if run.scores is None:
+            raise RuntimeError(f"detector {run.name} left no scores")
+        labels = dict(zip(view.ids, [] if view.labels is None else view.labels.tolist(), strict=False))
+        y = np.array([labels[i] for i in scored["test"][0]], dtype=int)
+        ev = self.config.evaluation
+        return evaluate(y, run.scores.values, n_boot=ev.bootstrap, ci=ev.ci, seed=ev.bootstrap_seed)
+
+
+def score_detector(name: str, level: str, protocol: ResponseScoring, store: CellStore, view: SignalView,
+                   split: dict[str, list[str]], evidence_key: str, *, progress: Any = None,
+                   train_labels: tuple[str, dict[str, int]] = ("", {}), detector: Detector | None = None,
+                   unscored: dict[str, Any] | None = None) -> DetectorRun:
+    """Fit (trained detectors, on the view's labels: `train_labels` names the label set and keys the scores), score
+    the protocol's parts (test; a suite's val too, for thresholds), cache them, evaluate."""
+    detector = detector if detector is not None else make_detector(name, protocol.config)
+    detector.workdir = store.root  # per-run caches (NLI / similarity pairs)
+    if progress is not None:
+        detector.progress = progress
+    run = DetectorRun(name=name, family=str(detector.family()), level=level,
+                      train_labels=train_labels[0] if detector.trains else "")
+    # the key covers what will actually run: version, resolved params (variant) and auxiliary model identities
+    run.identity = detector.identity()
+    run.key = protocol.score_key(name, run.identity, level, evidence_key,
+                                 (split, train_labels[1]) if detector.trains else None)
+    log_name = protocol.score_log(name, level, run.train_labels)
+    with store.lock(log_name):  # a second process waits, then reads these scores instead of recomputing
+        scored = _score_or_reuse(run, detector, protocol, store, log_name, view, split)
+    run.metrics = protocol.evaluate(run, detector, view, split, scored, unscored or {})
+    return run
+
+
+def _score_or_reuse(run: DetectorRun, detector: Detector, protocol: ResponseScoring, store: CellStore, log_name: str,
+                    view: SignalView, split: dict[str, list[str]]) -> dict[str, tuple[list[str], UnitScores]]:
+    """Per scored part: (item ids, their unit scores), read from the log under the run's key, else fitted (or the
+    fitted state reused) and scored, then appended. The caller holds the log's lock (one writer per score log,
+    fitted state and meta file)."""
+    position = {item_id: i for i, item_id in enumerate(view.ids)}
+    parts = {part: [position[i] for i in split[part] if i in position] for part in protocol.scored_parts}
+    run.n_scored = len(parts["test"])
+    log = store.log(log_name)
+    cached = log.read(run.key)
+    meta_file = f"{log_name}.meta.json"
+    if parts["test"] and all(view.ids[i] in cached for idx in parts.values() for i in idx):
+        run.cached = True
+        run.meta = (store.read_json(meta_file) or {}).get(run.key, {})
+        out = {part: ([view.ids[i] for i in idx], protocol.read_scores([cached[view.ids[i]] for i in idx]))
+               for part, idx in parts.items()}
+    else:
+        start = time.perf_counter()
+        if detector.trains:
+            def labelled(ids: list[int]) -> list[int]:
+                return [i for i in ids if view.labels is not None and view.labels[i] >= 0]
+
+            train_idx = [position[i] for i in split["train"] if i in position]
+            fit_or_reuse(detector, store, protocol.fitted_name(run.name, run.level), run.key,
+                         view.subset(labelled(train_idx), with_labels=True),
+                         view.subset(labelled([position[i] for i in split["val"] if i in position]),
+                                     with_labels=True))
+        run.fit_seconds = time.perf_counter() - start
+        start = time.perf_counter()
+        out = {}
+        for part, idx in parts.items():
+            out[part] = ([view.ids[i] for i in idx], protocol.score(detector, view.subset(idx, with_labels=False),
+                                                                run.level))
+        run.score_seconds = time.perf_counter() - start
+        run.meta = dict(detector.meta)
+        _rekey_on_identity_mismatch(run)
+        if run.meta:
+            store.write_json(meta_file, {**(store.read_json(meta_file) or {}), run.key: run.meta})
+        for ids, scores in out.values():
+            log.append(protocol.score_records(ids, scores, run.key))
+    test_scores = out["test"][1]
+    if all(len(v) == 1 for v in test_scores.values):  # one score per item: the response-level view of them
+        run.scores = Scores(values=np.array([v[0] for v in test_scores.values], dtype=np.float64),
+                            reasons=[r[0] for r in test_scores.reasons])
+    return out
+
+
+def _rekey_on_identity_mismatch(run: DetectorRun) -> None:
+    """Another auxiliary model ran than the one resolved before scoring: never file its scores under that key."""
+    loaded = models_loaded(run.meta)
+    expected = {m["requested"]: m["used"] for m in run.identity.get("models", {}).values() if "requested" in m}
+    if any(expected.get(req, used) != used for req, used in loaded):
+        run.meta["identity_mismatch"] = {"resolved": expected, "loaded": dict(loaded)}
+        run.key = digest([run.key, sorted(loaded)])
+
+
+def models_loaded(meta: Any) -> list[tuple[str, str]]:
+    """(requested, loaded) of every auxiliary model a detector's meta reports loading (nested meta included)."""
+    if not isinstance(meta, dict):
+        return []
+    found = [(str(meta["requested"]), str(meta["loaded"]))] if "requested" in meta and "loaded" in meta else []
+    return found + [pair for value in meta.values() for pair in models_loaded(value)]
+
+
+def fitted_path(store: CellStore, name: str, key: str) -> Path:
+    """Where a trained detector's fitted state lives: keyed like its scores (params + evidence + split)."""
+    return store.root / "fitted" / f"{name}-{key}.pt"
+
+
+def fit_or_reuse(detector: Detector, store: CellStore, name: str, key: str, train: SignalView,
+                 val: SignalView | None) -> None:
+    """Load the fitted state saved under the same key, else fit on train (choices on val) and save it.
+    A state file that cannot be read (older haldet, damaged) is refitted and overwritten, never trusted."""
+    path = fitted_path(store, name, key)
+    if path.exists():
+        try:
+            detector.load(path)
+            detector.meta["fitted"] = f"reused {path.name}"
+            return
+        except (OSError, EOFError, RuntimeError, AttributeError, ImportError, pickle.UnpicklingError) as exc:
+            detector.meta["fitted_reload_failed"] = f"{type(exc).__name__}: {exc}"
+    detector.fit(train, val)
+    detector.meta["fitted"] = f"fitted now, saved {path.name}"
+    try:
+        detector.save(path)
+    except (OSError, TypeError, AttributeError, pickle.PicklingError) as exc:  # state that does not pickle
+        detector.meta["fitted"] = f"fitted now, not saved ({type(exc).__name__}: {exc})"
+
+
+def json_float(value: Any) -> float | None:
+    value = float(value)
+    return value if np.isfinite(value) else None
