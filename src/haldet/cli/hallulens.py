@@ -1,4 +1,5 @@
-"""`haldet hallulens build|evaluate`: construct the shared test sets, then evaluate models on them."""
+"""`haldet hallulens build|evaluate`: construct the shared test sets, then evaluate models on them (the
+HalluLens suite's own protocol, `haldet.suites.hallulens`)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ from typing import Annotated
 
 import typer
 
+from haldet.cli.console import console, exit_on_failures, out_console, progress_bars
 from haldet.config import JudgeConfig, split_names
+from haldet.errors import HaldetError
 from haldet.store import RunStore
 
 app = typer.Typer(help="HalluLens (PreciseWikiQA, LongWiki, NonExistentRefusal): build seeded shared test sets, "
@@ -24,8 +27,6 @@ def _llm_config(backend: str, model: str | None, base_url: str | None, retries: 
 
 
 def _ints(text: str, n: int, flag: str, example: str) -> list[int]:
-    from haldet.errors import HaldetError
-
     try:
         values = [int(x) for x in text.split(",")]
     except ValueError:
@@ -62,7 +63,6 @@ def build(
     retries: Annotated[int, typer.Option(help="Extra attempts per failed or malformed call.")] = 4,
 ) -> None:
     """Build the test sets every tested model shares: seeded, cached (a rerun reuses every model reply)."""
-    from haldet.cli import console, progress_bars
     from haldet.suites.hallulens.build import BuildConfig
     from haldet.suites.hallulens.llm import StructuredLLM
     from haldet.suites.hallulens.prompts import Prompts
@@ -119,7 +119,6 @@ def evaluate(
     left out of the rates; a rerun retries exactly those."""
     from rich.table import Table
 
-    from haldet.cli import console, exit_on_failures, out_console, progress_bars
     from haldet.suites.hallulens.evaluate import MAX_NEW_TOKENS, TASK_TITLES, Target, table_rows
     from haldet.suites.hallulens.evaluate import evaluate as run_eval
     from haldet.suites.hallulens.llm import StructuredLLM

@@ -1,0 +1,81 @@
+"""The `haldet` command line (typer + rich): this module assembles the app from one module per command group.
+
+User errors (`HaldetError`) and file-system errors (`OSError`: read-only or full disk, permission denied) are
+printed as one message and exit with status 2, without a traceback.
+
+Where a command lives: `run` in `cli.run`; `report`, `compare` in `cli.reports`; `annotate` in `cli.annotate`;
+`sample`, `auxiliary`, `features`, `inspect` in `cli.stages`; the groups `datasets`, `detectors`, `suites`,
+`hallulens` in the module of that name. All of them print through `cli.console` and never import this module.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from typing import Annotated, Any
+
+import typer
+
+from haldet.version import __version__
+from haldet.cli import annotate, datasets, detectors, hallulens, reports, run, stages, suites
+from haldet.cli.console import console, print_error
+from haldet.errors import HaldetError, storage_error
+
+app = typer.Typer(
+    help="Benchmark hallucination detectors for LLMs: generate answers, label them, score them with "
+         "detectors, and report AUROC/AUPR/FPR@95 with bootstrap CIs.",
+    no_args_is_help=False,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(datasets.app, name="datasets")
+app.add_typer(detectors.app, name="detectors")
+app.add_typer(suites.app, name="suites")
+app.add_typer(hallulens.app, name="hallulens")
+# registration order is the order of `haldet --help`
+for command in (run.run, reports.report, reports.compare, annotate.annotate, stages.sample, stages.auxiliary,
+                stages.features, stages.inspect):
+    app.command()(command)
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"haldet {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                          help="Print the version and exit.")] = False,
+    threads: Annotated[int | None, typer.Option(help="CPU threads for torch (default: the cores this process may "
+                                                     "use, from its affinity and cgroup quota).")] = None,
+) -> None:
+    """haldet: one fair protocol for hallucination detectors."""
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    signal.signal(signal.SIGTERM, _terminated)
+    from haldet.threads import configure_threads
+
+    configure_threads(threads)
+
+
+def _terminated(signum: int, frame: Any) -> None:
+    """SIGTERM (kill, a job scheduler) stops like Ctrl-C: the manifest records the run as failed ("interrupted")
+    and what was written is kept."""
+    raise KeyboardInterrupt
+
+
+def entry() -> None:
+    """Console-script entry point: user errors become one message and exit code 2."""
+    try:
+        app()
+    except HaldetError as exc:
+        print_error(exc.message)
+        sys.exit(2)
+    except OSError as exc:  # read-only or full disk, no permission: one message naming the path, no traceback
+        print_error(storage_error(exc).message)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        console.print("interrupted; everything written so far is kept and a rerun resumes from it")
+        sys.exit(130)

@@ -1,0 +1,90 @@
+"""`haldet report` and `haldet compare`: read stored runs, recompute nothing but the reports and comparisons."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from haldet.cli.console import console, out_console, print_json, print_table
+from haldet.config import split_names
+from haldet.errors import HaldetError
+
+
+def report(
+    run_dirs: Annotated[list[Path], typer.Argument(help="One or more run directories written by `haldet run`.")],
+    out: Annotated[Path | None, typer.Option(help="Folder for the merged results and reports "
+                                                 "(default: the run directory when one run is given).")] = None,
+    n_boot: Annotated[int, typer.Option(help="Resamples of the paired bootstrap comparisons in the HTML.")] = 1000,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the merged result rows as JSON.")] = False,
+) -> None:
+    """Rebuild the reports from stored runs without recomputing anything: results.json/csv/parquet (merged over
+    the runs; a cell present in several runs keeps the later run's rows), tables.md and tables.tex (Tables 2, 9
+    and 11 layouts), and report.html (self-contained: summary, scenario x detector heatmap, AUROC vs Cost@100
+    on a log axis, ROC curves per dataset, paired comparisons, run metadata). See docs/reports.md.
+    """
+    from haldet.report.build import report_runs
+    from haldet.report.terminal import results_table
+
+    if out is None:
+        if len(run_dirs) != 1:
+            raise HaldetError("several runs need an --out DIR for the merged report", where="--out",
+                              hint="e.g. haldet report runs/a runs/b --out reports/ab")
+        out = run_dirs[0]
+    written, rows = report_runs(run_dirs, out, n_boot=n_boot)
+    if as_json:
+        out_console.print_json(json.dumps(rows, default=str))
+    else:
+        out_console.print(results_table(rows))
+    console.print("written: " + ", ".join(str(p) for p in written.values()), highlight=False)
+
+
+def compare(
+    run_dir: Annotated[Path, typer.Argument(help="A run directory written by `haldet run`.")],
+    detector_a: Annotated[str, typer.Argument(help="First detector.")],
+    detector_b: Annotated[str, typer.Argument(help="Second detector.")],
+    dataset: Annotated[list[str] | None, typer.Option("--dataset", "-d", help="Only these datasets.")] = None,
+    n_boot: Annotated[int, typer.Option(help="Bootstrap resamples.")] = 1000,
+    seed: Annotated[int, typer.Option(help="Bootstrap seed.")] = 42,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the comparisons as JSON.")] = False,
+) -> None:
+    """Paired bootstrap of AUROC(a) - AUROC(b) on the same test items, per (dataset, model) cell of a run:
+    stratified resamples applied to both detectors at once, 95% CI and a two-sided bootstrap p."""
+    from haldet.evaluation.compare import paired_bootstrap
+    from haldet.report.rundata import load_run
+
+    data = load_run(run_dir)
+    wanted = set(split_names(dataset))
+    results = []
+    for cell in data.cells():
+        ds, model = str(cell.get("dataset")), str(cell.get("model"))
+        if (wanted and ds not in wanted) or cell.get("error"):
+            continue
+        scores = data.cell_scores(ds, model, [detector_a, detector_b])
+        if scores is None:
+            continue
+        missing = [d for d in (detector_a, detector_b) if d not in scores.scores]
+        if missing:
+            raise HaldetError(f"no cached test scores for {', '.join(missing)} on {ds} | {model}",
+                              where=str(run_dir), hint="run these detectors first (haldet run --detector ...)")
+        cmp = paired_bootstrap(scores.labels, scores.scores[detector_a], scores.scores[detector_b], a=detector_a,
+                               b=detector_b, n_boot=n_boot, seed=seed)
+        results.append({"dataset": ds, "model": model, **cmp.as_dict()})
+    if not results:
+        raise HaldetError("no cell of this run has test scores to compare", where=str(run_dir),
+                          hint="check the dataset names (--dataset) and that the run finished")
+    if as_json:
+        print_json(results)
+        return
+
+    def fmt(v: float | None) -> str:
+        return "—" if v is None else f"{v:.3f}"
+
+    columns = ("dataset", "model", "N", "pos", f"AUROC {detector_a}", f"AUROC {detector_b}", "diff [95% CI]", "p",
+               "note")
+    rows = [(r["dataset"], r["model"], str(r["n"]), str(r["n_pos"]), fmt(r["auroc_a"]), fmt(r["auroc_b"]),
+             fmt(r["diff"]) + (f" [{fmt(r['ci_low'])}, {fmt(r['ci_high'])}]" if r["ci_low"] is not None else ""),
+             fmt(r["p_value"]), r["note"]) for r in results]
+    print_table(f"paired bootstrap: {detector_a} - {detector_b} (AUROC, {n_boot} resamples)", columns, rows)
