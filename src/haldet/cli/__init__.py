@@ -17,10 +17,10 @@ from typing import Annotated, Any
 
 import typer
 
-from haldet.version import __version__
 from haldet.cli import annotate, datasets, detectors, hallulens, reports, run, stages, suites
 from haldet.cli.console import console, print_error
 from haldet.errors import HaldetError, storage_error
+from haldet.version import __version__
 
 app = typer.Typer(
     help="Benchmark hallucination detectors for LLMs: generate answers, label them, score them with "

@@ -1,4 +1,5 @@
-"""`haldet run`: flags -> a typed `RunOptions` -> a `RunConfig`, the run flow (`haldet.flow`), then the run's summary and reports."""
+"""`haldet run`: flags -> a typed `RunOptions` -> a `RunConfig`, the run flow (`haldet.flow`), then the run's summary
+and reports."""
 
 from __future__ import annotations
 
@@ -158,7 +159,7 @@ def default_out(config: RunConfig) -> Path:
 
 
 def print_cells(cells: Iterable[Any]) -> None:
-    """Per cell (`haldet.flow.cell.CellResult`): its labels and split, or why it failed; warnings, labels by judge, units,
+    """Per cell (`flow.cell.CellResult`): its labels and split, or why it failed; warnings, labels by judge, units,
     unjudged items, skipped rows and failed detectors."""
     for cell in cells:
         if cell.error:
