@@ -9,7 +9,9 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
+import socket
 import time
+from functools import lru_cache
 from pathlib import Path
 
 from platformdirs import user_cache_dir
@@ -101,3 +103,16 @@ def file_sha256(path: Path, *, limit: int | None = None) -> str:
     if time.time_ns() - max(st.st_mtime_ns, st.st_ctime_ns) > SETTLED_NS:
         _SHA256_MEMO[memo] = digest
     return digest
+
+
+@lru_cache(maxsize=1)
+def hub_reachable() -> bool:
+    """Whether huggingface.co answers; checked once per process so an offline load fails in milliseconds
+    instead of minutes of retries."""
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes"):
+        return False
+    try:
+        socket.create_connection(("huggingface.co", 443), timeout=3).close()
+    except OSError:
+        return False
+    return True

@@ -26,15 +26,13 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
-import socket
 from collections.abc import Callable, Sequence
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from haldet.assets import hub_reachable
 from haldet.errors import HaldetError
 from haldet.store import StageLog, model_slug
 
@@ -47,19 +45,6 @@ Progress = Callable[[int], None]
 
 
 # ---------------------------------------------------------------------------------------------------- loading
-@lru_cache(maxsize=1)
-def hub_reachable() -> bool:
-    """Whether huggingface.co answers; checked once per process so an offline load fails in milliseconds
-    instead of minutes of retries."""
-    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes"):
-        return False
-    try:
-        socket.create_connection(("huggingface.co", 443), timeout=3).close()
-    except OSError:
-        return False
-    return True
-
-
 def _local_only(name: str) -> bool:
     """Load from local files only: a local path, or any hub id when the hub cannot be reached."""
     return Path(name).expanduser().exists() or not hub_reachable()

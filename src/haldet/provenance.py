@@ -32,8 +32,7 @@ def locate(name: str) -> str | None:
     """A fingerprint of `name` when it can be loaded here (None when not): an embedded alias, a local path, a
     cached hub snapshot (its revision), or a hub id while the hub is reachable. Not memoised: a model that
     appears (downloaded, copied in) later in the process is found."""
-    from haldet.assets import EMBEDDING_ALIASES, MODEL_ALIASES, file_sha256, resolve_embedding
-    from haldet.nli import hub_reachable
+    from haldet.assets import EMBEDDING_ALIASES, MODEL_ALIASES, file_sha256, hub_reachable, resolve_embedding
 
     base = name.removeprefix("llm:").removeprefix("bi:")
     if base in MODEL_ALIASES:
@@ -112,14 +111,3 @@ def substitutes(identity: dict[str, Any]) -> list[str]:
     """'requested -> used' for each auxiliary model of an identity that is a substitute."""
     return [f"{m['requested']} -> {m['used']}" for m in (identity.get("models") or {}).values()
             if m.get("substitute")]
-
-
-def provenance_columns(name: str, identity: dict[str, Any]) -> dict[str, Any]:
-    """Result-row columns saying what produced a detector's numbers: its variant (and whether that is the default),
-    its version and any substitute auxiliary model ('requested -> used'; empty when none)."""
-    from haldet.detectors.base import DETECTORS
-
-    cls = DETECTORS.get(name, where="--detector")
-    variant = identity.get("variant") or ""
-    return {"variant": variant, "default_variant": variant == (cls.defaults.get("variant") or ""),
-            "version": identity.get("version", cls.version), "substitute": "; ".join(substitutes(identity))}

@@ -8,7 +8,7 @@ from typing import Any
 from haldet.detectors.base import DETECTORS
 from haldet.evaluation.cost import DEFAULT_N, detector_cost
 from haldet.flow.cell import CellResult
-from haldet.provenance import provenance_columns
+from haldet.provenance import substitutes
 
 
 def result_rows(cell: CellResult, cost_n: int = DEFAULT_N) -> list[dict[str, Any]]:
@@ -48,3 +48,12 @@ def cell_entry(c: CellResult) -> dict[str, Any]:
                            "fit_s": d.fit_seconds, "score_s": d.score_seconds,
                            "timing_known": d.name not in c.untimed, "cached": d.cached, "error": d.error,
                            "identity": d.identity, "meta": d.meta} for d in c.detectors]}
+
+
+def provenance_columns(name: str, identity: dict[str, Any]) -> dict[str, Any]:
+    """Result-row columns saying what produced a detector's numbers: its variant (and whether that is the default),
+    its version and any substitute auxiliary model ('requested -> used'; empty when none)."""
+    cls = DETECTORS.get(name, where="--detector")
+    variant = identity.get("variant") or ""
+    return {"variant": variant, "default_variant": variant == (cls.defaults.get("variant") or ""),
+            "version": identity.get("version", cls.version), "substitute": "; ".join(substitutes(identity))}

@@ -169,16 +169,19 @@ def _rekey_on_identity_mismatch(run: DetectorRun) -> None:
     """Another auxiliary model ran than the one resolved before scoring: never file its scores under that key."""
     loaded = models_loaded(run.meta)
     expected = {m["requested"]: m["used"] for m in run.identity.get("models", {}).values() if "requested" in m}
-    if any(expected.get(req, used) != used for req, used in loaded):
+    if any(expected.get(req, used) != used for req, used in loaded):  # None on both sides: nothing loaded
         run.meta["identity_mismatch"] = {"resolved": expected, "loaded": dict(loaded)}
-        run.key = digest([run.key, sorted(loaded)])
+        run.key = digest([run.key, sorted(loaded, key=lambda pair: (pair[0], pair[1] or ""))])
 
 
-def models_loaded(meta: Any) -> list[tuple[str, str]]:
-    """(requested, loaded) of every auxiliary model a detector's meta reports loading (nested meta included)."""
+def models_loaded(meta: Any) -> list[tuple[str, str | None]]:
+    """(requested, loaded) of every auxiliary model a detector's meta reports loading (nested meta included);
+    loaded is None where none loaded (as the resolved identity says when nothing could be)."""
     if not isinstance(meta, dict):
         return []
-    found = [(str(meta["requested"]), str(meta["loaded"]))] if "requested" in meta and "loaded" in meta else []
+    found = []
+    if "requested" in meta and "loaded" in meta:
+        found.append((str(meta["requested"]), None if meta["loaded"] is None else str(meta["loaded"])))
     return found + [pair for value in meta.values() for pair in models_loaded(value)]
 
 

@@ -118,7 +118,7 @@ class VerdictStage(Stage):
         self._current = self.asks[0] if self.asks else Ask("")
 
     def _selected_asks(self) -> list[Ask]:
-        from haldet.evaluation.detect import make_detector
+        from haldet.flow.scoring import make_detector
 
         return asks_of([make_detector(name, self.ctx.config) for name in self.ctx.config.detectors])
 
