@@ -10,10 +10,10 @@ import pytest
 
 import triviaplus_rows
 from haldet.datasets.base import get_adapter
-from haldet.datasets.triviaplus import locate_sentences
 from haldet.errors import HaldetError
 from haldet.schema import Category
 from haldet.suites.triviaplus.analysis import DetectorScores, main_row, strata_rows
+from haldet.suites.triviaplus.dataset import locate_sentences
 from haldet.suites.triviaplus.protocol import label_disagreement, length_stratum, strata_outcomes
 
 FIXTURE = Path(__file__).parent / "fixtures" / "datasets" / "triviaplus" / "triviaplus_fixture.parquet"

@@ -40,7 +40,7 @@ def test_classifier_unit_scores_follow_the_verdicts() -> None:
 
 
 def test_nli_verifier_scores_each_sentence_against_the_document(monkeypatch: pytest.MonkeyPatch) -> None:
-    import haldet.detectors.nli_verifier as mod
+    import haldet.suites.verigray.nli_verifier as mod
 
     model = Overlap()
     monkeypatch.setattr(mod, "pair_model", lambda det, *a, **k: model)

@@ -1,7 +1,9 @@
 """A tiny typed name -> object registry with a decorator, shared by datasets, judges and detectors.
 
 Built-ins register on import; `Registry.load_builtins` imports the package's modules once so that a new
-dataset, judge or detector is one file plus one decorator and nothing else. Third-party packages register through
+dataset, judge or detector is one file plus one decorator and nothing else. It also imports every module of every
+suite folder (`haldet.suites.<suite>/`), by name: a suite keeps its own datasets and detectors in its folder and
+registers them like any plugin, so the core never imports a suite. Third-party packages register through
 entry points in the group named like the package (`haldet.detectors`, `haldet.datasets`, `haldet.judges`): the
 entry point's value is a module (its decorators run on import) or a class (registered under the entry point's
 name). `origin(name)` says which distribution a plugin came from.
@@ -17,6 +19,8 @@ from typing import Generic, TypeVar
 from haldet.errors import HaldetError, UnknownNameError
 
 T = TypeVar("T")
+
+SUITE_FOLDERS = "haldet.suites"  # each sub-package is one suite's folder (DESIGN 8b); imported by name only
 
 
 class Registry(Generic[T]):
@@ -42,14 +46,15 @@ class Registry(Generic[T]):
         return decorate
 
     def load_builtins(self) -> None:
-        """Import every module of the plugin package so their decorators run."""
+        """Import every module of the plugin package, then of every suite folder, so their decorators run."""
         if self._loaded:
             return
         self._loaded = True
-        pkg = importlib.import_module(self.package)
-        for mod in pkgutil.iter_modules(pkg.__path__):
-            if not mod.name.startswith("_"):
-                importlib.import_module(f"{self.package}.{mod.name}")
+        _import_modules(self.package)
+        suites = importlib.import_module(SUITE_FOLDERS)
+        for folder in pkgutil.iter_modules(suites.__path__):
+            if folder.ispkg and not folder.name.startswith("_"):
+                _import_modules(f"{SUITE_FOLDERS}.{folder.name}")
         self._load_plugins()
 
     def _load_plugins(self) -> None:
@@ -93,3 +98,11 @@ class Registry(Generic[T]):
     def __iter__(self) -> Iterator[tuple[str, T]]:
         self.load_builtins()
         return iter(sorted(self._items.items()))
+
+
+def _import_modules(package: str) -> None:
+    """Import `package` and each of its modules whose name does not start with an underscore."""
+    pkg = importlib.import_module(package)
+    for mod in pkgutil.iter_modules(pkg.__path__):
+        if not mod.name.startswith("_"):
+            importlib.import_module(f"{package}.{mod.name}")

@@ -1,6 +1,5 @@
 """The TRIVIA+ suite (seeds/triviaplus.txt): RAG long-context faithfulness, noisy-label regimes, length strata.
 
-Importing the package registers the suite (`haldet.suites.triviaplus.suite`).
+Modules: `dataset` (the registered adapter `triviaplus`), `protocol` (label regimes, strata, Fisher's test),
+`analysis` (result rows of its tables), `suite` (the registered suite).
 """
-
-from haldet.suites.triviaplus import suite as suite  # registers "triviaplus"

@@ -1,6 +1,6 @@
 """HalluLens (seeds/hallulens.txt) as suites: detectors evaluated on the answers `haldet hallulens evaluate` judged.
 
-HalluLens itself measures models (rates; `haldet hallulens build|evaluate`, package `haldet.suites.hallulens`).
+HalluLens itself measures models (rates; `haldet hallulens build|evaluate`, this folder's other modules).
 These suites turn its judged answers into detection benchmarks: the answers are given text, teacher-forced
 through `--model` (use the model that wrote them, so white-box evidence is its own), labelled by the HalluLens
 judges. `hallulens`: PreciseWikiQA and NonExistentRefusal at response level; `hallulens_longwiki`: LongWiki at
