@@ -1,4 +1,4 @@
-"""Evidence read while decoding (`haldet.backends.answer_reader`) equals what a teacher-forced pass over prompt +
+"""Evidence read while decoding (`haldet.backends.hf.answer_reader`) equals what a teacher-forced pass over prompt +
 answer gives, and the greedy answers are the plain decoder's; the generate stage stores the features and auxiliary
 records from it. Real runs of the embedded SmolLM2-135M."""
 
@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from haldet.backends import answer_reader
 from haldet.backends.base import EvidenceRequest, FollowUp, ForwardRequest
-from haldet.backends.hf import HFBackend
+from haldet.backends.hf import answer_reader
+from haldet.backends.hf.backend import HFBackend
 from haldet.confidence import confidence_complete
 from haldet.config import RunConfig
 from haldet.schema import Instance

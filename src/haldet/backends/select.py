@@ -77,7 +77,7 @@ def make_backend(model: str, config: RunConfig) -> Backend:
         from haldet.backends.vllm import VLLMBackend
 
         return VLLMBackend(model, device=config.device)
-    from haldet.backends.hf import HFBackend
+    from haldet.backends.hf.backend import HFBackend
 
     return HFBackend(model, device=config.device, decoder=config.decoder, fast_numerics=config.fast_numerics,
                      decode_rows=config.decode_rows)

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from haldet.backends.base import GenOutput
-from haldet.backends.hf import HFBackend
+from haldet.backends.hf.backend import HFBackend
 from haldet.errors import HaldetError
 
 PREFIX = "vllm:"

@@ -16,7 +16,7 @@ them returns its whole verdict); a verbalized reply stops as soon as that senten
 (`AuxiliaryStage.queries`). Both prompts share the answered conversation and differ only in the question, so a local
 model reads that shared head once per item for both queries (`HFBackend.paired_replies`; the key says so). When
 the local lean decoder generates the answers, it asks both questions as branches of each answer's own cache right
-where the answer ends (`haldet.backends.answer_reader`), and the generate stage stores these records
+where the answer ends (`haldet.backends.hf.answer_reader`), and the generate stage stores these records
 (`source: "decoding"`; otherwise `"prompt"`).
 
 Record: {id, key, verbalized, verbalized_value, verbalized_n_tokens, self_eval_text, p_true, logp_true, logp_false,

@@ -14,7 +14,7 @@ Only the groups the selected detectors read are computed (`FeatureStage.groups`)
 
 When the local lean decoder generates the answers, the same evidence is read from the decoding itself (states of
 the prompt and answer tokens as they were computed, statements as branches of each answer's own cache:
-`haldet.backends.answer_reader`) and the generate stage stores these records (`source: "decoding"`; they equal
+`haldet.backends.hf.answer_reader`) and the generate stage stores these records (`source: "decoding"`; they equal
 the pass's within float tolerance, tests/test_answer_reader.py); otherwise this stage's pass runs
 (`source: "forward"`).
 
