@@ -30,7 +30,7 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from haldet.backends.base import AnswerEvidence, EvidenceRequest, FollowUp
+from haldet.backends.base import AnswerEvidence, Capability, EvidenceRequest, FollowUp
 from haldet.confidence import confidence_complete, confidence_statement, parse_confidence
 from haldet.config import stage_key
 from haldet.signals import Signal
@@ -137,9 +137,9 @@ class AuxiliaryStage(Stage):
         """Records from the follow-ups' replies read while the answers were decoded (`evidence[i]` of `batch[i]`)."""
         backend = self.ctx.backend
         verbalized, self_eval = self.queries()
-        outs = [backend.reply_output(ev.replies["verbalized"], confidence_complete)  # type: ignore[attr-defined]
+        outs = [backend.reply_output(ev.replies["verbalized"], confidence_complete)
                 for ev in evidence] if verbalized else []
-        verdicts = ([backend.reply_output(ev.replies["self_eval"]) for ev in evidence]  # type: ignore[attr-defined]
+        verdicts = ([backend.reply_output(ev.replies["self_eval"]) for ev in evidence]
                     if self_eval else [])
         n_true = len(answer_candidates(backend.tokenizer)[0]) if self_eval else 0  # type: ignore[attr-defined]
         return self._records(batch, outs, _true_false(verdicts, n_true), "decoding", seconds)
@@ -187,8 +187,8 @@ class AuxiliaryStage(Stage):
         """(greedy reply, log-probs of the True spellings, of the False spellings) per prompt. A local model reads
         them from the next-token distribution by token id; an API model from the returned top alternatives."""
         cfg, backend = self.ctx.config.auxiliary, self.ctx.backend
-        if hasattr(backend, "self_eval_logprobs"):
-            return backend.self_eval_logprobs(prompts, TRUE_WORDS, FALSE_WORDS,  # type: ignore[no-any-return]
+        if Capability.SELF_EVAL_LOGPROBS in backend.capabilities:
+            return backend.self_eval_logprobs(prompts, TRUE_WORDS, FALSE_WORDS,
                                               max_new_tokens=cfg.max_new_tokens, batch_size=cfg.batch_size)
         true_ids, false_ids = answer_candidates(backend.tokenizer)  # type: ignore[attr-defined]
         outs = backend.candidate_logprobs(prompts, true_ids + false_ids, max_new_tokens=cfg.max_new_tokens,

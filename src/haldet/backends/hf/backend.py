@@ -25,6 +25,7 @@ from haldet.assets import file_sha256
 from haldet.backends.base import (
     AnswerEvidence,
     Backend,
+    Capability,
     EvidenceRequest,
     ForwardOutput,
     ForwardRequest,
@@ -52,6 +53,7 @@ KV_POOL_BYTES = 3 << 30
 
 class HFBackend(Backend):
     kind = "hf"
+    capabilities = frozenset(Capability)  # white-box: everything a stage may ask
     sampler = "seeded-nucleus-inverse-cdf-v2"  # SeededSampler.draw: per-row generator, one uniform per token
 
     def __init__(self, name: str, *, device: str = "auto", decoder: str = "haldet",
