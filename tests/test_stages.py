@@ -12,6 +12,7 @@ import torch
 
 from haldet.backends.base import ForwardRequest
 from haldet.backends.hf.backend import HFBackend
+from haldet.backends.hf.forward import forward_unpacked
 from haldet.config import RunConfig
 from haldet.schema import Generation, Instance
 from haldet.signals import Signal
@@ -80,7 +81,7 @@ def test_branches_share_the_pass_and_equal_separate_sequences(backend, prompts, 
               "branch_pooling": pooling}
     ref = backend.forward(plain, **kwargs)
     packed = backend.forward(branched, **kwargs)
-    apart = backend._forward_unpacked(branched, **kwargs)
+    apart = forward_unpacked(backend, branched, **kwargs)
     assert not packed[2].pooled and packed[2].token_logprobs is None and set(packed[2].branch_states) == {"a", "b"}
     for r, p in zip(ref, packed, strict=False):
         # the branches do not disturb the answer span

@@ -52,7 +52,7 @@ def forward(backend: LoadedModel, requests: list[ForwardRequest], *, layers: Seq
         if not all(req.branches.values()):
             raise ValueError(f"request {req.key}: a branch has no tokens")
     if any(req.branches for req in requests) and not backend.packs_branches():
-        return _forward_unpacked(backend, requests, layers=layers, poolings=poolings, logprobs=logprobs, icr=icr,
+        return forward_unpacked(backend, requests, layers=layers, poolings=poolings, logprobs=logprobs, icr=icr,
                                  batch_size=batch_size, progress=progress, branch_pooling=branch_pooling)
     model = backend.model
     n_states = backend.layer_count() + 1
@@ -161,7 +161,7 @@ def _packed_inputs(backend: LoadedModel, rows: Sequence[_Row]) -> dict[str, Any]
             "position_ids": positions.to(backend.device)}
 
 
-def _forward_unpacked(backend: LoadedModel, requests: list[ForwardRequest], **kwargs: Any) -> list[ForwardOutput]:
+def forward_unpacked(backend: LoadedModel, requests: list[ForwardRequest], **kwargs: Any) -> list[ForwardOutput]:
     """Branches as separate sequences (ids + suffix, the suffix pooled): same results, more compute."""
     pooling = kwargs.pop("branch_pooling")
     main = forward(backend, [replace(r, branches={}) for r in requests], **kwargs)
