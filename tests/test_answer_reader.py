@@ -40,7 +40,7 @@ def prompts(backend: HFBackend) -> list[str]:
 
 
 def _request(backend: HFBackend) -> EvidenceRequest:
-    true_ids, false_ids = answer_candidates(backend.tokenizer)
+    true_ids, false_ids = answer_candidates(backend)
     follow_ups = {
         "verbalized": FollowUp(tail=backend.encode_text(backend.turn_suffix(VERBALIZED_INSTRUCTION)), max_new_tokens=6,
                                until=confidence_complete),
@@ -112,7 +112,7 @@ def test_follow_ups_equal_asking_them_as_prompts(backend, prompts):
     verbalized = backend.generate_until([backend.follow_up(p, a.text, VERBALIZED_INSTRUCTION)
                                          for p, a in zip(prompts, answers, strict=True)], confidence_complete,
                                         max_new_tokens=6, batch_size=4)
-    true_ids, false_ids = answer_candidates(backend.tokenizer)
+    true_ids, false_ids = answer_candidates(backend)
     verdicts = backend.candidate_logprobs([backend.follow_up(p, a.text, SELF_EVAL_INSTRUCTION)
                                            for p, a in zip(prompts, answers, strict=True)], true_ids + false_ids,
                                           max_new_tokens=1, batch_size=4)

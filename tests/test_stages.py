@@ -189,7 +189,7 @@ def test_p_true_hand_computed():
 
 
 def test_p_true_reads_the_first_reply_position(backend):
-    true_ids, false_ids = answer_candidates(backend.tokenizer)
+    true_ids, false_ids = answer_candidates(backend)
     assert true_ids and false_ids and not set(true_ids) & set(false_ids)
     prompt = backend.render_chat([{"role": "user", "content": "Is Paris the capital of France? Reply True or False."}])
     out = backend.candidate_logprobs([prompt], true_ids + false_ids, max_new_tokens=2, batch_size=1)[0]
