@@ -23,7 +23,7 @@ from haldet.prompts import PromptBuilder
 
 def make(kind: str, args: argparse.Namespace) -> Backend:
     if kind == "hf":
-        from haldet.backends.hf import HFBackend
+        from haldet.backends.hf.backend import HFBackend
 
         return HFBackend(args.model, device=args.device)
     if kind == "vllm":

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from haldet.backends.hf import HFBackend
+from haldet.backends.hf.backend import HFBackend
 from haldet.datasets.base import DATASETS
 from haldet.prompts import build_messages
 from haldet.threads import available_cores, configure_threads

@@ -1,4 +1,4 @@
-"""Evidence read while decoding (`haldet.backends.answer_reader`) equals what a teacher-forced pass over prompt +
+"""Evidence read while decoding (`haldet.backends.hf.answer_reader`) equals what a teacher-forced pass over prompt +
 answer gives, and the greedy answers are the plain decoder's; the generate stage stores the features and auxiliary
 records from it. Real runs of the embedded SmolLM2-135M."""
 
@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from haldet.backends import answer_reader
 from haldet.backends.base import EvidenceRequest, FollowUp, ForwardRequest
-from haldet.backends.hf import HFBackend
+from haldet.backends.hf import answer_reader
+from haldet.backends.hf.backend import HFBackend
 from haldet.confidence import confidence_complete
 from haldet.config import RunConfig
 from haldet.schema import Instance
@@ -40,7 +40,7 @@ def prompts(backend: HFBackend) -> list[str]:
 
 
 def _request(backend: HFBackend) -> EvidenceRequest:
-    true_ids, false_ids = answer_candidates(backend.tokenizer)
+    true_ids, false_ids = answer_candidates(backend)
     follow_ups = {
         "verbalized": FollowUp(tail=backend.encode_text(backend.turn_suffix(VERBALIZED_INSTRUCTION)), max_new_tokens=6,
                                until=confidence_complete),
@@ -112,7 +112,7 @@ def test_follow_ups_equal_asking_them_as_prompts(backend, prompts):
     verbalized = backend.generate_until([backend.follow_up(p, a.text, VERBALIZED_INSTRUCTION)
                                          for p, a in zip(prompts, answers, strict=True)], confidence_complete,
                                         max_new_tokens=6, batch_size=4)
-    true_ids, false_ids = answer_candidates(backend.tokenizer)
+    true_ids, false_ids = answer_candidates(backend)
     verdicts = backend.candidate_logprobs([backend.follow_up(p, a.text, SELF_EVAL_INSTRUCTION)
                                            for p, a in zip(prompts, answers, strict=True)], true_ids + false_ids,
                                           max_new_tokens=1, batch_size=4)

@@ -48,7 +48,7 @@ def _gpu() -> bool:
 @pytest.mark.skipif(not _gpu(), reason="the vllm backend needs a GPU")
 def test_vllm_greedy_matches_hf_on_the_embedded_model() -> None:
     pytest.importorskip("vllm")
-    from haldet.backends.hf import HFBackend
+    from haldet.backends.hf.backend import HFBackend
     from haldet.backends.vllm import VLLMBackend
 
     hf, vl = HFBackend("smollm2-135m", device="cuda"), VLLMBackend("vllm:smollm2-135m")

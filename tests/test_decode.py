@@ -1,4 +1,4 @@
-"""The lean decoding loop (haldet.backends.decode) against transformers' `generate`, on the embedded model.
+"""The lean decoding loop (haldet.backends.hf.decode) against transformers' `generate`, on the embedded model.
 
 Greedy answers must be identical token for token (the speed path is not allowed to change answers), with the same
 log-probs; early stops and first-token P(True) must read exactly what the full paths read.
@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 import torch
 
-from haldet.backends import decode as decode_module
-from haldet.backends.decode import common_prefix, prefill_group
-from haldet.backends.hf import HFBackend
+from haldet.backends.hf import decode as decode_module
+from haldet.backends.hf.backend import HFBackend
+from haldet.backends.hf.decode import common_prefix, prefill_group
 from haldet.confidence import confidence_complete, confidence_statement, parse_confidence
 from haldet.errors import HaldetError
 from haldet.threads import available_cores, cgroup_cpu_limit, thread_count
@@ -89,13 +89,13 @@ def test_rows_joining_a_running_pool_give_the_same_answers(small_pool, prompts, 
     """Continuous batching: prompts read one at a time join a 2-row pool as rows end (their caches merged at
     different widths); answers and log-probs are those of transformers' generate."""
     merges: list[int] = []
-    real_merge = decode_module._merge
+    real_merge = decode_module.merge
 
     def counting(parts, **kwargs):
         merges.append(len(parts))
         return real_merge(parts, **kwargs)
 
-    monkeypatch.setattr(decode_module, "_merge", counting)
+    monkeypatch.setattr(decode_module, "merge", counting)
     done: list[int] = []
     joined = small_pool.generate(prompts, max_new_tokens=20, batch_size=1, progress=done.append)
     assert max(merges) >= 2  # a prompt joined rows that were already decoding
@@ -185,7 +185,7 @@ def _nucleus_reference(probs: torch.Tensor, top_p: float, u: float) -> int:
 
 
 def test_nucleus_draw_partial_sort_equals_the_definition():
-    from haldet.backends.hf import nucleus_draw
+    from haldet.backends.hf.sampling import nucleus_draw
 
     gen = torch.Generator().manual_seed(0)
     logits = torch.randn((6, 5000), generator=gen) * torch.tensor([0.5, 1, 2, 4, 8, 16])[:, None]
@@ -199,7 +199,7 @@ def test_nucleus_draw_partial_sort_equals_the_definition():
 
 
 def test_nucleus_draw_frequencies_are_the_renormalised_nucleus():
-    from haldet.backends.hf import nucleus_draw
+    from haldet.backends.hf.sampling import nucleus_draw
 
     probs = torch.tensor([[0.05, 0.5, 0.15, 0.3]]).repeat(20000, 1)
     u = torch.rand(20000, generator=torch.Generator().manual_seed(1))
@@ -278,7 +278,7 @@ def test_sliding_window_models_decode_as_generate_does():
     loop uses plain left padding (no shared prefix, no rows joining a running pool) and equals `generate`."""
     from transformers import Gemma3ForCausalLM, Gemma3TextConfig
 
-    from haldet.backends.decode import decode, mergeable
+    from haldet.backends.hf.decode import decode, mergeable
 
     torch.manual_seed(0)
     config = Gemma3TextConfig(vocab_size=300, hidden_size=64, intermediate_size=128, num_hidden_layers=4,

@@ -312,7 +312,7 @@ def test_cli_detectors_list_json() -> None:
 
 
 def test_token_sar_detector_weights_relevant_tokens(monkeypatch) -> None:
-    from haldet.backends.hf import HFBackend
+    from haldet.backends.hf.backend import HFBackend
 
     tok = HFBackend("smollm2-135m").tokenizer
     ids = tok("Paris is nice", add_special_tokens=False).input_ids

@@ -116,7 +116,7 @@ def test_suite_runs_end_to_end_on_the_fixture(suite_run) -> None:
 
 
 def test_given_responses_are_teacher_forced_with_offsets(suite_run) -> None:
-    from haldet.backends.hf import HFBackend
+    from haldet.backends.hf.backend import HFBackend
 
     out, _, _ = suite_run
     recs = [json.loads(line) for line in (out / "halluentity" / "smollm2-135m" / "generate.jsonl").open()]

@@ -27,7 +27,7 @@ FIX = Path(__file__).parent / "fixtures" / "hallulens"
 
 
 def test_offline_end_to_end_with_the_embedded_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from haldet.backends.hf import HFBackend
+    from haldet.backends.hf.backend import HFBackend
 
     monkeypatch.setattr(prompt_module, "BUDGETS", {k: min(v, 48) for k, v in prompt_module.BUDGETS.items()})
     backend = HFBackend("smollm2-135m", device="cpu")

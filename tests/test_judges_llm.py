@@ -151,7 +151,7 @@ def test_missing_model_and_key_are_user_errors(monkeypatch: pytest.MonkeyPatch) 
 # --- local model through the hf backend ---------------------------------------------------------------------
 @pytest.mark.slow
 def test_local_hf_judge_labels_or_fails_never_invents() -> None:
-    from haldet.backends.hf import HFBackend
+    from haldet.backends.hf.backend import HFBackend
 
     backend = HFBackend("smollm2-135m", device="cpu")
     judge = LLMJudge(JudgeConfig(kind="llm", backend="hf", model="smollm2-135m", max_tokens=24, retries=1,

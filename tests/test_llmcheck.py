@@ -47,7 +47,7 @@ def test_token_pass_layers_part_matches_a_separate_forward() -> None:
     import torch
 
     from haldet.backends.base import TokenRequest
-    from haldet.backends.hf import HFBackend
+    from haldet.backends.hf.backend import HFBackend
     from haldet.llmcheck import log_diagonal
 
     backend = HFBackend("smollm2-135m")

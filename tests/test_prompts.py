@@ -106,7 +106,7 @@ def test_role_based_fallback_serialisation(builder: PromptBuilder) -> None:
 
 
 def test_real_chat_template_of_the_embedded_model(builder: PromptBuilder) -> None:
-    from haldet.backends.hf import HFBackend
+    from haldet.backends.hf.backend import HFBackend
 
     backend = HFBackend("smollm2-135m")
     inst = item("arc_challenge", "Mercury_7001")

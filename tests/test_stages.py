@@ -11,7 +11,8 @@ import pytest
 import torch
 
 from haldet.backends.base import ForwardRequest
-from haldet.backends.hf import HFBackend
+from haldet.backends.hf.backend import HFBackend
+from haldet.backends.hf.forward import forward_unpacked
 from haldet.config import RunConfig
 from haldet.schema import Generation, Instance
 from haldet.signals import Signal
@@ -80,7 +81,7 @@ def test_branches_share_the_pass_and_equal_separate_sequences(backend, prompts, 
               "branch_pooling": pooling}
     ref = backend.forward(plain, **kwargs)
     packed = backend.forward(branched, **kwargs)
-    apart = backend._forward_unpacked(branched, **kwargs)
+    apart = forward_unpacked(backend, branched, **kwargs)
     assert not packed[2].pooled and packed[2].token_logprobs is None and set(packed[2].branch_states) == {"a", "b"}
     for r, p in zip(ref, packed, strict=False):
         # the branches do not disturb the answer span
@@ -141,7 +142,7 @@ def test_shared_prompt_cache_samples_equal_the_uncached_path(backend, prompts):
     `num_return_sequences` generation with the same per-row seeds."""
     from transformers import GenerationConfig, LogitsProcessorList
 
-    from haldet.backends.hf import _row_seed, _sampler_class
+    from haldet.backends.hf.sampling import row_seed, sampler_class
 
     k, seeds = 3, [5, 6]
     cached = backend.sample(prompts, k=k, temperature=1.0, top_p=0.9, seeds=seeds, max_new_tokens=8, batch_size=6)
@@ -151,7 +152,7 @@ def test_shared_prompt_cache_samples_equal_the_uncached_path(backend, prompts):
     config = GenerationConfig(do_sample=True, temperature=1.0, top_p=1.0, top_k=0, num_return_sequences=k,
                               max_new_tokens=8, output_logits=True, return_dict_in_generate=True,
                               pad_token_id=backend.tokenizer.pad_token_id, eos_token_id=sorted(backend.stop_ids))
-    sampler = _sampler_class()([_row_seed(seeds[i], j) for i in order for j in range(k)], 1.0, 0.9, "cpu")
+    sampler = sampler_class()([row_seed(seeds[i], j) for i in order for j in range(k)], 1.0, 0.9, "cpu")
     with torch.inference_mode():
         out = backend.model.generate(input_ids=ids, attention_mask=mask, generation_config=config,
                                      logits_processor=LogitsProcessorList([sampler]))
@@ -165,9 +166,9 @@ def test_shared_prompt_cache_samples_equal_the_uncached_path(backend, prompts):
 
 
 def test_sampler_sanitises_non_finite_logits_and_respects_top_p():
-    from haldet.backends.hf import _sampler_class
+    from haldet.backends.hf.sampling import sampler_class
 
-    sampler = _sampler_class()([0, 1, 2, 3], 1.0, 0.5, "cpu")
+    sampler = sampler_class()([0, 1, 2, 3], 1.0, 0.5, "cpu")
     scores = torch.tensor([[float("nan"), 5.0, 0.0, 0.0]] * 4)
     scores[1, 2] = float("inf")
     forced = sampler(torch.zeros((4, 1), dtype=torch.long), scores)
@@ -188,7 +189,7 @@ def test_p_true_hand_computed():
 
 
 def test_p_true_reads_the_first_reply_position(backend):
-    true_ids, false_ids = answer_candidates(backend.tokenizer)
+    true_ids, false_ids = answer_candidates(backend)
     assert true_ids and false_ids and not set(true_ids) & set(false_ids)
     prompt = backend.render_chat([{"role": "user", "content": "Is Paris the capital of France? Reply True or False."}])
     out = backend.candidate_logprobs([prompt], true_ids + false_ids, max_new_tokens=2, batch_size=1)[0]

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from haldet.backends.base import ForwardRequest, TokenRequest
-from haldet.backends.hf import HFBackend
-from haldet.backends.hf_tokens import topk_with_observed
+from haldet.backends.hf.backend import HFBackend
+from haldet.backends.hf.tokens import topk_with_observed
 from haldet.config import RunConfig
 from haldet.schema import Instance
 from haldet.signals import Signal

@@ -77,7 +77,7 @@ def documents(files: list[Path]) -> Iterator[str]:
 @lru_cache(maxsize=4)
 def idf_table(tokenizer_name: str, corpus: str = "halueval") -> IDFTable:
     """The IDF of every id of `tokenizer_name` (a model alias/id/path; only its tokenizer is loaded) over `corpus`."""
-    from haldet.backends.hf import HFBackend
+    from haldet.backends.hf.backend import HFBackend
 
     files = corpus_files(corpus)
     fingerprint = str(corpus_identity(corpus)["fingerprint"])

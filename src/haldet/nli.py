@@ -160,7 +160,7 @@ class LLMEntailment(PairModel):
 
     def __init__(self, name: str, *, batch_size: int = 8, max_length: int = 1024, device: str = "auto") -> None:
         super().__init__(name, batch_size=batch_size)
-        from haldet.backends.hf import HFBackend
+        from haldet.backends.hf.backend import HFBackend
 
         self.id = f"llm-nli:{name}"
         self.max_length = max_length

@@ -1,13 +1,17 @@
 """The backend protocol (DESIGN section 4): what stages may ask of a model.
 
 Every method a backend cannot serve raises `SignalUnavailableError` naming the backend and what was asked, so
-a detector needing hidden states from an API model fails with one clear message before any work is done.
+a detector needing hidden states from an API model fails with one clear message before any work is done. What a
+backend can serve is declared, not probed: `Backend.capabilities` (a set of `Capability`), read by
+`haldet.backends.select.check_signals` once before a run and by the stages that choose between two ways of
+asking for the same evidence.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 import numpy as np
@@ -158,16 +162,43 @@ POOLINGS = ("mean", "last", "tbg", "slt")
 ICR_COLUMNS = ("icr_mean", "icr_std", "icr_max", "update_norm_ratio")
 
 
+class Capability(StrEnum):
+    """What a backend can provide (DESIGN section 4): declared on the class, checked once before a run."""
+
+    TEXT = "text"  # greedy answers (`generate`)
+    N_SAMPLES = "n_samples"  # K stochastic answers per prompt (`sample`)
+    LOGPROBS = "logprobs"  # log-probs of the generated tokens (answers, samples, a reply's first position)
+    ENTROPIES = "entropies"  # the full next-token distribution at each generated token (entropies)
+    CANDIDATE_LOGPROBS = "candidate_logprobs"  # next-token log-probs of given token ids (`candidate_logprobs`)
+    SELF_EVAL_LOGPROBS = "self_eval_logprobs"  # True/False spellings' log-probs in a reply (`self_eval_logprobs`)
+    TEACHER_FORCED = "teacher_forced"  # log-probs of given ids: prompt log-probs (`token_pass`, `encode_response`)
+    HIDDEN_STATES = "hidden_states"  # per-layer hidden states (`forward`, pooled sample states)
+    ATTENTIONS = "attentions"  # attention weights (ICR features, token attention)
+    LAYER_COUNT = "layer_count"  # the number of transformer layers (`layer_count`)
+    USAGE = "usage"  # calls, tokens and cost accounted per cell (`usage_report`, `reset_usage`)
+
+
 class Backend:
-    """Base class; `name` is what stages record as the model id, `fingerprint()` what caches key on."""
+    """Base class; `name` is what stages record as the model id, `fingerprint()` what caches key on.
+
+    `capabilities` declares what the backend can provide; a method outside them raises `unavailable` (or, for
+    usage accounting, reports nothing). A class that depends on its configuration narrows it in `declared` (and on
+    the instance), so the check before a run needs no instance."""
 
     kind: str = ""
+    capabilities: frozenset[Capability] = frozenset()
     # how this backend turns a seed into samples, when it samples locally (part of the sample stage's key: a changed
     # draw gives other samples for the same seed); "" where the model's server samples
     sampler: str = ""
 
     def __init__(self, name: str) -> None:
         self.name = name
+
+    @classmethod
+    def declared(cls, config: Any) -> frozenset[Capability]:
+        """The capabilities an instance made for a run with `config` (a `RunConfig`) will have: the class's own
+        unless its configuration narrows them."""
+        return cls.capabilities
 
     def fingerprint(self) -> dict[str, Any]:
         """Everything that identifies the weights and tokenizer (goes into every stage key)."""
@@ -239,6 +270,27 @@ class Backend:
         """`first[i]` answered greedily until `until` holds and `second[i]` read for its first reply position's
         log-probs of `candidates`, the head the two prompts share read once (only where `shares_heads()`)."""
         raise self.unavailable("shared-head replies")
+
+    def reply_output(self, reply: Reply, until: Callable[[str], bool] | None = None) -> GenOutput:
+        """A follow-up's reply read while decoding (`generate_with_evidence`) as `generate_until` returns it."""
+        raise self.unavailable("follow-up replies read while decoding")
+
+    def self_eval_logprobs(self, prompts: list[str], true_words: Sequence[str], false_words: Sequence[str], *,
+                           max_new_tokens: int, batch_size: int) -> list[tuple[GenOutput, list[float], list[float]]]:
+        """Greedy replies and the log-probs of each True and each False spelling at their first position, read by
+        spelling from the reply (`Capability.SELF_EVAL_LOGPROBS`; the others read `candidate_logprobs` by id)."""
+        raise self.unavailable("self-evaluation log-probs by spelling")
+
+    def layer_count(self) -> int:
+        """Transformer layers L (`Capability.LAYER_COUNT`)."""
+        raise self.unavailable("a layer count")
+
+    def reset_usage(self) -> None:
+        """Start a new accounting period (`Capability.USAGE`); nothing to reset elsewhere."""
+
+    def usage_report(self) -> dict[str, Any]:
+        """Calls, tokens and cost since `reset_usage` (`Capability.USAGE`); empty where nothing is accounted."""
+        return {}
 
     def encode_prompt(self, prompt: str) -> list[int]:
         raise self.unavailable("tokenisation")

@@ -25,7 +25,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from haldet.backends.base import Backend, GenOutput
+from haldet.backends.base import Backend, Capability, GenOutput
 from haldet.backends.openai_client import (
     CallFailed,
     ChatReply,
@@ -39,6 +39,13 @@ from haldet.backends.openai_client import (
 from haldet.config import EndpointConfig
 
 PREFIX = "openai:"
+# black-box always: answers, K samples, self-evaluation read by spelling, usage accounting
+ALWAYS = frozenset({Capability.TEXT, Capability.N_SAMPLES, Capability.SELF_EVAL_LOGPROBS, Capability.USAGE})
+
+
+def endpoint_capabilities(endpoint: EndpointConfig) -> frozenset[Capability]:
+    """What an endpoint configured so provides: gray-box log-probs only when it is asked for them."""
+    return ALWAYS | ({Capability.LOGPROBS} if endpoint.logprobs else set())
 
 
 def endpoint_model(spec: str) -> str:
@@ -60,10 +67,16 @@ def prompt_messages(prompt: str) -> list[dict[str, str]]:
 
 class OpenAIBackend(Backend):
     kind = "openai"
+    capabilities = ALWAYS | {Capability.LOGPROBS}  # at most; an instance has its endpoint's (`declared`)
+
+    @classmethod
+    def declared(cls, config: Any) -> frozenset[Capability]:
+        return endpoint_capabilities(config.endpoint)
 
     def __init__(self, name: str, config: EndpointConfig) -> None:
         super().__init__(name)
         self.config = config
+        self.capabilities = endpoint_capabilities(config)
         self.model = endpoint_model(name)
         self.usage = Usage()
         self._shared_breaker: CircuitBreaker | None = None

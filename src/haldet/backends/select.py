@@ -3,22 +3,38 @@
 `openai:NAME` -> the `openai` backend (an OpenAI-compatible endpoint, `endpoint.*` settings), `vllm:MODEL` -> the
 `vllm` backend (optional extra), anything else -> `hf` (transformers). `check_signals` refuses, before a single
 item is generated, a run whose detectors need evidence the chosen backend cannot give (hidden states from an API
-model, log-probs from an endpoint asked not to send them), naming the detectors that can run instead.
+model, log-probs from an endpoint asked not to send them), naming the detectors that can run instead. It reads
+the backend class's declared capabilities (`Backend.declared`) and is given the detectors' needs by its caller,
+so this module knows backends and signals, never detectors.
 """
 
 from __future__ import annotations
 
-from haldet.backends.base import Backend
+from collections.abc import Mapping
+
+from haldet.backends.base import Backend, Capability
 from haldet.config import RunConfig
 from haldet.errors import SignalUnavailableError
-from haldet.schema import Access
-from haldet.signals import SIGNAL_ACCESS, Signal
+from haldet.signals import Signal
 
-BLACK_SIGNALS = frozenset(s for s, a in SIGNAL_ACCESS.items() if a is Access.BLACK)
-# gray-box signals an OpenAI-compatible endpoint gives with log-probs (token entropies need the full distribution)
-ENDPOINT_GRAY = frozenset({Signal.TOKEN_LOGPROBS, Signal.SAMPLE_LOGLIKS, Signal.SELF_EVAL})
-# what vLLM gives: everything but hidden states and the white-box feature groups
-VLLM_SIGNALS = BLACK_SIGNALS | ENDPOINT_GRAY | {Signal.TOKEN_ENTROPIES}
+# the capability each signal needs of the model's backend; a signal not listed needs hidden states (white-box)
+SIGNAL_NEEDS: dict[Signal, Capability] = {
+    Signal.RESPONSE: Capability.TEXT,
+    Signal.VERBALIZED: Capability.TEXT,
+    Signal.VERDICT: Capability.TEXT,
+    Signal.TOKEN_OFFSETS: Capability.TEXT,
+    Signal.SAMPLES: Capability.N_SAMPLES,
+    Signal.TOKEN_LOGPROBS: Capability.LOGPROBS,
+    Signal.SAMPLE_LOGLIKS: Capability.LOGPROBS,
+    Signal.SELF_EVAL: Capability.LOGPROBS,
+    Signal.TOKEN_ENTROPIES: Capability.ENTROPIES,
+    Signal.ANSWER_ENTROPIES: Capability.TEACHER_FORCED,
+    Signal.TOKEN_TOPK_IDS: Capability.TEACHER_FORCED,
+    Signal.TOKEN_TOPK_LOGPROBS: Capability.TEACHER_FORCED,
+    Signal.TOKEN_ATTENTION: Capability.ATTENTIONS,
+    Signal.TOKEN_ATTN_LOGDIAG: Capability.ATTENTIONS,
+    Signal.ICR_FEATURES: Capability.ATTENTIONS,
+}
 
 
 def backend_kind(model: str) -> str:
@@ -29,21 +45,38 @@ def backend_kind(model: str) -> str:
     return "hf"
 
 
-def provided_signals(model: str, config: RunConfig) -> frozenset[Signal] | None:
-    """The signals the model's backend can provide (None = all of them)."""
+def backend_class(model: str) -> type[Backend]:
+    """The class that serves a model spec (importing it loads no model and no heavy library)."""
     kind = backend_kind(model)
     if kind == "openai":
-        return BLACK_SIGNALS | (ENDPOINT_GRAY if config.endpoint.logprobs else frozenset())
+        from haldet.backends.openai_backend import OpenAIBackend
+
+        return OpenAIBackend
     if kind == "vllm":
-        return VLLM_SIGNALS
-    return None
+        from haldet.backends.vllm import VLLMBackend
+
+        return VLLMBackend
+    from haldet.backends.hf.backend import HFBackend
+
+    return HFBackend
 
 
-def check_signals(config: RunConfig) -> None:
+def signals_of(capabilities: frozenset[Capability]) -> frozenset[Signal]:
+    """The signals a backend with these capabilities can provide."""
+    return frozenset(s for s in Signal if SIGNAL_NEEDS.get(s, Capability.HIDDEN_STATES) in capabilities)
+
+
+def provided_signals(model: str, config: RunConfig) -> frozenset[Signal] | None:
+    """The signals the model's backend can provide (None = all of them)."""
+    provided = signals_of(backend_class(model).declared(config))
+    return None if provided == frozenset(Signal) else provided
+
+
+def check_signals(config: RunConfig, requires: Mapping[str, frozenset[Signal]],
+                  usable: Mapping[str, frozenset[Signal]]) -> None:
     """Fail before any work when a selected detector needs a signal a model's backend cannot provide, or an API
-    model has no key."""
-    from haldet.detectors.base import DETECTORS
-
+    model has no key. `requires`: the selected detectors' needed signals (name -> signals); `usable`: every
+    registered detector's, from which the hint names those that can run instead."""
     for model in config.models:
         if backend_kind(model) == "openai":  # a missing API key is known now, not after the run started
             from haldet.backends.openai_client import api_key
@@ -52,14 +85,13 @@ def check_signals(config: RunConfig) -> None:
         provided = provided_signals(model, config)
         if provided is None:
             continue
-        requires = {name: DETECTORS.get(name, where="--detector").requires for name in config.detectors}
         refused = {name: sorted(s.value for s in req - provided) for name, req in requires.items() if req - provided}
         if not refused:
             continue
         kind = backend_kind(model)
-        usable = sorted(name for name, cls in DETECTORS if cls.requires <= provided)
+        can_run = sorted(name for name, req in usable.items() if req <= provided)
         what = "; ".join(f"{name} ({', '.join(sig)})" for name, sig in sorted(refused.items()))
-        hint = f"choose --detector from: {', '.join(usable)}"
+        hint = f"choose --detector from: {', '.join(can_run)}"
         if kind == "openai" and not config.endpoint.logprobs:
             hint += " (log-probs are off: endpoint.logprobs: false)"
         hint += "; hidden-state detectors need the hf backend (a local model: --model NAME without a prefix)"
@@ -77,7 +109,7 @@ def make_backend(model: str, config: RunConfig) -> Backend:
         from haldet.backends.vllm import VLLMBackend
 
         return VLLMBackend(model, device=config.device)
-    from haldet.backends.hf import HFBackend
+    from haldet.backends.hf.backend import HFBackend
 
     return HFBackend(model, device=config.device, decoder=config.decoder, fast_numerics=config.fast_numerics,
                      decode_rows=config.decode_rows)

@@ -11,8 +11,9 @@ share their prompt's KV cache).
   log-probs are the model's raw log-probs of each sampled token;
 - self-evaluation: next-token log-probs of the True/False candidate ids read as prompt log-probs of the prompt
   extended by each candidate (exact, not limited to a top-k list).
-Hidden states, attentions and the teacher-forced feature pass stay with the hf backend: `forward` refuses, and
-`haldet.backends.select.check_signals` refuses such detectors before any work.
+Hidden states, attentions and the teacher-forced feature pass stay with the hf backend: they are not among its
+declared `capabilities`, `forward` refuses, and `haldet.backends.select.check_signals` refuses such detectors
+before any work.
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from haldet.backends.base import GenOutput
-from haldet.backends.hf import HFBackend
+from haldet.backends.base import Capability, GenOutput
+from haldet.backends.hf.backend import HFBackend
 from haldet.errors import HaldetError
 
 PREFIX = "vllm:"
@@ -33,6 +34,9 @@ def vllm_model_name(spec: str) -> str:
 
 class VLLMBackend(HFBackend):
     kind = "vllm"
+    # gray-box: no transformers weights here, so no hidden states, attentions or teacher-forced pass
+    capabilities = frozenset({Capability.TEXT, Capability.N_SAMPLES, Capability.LOGPROBS, Capability.ENTROPIES,
+                              Capability.CANDIDATE_LOGPROBS})
 
     def __init__(self, name: str, *, device: str = "auto", gpu_memory_utilization: float = 0.85) -> None:
         try:

@@ -55,7 +55,7 @@ class CCP(UnitDetector):
         return self.params["context"] == "sentence"
 
     def token_scores(self, items: SignalView) -> list[np.ndarray | str]:
-        from haldet.backends.hf import HFBackend
+        from haldet.backends.hf.backend import HFBackend
         from haldet.linguistics import analyse, sentence_start
 
         if self.params["context"] not in ("sentence", "response"):

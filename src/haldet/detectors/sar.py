@@ -120,7 +120,7 @@ class TokenSAR(Detector):
     }
 
     def score(self, items: SignalView) -> Scores:
-        from haldet.backends.hf import HFBackend
+        from haldet.backends.hf.backend import HFBackend
 
         out = Scores.empty(len(items))
         tokenizers: dict[str, Any] = {}

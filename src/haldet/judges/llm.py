@@ -10,7 +10,7 @@ Backends: any OpenAI-compatible endpoint through `haldet.backends.openai_client.
 bounds requests in flight; 429, 5xx, timeouts, connection errors and malformed replies are retried with
 exponential backoff, honouring Retry-After; 400/401/403/404 stop the run with one clear message, since every item
 would fail the same way; after `breaker_after` consecutive timeouts/connection failures the circuit breaker stops
-calling and the remaining items are listed as failed), or a local model through `haldet.backends.hf.HFBackend`
+calling and the remaining items are listed as failed), or a local model through `haldet.backends.hf.backend.HFBackend`
 (batched greedy generation; the reply is prefilled with the JSON opening so small models stay on format).
 A malformed reply is retried with the bad reply and a correction request appended. An item still failing after
 all attempts gets no label: it is reported as a `JudgeFailure` (and written to `annotate.failed.jsonl` by the
@@ -269,7 +269,7 @@ class LLMJudge(Judge):
     # local model through the hf backend: batched greedy generation, one correction round per retry
     def _judge_hf(self, pairs: Sequence[Pair], on_done: Callable[[int, Verdict], None]) -> None:
         if self._hf is None:
-            from haldet.backends.hf import HFBackend
+            from haldet.backends.hf.backend import HFBackend
 
             assert self.config.model is not None
             self._hf = HFBackend(self.config.model)

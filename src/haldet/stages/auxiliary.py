@@ -16,7 +16,7 @@ them returns its whole verdict); a verbalized reply stops as soon as that senten
 (`AuxiliaryStage.queries`). Both prompts share the answered conversation and differ only in the question, so a local
 model reads that shared head once per item for both queries (`HFBackend.paired_replies`; the key says so). When
 the local lean decoder generates the answers, it asks both questions as branches of each answer's own cache right
-where the answer ends (`haldet.backends.answer_reader`), and the generate stage stores these records
+where the answer ends (`haldet.backends.hf.answer_reader`), and the generate stage stores these records
 (`source: "decoding"`; otherwise `"prompt"`).
 
 Record: {id, key, verbalized, verbalized_value, verbalized_n_tokens, self_eval_text, p_true, logp_true, logp_false,
@@ -30,7 +30,7 @@ import time
 from dataclasses import replace
 from typing import Any
 
-from haldet.backends.base import AnswerEvidence, EvidenceRequest, FollowUp
+from haldet.backends.base import AnswerEvidence, Backend, Capability, EvidenceRequest, FollowUp
 from haldet.confidence import confidence_complete, confidence_statement, parse_confidence
 from haldet.config import stage_key
 from haldet.signals import Signal
@@ -50,13 +50,13 @@ TRUE_WORDS = ("True", " True", "true", " true", "TRUE")
 FALSE_WORDS = ("False", " False", "false", " false", "FALSE")
 
 
-def answer_candidates(tokenizer: Any) -> tuple[list[int], list[int]]:
-    """Distinct first-token ids of the True and False spellings (a spelling whose first token is shared by both
-    sides is dropped, so the two masses never overlap)."""
+def answer_candidates(backend: Backend) -> tuple[list[int], list[int]]:
+    """Distinct first-token ids of the True and False spellings in the backend's tokenizer (a spelling whose first
+    token is shared by both sides is dropped, so the two masses never overlap)."""
     def first(words: tuple[str, ...]) -> set[int]:
         ids = set()
         for word in words:
-            toks = tokenizer(word, add_special_tokens=False).input_ids
+            toks = backend.encode_text(word)
             if toks:
                 ids.add(int(toks[0]))
         return ids
@@ -127,7 +127,7 @@ class AuxiliaryStage(Stage):
             follow_ups["verbalized"] = FollowUp(tail=backend.encode_text(backend.turn_suffix(VERBALIZED_INSTRUCTION)),
                                                 max_new_tokens=cfg.max_new_tokens, until=confidence_complete)
         if self_eval:
-            true_ids, false_ids = answer_candidates(backend.tokenizer)  # type: ignore[attr-defined]
+            true_ids, false_ids = answer_candidates(backend)
             follow_ups["self_eval"] = FollowUp(tail=backend.encode_text(backend.turn_suffix(SELF_EVAL_INSTRUCTION)),
                                                max_new_tokens=1, candidates=true_ids + false_ids)
         return replace(request, follow_ups=follow_ups)
@@ -137,11 +137,11 @@ class AuxiliaryStage(Stage):
         """Records from the follow-ups' replies read while the answers were decoded (`evidence[i]` of `batch[i]`)."""
         backend = self.ctx.backend
         verbalized, self_eval = self.queries()
-        outs = [backend.reply_output(ev.replies["verbalized"], confidence_complete)  # type: ignore[attr-defined]
+        outs = [backend.reply_output(ev.replies["verbalized"], confidence_complete)
                 for ev in evidence] if verbalized else []
-        verdicts = ([backend.reply_output(ev.replies["self_eval"]) for ev in evidence]  # type: ignore[attr-defined]
+        verdicts = ([backend.reply_output(ev.replies["self_eval"]) for ev in evidence]
                     if self_eval else [])
-        n_true = len(answer_candidates(backend.tokenizer)[0]) if self_eval else 0  # type: ignore[attr-defined]
+        n_true = len(answer_candidates(backend)[0]) if self_eval else 0
         return self._records(batch, outs, _true_false(verdicts, n_true), "decoding", seconds)
 
     def compute(self, batch: list[Item]) -> list[dict[str, Any]]:
@@ -152,7 +152,7 @@ class AuxiliaryStage(Stage):
         verbalized_prompts = [self._prompt(VERBALIZED_INSTRUCTION, item) for item in batch] if verbalized else []
         self_eval_prompts = [self._prompt(SELF_EVAL_INSTRUCTION, item) for item in batch] if self_eval else []
         if self.paired():
-            true_ids, false_ids = answer_candidates(backend.tokenizer)  # type: ignore[attr-defined]
+            true_ids, false_ids = answer_candidates(backend)
             replies, verdicts = backend.paired_replies(
                 verbalized_prompts, self_eval_prompts, confidence_complete, candidates=true_ids + false_ids,
                 max_new_tokens=cfg.max_new_tokens, batch_size=cfg.batch_size)
@@ -187,10 +187,10 @@ class AuxiliaryStage(Stage):
         """(greedy reply, log-probs of the True spellings, of the False spellings) per prompt. A local model reads
         them from the next-token distribution by token id; an API model from the returned top alternatives."""
         cfg, backend = self.ctx.config.auxiliary, self.ctx.backend
-        if hasattr(backend, "self_eval_logprobs"):
-            return backend.self_eval_logprobs(prompts, TRUE_WORDS, FALSE_WORDS,  # type: ignore[no-any-return]
+        if Capability.SELF_EVAL_LOGPROBS in backend.capabilities:
+            return backend.self_eval_logprobs(prompts, TRUE_WORDS, FALSE_WORDS,
                                               max_new_tokens=cfg.max_new_tokens, batch_size=cfg.batch_size)
-        true_ids, false_ids = answer_candidates(backend.tokenizer)  # type: ignore[attr-defined]
+        true_ids, false_ids = answer_candidates(backend)
         outs = backend.candidate_logprobs(prompts, true_ids + false_ids, max_new_tokens=cfg.max_new_tokens,
                                           batch_size=cfg.batch_size)
         return _true_false(outs, len(true_ids))

@@ -14,7 +14,7 @@ Only the groups the selected detectors read are computed (`FeatureStage.groups`)
 
 When the local lean decoder generates the answers, the same evidence is read from the decoding itself (states of
 the prompt and answer tokens as they were computed, statements as branches of each answer's own cache:
-`haldet.backends.answer_reader`) and the generate stage stores these records (`source: "decoding"`; they equal
+`haldet.backends.hf.answer_reader`) and the generate stage stores these records (`source: "decoding"`; they equal
 the pass's within float tolerance, tests/test_answer_reader.py); otherwise this stage's pass runs
 (`source: "forward"`).
 
@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from haldet.backends.base import AnswerEvidence, EvidenceRequest, ForwardOutput, ForwardRequest
+from haldet.backends.base import AnswerEvidence, Capability, EvidenceRequest, ForwardOutput, ForwardRequest
 from haldet.config import stage_key
 from haldet.errors import HaldetError
 from haldet.signals import Signal
@@ -103,7 +103,7 @@ class FeatureStage(Stage):
     def reads(self, request: EvidenceRequest) -> EvidenceRequest:
         """`request` with what this stage reads of each answer while it is decoded (`generate_with_evidence`)."""
         cfg, groups = self.ctx.config.features, set(self.groups())
-        n_states = self.ctx.backend.layer_count() + 1  # type: ignore[attr-defined]
+        n_states = self.ctx.backend.layer_count() + 1
         layers = list(range(n_states)) if cfg.layers == "all" else [x + n_states if x < 0 else x for x in cfg.layers]
         if any(not 0 <= x < n_states for x in layers):
             raise HaldetError(f"features.layers {cfg.layers} is out of range for a model with {n_states} "
@@ -159,7 +159,7 @@ class FeatureStage(Stage):
         shard = None
         if any(arrays.values()):
             shard = self.ctx.store.arrays(self.name).write({i: a for i, a in arrays.items() if a}, dtype=cfg.dtype)
-        n_states = backend.layer_count() + 1 if hasattr(backend, "layer_count") else None
+        n_states = backend.layer_count() + 1 if Capability.LAYER_COUNT in backend.capabilities else None
         chosen: list[int] | None = layers
         if n_states:
             chosen = list(range(n_states)) if layers is None else [x + n_states if x < 0 else x for x in layers]

@@ -62,7 +62,7 @@ class Target:
     @property
     def backend(self) -> Any:
         if self._backend is None:
-            from haldet.backends.hf import HFBackend
+            from haldet.backends.hf.backend import HFBackend
 
             self._backend = HFBackend(self.spec)
         return self._backend

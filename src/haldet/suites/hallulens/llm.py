@@ -106,7 +106,7 @@ class StructuredLLM:
 
     def local_backend(self) -> Any:
         if self._hf is None:
-            from haldet.backends.hf import HFBackend
+            from haldet.backends.hf.backend import HFBackend
 
             assert self.config.model is not None
             self._hf = HFBackend(self.config.model)

@@ -1,123 +1,49 @@
-"""The `hf` backend: transformers, white-box, batched.
+"""`HFBackend`: transformers, white-box, batched (`haldet.backends.hf` holds its parts, one concept each).
 
-Loads a hub id, a local directory, a GGUF file, or an embedded alias. A GGUF model is dequantised once and
-cached as safetensors under the user cache dir (a GGUF-loaded model refuses `save_pretrained`, so a fresh model
-is built from the same config without its quantization config, given the state dict, and saved), so later loads
-take well under a second.
 Generation is greedy, left-padded and length-bucketed: prompts are sorted by token length and batched, so a
 batch wastes little compute on padding; outputs are returned in input order. Decoding runs haldet's own loop
-(`haldet.backends.decode`, docs/speed.md) or, with `decoder="transformers"`, `model.generate` (the reference).
+(`haldet.backends.hf.decode`, docs/speed.md) or, with `decoder="transformers"`, `model.generate` (the reference).
 Sampling draws K answers per prompt over K rows per prompt, each row with its own seeded generator
-(`SeededSampler`), so samples are reproducible whatever the batch composition; the prompt is read once and its
-KV cache repeated for the K rows.
-`forward` is the teacher-forced pass over exact token ids (right-padded, so positions are the natural ones):
-log-probs and entropies of the answer tokens, pooled hidden states, and ICR features from attentions captured by
-hooks (eager attention only for that pass).
+(`haldet.backends.hf.sampling`), so samples are reproducible whatever the batch composition; the prompt is read once
+and its KV cache repeated for the K rows. Where the weights come from is `loading`; the teacher-forced passes are
+`forward` (hidden states, ICR) and `tokens` (token-level evidence); evidence read while decoding is
+`answer_reader`. Those modules take this backend as an argument and never import this one.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
-import os
-import shutil
 import time
-import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from haldet.assets import MODEL_ALIASES, cache_dir, file_sha256
+from haldet.assets import file_sha256
 from haldet.backends.base import (
-    ICR_COLUMNS,
-    POOLINGS,
+    AnswerEvidence,
     Backend,
+    Capability,
+    EvidenceRequest,
     ForwardOutput,
     ForwardRequest,
     GenOutput,
+    Reply,
     TokenOutput,
     TokenRequest,
     role_based_chat,
 )
+from haldet.backends.hf import tokens
+from haldet.backends.hf.forward import forward as forward_pass
+from haldet.backends.hf.loading import converted_gguf_dir, int8_dynamic, load_error, resolve_model_path
+from haldet.backends.hf.sampling import row_seed, sampler_class
+from haldet.backends.hf.states import layer_index
 from haldet.errors import HaldetError
 from haldet.threads import thread_count
 
-if TYPE_CHECKING:
-    from haldet.backends.base import AnswerEvidence, EvidenceRequest, Reply
-
-
-def resolve_model_path(name: str) -> tuple[str, Path | None]:
-    """(what to load, gguf file or None). Aliases and `.gguf` paths give a GGUF file."""
-    if name in MODEL_ALIASES:
-        return name, MODEL_ALIASES[name]()
-    path = Path(name).expanduser()
-    if name.endswith(".gguf"):
-        if not path.is_file():
-            raise HaldetError(f"GGUF file not found: {name}", where="--model",
-                              hint=f"give an existing .gguf file, a model directory, a hub id, or an alias "
-                                   f"({', '.join(MODEL_ALIASES)})")
-        return str(path), path
-    if path.exists():
-        if not (path / "config.json").exists():
-            raise HaldetError(f"{name} is not a model directory (no config.json)", where="--model",
-                              hint="point --model at a directory saved by transformers, a .gguf file, or a hub id")
-        return str(path), None
-    if name.startswith((".", "/", "~")) or name.count("/") > 1:
-        raise HaldetError(f"model path does not exist: {name}", where="--model",
-                          hint=f"known aliases: {', '.join(MODEL_ALIASES)}")
-    return name, None
-
-
-def converted_gguf_dir(gguf: Path) -> Path:
-    """Directory of the safetensors conversion of a GGUF file, created once (atomically) if missing."""
-    digest = file_sha256(gguf, limit=1 << 22)[:12]
-    target = cache_dir() / "models" / f"{gguf.stem}-{digest}"
-    if (target / "haldet-converted.json").exists():
-        return target
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-
-    tmp = target.with_name(target.name + f".tmp{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    gguf_model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    config = AutoConfig.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    if hasattr(config, "quantization_config"):
-        del config.quantization_config
-    fresh = AutoModelForCausalLM.from_config(config)
-    fresh.load_state_dict(gguf_model.state_dict())
-    fresh.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    (tmp / "haldet-converted.json").write_text(json.dumps({"gguf": str(gguf), "sha256_head": digest}))
-    if target.exists():
-        shutil.rmtree(target)
-    os.replace(tmp, target)
-    return target
-
-
-@dataclass
-class _Row:
-    """A request as it is run: its index, the (possibly head-dropped) ids and span start, and its branches."""
-
-    index: int
-    ids: list[int]
-    start: int
-    info: dict[str, Any] | None
-    branches: dict[str, list[int]] = field(default_factory=dict)
-
-    @property
-    def width(self) -> int:
-        return len(self.ids) + sum(len(b) for b in self.branches.values())
-
-
-def _load_error(name: str, exc: Exception) -> HaldetError:
-    return HaldetError(f"cannot load model {name!r}: {str(exc).splitlines()[0]}", where="--model",
-                       hint=f"offline? use a local path, a .gguf file, or an alias ({', '.join(MODEL_ALIASES)})")
-
-
-# how the hf backend decodes: its own lean loop (haldet.backends.decode) or transformers' `generate` (reference)
+# how the hf backend decodes: its own lean loop (haldet.backends.hf.decode) or transformers' `generate` (reference)
 DECODERS = ("haldet", "transformers")
 # faster numerics on CPU, never the default (they change answers): bfloat16 weights, int8 dynamic quantisation
 FAST_NUMERICS = ("none", "bf16", "int8")
@@ -127,6 +53,7 @@ KV_POOL_BYTES = 3 << 30
 
 class HFBackend(Backend):
     kind = "hf"
+    capabilities = frozenset(Capability)  # white-box: everything a stage may ask
     sampler = "seeded-nucleus-inverse-cdf-v2"  # SeededSampler.draw: per-row generator, one uniform per token
 
     def __init__(self, name: str, *, device: str = "auto", decoder: str = "haldet",
@@ -159,7 +86,7 @@ class HFBackend(Backend):
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(load_from)
         except OSError as exc:
-            raise _load_error(name, exc) from None
+            raise load_error(name, exc) from None
         self.tokenizer.padding_side = "left"
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
@@ -174,10 +101,10 @@ class HFBackend(Backend):
             try:
                 self._model = AutoModelForCausalLM.from_pretrained(self._source, dtype=self.dtype)
             except OSError as exc:
-                raise _load_error(self.name, exc) from None
+                raise load_error(self.name, exc) from None
             self._model.to(self.device).eval()
             if self.fast_numerics == "int8":
-                self._model = _int8_dynamic(self._model, self.device)
+                self._model = int8_dynamic(self._model, self.device)
             self.load_seconds = time.perf_counter() - start
             self.stop_ids = self._stop_ids()
         return self._model
@@ -253,7 +180,7 @@ class HFBackend(Backend):
             return [_cut_until(self, o, until) for o in outs] if until is not None else outs
         import torch
 
-        from haldet.backends.decode import decode
+        from haldet.backends.hf.decode import decode
 
         encoded = [self.encode_prompt(p) for p in prompts]
         order = sorted(range(len(prompts)), key=lambda i: len(encoded[i]))
@@ -313,13 +240,13 @@ class HFBackend(Backend):
                                              max_new_tokens=max_new_tokens, batch_size=batch_size, progress=progress)
         import torch
 
-        from haldet.backends.decode import decode
+        from haldet.backends.hf.decode import decode
 
         encoded = [self.encode_prompt(p) for p in prompts]
         order = sorted(range(len(prompts)), key=lambda i: len(encoded[i]))
         results: list[list[GenOutput] | None] = [None] * len(prompts)
         # row i * k + j is sample j of prompt order[i]; each row draws from its own seeded generator
-        sampler = _sampler_class()([_row_seed(seeds[i], j) for i in order for j in range(k)], temperature, top_p,
+        sampler = sampler_class()([row_seed(seeds[i], j) for i in order for j in range(k)], temperature, top_p,
                                    self.device)
         with torch.inference_mode():
             # the K rows of a prompt share its prefill; log-probs are the model's own (raw logits, temperature 1)
@@ -328,7 +255,7 @@ class HFBackend(Backend):
                          repeat=k, prefill_batch=max(1, batch_size // k),
                          pool_rows=max(self.pool_rows(encoded, max_new_tokens), k),
                          on_prompt_done=(lambda _: progress(1)) if progress is not None else None,
-                         hidden_layer=_layer_index(hidden[0], self.layer_count() + 1) if hidden else None,
+                         hidden_layer=layer_index(hidden[0], self.layer_count() + 1) if hidden else None,
                          hidden_pooling=hidden[1] if hidden else "mean")
         for pos, item in enumerate(order):
             rows = range(pos * k, (pos + 1) * k)
@@ -356,11 +283,11 @@ class HFBackend(Backend):
                                   max_new_tokens=max_new_tokens, output_logits=True, return_dict_in_generate=True,
                                   pad_token_id=self.tokenizer.pad_token_id, eos_token_id=sorted(self.stop_ids))
         per_call = max(1, batch_size // k)
-        sampler_cls = _sampler_class()
+        sampler_cls = sampler_class()
         for begin in range(0, len(order), per_call):
             batch = order[begin : begin + per_call]
             input_ids, attention = self._left_pad([encoded[i] for i in batch])
-            row_seeds = [_row_seed(seeds[i], j) for i in batch for j in range(k)]
+            row_seeds = [row_seed(seeds[i], j) for i in batch for j in range(k)]
             sampler = sampler_cls(row_seeds, temperature, top_p, self.device)
             with torch.inference_mode():
                 cache = self._prompt_cache(input_ids, attention, k)
@@ -408,7 +335,7 @@ class HFBackend(Backend):
             return [replace(self._finish(o.token_ids[:1], o.token_logprobs[:1]), extra=o.extra) for o in outs]
         import torch
 
-        from haldet.backends.decode import prefill, prefill_group
+        from haldet.backends.hf.decode import prefill, prefill_group
 
         encoded = [self.encode_prompt(p) for p in prompts]
         order = sorted(range(len(prompts)), key=lambda i: len(encoded[i]))
@@ -437,7 +364,7 @@ class HFBackend(Backend):
     def shares_heads(self) -> bool:
         """The lean loop on a full-attention model: `paired_replies` reads two prompts' common head once (padding
         between a head and its tails would shift a sliding window). Read from the config: no weights loaded."""
-        from haldet.backends.decode import mergeable
+        from haldet.backends.hf.decode import mergeable
 
         return self.decoder == "haldet" and mergeable(self.model_config)
 
@@ -459,8 +386,8 @@ class HFBackend(Backend):
                               hint="compute the evidence with its own pass")
         import torch
 
-        from haldet.backends.answer_reader import AnswerReader, reading_attention
-        from haldet.backends.decode import decode
+        from haldet.backends.hf.answer_reader import AnswerReader, reading_attention
+        from haldet.backends.hf.decode import decode
 
         encoded = [self.encode_prompt(p) for p in prompts]
         rows = self.pool_rows(encoded, max_new_tokens, states=request.icr)
@@ -515,7 +442,7 @@ class HFBackend(Backend):
                               "layers)", where=f"model {self.name}", hint="ask the two prompts apart")
         import torch
 
-        from haldet.backends.decode import common_prefix, decode
+        from haldet.backends.hf.decode import common_prefix, decode
 
         pairs = [(self.encode_prompt(a), self.encode_prompt(b)) for a, b in zip(first, second, strict=True)]
         shared = [common_prefix(pair) for pair in pairs]
@@ -574,141 +501,11 @@ class HFBackend(Backend):
     def forward(self, requests: list[ForwardRequest], *, layers: Sequence[int] | None, poolings: Sequence[str],
                 logprobs: bool, icr: bool, batch_size: int, progress: Any = None,
                 branch_pooling: str = "last") -> list[ForwardOutput]:
-        import torch
+        """The teacher-forced pass (`haldet.backends.hf.forward`)."""
+        return forward_pass(self, requests, layers=layers, poolings=poolings, logprobs=logprobs, icr=icr,
+                            batch_size=batch_size, progress=progress, branch_pooling=branch_pooling)
 
-        unknown = (set(poolings) | {branch_pooling}) - set(POOLINGS)
-        if unknown:
-            raise HaldetError(f"unknown pooling(s) {sorted(unknown)}", where="features.pooling",
-                              hint=f"choose from {', '.join(POOLINGS)}")
-        for req in requests:
-            if not 1 <= req.start <= len(req.ids):
-                raise ValueError(f"request {req.key}: span start {req.start} outside 1..{len(req.ids)}")
-            if not all(req.branches.values()):
-                raise ValueError(f"request {req.key}: a branch has no tokens")
-        if any(req.branches for req in requests) and not self.packs_branches():
-            return self._forward_unpacked(requests, layers=layers, poolings=poolings, logprobs=logprobs, icr=icr,
-                                          batch_size=batch_size, progress=progress, branch_pooling=branch_pooling)
-        model = self.model
-        n_states = self.layer_count() + 1
-        chosen = list(range(n_states)) if layers is None else [_layer_index(x, n_states) for x in layers]
-        window = self.window()
-        outputs: list[ForwardOutput | None] = [None] * len(requests)
-        runnable: list[_Row] = []
-        for i, req in enumerate(requests):
-            ids, start, info = req.ids, req.start, None
-            extra = max((len(b) for b in req.branches.values()), default=0)  # positions the branches go past ids
-            if len(ids) + extra > window:
-                if len(ids) - start + 1 + extra > window:
-                    outputs[i] = ForwardOutput(key=req.key, n_tokens=len(ids), window={
-                        "policy": "skipped", "tokens": len(ids) + extra, "window": window,
-                        "reason": "the answer alone exceeds the model window"})
-                    continue
-                drop = len(ids) + extra - window
-                ids, start = ids[drop:], start - drop
-                info = {"policy": "dropped_prompt_head", "tokens": len(req.ids) + extra, "window": window,
-                        "dropped_tokens": drop}
-            runnable.append(_Row(i, ids, start, info, req.branches))
-        runnable.sort(key=lambda r: r.width)
-        hooks: list[Any] = []
-        captured: list[Any] = []
-        original_attn = getattr(model.config, "_attn_implementation", None) or "sdpa"
-        if icr:
-            model.set_attn_implementation("eager")
-            for module in self._attention_modules():
-                hooks.append(module.register_forward_hook(
-                    lambda mod, args, out: captured.append(out[1].float().mean(dim=1) if out[1] is not None
-                                                           else None)))
-        try:
-            for begin in range(0, len(runnable), max(1, batch_size)):
-                batch = runnable[begin : begin + max(1, batch_size)]
-                captured.clear()
-                with torch.inference_mode():
-                    out = model(**self._packed_inputs(batch), output_hidden_states=True, use_cache=False,
-                                logits_to_keep=1)
-                    hidden = out.hidden_states
-                    if icr and (len(captured) != n_states - 1 or any(a is None for a in captured)):
-                        raise HaldetError("this model did not expose attention weights for ICR features",
-                                          where=f"model {self.name}",
-                                          hint="drop the icr feature group (features.groups)")
-                    for row, r in enumerate(batch):
-                        outputs[r.index] = self._row_output(requests[r.index].key, r, row, hidden, captured, chosen,
-                                                            poolings=poolings, logprobs=logprobs, icr=icr,
-                                                            branch_pooling=branch_pooling)
-                if progress is not None:
-                    progress(len(batch))
-        finally:
-            for hook in hooks:
-                hook.remove()
-            if icr and original_attn != "eager":
-                model.set_attn_implementation(original_attn)
-        return [o for o in outputs if o is not None]
-
-    def _row_output(self, key: str, r: _Row, row: int, hidden: Sequence[Any], captured: Sequence[Any],
-                    chosen: list[int], *, poolings: Sequence[str], logprobs: bool, icr: bool,
-                    branch_pooling: str) -> ForwardOutput:
-        """One request's results from its row of a batch: answer-span statistics, then each branch pooled."""
-        start, end = r.start, len(r.ids)
-        res = ForwardOutput(key=key, n_tokens=end, window=r.info)
-        if end > start:
-            if logprobs:
-                res.token_logprobs, res.token_entropies = self._token_stats(hidden[-1][row], r.ids, start)
-            for name in poolings:
-                res.pooled[name] = _pool(hidden, chosen, row, start, end, name)
-            if icr:
-                res.icr = icr_features([h[row].float() for h in hidden], [a[row][start:end] for a in captured],
-                                       start, end)
-        offset = end
-        for name, suffix in r.branches.items():
-            res.branch_states[name] = _pool(hidden, chosen, row, offset, offset + len(suffix), branch_pooling)
-            offset += len(suffix)
-        return res
-
-    def _packed_inputs(self, rows: Sequence[_Row]) -> dict[str, Any]:
-        """Right-padded ids (positions are the natural ones). Rows with branches are packed as
-        ids + branch 1 + branch 2 ...: explicit positions (each branch continues from len(ids)) and a 4D additive
-        mask in which a branch token sees the sequence and its own branch only (a padding token sees itself)."""
-        import torch
-
-        width = max(r.width for r in rows)
-        ids_t = torch.full((len(rows), width), self.tokenizer.pad_token_id, dtype=torch.long)
-        segment = torch.full((len(rows), width), -1, dtype=torch.long)  # 0 = sequence, k = branch k, -1 = pad
-        positions = torch.zeros((len(rows), width), dtype=torch.long)
-        for row, r in enumerate(rows):
-            seq, seg, pos = list(r.ids), [0] * len(r.ids), list(range(len(r.ids)))
-            for k, suffix in enumerate(r.branches.values(), start=1):
-                seq += suffix
-                seg += [k] * len(suffix)
-                pos += range(len(r.ids), len(r.ids) + len(suffix))
-            ids_t[row, : len(seq)] = torch.tensor(seq, dtype=torch.long)
-            segment[row, : len(seq)] = torch.tensor(seg, dtype=torch.long)
-            positions[row, : len(seq)] = torch.tensor(pos, dtype=torch.long)
-        if not any(r.branches for r in rows):
-            return {"input_ids": ids_t.to(self.device), "attention_mask": (segment >= 0).long().to(self.device)}
-        index = torch.arange(width)
-        query, key = segment[:, :, None], segment[:, None, :]
-        allowed = (index[None, :] <= index[:, None]) & (key >= 0) & ((key == 0) | (key == query))
-        allowed |= torch.eye(width, dtype=torch.bool)
-        mask = torch.zeros(allowed.shape, dtype=self.dtype).masked_fill(~allowed, torch.finfo(self.dtype).min)
-        return {"input_ids": ids_t.to(self.device), "attention_mask": mask[:, None].to(self.device),
-                "position_ids": positions.to(self.device)}
-
-    def _forward_unpacked(self, requests: list[ForwardRequest], **kwargs: Any) -> list[ForwardOutput]:
-        """Branches as separate sequences (ids + suffix, the suffix pooled): same results, more compute."""
-        pooling = kwargs.pop("branch_pooling")
-        main = self.forward([replace(r, branches={}) for r in requests], **kwargs)
-        branch_requests = [ForwardRequest(ids=r.ids + suffix, start=len(r.ids), key=f"{i}\x00{name}")
-                           for i, r in enumerate(requests) for name, suffix in r.branches.items()]
-        kwargs.update(poolings=[pooling], logprobs=False, icr=False)
-        for out in self.forward(branch_requests, **kwargs):
-            index, _, name = out.key.partition("\x00")
-            target = main[int(index)]
-            if pooling in out.pooled:
-                target.branch_states[name] = out.pooled[pooling]
-            if out.window is not None and target.window is None:
-                target.window = out.window
-        return main
-
-    def _attention_modules(self) -> list[Any]:
+    def attention_modules(self) -> list[Any]:
         """The self-attention module of every decoder layer, in order."""
         mods = [m for name, m in self.model.named_modules() if name.endswith("self_attn")]
         if len(mods) != self.layer_count():
@@ -732,32 +529,16 @@ class HFBackend(Backend):
             logits = torch.tanh(logits / cap) * cap
         return logits
 
-    def _token_stats(self, last_hidden: Any, ids: list[int], start: int) -> tuple[np.ndarray, np.ndarray]:
-        """Log-prob and entropy at each answer position, from the final hidden states of that row only."""
-        import torch
-
-        logp = self.answer_log_softmax(last_hidden, ids, start)
-        target = torch.tensor(ids[start:], dtype=torch.long, device=logp.device)
-        token_lp = logp.gather(-1, target[:, None]).squeeze(-1)
-        entropy = -(logp.exp() * logp).nan_to_num().sum(-1)
-        return token_lp.double().cpu().numpy(), entropy.double().cpu().numpy()
-
     def encode_response(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
-        from haldet.backends.hf_tokens import encode_response
-
-        return encode_response(self, text)
+        return tokens.encode_response(self, text)
 
     def token_offsets(self, ids: Sequence[int], text: str) -> list[tuple[int, int]]:
-        from haldet.backends.hf_tokens import token_offsets
-
-        return token_offsets(self, ids, text)
+        return tokens.token_offsets(self, ids, text)
 
     def token_pass(self, requests: list[TokenRequest], *, top_k: int, entropies: bool, attention: bool,
                    batch_size: int, progress: Any = None, layers: bool = False) -> list[TokenOutput]:
-        """Token-level evidence from one teacher-forced pass (`haldet.backends.hf_tokens`)."""
-        from haldet.backends.hf_tokens import token_pass
-
-        return token_pass(self, requests, top_k=top_k, entropies=entropies, attention=attention,
+        """Token-level evidence from one teacher-forced pass (`haldet.backends.hf.tokens`)."""
+        return tokens.token_pass(self, requests, top_k=top_k, entropies=entropies, attention=attention,
                           batch_size=batch_size, progress=progress, layers=layers)
 
     def _left_pad(self, seqs: list[list[int]]) -> tuple[Any, Any]:
@@ -797,136 +578,6 @@ class HFBackend(Backend):
                          finish_reason=finish)
 
 
-def _sampler_class() -> type:
-    """`SeededSampler` subclasses transformers' LogitsProcessor, imported lazily (transformers is heavy)."""
-    from transformers import LogitsProcessor
-
-    class SeededSampler(LogitsProcessor):  # type: ignore[misc]
-        """Sanitise non-finite logits, apply temperature and nucleus (top-p) filtering, and draw one token per row
-        with that row's own generator. Returns scores that are -inf except at the drawn token, so the generate
-        loop's own draw is forced to it: the randomness comes only from the per-row seeds."""
-
-        def __init__(self, seeds: Sequence[int], temperature: float, top_p: float, device: Any) -> None:
-            import torch
-
-            self.generators = [torch.Generator(device=device).manual_seed(int(s)) for s in seeds]
-            self.temperature = temperature
-            self.top_p = top_p
-            self.sanitised = 0
-            self.sanitised_rows = [0] * len(self.generators)
-
-        def __call__(self, input_ids: Any, scores: Any) -> Any:
-            """As a transformers logits processor (all rows present): scores forced to the drawn tokens."""
-            import torch
-
-            chosen = self.draw(scores, torch.arange(scores.shape[0], device=scores.device))
-            forced = torch.full_like(scores, float("-inf"))
-            forced[torch.arange(len(chosen)), chosen] = 0.0
-            return forced
-
-        def draw(self, scores: Any, rows: Any) -> Any:
-            """One token per row of `scores`; `rows` are the rows' original indices (whose generators draw)."""
-            import torch
-
-            logits = scores.float()
-            bad = ~torch.isfinite(logits)
-            if bool(bad.any()):
-                self.sanitised += int(bad.sum())
-                for row, n in zip(rows.tolist(), bad.sum(dim=-1).tolist(), strict=True):
-                    self.sanitised_rows[row] += int(n)
-                logits = torch.nan_to_num(logits, nan=-1e4, posinf=1e4, neginf=-1e4)
-            logits = logits.clamp(-1e4, 1e4) / self.temperature
-            probs = torch.softmax(logits, dim=-1)
-            uniforms = torch.stack([torch.rand((), generator=self.generators[row], device=self.generators[row].device)
-                                    for row in rows.tolist()])
-            return nucleus_draw(probs, self.top_p, uniforms.to(probs.device))
-
-    return SeededSampler
-
-
-def nucleus_draw(probs: Any, top_p: float, uniforms: Any, head: int = 1024) -> Any:
-    """One token per row from its top-p nucleus, renormalised, by inverse CDF with the row's uniform in [0, 1).
-
-    The nucleus: in descending probability, the tokens whose strictly more likely tokens hold less than `top_p` of
-    the mass (the most likely token always). A row's token is the first one, in that order, whose cumulative mass
-    exceeds uniform x (nucleus mass). Rows whose `head` most likely tokens already hold `top_p` are read from a
-    partial sort (`topk`); only the others sort the whole vocabulary; `top_p >= 1` needs no order at all. Per
-    decoding step this costs a fraction of masking the vocabulary and calling `multinomial` row by row."""
-    import torch
-
-    if top_p >= 1.0:
-        cum = probs.cumsum(dim=-1)
-        pos = torch.searchsorted(cum, (uniforms * cum[:, -1])[:, None].contiguous(), right=True).squeeze(-1)
-        return pos.clamp(max=probs.shape[-1] - 1)
-    values, index = probs.topk(min(head, probs.shape[-1]), dim=-1)
-    wide = values.sum(dim=-1) < top_p  # the head holds less than top_p: these rows need the full order
-    chosen = torch.empty(probs.shape[0], dtype=torch.long, device=probs.device)
-    narrow_rows, wide_rows = (~wide).nonzero().flatten(), wide.nonzero().flatten()
-    if len(narrow_rows):
-        chosen[narrow_rows] = _draw_sorted(values[narrow_rows], index[narrow_rows], top_p, uniforms[narrow_rows])
-    if len(wide_rows):
-        values, index = probs[wide_rows].sort(dim=-1, descending=True)
-        chosen[wide_rows] = _draw_sorted(values, index, top_p, uniforms[wide_rows])
-    return chosen
-
-
-def _draw_sorted(values: Any, index: Any, top_p: float, uniforms: Any) -> Any:
-    """`nucleus_draw` on probabilities already in descending order (`index`: their token ids)."""
-    import torch
-
-    cum = values.cumsum(dim=-1)
-    kept = ((cum - values) < top_p).sum(dim=-1).clamp_min(1)  # the nucleus is a prefix of the order
-    mass = cum.gather(-1, (kept - 1)[:, None]).squeeze(-1)
-    pos = torch.searchsorted(cum, (uniforms * mass)[:, None].contiguous(), right=True).squeeze(-1)
-    return index.gather(-1, torch.minimum(pos, kept - 1)[:, None]).squeeze(-1)
-
-
-def _jsd(p: Any, q: Any) -> Any:
-    """Jensen-Shannon divergence (nats) between distributions along the last axis."""
-    import torch
-
-    m = 0.5 * (p + q)
-
-    def kl(a: Any, b: Any) -> Any:
-        return torch.where(a > 0, a * (torch.log(a.clamp_min(1e-30)) - torch.log(b.clamp_min(1e-30))), 0.0).sum(-1)
-
-    return 0.5 * kl(p, m) + 0.5 * kl(q, m)
-
-
-def icr_features(hidden: Sequence[Any], attn_rows: Sequence[Any], start: int, end: int) -> np.ndarray:
-    """Per-layer ICR features of one sequence (ICR Probe, Zhang et al. 2025, our implementation).
-
-    For layer l (1..L) and answer position t, the residual update is d = h_l[t] - h_{l-1}[t]. Its projection onto
-    each visible token's previous-layer state, <h_{l-1}[j], d> / |h_{l-1}[j]| for j <= t, softmaxed over j, says
-    which tokens the update moved towards; the ICR score is the Jensen-Shannon divergence between that
-    distribution and the layer's head-averaged attention row a_l[t, :t+1]. Columns (`ICR_COLUMNS`): mean, std and
-    max of the score over answer tokens, and the mean relative update size |d| / |h_{l-1}[t]|.
-    `hidden`: L + 1 tensors [S, D] (float32); `attn_rows`: L tensors [end - start, >= end], the head-averaged
-    attention rows of the answer positions.
-    """
-    import torch
-
-    n_layers = len(attn_rows)
-    out = np.zeros((n_layers, len(ICR_COLUMNS)), dtype=np.float32)
-    positions = torch.arange(start, end)
-    for layer in range(1, n_layers + 1):
-        prev = hidden[layer - 1][:end]
-        delta = hidden[layer][positions] - prev[positions]  # [T, D]
-        norms = prev.norm(dim=-1).clamp_min(1e-6)  # [S]
-        proj = (delta @ prev.T) / norms  # [T, S]
-        causal = torch.arange(end)[None, :] <= positions[:, None]
-        proj = proj.masked_fill(~causal, float("-inf"))
-        p = torch.softmax(proj, dim=-1)
-        a = attn_rows[layer - 1][:, :end].float()
-        a = a.masked_fill(~causal, 0.0)
-        a = a / a.sum(-1, keepdim=True).clamp_min(1e-12)
-        score = _jsd(p, a)
-        ratio = delta.norm(dim=-1) / norms[positions]
-        out[layer - 1] = [float(score.mean()), float(score.std(unbiased=False)), float(score.max()),
-                          float(ratio.mean())]
-    return out
-
-
 def _cut_until(backend: HFBackend, out: GenOutput, until: Callable[[str], bool]) -> GenOutput:
     """A full greedy answer cut after its first token at which `until(text so far)` holds (the reference path)."""
     for n in range(1, len(out.token_ids) + 1):
@@ -935,40 +586,3 @@ def _cut_until(backend: HFBackend, out: GenOutput, until: Callable[[str], bool])
             cut.finish_reason = "stop"
             return cut
     return out
-
-
-def _int8_dynamic(model: Any, device: Any) -> Any:
-    """Linear layers as int8 dynamic quantisation (`fast_numerics="int8"`, CPU only): faster, other answers."""
-    import torch
-
-    if device.type != "cpu":
-        raise HaldetError("int8 dynamic quantisation runs on CPU only", where="fast_numerics",
-                          hint="use fast_numerics: none or bf16 on GPUs")
-    with warnings.catch_warnings():  # torch marks its quantized tensor constructors deprecated; they still work
-        warnings.filterwarnings("ignore", category=UserWarning, message=".*quantiz.*deprecated")
-        return torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
-
-
-def _row_seed(seed: int, j: int) -> int:
-    """Seed of sample j of an item whose base seed is `seed` (stable across runs and batchings)."""
-    return (int(seed) * 1_000_003 + j * 7_919 + 17) % (2**63 - 1)
-
-
-def _layer_index(layer: int, n_states: int) -> int:
-    idx = layer + n_states if layer < 0 else layer
-    if not 0 <= idx < n_states:
-        raise HaldetError(f"layer {layer} is out of range for a model with {n_states} hidden-state layers "
-                          f"(0 = embeddings .. {n_states - 1})", where="features.layers / sample.hidden_layer")
-    return idx
-
-
-def _pool(hidden: Sequence[Any], layers: list[int], row: int, start: int, end: int, name: str) -> np.ndarray:
-    """[len(layers), D] pooled over the span [start, end): mean, last, tbg (start - 1), slt (end - 2)."""
-    import torch
-
-    if name == "mean":
-        vecs = [hidden[layer][row, start:end].float().mean(dim=0) for layer in layers]
-    else:
-        pos = {"last": end - 1, "tbg": start - 1, "slt": max(start, end - 2)}[name]
-        vecs = [hidden[layer][row, pos].float() for layer in layers]
-    return torch.stack(vecs).cpu().numpy().astype(np.float32)

@@ -25,7 +25,8 @@ import numpy as np
 import torch
 
 from haldet.backends.base import AnswerEvidence, EvidenceRequest, FollowUp, ForwardOutput, Reply
-from haldet.backends.decode import Prefilled, _merge, _Pool, copy_rows, fork
+from haldet.backends.hf.decode import Pool, Prefilled, copy_rows, fork, merge
+from haldet.backends.hf.states import icr_features
 
 READ_ATTENTION = "haldet_sdpa_reading"  # attention implementation name: SDPA output, attention rows on the side
 _ROWS: list[torch.Tensor] | None = None  # while a step's attention rows are read: one [R, kv] per layer
@@ -145,7 +146,7 @@ class AnswerReader:
         self.room = len(self.tails) + max((f.max_new_tokens for f in request.follow_ups.values()), default=0)
         self.prompt_tokens: dict[int, int] = {}
         self.pool_rows = pool_rows  # replies decoded together (`flush`)
-        self.waiting: dict[str, tuple[list[_Pool], list[Reply]]] = {}  # follow-up -> pool parts, their replies
+        self.waiting: dict[str, tuple[list[Pool], list[Reply]]] = {}  # follow-up -> pool parts, their replies
         # the branches' shared work (cache copy, packed pass) is charged by token count; a token both kinds of
         # branch read counts half to each
         statements = len(request.statements)
@@ -205,11 +206,11 @@ class AnswerReader:
         self._rows = []
         return _collect(self._rows) if self.request.icr else contextlib.nullcontext()
 
-    def stepped(self, pool: _Pool, fed: torch.Tensor, states: tuple[torch.Tensor, ...]) -> None:
+    def stepped(self, pool: Pool, fed: torch.Tensor, states: tuple[torch.Tensor, ...]) -> None:
         with self._timed("features"):
             self._stepped(pool, fed, states)
 
-    def _stepped(self, pool: _Pool, fed: torch.Tensor, states: tuple[torch.Tensor, ...]) -> None:
+    def _stepped(self, pool: Pool, fed: torch.Tensor, states: tuple[torch.Tensor, ...]) -> None:
         if not self.states:
             for row in pool.rows[fed].tolist():
                 self.answer[row].append(torch.empty(0))  # the answer's length is still counted
@@ -221,7 +222,7 @@ class AnswerReader:
             if attention is not None:
                 self.attention[row].append(attention[i][:, pool.mask[i].bool()])
 
-    def ended(self, pool: _Pool, index: torch.Tensor) -> None:
+    def ended(self, pool: Pool, index: torch.Tensor) -> None:
         rows = pool.rows[index].tolist()
         replies: dict[int, dict[str, Reply]] = {row: {} for row in rows}
         branch_states: dict[int, dict[str, np.ndarray]] = {row: {} for row in rows}
@@ -249,12 +250,10 @@ class AnswerReader:
         asked = self.request.layers if self.kept is None else slice(None)  # every layer was kept for ICR
         picked, before = span[:, asked], prompt[-1, asked]
         pooled = {"mean": picked.mean(dim=0), "last": picked[-1], "slt": picked[max(0, len(answer) - 2)],
-                  "tbg": before}  # as `hf._pool`: second-to-last answer token, the token before the answer
+                  "tbg": before}  # as `states.pool_states`: second-to-last answer token, the token before the answer
         for name in self.request.poolings:
             out.pooled[name] = pooled[name].cpu().numpy().astype(np.float32)
         if self.request.icr:
-            from haldet.backends.hf import icr_features
-
             hidden = torch.cat([prompt, span]).transpose(0, 1)  # [L + 1, S + T, D]
             end = hidden.shape[1]
             rows = torch.zeros((len(attention[0]), len(answer), end))  # [L, T, S + T]
@@ -318,7 +317,7 @@ class AnswerReader:
         waiting = self.waiting.setdefault(name, ([], []))
         ids = torch.arange(len(waiting[1]), len(waiting[1]) + len(rows), device=device)
         waiting[1].extend(made)
-        waiting[0].append(_Pool(
+        waiting[0].append(Pool(
             cache=cache, mask=torch.cat([state.mask, own.to(device)[None].expand(len(rows), -1).long()], dim=-1),
             last_pos=state.last_pos + len(f.tail), rows=ids, chosen=first, live=live,
             flush=torch.zeros_like(live), width=torch.full((len(rows),), -1, device=device)))
@@ -335,7 +334,7 @@ class AnswerReader:
         """The waiting replies of follow-up `name`, decoded greedily together in one pool until each has ended."""
         parts, made = self.waiting.pop(name)
         f = self.request.follow_ups[name]
-        pool = _merge(parts, room=f.max_new_tokens)
+        pool = merge(parts, room=f.max_new_tokens)
         while pool is not None and bool(pool.live.any()):
             logits, _ = pool.step(self.model, False)
             logp = torch.log_softmax(logits, dim=-1)
@@ -348,7 +347,7 @@ class AnswerReader:
                     pool.live[i] = False
             pool.chosen = chosen
             if 4 * int((~pool.live).sum()) >= int(pool.live.sum()):  # ended replies are a fifth: drop them
-                pool = _merge([pool], room=f.max_new_tokens)
+                pool = merge([pool], room=f.max_new_tokens)
 
     def _ended(self, tokens: list[int], f: FollowUp) -> bool:
         return (tokens[-1] in self.stops or len(tokens) >= f.max_new_tokens

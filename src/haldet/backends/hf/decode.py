@@ -9,7 +9,7 @@ a fixed batch runs at the pace of its longest answer. This loop does per step on
   `max_new_tokens`), rows left-padded to one width; a merge (rows joining, ended rows dropped) is one copy, and
   columns no row reads any more are trimmed away;
 - the log-prob of the chosen token only (`logit - logsumexp`), never a stacked [batch, steps, vocab] tensor;
-- an evidence reader (`Reader`, haldet.backends.answer_reader) may keep the states each step computes anyway and
+- an evidence reader (`Reader`, haldet.backends.hf.answer_reader) may keep the states each step computes anyway and
   continue each ended row's cache (`fork`) before the row leaves the pool.
 Greedy answers are the argmax of the same logits `generate` sees, so they are identical up to the last bits of
 batched arithmetic (checked by tests/test_decode.py on real prompts and counted by benchmarks/generation.py).
@@ -45,7 +45,7 @@ class Decoded:
 
 
 class Reader(Protocol):
-    """What `decode` shows an evidence reader (haldet.backends.answer_reader) while it decodes."""
+    """What `decode` shows an evidence reader (haldet.backends.hf.answer_reader) while it decodes."""
 
     def admitted(self, rows: torch.Tensor, state: Prefilled) -> None:
         """Rows whose prompts were just read, with every layer's states over the prompts."""
@@ -56,10 +56,10 @@ class Reader(Protocol):
     def stepping(self) -> AbstractContextManager[Any]:
         """Entered around each decoding step."""
 
-    def stepped(self, pool: _Pool, fed: torch.Tensor, states: tuple[torch.Tensor, ...]) -> None:
+    def stepped(self, pool: Pool, fed: torch.Tensor, states: tuple[torch.Tensor, ...]) -> None:
         """Every layer's states ([R, 1, D] each) of the step in which rows `fed` of the pool read a token."""
 
-    def ended(self, pool: _Pool, index: torch.Tensor) -> None:
+    def ended(self, pool: Pool, index: torch.Tensor) -> None:
         """Rows `index` of the pool have ended and are about to leave it (`fork` copies their caches)."""
 
 
@@ -226,7 +226,7 @@ def mergeable(config: Any) -> bool:
 
 
 @dataclass
-class _Pool:
+class Pool:
     """Rows decoded together: their cache (left-padded to one width), mask, last positions, global row ids, next
     input tokens, which rows still choose tokens (`live`), which have ended but still feed their last token once to
     read its hidden state (`flush`), and for an ended row the cache width it filled (`width`; later steps write
@@ -269,7 +269,7 @@ def _first_read_column(mask: torch.Tensor) -> int:
     return int(mask.any(dim=0).long().argmax())
 
 
-def _merge(parts: list[_Pool], *, room: int) -> _Pool | None:
+def merge(parts: list[Pool], *, room: int) -> Pool | None:
     """One pool of the still-running rows of `parts` (None when there are none): one copy of their caches into
     buffers left-padded to a common width, with `room` free positions after it; leading columns that no row reads
     are left out. A single part is only compacted in place (rows selected, leading padding trimmed)."""
@@ -311,11 +311,11 @@ def _merge(parts: list[_Pool], *, room: int) -> _Pool | None:
                       for m, s, w in zip(masks, starts, widths, strict=True)])
     joined = [torch.cat([getattr(p, name)[index] for p, index in chosen])
               for name in ("last_pos", "rows", "chosen", "live", "flush", "width")]
-    return _Pool(cache=cache, mask=mask, last_pos=joined[0], rows=joined[1], chosen=joined[2], live=joined[3],
+    return Pool(cache=cache, mask=mask, last_pos=joined[0], rows=joined[1], chosen=joined[2], live=joined[3],
                  flush=joined[4], width=joined[5])
 
 
-def fork(pool: _Pool, index: torch.Tensor, room: int) -> Prefilled:
+def fork(pool: Pool, index: torch.Tensor, room: int) -> Prefilled:
     """Rows `index` of the pool as they ended, copied into a cache of their own with `room` free positions: each
     row's answered conversation (the columns it filled and reads; columns written after it ended, and padding, are
     left out), ready to be continued (`extend` with branches, further decoding). The rows' columns are packed to
@@ -431,7 +431,7 @@ def decode(model: Any, seqs: Sequence[Sequence[int]], *, max_new_tokens: int, st
                     on_prompt_done(row // repeat)
         return chosen, torch.tensor(ended, dtype=torch.bool, device=logits.device)
 
-    def admit(first: int, count: int) -> _Pool:
+    def admit(first: int, count: int) -> Pool:
         """Read prompts first..first+count-1 and choose their rows' first tokens."""
         group = seqs[first : first + count]
         group_tails = [tail for per_prompt in tails[first : first + count] for tail in per_prompt] if tails else []
@@ -454,14 +454,14 @@ def decode(model: Any, seqs: Sequence[Sequence[int]], *, max_new_tokens: int, st
         chosen, ended = record(logits, rows)
         flush = unread(chosen, ended)
         width = torch.where(ended & ~flush, mask.shape[1], -1)
-        return _Pool(cache=cache, mask=mask, last_pos=last_pos, rows=rows, chosen=chosen, live=~ended, flush=flush,
+        return Pool(cache=cache, mask=mask, last_pos=last_pos, rows=rows, chosen=chosen, live=~ended, flush=flush,
                      width=width)
 
     def unread(chosen: torch.Tensor, ended: torch.Tensor) -> torch.Tensor:
         """Ended rows whose last token is part of the answer (not a stop token): its state is still to be read."""
         return ended & ~torch.isin(chosen, stops) if capture else torch.zeros_like(ended)
 
-    def absorb(pool: _Pool, index: torch.Tensor, hidden: torch.Tensor) -> None:
+    def absorb(pool: Pool, index: torch.Tensor, hidden: torch.Tensor) -> None:
         """Pool the step's hidden states of the rows that fed one of their own tokens (running or flushing)."""
         rows, states = pool.rows[index], hidden[index]
         if out.states is None:
@@ -479,7 +479,7 @@ def decode(model: Any, seqs: Sequence[Sequence[int]], *, max_new_tokens: int, st
     if reader is not None and not can_merge:
         raise ValueError("reading answers' branches needs a full-attention cache")
 
-    def leave(pool: _Pool | None) -> None:
+    def leave(pool: Pool | None) -> None:
         """The pool's ended rows are about to leave it: the reader sees each once, with its cache."""
         if reader is not None and pool is not None:
             index = (~pool.active).nonzero().flatten()
@@ -487,7 +487,7 @@ def decode(model: Any, seqs: Sequence[Sequence[int]], *, max_new_tokens: int, st
                 reader.ended(pool, index)
 
     refill_at = max(repeat, pool_rows // 4)  # free rows that make it worth reading more prompts (one merge copy)
-    pool: _Pool | None = None
+    pool: Pool | None = None
     waiting = 0  # the next prompt to read
     while True:
         live = pool.n_live if pool is not None else 0
@@ -506,13 +506,13 @@ def decode(model: Any, seqs: Sequence[Sequence[int]], *, max_new_tokens: int, st
                 free -= count * repeat
                 if not can_merge:
                     break
-            pool = _merge(parts, room=max_new_tokens)
+            pool = merge(parts, room=max_new_tokens)
         elif pool is None or busy == 0:
             leave(pool)
             break
         elif 4 * (pool.n - busy) >= busy:  # ended rows are a fifth of the pool: stop computing them
             leave(pool)
-            pool = _merge([pool], room=max_new_tokens)
+            pool = merge([pool], room=max_new_tokens)
         if pool is None or not bool(pool.active.any()):
             continue
         fed = pool.active.nonzero().flatten()

@@ -3,25 +3,24 @@
 It gives, for each answer token, its log-probability, the entropy of the model's distribution there, the top-k
 tokens with the observed token forced in at index 0, and (when asked) the attention between answer tokens reduced
 to a max over layers and heads (Focus's propagation weights). Offsets map tokens to characters of the response, so
-units (entities, sentences, claims) find their tokens by overlap. Kept apart from `hf.py` (generation) on purpose:
-one concept per module, and the decoding loop changes independently of this pass.
+units (entities, sentences, claims) find their tokens by overlap. Kept apart from `backend` (generation) on
+purpose: one concept per module, and the decoding loop changes independently of this pass. Takes the backend as a
+`LoadedModel` argument, so it never imports `backend`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from haldet.backends.base import TokenOutput, TokenRequest
+from haldet.backends.hf.loading import LoadedModel
 from haldet.errors import HaldetError
 
-if TYPE_CHECKING:
-    from haldet.backends.hf import HFBackend
 
-
-def encode_response(backend: HFBackend, text: str) -> tuple[list[int], list[tuple[int, int]]]:
+def encode_response(backend: LoadedModel, text: str) -> tuple[list[int], list[tuple[int, int]]]:
     """Ids and character offsets of a given response; needs a fast tokenizer (offset mapping)."""
     tok = backend.tokenizer
     if not getattr(tok, "is_fast", False):
@@ -31,7 +30,7 @@ def encode_response(backend: HFBackend, text: str) -> tuple[list[int], list[tupl
     return list(enc.input_ids), [(int(a), int(b)) for a, b in enc.offset_mapping]
 
 
-def token_offsets(backend: HFBackend, ids: Sequence[int], text: str) -> list[tuple[int, int]]:
+def token_offsets(backend: LoadedModel, ids: Sequence[int], text: str) -> list[tuple[int, int]]:
     """Offsets of generated ids in their decoded answer text (decoded prefixes; the answer text was stripped, so
     offsets are shifted by the leading whitespace and clipped to the text)."""
     tok = backend.tokenizer
@@ -61,7 +60,7 @@ def topk_with_observed(logp: Any, observed: Any, k: int) -> tuple[Any, Any]:
     return torch.cat([observed[:, None], rest_ids], dim=1), torch.cat([obs_lp, rest_lp], dim=1)
 
 
-def token_pass(backend: HFBackend, requests: list[TokenRequest], *, top_k: int, entropies: bool, attention: bool,
+def token_pass(backend: LoadedModel, requests: list[TokenRequest], *, top_k: int, entropies: bool, attention: bool,
                batch_size: int, progress: Any = None, layers: bool = False) -> list[TokenOutput]:
     import torch
 
@@ -113,7 +112,7 @@ def token_pass(backend: HFBackend, requests: list[TokenRequest], *, top_k: int, 
             else:
                 captured.append(layer_max)
 
-        hooks = [m.register_forward_hook(reduce) for m in backend._attention_modules()]
+        hooks = [m.register_forward_hook(reduce) for m in backend.attention_modules()]
     try:
         step = max(1, batch_size)
         for begin in range(0, len(rows), step):

@@ -1,0 +1,115 @@
+"""Where the `hf` backend's weights come from, and what its passes need of a loaded model.
+
+Loads a hub id, a local directory, a GGUF file, or an embedded alias. A GGUF model is dequantised once and
+cached as safetensors under the user cache dir (a GGUF-loaded model refuses `save_pretrained`, so a fresh model
+is built from the same config without its quantization config, given the state dict, and saved), so later loads
+take well under a second. `LoadedModel` is what the teacher-forced passes (`forward`, `tokens`) read of the
+backend: they sit below `backend` and take it as an argument, so no module here imports the backend class.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import warnings
+from pathlib import Path
+from typing import Any, Protocol
+
+from haldet.assets import MODEL_ALIASES, cache_dir, file_sha256
+from haldet.errors import HaldetError
+
+
+class LoadedModel(Protocol):
+    """What a teacher-forced pass reads of the `hf` backend (`HFBackend` is one)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def model(self) -> Any: ...
+
+    @property
+    def tokenizer(self) -> Any: ...
+
+    @property
+    def device(self) -> Any: ...
+
+    @property
+    def dtype(self) -> Any: ...
+
+    def window(self) -> int: ...
+
+    def layer_count(self) -> int: ...
+
+    def packs_branches(self) -> bool: ...
+
+    def attention_modules(self) -> list[Any]: ...
+
+    def answer_log_softmax(self, last_hidden: Any, ids: list[int], start: int) -> Any: ...
+
+
+def resolve_model_path(name: str) -> tuple[str, Path | None]:
+    """(what to load, gguf file or None). Aliases and `.gguf` paths give a GGUF file."""
+    if name in MODEL_ALIASES:
+        return name, MODEL_ALIASES[name]()
+    path = Path(name).expanduser()
+    if name.endswith(".gguf"):
+        if not path.is_file():
+            raise HaldetError(f"GGUF file not found: {name}", where="--model",
+                              hint=f"give an existing .gguf file, a model directory, a hub id, or an alias "
+                                   f"({', '.join(MODEL_ALIASES)})")
+        return str(path), path
+    if path.exists():
+        if not (path / "config.json").exists():
+            raise HaldetError(f"{name} is not a model directory (no config.json)", where="--model",
+                              hint="point --model at a directory saved by transformers, a .gguf file, or a hub id")
+        return str(path), None
+    if name.startswith((".", "/", "~")) or name.count("/") > 1:
+        raise HaldetError(f"model path does not exist: {name}", where="--model",
+                          hint=f"known aliases: {', '.join(MODEL_ALIASES)}")
+    return name, None
+
+
+def converted_gguf_dir(gguf: Path) -> Path:
+    """Directory of the safetensors conversion of a GGUF file, created once (atomically) if missing."""
+    digest = file_sha256(gguf, limit=1 << 22)[:12]
+    target = cache_dir() / "models" / f"{gguf.stem}-{digest}"
+    if (target / "haldet-converted.json").exists():
+        return target
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    tmp = target.with_name(target.name + f".tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    gguf_model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    config = AutoConfig.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    fresh = AutoModelForCausalLM.from_config(config)
+    fresh.load_state_dict(gguf_model.state_dict())
+    fresh.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    (tmp / "haldet-converted.json").write_text(json.dumps({"gguf": str(gguf), "sha256_head": digest}))
+    if target.exists():
+        shutil.rmtree(target)
+    os.replace(tmp, target)
+    return target
+
+
+
+def load_error(name: str, exc: Exception) -> HaldetError:
+    return HaldetError(f"cannot load model {name!r}: {str(exc).splitlines()[0]}", where="--model",
+                       hint=f"offline? use a local path, a .gguf file, or an alias ({', '.join(MODEL_ALIASES)})")
+
+
+def int8_dynamic(model: Any, device: Any) -> Any:
+    """Linear layers as int8 dynamic quantisation (`fast_numerics="int8"`, CPU only): faster, other answers."""
+    import torch
+
+    if device.type != "cpu":
+        raise HaldetError("int8 dynamic quantisation runs on CPU only", where="fast_numerics",
+                          hint="use fast_numerics: none or bf16 on GPUs")
+    with warnings.catch_warnings():  # torch marks its quantized tensor constructors deprecated; they still work
+        warnings.filterwarnings("ignore", category=UserWarning, message=".*quantiz.*deprecated")
+        return torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
