@@ -204,13 +204,6 @@ class Backend:
         """Everything that identifies the weights and tokenizer (goes into every stage key)."""
         return {"backend": self.kind, "model": self.name}
 
-    def reset_usage(self) -> None:
-        """Start a new count of calls, tokens and cost (a remote model reports them per cell); nothing by default."""
-
-    def usage_report(self) -> dict[str, Any]:
-        """Calls, tokens and cost since `reset_usage` (a remote model); empty for a local model."""
-        return {}
-
     def render_chat(self, messages: list[dict[str, str]]) -> str:
         """Serialise chat messages into the model's prompt text (its chat template, or a role-based format)."""
         raise self.unavailable("chat rendering")

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from haldet.backends.base import Backend
+from haldet.backends.base import Backend, Capability
 from haldet.config import RunConfig, digest
 from haldet.datasets.base import DATASETS, get_adapter
 from haldet.detectors.base import DETECTORS
@@ -194,9 +194,8 @@ def _score_all(protocol: Protocol, config: RunConfig, ctx: CellContext, items: l
 def _finish(result: CellResult, ctx: CellContext) -> CellResult:
     result.timings = dict(ctx.timings)
     result.counts = dict(ctx.counts)
-    usage = ctx.backend.usage_report()  # a remote target model: calls, tokens, cost, breaker state
-    if usage:
-        result.data["backend_usage"] = usage
+    if Capability.USAGE in ctx.backend.capabilities:  # a remote target model: calls, tokens, cost, breaker state
+        result.data["backend_usage"] = ctx.backend.usage_report()
     return result
 
 

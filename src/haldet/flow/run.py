@@ -80,7 +80,9 @@ def validate_names(config: RunConfig) -> None:
     for name in config.detectors:
         DETECTORS.get(name, where="--detector")
     Cascade.from_config(config.judge)  # an LLM judge without a model, a missing template dir: fail before generating
-    check_signals(config)  # hidden-state detectors on an API model: fail before any work
+    requires = {name: DETECTORS.get(name, where="--detector").requires for name in config.detectors}
+    # hidden-state detectors on an API model: fail before any work
+    check_signals(config, requires, {name: cls.requires for name, cls in DETECTORS})
 
 
 def run(config: RunConfig, out: Path, *, update: bool = False, progress: Progress = no_progress,
