@@ -21,7 +21,7 @@ from haldet.config import JudgeConfig, stage_key
 from haldet.judges.base import JudgeFailure
 from haldet.judges.cascade import Cascade, Outcome
 from haldet.schema import Label
-from haldet.stages.base import CellContext, Item, Stage
+from haldet.stages.base import STAGES, CellContext, Item, Stage
 from haldet.store import StageLog, atomic_write_text
 
 FAILED = "annotate.failed"
@@ -29,8 +29,8 @@ _CHEAP_PREFIX = "rule:"
 _FLUSH_EVERY = 64
 
 
+@STAGES.register("annotate")
 class AnnotateStage(Stage):
-    name = "annotate"
 
     def __init__(self, ctx: CellContext, judge: JudgeConfig | None = None, cascade: Cascade | None = None) -> None:
         super().__init__(ctx)

@@ -22,8 +22,9 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from haldet import locking
-from haldet.backends.base import Backend
+from haldet.backends.base import AnswerEvidence, Backend, EvidenceRequest
 from haldet.config import RunConfig
+from haldet.registry import Registry
 from haldet.schema import Generation, Instance
 from haldet.signals import Signal
 from haldet.store import CellStore
@@ -79,9 +80,16 @@ class CellContext:
 
 
 class Stage:
-    """Base class of an evidence stage."""
+    """Base class of an evidence stage. A registered stage (`@STAGES.register(name)`) declares what it provides,
+    so the planner (`haldet.stages.plan`) derives which stages a set of signals needs and in which order."""
 
     name: ClassVar[str] = ""
+    # the signals this stage's records hold (read back by `haldet.stages.loader.EvidenceLoader`)
+    provides: ClassVar[frozenset[Signal]] = frozenset()
+    # stages this one runs after when both are planned (those it reads, and those a run reports first)
+    after: ClassVar[tuple[str, ...]] = ()
+    # array signal -> (array name in this stage's HDF5 shards, record group that must be valid; "" = none)
+    arrays: ClassVar[dict[Signal, tuple[str, str]]] = {}
 
     def __init__(self, ctx: CellContext) -> None:
         self.ctx = ctx
@@ -213,3 +221,21 @@ class Stage:
                 if self._left:
                     advance(self._left)
             self.ctx.timings[self.name] = self.ctx.timings.get(self.name, 0.0) + time.perf_counter() - start
+
+
+class DecodingReader(Stage):
+    """A stage whose records can also be read while the primary answer is decoded (`generate_with_evidence`):
+    the generate stage finds the planned ones through the registry, so it never imports them."""
+
+    def reads(self, request: EvidenceRequest) -> EvidenceRequest:
+        """`request` with what this stage reads of each answer while it is decoded."""
+        raise NotImplementedError
+
+    def from_decoding(self, batch: list[Item], evidence: list[AnswerEvidence],
+                      seconds: float) -> list[dict[str, Any]]:
+        """Records from the evidence read while the answers were decoded (`evidence[i]` of `batch[i]`)."""
+        raise NotImplementedError
+
+
+# Every stage class, registered by its module's decorator (`load_builtins` imports the modules of haldet.stages).
+STAGES: Registry[type[Stage]] = Registry("stage", "haldet.stages")

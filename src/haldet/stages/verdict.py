@@ -32,7 +32,8 @@ from typing import Any
 from haldet.config import digest, stage_key
 from haldet.errors import HaldetError
 from haldet.schema import Instance, SpanLabel
-from haldet.stages.base import Item, Stage
+from haldet.signals import Signal
+from haldet.stages.base import STAGES, Item, Stage
 
 
 @dataclass(frozen=True)
@@ -107,8 +108,10 @@ def asks_of(detectors: Sequence[Any]) -> list[Ask]:
     return sorted(asks, key=lambda a: (a.shots, a.prompt))
 
 
+@STAGES.register("verdict")
 class VerdictStage(Stage):
-    name = "verdict"
+    provides = frozenset({Signal.VERDICT})
+    after = ("generate", "sample", "auxiliary", "features")
 
     def __init__(self, ctx: Any, asks: Sequence[Ask] | None = None) -> None:
         super().__init__(ctx)
