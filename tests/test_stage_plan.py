@@ -1,0 +1,61 @@
+"""The stage planner: which stages a detector set needs and in which order, derived from what stages declare."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from haldet.detectors.base import DETECTORS
+from haldet.errors import HaldetError
+from haldet.signals import Signal
+from haldet.stages.base import Stage
+from haldet.stages.loader import needed_stages
+from haldet.stages.plan import plan, providers, stage_order, stage_provides
+
+
+def _requires(*names: str) -> set[Signal]:
+    return set().union(*(DETECTORS.get(name).requires for name in names))
+
+
+def test_plan_of_a_known_detector_set() -> None:
+    # verdict, features, samples and the auxiliary prompt, asked in a scrambled order: run order is by `after`
+    signals = _requires("llm_judge", "saplma", "semantic_entropy", "verbalized", "perplexity")
+    assert stage_order(signals) == ["generate", "sample", "auxiliary", "features", "verdict"]
+    assert needed_stages(signals) == ["sample", "auxiliary", "features", "verdict"]
+    assert stage_order(_requires("self_eval", "eigenscore")) == ["generate", "sample", "auxiliary"]
+    assert stage_order(_requires("ccp", "focus", "perplexity")) == ["generate"]  # token pass rides on generate
+    assert stage_order(set()) == ["generate"]  # the answer exists whether or not a detector reads it
+
+
+def test_every_signal_has_one_stage() -> None:
+    by_signal = providers()
+    assert set(by_signal) == set(Signal)
+    assert list(stage_provides()) == ["generate", "sample", "auxiliary", "features", "verdict"]
+
+
+def _toy(name: str, provides: set[Signal], after: tuple[str, ...] = ()) -> type[Stage]:
+    attrs: dict[str, Any] = {"name": name, "provides": frozenset(provides), "after": after}
+    return type(f"Toy{name.title()}", (Stage,), attrs)
+
+
+def test_stages_that_run_after_each_other_are_refused() -> None:
+    stages = [_toy("primary", {Signal.RESPONSE}), _toy("a", {Signal.SAMPLES}, ("b",)),
+              _toy("b", {Signal.VERBALIZED}, ("a",))]
+    with pytest.raises(HaldetError, match="cycle: a after b, b after a"):
+        plan({Signal.SAMPLES, Signal.VERBALIZED}, stages)
+    # either one alone is fine: `after` orders only the stages that are planned
+    assert [cls.name for cls in plan({Signal.SAMPLES}, stages)] == ["a", "primary"]
+
+
+def test_a_signal_no_stage_provides_is_refused() -> None:
+    stages = [_toy("primary", {Signal.RESPONSE}), _toy("a", {Signal.SAMPLES}, ("primary",))]
+    with pytest.raises(HaldetError, match="no stage provides hidden_mean"):
+        plan({Signal.SAMPLES, Signal.HIDDEN_MEAN}, stages)
+    assert [cls.name for cls in plan({Signal.SAMPLES}, stages)] == ["primary", "a"]
+
+
+def test_a_signal_two_stages_provide_is_refused() -> None:
+    stages = [_toy("primary", {Signal.RESPONSE}), _toy("a", {Signal.SAMPLES}), _toy("b", {Signal.SAMPLES})]
+    with pytest.raises(HaldetError, match="provided by two stages"):
+        plan({Signal.SAMPLES}, stages)
