@@ -52,7 +52,7 @@ class AnnotateStage(Stage):
         with self.ctx.store.lock(self.name):
             done = self.records(items)
             todo = [item for item in items if item.id not in done]
-            self.ctx.counts[f"{self.name}_computed"] = len(todo)
+            self.ctx.counts.stage(self.name).computed = len(todo)
             if todo:
                 self._judge(todo, done, failed_log)
             self._rewrite_failures(failed_log, items, done)
@@ -91,7 +91,7 @@ class AnnotateStage(Stage):
         finally:
             flush()
             self.ctx.timings[self.name] = self.ctx.timings.get(self.name, 0.0) + time.perf_counter() - start
-        self.ctx.counts[f"{self.name}_failed"] = len(self.failures)
+        self.ctx.counts.stage(self.name).failed = len(self.failures)
 
     def _rewrite_failures(self, failed_log: StageLog, items: Sequence[Item], done: dict[str, Any]) -> None:
         """Keep only failures that still stand: the latest per (id, key), minus items labelled since."""

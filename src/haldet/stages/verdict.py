@@ -179,10 +179,11 @@ class VerdictStage(Stage):
                     computed += len(todo)
                     self._current = ask
                     self._compute_missing(todo, {})
-        self.ctx.counts[f"{self.name}_computed"] = computed
+        counts = self.ctx.counts.stage(self.name)
+        counts.computed = computed
         n_failed = sum(len(v) for v in self.failures.values())
         if n_failed:
-            self.ctx.counts[f"{self.name}_failed"] = n_failed
+            counts.failed = n_failed
         return self.records(items)
 
     def _choose_examples(self, ask: Ask, items: Sequence[Item]) -> list[Item]:
