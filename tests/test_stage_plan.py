@@ -10,6 +10,7 @@ from haldet.detectors.base import DETECTORS
 from haldet.errors import HaldetError
 from haldet.signals import Signal
 from haldet.stages.base import Stage
+from haldet.stages.counts import StageCounts, StageTally
 from haldet.stages.loader import needed_stages
 from haldet.stages.plan import plan, providers, stage_order, stage_provides
 
@@ -59,3 +60,16 @@ def test_a_signal_two_stages_provide_is_refused() -> None:
     stages = [_toy("primary", {Signal.RESPONSE}), _toy("a", {Signal.SAMPLES}), _toy("b", {Signal.SAMPLES})]
     with pytest.raises(HaldetError, match="provided by two stages"):
         plan({Signal.SAMPLES}, stages)
+
+
+def test_stage_counts_keep_the_manifest_flat_form() -> None:
+    tally = StageTally()
+    tally.stage("generate").computed = 0
+    tally.stage("sample").computed = 3
+    tally.stage("sample").add_failed(1)
+    tally.stage("sample").add_failed(2)
+    tally.stage("features")  # touched, nothing counted: absent from the flat form
+    assert dict(tally) == {"generate_computed": 0, "sample_computed": 3, "sample_failed": 3}
+    assert tally.get("features_computed") is None and tally["sample_failed"] == 3
+    again = StageTally.from_flat(dict(tally))
+    assert again.stages["sample"] == StageCounts(computed=3, failed=3) and again == tally

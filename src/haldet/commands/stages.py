@@ -90,7 +90,7 @@ def run_stage(run_dir: Path, stage: str, *, overrides: dict[str, dict[str, Any]]
             runner = stage_class(stage)(ctx)
             runner.ensure(items)
             summaries.append({"dataset": ctx.dataset, "model": ctx.model, "items": len(items),
-                              "computed": ctx.counts.get(f"{stage}_computed", 0),
+                              "computed": ctx.counts.stage(stage).computed or 0,
                               "seconds": round(ctx.timings.get(stage, 0.0), 3),
                               "not_computed": runner.unread_parts()})
     return summaries

@@ -79,8 +79,8 @@ class GenerateStage(Stage):
                 outputs[pos], evidence[pos] = outs[k], found[k] if found else None
         per_item = (time.perf_counter() - start) / max(1, len(batch))
         reading = [ev.seconds for ev in evidence if ev is not None]
-        read_s = {stage.name: sum(s.get(stage.name, 0.0) for s in reading) / len(reading) for stage in readers
-                  } if reading else {}
+        charged = dict.fromkeys(name for s in reading for name in s)  # the stages the reader charged, in its order
+        read_s = {stage: sum(s.get(stage, 0.0) for s in reading) / len(reading) for stage in charged}
         per_item -= sum(read_s.values()) * len(reading) / max(1, len(batch))  # the decoding's own share
         self._store_evidence(readers, batch, outputs, evidence, read_s)
         records: dict[str, dict[str, Any]] = {}
