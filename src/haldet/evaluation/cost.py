@@ -53,7 +53,7 @@ def stage_of(signal: Signal, stage_signals: StageSignals) -> str | None:
     return next((stage for stage, provided in stage_signals.items() if signal in provided), None)
 
 
-def stages_for(signals: Iterable[Signal], stage_signals: StageSignals) -> list[str]:
+def stages_of(signals: Iterable[Signal], stage_signals: StageSignals) -> list[str]:
     """The stages these signals come from, the primary one always, in run order."""
     wanted = set(signals)
     return [stage for stage, provided in stage_signals.items() if stage == PRIMARY_STAGE or provided & wanted]
@@ -199,7 +199,7 @@ def detector_cost(requires: Iterable[Signal | str], evidence: Mapping[str, Mappi
     stage -> provided signals in run order (`haldet.stages.plan.stage_provides()`)."""
     signals = [Signal(s) for s in requires]
     needs = _stage_needs(signals, stage_signals)
-    stages = stages_for(signals, stage_signals)
+    stages = stages_of(signals, stage_signals)
     out: dict[str, Any] = {"evidence": evidence_type(signals, stage_signals), "stages": "+".join(stages)}
     gen = evidence.get(PRIMARY_STAGE, {})
     out["gen_s_item"] = gen.get("seconds_per_item")
