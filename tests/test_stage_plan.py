@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -9,7 +11,7 @@ import pytest
 from haldet.detectors.base import DETECTORS
 from haldet.errors import HaldetError
 from haldet.signals import Signal
-from haldet.stages.base import Stage
+from haldet.stages.base import DecodingReader, Stage
 from haldet.stages.counts import StageCounts, StageTally
 from haldet.stages.loader import needed_stages
 from haldet.stages.plan import plan, providers, stage_order, stage_provides
@@ -73,3 +75,25 @@ def test_stage_counts_keep_the_manifest_flat_form() -> None:
     assert tally.get("features_computed") is None and tally["sample_failed"] == 3
     again = StageTally.from_flat(dict(tally))
     assert again.stages["sample"] == StageCounts(computed=3, failed=3) and again == tally
+
+
+def _imports(path: Path) -> set[str]:
+    """Every module a file imports, at any depth (function bodies and TYPE_CHECKING blocks too)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+    return found
+
+
+def test_generate_finds_its_readers_without_importing_them() -> None:
+    """generate stores the features/auxiliary records read while decoding through the plan, so none of the three
+    imports another back (function bodies and TYPE_CHECKING included); evaluation/ gets the stage map handed in."""
+    src = Path(__file__).parents[1] / "src" / "haldet"
+    assert not _imports(src / "stages" / "generate.py") & {"haldet.stages.auxiliary", "haldet.stages.features"}
+    for path in (src / "evaluation").glob("*.py"):
+        assert not {m for m in _imports(path) if m.startswith("haldet.stages")}, path.name
+    readers = [cls.name for cls in plan(set(Signal)) if issubclass(cls, DecodingReader)]
+    assert readers == ["auxiliary", "features"]
