@@ -4,6 +4,9 @@ import pytest
 
 from haldet.evaluation.cost import detector_cost, evidence_type, stage_stats
 from haldet.signals import Signal
+from haldet.stages.plan import stage_provides
+
+STAGES = stage_provides()
 
 
 def _evidence():
@@ -48,7 +51,8 @@ def test_previous_timing_used_when_fully_cached():
 def test_cost_rows_sum():
     ev = _evidence()
     # a sampling detector that also reads hidden states: sample + features, plus fit and scoring
-    cost = detector_cost({Signal.SAMPLES, Signal.HIDDEN_MEAN}, ev, fit_s=3.0, score_s=0.8, n_scored=20, n=100)
+    cost = detector_cost({Signal.SAMPLES, Signal.HIDDEN_MEAN}, ev, stage_signals=STAGES, fit_s=3.0, score_s=0.8,
+                         n_scored=20, n=100)
     assert cost["prep_sample_s_item"] == pytest.approx(1.5)
     assert cost["prep_features_s_item"] == pytest.approx(0.5)
     assert cost["prep_s_item"] == pytest.approx(cost["prep_sample_s_item"] + cost["prep_features_s_item"])
@@ -62,11 +66,12 @@ def test_cost_rows_sum():
 
 def test_primary_generation_is_not_extra_and_aux_parts_are_separate():
     ev = _evidence()
-    ppl = detector_cost({Signal.TOKEN_LOGPROBS}, ev, fit_s=0.0, score_s=0.1, n_scored=10)
+    ppl = detector_cost({Signal.TOKEN_LOGPROBS}, ev, stage_signals=STAGES, fit_s=0.0, score_s=0.1, n_scored=10)
     assert ppl["extra_calls_item"] == 0 and ppl["prep_s_item"] == 0
     assert ppl["cost_at_n"] == pytest.approx(100 * 0.01)
-    verb = detector_cost({Signal.VERBALIZED}, ev, fit_s=0.0, score_s=0.0, n_scored=10)
-    both = detector_cost({Signal.VERBALIZED, Signal.SELF_EVAL}, ev, fit_s=0.0, score_s=0.0, n_scored=10)
+    verb = detector_cost({Signal.VERBALIZED}, ev, stage_signals=STAGES, fit_s=0.0, score_s=0.0, n_scored=10)
+    both = detector_cost({Signal.VERBALIZED, Signal.SELF_EVAL}, ev, stage_signals=STAGES, fit_s=0.0, score_s=0.0,
+                         n_scored=10)
     assert verb["extra_calls_item"] == 1 and verb["extra_tokens_item"] == 4
     assert verb["prep_auxiliary_s_item"] == pytest.approx(0.2)
     assert both["extra_calls_item"] == 2 and both["prep_auxiliary_s_item"] == pytest.approx(0.4)
@@ -75,16 +80,16 @@ def test_primary_generation_is_not_extra_and_aux_parts_are_separate():
 def test_missing_timing_gives_no_cost_number():
     ev = _evidence()
     del ev["features"]
-    cost = detector_cost({Signal.HIDDEN_MEAN}, ev, fit_s=1.0, score_s=0.1, n_scored=10)
+    cost = detector_cost({Signal.HIDDEN_MEAN}, ev, stage_signals=STAGES, fit_s=1.0, score_s=0.1, n_scored=10)
     assert cost["cost_at_n"] is None and "features" in cost["cost_note"]
 
 
 def test_evidence_types():
-    assert evidence_type({Signal.SAMPLES}) == "repeated generation"
-    assert evidence_type({Signal.SELF_EVAL}) == "auxiliary prompt"
-    assert evidence_type({Signal.HIDDEN_MEAN}) == "internal states"
-    assert evidence_type({Signal.TOKEN_LOGPROBS}) == "single-generation likelihood"
-    assert evidence_type({Signal.RESPONSE}) == "output text"
+    assert evidence_type({Signal.SAMPLES}, STAGES) == "repeated generation"
+    assert evidence_type({Signal.SELF_EVAL}, STAGES) == "auxiliary prompt"
+    assert evidence_type({Signal.HIDDEN_MEAN}, STAGES) == "internal states"
+    assert evidence_type({Signal.TOKEN_LOGPROBS}, STAGES) == "single-generation likelihood"
+    assert evidence_type({Signal.RESPONSE}, STAGES) == "output text"
 
 
 def test_unrecorded_token_counts_are_unknown_not_zero():
@@ -92,7 +97,7 @@ def test_unrecorded_token_counts_are_unknown_not_zero():
     aux = {f"i{k}": {"id": f"i{k}", "verbalized": "0.8", "self_eval_text": "True", "seconds": 0.4} for k in range(3)}
     ev = {"auxiliary": stage_stats("auxiliary", aux)}
     assert ev["auxiliary"]["calls_per_item"] == 2 and ev["auxiliary"]["tokens_per_item"] is None
-    cost = detector_cost({Signal.SELF_EVAL}, ev, fit_s=0.0, score_s=0.0, n_scored=3)
+    cost = detector_cost({Signal.SELF_EVAL}, ev, stage_signals=STAGES, fit_s=0.0, score_s=0.0, n_scored=3)
     assert cost["extra_calls_item"] == 1 and cost["extra_tokens_item"] is None
     assert "token counts" in cost["cost_note"]
     assert cost["cost_at_n"] == pytest.approx(100 * 0.2)  # time is known: Cost@N still stands

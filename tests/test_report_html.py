@@ -16,6 +16,7 @@ from haldet.report.rundata import load_run
 from haldet.report.svg import Point, scatter_logx
 from haldet.report.tables import tex_escape
 from haldet.signals import Signal
+from haldet.stages.plan import stage_provides
 from haldet.store import RunStore
 
 DETS = {"perplexity": ("gray", {Signal.TOKEN_LOGPROBS}), "lexical_similarity": ("black", {Signal.SAMPLES}),
@@ -46,7 +47,7 @@ def make_run(root: Path, seed: int = 0) -> Path:
                 s = y * (0.4 + 0.4 * k) + rng.normal(size=40)
                 cell.log(f"scores/{det}").append({"id": i, "key": f"sk-{det}", "value": float(v), "reason": ""}
                                                  for i, v in zip(ids, s, strict=True))
-                cost = detector_cost(req, ev, fit_s=0.3 * k, score_s=0.02, n_scored=40)
+                cost = detector_cost(req, ev, stage_signals=stage_provides(), fit_s=0.3 * k, score_s=0.02, n_scored=40)
                 for m in evaluate(y, s, n_boot=50):
                     rows.append({"dataset": ds, "scenario": scen, "model": model, "detector": det, "family": fam,
                                  "metric": m.metric, "value": m.value, "ci_low": m.ci_low, "ci_high": m.ci_high,

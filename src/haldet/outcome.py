@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from haldet.stages.counts import StageTally
+
 EXIT_FAILURES = 1
 ALLOW_HINT = "rerun to retry only the failed items, or pass --allow-failures to accept a partial result"
 
@@ -21,9 +23,8 @@ def _cell_error(cell: Any) -> list[str]:
 
 def _stage_failures(cell: Any) -> list[str]:
     out = []
-    for key, n in sorted(cell.counts.items()):
-        if key.endswith("_failed") and n and key != "annotate_failed":
-            stage = key[: -len("_failed")]
+    for stage, counts in sorted(StageTally.from_flat(cell.counts).stages.items()):
+        if (n := counts.failed) and stage != "annotate":
             out.append(f"{n} item(s) got no {stage} evidence: the model endpoint never answered "
                        f"(listed in {stage}.failed.jsonl)")
     usage = cell.data.get("backend_usage") or {}

@@ -1,4 +1,5 @@
-"""The signals detectors read, which stage produces each, and the read-only view detectors get.
+"""The signals detectors read and the read-only view detectors get (which stage provides each: the stage classes'
+`provides`, planned by `haldet.stages.plan`).
 
 Detectors never call the model: they declare `requires` (a set of `Signal`) and read those signals from a
 `SignalView`. The runner computes only the stages that the selected detectors' signals need.
@@ -79,32 +80,6 @@ class Signal(StrEnum):
     UNIT_HIDDEN_SCORES = "unit_hidden_scores"  # [L + 1, U + 1] per-layer hidden-state log-det of each unit
 
 
-SIGNAL_STAGE: dict[Signal, str] = {
-    Signal.RESPONSE: "generate",
-    Signal.TOKEN_LOGPROBS: "generate",
-    Signal.SAMPLES: "sample",
-    Signal.SAMPLE_LOGLIKS: "sample",
-    Signal.SAMPLE_HIDDEN: "sample",
-    Signal.VERBALIZED: "auxiliary",
-    Signal.SELF_EVAL: "auxiliary",
-    Signal.TOKEN_ENTROPIES: "features",
-    # token-level evidence from the generate stage's one teacher-forced token pass (stages/tokens.py)
-    Signal.ANSWER_ENTROPIES: "generate",
-    Signal.TOKEN_OFFSETS: "generate",
-    Signal.TOKEN_TOPK_IDS: "generate",
-    Signal.TOKEN_TOPK_LOGPROBS: "generate",
-    Signal.TOKEN_ATTENTION: "generate",
-    Signal.TOKEN_ATTN_LOGDIAG: "generate",
-    Signal.UNIT_HIDDEN_SCORES: "generate",
-    Signal.HIDDEN_MEAN: "features",
-    Signal.HIDDEN_LAST: "features",
-    Signal.SEP_FEATURES: "features",
-    Signal.CCS_FEATURES: "features",
-    Signal.PRISM_FEATURES: "features",
-    Signal.ICR_FEATURES: "features",
-    Signal.VERDICT: "verdict",
-}
-
 SIGNAL_ACCESS: dict[Signal, Access] = {
     Signal.RESPONSE: Access.BLACK,
     Signal.SAMPLES: Access.BLACK,
@@ -120,24 +95,12 @@ SIGNAL_ACCESS: dict[Signal, Access] = {
     Signal.TOKEN_TOPK_LOGPROBS: Access.GRAY,
 }
 
-# signals read from the teacher-forced token pass of the generate stage (beyond the generation record itself)
-TOKEN_PASS_SIGNALS = frozenset({Signal.ANSWER_ENTROPIES, Signal.TOKEN_OFFSETS, Signal.TOKEN_TOPK_IDS,
-                                Signal.TOKEN_TOPK_LOGPROBS, Signal.TOKEN_ATTENTION, Signal.TOKEN_ATTN_LOGDIAG,
-                                Signal.UNIT_HIDDEN_SCORES})
-
 
 def access_of(signals: frozenset[Signal]) -> Access:
     """The family a set of signals implies: the most privileged access among them."""
     order = [Access.BLACK, Access.GRAY, Access.WHITE]
     levels = [order.index(SIGNAL_ACCESS.get(s, Access.WHITE)) for s in signals] or [0]
     return order[max(levels)]
-
-
-def stages_for(signals: frozenset[Signal] | set[Signal]) -> list[str]:
-    """Stages needed for these signals, in pipeline order."""
-    order = ["generate", "sample", "auxiliary", "features", "verdict"]
-    needed = {SIGNAL_STAGE[s] for s in signals} | {"generate"}
-    return [s for s in order if s in needed]
 
 
 SignalLoader = Callable[[Signal, Sequence[str]], list[Any]]

@@ -26,9 +26,10 @@ from haldet.errors import HaldetError
 from haldet.flow.cell import prepare_cell
 from haldet.flow.run import check_run_dir
 from haldet.locking import notify
-from haldet.signals import SIGNAL_STAGE, Signal
+from haldet.signals import Signal
 from haldet.stages.base import CellContext, Item, Progress, no_progress
-from haldet.stages.loader import ARRAY_SIGNALS, EvidenceLoader, stage_class
+from haldet.stages.loader import EvidenceLoader
+from haldet.stages.plan import providers, stage_class
 from haldet.store import RunStore, _h5_name, clean_stale_temps
 
 LOGPROB_TOLERANCE = 1e-3  # teacher-forced vs generation log-prob, nats (float32 batching noise is ~1e-5)
@@ -90,7 +91,7 @@ def run_stage(run_dir: Path, stage: str, *, overrides: dict[str, dict[str, Any]]
             runner = stage_class(stage)(ctx)
             runner.ensure(items)
             summaries.append({"dataset": ctx.dataset, "model": ctx.model, "items": len(items),
-                              "computed": ctx.counts.get(f"{stage}_computed", 0),
+                              "computed": ctx.counts.stage(stage).computed or 0,
                               "seconds": round(ctx.timings.get(stage, 0.0), 3),
                               "not_computed": runner.unread_parts()})
     return summaries
@@ -110,11 +111,13 @@ def inspect_run(run_dir: Path) -> list[dict[str, Any]]:
         loader = EvidenceLoader(ctx, have_gen)
         cell: dict[str, Any] = {"dataset": ctx.dataset, "model": ctx.model, "items": len(items),
                                 "signals": {}, "arrays": {}, "checks": {}, "problems": []}
+        by_signal = providers()
         for signal in Signal:
-            stage = SIGNAL_STAGE[signal]
+            cls = by_signal[signal]
+            stage = cls.name
             recs = gen if stage == "generate" else loader.records(stage)
-            if signal in ARRAY_SIGNALS:
-                name, group = ARRAY_SIGNALS[signal]
+            if signal in cls.arrays:
+                name, group = cls.arrays[signal]
                 n = sum(1 for r in recs.values() if r.get("shard") and name in r.get("arrays", {name: 0})
                         and group not in r.get("invalid", {}))
             elif stage == "generate":

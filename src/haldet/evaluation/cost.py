@@ -9,7 +9,8 @@ evidence stage once per (dataset, model) cell, so the same attribution is recons
   calls and generated tokens per item. The auxiliary stage is split into its parts (`verbalized`, `self_eval`),
   since Verbalized Confidence needs one auxiliary call and Self-Evaluation the other.
 * `detector_cost` charges a detector the full per-item time of every stage part it depends on (through the
-  signal -> stage map of `haldet.signals`), except the primary `generate` stage: the answer exists whether or not
+  stage -> provided signals map it is handed, `haldet.stages.plan.stage_provides`: this layer does not import the
+  stages), except the primary `generate` stage: the answer exists whether or not
   it is checked, its log-probabilities come with it, and appendix G counts extra generations "beyond the primary
   response". Its time is reported apart (`gen_s_item`) so a user can add it.
 
@@ -32,9 +33,11 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from haldet.signals import SIGNAL_ACCESS, SIGNAL_STAGE, Signal, stages_for
+from haldet.signals import SIGNAL_ACCESS, Signal
 
 PRIMARY_STAGE = "generate"
+# stage -> the signals it provides, in run order (`haldet.stages.plan.stage_provides()`)
+StageSignals = Mapping[str, frozenset[Signal]]
 DEFAULT_N = 100
 # signal -> part of its stage (stages whose parts are separate model calls)
 SIGNAL_PART: dict[Signal, str] = {Signal.VERBALIZED: "verbalized", Signal.SELF_EVAL: "self_eval"}
@@ -45,10 +48,21 @@ EVIDENCE_TYPES = ("repeated generation", "auxiliary prompt", "internal states", 
                   "output text")
 
 
-def evidence_type(requires: Iterable[Signal | str]) -> str:
+def stage_of(signal: Signal, stage_signals: StageSignals) -> str | None:
+    """The stage that provides `signal` (None: no stage does)."""
+    return next((stage for stage, provided in stage_signals.items() if signal in provided), None)
+
+
+def stages_of(signals: Iterable[Signal], stage_signals: StageSignals) -> list[str]:
+    """The stages these signals come from, the primary one always, in run order."""
+    wanted = set(signals)
+    return [stage for stage, provided in stage_signals.items() if stage == PRIMARY_STAGE or provided & wanted]
+
+
+def evidence_type(requires: Iterable[Signal | str], stage_signals: StageSignals) -> str:
     """How a detector acquires its evidence (Figure 2 colours): the most expensive kind it needs."""
     signals = {Signal(s) for s in requires}
-    stages = {SIGNAL_STAGE.get(s, "") for s in signals}
+    stages = {stage_of(s, stage_signals) or "" for s in signals}
     if "sample" in stages:
         return "repeated generation"
     if "auxiliary" in stages:
@@ -167,11 +181,11 @@ def _per(total: float | None, n: int) -> float | None:
     return None if total is None else (total / n if n else 0.0)
 
 
-def _stage_needs(requires: Iterable[Signal]) -> dict[str, set[str]]:
+def _stage_needs(requires: Iterable[Signal], stage_signals: StageSignals) -> dict[str, set[str]]:
     """Stage -> needed parts ('' = the whole stage)."""
     needs: dict[str, set[str]] = {}
     for signal in requires:
-        stage = SIGNAL_STAGE.get(signal)
+        stage = stage_of(signal, stage_signals)
         if stage is None:
             continue
         needs.setdefault(stage, set()).add(SIGNAL_PART.get(signal, ""))
@@ -179,12 +193,14 @@ def _stage_needs(requires: Iterable[Signal]) -> dict[str, set[str]]:
 
 
 def detector_cost(requires: Iterable[Signal | str], evidence: Mapping[str, Mapping[str, Any]], *,
-                  fit_s: float | None, score_s: float | None, n_scored: int, n: int = DEFAULT_N) -> dict[str, Any]:
-    """Cost columns of one detector on one cell (see the module docstring for the formulas)."""
+                  stage_signals: StageSignals, fit_s: float | None, score_s: float | None, n_scored: int,
+                  n: int = DEFAULT_N) -> dict[str, Any]:
+    """Cost columns of one detector on one cell (see the module docstring for the formulas); `stage_signals`:
+    stage -> provided signals in run order (`haldet.stages.plan.stage_provides()`)."""
     signals = [Signal(s) for s in requires]
-    needs = _stage_needs(signals)
-    stages = stages_for(frozenset(signals))
-    out: dict[str, Any] = {"evidence": evidence_type(signals), "stages": "+".join(stages)}
+    needs = _stage_needs(signals, stage_signals)
+    stages = stages_of(signals, stage_signals)
+    out: dict[str, Any] = {"evidence": evidence_type(signals, stage_signals), "stages": "+".join(stages)}
     gen = evidence.get(PRIMARY_STAGE, {})
     out["gen_s_item"] = gen.get("seconds_per_item")
     prep: float | None = 0.0

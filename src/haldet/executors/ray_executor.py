@@ -137,10 +137,9 @@ class ShardRunner:
                 continue  # its remaining items are computed by the cell (the serial path) right after
             computed += n
             if failed:
-                key = f"{stage.name}_failed"
-                stage.ctx.counts[key] = stage.ctx.counts.get(key, 0) + failed
+                stage.ctx.counts.stage(stage.name).add_failed(failed)
         stage.ctx.timings[stage.name] = stage.ctx.timings.get(stage.name, 0.0) + time.perf_counter() - start
-        stage.ctx.counts[f"{stage.name}_sharded"] = stage.ctx.counts.get(f"{stage.name}_sharded", 0) + computed
+        stage.ctx.counts.stage(stage.name).add_sharded(computed)
 
 
 def _shard_task(cfg: dict[str, Any], out: str, dataset: str, model: str, stage_name: str,
@@ -149,7 +148,7 @@ def _shard_task(cfg: dict[str, Any], out: str, dataset: str, model: str, stage_n
     Returns (items computed, items that failed)."""
     from haldet.stages.base import no_progress
     from haldet.stages.generate import GenerateStage, attach_generations
-    from haldet.stages.loader import stage_class
+    from haldet.stages.plan import stage_class
     from haldet.store import RunStore
 
     config = RunConfig.model_validate(cfg)

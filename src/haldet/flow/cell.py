@@ -147,7 +147,7 @@ def run_cell(config: RunConfig, store: RunStore, dataset: str, model: str, progr
         if r == 0:
             stage_records[GenerateStage.name] = {i.id: gen_records[i.id] for i in evaluated}
             result.evidence = {name: stage_stats(name, recs, wall_seconds=ctx.timings.get(name),
-                                                 computed=ctx.counts.get(f"{name}_computed"),
+                                                 computed=ctx.counts.stage(name).computed,
                                                  previous=(previous.get("evidence") or {}).get(name))
                                for name, recs in stage_records.items()}
         view = SignalView(ids=[i.id for i in evaluated], instances=[i.instance for i in evaluated],

@@ -9,6 +9,7 @@ from haldet.detectors.base import DETECTORS
 from haldet.evaluation.cost import DEFAULT_N, detector_cost
 from haldet.flow.cell import CellResult
 from haldet.provenance import substitutes
+from haldet.stages.plan import stage_provides
 
 
 def result_rows(cell: CellResult, cost_n: int = DEFAULT_N) -> list[dict[str, Any]]:
@@ -20,7 +21,7 @@ def result_rows(cell: CellResult, cost_n: int = DEFAULT_N) -> list[dict[str, Any
         cost = detector_cost(DETECTORS.get(run.name, where="--detector").requires, cell.evidence,
                              fit_s=round(run.fit_seconds, 6) if timed else None,
                              score_s=round(run.score_seconds, 6) if timed else None,
-                             n_scored=run.n_scored, n=cost_n) if not run.error else {}
+                             n_scored=run.n_scored, n=cost_n, stage_signals=stage_provides()) if not run.error else {}
         if not timed and not run.error:
             cost["cost_note"] = "scores read from an earlier run's cache that recorded no fit/score timings"
         for m in run.metrics:

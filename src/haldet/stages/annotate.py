@@ -21,7 +21,7 @@ from haldet.config import JudgeConfig, stage_key
 from haldet.judges.base import JudgeFailure
 from haldet.judges.cascade import Cascade, Outcome
 from haldet.schema import Label
-from haldet.stages.base import CellContext, Item, Stage
+from haldet.stages.base import STAGES, CellContext, Item, Stage
 from haldet.store import StageLog, atomic_write_text
 
 FAILED = "annotate.failed"
@@ -29,8 +29,8 @@ _CHEAP_PREFIX = "rule:"
 _FLUSH_EVERY = 64
 
 
+@STAGES.register("annotate")
 class AnnotateStage(Stage):
-    name = "annotate"
 
     def __init__(self, ctx: CellContext, judge: JudgeConfig | None = None, cascade: Cascade | None = None) -> None:
         super().__init__(ctx)
@@ -52,7 +52,7 @@ class AnnotateStage(Stage):
         with self.ctx.store.lock(self.name):
             done = self.records(items)
             todo = [item for item in items if item.id not in done]
-            self.ctx.counts[f"{self.name}_computed"] = len(todo)
+            self.ctx.counts.stage(self.name).computed = len(todo)
             if todo:
                 self._judge(todo, done, failed_log)
             self._rewrite_failures(failed_log, items, done)
@@ -91,7 +91,7 @@ class AnnotateStage(Stage):
         finally:
             flush()
             self.ctx.timings[self.name] = self.ctx.timings.get(self.name, 0.0) + time.perf_counter() - start
-        self.ctx.counts[f"{self.name}_failed"] = len(self.failures)
+        self.ctx.counts.stage(self.name).failed = len(self.failures)
 
     def _rewrite_failures(self, failed_log: StageLog, items: Sequence[Item], done: dict[str, Any]) -> None:
         """Keep only failures that still stand: the latest per (id, key), minus items labelled since."""

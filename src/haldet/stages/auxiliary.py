@@ -34,7 +34,7 @@ from haldet.backends.base import AnswerEvidence, Backend, Capability, EvidenceRe
 from haldet.confidence import confidence_complete, confidence_statement, parse_confidence
 from haldet.config import stage_key
 from haldet.signals import Signal
-from haldet.stages.base import Item, Stage
+from haldet.stages.base import STAGES, DecodingReader, Item
 from haldet.stages.generate import GenerateStage
 
 PROMPT_VERSION = "aux-v3"  # bump when the wording below changes: it is part of the cache key
@@ -83,8 +83,10 @@ def p_true_from_logprobs(true_lps: list[float], false_lps: list[float]) -> tuple
     return p, lt, lf
 
 
-class AuxiliaryStage(Stage):
-    name = "auxiliary"
+@STAGES.register("auxiliary")
+class AuxiliaryStage(DecodingReader):
+    provides = frozenset({Signal.VERBALIZED, Signal.SELF_EVAL})
+    after = ("generate", "sample")
 
     def queries(self) -> tuple[bool, bool]:
         """(verbalized, self-evaluation): the configured queries that a selected detector reads."""

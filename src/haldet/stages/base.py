@@ -22,10 +22,12 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from haldet import locking
-from haldet.backends.base import Backend
+from haldet.backends.base import AnswerEvidence, Backend, EvidenceRequest
 from haldet.config import RunConfig
+from haldet.registry import Registry
 from haldet.schema import Generation, Instance
 from haldet.signals import Signal
+from haldet.stages.counts import StageTally
 from haldet.store import CellStore
 
 Progress = Callable[[str, int], Callable[[int], None]]  # (description, total) -> advance(n)
@@ -67,7 +69,8 @@ class CellContext:
     split: dict[str, list[str]] | None = None
     labels: dict[str, int] | None = None
     timings: dict[str, float] = field(default_factory=dict)
-    counts: dict[str, int] = field(default_factory=dict)
+    # per stage: items computed, failed, ... (`StageTally`; as a mapping, the manifest's flat `computed` form)
+    counts: StageTally = field(default_factory=StageTally)
     shard_runner: ShardRunner | None = field(default_factory=SHARD_RUNNER.get)
     _backend: Backend | None = None
 
@@ -79,9 +82,16 @@ class CellContext:
 
 
 class Stage:
-    """Base class of an evidence stage."""
+    """Base class of an evidence stage. A registered stage (`@STAGES.register(name)`) declares what it provides,
+    so the planner (`haldet.stages.plan`) derives which stages a set of signals needs and in which order."""
 
     name: ClassVar[str] = ""
+    # the signals this stage's records hold (read back by `haldet.stages.loader.EvidenceLoader`)
+    provides: ClassVar[frozenset[Signal]] = frozenset()
+    # stages this one runs after when both are planned (those it reads, and those a run reports first)
+    after: ClassVar[tuple[str, ...]] = ()
+    # array signal -> (array name in this stage's HDF5 shards, record group that must be valid; "" = none)
+    arrays: ClassVar[dict[Signal, tuple[str, str]]] = {}
 
     def __init__(self, ctx: CellContext) -> None:
         self.ctx = ctx
@@ -119,11 +129,10 @@ class Stage:
 
     def _note_failures(self, failed: list[dict[str, Any]], keys: dict[str, str]) -> None:
         """Items whose evidence could not be obtained (a remote backend's calls all failed): no record is stored
-        (a rerun retries them); they are listed in `<stage>.failed.jsonl` and counted in `<stage>_failed`."""
+        (a rerun retries them); they are listed in `<stage>.failed.jsonl` and counted as the stage's `failed`."""
         self.ctx.store.log(f"{self.name}.failed").append(
             [{"id": rec["id"], "key": keys[rec["id"]], "error": rec["failed"]} for rec in failed])
-        name = f"{self.name}_failed"
-        self.ctx.counts[name] = self.ctx.counts.get(name, 0) + len(failed)
+        self.ctx.counts.stage(self.name).add_failed(len(failed))
 
     def records(self, items: Sequence[Item]) -> dict[str, dict[str, Any]]:
         """The current-key record of each item that has one."""
@@ -135,7 +144,8 @@ class Stage:
         if self.invalidate_damaged(done):
             done = self.records(items)
         todo = [item for item in items if item.id not in done]
-        self.ctx.counts[f"{self.name}_computed"] = 0
+        counts = self.ctx.counts.stage(self.name)
+        counts.computed = 0
         if not todo:
             return done
         if self.ctx.shard_runner is not None and type(self).ensure is Stage.ensure:
@@ -143,7 +153,7 @@ class Stage:
         with self.ctx.store.lock(self.name):
             done = self.records(items)  # another process may have filled some while we waited
             todo = [item for item in items if item.id not in done]
-            self.ctx.counts[f"{self.name}_computed"] = len(todo)
+            counts.computed = len(todo)
             if todo:
                 self._compute_missing(todo, done)
         return done
@@ -170,7 +180,7 @@ class Stage:
                                f"is damaged ({why}); its {len(by_shard[shard])} item(s) are recomputed now"
                                + (f" (damaged file kept as {moved.name})" if moved else ""))
         lost = sum(len(by_shard[s]) for s in damaged)
-        self.ctx.counts[f"{self.name}_damaged"] = self.ctx.counts.get(f"{self.name}_damaged", 0) + lost
+        self.ctx.counts.stage(self.name).add_damaged(lost)
         return lost
 
     def compute_shard(self, items: Sequence[Item]) -> tuple[int, int]:
@@ -179,9 +189,10 @@ class Stage:
         shards run in parallel and a retried shard never writes an item twice. Returns (computed, failed)."""
         done = self.records(items)
         todo = [item for item in items if item.id not in done]
-        before = self.ctx.counts.get(f"{self.name}_failed", 0)
+        counts = self.ctx.counts.stage(self.name)
+        before = counts.failed or 0
         self._compute_missing(todo, done, lock_appends=True)
-        return len(todo), self.ctx.counts.get(f"{self.name}_failed", 0) - before
+        return len(todo), (counts.failed or 0) - before
 
     def _compute_missing(self, todo: list[Item], done: dict[str, dict[str, Any]], *,
                          lock_appends: bool = False) -> None:
@@ -213,3 +224,21 @@ class Stage:
                 if self._left:
                     advance(self._left)
             self.ctx.timings[self.name] = self.ctx.timings.get(self.name, 0.0) + time.perf_counter() - start
+
+
+class DecodingReader(Stage):
+    """A stage whose records can also be read while the primary answer is decoded (`generate_with_evidence`):
+    the generate stage finds the planned ones through the registry, so it never imports them."""
+
+    def reads(self, request: EvidenceRequest) -> EvidenceRequest:
+        """`request` with what this stage reads of each answer while it is decoded."""
+        raise NotImplementedError
+
+    def from_decoding(self, batch: list[Item], evidence: list[AnswerEvidence],
+                      seconds: float) -> list[dict[str, Any]]:
+        """Records from the evidence read while the answers were decoded (`evidence[i]` of `batch[i]`)."""
+        raise NotImplementedError
+
+
+# Every stage class, registered by its module's decorator (`load_builtins` imports the modules of haldet.stages).
+STAGES: Registry[type[Stage]] = Registry("stage", "haldet.stages")

@@ -30,9 +30,9 @@ ccs [2, n_layers, D]; prism [n_layers, D]; icr [L, F] (`ICR_COLUMNS`).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -40,9 +40,8 @@ from haldet.backends.base import AnswerEvidence, Capability, EvidenceRequest, Fo
 from haldet.config import stage_key
 from haldet.errors import HaldetError
 from haldet.signals import Signal
-from haldet.stages.base import Item, Stage
+from haldet.stages.base import STAGES, DecodingReader, Item
 from haldet.stages.generate import GenerateStage
-from haldet.stages.loader import feature_groups_for, hidden_poolings_for
 
 STATEMENT_VERSION = "stmt-v2"  # bump when the statement wording changes: it is part of the cache key
 
@@ -56,8 +55,20 @@ GROUP_STATEMENTS = {"ccs": ("ccs_pos", "ccs_neg"), "prism": ("prism",)}
 ANSWER_GROUPS = {"hidden", "sep", "icr"}  # groups read from the answer span itself
 
 
-class FeatureStage(Stage):
-    name = "features"
+@STAGES.register("features")
+class FeatureStage(DecodingReader):
+    provides = frozenset({Signal.TOKEN_ENTROPIES, Signal.HIDDEN_MEAN, Signal.HIDDEN_LAST, Signal.SEP_FEATURES,
+                          Signal.CCS_FEATURES, Signal.PRISM_FEATURES, Signal.ICR_FEATURES})
+    after = ("generate", "sample", "auxiliary")
+    # each array signal's group (`features.groups`): an invalid group's arrays are not read
+    arrays: ClassVar[dict[Signal, tuple[str, str]]] = {
+        Signal.HIDDEN_MEAN: ("hidden_mean", "hidden"),
+        Signal.HIDDEN_LAST: ("hidden_last", "hidden"),
+        Signal.SEP_FEATURES: ("sep", "sep"),
+        Signal.CCS_FEATURES: ("ccs", "ccs"),
+        Signal.PRISM_FEATURES: ("prism", "prism"),
+        Signal.ICR_FEATURES: ("icr", "icr"),
+    }
 
     def groups(self) -> list[str]:
         """Configured groups that the selected detectors read (all configured ones when no selection is known)."""
@@ -201,6 +212,17 @@ class FeatureStage(Stage):
                 arr[group] = out.branch_states[names[0]]
             else:  # ccs: [2, layers, D], positive then negated
                 arr[group] = np.stack([out.branch_states[name] for name in names])
+
+
+def feature_groups_for(signals: Iterable[Signal]) -> set[str]:
+    """Feature groups (`features.groups`) that hold these signals."""
+    return {FeatureStage.arrays[s][1] for s in signals if s in FeatureStage.arrays}
+
+
+def hidden_poolings_for(signals: Iterable[Signal]) -> set[str]:
+    """Poolings of the `hidden` group (`features.pooling`) that these signals read."""
+    return {pooling for signal, pooling in ((Signal.HIDDEN_MEAN, "mean"), (Signal.HIDDEN_LAST, "last"))
+            if signal in set(signals)}
 
 
 def _generation(item: Item) -> Any:

@@ -9,7 +9,7 @@ over the exact generated ids), and the key names the parts computed; otherwise t
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -17,16 +17,15 @@ from haldet.backends.base import EvidenceRequest
 from haldet.config import stage_key
 from haldet.limits import by_limit, max_new_tokens
 from haldet.schema import Generation
-from haldet.stages.base import Item, Stage
-from haldet.stages.tokens import run_token_pass, token_record, token_spec
-
-if TYPE_CHECKING:
-    from haldet.stages.auxiliary import AuxiliaryStage
-    from haldet.stages.features import FeatureStage
+from haldet.signals import Signal
+from haldet.stages.base import STAGES, DecodingReader, Item, Stage
+from haldet.stages.plan import plan
+from haldet.stages.tokens import TOKEN_PASS_SIGNALS, run_token_pass, token_record, token_spec
 
 
+@STAGES.register("generate")
 class GenerateStage(Stage):
-    name = "generate"
+    provides = frozenset({Signal.RESPONSE, Signal.TOKEN_LOGPROBS, *TOKEN_PASS_SIGNALS})
 
     def key(self, item: Item) -> str:
         fingerprint = self.ctx.backend.fingerprint()
@@ -80,8 +79,8 @@ class GenerateStage(Stage):
                 outputs[pos], evidence[pos] = outs[k], found[k] if found else None
         per_item = (time.perf_counter() - start) / max(1, len(batch))
         reading = [ev.seconds for ev in evidence if ev is not None]
-        read_s = {stage: sum(s.get(stage, 0.0) for s in reading) / len(reading) for stage in ("features", "auxiliary")
-                  } if reading else {}
+        charged = dict.fromkeys(name for s in reading for name in s)  # the stages the reader charged, in its order
+        read_s = {stage: sum(s.get(stage, 0.0) for s in reading) / len(reading) for stage in charged}
         per_item -= sum(read_s.values()) * len(reading) / max(1, len(batch))  # the decoding's own share
         self._store_evidence(readers, batch, outputs, evidence, read_s)
         records: dict[str, dict[str, Any]] = {}
@@ -104,19 +103,14 @@ class GenerateStage(Stage):
                 rec["tokens"] = token_record(self.ctx, outs[item.id], offsets, arrays[item.id])
         return records
 
-    def _readers(self) -> list[FeatureStage | AuxiliaryStage]:
-        """The evidence stages whose records the greedy decoding also reads (`evidence_in_decoding`, a backend that
-        can, stages a selected detector reads)."""
-        from haldet.stages.auxiliary import AuxiliaryStage
-        from haldet.stages.features import FeatureStage
-        from haldet.stages.loader import needed_stages
-
+    def _readers(self) -> list[DecodingReader]:
+        """The planned stages whose records the greedy decoding also reads (`evidence_in_decoding`, a backend that
+        can, stages a selected detector reads): found by their declared interface, so this module imports none."""
         if not (self.ctx.config.evidence_in_decoding and self.ctx.signals and self.ctx.backend.fuses_evidence()):
             return []
-        needed = needed_stages(self.ctx.signals)
-        return [cls(self.ctx) for cls in (FeatureStage, AuxiliaryStage) if cls.name in needed]
+        return [cls(self.ctx) for cls in plan(self.ctx.signals) if issubclass(cls, DecodingReader)]
 
-    def _store_evidence(self, readers: list[FeatureStage | AuxiliaryStage], batch: list[Item], outputs: list[Any],
+    def _store_evidence(self, readers: list[DecodingReader], batch: list[Item], outputs: list[Any],
                         evidence: list[Any], seconds: dict[str, float]) -> None:
         """Store the features/auxiliary records read while decoding (items that have none yet; an answer that
         failed or whose evidence could not be read is left to its own stage); `seconds`: the reading's seconds per

@@ -1,5 +1,6 @@
-"""From stage records to signals: which stage class produces what, running the needed ones, and the loader a
-`SignalView` uses to read a signal for a list of item ids (formats: the `Signal` docstring).
+"""From stage records to signals: running the planned stages, and the loader a `SignalView` uses to read a
+signal for a list of item ids (formats: the `Signal` docstring). Which stage holds a signal, and under which array
+name, is what the stage classes declare (`provides`, `arrays`; `haldet.stages.plan`).
 
 Only records whose key matches the current config are read, so a view never sees stale evidence. Arrays are
 stored float16 and returned as float32; a missing or invalid value is None (detectors give NaN with a reason).
@@ -7,7 +8,6 @@ stored float16 and returned as float32; a missing or invalid value is None (dete
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -15,54 +15,16 @@ import numpy as np
 
 from haldet.config import digest
 from haldet.errors import HaldetError
-from haldet.signals import SIGNAL_STAGE, Signal, stages_for
-from haldet.stages.base import CellContext, Item, Stage
+from haldet.signals import Signal
+from haldet.stages.base import CellContext, Item
+from haldet.stages.plan import PRIMARY, plan, providers, stage_class
 from haldet.stages.tokens import SIGNAL_ARRAYS, token_value
-
-STAGE_CLASSES = {
-    "generate": "haldet.stages.generate:GenerateStage",
-    "sample": "haldet.stages.sample:SampleStage",
-    "auxiliary": "haldet.stages.auxiliary:AuxiliaryStage",
-    "features": "haldet.stages.features:FeatureStage",
-    "verdict": "haldet.stages.verdict:VerdictStage",
-}
-EVIDENCE_STAGES = ("sample", "auxiliary", "features", "verdict")
-
-# signal -> (array name in the stage's HDF5 shards, feature group that must be valid)
-ARRAY_SIGNALS: dict[Signal, tuple[str, str]] = {
-    Signal.SAMPLE_HIDDEN: ("sample_hidden", ""),
-    Signal.HIDDEN_MEAN: ("hidden_mean", "hidden"),
-    Signal.HIDDEN_LAST: ("hidden_last", "hidden"),
-    Signal.SEP_FEATURES: ("sep", "sep"),
-    Signal.CCS_FEATURES: ("ccs", "ccs"),
-    Signal.PRISM_FEATURES: ("prism", "prism"),
-    Signal.ICR_FEATURES: ("icr", "icr"),
-}
-
-
-def feature_groups_for(signals: Iterable[Signal]) -> set[str]:
-    """Feature groups (`features.groups`) that hold these signals."""
-    return {ARRAY_SIGNALS[s][1] for s in signals if s in ARRAY_SIGNALS and SIGNAL_STAGE[s] == "features"}
-
-
-def hidden_poolings_for(signals: Iterable[Signal]) -> set[str]:
-    """Poolings of the `hidden` group (`features.pooling`) that these signals read."""
-    return {pooling for signal, pooling in ((Signal.HIDDEN_MEAN, "mean"), (Signal.HIDDEN_LAST, "last"))
-            if signal in set(signals)}
-
-
-def stage_class(name: str) -> type[Stage]:
-    try:
-        module, _, attr = STAGE_CLASSES[name].partition(":")
-    except KeyError:
-        raise HaldetError(f"unknown stage {name!r}", hint=f"stages: {', '.join(STAGE_CLASSES)}") from None
-    cls: type[Stage] = getattr(importlib.import_module(module), attr)
-    return cls
 
 
 def needed_stages(signals: Iterable[Signal]) -> list[str]:
-    """Evidence stages (beyond generate) the signals need, in pipeline order."""
-    return [s for s in stages_for(frozenset(signals)) if s != "generate"]
+    """Evidence stages (beyond the primary `generate`) the signals need, in plan order."""
+    primary = providers()[PRIMARY].name
+    return [cls.name for cls in plan(signals) if cls.name != primary]
 
 
 def ensure_stages(ctx: CellContext, items: Sequence[Item], stages: Iterable[str]) -> dict[str, dict[str, Any]]:
@@ -72,7 +34,8 @@ def ensure_stages(ctx: CellContext, items: Sequence[Item], stages: Iterable[str]
 
 def evidence_key(ctx: CellContext, items: Sequence[Item], stages: Iterable[str]) -> str:
     """One hash over every item's key in every stage a detector reads: score caches follow any change."""
-    names = ["generate", *[s for s in stages if s != "generate"]]
+    primary = providers()[PRIMARY].name
+    names = [primary, *[s for s in stages if s != primary]]
     classes = [stage_class(n)(ctx) for n in names]
     return digest(sorted((item.id, [stage.key(item) for stage in classes]) for item in items))
 
@@ -91,10 +54,10 @@ class EvidenceLoader:
         return self._records[stage]
 
     def __call__(self, signal: Signal, ids: Sequence[str]) -> list[Any]:
-        stage = SIGNAL_STAGE[signal]
-        recs = self.records(stage)
-        if signal in ARRAY_SIGNALS:
-            return self._arrays(stage, signal, ids, recs)
+        cls = providers()[signal]
+        recs = self.records(cls.name)
+        if signal in cls.arrays:
+            return self._arrays(cls.name, cls.arrays[signal], ids, recs)
         if signal in SIGNAL_ARRAYS:
             return self._token_arrays(signal, ids, recs)
         out: list[Any] = []
@@ -115,8 +78,9 @@ class EvidenceLoader:
             out[i] = np.asarray(arr, dtype=np.int64 if name == "topk_ids" else np.float32)
         return out
 
-    def _arrays(self, stage: str, signal: Signal, ids: Sequence[str], recs: dict[str, dict[str, Any]]) -> list[Any]:
-        name, group = ARRAY_SIGNALS[signal]
+    def _arrays(self, stage: str, array: tuple[str, str], ids: Sequence[str],
+                recs: dict[str, dict[str, Any]]) -> list[Any]:
+        name, group = array
         refs: list[tuple[int, str, str]] = []
         for i, item_id in enumerate(ids):
             rec = recs.get(item_id)

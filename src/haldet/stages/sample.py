@@ -17,7 +17,7 @@ Arrays (`sample/<shard>.h5`): `/<id>/sample_hidden` [K, D] (NaN row for an empty
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -25,7 +25,7 @@ from haldet.backends.base import ForwardRequest
 from haldet.config import digest, stage_key
 from haldet.limits import by_limit, max_new_tokens
 from haldet.signals import Signal
-from haldet.stages.base import Item, Stage
+from haldet.stages.base import STAGES, Item, Stage
 from haldet.stages.generate import remote_usage
 
 
@@ -47,8 +47,11 @@ def item_seed(seed: int, item_id: str) -> int:
     return int(digest([seed, item_id], length=15), 16)
 
 
+@STAGES.register("sample")
 class SampleStage(Stage):
-    name = "sample"
+    provides = frozenset({Signal.SAMPLES, Signal.SAMPLE_LOGLIKS, Signal.SAMPLE_HIDDEN})
+    after = ("generate",)
+    arrays: ClassVar[dict[Signal, tuple[str, str]]] = {Signal.SAMPLE_HIDDEN: ("sample_hidden", "")}
 
     def hidden_layer(self) -> int | None:
         """The layer whose per-sample state is stored: the configured one, if a selected detector reads it."""

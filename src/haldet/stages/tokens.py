@@ -34,6 +34,8 @@ PART_SIGNALS: dict[str, frozenset[Signal]] = {
 }
 ARRAY_PARTS = {"topk": ("topk_ids", "topk_logprobs"), "attention": ("attention",),
                "layers": ("attn_logdiag", "span_hidden")}
+# every signal of the token pass (the generate stage provides them beyond the generation record itself)
+TOKEN_PASS_SIGNALS: frozenset[Signal] = frozenset().union(*PART_SIGNALS.values())
 SIGNAL_ARRAYS = {Signal.TOKEN_TOPK_IDS: "topk_ids", Signal.TOKEN_TOPK_LOGPROBS: "topk_logprobs",
                  Signal.TOKEN_ATTENTION: "attention", Signal.TOKEN_ATTN_LOGDIAG: "attn_logdiag",
                  Signal.UNIT_HIDDEN_SCORES: "span_hidden"}

@@ -32,7 +32,8 @@ from typing import Any
 from haldet.config import digest, stage_key
 from haldet.errors import HaldetError
 from haldet.schema import Instance, SpanLabel
-from haldet.stages.base import Item, Stage
+from haldet.signals import Signal
+from haldet.stages.base import STAGES, Item, Stage
 
 
 @dataclass(frozen=True)
@@ -107,8 +108,10 @@ def asks_of(detectors: Sequence[Any]) -> list[Ask]:
     return sorted(asks, key=lambda a: (a.shots, a.prompt))
 
 
+@STAGES.register("verdict")
 class VerdictStage(Stage):
-    name = "verdict"
+    provides = frozenset({Signal.VERDICT})
+    after = ("generate", "sample", "auxiliary", "features")
 
     def __init__(self, ctx: Any, asks: Sequence[Ask] | None = None) -> None:
         super().__init__(ctx)
@@ -176,10 +179,11 @@ class VerdictStage(Stage):
                     computed += len(todo)
                     self._current = ask
                     self._compute_missing(todo, {})
-        self.ctx.counts[f"{self.name}_computed"] = computed
+        counts = self.ctx.counts.stage(self.name)
+        counts.computed = computed
         n_failed = sum(len(v) for v in self.failures.values())
         if n_failed:
-            self.ctx.counts[f"{self.name}_failed"] = n_failed
+            counts.failed = n_failed
         return self.records(items)
 
     def _choose_examples(self, ask: Ask, items: Sequence[Item]) -> list[Item]:
