@@ -66,6 +66,9 @@ class CellContext:
     # the cell's split and binary training labels, set by the runner once known (few-shot verdict examples)
     split: dict[str, list[str]] | None = None
     labels: dict[str, int] | None = None
+    # the run's detector instances, set by the run flow: stages read what they ask of them (the verdict stage's
+    # asks) here rather than building detectors themselves, which would import upwards
+    detectors: Sequence[Any] = ()
     timings: dict[str, float] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
     shard_runner: ShardRunner | None = field(default_factory=SHARD_RUNNER.get)
