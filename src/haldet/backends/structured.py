@@ -155,12 +155,13 @@ class StructuredClient:
             rec = cached.get(keys[i]) if cached else None
             if rec is not None:
                 try:
-                    out[i] = Reply(req.parse(rec["text"]), rec["text"], cached=True)
+                    reply: Reply[Any] = Reply(req.parse(rec["text"]), rec["text"], cached=True)
                 except ValueError:
                     pass  # a parser changed since: ask again
                 else:
+                    out[i] = reply
                     if on_done:
-                        on_done(i, out[i])  # type: ignore[arg-type]
+                        on_done(i, reply)
                     if progress:
                         progress(1)
                     continue
