@@ -74,7 +74,8 @@ Outcome = Reply[Any] | CallFailure
 
 @dataclass(frozen=True)
 class ClientSettings:
-    """How a client reaches its model and how hard it tries. `backend` "hf" is a local model. `top_p` and `seed`
+    """How a client reaches its model and how hard it tries. `backend` "hf" asks the client's local backend object
+    (the one given, e.g. the run's own model, else `HFBackend(model)`) instead of an endpoint. `top_p` and `seed`
     are sent only when set; `json_mode` asks the endpoint for a JSON object. `option` is the setting that names the
     model and `where` names the endpoint in messages."""
 
