@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from haldet.evaluation.detect import make_detector
 
 from haldet.config import RunConfig
 from haldet.detectors.llm_judge import FAITHFUL, HALLUCINATION, parse_faithfulness
@@ -58,7 +59,8 @@ def _ctx(tmp: Path, srv: FakeOpenAI, detectors: list[str], params: dict[str, Any
                        verdict={"model": "judge-x", "base_url": srv.base_url, "retries": 1, "backoff": 0,
                                 "timeout": 5})
     return CellContext(config=config, dataset="d", model="m", store=RunStore(tmp).cell("d", "m"),
-                       backend_factory=lambda: (_ for _ in ()).throw(AssertionError("no local backend")))
+                       backend_factory=lambda: (_ for _ in ()).throw(AssertionError("no local backend")),
+                       detectors=[make_detector(name, config) for name in detectors])
 
 
 def test_verdicts_failures_and_few_shot_examples(tmp_path: Path) -> None:
@@ -139,18 +141,18 @@ def test_local_verdicts_sample_at_the_configured_temperature(tmp_path: Path) -> 
 
         def generate(self, prompts: list[str], **kw: Any) -> list[Any]:
             calls.append(("generate", None))
-            return [SimpleNamespace(text=f"greedy {p}") for p in prompts]
+            return [SimpleNamespace(text=f"greedy {p}", token_ids=[]) for p in prompts]
 
         def sample(self, prompts: list[str], **kw: Any) -> list[Any]:
             calls.append(("sample", (kw["temperature"], kw["k"], list(kw["seeds"]))))
-            return [[SimpleNamespace(text=f"sampled {p}")] for p in prompts]
+            return [[SimpleNamespace(text=f"sampled {p}", token_ids=[])] for p in prompts]
 
     chats = [[{"role": "user", "content": "a"}], [{"role": "user", "content": "b"}]]
     for temperature in (0.0, 0.6):
-        ctx = SimpleNamespace(config=RunConfig(verdict={"temperature": temperature}), backend=Backend())
+        ctx = SimpleNamespace(config=RunConfig(verdict={"temperature": temperature}), model="m", backend=Backend())
         replies = VerdictStage(ctx, asks=[])._ask(chats, 16)
         assert replies == (["greedy a", "greedy b"] if temperature == 0 else ["sampled a", "sampled b"])
     assert calls[0] == ("generate", None) and calls[1][0] == "sample" and calls[1][1][:2] == (0.6, 1)
-    ctx = SimpleNamespace(config=RunConfig(verdict={"temperature": 0.6}), backend=Backend())
+    ctx = SimpleNamespace(config=RunConfig(verdict={"temperature": 0.6}), model="m", backend=Backend())
     VerdictStage(ctx, asks=[])._ask(chats[::-1], 16)
     assert calls[2][1][2] == calls[1][1][2][::-1]  # per-prompt seeds, whatever the order

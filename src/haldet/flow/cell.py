@@ -99,7 +99,8 @@ def prepare_cell(config: RunConfig, store: RunStore, dataset: str, model: str, p
 
     cell = store.cell(dataset, model)
     ctx = CellContext(config=config, dataset=dataset, model=model, store=cell, backend_factory=backend_factory,
-                      progress=progress, signals=detector_signals(config.detectors, config))
+                      progress=progress, signals=detector_signals(config.detectors, config),
+                      detectors=[make_detector(name, config) for name in config.detectors])
     ctx.timings["load_data"] = load_seconds
     if config.suite:  # e.g. contexts over the model's window, fitted by the suite's recorded policy
         instances = get_suite(config.suite).prepare_instances(instances, ctx.backend, config)

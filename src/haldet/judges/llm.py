@@ -6,7 +6,8 @@ Prompt: `templates/judge_system.txt` (rules), calibration examples from `templat
 with `templates/judge_user.txt` (jinja2). Every file can be overridden from `judge.template_dir`; the digest of
 the texts used goes into the cache key. Decoding is deterministic (temperature 0, fixed seed).
 
-Backends: any OpenAI-compatible endpoint through `haldet.backends.openai_client.OpenAIEndpoint` (a semaphore
+Calls go through the structured-LLM client (`haldet.backends.structured.StructuredClient`): any OpenAI-compatible
+endpoint through `haldet.backends.openai_client.OpenAIEndpoint` (a semaphore
 bounds requests in flight; 429, 5xx, timeouts, connection errors and malformed replies are retried with
 exponential backoff, honouring Retry-After; 400/401/403/404 stop the run with one clear message, since every item
 would fail the same way; after `breaker_after` consecutive timeouts/connection failures the circuit breaker stops
@@ -20,10 +21,8 @@ Tokens, calls, retries and cost are counted in `LLMJudge.usage`.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
-import time
 from collections.abc import Callable, Sequence
 from importlib import resources
 from pathlib import Path
@@ -31,14 +30,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from haldet.backends.openai_client import (
-    EndpointDown,
-    OpenAIEndpoint,
-    RetryableError,
-    Usage,
-    gather_closing,
-    run_coroutine,
-)
+from haldet.backends.openai_client import Usage
+from haldet.backends.structured import CallFailure, ClientSettings, Outcome, Request, StructuredClient
 from haldet.config import JudgeConfig, digest
 from haldet.errors import HaldetError
 from haldet.judges.base import Judge, JudgeFailure, Pair, Verdict, register
@@ -158,9 +151,9 @@ class PromptBuilder:
             context=instance.context, instruction=instance.instruction, options=instance.options)})
         return msgs
 
-    def corrected(self, messages: list[dict[str, str]], reply: str, error: str) -> list[dict[str, str]]:
-        return [*messages, {"role": "assistant", "content": reply},
-                {"role": "user", "content": self.correction.render(error=error).strip()}]
+    def correction_text(self, error: str) -> str:
+        """The user turn that follows a malformed reply (the structured client appends it after that reply)."""
+        return self.correction.render(error=error).strip()
 
 
 # --- the judge ------------------------------------------------------------------------------------------------
@@ -175,12 +168,18 @@ class LLMJudge(Judge):
                                    "--judge-backend hf --judge-model smollm2-135m (local)")
         self.config = config
         self.prompts = PromptBuilder(load_templates(config.template_dir), few_shot=config.few_shot)
-        self._hf = backend
-        self.usage = Usage()
+        self.client = StructuredClient(
+            ClientSettings.of_judge(config, option="--judge-model",
+                                    where=f"judge {config.model} at {config.base_url or 'api.openai.com'}"),
+            correction=self.prompts.correction_text, local=backend)
 
     @property
     def id(self) -> str:
         return f"llm:{self.config.model}"
+
+    @property
+    def usage(self) -> Usage:
+        return self.client.usage
 
     def fingerprint(self) -> Any:
         c = self.config
@@ -196,16 +195,22 @@ class LLMJudge(Judge):
         return out[0]
 
     def judge_many(self, pairs: Sequence[Pair], on_done: Callable[[int, Verdict], None]) -> None:
+        """Each pair asked through the structured client (retries, one correction turn per malformed reply); a
+        pair still failing after all attempts is a `JudgeFailure`, never a label."""
         if not pairs:
             return
-        start = time.perf_counter()
-        try:
-            if self.config.backend == "hf":
-                self._judge_hf(pairs, on_done)
+        requests = [Request(self.prompts.messages(inst, gen), parse_judge_output, prefill=HF_PREFILL)
+                    for inst, gen in pairs]
+
+        def done(index: int, outcome: Outcome) -> None:
+            instance = pairs[index][0]
+            if isinstance(outcome, CallFailure):
+                on_done(index, JudgeFailure(id=instance.id, judge=self.id, error=outcome.error,
+                                            attempts=outcome.attempts))
             else:
-                run_coroutine(self._judge_openai(pairs, on_done))
-        finally:
-            self.usage.seconds += time.perf_counter() - start
+                on_done(index, self._verdict(instance, outcome.value))
+
+        self.client.ask(requests, on_done=done)
 
     def usage_report(self) -> dict[str, Any]:
         report = self.usage.report(self.config.price_in, self.config.price_out)
@@ -215,92 +220,3 @@ class LLMJudge(Judge):
 
     def _verdict(self, instance: Instance, parsed: JudgeOutput) -> Label:
         return Label(id=instance.id, category=Category(parsed.category), reasoning=parsed.reasoning, judge=self.id)
-
-    # OpenAI-compatible endpoint: async, bounded concurrency, retries with backoff, circuit breaker
-    def endpoint(self) -> OpenAIEndpoint:
-        c = self.config
-        assert c.model is not None
-        return OpenAIEndpoint(c.model, base_url=c.base_url, api_key_env=c.api_key_env, timeout=c.timeout,
-                              breaker_after=c.breaker_after, option="--judge-model",
-                              where=f"judge {c.model} at {c.base_url or 'api.openai.com'}")
-
-    async def _judge_openai(self, pairs: Sequence[Pair], on_done: Callable[[int, Verdict], None]) -> None:
-        client = self.endpoint()
-        limit = asyncio.Semaphore(self.config.concurrency)
-
-        async def one(index: int) -> None:
-            instance, generation = pairs[index]
-            async with limit:
-                verdict = await self._attempts(client, instance, generation)
-            on_done(index, verdict)
-
-        await gather_closing((one(i) for i in range(len(pairs))), client)
-
-    async def _attempts(self, client: OpenAIEndpoint, instance: Instance, generation: Generation) -> Verdict:
-        c = self.config
-        base = self.prompts.messages(instance, generation)
-        messages = base
-        attempts = c.retries + 1
-        extra: dict[str, Any] = {"response_format": {"type": "json_object"}} if c.json_mode else {}
-        last = ""
-        for attempt in range(1, attempts + 1):
-            wait: float | None = None
-            try:
-                reply = await client.attempt(messages, usage=self.usage, retry=attempt > 1, temperature=0.0,
-                                             top_p=1.0, max_tokens=c.max_tokens, seed=c.seed, **extra)
-            except EndpointDown as exc:  # the breaker opened: no more calls, the item is listed as failed
-                self.usage.failures += 1
-                return JudgeFailure(id=instance.id, judge=self.id, error=str(exc), attempts=attempt - 1)
-            except RetryableError as exc:
-                last, wait = str(exc), exc.retry_after
-            else:
-                try:
-                    return self._verdict(instance, parse_judge_output(reply.text))
-                except MalformedOutput as exc:
-                    self.usage.malformed += 1
-                    self.usage.note_error("malformed")
-                    last = f"malformed reply: {exc}"
-                    messages = self.prompts.corrected(base, reply.text[:2000], str(exc))
-            if attempt < attempts:
-                await asyncio.sleep(max(c.backoff * 2 ** (attempt - 1), wait or 0.0))
-        self.usage.failures += 1
-        return JudgeFailure(id=instance.id, judge=self.id, error=last, attempts=attempts)
-
-    # local model through the hf backend: batched greedy generation, one correction round per retry
-    def _judge_hf(self, pairs: Sequence[Pair], on_done: Callable[[int, Verdict], None]) -> None:
-        if self._hf is None:
-            from haldet.backends.hf.backend import HFBackend
-
-            assert self.config.model is not None
-            self._hf = HFBackend(self.config.model)
-        backend = self._hf
-        base = [self.prompts.messages(inst, gen) for inst, gen in pairs]
-        pending = {i: base[i] for i in range(len(pairs))}
-        errors: dict[int, str] = {}
-        attempts = min(self.config.retries, 1) + 1  # greedy: only a changed prompt can change the reply
-        for attempt in range(1, attempts + 1):
-            order = sorted(pending)
-            prompts = [backend.render_chat(pending[i]) + HF_PREFILL for i in order]
-            outputs = backend.generate(prompts, max_new_tokens=self.config.max_tokens, batch_size=8)
-            self.usage.calls += len(order)
-            if attempt > 1:
-                self.usage.retries += len(order)
-            for i, prompt, out in zip(order, prompts, outputs, strict=True):
-                self.usage.prompt_tokens += len(backend.encode_prompt(prompt))
-                self.usage.completion_tokens += len(out.token_ids)
-                reply = HF_PREFILL + out.text
-                try:
-                    parsed = parse_judge_output(reply)
-                except MalformedOutput as exc:
-                    self.usage.malformed += 1
-                    self.usage.note_error("malformed")
-                    errors[i] = f"malformed reply: {exc}"
-                    pending[i] = self.prompts.corrected(base[i], reply[:2000], str(exc))
-                    continue
-                del pending[i]
-                on_done(i, self._verdict(pairs[i][0], parsed))
-            if not pending:
-                return
-        for i in sorted(pending):
-            self.usage.failures += 1
-            on_done(i, JudgeFailure(id=pairs[i][0].id, judge=self.id, error=errors[i], attempts=attempts))

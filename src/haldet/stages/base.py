@@ -68,6 +68,9 @@ class CellContext:
     # the cell's split and binary training labels, set by the runner once known (few-shot verdict examples)
     split: dict[str, list[str]] | None = None
     labels: dict[str, int] | None = None
+    # the run's detector instances, set by the run flow: stages read what they ask of them (the verdict stage's
+    # asks) here rather than building detectors themselves, which would import upwards
+    detectors: Sequence[Any] = ()
     timings: dict[str, float] = field(default_factory=dict)
     # per stage: items computed, failed, ... (`StageTally`; as a mapping, the manifest's flat `computed` form)
     counts: StageTally = field(default_factory=StageTally)

@@ -22,13 +22,13 @@ Record: {id, key, ask, judge, reply, label, reason, seconds}; at a unit level {i
 
 from __future__ import annotations
 
-import asyncio
 import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from haldet.backends.structured import CallFailure, ClientSettings, Request, StructuredClient
 from haldet.config import digest, stage_key
 from haldet.errors import HaldetError
 from haldet.schema import Instance, SpanLabel
@@ -115,15 +115,10 @@ class VerdictStage(Stage):
 
     def __init__(self, ctx: Any, asks: Sequence[Ask] | None = None) -> None:
         super().__init__(ctx)
-        self.asks = list(asks) if asks is not None else self._selected_asks()
+        self.asks = list(asks) if asks is not None else asks_of(ctx.detectors)
         self.failures: dict[str, dict[str, str]] = {}  # ask name -> item id -> last error
         self._examples: dict[Ask, list[Item]] = {}
         self._current = self.asks[0] if self.asks else Ask("")
-
-    def _selected_asks(self) -> list[Ask]:
-        from haldet.flow.scoring import make_detector
-
-        return asks_of([make_detector(name, self.ctx.config) for name in self.ctx.config.detectors])
 
     # --- who answers -----------------------------------------------------------------------------------------
     def judge_id(self) -> dict[str, Any]:
@@ -229,8 +224,8 @@ class VerdictStage(Stage):
         verdicts: list[list[dict[str, Any]]] = [[] for _ in batch]
         failed: dict[int, str] = {}
         for b, reply in zip(owners, replies, strict=True):
-            if isinstance(reply, _Failed):
-                failed[b] = reply.error
+            if isinstance(reply, CallFailure):
+                failed[b] = f"{reply.error} (after {reply.attempts} attempts)"
                 continue
             label, why = prompt.parse(reply)
             verdicts[b].append({"reply": reply, "label": label,
@@ -246,48 +241,26 @@ class VerdictStage(Stage):
             out.append(rec)
         return out
 
-    def _ask(self, chats: list[list[dict[str, str]]], max_new_tokens: int) -> list[str | _Failed]:
+    def _ask(self, chats: list[list[dict[str, str]]], max_new_tokens: int) -> list[str | CallFailure]:
+        """Each chat's raw reply (parsed later: an unparsable one is stored as such), or its failure after the
+        retries, through the structured-LLM client: the run's own backend, or the configured endpoint."""
         cfg = self.ctx.config.verdict
         if cfg.model is None:
-            backend = self.ctx.backend
-            prompts = [backend.render_chat(chat) for chat in chats]
-            if cfg.temperature > 0:  # sampled locally, seeded per prompt: the same prompt gets the same reply
-                seeds = [int(digest(prompt)[:8], 16) for prompt in prompts]
-                sampled = backend.sample(prompts, k=1, temperature=cfg.temperature, top_p=1.0, seeds=seeds,
-                                         max_new_tokens=max_new_tokens, batch_size=cfg.batch_size)
-                return [outs[0].text for outs in sampled]
-            outs = backend.generate(prompts, max_new_tokens=max_new_tokens, batch_size=cfg.batch_size)
-            return [out.text for out in outs]
-        return _ask_endpoint(chats, cfg, max_new_tokens)
-
-
-@dataclass(frozen=True)
-class _Failed:
-    error: str
+            settings = ClientSettings(model=self.ctx.model, backend="hf", retries=0, max_tokens=max_new_tokens,
+                                      temperature=cfg.temperature, batch_size=cfg.batch_size,
+                                      count_prompt_tokens=False)
+            client = StructuredClient(settings, correction=str, local=self.ctx.backend)
+        else:
+            settings = ClientSettings(model=cfg.model, base_url=cfg.base_url, api_key_env=cfg.api_key_env,
+                                      timeout=cfg.timeout, concurrency=cfg.concurrency, retries=cfg.retries,
+                                      backoff=cfg.backoff, max_tokens=max_new_tokens, temperature=cfg.temperature,
+                                      option="verdict.model", where=f"verdict model {cfg.model}")
+            client = StructuredClient(settings, correction=str)
+        outcomes = client.ask([Request(chat, str) for chat in chats])  # `str` never refuses: no correction turn
+        return [o if isinstance(o, CallFailure) else o.text for o in outcomes]
 
 
 def _label_word(prompt: VerdictPrompt, label: int | None) -> str:
     """The prompt's label word for a binary training label (the highest- / lowest-scored label)."""
     ranked = sorted(prompt.labels, key=lambda lab: prompt.scores[lab])
     return ranked[-1] if label == 1 else ranked[0]
-
-
-def _ask_endpoint(chats: list[list[dict[str, str]]], cfg: Any, max_new_tokens: int) -> list[str | _Failed]:
-    """Every chat through an OpenAI-compatible endpoint, concurrently, with retries and the circuit breaker."""
-    from haldet.backends.openai_client import CallFailed, OpenAIEndpoint, Usage, gather_closing, run_coroutine
-
-    endpoint = OpenAIEndpoint(cfg.model, base_url=cfg.base_url, api_key_env=cfg.api_key_env, timeout=cfg.timeout,
-                              where=f"verdict model {cfg.model}", option="verdict.model")
-    usage = Usage()
-    limit = asyncio.Semaphore(cfg.concurrency)
-
-    async def one(chat: list[dict[str, str]]) -> str | _Failed:
-        async with limit:
-            try:
-                reply = await endpoint.call(chat, attempts=cfg.retries + 1, backoff=cfg.backoff, usage=usage,
-                                            temperature=cfg.temperature, max_tokens=max_new_tokens)
-            except CallFailed as exc:
-                return _Failed(f"{exc.error} (after {exc.attempts} attempts)")
-            return reply.text
-
-    return run_coroutine(gather_closing((one(chat) for chat in chats), endpoint))

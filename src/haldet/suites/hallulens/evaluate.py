@@ -24,12 +24,13 @@ from pathlib import Path
 from typing import Any
 
 from haldet.assets import file_sha256
+from haldet.backends.structured import CallFailure, Request
 from haldet.config import JudgeConfig, digest
 from haldet.errors import HaldetError
 from haldet.store import StageLog, atomic_write_text, read_json
 from haldet.suites.hallulens.build import Item
 from haldet.suites.hallulens.judges import HalluLensJudges, Judgement
-from haldet.suites.hallulens.llm import CallFailure, Request, StructuredLLM
+from haldet.suites.hallulens.llm import StructuredLLM
 from haldet.suites.hallulens.rates import far_rates, longwiki_rates, mean_sd, qa_rates
 from haldet.suites.hallulens.sets import MANIFEST, read_items, trial_dirs
 

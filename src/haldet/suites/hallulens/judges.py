@@ -20,9 +20,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from haldet.backends.structured import CallFailure, Request
 from haldet.judges.text import contains_phrase, is_refusal, normalize
 from haldet.suites.hallulens.build import Item
-from haldet.suites.hallulens.llm import CallFailure, Request, StructuredLLM
+from haldet.suites.hallulens.llm import StructuredLLM
 from haldet.suites.hallulens.prompts import (
     AbstentionReply,
     BeliefReply,

@@ -20,9 +20,9 @@ from typing import Any, Literal, TypeVar
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from haldet.backends.structured import Request
 from haldet.config import digest
 from haldet.errors import HaldetError
-from haldet.suites.hallulens.llm import Request
 
 KEYS = ("qa_question", "qa_answer", "long_question", "long_answer", "entity_names", "describe_prompts",
         "abstention", "correctness", "belief", "claims", "verify")

@@ -1,0 +1,305 @@
+"""One structured-LLM client: the request / retry / correction loop shared by the LLM judge, the prompted
+verdicts and HalluLens (construction and judging), so the three ask a model the same way.
+
+A caller hands `StructuredClient.ask` requests (chat messages plus a parser that turns the reply text into a value
+or raises `ValueError`) and gets, per request, the parsed `Reply` or a `CallFailure` after its attempts: a failure
+is listed, never turned into a value. What the client does:
+
+- **request** an OpenAI-compatible endpoint (`OpenAIEndpoint`: bounded concurrency, Retry-After, circuit breaker for
+  a dead endpoint, fatal statuses raised at once) or a local model (the backend given, else `HFBackend(model)`:
+  batched generation, the reply prefilled with `Request.prefill` so small models stay on format; greedy, or one
+  sample seeded by the prompt when `temperature` > 0, so a reply is a function of its prompt);
+- **retry** with exponential backoff: `retries` extra attempts at an endpoint; a local model gets at most one more,
+  since only a changed prompt can change a deterministic reply;
+- **correct**: a reply that does not parse is asked again with the bad reply and the caller's correction text
+  (`correction(error)`) appended to the original chat;
+- **count** calls, retries, failures, malformed replies, errors by kind, tokens, seconds and cost in `usage`;
+- **cache** (optional, a JSONL file) replies keyed by the model's fingerprint and the whole request, which makes
+  resumed runs and reruns free.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Generic, Literal, TypeVar
+
+from haldet.backends.openai_client import (
+    EndpointDown,
+    OpenAIEndpoint,
+    RetryableError,
+    Usage,
+    gather_closing,
+    run_coroutine,
+)
+from haldet.config import JudgeConfig, digest
+from haldet.store import StageLog
+
+T = TypeVar("T")
+MAX_REPLY_IN_CORRECTION = 2000  # characters of a malformed reply shown back to the model
+
+
+@dataclass
+class Request(Generic[T]):
+    """One call: `messages` (chat turns), `parse` (reply text -> value, `ValueError` when malformed), `prefill`
+    (start of the reply forced on a local model so small models stay on format; part of the parsed text),
+    `max_tokens` (reply budget; None = the client's)."""
+
+    messages: list[dict[str, str]]
+    parse: Callable[[str], T]
+    prefill: str = ""
+    max_tokens: int | None = None
+
+
+@dataclass(frozen=True)
+class CallFailure:
+    """No usable reply after all attempts (endpoint errors or malformed replies)."""
+
+    error: str
+    attempts: int
+
+
+@dataclass
+class Reply(Generic[T]):
+    value: T
+    text: str
+    cached: bool = False
+
+
+Outcome = Reply[Any] | CallFailure
+
+
+@dataclass(frozen=True)
+class ClientSettings:
+    """How a client reaches its model and how hard it tries. `backend` "hf" asks the client's local backend object
+    (the one given, e.g. the run's own model, else `HFBackend(model)`) instead of an endpoint. `top_p` and `seed`
+    are sent only when set; `json_mode` asks the endpoint for a JSON object. `option` is the setting that names the
+    model and `where` names the endpoint in messages."""
+
+    model: str
+    backend: Literal["openai", "hf"] = "openai"
+    base_url: str | None = None
+    api_key_env: str = "OPENAI_API_KEY"
+    timeout: float = 60.0
+    breaker_after: int = 5
+    concurrency: int = 8
+    retries: int = 4
+    backoff: float = 1.0
+    max_tokens: int = 256
+    temperature: float = 0.0
+    top_p: float | None = None
+    seed: int | None = None
+    json_mode: bool = False
+    batch_size: int = 8  # local model: prompts per generate call
+    count_prompt_tokens: bool = True  # local model: tokenise each prompt to count its tokens
+    option: str = "--judge-model"
+    where: str = ""
+
+    @classmethod
+    def of_judge(cls, config: JudgeConfig, *, option: str, where: str,
+                 count_prompt_tokens: bool = True) -> ClientSettings:
+        """Deterministic decoding (temperature 0, top_p 1, the configured seed) as a judge model asks."""
+        assert config.model is not None
+        return cls(model=config.model, backend=config.backend, base_url=config.base_url,
+                   api_key_env=config.api_key_env, timeout=config.timeout, breaker_after=config.breaker_after,
+                   concurrency=config.concurrency, retries=config.retries, backoff=config.backoff,
+                   max_tokens=config.max_tokens, temperature=0.0, top_p=1.0, seed=config.seed,
+                   json_mode=config.json_mode, count_prompt_tokens=count_prompt_tokens, option=option, where=where)
+
+
+class StructuredClient:
+    """Asks one model structured requests (see the module doc). `correction(error)` is the user turn that follows
+    a malformed reply; `cache` a JSONL file of earlier replies (None = no cache); `local` the local model to use
+    (None = `HFBackend(settings.model)` on first use, when `settings.backend` is "hf")."""
+
+    def __init__(self, settings: ClientSettings, *, correction: Callable[[str], str], cache: Path | None = None,
+                 local: Any = None) -> None:
+        self.settings = settings
+        self.correction = correction
+        self.cache = StageLog(cache) if cache is not None else None
+        self._local = local
+        self._fingerprint: list[Any] | None = None
+        self.usage = Usage()
+
+    def fingerprint(self) -> list[Any]:
+        """What makes a reply: the endpoint model, or the local model's own fingerprint (file hashes)."""
+        s = self.settings
+        if self._fingerprint is None:
+            self._fingerprint = (["hf", self.local_backend().fingerprint()] if s.backend == "hf" else
+                                 [s.backend, s.model, s.base_url, s.seed, s.json_mode])
+        return self._fingerprint
+
+    def local_backend(self) -> Any:
+        if self._local is None:
+            from haldet.backends.hf.backend import HFBackend
+
+            self._local = HFBackend(self.settings.model)
+        return self._local
+
+    def request_key(self, request: Request[Any]) -> str:
+        return digest([self.fingerprint(), request.messages, request.prefill,
+                       request.max_tokens or self.settings.max_tokens], length=24)
+
+    def ask(self, requests: Sequence[Request[Any]], progress: Callable[[int], None] | None = None, *,
+            on_done: Callable[[int, Outcome], None] | None = None) -> list[Outcome]:
+        """Parsed replies (or failures) in request order; `on_done(index, outcome)` is called as each one is known
+        (cached ones first). Cached replies are reused (asked again if the parser now refuses them), new ones
+        cached."""
+        out: list[Outcome | None] = [None] * len(requests)
+        keys = [self.request_key(r) for r in requests] if self.cache is not None else []
+        cached = self.cache.read() if self.cache is not None else {}
+        todo: list[int] = []
+        for i, req in enumerate(requests):
+            rec = cached.get(keys[i]) if cached else None
+            if rec is not None:
+                try:
+                    reply: Reply[Any] = Reply(req.parse(rec["text"]), rec["text"], cached=True)
+                except ValueError:
+                    pass  # a parser changed since: ask again
+                else:
+                    out[i] = reply
+                    if on_done:
+                        on_done(i, reply)
+                    if progress:
+                        progress(1)
+                    continue
+            todo.append(i)
+        if todo:
+            start = time.perf_counter()
+
+            def done(local: int, outcome: Outcome) -> None:
+                index = todo[local]
+                out[index] = outcome
+                if isinstance(outcome, Reply) and self.cache is not None:
+                    self.cache.append([{"id": keys[index], "key": keys[index], "text": outcome.text}])
+                if on_done:
+                    on_done(index, outcome)
+                if progress:
+                    progress(1)
+
+            pending = [requests[i] for i in todo]
+            try:
+                if self.settings.backend == "hf":
+                    self._ask_local(pending, done)
+                else:
+                    run_coroutine(self._ask_endpoint(pending, done))
+            finally:
+                self.usage.seconds += time.perf_counter() - start
+        return [o for o in out if o is not None]
+
+    def corrected(self, messages: list[dict[str, str]], reply: str, error: str) -> list[dict[str, str]]:
+        """The original chat, the malformed reply (shortened) and the correction request."""
+        return [*messages, {"role": "assistant", "content": reply[:MAX_REPLY_IN_CORRECTION]},
+                {"role": "user", "content": self.correction(error)}]
+
+    def _malformed(self, exc: ValueError) -> str:
+        self.usage.malformed += 1
+        self.usage.note_error("malformed")
+        return f"malformed reply: {exc}"
+
+    # --- OpenAI-compatible endpoint ---------------------------------------------------------------------------
+    def endpoint(self) -> OpenAIEndpoint:
+        s = self.settings
+        return OpenAIEndpoint(s.model, base_url=s.base_url, api_key_env=s.api_key_env, timeout=s.timeout,
+                              breaker_after=s.breaker_after, option=s.option, where=s.where)
+
+    def params(self, request: Request[Any]) -> dict[str, Any]:
+        """The sampling parameters sent with a request."""
+        s = self.settings
+        params: dict[str, Any] = {"temperature": s.temperature}
+        if s.top_p is not None:
+            params["top_p"] = s.top_p
+        params["max_tokens"] = request.max_tokens or s.max_tokens
+        if s.seed is not None:
+            params["seed"] = s.seed
+        if s.json_mode:
+            params["response_format"] = {"type": "json_object"}
+        return params
+
+    async def _ask_endpoint(self, requests: Sequence[Request[Any]], done: Callable[[int, Outcome], None]) -> None:
+        client = self.endpoint()
+        limit = asyncio.Semaphore(self.settings.concurrency)
+
+        async def one(index: int) -> None:
+            async with limit:
+                outcome = await self._attempts(client, requests[index])
+            done(index, outcome)
+
+        await gather_closing((one(i) for i in range(len(requests))), client)
+
+    async def _attempts(self, client: OpenAIEndpoint, request: Request[Any]) -> Outcome:
+        s = self.settings
+        messages = request.messages
+        attempts = s.retries + 1
+        params = self.params(request)
+        last = ""
+        for attempt in range(1, attempts + 1):
+            wait: float | None = None
+            try:
+                reply = await client.attempt(messages, usage=self.usage, retry=attempt > 1, **params)
+            except EndpointDown as exc:  # the breaker opened: no more calls; listed as failed
+                self.usage.failures += 1
+                return CallFailure(error=str(exc), attempts=attempt - 1)
+            except RetryableError as exc:
+                last, wait = str(exc), exc.retry_after
+            else:
+                try:
+                    return Reply(request.parse(reply.text), reply.text)
+                except ValueError as exc:
+                    last = self._malformed(exc)
+                    messages = self.corrected(request.messages, reply.text, str(exc))
+            if attempt < attempts:
+                await asyncio.sleep(max(s.backoff * 2 ** (attempt - 1), wait or 0.0))
+        self.usage.failures += 1
+        return CallFailure(error=last, attempts=attempts)
+
+    # --- local model ------------------------------------------------------------------------------------------
+    def _ask_local(self, requests: Sequence[Request[Any]], done: Callable[[int, Outcome], None]) -> None:
+        backend = self.local_backend()
+        s = self.settings
+        messages = {i: r.messages for i, r in enumerate(requests)}
+        errors: dict[int, str] = {}
+        attempts = min(s.retries, 1) + 1  # deterministic: only a changed prompt can change the reply
+        for attempt in range(1, attempts + 1):
+            by_budget: dict[int, list[int]] = {}
+            for i in sorted(messages):
+                by_budget.setdefault(requests[i].max_tokens or s.max_tokens, []).append(i)
+            for budget, group in by_budget.items():
+                prompts = [backend.render_chat(messages[i]) + requests[i].prefill for i in group]
+                outputs = self._generate(backend, prompts, budget)
+                self.usage.calls += len(group)
+                if attempt > 1:
+                    self.usage.retries += len(group)
+                for i, prompt, out in zip(group, prompts, outputs, strict=True):
+                    if s.count_prompt_tokens:
+                        self.usage.prompt_tokens += len(backend.encode_prompt(prompt))
+                    self.usage.completion_tokens += len(out.token_ids)
+                    text = requests[i].prefill + out.text
+                    try:
+                        value = requests[i].parse(text)
+                    except ValueError as exc:
+                        errors[i] = self._malformed(exc)
+                        messages[i] = self.corrected(requests[i].messages, text, str(exc))
+                        continue
+                    del messages[i]
+                    done(i, Reply(value, text))
+            if not messages:
+                return
+        for i in sorted(messages):
+            self.usage.failures += 1
+            done(i, CallFailure(error=errors[i], attempts=attempts))
+
+    def _generate(self, backend: Any, prompts: list[str], max_new_tokens: int) -> list[Any]:
+        """Greedy replies, or at temperature > 0 one sample per prompt seeded by the prompt alone (a prompt's reply
+        does not depend on its batch)."""
+        s = self.settings
+        if s.temperature > 0:
+            seeds = [int(digest(prompt)[:8], 16) for prompt in prompts]
+            sampled = backend.sample(prompts, k=1, temperature=s.temperature,
+                                     top_p=1.0 if s.top_p is None else s.top_p, seeds=seeds,
+                                     max_new_tokens=max_new_tokens, batch_size=s.batch_size)
+            return [outs[0] for outs in sampled]
+        return list(backend.generate(prompts, max_new_tokens=max_new_tokens, batch_size=s.batch_size))
