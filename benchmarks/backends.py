@@ -18,7 +18,7 @@ from typing import Any
 from haldet.backends.base import Backend
 from haldet.config import EndpointConfig, PromptConfig
 from haldet.datasets.base import get_adapter
-from haldet.prompts import PromptBuilder
+from haldet.text.prompts import PromptBuilder
 
 
 def make(kind: str, args: argparse.Namespace) -> Backend:

@@ -26,8 +26,8 @@ import torch
 
 from haldet.backends.hf.backend import HFBackend
 from haldet.datasets.base import DATASETS
-from haldet.prompts import build_messages
-from haldet.threads import available_cores, configure_threads
+from haldet.text.prompts import build_messages
+from haldet.util.threads import available_cores, configure_threads
 
 
 def _timed(backend: HFBackend, prompts: list[str], batch: int, max_new_tokens: int) -> tuple[float, float, list]:

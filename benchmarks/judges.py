@@ -22,12 +22,12 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from haldet.assets import package_dir
 from haldet.config import JudgeConfig
 from haldet.datasets.base import DATASETS
 from haldet.judges.cascade import Cascade
 from haldet.judges.execution import ExecutionJudge
 from haldet.schema import Generation, Instance
+from haldet.util.assets import package_dir
 
 
 def gen(text: str) -> Generation:

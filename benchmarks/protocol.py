@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from haldet.config import RunConfig
-from haldet.threads import available_cores, configure_threads
+from haldet.util.threads import available_cores, configure_threads
 
 STAGES = ("load_data", "generate", "annotate", "sample", "auxiliary", "features")
 

@@ -13,7 +13,6 @@ import pytest
 from haldet.backends.base import EvidenceRequest, FollowUp, ForwardRequest
 from haldet.backends.hf import answer_reader
 from haldet.backends.hf.backend import HFBackend
-from haldet.confidence import confidence_complete
 from haldet.config import RunConfig
 from haldet.schema import Instance
 from haldet.signals import Signal
@@ -22,6 +21,7 @@ from haldet.stages.base import CellContext, Item
 from haldet.stages.features import STATEMENTS, FeatureStage
 from haldet.stages.generate import GenerateStage, attach_generations
 from haldet.store import CellStore
+from haldet.text.confidence import confidence_complete
 
 QUESTIONS = ["What is the capital of France?", "Who wrote Hamlet?", "Name a prime number larger than 10.",
              "What colour is the sky on a clear day?", "Answer with one word: is water wet?",

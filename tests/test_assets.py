@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from haldet import assets
+from haldet.util import assets
 
 
 @pytest.fixture

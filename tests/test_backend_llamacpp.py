@@ -24,7 +24,7 @@ from haldet.config import EndpointConfig
 
 @pytest.fixture(scope="module")
 def llama_url() -> Iterator[str]:
-    from haldet.assets import MODEL_ALIASES
+    from haldet.util.assets import MODEL_ALIASES
 
     gguf = MODEL_ALIASES["smollm2-135m"]()
     with socket.socket() as sock:

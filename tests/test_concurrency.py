@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from conftest import haldet_cmd
-from haldet.locking import file_lock
+from haldet.util.locking import file_lock
 from test_judges_llm import FakeOpenAI
 
 N_ITEMS = 4

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from haldet.confidence import parse_confidence
+from haldet.text.confidence import parse_confidence
 
 
 @pytest.mark.parametrize(

@@ -9,9 +9,9 @@ from typing import Any, ClassVar
 import numpy as np
 import pytest
 
-from haldet.conformance import check_detector, light
 from haldet.detectors.base import DETECTORS, Detector, Scores
 from haldet.signals import Signal, SignalView
+from haldet.testing.conformance import check_detector, light
 
 
 def _cases() -> list[tuple[str, dict[str, Any]]]:
@@ -32,7 +32,7 @@ def small_models(tmp_path_factory) -> dict[str, str]:
     import torch
     from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
 
-    from haldet.assets import resolve_embedding
+    from haldet.util.assets import resolve_embedding
 
     path = tmp_path_factory.mktemp("tiny-nli")
     tok = AutoTokenizer.from_pretrained(resolve_embedding("minilm"))
@@ -163,7 +163,7 @@ def test_suite_rejects_cheating_detector(cls: type[Detector], words: str) -> Non
 
 def test_score_views_are_spied_in_the_runner(tmp_path: Path) -> None:
     """The views come from run_detector: the test views carry no labels, the training view does."""
-    from haldet.conformance import Spy, run_through_runner, synthetic_view
+    from haldet.testing.conformance import Spy, run_through_runner, synthetic_view
 
     _Unseeded.name = "unseeded"
     spy = Spy([], [])

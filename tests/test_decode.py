@@ -15,9 +15,9 @@ import torch
 from haldet.backends.hf import decode as decode_module
 from haldet.backends.hf.backend import HFBackend
 from haldet.backends.hf.decode import common_prefix, prefill_group
-from haldet.confidence import confidence_complete, confidence_statement, parse_confidence
 from haldet.errors import HaldetError
-from haldet.threads import available_cores, cgroup_cpu_limit, thread_count
+from haldet.text.confidence import confidence_complete, confidence_statement, parse_confidence
+from haldet.util.threads import available_cores, cgroup_cpu_limit, thread_count
 
 QUESTIONS = ["What is the capital of France?", "Who wrote the play Hamlet?",
              "Name the largest planet of the solar system and say why it is so large.",

@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from haldet import nli
-from haldet.assets import resolve_embedding
-from haldet.nli import NLI_COLUMNS, PairCache, PairModel, load_pair_model
+from haldet.models import nli
+from haldet.models.nli import NLI_COLUMNS, PairCache, PairModel, load_pair_model
+from haldet.util.assets import resolve_embedding
 
 PAIRS = [("Paris is the capital of France.", "Paris is in France."),
          ("The cat sat on the mat.", "A dog ran in the park and barked loudly at the mailman."),

@@ -95,7 +95,7 @@ def test_a_worker_killed_mid_shard_is_retried_without_duplicates(tmp_path: Path,
     killed after the first two items' samples were written. Ray re-runs the shard, which asks only for the third."""
     import haldet as pipeline
     from haldet.datasets.base import get_adapter
-    from haldet.prompts import PromptBuilder
+    from haldet.text.prompts import PromptBuilder
 
     monkeypatch.setenv("HALDET_RAY_SHARD_SIZE", "3")
     cfg = config(server, ["halueval_qa"], limit=6).model_copy(update={"sample": SampleConfig(k=2, batch_size=1)})

@@ -14,8 +14,8 @@ from haldet.backends.base import Backend, GenOutput, role_based_chat
 from haldet.cli import app
 from haldet.config import RunConfig
 from haldet.flow import cell as pipeline
-from haldet.limits import TASK_MAX_NEW_TOKENS, cut_off_summary, max_new_tokens
 from haldet.schema import Instance
+from haldet.util.limits import TASK_MAX_NEW_TOKENS, cut_off_summary, max_new_tokens
 
 FIX = Path(__file__).parent / "fixtures" / "datasets"
 

@@ -15,7 +15,7 @@ from haldet.errors import HaldetError
 from haldet.schema import Category, Generation, Instance, SpanLabel
 from haldet.signals import SignalView
 from haldet.suites.base import get_suite
-from haldet.units import align_sequential
+from haldet.text.units import align_sequential
 
 FIX = Path(__file__).parent / "fixtures" / "datasets"
 

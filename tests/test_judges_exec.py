@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from haldet.assets import package_dir
 from haldet.judges.base import Undecided
 from haldet.judges.execution import ExecutionJudge, extract_code, run_python
 from haldet.schema import Category, Generation, Instance, Label
+from haldet.util.assets import package_dir
 
 
 @pytest.fixture(autouse=True)

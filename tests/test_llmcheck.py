@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from haldet.llmcheck import ALPHA, attention_score, choose_layer, hidden_score
+from haldet.backends.hf.llmcheck import ALPHA, attention_score, choose_layer, hidden_score
 
 
 def test_hidden_score_is_mean_log_eigenvalue_of_the_centred_states() -> None:
@@ -31,7 +31,7 @@ def test_layer_and_direction_are_chosen_on_validation() -> None:
 
 
 def test_unit_scores_from_layer_arrays() -> None:
-    from haldet.llmcheck import log_diagonal, unit_hidden_scores
+    from haldet.backends.hf.llmcheck import log_diagonal, unit_hidden_scores
 
     attn = np.array([[[1.0, 0.0], [0.5, 0.5]], [[1.0, 0.0], [0.75, 0.25]]])  # [H=2, T=2, T=2]
     assert log_diagonal(attn) == pytest.approx([0.0, np.log(0.5) + np.log(0.25)])
@@ -48,7 +48,7 @@ def test_token_pass_layers_part_matches_a_separate_forward() -> None:
 
     from haldet.backends.base import TokenRequest
     from haldet.backends.hf.backend import HFBackend
-    from haldet.llmcheck import log_diagonal
+    from haldet.backends.hf.llmcheck import log_diagonal
 
     backend = HFBackend("smollm2-135m")
     prompt = backend.encode_prompt("Summarise: the river flooded forty homes on Tuesday.\n")

@@ -16,7 +16,7 @@ ROOT = Path(__file__).parents[1]
 
 CHECK = """
 import json
-from haldet.conformance import check_detector
+from haldet.testing.conformance import check_detector
 from haldet.datasets.base import DATASETS, get_adapter
 from haldet.detectors.base import DETECTORS
 from haldet.judges.base import JUDGES

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from haldet.progress import LogLines
+from haldet.util.progress import LogLines
 
 
 def test_log_lines_start_periodic_counts_and_done() -> None:

@@ -13,8 +13,8 @@ from haldet.backends.base import Backend, role_based_chat
 from haldet.config import PromptConfig, RunConfig
 from haldet.datasets.base import get_adapter
 from haldet.errors import HaldetError
-from haldet.prompts import PromptBuilder, draw_demos, load_templates, render_prompts
 from haldet.schema import Instance
+from haldet.text.prompts import PromptBuilder, draw_demos, load_templates, render_prompts
 
 FIX = Path(__file__).parent / "fixtures" / "datasets"
 SYSTEM = "You are a helpful, accurate, and honest AI assistant."

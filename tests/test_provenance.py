@@ -8,18 +8,18 @@ from pathlib import Path
 import numpy as np
 
 from haldet.config import RunConfig
-from haldet.conformance import split_of, synthetic_view
 from haldet.flow.scoring import DetectorRun, ResponseScoring, score_detector
-from haldet.provenance import locate, pair_model_identity, substitutes
+from haldet.models.provenance import locate, pair_model_identity, substitutes
 from haldet.signals import Signal
 from haldet.store import CellStore
+from haldet.testing.conformance import split_of, synthetic_view
 
 
 def tiny_nli(path: Path, seed: int) -> Path:
     import torch
     from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
 
-    from haldet.assets import resolve_embedding
+    from haldet.util.assets import resolve_embedding
 
     tok = AutoTokenizer.from_pretrained(resolve_embedding("minilm"))
     torch.manual_seed(seed)

@@ -18,11 +18,11 @@ import numpy as np
 import pytest
 
 from conftest import run_cli
-from haldet import locking
 from haldet.config import RunConfig
 from haldet.schema import Instance
 from haldet.stages.base import CellContext, Item, Stage
 from haldet.store import CellStore, RunStore, clean_stale_temps, temp_path
+from haldet.util import locking
 
 RUN_ARGS = ("run", "--dataset", "halueval_qa", "--limit", "3", "--detector", "perplexity")
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from haldet.evaluation.thresholds import Confusion, at_threshold, best_f1_threshold
-from haldet.long_context import GAP, fit_context, passages
+from haldet.text.long_context import GAP, fit_context, passages
 
 
 def test_best_f1_threshold_and_confusion_by_hand() -> None:

@@ -71,7 +71,7 @@ def test_generated_answers_get_token_evidence_with_offsets(tmp_path: Path, backe
     plain = CellContext(config=config, dataset="toy", model="smollm2-135m", store=CellStore(tmp_path),
                         backend_factory=lambda: backend, signals=frozenset({Signal.TOKEN_LOGPROBS}))
     from haldet.config import stage_key
-    from haldet.limits import max_new_tokens
+    from haldet.util.limits import max_new_tokens
 
     assert GenerateStage(plain).key(items[0]) == stage_key("generate", backend.fingerprint(), items[0].prompt,
                                                            max_new_tokens(config, inst))

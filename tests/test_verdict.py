@@ -8,10 +8,10 @@ from typing import Any
 
 import numpy as np
 import pytest
-from haldet.evaluation.detect import make_detector
 
 from haldet.config import RunConfig
 from haldet.detectors.llm_judge import FAITHFUL, HALLUCINATION, parse_faithfulness
+from haldet.flow.scoring import make_detector
 from haldet.schema import Generation, Instance
 from haldet.signals import Signal
 from haldet.stages.base import CellContext, Item

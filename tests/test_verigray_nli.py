@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from haldet.nli import PairCache, PairModel, load_pair_model
+from haldet.models.nli import PairCache, PairModel, load_pair_model
 from haldet.suites.verigray.nli import unfaithful_prediction, unfaithful_score, verify
 
 

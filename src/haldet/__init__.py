@@ -64,7 +64,7 @@ def __getattr__(name: str) -> Any:
 
         return getattr(config, name)
     if name == "check_detector":
-        from haldet.conformance import check_detector
+        from haldet.testing.conformance import check_detector
 
         return check_detector
     raise AttributeError(f"module 'haldet' has no attribute {name!r}")

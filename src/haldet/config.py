@@ -31,7 +31,7 @@ class Section(BaseModel):
 
 
 class GenerationConfig(Section):
-    """Greedy primary answer. Token limit per item (haldet.limits): `max_new_tokens` for everything when set,
+    """Greedy primary answer. Token limit per item (haldet.util.limits): `max_new_tokens` for everything when set,
     else per dataset, else per task type (reasoning and code 512, short answers 64, ...)."""
 
     max_new_tokens: int | None = Field(None, ge=1)
@@ -47,7 +47,7 @@ class SampleConfig(Section):
     temperature: float = Field(1.0, gt=0)
     top_p: float = Field(0.9, gt=0, le=1)
     seed: int = 42
-    max_new_tokens: int | None = Field(None, ge=1)  # None: the item's generation limit (haldet.limits)
+    max_new_tokens: int | None = Field(None, ge=1)  # None: the item's generation limit (haldet.util.limits)
     # sequences per generate call (prompts per call = batch_size // k); 40 was 20% faster than 16 on 2 CPU cores
     batch_size: int = Field(40, ge=1)
     # pooled hidden state per sample, computed when EigenScore is selected: hidden-state index (-1 = last layer),

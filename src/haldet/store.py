@@ -13,7 +13,7 @@ appended only after the rename, so a record marks an item "done" only once all i
 Records carry a `key` (the stage's cache key for that item); reads keep only records with the wanted key, so a
 changed setting recomputes exactly the affected items and older records stay on disk untouched.
 
-Concurrency (haldet.locking). Every command that writes into a run holds `RUN/run.lock`; every writer of one log
+Concurrency (haldet.util.locking). Every command that writes into a run holds `RUN/run.lock`; every writer of one log
 takes `CellStore.lock(<log name>)` around its read-then-append. Temporary files of atomic writes are named
 `.<name>.<pid>-<random>.tmp`; `clean_stale_temps` removes those whose writer is gone (left by a kill).
 A shard that no longer opens or lacks a recorded array is "damaged": `ArrayStore.check` finds it, and the stage
@@ -38,7 +38,7 @@ import h5py
 import numpy as np
 
 from haldet.errors import HaldetError
-from haldet.locking import file_lock
+from haldet.util.locking import file_lock
 
 _TEMP = re.compile(r"^\..+\.tmp$")
 _TEMP_PID = re.compile(r"\.(\d+)-[0-9a-f]+\.tmp$")

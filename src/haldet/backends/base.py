@@ -93,9 +93,9 @@ class TokenOutput:
     only when asked: `entropies` [T] (nats), `topk_ids`/`topk_logprobs` [T, k] with the observed token at index 0,
     `attention` [T, T] (answer token i to answer token j < i, max over layers and heads), and the LLM-Check
     evidence (`layers`): `attn_logdiag` [L, T] (per layer, sum over heads of log A[t, t]) and `span_hidden`
-    [L + 1, len(spans)] (per hidden-state layer, `haldet.llmcheck.hidden_score` of each span). `window` says how a
-    sequence longer than the model window was handled; when the answer alone does not fit, every field but
-    `window` is None (its `reason` says why)."""
+    [L + 1, len(spans)] (per hidden-state layer, `haldet.backends.hf.llmcheck.hidden_score` of each span).
+    `window` says how a sequence longer than the model window was handled; when the answer alone does not fit,
+    every field but `window` is None (its `reason` says why)."""
 
     key: str
     token_logprobs: np.ndarray | None = None

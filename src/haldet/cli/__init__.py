@@ -55,7 +55,7 @@ def main(
     """haldet: one fair protocol for hallucination detectors."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     signal.signal(signal.SIGTERM, _terminated)
-    from haldet.threads import configure_threads
+    from haldet.util.threads import configure_threads
 
     configure_threads(threads)
 

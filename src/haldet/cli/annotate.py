@@ -51,7 +51,7 @@ def annotate(
     with progress_bars() as make:
         reports = annotate_run(run_dir, overrides, compare_with=compare_with, datasets=split_names(dataset),
                                progress=make)
-    from haldet.outcome import annotate_problems
+    from haldet.cli.outcome import annotate_problems
 
     if as_json:
         print_json(reports, default=str)

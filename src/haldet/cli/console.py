@@ -24,16 +24,16 @@ def print_error(message: str) -> None:
 @contextmanager
 def progress_bars() -> Iterator[Callable[[str, int], Callable[[int], None]]]:
     """A factory of progress displays for the stages, (description, total) -> advance(n): bars on a terminal,
-    periodic log lines when stderr is redirected (haldet.progress)."""
-    from haldet.progress import progress_factory
+    periodic log lines when stderr is redirected (haldet.util.progress)."""
+    from haldet.util.progress import progress_factory
 
     with progress_factory(console) as make:
         yield make
 
 
 def exit_on_failures(failures: list[str], allow: bool) -> None:
-    """The closing summary of what failed (`haldet.outcome`); exit status 1 unless `--allow-failures`."""
-    from haldet.outcome import ALLOW_HINT, EXIT_FAILURES
+    """The closing summary of what failed (`haldet.cli.outcome`); exit status 1 unless `--allow-failures`."""
+    from haldet.cli.outcome import ALLOW_HINT, EXIT_FAILURES
 
     if not failures:
         return

@@ -63,7 +63,7 @@ def datasets_show(
 ) -> None:
     """Load a dataset through its adapter and show unified instances (what the run evaluates, same order)."""
     from haldet.datasets.base import get_adapter
-    from haldet.prompts import PromptBuilder
+    from haldet.text.prompts import PromptBuilder
 
     options = {**_dataset_options(option), **({"split": split} if split else {})}
     adapter = get_adapter(name, local_data(data_dir, data_file, None), options, where="dataset name")

@@ -105,8 +105,8 @@ def run(
 def run_benchmark(opts: RunOptions) -> None:
     """The body of `haldet run`: config, run flow, per-cell summary, results (table, JSON or the suite's), reports,
     and the exit status from what failed."""
+    from haldet.cli.outcome import run_problems
     from haldet.flow import run as pipeline
-    from haldet.outcome import run_problems
     from haldet.report.terminal import results_table
 
     config = run_config(opts)

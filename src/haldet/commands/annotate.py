@@ -13,11 +13,11 @@ from haldet.config import JudgeConfig, RunConfig
 from haldet.errors import HaldetError
 from haldet.flow.cell import prepare_cell
 from haldet.judges.agreement import agreement
-from haldet.locking import notify
 from haldet.stages.annotate import FAILED, AnnotateStage, labels_of
 from haldet.stages.base import no_progress
 from haldet.stages.generate import GenerateStage, generation_of
 from haldet.store import RunStore, clean_stale_temps
+from haldet.util.locking import notify
 
 
 def judge_config_with(base: JudgeConfig, overrides: dict[str, Any], where: str = "judge options") -> JudgeConfig:

@@ -25,12 +25,12 @@ from haldet.config import RunConfig
 from haldet.errors import HaldetError
 from haldet.flow.cell import prepare_cell
 from haldet.flow.run import check_run_dir
-from haldet.locking import notify
 from haldet.signals import Signal
 from haldet.stages.base import CellContext, Item, Progress, no_progress
 from haldet.stages.loader import EvidenceLoader
 from haldet.stages.plan import providers, stage_class
 from haldet.store import RunStore, _h5_name, clean_stale_temps
+from haldet.util.locking import notify
 
 LOGPROB_TOLERANCE = 1e-3  # teacher-forced vs generation log-prob, nats (float32 batching noise is ~1e-5)
 

@@ -10,10 +10,10 @@ import re
 from pathlib import Path
 from typing import Any
 
-from haldet.assets import package_dir
 from haldet.datasets.base import BadRow, DatasetAdapter, register, require
 from haldet.datasets.formats import RawFile
 from haldet.schema import Instance
+from haldet.util.assets import package_dir
 
 # The MBPP paper's split of its single release file, by task id: 1-10 are the few-shot prompt tasks (never
 # evaluated), 11-510 test, 511-600 validation, 601-974 train (the hub's splits are the same ranges).

@@ -13,9 +13,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-from haldet.assets import package_dir
 from haldet.datasets.base import DatasetAdapter, register, require
 from haldet.schema import Category, Instance
+from haldet.util.assets import package_dir
 
 _LICENSE = "MIT"
 _SPEAKER = re.compile(r"\s*\[(Human|Assistant)\]:\s*")

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from haldet.detectors.base import Detector
-from haldet.nli import PairCache, PairModel, load_pair_model
+from haldet.models.nli import PairCache, PairModel, load_pair_model
 
 
 def nonempty(samples: Any) -> list[str] | None:

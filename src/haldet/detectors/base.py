@@ -82,7 +82,7 @@ class Detector:
     # the formula's version: part of every score and fitted-state key, so bump it when the numbers would change
     version: ClassVar[str] = "1"
     # auxiliary models that produce numbers: parameter name -> kind ("nli", "similarity", "bertscore"), plus
-    # "sentences": "splitter" for detectors that split text into sentences (haldet.provenance resolves them)
+    # "sentences": "splitter" for detectors that split text into sentences (haldet.models.provenance resolves them)
     auxiliary: ClassVar[dict[str, str]] = {}
 
     def __init__(self, **params: Any) -> None:
@@ -113,7 +113,7 @@ class Detector:
     def identity(self) -> dict[str, Any]:
         """What produces this instance's numbers, resolved before scoring: name, version, parameters (variant
         included) and every auxiliary model with its fingerprint. Keys scores and fitted state; recorded."""
-        from haldet.provenance import resolve_auxiliary
+        from haldet.models.provenance import resolve_auxiliary
 
         return {"detector": self.name, "version": self.version, "params": self.params,
                 "variant": self.params.get("variant"), "models": resolve_auxiliary(self)}

@@ -22,7 +22,7 @@ from haldet.detectors._consistency import cache_for, pair_model
 from haldet.detectors.base import register
 from haldet.detectors.unit import UnitDetector
 from haldet.errors import HaldetError
-from haldet.nli import CONTRADICTION, ENTAILMENT, NEUTRAL
+from haldet.models.nli import CONTRADICTION, ENTAILMENT, NEUTRAL
 from haldet.signals import Signal, SignalView
 
 
@@ -56,7 +56,7 @@ class CCP(UnitDetector):
 
     def token_scores(self, items: SignalView) -> list[np.ndarray | str]:
         from haldet.backends.hf.backend import HFBackend
-        from haldet.linguistics import analyse, sentence_start
+        from haldet.text.linguistics import analyse, sentence_start
 
         if self.params["context"] not in ("sentence", "response"):
             raise ValueError(f"ccp: context must be sentence or response, not {self.params['context']!r}")

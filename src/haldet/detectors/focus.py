@@ -10,7 +10,7 @@ K = tokens overlapping a spaCy word that is a noun, proper noun or numeral or li
 answer-to-answer attention, max over layers and heads (`Signal.TOKEN_ATTENTION`); gamma = 0.9.
 Departure (named in `meta`): p_hat is renormalised over the top-k tokens of the token pass (k = `tokens.top_k`,
 10 by default), not the whole vocabulary; with the default threshold only tokens ranked below k with p >= 0.01
-are missing. IDF comes from a recorded local corpus (`haldet.idf`; default the packaged HaluEval texts, a
+are missing. IDF comes from a recorded local corpus (`haldet.models.idf`; default the packaged HaluEval texts, a
 substitute for the paper's 1M RedPajama documents). A unit with no keyword token scores 0 (the method's mask).
 Response level: the mean over keyword tokens.
 """
@@ -69,15 +69,15 @@ class Focus(UnitDetector):
 
     def identity(self) -> dict[str, Any]:
         """Adds the IDF corpus's file fingerprint: a changed corpus re-scores."""
-        from haldet.idf import corpus_identity
+        from haldet.models.idf import corpus_identity
 
         out = super().identity()
         out["models"] = {**out.get("models", {}), "idf": corpus_identity(self.params["idf_corpus"])}
         return out
 
     def _focus(self, items: SignalView) -> list[tuple[np.ndarray, np.ndarray] | str]:
-        from haldet.idf import idf_table
-        from haldet.linguistics import analyse, pipeline_id, token_mask
+        from haldet.models.idf import idf_table
+        from haldet.text.linguistics import analyse, pipeline_id, token_mask
 
         responses = items.get(Signal.RESPONSE)
         try:

@@ -1,5 +1,5 @@
 """LLM-Check (Sriramanan et al. 2024), the white-box baselines of VeriGray's Table 4, on the proxy model's one
-teacher-forced pass (`haldet.llmcheck` has the formulas):
+teacher-forced pass (`haldet.backends.hf.llmcheck` has the formulas):
 
 - `llmcheck_hidden`: hidden score of a unit = mean log eigenvalue of the covariance of its tokens' hidden states at
   one layer (`Signal.UNIT_HIDDEN_SCORES`, computed in the pass for every unit of the item and the whole answer);
@@ -18,9 +18,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from haldet.backends.hf.llmcheck import choose_layer
 from haldet.detectors.base import Detector, Scores, register
 from haldet.detectors.unit import UnitDetector, UnitScores, unit_token_index
-from haldet.llmcheck import choose_layer
 from haldet.schema import LEVELS
 from haldet.signals import Signal, SignalView
 

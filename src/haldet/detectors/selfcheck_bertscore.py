@@ -9,8 +9,8 @@ import numpy as np
 
 from haldet.detectors._consistency import cache_for, nonempty, pair_model
 from haldet.detectors.base import Detector, Scores, register
-from haldet.sentences import split_many, splitter_id
 from haldet.signals import Signal, SignalView
+from haldet.text.sentences import split_many, splitter_id
 
 
 @register("selfcheck_bertscore")

@@ -9,9 +9,9 @@ import numpy as np
 
 from haldet.detectors._consistency import cache_for, nonempty, pair_model
 from haldet.detectors.base import Detector, Scores, register
-from haldet.nli import CONTRADICTION, ENTAILMENT
-from haldet.sentences import split_many, splitter_id
+from haldet.models.nli import CONTRADICTION, ENTAILMENT
 from haldet.signals import Signal, SignalView
+from haldet.text.sentences import split_many, splitter_id
 
 _LETTER = re.compile(r"^\s*(?:(?:the\s+)?answer\s*(?:is)?\s*[:\-]?\s*)?\(?([A-Za-z])\)?\s*[.:)]?\s*$", re.IGNORECASE)
 

@@ -8,7 +8,7 @@ import numpy as np
 
 from haldet.detectors._consistency import cache_for, pair_model, sample_logliks
 from haldet.detectors.base import Detector, Scores, register
-from haldet.nli import CONTRADICTION, ENTAILMENT, NEUTRAL
+from haldet.models.nli import CONTRADICTION, ENTAILMENT, NEUTRAL
 from haldet.signals import Signal, SignalView
 
 

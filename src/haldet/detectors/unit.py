@@ -57,13 +57,13 @@ class UnitDetector(Detector):
                              f"not {self.params['aggregate']!r}")
 
     def reads_linguistics(self) -> bool:
-        """Whether this instance reads spaCy tags (`haldet.linguistics`); their pipeline then keys its scores."""
+        """Whether this instance reads spaCy tags (`haldet.text.linguistics`); their pipeline then keys its scores."""
         return False
 
     def identity(self) -> dict[str, Any]:
         out = super().identity()
         if self.reads_linguistics():
-            from haldet.linguistics import linguistics_identity
+            from haldet.text.linguistics import linguistics_identity
 
             out["models"] = {**out.get("models", {}), "linguistics": linguistics_identity()}
         return out

@@ -58,7 +58,7 @@ class UnitSAR(UnitDetector):
         return self.params["scope"] == "sentence"
 
     def token_scores(self, items: SignalView) -> list[np.ndarray | str]:
-        from haldet.linguistics import analyse
+        from haldet.text.linguistics import analyse
 
         if self.params["scope"] not in ("sentence", "response") or self.params["normalise"] not in ("sum", "none"):
             raise ValueError("unit_sar: scope must be sentence|response and normalise sum|none")

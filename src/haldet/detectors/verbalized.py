@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from haldet.confidence import parse_confidence
 from haldet.detectors.base import Detector, Scores, register
 from haldet.signals import Signal, SignalView
+from haldet.text.confidence import parse_confidence
 
 
 @register("verbalized")

@@ -31,7 +31,7 @@ def rate_group(instance: Instance, level: str) -> str:
 
 def unit_attributes(level: str, units: list[tuple[Instance, SpanLabel]]) -> dict[str, list[str]]:
     """Per unit: rate group, POS, entity type, sentence position, content flag (spaCy analysis of each response)."""
-    from haldet.linguistics import FUNCTION_POS, analyse, overlapping
+    from haldet.text.linguistics import FUNCTION_POS, analyse, overlapping
 
     responses = sorted({inst.response or "" for inst, _ in units})
     words = dict(zip(responses, analyse(responses), strict=True))

@@ -28,7 +28,7 @@ from typing import Any
 from haldet.config import RunConfig
 from haldet.errors import HaldetError
 from haldet.flow.cell import CellResult, guarded_cell, prepare_cell, scenario_of
-from haldet.locking import notify
+from haldet.util.locking import notify
 
 SHARD_SIZE = 32  # items per evidence-stage shard task (override: $HALDET_RAY_SHARD_SIZE)
 TASK_RETRIES = 3  # re-runs of a task whose worker died (a shard task recomputes only what is missing)

@@ -24,13 +24,13 @@ from haldet.errors import HaldetError, is_storage_error
 from haldet.evaluation.cost import stage_stats
 from haldet.flow.protocol import Protocol, protocol_for
 from haldet.flow.scoring import DetectorRun, make_detector, score_detector
-from haldet.prompts import PromptBuilder, demo_pool_size, given_response_prompts, render_prompts
 from haldet.signals import Signal, SignalView
 from haldet.stages.base import CellContext, Item, Progress
 from haldet.stages.generate import GenerateStage, attach_generations
 from haldet.stages.loader import EvidenceLoader, ensure_stages, evidence_key, needed_stages
 from haldet.store import RunStore
 from haldet.suites.base import get_suite
+from haldet.text.prompts import PromptBuilder, demo_pool_size, given_response_prompts, render_prompts
 
 
 @dataclass

@@ -22,12 +22,12 @@ from haldet.evaluation.metrics import MetricValue
 from haldet.evaluation.splits import SPLITS, grouped_split, stratified_split
 from haldet.evaluation.units import UnitData
 from haldet.flow.scoring import DetectorRun, ResponseScoring, json_float
-from haldet.limits import cut_off_summary
 from haldet.schema import Category, Instance
 from haldet.signals import SignalView
 from haldet.stages.annotate import AnnotateStage, labels_of
 from haldet.stages.base import CellContext, Item
 from haldet.suites.base import Suite, get_suite
+from haldet.util.limits import cut_off_summary
 
 
 class Protocol(ResponseScoring):

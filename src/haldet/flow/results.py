@@ -8,7 +8,7 @@ from typing import Any
 from haldet.detectors.base import DETECTORS
 from haldet.evaluation.cost import DEFAULT_N, detector_cost
 from haldet.flow.cell import CellResult
-from haldet.provenance import substitutes
+from haldet.models.provenance import substitutes
 from haldet.stages.plan import stage_provides
 
 

@@ -23,11 +23,11 @@ from haldet.executors.ray_executor import ray_cells
 from haldet.flow.cell import CellResult, guarded_cell
 from haldet.flow.results import cell_entry, result_rows
 from haldet.judges.cascade import Cascade
-from haldet.locking import notify
 from haldet.stages.base import Progress, no_progress
 from haldet.store import RunStore, clean_stale_temps
 from haldet.suites.base import get_suite
-from haldet.threads import runtime_info
+from haldet.util.locking import notify
+from haldet.util.threads import runtime_info
 from haldet.version import __version__
 
 LIBRARIES = ("torch", "transformers", "numpy", "scikit-learn", "h5py", "pydantic", "datasets", "typer", "rich")

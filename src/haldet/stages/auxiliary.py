@@ -3,8 +3,8 @@
 Two follow-up questions per item, each asked as the next user turn of the answered conversation (the item's prompt,
 the generated answer as the model's turn, then the question: `Backend.follow_up`):
 - verbalized confidence: the model is asked for one number in [0, 1]; the reply up to the end of its first
-  sentence that states a number is stored (`verbalized`, `haldet.confidence.confidence_statement`: "1. 1" -> "1.")
-  and, parsed by `haldet.confidence.parse_confidence`, as `verbalized_value` (None when no number is found);
+  sentence that states a number is stored (`verbalized`, `haldet.text.confidence.confidence_statement`: "1. 1" -> "1.")
+  and, parsed by `haldet.text.confidence.parse_confidence`, as `verbalized_value` (None when no number is found);
 - self-evaluation: the model is asked whether the proposed answer is True or False. P(True) is read from the
   next-token distribution at the first reply position: the probability mass on the first tokens of "True"
   spellings divided by the mass on "True" plus "False" spellings (normalised over the two). The greedy verdict
@@ -12,7 +12,7 @@ the generated answer as the model's turn, then the question: `Backend.follow_up`
 Only what is read is decoded (`DECODING`, part of the key): P(True) needs one pass over the prompt (a backend with
 next-token probabilities returns just the greedy first token, the verdict word, as `self_eval_text`; one without
 them returns its whole verdict); a verbalized reply stops as soon as that sentence has ended
-(`haldet.confidence.confidence_complete`). Only the queries a selected detector reads are asked
+(`haldet.text.confidence.confidence_complete`). Only the queries a selected detector reads are asked
 (`AuxiliaryStage.queries`). Both prompts share the answered conversation and differ only in the question, so a local
 model reads that shared head once per item for both queries (`HFBackend.paired_replies`; the key says so). When
 the local lean decoder generates the answers, it asks both questions as branches of each answer's own cache right
@@ -31,11 +31,11 @@ from dataclasses import replace
 from typing import Any
 
 from haldet.backends.base import AnswerEvidence, Backend, Capability, EvidenceRequest, FollowUp
-from haldet.confidence import confidence_complete, confidence_statement, parse_confidence
 from haldet.config import stage_key
 from haldet.signals import Signal
 from haldet.stages.base import STAGES, DecodingReader, Item
 from haldet.stages.generate import GenerateStage
+from haldet.text.confidence import confidence_complete, confidence_statement, parse_confidence
 
 PROMPT_VERSION = "aux-v3"  # bump when the wording below changes: it is part of the cache key
 # what is decoded of each reply (part of the cache key)

@@ -4,7 +4,7 @@ A stage names its output file (`<stage>.jsonl` in the cell), defines `key(item)`
 shared `ensure` finds the items whose record with the current key is missing, computes them in batches with a
 progress bar, and appends each batch's records as soon as they exist. Killed at any point, a rerun computes
 exactly the missing items. Two processes running the same stage on the same cell take turns (an exclusive lock
-on `<stage>.lock`, haldet.locking), and the second computes only what the first left missing: no item is written
+on `<stage>.lock`, haldet.util.locking), and the second computes only what the first left missing: no item is written
 twice.
 
 Every `ensure` also checks the HDF5 shards its current records point at: a shard that no longer opens or lacks
@@ -21,7 +21,6 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from haldet import locking
 from haldet.backends.base import AnswerEvidence, Backend, EvidenceRequest
 from haldet.config import RunConfig
 from haldet.registry import Registry
@@ -29,6 +28,7 @@ from haldet.schema import Generation, Instance
 from haldet.signals import Signal
 from haldet.stages.counts import StageTally
 from haldet.store import CellStore
+from haldet.util import locking
 
 Progress = Callable[[str, int], Callable[[int], None]]  # (description, total) -> advance(n)
 # Set by an executor that computes item shards elsewhere (haldet.executors.ray_executor): (stage, items) -> None.

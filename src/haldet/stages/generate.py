@@ -15,12 +15,12 @@ import numpy as np
 
 from haldet.backends.base import EvidenceRequest
 from haldet.config import stage_key
-from haldet.limits import by_limit, max_new_tokens
 from haldet.schema import Generation
 from haldet.signals import Signal
 from haldet.stages.base import STAGES, DecodingReader, Item, Stage
 from haldet.stages.plan import plan
 from haldet.stages.tokens import TOKEN_PASS_SIGNALS, run_token_pass, token_record, token_spec
+from haldet.util.limits import by_limit, max_new_tokens
 
 
 @STAGES.register("generate")

@@ -23,10 +23,10 @@ import numpy as np
 
 from haldet.backends.base import ForwardRequest
 from haldet.config import digest, stage_key
-from haldet.limits import by_limit, max_new_tokens
 from haldet.signals import Signal
 from haldet.stages.base import STAGES, Item, Stage
 from haldet.stages.generate import remote_usage
+from haldet.util.limits import by_limit, max_new_tokens
 
 
 def _logliks(outs: list[Any]) -> list[list[float]] | None:

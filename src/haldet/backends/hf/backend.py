@@ -21,7 +21,6 @@ from typing import Any
 
 import numpy as np
 
-from haldet.assets import file_sha256
 from haldet.backends.base import (
     AnswerEvidence,
     Backend,
@@ -41,7 +40,8 @@ from haldet.backends.hf.loading import converted_gguf_dir, int8_dynamic, load_er
 from haldet.backends.hf.sampling import row_seed, sampler_class
 from haldet.backends.hf.states import layer_index
 from haldet.errors import HaldetError
-from haldet.threads import thread_count
+from haldet.util.assets import file_sha256
+from haldet.util.threads import thread_count
 
 # how the hf backend decodes: its own lean loop (haldet.backends.hf.decode) or transformers' `generate` (reference)
 DECODERS = ("haldet", "transformers")

@@ -16,8 +16,8 @@ import warnings
 from pathlib import Path
 from typing import Any, Protocol
 
-from haldet.assets import MODEL_ALIASES, cache_dir, file_sha256
 from haldet.errors import HaldetError
+from haldet.util.assets import MODEL_ALIASES, cache_dir, file_sha256
 
 
 class LoadedModel(Protocol):

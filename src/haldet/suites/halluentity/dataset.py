@@ -3,7 +3,7 @@
 Each row: `prompt` (the biography request), `response` (the generated biography), `entity` (the response's
 entities in reading order, as strings) and `entity_label` (one per entity, True = NOT hallucinated). The response
 ships with the data: the suite teacher-forces it through a proxy model (`haldet run --suite halluentity`).
-Entities are aligned to character offsets by sequential search (`haldet.units.align_sequential`); an entity not
+Entities are aligned to character offsets by sequential search (`haldet.text.units.align_sequential`); an entity not
 found is kept out of the units and counted in `meta["unaligned"]` (the suite reports the total).
 157 rows, ~18,785 entities, ~15% hallucinated (MIT license).
 """
@@ -14,7 +14,7 @@ from typing import Any
 
 from haldet.datasets.base import BadRow, DatasetAdapter, register, require
 from haldet.schema import Category, Instance, SpanLabel
-from haldet.units import align_sequential
+from haldet.text.units import align_sequential
 
 _TRUE = {"true", "t", "1", "yes"}
 _FALSE = {"false", "f", "0", "no"}

@@ -29,10 +29,10 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from haldet.backends.structured import CallFailure
-from haldet.sentences import split_sentences
 from haldet.suites.hallulens.llm import StructuredLLM
 from haldet.suites.hallulens.prompts import AnswerReply, NamesReply, Prompts, QuestionReply, json_parser
 from haldet.suites.hallulens.sources import DOMAINS, Page, Species, sections
+from haldet.text.sentences import split_sentences
 
 TASKS = ("precisewikiqa", "longwiki", "nonexistent", "proxy_qa")
 BUSINESS_TYPES = ("restaurant", "cafe", "bakery", "bookshop", "hotel", "fitness studio")

@@ -23,7 +23,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from haldet.assets import file_sha256
 from haldet.backends.structured import CallFailure, Request
 from haldet.config import JudgeConfig, digest
 from haldet.errors import HaldetError
@@ -33,6 +32,7 @@ from haldet.suites.hallulens.judges import HalluLensJudges, Judgement
 from haldet.suites.hallulens.llm import StructuredLLM
 from haldet.suites.hallulens.rates import far_rates, longwiki_rates, mean_sd, qa_rates
 from haldet.suites.hallulens.sets import MANIFEST, read_items, trial_dirs
+from haldet.util.assets import file_sha256
 
 MAX_NEW_TOKENS = {"precisewikiqa": 128, "proxy_qa": 128, "longwiki": 1024, "nonexistent": 256}
 ProgressFactory = Callable[[str, int], Callable[[int], None]]

@@ -60,7 +60,7 @@ class Judgement:
 
 def sentence_spans(text: str) -> list[tuple[int, int, str]]:
     """(start, end, sentence) with character offsets into `text` (sentences found in order)."""
-    from haldet.sentences import split_sentences
+    from haldet.text.sentences import split_sentences
 
     out, pos = [], 0
     for sent in split_sentences(text):

@@ -42,7 +42,7 @@ class PassageIndex:
         if self._model is None:
             from sentence_transformers import SentenceTransformer
 
-            from haldet.assets import resolve_embedding
+            from haldet.util.assets import resolve_embedding
 
             path = resolve_embedding(self.encoder_name)
             self._model = SentenceTransformer(path, device="cpu")

@@ -12,7 +12,6 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from haldet.assets import file_sha256
 from haldet.errors import HaldetError
 from haldet.store import atomic_write_text, read_json
 from haldet.suites.hallulens.build import (
@@ -30,6 +29,7 @@ from haldet.suites.hallulens.build import (
 from haldet.suites.hallulens.llm import StructuredLLM
 from haldet.suites.hallulens.prompts import Prompts
 from haldet.suites.hallulens.sources import load_medicines, load_pages, load_taxonomy
+from haldet.util.assets import file_sha256
 from haldet.version import __version__
 
 MANIFEST = "build.json"

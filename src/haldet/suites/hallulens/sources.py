@@ -99,7 +99,7 @@ def load_pages(path: str | Path) -> list[Page]:
 def _tokenizer() -> Any:
     from transformers import AutoTokenizer
 
-    from haldet.assets import resolve_embedding
+    from haldet.util.assets import resolve_embedding
 
     return AutoTokenizer.from_pretrained(resolve_embedding("minilm"), local_files_only=True)
 

@@ -23,11 +23,11 @@ from typing import Any, ClassVar
 from haldet.evaluation.metrics import MetricValue
 from haldet.evaluation.thresholds import at_threshold
 from haldet.evaluation.units import UnitData, unit_metrics
-from haldet.long_context import POLICIES, fit_context
 from haldet.schema import Instance
 from haldet.suites.base import Suite, TableLayout, register
 from haldet.suites.triviaplus.analysis import DetectorScores, hallucination_type_test, label_of, main_row, strata_rows
 from haldet.suites.triviaplus.protocol import CLEAN, REGIME_COLUMNS, check_regime, label_disagreement
+from haldet.text.long_context import POLICIES, fit_context
 
 NOISY = tuple(r for r in REGIME_COLUMNS if r != CLEAN)
 MARGIN_TOKENS = 512  # room left in the window beside the article: prompt template, question, answer, a judge's reply

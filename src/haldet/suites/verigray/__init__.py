@@ -5,5 +5,5 @@ Modules: `labels` (the class vocabulary and its order), `dataset` (the registere
 and its reply parser), `verigray_llm` (that classifier as the detector `verigray_llm`), `nli` (document ->
 sentence entailment verifiers), `nli_verifier` (the detector `nli_verifier`), `evaluate` (result rows), `report`
 (tables and plots), `suite` (the registered suite). Its LLM-Check baselines are the core detector `llmcheck`
-(math in `haldet.llmcheck`).
+(math in `haldet.backends.hf.llmcheck`).
 """

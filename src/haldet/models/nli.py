@@ -32,9 +32,9 @@ from typing import Any
 
 import numpy as np
 
-from haldet.assets import hub_reachable
 from haldet.errors import HaldetError
 from haldet.store import StageLog, model_slug
+from haldet.util.assets import hub_reachable
 
 log = logging.getLogger("haldet")
 
@@ -243,7 +243,7 @@ class BiEncoderSimilarity(PairModel):
         super().__init__(name, batch_size=batch_size)
         from sentence_transformers import SentenceTransformer
 
-        from haldet.assets import resolve_embedding
+        from haldet.util.assets import resolve_embedding
 
         self.id = f"bi-encoder:{name}"
         path = resolve_embedding(name)
@@ -289,7 +289,7 @@ class BERTScorePairs(PairModel):
         from bert_score.utils import model2layers
         from transformers import AutoConfig
 
-        from haldet.assets import resolve_embedding
+        from haldet.util.assets import resolve_embedding
 
         path = resolve_embedding(name)
         local = _local_only(path)
@@ -327,7 +327,7 @@ def _build(kind: str, name: str, **kw: Any) -> PairModel:
             else:
                 _LOADED[key] = HFEntailment(name, **kw)
         elif kind == "similarity":
-            from haldet.assets import EMBEDDING_ALIASES
+            from haldet.util.assets import EMBEDDING_ALIASES
 
             if name.startswith("bi:") or name in EMBEDDING_ALIASES:
                 kw.pop("max_length", None)
@@ -345,7 +345,7 @@ def _build(kind: str, name: str, **kw: Any) -> PairModel:
 def model_suffix(name: str, model: PairModel) -> str:
     """What else keys a pair model's numbers beyond its name: its files' fingerprint and its max_length (the pair
     cache is filed under `id`, so another revision or truncation never answers from it)."""
-    from haldet.provenance import locate
+    from haldet.models.provenance import locate
 
     length = getattr(model, "max_length", None)
     return f"@{locate(name) or 'unlocated'}" + (f":ml{length}" if length is not None else "")

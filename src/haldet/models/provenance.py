@@ -32,7 +32,7 @@ def locate(name: str) -> str | None:
     """A fingerprint of `name` when it can be loaded here (None when not): an embedded alias, a local path, a
     cached hub snapshot (its revision), or a hub id while the hub is reachable. Not memoised: a model that
     appears (downloaded, copied in) later in the process is found."""
-    from haldet.assets import EMBEDDING_ALIASES, MODEL_ALIASES, file_sha256, hub_reachable, resolve_embedding
+    from haldet.util.assets import EMBEDDING_ALIASES, MODEL_ALIASES, file_sha256, hub_reachable, resolve_embedding
 
     base = name.removeprefix("llm:").removeprefix("bi:")
     if base in MODEL_ALIASES:
@@ -78,8 +78,8 @@ def pair_model_identity(kind: str, name: str, fallback: str | None, max_length: 
 
 @lru_cache(maxsize=1)
 def splitter_identity() -> dict[str, Any]:
-    """The sentence segmenter `haldet.sentences` uses here, with the spaCy and pipeline package versions."""
-    from haldet.sentences import splitter_id
+    """The sentence segmenter `haldet.text.sentences` uses here, with the spaCy and pipeline package versions."""
+    from haldet.text.sentences import splitter_id
 
     used = splitter_id()
     out: dict[str, Any] = {"kind": "splitter", "used": used, "spacy": metadata.version("spacy")}

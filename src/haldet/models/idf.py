@@ -18,9 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from haldet.assets import cache_dir, file_sha256, package_dir
 from haldet.errors import HaldetError
 from haldet.store import model_slug
+from haldet.util.assets import cache_dir, file_sha256, package_dir
 
 IDF_VERSION = "idf-v1"
 

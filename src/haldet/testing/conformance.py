@@ -231,7 +231,8 @@ def synthetic_view(signals: frozenset[Signal] | set[Signal], n: int = N_ITEMS, s
     Instances carry references, incorrect answers and a source row, so gold access is observable."""
     unknown = sorted(set(signals) - set(SIGNAL_MAKERS))
     if unknown:
-        raise KeyError(f"no synthetic maker for signal(s) {unknown}: add @signal_maker in haldet/conformance.py")
+        raise KeyError(f"no synthetic maker for signal(s) {unknown}: add a @signal_maker in "
+                       "haldet/testing/conformance.py")
     rng = np.random.default_rng(seed)
     y = (np.arange(n) % 5 < 2).astype(int)[rng.permutation(n)]  # 40% hallucinated, both classes everywhere
     values = {s: SIGNAL_MAKERS[s].make(np.random.default_rng([seed, list(Signal).index(s)]), y)
