@@ -1,9 +1,10 @@
 """A tiny typed name -> object registry with a decorator, shared by datasets, judges and detectors.
 
 Built-ins register on import; `Registry.load_builtins` imports the package's modules once so that a new
-dataset, judge or detector is one file plus one decorator and nothing else. It also imports every module of every
-suite folder (`haldet.suites.<suite>/`), by name: a suite keeps its own datasets and detectors in its folder and
-registers them like any plugin, so the core never imports a suite. Third-party packages register through
+dataset, judge or detector is one file plus one decorator and nothing else. A registry that suites contribute to
+(datasets, detectors, suites: `in_suites=True`) also imports every module of every suite folder
+(`haldet.suites.<suite>/`), by name: a suite keeps its own datasets and detectors in its folder and registers them
+like any plugin, so the core never imports a suite. Third-party packages register through
 entry points in the group named like the package (`haldet.detectors`, `haldet.datasets`, `haldet.judges`): the
 entry point's value is a module (its decorators run on import) or a class (registered under the entry point's
 name). `origin(name)` says which distribution a plugin came from.
@@ -26,9 +27,10 @@ SUITE_FOLDERS = "haldet.suites"  # each sub-package is one suite's folder (DESIG
 class Registry(Generic[T]):
     """Maps registry keys to classes (or factories); lookups of unknown names list the known ones."""
 
-    def __init__(self, kind: str, package: str) -> None:
+    def __init__(self, kind: str, package: str, *, in_suites: bool = False) -> None:
         self.kind = kind
         self.package = package
+        self.in_suites = in_suites  # suite folders hold entries of this kind (their datasets, detectors, suites)
         self._items: dict[str, T] = {}
         self._origins: dict[str, str] = {}
         self._loaded = False
@@ -46,15 +48,16 @@ class Registry(Generic[T]):
         return decorate
 
     def load_builtins(self) -> None:
-        """Import every module of the plugin package, then of every suite folder, so their decorators run."""
+        """Import every module of the plugin package (and of every suite folder), so their decorators run."""
         if self._loaded:
             return
         self._loaded = True
         _import_modules(self.package)
-        suites = importlib.import_module(SUITE_FOLDERS)
-        for folder in pkgutil.iter_modules(suites.__path__):
-            if folder.ispkg and not folder.name.startswith("_"):
-                _import_modules(f"{SUITE_FOLDERS}.{folder.name}")
+        if self.in_suites:
+            suites = importlib.import_module(SUITE_FOLDERS)
+            for folder in pkgutil.iter_modules(suites.__path__):
+                if folder.ispkg and not folder.name.startswith("_"):
+                    _import_modules(f"{SUITE_FOLDERS}.{folder.name}")
         self._load_plugins()
 
     def _load_plugins(self) -> None:

@@ -485,7 +485,7 @@ def read_table(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
-DATASETS: Registry[type[DatasetAdapter]] = Registry("dataset", "haldet.datasets")
+DATASETS: Registry[type[DatasetAdapter]] = Registry("dataset", "haldet.datasets", in_suites=True)
 
 
 register = DATASETS.register  # class decorator: @register("name")

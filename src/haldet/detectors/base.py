@@ -151,7 +151,7 @@ class Detector:
         self.__dict__.update({k: v for k, v in state.items() if k not in self._UNSAVED})
 
 
-DETECTORS: Registry[type[Detector]] = Registry("detector", "haldet.detectors")
+DETECTORS: Registry[type[Detector]] = Registry("detector", "haldet.detectors", in_suites=True)
 
 
 register = DETECTORS.register  # class decorator: @register("name")

@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import datetime as _dt
 import gc
-import platform
 import time
 from collections.abc import Callable, Iterator
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -28,20 +26,9 @@ from haldet.store import RunStore, clean_stale_temps
 from haldet.suites.base import get_suite
 from haldet.util.locking import notify
 from haldet.util.threads import runtime_info
-from haldet.version import __version__
+from haldet.util.versions import library_versions
 
-LIBRARIES = ("torch", "transformers", "numpy", "scikit-learn", "h5py", "pydantic", "datasets", "typer", "rich")
 EXECUTORS = ("serial", "ray")
-
-
-def library_versions() -> dict[str, str]:
-    out = {"python": platform.python_version(), "haldet": __version__}
-    for lib in LIBRARIES:
-        try:
-            out[lib] = metadata.version(lib)
-        except metadata.PackageNotFoundError:
-            out[lib] = "not installed"
-    return out
 
 
 def check_run_dir(store: RunStore, config: RunConfig, *, update: bool) -> dict[str, Any]:

@@ -123,7 +123,7 @@ class Suite:
                 "splits": cls.splits, "description": cls.description}
 
 
-SUITES: Registry[type[Suite]] = Registry("suite", "haldet.suites")
+SUITES: Registry[type[Suite]] = Registry("suite", "haldet.suites", in_suites=True)
 
 register = SUITES.register  # class decorator: @register("name")
 

@@ -33,6 +33,7 @@ from haldet.suites.hallulens.llm import StructuredLLM
 from haldet.suites.hallulens.rates import far_rates, longwiki_rates, mean_sd, qa_rates
 from haldet.suites.hallulens.sets import MANIFEST, read_items, trial_dirs
 from haldet.util.assets import file_sha256
+from haldet.util.versions import library_versions
 
 MAX_NEW_TOKENS = {"precisewikiqa": 128, "proxy_qa": 128, "longwiki": 1024, "nonexistent": 256}
 ProgressFactory = Callable[[str, int], Callable[[int], None]]
@@ -152,7 +153,6 @@ def evaluate(set_dir: Path, out: Path, *, targets: Sequence[Target], judge: Stru
              tasks: Sequence[str] | None = None, prompts: Any, pages: str | None = None, k: int = 32,
              max_new_tokens: dict[str, int] | None = None, limit: int | None = None,
              progress: ProgressFactory | None = None) -> dict[str, Any]:
-    from haldet.flow.run import library_versions  # heavy: only when evaluating
     from haldet.suites.hallulens.retrieval import PassageIndex
     from haldet.suites.hallulens.sources import load_pages
 
