@@ -1,0 +1,43 @@
+"""The public API (`import haldet`): every exported name resolves, importing it loads no torch, and a run's results
+come back as a DataFrame with the stored rows."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import haldet
+from haldet.store import RunStore
+
+
+def test_every_exported_name_resolves() -> None:
+    for name in haldet.__all__:
+        assert getattr(haldet, name) is not None, name
+    assert haldet.Detector.__module__ == "haldet.detectors.base"
+    assert haldet.Signal.TOKEN_LOGPROBS.value == "token_logprobs"
+    with pytest.raises(AttributeError, match="no attribute 'nothing_here'"):
+        _ = haldet.nothing_here
+
+
+def test_import_haldet_loads_no_torch() -> None:
+    code = "import sys, haldet; haldet.RunConfig; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+def test_load_results_returns_the_stored_rows(tmp_path: Path) -> None:
+    rows = [{"dataset": "d", "detector": "perplexity", "metric": "auroc", "value": 0.75, "n": 20},
+            {"dataset": "d", "detector": "verbalized", "metric": "auroc", "value": 0.5, "n": 20}]
+    RunStore(tmp_path).write_results(rows)
+    frame = haldet.load_results(tmp_path)
+    assert frame.to_dict("records") == rows
+
+
+def test_run_rejects_an_unknown_detector_before_any_work(tmp_path: Path) -> None:
+    config = haldet.load_config(None, datasets=["halueval_qa"], detectors=["no_such_detector"], limit=2)
+    with pytest.raises(Exception, match="no_such_detector"):
+        haldet.run(config, tmp_path / "run")
+    assert not (tmp_path / "run").exists()
