@@ -155,17 +155,32 @@ def run_cell(config: RunConfig, store: RunStore, dataset: str, model: str, progr
                           generations=[i.generation for i in evaluated if i.generation is not None],
                           loader=EvidenceLoader(ctx, evaluated),
                           labels=np.array([train.get(i.id, -1) for i in evaluated]))
-        _score_all(protocol, config, ctx, evaluated, view, split, (regime, train), unscored, result, previous,
+        _score_all(CellScoring(protocol, ctx, evaluated, split, unscored, result, previous), view, (regime, train),
                    first_pass=r == 0)
     result.extra_rows = protocol.extra_rows(all_items, split, result.detectors)
     return _finish(result, ctx)
 
 
-def _score_all(protocol: Protocol, config: RunConfig, ctx: CellContext, items: list[Item], view: SignalView,
-               split: dict[str, list[str]], train_labels: tuple[str, dict[str, int]], unscored: dict[str, Any],
-               result: CellResult, previous: dict[str, Any], *, first_pass: bool) -> None:
+@dataclass
+class CellScoring:
+    """What every detector of a cell is scored with: the protocol, the cell's context, the evaluated items, the
+    split, the unscorable items (NaN units), and where the runs go (the result, and the earlier manifest entry)."""
+
+    protocol: Protocol
+    ctx: CellContext
+    items: list[Item]
+    split: dict[str, list[str]]
+    unscored: dict[str, Any]
+    result: CellResult
+    previous: dict[str, Any]
+
+
+def _score_all(cs: CellScoring, view: SignalView, train_labels: tuple[str, dict[str, int]], *,
+               first_pass: bool) -> None:
     """Every selected detector at every level of the protocol it scores (trained ones only after the first
     training-label set), through the one scoring path; a detector bug or bad parameter is reported, no number."""
+    protocol, ctx, result = cs.protocol, cs.ctx, cs.result
+    config = protocol.config
     names = [n for n in config.detectors if first_pass or DETECTORS.get(n, where="--detector").trains]
     advance = ctx.progress(f"detectors [{ctx.dataset} | {ctx.model}]", len(names))
     for name in names:
@@ -178,15 +193,15 @@ def _score_all(protocol: Protocol, config: RunConfig, ctx: CellContext, items: l
                 continue
             try:
                 detector = make_detector(name, config)
-                ev_key = evidence_key(ctx, items, needed_stages(detector.signals()))
-                run = score_detector(name, level, protocol, ctx.store, view, split, ev_key,
+                ev_key = evidence_key(ctx, cs.items, needed_stages(detector.signals()))
+                run = score_detector(name, level, protocol, ctx.store, view, cs.split, ev_key,
                                      progress=ctx.progress, train_labels=train_labels, detector=detector,
-                                     unscored=unscored)
+                                     unscored=cs.unscored)
             except (ValueError, RuntimeError) as exc:  # a detector bug or bad parameter: reported, no number
                 run = DetectorRun(name=name, family=str(cls.family()), level=level,
                                   train_labels=train_labels[0] if cls.trains else "",
                                   error=f"{type(exc).__name__}: {exc}")
-            if run.cached and not carry_timings(run, previous):
+            if run.cached and not carry_timings(run, cs.previous):
                 result.untimed.append(name)
             result.detectors.append(run)
         advance(1)
