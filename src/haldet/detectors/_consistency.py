@@ -1,4 +1,7 @@
-"""Helpers shared by the sample-consistency detectors: valid samples, pair models with recorded fallbacks."""
+"""Helpers shared by the sample-consistency detectors: valid samples, pair models with recorded fallbacks.
+
+A package-private helper module of `haldet.detectors` (the leading underscore keeps the detector registry from
+scanning it); detectors here and suite detectors (`suites/verigray/nli_verifier`) import it."""
 
 from __future__ import annotations
 
