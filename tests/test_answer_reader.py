@@ -190,7 +190,7 @@ def test_an_answer_ended_by_its_first_token_still_gets_its_branches(backend, pro
 
 
 def test_branches_sharing_a_prefix_are_packed_as_one_token_tree():
-    tokens, depth, sees, ends, users = answer_reader._token_tree([[1, 2, 3], [1, 2, 4], [5, 2]])
+    tokens, depth, sees, ends, users = answer_reader.token_tree([[1, 2, 3], [1, 2, 4], [5, 2]])
     assert tokens == [1, 2, 3, 4, 5, 2]  # the shared [1, 2] once
     assert depth == [0, 1, 2, 2, 0, 1]
     assert ends == [2, 3, 5]
@@ -198,4 +198,4 @@ def test_branches_sharing_a_prefix_are_packed_as_one_token_tree():
     seen = [set(np.flatnonzero(row.numpy())) for row in sees]
     assert seen == [{0}, {0, 1}, {0, 1, 2}, {0, 1, 3}, {4}, {4, 5}]  # ancestors and itself, never a sibling
     with pytest.raises(ValueError, match="no tokens"):
-        answer_reader._token_tree([[1], []])
+        answer_reader.token_tree([[1], []])

@@ -8,7 +8,7 @@ from typing import Any
 from rich.console import Console
 
 from haldet.evaluation.aggregate import scenario_table
-from haldet.report.html import _cost_section, _results_section, _scenario_section
+from haldet.report.html import cost_section, results_section, scenario_section
 from haldet.report.marks import coverage_suffix, detector_marks
 from haldet.report.tables import all_latex, all_markdown
 from haldet.report.terminal import results_table
@@ -67,7 +67,7 @@ def test_markdown_and_latex_show_coverage_marks_and_subset_flag() -> None:
 
 def test_html_sections_carry_the_marks() -> None:
     data = rows({"icr_probe": 0.5}, **SUB)
-    html = _results_section(data) + _scenario_section(data) + _cost_section(data)
+    html = results_section(data) + scenario_section(data) + cost_section(data)
     assert "selfcheck_nli<sup>2</sup>" in html and "verbalized<sup>1</sup>" in html
     assert "substitute model roberta-large-mnli -&gt; llm:smollm2-135m" in html
     assert "<b>81.00</b>§ (50%)" in html and "81.00 (50%)" in html   # scenario table and cost table

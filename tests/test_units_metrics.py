@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from haldet.evaluation.splits import grouped_split
-from haldet.evaluation.units import UnitData, at_threshold, best_f1, tie_share, unit_metrics
+from haldet.evaluation.thresholds import at_threshold
+from haldet.evaluation.units import UnitData, best_f1, f1_precision_recall, tie_share, unit_metrics
 
 
 def metric(values, name):
@@ -20,8 +21,9 @@ def test_best_f1_and_at_threshold_match_hand_computation() -> None:
     # >=0.9: F1 .5; >=0.8: .4; >=0.7: P 2/3 R 2/3 F1 2/3; >=0.1 (all): P .5 R 1 F1 2/3 too: the higher one wins
     t, f1, p, r = best_f1(y, s)
     assert t == 0.7 and f1 == pytest.approx(2 / 3) and p == pytest.approx(2 / 3) and r == pytest.approx(2 / 3)
-    assert at_threshold(y, s, 0.8) == pytest.approx((0.4, 0.5, 1 / 3))
-    assert at_threshold(y, s, 2.0) == (0.0, 0.0, 0.0)  # nothing predicted: precision 0, never a division error
+    assert f1_precision_recall(at_threshold(y, s, 0.8)) == pytest.approx((0.4, 0.5, 1 / 3))
+    # nothing predicted: precision 0, never a division error
+    assert f1_precision_recall(at_threshold(y, s, 2.0)) == (0.0, 0.0, 0.0)
 
 
 def test_all_positive_predictor_gives_f1_2p_over_1_plus_p() -> None:

@@ -234,7 +234,7 @@ class ArrayStore:
         name = f"{uuid.uuid4().hex[:12]}.h5"
         with atomic_path(self.root / name) as tmp, h5py.File(tmp, "w") as fh:
             for item_id, arrays in items.items():
-                group = fh.require_group(_h5_name(item_id))
+                group = fh.require_group(h5_name(item_id))
                 for arr_name, arr in arrays.items():
                     arr = np.asarray(arr)
                     if np.issubdtype(arr.dtype, np.floating):
@@ -258,7 +258,7 @@ class ArrayStore:
             return f"unreadable ({type(exc).__name__}: {str(exc).splitlines()[0][:160]})"
         for item_id, names in expected.items():
             for name in names:
-                if f"{_h5_name(item_id)}/{name}" not in present:
+                if f"{h5_name(item_id)}/{name}" not in present:
                     return f"array {name!r} of item {item_id} missing"
         return ""
 
@@ -275,7 +275,7 @@ class ArrayStore:
         path = self.root / shard
         try:
             with h5py.File(path, "r") as fh:
-                return np.asarray(fh[_h5_name(item_id)][name][()])
+                return np.asarray(fh[h5_name(item_id)][name][()])
         except (OSError, KeyError) as exc:
             raise HaldetError(f"array {name!r} of {item_id} is missing or unreadable: {exc}", where=str(path),
                               hint="remove the stage's records for this item to recompute them") from None
@@ -292,14 +292,14 @@ class ArrayStore:
             try:
                 with h5py.File(path, "r") as fh:
                     for i in idxs:
-                        out[i] = np.asarray(fh[_h5_name(refs[i][1])][name][()])
+                        out[i] = np.asarray(fh[h5_name(refs[i][1])][name][()])
             except (OSError, KeyError) as exc:
                 raise HaldetError(f"array {name!r} missing or unreadable: {exc}", where=str(path),
                                   hint="remove the stage's records for these items to recompute them") from None
         return [o for o in out if o is not None]
 
 
-def _h5_name(item_id: str) -> str:
+def h5_name(item_id: str) -> str:
     """Item ids contain '/', which HDF5 reads as nesting; keep them flat and readable."""
     return item_id.replace("/", "|")
 

@@ -29,7 +29,7 @@ from haldet.signals import Signal
 from haldet.stages.base import CellContext, Item, Progress, no_progress
 from haldet.stages.loader import EvidenceLoader
 from haldet.stages.plan import providers, stage_class
-from haldet.store import RunStore, _h5_name, clean_stale_temps
+from haldet.store import RunStore, clean_stale_temps, h5_name
 from haldet.util.locking import notify
 
 LOGPROB_TOLERANCE = 1e-3  # teacher-forced vs generation log-prob, nats (float32 batching noise is ~1e-5)
@@ -161,7 +161,7 @@ def _check_stage(ctx: CellContext, items: list[Item], stage: str, recs: dict[str
         try:
             with h5py.File(path, "r") as fh:
                 for rec in shard_recs:
-                    group = fh.get(_h5_name(rec["id"]))
+                    group = fh.get(h5_name(rec["id"]))
                     expected = rec.get("arrays") or {"sample_hidden": None}
                     for name, shape in expected.items():
                         if group is None or name not in group:

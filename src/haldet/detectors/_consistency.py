@@ -1,13 +1,17 @@
-"""Helpers shared by the sample-consistency detectors: valid samples, pair models with recorded fallbacks."""
+"""Helpers shared by the sample-consistency detectors: valid samples, pair models with recorded fallbacks.
+
+A package-private helper module of `haldet.detectors` (the leading underscore keeps the detector registry from
+scanning it); detectors here and suite detectors (`suites/verigray/nli_verifier`) import it."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from haldet.detectors.base import Detector
-from haldet.models.nli import PairCache, PairModel, load_pair_model
+from haldet.models.nli import Pair, PairCache, PairModel, load_pair_model
 
 
 def nonempty(samples: Any) -> list[str] | None:
@@ -38,3 +42,11 @@ def pair_model(det: Detector, kind: str, model_param: str, fallback_param: str =
 
 def cache_for(det: Detector) -> PairCache:
     return PairCache(det.workdir)
+
+
+def pair_scores(det: Detector, kind: str, model_param: str, pairs: Sequence[Pair], label: str) -> np.ndarray:
+    """[len(pairs), width] scores of `pairs` by the detector's pair model (its `batch_size` and `max_length`
+    params), through its pair cache, with a progress line `label` counting the distinct pairs."""
+    model = pair_model(det, kind, model_param, batch_size=det.params["batch_size"],
+                       max_length=det.params["max_length"])
+    return cache_for(det).scores(model, pairs, det.progress(label, len(set(pairs))))

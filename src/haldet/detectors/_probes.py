@@ -4,6 +4,9 @@ seeded torch MLP trainer and a validation-based layer search.
 Every probe detector trains through `train_mlp` so seeds, class weights, early stopping / checkpointing and the
 device (CUDA when present, else CPU) behave the same everywhere. Choices of epoch, layer or threshold use a
 held-out set the caller passes (the run's validation view); the test view is never seen here.
+
+A package-private helper module of `haldet.detectors` (the leading underscore keeps the detector registry from
+scanning it), imported by the probe detectors.
 """
 
 from __future__ import annotations

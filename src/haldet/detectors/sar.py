@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from haldet.detectors._consistency import cache_for, pair_model, sample_logliks
+from haldet.detectors._consistency import pair_scores, sample_logliks
 from haldet.detectors.base import Detector, Scores, register
 from haldet.signals import Signal, SignalView
 
@@ -91,9 +91,7 @@ class SAR(Detector):
             pairs += [(a, b) for x, a in enumerate(texts) for y, b in enumerate(texts) if x != y]
         sim: dict[tuple[str, str], float] = {}
         if pairs:
-            model = pair_model(self, "similarity", "similarity_model", batch_size=self.params["batch_size"],
-                               max_length=self.params["max_length"])
-            values = cache_for(self).scores(model, pairs, self.progress("sar similarity pairs", len(set(pairs))))
+            values = pair_scores(self, "similarity", "similarity_model", pairs, "sar similarity pairs")
             sim = {p: float(v[0]) for p, v in zip(pairs, values, strict=True)}
         t = float(self.params["temperature"])
         for i, texts, lls in prepared:
@@ -141,9 +139,7 @@ class TokenSAR(Detector):
             prepared.append((i, np.asarray(lp, dtype=np.float64), token_relevance_pairs(q, pieces)))
         pairs = [p for _, _, ps in prepared for p in ps]
         if pairs:
-            model = pair_model(self, "similarity", "similarity_model", batch_size=self.params["batch_size"],
-                               max_length=self.params["max_length"])
-            values = cache_for(self).scores(model, pairs, self.progress("token_sar pairs", len(set(pairs))))
+            values = pair_scores(self, "similarity", "similarity_model", pairs, "token_sar pairs")
             pos = 0
             for i, lp, ps in prepared:
                 g = values[pos : pos + len(ps), 0]

@@ -7,7 +7,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from haldet.detectors._consistency import cache_for, nonempty, pair_model
+from haldet.detectors._consistency import nonempty, pair_scores
 from haldet.detectors.base import Detector, Scores, register
 from haldet.models.nli import CONTRADICTION, ENTAILMENT
 from haldet.signals import Signal, SignalView
@@ -75,9 +75,7 @@ class SelfCheckNLI(Detector):
         self.meta["sentence_splitter"] = splitter_id()
         if not pairs:
             return self._finish(out, prepared, np.zeros((0, 3)))
-        model = pair_model(self, "nli", "nli_model", batch_size=self.params["batch_size"],
-                           max_length=self.params["max_length"])
-        probs = cache_for(self).scores(model, pairs, self.progress("selfcheck_nli pairs", len(set(pairs))))
+        probs = pair_scores(self, "nli", "nli_model", pairs, "selfcheck_nli pairs")
         return self._finish(out, prepared, probs)
 
     def _finish(self, out: Scores, prepared: list[tuple[list[str], list[str]] | None], probs: np.ndarray) -> Scores:

@@ -6,7 +6,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from haldet.detectors._consistency import cache_for, pair_model, sample_logliks
+from haldet.detectors._consistency import pair_scores, sample_logliks
 from haldet.detectors.base import Detector, Scores, register
 from haldet.models.nli import CONTRADICTION, ENTAILMENT, NEUTRAL
 from haldet.signals import Signal, SignalView
@@ -100,9 +100,7 @@ class SemanticEntropy(Detector):
         self.meta["uniform_weights"] = n_uniform
         label: dict[tuple[str, str], int] = {}
         if pairs:
-            model = pair_model(self, "nli", "nli_model", batch_size=self.params["batch_size"],
-                               max_length=self.params["max_length"])
-            probs = cache_for(self).scores(model, pairs, self.progress("semantic_entropy pairs", len(set(pairs))))
+            probs = pair_scores(self, "nli", "nli_model", pairs, "semantic_entropy pairs")
             label = {p: int(np.argmax(v)) for p, v in zip(pairs, probs, strict=True)}
         strict = self.params["equivalence"] == "strict"
 

@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from haldet.detectors._consistency import cache_for, pair_model
+from haldet.detectors._consistency import pair_scores
 from haldet.detectors.base import register
 from haldet.detectors.unit import UnitDetector
 from haldet.signals import Signal, SignalView
@@ -85,9 +85,7 @@ class UnitSAR(UnitDetector):
             jobs.append((i, np.asarray(lps, dtype=np.float64), parts))
         all_pairs = [p for _, _, parts in jobs for _, ps in parts for p in ps]
         if all_pairs:
-            model = pair_model(self, "similarity", "similarity_model", batch_size=self.params["batch_size"],
-                               max_length=self.params["max_length"])
-            sims = cache_for(self).scores(model, all_pairs, self.progress("unit_sar pairs", len(set(all_pairs))))
+            sims = pair_scores(self, "similarity", "similarity_model", all_pairs, "unit_sar pairs")
             pos = 0
             for i, lps, parts in jobs:
                 scores = np.full(len(lps), np.nan)

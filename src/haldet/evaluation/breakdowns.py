@@ -17,7 +17,8 @@ import numpy as np
 from sklearn.metrics import average_precision_score, roc_auc_score
 
 from haldet.evaluation.metrics import MetricValue
-from haldet.evaluation.units import UnitData, at_threshold
+from haldet.evaluation.thresholds import at_threshold
+from haldet.evaluation.units import UnitData, f1_precision_recall
 from haldet.schema import Instance, SpanLabel
 
 RATE_GROUPS = ("<10%", "10-20%", ">20%")
@@ -50,7 +51,7 @@ def unit_attributes(level: str, units: list[tuple[Instance, SpanLabel]]) -> dict
 def _rates(y: np.ndarray, s: np.ndarray, threshold: float) -> dict[str, float | None]:
     pred = s >= threshold
     n_pos, n_neg = int(y.sum()), int((y == 0).sum())
-    f1, p, r = at_threshold(y, s, threshold)
+    f1, p, r = f1_precision_recall(at_threshold(y, s, threshold))
     return {"fpr": float((pred & (y == 0)).sum() / n_neg) if n_neg else None,
             "fnr": float((~pred & (y == 1)).sum() / n_pos) if n_pos else None,
             "f1_opt": f1, "precision_opt": p, "recall_opt": r}

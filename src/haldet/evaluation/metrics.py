@@ -96,14 +96,14 @@ def _bin_counts(y: np.ndarray, s: np.ndarray, idx: np.ndarray) -> tuple[np.ndarr
     return cp, cn
 
 
-def _auroc_counts(cp: np.ndarray, cn: np.ndarray) -> np.ndarray:
+def auroc_counts(cp: np.ndarray, cn: np.ndarray) -> np.ndarray:
     """Mann-Whitney AUROC per row: P(score_pos > score_neg) + 0.5 P(tie), equal to sklearn's trapezoid area."""
     n_pos, n_neg = cp.sum(axis=1), cn.sum(axis=1)
     below = np.cumsum(cn, axis=1) - cn
     return (cp * (below + 0.5 * cn)).sum(axis=1) / (n_pos * n_neg)
 
 
-def _aupr_counts(cp: np.ndarray, cn: np.ndarray) -> np.ndarray:
+def aupr_counts(cp: np.ndarray, cn: np.ndarray) -> np.ndarray:
     """Average precision per row: sum over descending distinct thresholds of recall gain x precision."""
     cp_d, cn_d = cp[:, ::-1], cn[:, ::-1]
     tp, fp = np.cumsum(cp_d, axis=1), np.cumsum(cn_d, axis=1)
@@ -140,9 +140,9 @@ def metrics_on_resamples(y: np.ndarray, s: np.ndarray, idx: np.ndarray,
     for start in range(0, idx.shape[0], _BLOCK):
         cp, cn = _bin_counts(y, s, idx[start : start + _BLOCK])
         if "auroc" in out:
-            out["auroc"].append(_auroc_counts(cp, cn))
+            out["auroc"].append(auroc_counts(cp, cn))
         if "aupr" in out:
-            out["aupr"].append(_aupr_counts(cp, cn))
+            out["aupr"].append(aupr_counts(cp, cn))
         if "fpr95" in out:
             out["fpr95"].append(_fpr95_rows(cp, cn))
     return {m: np.concatenate(v) if v else np.empty(0) for m, v in out.items()}

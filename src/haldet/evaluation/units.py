@@ -20,8 +20,8 @@ import numpy as np
 from scipy import sparse
 from sklearn.metrics import average_precision_score, roc_auc_score
 
-from haldet.evaluation.metrics import MetricValue, _aupr_counts, _auroc_counts
-from haldet.evaluation.thresholds import Confusion, best_f1_threshold
+from haldet.evaluation.metrics import MetricValue, aupr_counts, auroc_counts
+from haldet.evaluation.thresholds import Confusion, at_threshold, best_f1_threshold
 
 UNIT_METRICS = ("auroc", "aupr", "f1_opt", "precision_opt", "recall_opt", "threshold", "f1_opt_test",
                 "precision_opt_test", "recall_opt_test", "tie_share", "base_rate")
@@ -70,13 +70,12 @@ def best_f1(y: np.ndarray, s: np.ndarray) -> tuple[float, float, float, float]:
     threshold = best_f1_threshold(y, s)
     if threshold is None:
         raise ValueError("no positive unit with a valid score: no F1-optimal threshold")
-    return (threshold, *at_threshold(y, s, threshold))
+    return (threshold, *f1_precision_recall(at_threshold(y, s, threshold)))
 
 
-def at_threshold(y: np.ndarray, s: np.ndarray, threshold: float) -> tuple[float, float, float]:
-    """(F1, precision, recall) of predicting positive when s >= threshold, as the unit tables print them: 0 where
-    `thresholds.Confusion` says undefined (nothing predicted, or no positive)."""
-    c = Confusion.of(y, np.asarray(s) >= threshold)
+def f1_precision_recall(c: Confusion) -> tuple[float, float, float]:
+    """(F1, precision, recall) of a confusion as the unit tables print them: 0 where `Confusion` says undefined
+    (nothing predicted, or no positive)."""
     return c.f1 or 0.0, c.precision or 0.0, c.recall or 0.0
 
 
@@ -114,8 +113,8 @@ def bootstrap_unit_metrics(data: UnitData, threshold: float | None, n_boot: int,
         cn = np.asarray((w * (1 - pos)) @ onehot)
         ok = (cp.sum(axis=1) > 0) & (cn.sum(axis=1) > 0)
         cp, cn, w = cp[ok], cn[ok], w[ok]
-        out["auroc"].append(_auroc_counts(cp, cn))
-        out["aupr"].append(_aupr_counts(cp, cn))
+        out["auroc"].append(auroc_counts(cp, cn))
+        out["aupr"].append(aupr_counts(cp, cn))
         if pred is not None:
             tp, fp, fn = w @ (pred * pos), w @ (pred * (1 - pos)), w @ ((1 - pred) * pos)
             p = np.divide(tp, tp + fp, out=np.zeros_like(tp), where=(tp + fp) > 0)
@@ -157,7 +156,8 @@ def unit_metrics(test: UnitData, val: UnitData | None, *, n_boot: int = 1000, ci
     point: dict[str, float | None] = {"auroc": float(roc_auc_score(data.y, data.s)),
                                       "aupr": float(average_precision_score(data.y, data.s))}
     if threshold is not None:
-        point["f1_opt"], point["precision_opt"], point["recall_opt"] = at_threshold(data.y, data.s, threshold)
+        point["f1_opt"], point["precision_opt"], point["recall_opt"] = f1_precision_recall(
+            at_threshold(data.y, data.s, threshold))
     _, point["f1_opt_test"], point["precision_opt_test"], point["recall_opt_test"] = best_f1(data.y, data.s)
     boots = bootstrap_unit_metrics(data, threshold, n_boot, seed) if n_boot > 0 else {}
     alpha = (1 - ci) / 2

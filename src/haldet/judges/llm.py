@@ -24,8 +24,6 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Sequence
-from importlib import resources
-from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -37,6 +35,7 @@ from haldet.errors import HaldetError
 from haldet.judges.base import Judge, JudgeFailure, Pair, Verdict, register
 from haldet.judges.short_answer import is_unanswerable
 from haldet.schema import Category, Generation, Instance, Label
+from haldet.text.templates import read_template, template_folder
 
 TEMPLATE_FILES = ("judge_system.txt", "judge_user.txt", "judge_correction.txt", "judge_examples.json")
 MAX_CONTEXT_CHARS = 12000
@@ -81,17 +80,8 @@ def parse_judge_output(text: str) -> JudgeOutput:
 # --- prompt ---------------------------------------------------------------------------------------------------
 def load_templates(template_dir: str | None) -> dict[str, str]:
     """Packaged judge templates, each replaced by a file of the same name in `template_dir` when present."""
-    out: dict[str, str] = {}
-    for name in TEMPLATE_FILES:
-        override = Path(template_dir) / name if template_dir else None
-        if override is not None and override.is_file():
-            out[name] = override.read_text()
-        else:
-            out[name] = resources.files("haldet").joinpath("templates", name).read_text()
-    if template_dir and not Path(template_dir).is_dir():
-        raise HaldetError(f"judge template directory not found: {template_dir}", where="judge.template_dir",
-                          hint=f"a folder holding any of {', '.join(TEMPLATE_FILES)}")
-    return out
+    folder = template_folder(template_dir, what="judge", option="judge.template_dir", names=TEMPLATE_FILES)
+    return {name: read_template(name, folder) for name in TEMPLATE_FILES}
 
 
 def truths_and_traps(instance: Instance) -> tuple[list[str], list[str]]:
@@ -115,7 +105,10 @@ def _named_options(instance: Instance, refs: list[str]) -> list[str]:
     return named
 
 
-class PromptBuilder:
+class JudgePrompts:
+    """The judge's prompt set: system rules, calibration examples, the item's user turn and the correction turn
+    (not the answer prompts of `haldet.text.prompts.PromptBuilder`); `digest` goes into the judge's cache key."""
+
     def __init__(self, templates: dict[str, str], few_shot: bool = True) -> None:
         import jinja2
 
@@ -167,7 +160,7 @@ class LLMJudge(Judge):
                               hint="e.g. --judge-model gpt-4o-mini (OpenAI-compatible endpoint) or "
                                    "--judge-backend hf --judge-model smollm2-135m (local)")
         self.config = config
-        self.prompts = PromptBuilder(load_templates(config.template_dir), few_shot=config.few_shot)
+        self.prompts = JudgePrompts(load_templates(config.template_dir), few_shot=config.few_shot)
         self.client = StructuredClient(
             ClientSettings.of_judge(config, option="--judge-model",
                                     where=f"judge {config.model} at {config.base_url or 'api.openai.com'}"),

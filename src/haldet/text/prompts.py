@@ -15,7 +15,6 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -25,6 +24,7 @@ import yaml
 from haldet.config import PromptConfig, TokensConfig, digest
 from haldet.errors import HaldetError
 from haldet.schema import Instance
+from haldet.text.templates import packaged_template, template_folder, user_template
 
 USER_TEMPLATE = "prompt_user.j2"
 ROUTING_FILE = "prompt_routing.yaml"
@@ -32,10 +32,6 @@ ROUTING_FILE = "prompt_routing.yaml"
 
 class ChatRenderer(Protocol):
     def render_chat(self, messages: list[dict[str, str]]) -> str: ...
-
-
-def _packaged_text(name: str) -> str:
-    return (resources.files("haldet") / "templates" / name).read_text(encoding="utf-8")
 
 
 def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
@@ -50,14 +46,11 @@ class PromptTemplates:
     (the routing YAML is merged entry by entry)."""
 
     def __init__(self, template_dir: str | Path | None = None) -> None:
-        user_dir = Path(template_dir) if template_dir else None
-        if user_dir is not None and not user_dir.is_dir():
-            raise HaldetError("prompt template directory not found", where=str(user_dir),
-                              hint=f"set prompt.template_dir to a folder holding {USER_TEMPLATE} and/or "
-                                   f"{ROUTING_FILE} (copies of the packaged ones, edited)")
+        user_dir = template_folder(template_dir, what="prompt", option="prompt.template_dir",
+                                   names=(USER_TEMPLATE, ROUTING_FILE))
         self.sources: dict[str, str] = {}
-        user_text = self._read(user_dir, USER_TEMPLATE)
-        self.user_source = user_text if user_text is not None else _packaged_text(USER_TEMPLATE)
+        user_text = user_template(user_dir, USER_TEMPLATE)
+        self.user_source = user_text if user_text is not None else packaged_template(USER_TEMPLATE)
         env = jinja2.Environment(undefined=jinja2.StrictUndefined, autoescape=False,  # plain text, not HTML
                                  keep_trailing_newline=False)
         where = str(user_dir / USER_TEMPLATE) if user_text is not None and user_dir else f"packaged {USER_TEMPLATE}"
@@ -67,8 +60,8 @@ class PromptTemplates:
             raise HaldetError(f"prompt template syntax error: {exc.message}", where=f"{where}, line {exc.lineno}",
                               hint="fix the Jinja2 syntax") from None
         self.user_where = where
-        routing = yaml.safe_load(_packaged_text(ROUTING_FILE))
-        override = self._read(user_dir, ROUTING_FILE)
+        routing = yaml.safe_load(packaged_template(ROUTING_FILE))
+        override = user_template(user_dir, ROUTING_FILE)
         if override is not None:
             path = str(Path(template_dir or ".") / ROUTING_FILE)
             try:
@@ -84,11 +77,6 @@ class PromptTemplates:
                                   where=path, hint=f"known: {', '.join(sorted(routing))}")
             routing = _merge(routing, loaded)
         self.routing: dict[str, Any] = routing
-
-    def _read(self, user_dir: Path | None, name: str) -> str | None:
-        if user_dir is None or not (user_dir / name).is_file():
-            return None
-        return (user_dir / name).read_text(encoding="utf-8")
 
     def route(self, table: str, task_type: str) -> str:
         entries = self.routing.get(table) or {}

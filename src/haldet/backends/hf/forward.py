@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from haldet.backends.base import POOLINGS, ForwardOutput, ForwardRequest
-from haldet.backends.hf.loading import LoadedModel
+from haldet.backends.hf.loading import LoadedModel, attention_hooks
 from haldet.backends.hf.states import icr_features, layer_index, pool_states
 from haldet.errors import HaldetError
 
@@ -75,16 +75,12 @@ def forward(backend: LoadedModel, requests: list[ForwardRequest], *, layers: Seq
                     "dropped_tokens": drop}
         runnable.append(_Row(i, ids, start, info, req.branches))
     runnable.sort(key=lambda r: r.width)
-    hooks: list[Any] = []
     captured: list[Any] = []
-    original_attn = getattr(model.config, "_attn_implementation", None) or "sdpa"
-    if icr:
-        model.set_attn_implementation("eager")
-        for module in backend.attention_modules():
-            hooks.append(module.register_forward_hook(
-                lambda mod, args, out: captured.append(out[1].float().mean(dim=1) if out[1] is not None
-                                                       else None)))
-    try:
+
+    def capture(module: Any, args: Any, out: Any) -> None:
+        captured.append(out[1].float().mean(dim=1) if out[1] is not None else None)
+
+    with attention_hooks(backend, capture if icr else None):
         for begin in range(0, len(runnable), max(1, batch_size)):
             batch = runnable[begin : begin + max(1, batch_size)]
             captured.clear()
@@ -102,11 +98,6 @@ def forward(backend: LoadedModel, requests: list[ForwardRequest], *, layers: Seq
                                                    branch_pooling=branch_pooling)
             if progress is not None:
                 progress(len(batch))
-    finally:
-        for hook in hooks:
-            hook.remove()
-        if icr and original_attn != "eager":
-            model.set_attn_implementation(original_attn)
     return [o for o in outputs if o is not None]
 
 

@@ -13,6 +13,8 @@ import json
 import os
 import shutil
 import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -47,6 +49,26 @@ class LoadedModel(Protocol):
     def attention_modules(self) -> list[Any]: ...
 
     def answer_log_softmax(self, last_hidden: Any, ids: list[int], start: int) -> Any: ...
+
+
+@contextmanager
+def attention_hooks(backend: LoadedModel, hook: Callable[[Any, Any, Any], Any] | None) -> Iterator[None]:
+    """Within the block, eager attention with `hook` on every attention module (its output holds the weights);
+    afterwards the hooks removed and the model's own attention implementation back. No-op when `hook` is None."""
+    if hook is None:
+        yield
+        return
+    model = backend.model
+    original = getattr(model.config, "_attn_implementation", None) or "sdpa"
+    model.set_attn_implementation("eager")
+    hooks = [module.register_forward_hook(hook) for module in backend.attention_modules()]
+    try:
+        yield
+    finally:
+        for handle in hooks:
+            handle.remove()
+        if original != "eager":
+            model.set_attn_implementation(original)
 
 
 def resolve_model_path(name: str) -> tuple[str, Path | None]:

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from haldet.backends.base import TokenOutput, TokenRequest
-from haldet.backends.hf.loading import LoadedModel
+from haldet.backends.hf.loading import LoadedModel, attention_hooks
 from haldet.errors import HaldetError
 
 
@@ -91,29 +91,23 @@ def token_pass(backend: LoadedModel, requests: list[TokenRequest], *, top_k: int
     rows.sort(key=lambda r: len(r[1]))
     captured: list[Any] = []  # running max over layers of the head-max attention, [B, S, S]
     diagonals: list[Any] = []  # `layers`: per layer, sum over heads of log A[t, t], [B, S]
-    hooks: list[Any] = []
-    original_attn = getattr(model.config, "_attn_implementation", None) or "sdpa"
-    eager = attention or layers
-    if eager:
-        model.set_attn_implementation("eager")
 
-        def reduce(module: Any, args: Any, out: Any) -> None:
-            if out[1] is None:
-                raise HaldetError("this model did not expose attention weights", where=f"model {backend.name}",
-                                  hint="drop the detectors that read token attention (focus, llmcheck)")
-            weights = out[1].float()
-            if layers:
-                diagonals.append(torch.diagonal(weights, dim1=-2, dim2=-1).clamp_min(1e-30).log().sum(dim=1))
-            if not attention:
-                return
-            layer_max = weights.amax(dim=1)
-            if captured:
-                captured[0] = torch.maximum(captured[0], layer_max)
-            else:
-                captured.append(layer_max)
+    def reduce(module: Any, args: Any, out: Any) -> None:
+        if out[1] is None:
+            raise HaldetError("this model did not expose attention weights", where=f"model {backend.name}",
+                              hint="drop the detectors that read token attention (focus, llmcheck)")
+        weights = out[1].float()
+        if layers:
+            diagonals.append(torch.diagonal(weights, dim1=-2, dim2=-1).clamp_min(1e-30).log().sum(dim=1))
+        if not attention:
+            return
+        layer_max = weights.amax(dim=1)
+        if captured:
+            captured[0] = torch.maximum(captured[0], layer_max)
+        else:
+            captured.append(layer_max)
 
-        hooks = [m.register_forward_hook(reduce) for m in backend.attention_modules()]
-    try:
+    with attention_hooks(backend, reduce if attention or layers else None):
         step = max(1, batch_size)
         for begin in range(0, len(rows), step):
             batch = rows[begin : begin + step]
@@ -150,9 +144,4 @@ def token_pass(backend: LoadedModel, requests: list[TokenRequest], *, top_k: int
                     outputs[index] = res
             if progress is not None:
                 progress(len(batch))
-    finally:
-        for hook in hooks:
-            hook.remove()
-        if eager and original_attn != "eager":
-            model.set_attn_implementation(original_attn)
     return [o for o in outputs if o is not None]

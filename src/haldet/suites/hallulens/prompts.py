@@ -13,7 +13,6 @@ import json
 import re
 from collections.abc import Callable
 from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -23,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from haldet.backends.structured import Request
 from haldet.config import digest
 from haldet.errors import HaldetError
+from haldet.text.templates import packaged_template
 
 KEYS = ("qa_question", "qa_answer", "long_question", "long_answer", "entity_names", "describe_prompts",
         "abstention", "correctness", "belief", "claims", "verify")
@@ -38,8 +38,7 @@ class Prompts:
     def __init__(self, override: str | Path | None = None) -> None:
         import jinja2
 
-        texts: dict[str, Any] = yaml.safe_load(
-            resources.files("haldet").joinpath("templates", "hallulens.yaml").read_text())
+        texts: dict[str, Any] = yaml.safe_load(packaged_template("hallulens.yaml"))
         if override:
             path = Path(override)
             try:

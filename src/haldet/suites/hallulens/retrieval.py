@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from haldet.suites.hallulens.sources import Page, _tokenizer
+from haldet.suites.hallulens.sources import Page, minilm_tokenizer
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,7 @@ class PassageIndex:
     def passages(self, title: str) -> tuple[list[Passage], np.ndarray]:
         if title not in self._cache:
             doc = self.pages[title].document
-            enc = _tokenizer()(doc, add_special_tokens=False, return_offsets_mapping=True, verbose=False)
+            enc = minilm_tokenizer()(doc, add_special_tokens=False, return_offsets_mapping=True, verbose=False)
             offsets = enc["offset_mapping"]
             chunks = []
             for start in range(0, len(offsets), self.passage_tokens):

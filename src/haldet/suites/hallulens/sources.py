@@ -96,7 +96,7 @@ def load_pages(path: str | Path) -> list[Page]:
 
 
 @lru_cache(maxsize=1)
-def _tokenizer() -> Any:
+def minilm_tokenizer() -> Any:
     from transformers import AutoTokenizer
 
     from haldet.util.assets import resolve_embedding
@@ -105,7 +105,7 @@ def _tokenizer() -> Any:
 
 
 def token_count(text: str) -> int:
-    return len(_tokenizer()(text, add_special_tokens=False, verbose=False).input_ids)
+    return len(minilm_tokenizer()(text, add_special_tokens=False, verbose=False).input_ids)
 
 
 def sections(page: Page, min_tokens: int, max_tokens: int) -> list[Section]:

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
-from importlib import resources
-from pathlib import Path
 
 from haldet.config import digest
 from haldet.suites.verigray.labels import (
@@ -31,6 +29,7 @@ from haldet.suites.verigray.labels import (
     NO_FACT,
     OUT_DEPENDENT,
 )
+from haldet.text.templates import read_template, template_folder
 
 TEMPLATE = "verigray_classify.txt"
 OPTIONS = {"A": EXPLICIT, "B": IMPLICIT, "C": CONTRADICTING, "D": FABRICATED, "E": OUT_DEPENDENT,
@@ -50,10 +49,8 @@ def _name_patterns() -> list[tuple[re.Pattern[str], int]]:
 
 def load_template(template_dir: str | None = None) -> str:
     """The packaged prompt, or `template_dir/verigray_classify.txt` when that file exists."""
-    override = Path(template_dir) / TEMPLATE if template_dir else None
-    if override is not None and override.is_file():
-        return override.read_text()
-    return resources.files("haldet").joinpath("templates", TEMPLATE).read_text()
+    return read_template(TEMPLATE, template_folder(template_dir, what="VeriGray classifier", option="template_dir",
+                                                   names=(TEMPLATE,)))
 
 
 def render(template: str, *, document: str, summary: str, sentence: str) -> str:
