@@ -254,8 +254,14 @@ class Backend:
         return False
 
     def fuses_evidence(self) -> bool:
-        """Whether greedy decoding can also read each answer's evidence (`HFBackend.generate_with_evidence`)."""
+        """Whether greedy decoding can also read each answer's evidence (`generate_with_evidence`)."""
         return False
+
+    def generate_with_evidence(self, prompts: list[str], request: EvidenceRequest, *, max_new_tokens: int,
+                               batch_size: int, progress: Any = None
+                               ) -> tuple[list[GenOutput], list[AnswerEvidence] | None]:
+        """Greedy answers and each answer's evidence read on the way (only where `fuses_evidence()`)."""
+        raise self.unavailable("evidence read while decoding")
 
     def paired_replies(self, first: list[str], second: list[str], until: Callable[[str], bool], *,
                        candidates: Sequence[int], max_new_tokens: int,

@@ -70,7 +70,7 @@ class GenerateStage(Stage):
         for limit, positions in by_limit([max_new_tokens(self.ctx.config, item.instance) for item in batch]).items():
             prompts = [batch[p].prompt for p in positions]
             if readers:
-                outs, found = self.ctx.backend.generate_with_evidence(  # type: ignore[attr-defined]
+                outs, found = self.ctx.backend.generate_with_evidence(
                     prompts, request, max_new_tokens=limit, batch_size=gen.batch_size, progress=self.item_done)
             else:
                 outs, found = self.ctx.backend.generate(prompts, max_new_tokens=limit, batch_size=gen.batch_size,
@@ -95,12 +95,12 @@ class GenerateStage(Stage):
             records[item.id] = {**record.model_dump(), **remote_usage([out])}
         ok = [item for item in batch if "failed" not in records[item.id]]
         if token_spec(self.ctx)["parts"] and ok:
-            outs = run_token_pass(self.ctx, ok, {item.id: records[item.id]["token_ids"] for item in ok})
+            passes = run_token_pass(self.ctx, ok, {item.id: records[item.id]["token_ids"] for item in ok})
             for item in ok:
                 rec = records[item.id]
                 offsets = self.ctx.backend.token_offsets(rec["token_ids"], rec["response"])
                 arrays[item.id] = {}
-                rec["tokens"] = token_record(self.ctx, outs[item.id], offsets, arrays[item.id])
+                rec["tokens"] = token_record(self.ctx, passes[item.id], offsets, arrays[item.id])
         return records
 
     def _readers(self) -> list[DecodingReader]:
