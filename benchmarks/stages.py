@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from haldet.config import RunConfig
-from haldet.stages.loader import stage_class
+from haldet.stages.plan import stage_class
 
 
 def _bytes(root: Path, stage: str) -> int:
