@@ -158,10 +158,11 @@ class OpenAIBackend(Backend):
         extra: dict[str, Any] = {"logprobs": True, "top_logprobs": c.top_logprobs} if c.logprobs else {}
 
         async def one(messages: list[dict[str, str]], params: dict[str, Any], n: int) -> list[GenOutput]:
+            sent: dict[str, Any] = {**params, **extra, **({"n": n} if n > 1 else {})}
             async with limit:
                 try:
                     reply = await endpoint.call(messages, attempts=c.retries + 1, backoff=c.backoff,
-                                                usage=self.usage, **params, **extra, **({"n": n} if n > 1 else {}))
+                                                usage=self.usage, **sent)
                 except CallFailed as exc:
                     self.usage.failures += 1
                     return [GenOutput(text="", token_ids=[], token_logprobs=[], finish_reason="error",

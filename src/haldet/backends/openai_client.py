@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-from collections.abc import Awaitable, Coroutine, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 
@@ -226,21 +226,28 @@ class OpenAIEndpoint:
         return _reply(resp)
 
     async def call(self, messages: list[dict[str, str]], *, attempts: int, backoff: float, usage: Usage,
+                   check: Callable[[ChatReply], tuple[str, list[dict[str, str]]] | None] | None = None,
                    **params: Any) -> ChatReply:
         """`chat` with retries: up to `attempts` tries, waiting backoff * 2^i (or Retry-After, if longer).
-        Raises `CallFailed` when all fail or the breaker opens; `HaldetError` on a fatal status."""
+        `check` (optional) inspects a reply: None accepts it; (reason, messages) rejects it, and the next attempt
+        sends those messages (a correction turn). Raises `CallFailed` when all fail or the breaker opens;
+        `HaldetError` on a fatal status."""
         last = ""
         for attempt in range(1, attempts + 1):
+            wait: float | None = None
             try:
                 reply = await self.attempt(messages, usage=usage, retry=attempt > 1, **params)
             except EndpointDown as exc:
                 raise CallFailed(str(exc), attempt - 1) from None
             except RetryableError as exc:
-                last = str(exc)
-                if attempt < attempts:
-                    await asyncio.sleep(max(backoff * 2 ** (attempt - 1), exc.retry_after or 0.0))
-                continue
-            return reply
+                last, wait = str(exc), exc.retry_after
+            else:
+                rejected = check(reply) if check is not None else None
+                if rejected is None:
+                    return reply
+                last, messages = rejected
+            if attempt < attempts:
+                await asyncio.sleep(max(backoff * 2 ** (attempt - 1), wait or 0.0))
         raise CallFailed(last, attempts)
 
     async def attempt(self, messages: list[dict[str, str]], *, usage: Usage, retry: bool, **params: Any) -> ChatReply:

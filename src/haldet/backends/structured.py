@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import Any, Generic, Literal, TypeVar
 
 from haldet.backends.openai_client import (
-    EndpointDown,
+    CallFailed,
+    ChatReply,
     OpenAIEndpoint,
-    RetryableError,
     Usage,
     gather_closing,
     run_coroutine,
@@ -231,30 +231,26 @@ class StructuredClient:
         await gather_closing((one(i) for i in range(len(requests))), client)
 
     async def _attempts(self, client: OpenAIEndpoint, request: Request[Any]) -> Outcome:
-        s = self.settings
-        messages = request.messages
-        attempts = s.retries + 1
-        params = self.params(request)
-        last = ""
-        for attempt in range(1, attempts + 1):
-            wait: float | None = None
+        """The endpoint's retry loop (`OpenAIEndpoint.call`), with the parser as its reply check: a reply that does
+        not parse is answered with a correction turn and costs an attempt; the breaker or the last attempt ends it
+        as a listed failure."""
+        parsed: list[Any] = []
+
+        def check(reply: ChatReply) -> tuple[str, list[dict[str, str]]] | None:
             try:
-                reply = await client.attempt(messages, usage=self.usage, retry=attempt > 1, **params)
-            except EndpointDown as exc:  # the breaker opened: no more calls; listed as failed
-                self.usage.failures += 1
-                return CallFailure(error=str(exc), attempts=attempt - 1)
-            except RetryableError as exc:
-                last, wait = str(exc), exc.retry_after
-            else:
-                try:
-                    return Reply(request.parse(reply.text), reply.text)
-                except ValueError as exc:
-                    last = self._malformed(exc)
-                    messages = self.corrected(request.messages, reply.text, str(exc))
-            if attempt < attempts:
-                await asyncio.sleep(max(s.backoff * 2 ** (attempt - 1), wait or 0.0))
-        self.usage.failures += 1
-        return CallFailure(error=last, attempts=attempts)
+                parsed.append(request.parse(reply.text))
+            except ValueError as exc:
+                return self._malformed(exc), self.corrected(request.messages, reply.text, str(exc))
+            return None
+
+        s = self.settings
+        try:
+            reply = await client.call(request.messages, attempts=s.retries + 1, backoff=s.backoff, usage=self.usage,
+                                      check=check, **self.params(request))
+        except CallFailed as exc:
+            self.usage.failures += 1
+            return CallFailure(error=exc.error, attempts=exc.attempts)
+        return Reply(parsed[-1], reply.text)
 
     # --- local model ------------------------------------------------------------------------------------------
     def _ask_local(self, requests: Sequence[Request[Any]], done: Callable[[int, Outcome], None]) -> None:

@@ -29,7 +29,6 @@ from haldet.stages.base import CellContext, Item, Progress
 from haldet.stages.generate import GenerateStage, attach_generations
 from haldet.stages.loader import EvidenceLoader, ensure_stages, evidence_key, needed_stages
 from haldet.store import RunStore
-from haldet.suites.base import get_suite
 from haldet.text.prompts import PromptBuilder, demo_pool_size, given_response_prompts, render_prompts
 
 
@@ -102,8 +101,7 @@ def prepare_cell(config: RunConfig, store: RunStore, dataset: str, model: str, p
                       progress=progress, signals=detector_signals(config.detectors, config),
                       detectors=[make_detector(name, config) for name in config.detectors])
     ctx.timings["load_data"] = load_seconds
-    if config.suite:  # e.g. contexts over the model's window, fitted by the suite's recorded policy
-        instances = get_suite(config.suite).prepare_instances(instances, ctx.backend, config)
+    instances = protocol_for(config).prepare_instances(instances, ctx.backend)
     prompts = given_response_prompts(config.tokens, instances, render_prompts(builder, ctx.backend, instances, pool))
     items = [Item(instance=inst, prompt=prompt) for inst, prompt in zip(instances, prompts, strict=True)]
     result.fingerprint = ctx.backend.fingerprint()
@@ -140,7 +138,7 @@ def run_cell(config: RunConfig, store: RunStore, dataset: str, model: str, progr
     ctx.store.write_json("split.json", {"seed": ev.split_seed, "fractions": list(ev.split), **recorded, **split})
     result.split_sizes = {k: len(v) for k, v in split.items()}
     evaluated = protocol.evaluated(items, labels)
-    unscored = {i.id: i.instance for i in all_items if i.id not in {j.id for j in items}} if config.suite else {}
+    unscored = protocol.unscored(all_items, items)
     for r, (regime, train) in enumerate(protocol.training_labels(all_items, labels)):
         ctx.split, ctx.labels = split, train  # few-shot verdict demonstrations come from these labels
         # only the evidence stages the selected detectors read, only for items lacking a current record

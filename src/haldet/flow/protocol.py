@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from haldet.backends.openai_client import accumulate_usages
 from haldet.config import RunConfig, digest
 from haldet.detectors.base import Detector, UnitScores
 from haldet.errors import HaldetError
@@ -37,15 +38,22 @@ class Protocol(ResponseScoring):
     needs_labels = True  # a cell without a usable response label ends with the reason (a suite may label units only)
 
     # --- items and labels ------------------------------------------------------------------------------------
+    def prepare_instances(self, instances: list[Instance], backend: Any) -> list[Instance]:
+        """The loaded instances as the model is fed them (unchanged here)."""
+        return instances
+
     def scorable(self, items: list[Item], result: Any) -> list[Item]:
         """The items that get evidence and scores (a suite may mark some unscorable: NaN with a reason)."""
         return items
 
+    def unscored(self, all_items: list[Item], scored: list[Item]) -> dict[str, Instance]:
+        """Items left out of scoring that still count in the metrics (as NaN): none here, an item without an
+        answer is simply not evaluated."""
+        return {}
+
     def label(self, ctx: CellContext, items: list[Item], all_items: list[Item], result: Any,
               previous: dict[str, Any]) -> dict[str, int]:
         """Binary evaluation labels by item id (1 = hallucination); the judges label each generated answer."""
-        from haldet.backends.openai_client import accumulate_usages
-
         result.data["generation"] = cut_off_summary(
             self.config, [(item.instance, item.generation.finish_reason if item.generation else "") for item in items])
         annotate = AnnotateStage(ctx)
@@ -85,6 +93,15 @@ class SuiteProtocol(Protocol):
         super().__init__(config)
         self.suite = suite
         self.levels = suite.levels
+
+    def prepare_instances(self, instances: list[Instance], backend: Any) -> list[Instance]:
+        """E.g. contexts over the model's window, fitted by the suite's recorded policy (`Suite.prepare_instances`)."""
+        return self.suite.prepare_instances(instances, backend, self.config)
+
+    def unscored(self, all_items: list[Item], scored: list[Item]) -> dict[str, Instance]:
+        """Unscorable items (and any without an answer) stay in the split as NaN units, never dropped."""
+        kept = {item.id for item in scored}
+        return {item.id: item.instance for item in all_items if item.id not in kept}
 
     def scorable(self, items: list[Item], result: Any) -> list[Item]:
         if self.suite.protocol == "provided":
