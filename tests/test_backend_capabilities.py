@@ -1,4 +1,4 @@
-"""Backend capabilities are declared on the class (DESIGN section 4) and checked once before a run: the signals a
+"""Backend capabilities are declared on the class and checked once before a run: the signals a
 backend can provide follow from its declared capabilities alone, and equal what the per-backend signal lists gave
 before the capabilities existed (the literal sets below)."""
 

@@ -1,4 +1,4 @@
-"""Suites as folders (DESIGN 8b): a suite's datasets and detectors live in its folder and register like plugins,
+"""Suites as folders: a suite's datasets and detectors live in its folder and register like plugins,
 found by the registries' walk of `haldet.suites`, never by a core import."""
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from haldet.errors import HaldetError, UnknownNameError
 
 T = TypeVar("T")
 
-SUITE_FOLDERS = "haldet.suites"  # each sub-package is one suite's folder (DESIGN 8b); imported by name only
+SUITE_FOLDERS = "haldet.suites"  # each sub-package is one suite's folder; imported by name only
 
 
 class Registry(Generic[T]):

@@ -1,4 +1,4 @@
-"""The unified data model (DESIGN section 2): what every stage reads and writes.
+"""The unified data model: what every stage reads and writes.
 
 Everything here is a pydantic v2 model so a malformed record fails loudly with the field that is wrong,
 and every model round-trips through one JSON line (`to_json_line` / `from_json_line`).

@@ -1,4 +1,4 @@
-"""The backend protocol (DESIGN section 4): what stages may ask of a model.
+"""The backend protocol: what stages may ask of a model.
 
 Every method a backend cannot serve raises `SignalUnavailableError` naming the backend and what was asked, so
 a detector needing hidden states from an API model fails with one clear message before any work is done. What a
@@ -163,7 +163,7 @@ ICR_COLUMNS = ("icr_mean", "icr_std", "icr_max", "update_norm_ratio")
 
 
 class Capability(StrEnum):
-    """What a backend can provide (DESIGN section 4): declared on the class, checked once before a run."""
+    """What a backend can provide: declared on the class, checked once before a run."""
 
     TEXT = "text"  # greedy answers (`generate`)
     N_SAMPLES = "n_samples"  # K stochastic answers per prompt (`sample`)

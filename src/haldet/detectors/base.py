@@ -1,4 +1,4 @@
-"""The detector interface and registry (DESIGN section 7).
+"""The detector interface and registry.
 
 A detector is one class in one file with one decorator:
 

@@ -1,2 +1,2 @@
-"""Evaluation of detector scores against labels (DESIGN section 8): response-level and unit-level metrics with
+"""Evaluation of detector scores against labels: response-level and unit-level metrics with
 bootstrap intervals, thresholds, splits, breakdowns, comparisons, aggregation and cost."""

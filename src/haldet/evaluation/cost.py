@@ -1,4 +1,4 @@
-"""Cost accounting per detector and cell (paper section 2.4 and appendix G; DESIGN section 8).
+"""Cost accounting per detector and cell (paper section 2.4 and appendix G).
 
 Appendix G profiles each detector in isolation and reports *artifact-inclusive* cost: a detector pays for every
 piece of evidence it reads, even when the benchmark shares that evidence between detectors. haldet computes each

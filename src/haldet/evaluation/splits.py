@@ -1,4 +1,4 @@
-"""Stratified train/val/test split over labelled items (DESIGN section 8), deterministic for a seed."""
+"""Stratified train/val/test split over labelled items, deterministic for a seed."""
 
 from __future__ import annotations
 

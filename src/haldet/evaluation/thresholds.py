@@ -1,6 +1,6 @@
 """Thresholded detection metrics: a continuous score becomes a yes/no prediction at a threshold.
 
-DESIGN section 8: a threshold is chosen on validation and applied to test. The papers' "best F1 on the test set"
+The protocol: a threshold is chosen on validation and applied to test. The papers' "best F1 on the test set"
 convention is available only as an explicitly labelled variant (`tune_on="test"` in the callers' rows).
 
 Prediction rule: an item is predicted positive (hallucinated) when its score is >= the threshold. NaN scores are

@@ -1,4 +1,4 @@
-"""Unit-level metrics (DESIGN section 8): pooled over units, resampled by item.
+"""Unit-level metrics: pooled over units, resampled by item.
 
 Units (entities, sentences, claims) of the test items are pooled: AUROC and AUPR over all of them, and F1 with its
 precision and recall at the threshold that maximises F1 on the **validation** units (predict "hallucinated" when

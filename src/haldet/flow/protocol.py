@@ -84,7 +84,7 @@ class Protocol(ResponseScoring):
 
 
 class SuiteProtocol(Protocol):
-    """A hosted benchmark's protocol (DESIGN 8b): everything it does differently is here or in the suite class."""
+    """A hosted benchmark's protocol: everything it does differently is here or in the suite class."""
 
     scored_parts = ("val", "test")
     needs_labels = False

@@ -1,2 +1,2 @@
-"""Judges that label answers correct or hallucinated (DESIGN section 6): rule judges per task type, the execution
+"""Judges that label answers correct or hallucinated: rule judges per task type, the execution
 judge and its sandbox, the LLM judge, the default cascade over them and judge agreement."""

@@ -1,4 +1,4 @@
-"""The judge interface (DESIGN section 6): `judge(instance, generation) -> Label`.
+"""The judge interface: `judge(instance, generation) -> Label`.
 
 A judge either decides (a `Label`), says it cannot decide this item (`Undecided`, with why: the next judge of a
 cascade gets it; an item no judge decides is labelled `invalid`, never guessed), or, for judges that call a

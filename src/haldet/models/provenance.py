@@ -1,4 +1,4 @@
-"""Which auxiliary models would produce a detector's numbers, resolved before scoring (DESIGN section 3).
+"""Which auxiliary models would produce a detector's numbers, resolved before scoring.
 
 A detector's score key includes the identity of every auxiliary model it uses (`Detector.auxiliary`): the name
 requested, the name that will actually load (the requested one when it is available here, else the configured

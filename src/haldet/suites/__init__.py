@@ -1,4 +1,4 @@
-"""Hosted benchmarks (DESIGN 8b): `base` (the Suite class and registry), `report`, `runner`, and one folder per suite.
+"""Hosted benchmarks: `base` (the Suite class and registry), `report`, and one folder per suite.
 
 A suite folder holds everything that is only that benchmark's: its dataset adapter(s), its own detectors, its
 protocol, metrics and report, and the registered Suite (`suite.py`). The registries import every module of every

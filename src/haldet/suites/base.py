@@ -1,4 +1,4 @@
-"""Suites: neighbouring benchmarks hosted on the same store, stages, detectors and reports (DESIGN section 8b).
+"""Suites: neighbouring benchmarks hosted on the same store, stages, detectors and reports.
 
 A suite is one class with one decorator. It names its datasets (registered adapters), its protocol (`provided`:
 the responses ship with the data and are teacher-forced through the proxy model; `generate`: answers are

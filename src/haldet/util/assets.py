@@ -1,4 +1,4 @@
-"""Embedded defaults (DESIGN section 5): model aliases, packaged files, and the user cache directory.
+"""Embedded defaults: model aliases, packaged files, and the user cache directory.
 
 Packaged assets are located on disk with `importlib.util.find_spec` so their packages are never imported
 (some import heavy or absent dependencies at import time).

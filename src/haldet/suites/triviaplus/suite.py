@@ -1,6 +1,6 @@
 """TRIVIA+ as a haldet suite: given answers to questions over long articles, human labels, four noisy label sets.
 
-Protocol (seed triviaplus.txt, sections 4-5; DESIGN 8 where they differ):
+Protocol (seed triviaplus.txt, sections 4-5; haldet's protocol where they differ):
 - the answers ship with the data and are teacher-forced through the proxy model (the embedded SmolLM2-135M by
   default, a substitute for the paper's detectors' own models, named in every row); the release's own
   train / valid / test split is used as is;
