@@ -87,9 +87,9 @@ class ResponseScoring:
     def evaluate(self, run: DetectorRun, detector: Detector, view: SignalView, split: dict[str, list[str]],
                  scored: dict[str, tuple[list[str], UnitScores]], unscored: dict[str, Instance]) -> list[MetricValue]:
         """Metrics on the test labels, after scoring."""
-        if run.scores is None:
-            raise RuntimeError(f"detector {run.name} left no scores")
-        labels = dict(zip(view.ids, [] if view.labels is None else view.labels.tolist(), strict=False))
+        if run.scores is None or view.labels is None:
+            raise RuntimeError(f"detector {run.name}: no scores, or a view without labels to evaluate them on")
+        labels = dict(zip(view.ids, view.labels.tolist(), strict=True))
         y = np.array([labels[i] for i in scored["test"][0]], dtype=int)
         ev = self.config.evaluation
         return evaluate(y, run.scores.values, n_boot=ev.bootstrap, ci=ev.ci, seed=ev.bootstrap_seed)
