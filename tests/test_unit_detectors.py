@@ -10,6 +10,7 @@ import pytest
 from haldet.detectors.ccp import ccp_scores
 from haldet.detectors.focus import corrected_uncertainty, propagate
 from haldet.detectors.unit_sar import scopes, weighted_nll
+from haldet.models.idf import idf_values
 
 
 def test_focus_idf_corrected_uncertainty_by_hand() -> None:
@@ -20,18 +21,64 @@ def test_focus_idf_corrected_uncertainty_by_hand() -> None:
     bits = -sum(p * math.log2(p) for p in p_hat)
     expected = -math.log(p_hat[0] + 1e-10) + 2 ** bits
     assert corrected_uncertainty(ids, lps, idf, 0.01)[0] == pytest.approx(expected)
-    # nothing passes the threshold: no distribution to correct, NaN (never a made-up number)
-    assert np.isnan(corrected_uncertainty(ids, np.log(np.array([[0.004, 0.003, 0.002]])), idf, 0.01)[0])
 
 
-def test_focus_propagation_by_hand() -> None:
+def test_focus_threshold_never_masks_the_observed_token() -> None:
+    """The original Focus code keeps the observed token whatever its probability: log([.005, .6, .395]) with
+    uniform IDF and threshold 0.01 gives -ln(.005) + 2^H(.005, .6, .395) = 7.31 (masking it gave 24.98)."""
+    ids = np.array([[0, 1, 2]])
+    p = np.array([0.005, 0.6, 0.395])
+    expected = -math.log(0.005 + 1e-10) + 2 ** -sum(x * math.log2(x) for x in p)
+    got = corrected_uncertainty(ids, np.log(p[None]), np.ones(3), 0.01)[0]
+    assert expected == pytest.approx(7.31, abs=5e-3)
+    assert got == pytest.approx(expected)
+    # every entry below the threshold: only the observed token is left, p_hat = (1, 0, 0): h = -ln(1) + 2^0 = 1
+    low = corrected_uncertainty(ids, np.log(np.array([[0.004, 0.003, 0.002]])), np.ones(3), 0.01)
+    assert low[0] == pytest.approx(1.0)
+
+
+def test_focus_vocab_support_exact_only_where_topk_is_exhaustive() -> None:
+    """support='vocab' (no top-k renormalisation) equals the top-k value where the top-k's last alternative is
+    below the threshold (every passing token is in it) and is NaN where a passing token may be missing."""
+    ids = np.array([[0, 1, 2], [0, 1, 2]])
+    lps = np.log(np.array([[0.5, 0.3, 0.005], [0.5, 0.3, 0.02]]))
+    idf = np.array([1.0, 2.0, 5.0])
+    topk = corrected_uncertainty(ids, lps, idf, 0.01, "topk")
+    vocab = corrected_uncertainty(ids, lps, idf, 0.01, "vocab")
+    assert vocab[0] == pytest.approx(topk[0])
+    assert np.isfinite(topk[1]) and np.isnan(vocab[1])
+
+
+def test_focus_propagation_from_earlier_keywords_by_hand() -> None:
+    """Default (original Focus): a keyword takes penalties only from earlier keywords, attention renormalised
+    over those; the non-keyword token 1 passes nothing on."""
+    h = np.array([1.0, 2.0, 3.0, 4.0])
+    keywords = np.array([True, False, True, True])
+    att = np.array([[0, 0, 0, 0], [0.5, 0, 0, 0], [0.1, 0.7, 0, 0], [0.2, 0.3, 0.4, 0]])
+    y = propagate(h, att, keywords, gamma=0.9)
+    u2 = 3 + 0.9 * 0.1 * 1.0 / (0.1 + 1e-6)
+    u3 = 4 + 0.9 * (0.2 * 1.0 + 0.4 * u2) / (0.6 + 1e-6)
+    assert y == pytest.approx([1.0, 0.0, u2, u3])
+
+
+def test_focus_propagation_all_earlier_tokens_by_hand() -> None:
     h = np.array([1.0, 2.0, 3.0])
     keywords = np.array([False, True, True])
     att = np.array([[0, 0, 0], [0.5, 0, 0], [0.2, 0.6, 0]])
-    y = propagate(h, att, keywords, gamma=0.9)
+    y = propagate(h, att, keywords, gamma=0.9, propagation="all")
     u1 = 2 + 0.9 * (0.5 / (0.5 + 1e-6)) * 1.0
     u2 = 3 + 0.9 * (0.2 * 1.0 + 0.6 * u1) / (0.8 + 1e-6)
     assert y == pytest.approx([0.0, u1, u2])  # the non-keyword scores 0 but still propagates its h
+    # the default ignores the non-keyword: token 1 has no earlier keyword, token 2 only token 1
+    assert propagate(h, att, keywords, gamma=0.9) == pytest.approx([0.0, 2.0, 3 + 0.9 * 0.6 * 2.0 / (0.6 + 1e-6)])
+
+
+def test_idf_formulas_by_hand() -> None:
+    df, n = np.array([0, 1, 3]), 3
+    assert idf_values(df, n, "focus") == pytest.approx([math.log(3), math.log(1.5), math.log(0.75)])
+    assert idf_values(df, n, "smoothed") == pytest.approx([math.log(4) + 1, math.log(2) + 1, 1.0])
+    with pytest.raises(ValueError, match="unknown IDF formula"):
+        idf_values(df, n, "bm25")
 
 
 def test_ccp_by_hand() -> None:
@@ -53,3 +100,24 @@ def test_token_sar_weights_and_scopes_by_hand() -> None:
     got = [(a, b, list(i)) for a, b, i in scopes(text, offsets, [0, 4])]
     assert got == [(0, 4, [0, 1]), (4, 7, [2, 3])]
     assert [(a, b, list(i)) for a, b, i in scopes(text, offsets, None)] == [(0, 7, [0, 1, 2, 3])]
+
+
+def test_idf_table_from_a_recorded_local_corpus(tmp_path, monkeypatch) -> None:
+    """A local .txt corpus (one document per line): document frequencies counted once per document, the corpus
+    recorded by path and fingerprint, and the default Focus formula ln(N / (df + 1)) applied."""
+    from haldet.backends.hf.backend import HFBackend
+    from haldet.models import idf as idf_module
+    from haldet.models.idf import corpus_identity, idf_table
+
+    monkeypatch.setattr(idf_module, "cache_dir", lambda: tmp_path)  # the converted model stays in the user cache
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("Paris Paris Paris\nParis and Rome\nRome\n\nBerlin\n", encoding="utf-8")
+    idf_table.cache_clear()
+    table = idf_table("smollm2-135m", str(corpus))
+    paris = HFBackend("smollm2-135m").tokenizer("Paris", add_special_tokens=False).input_ids[0]
+    assert table.documents == 4 and table.df[paris] == 2  # counted once in the first document
+    assert table.idf()[paris] == pytest.approx(math.log(4 / 3))
+    assert table.idf("smoothed")[paris] == pytest.approx(math.log(5 / 3) + 1)
+    assert table.meta["files"] == [str(corpus)]
+    assert table.meta["fingerprint"] == corpus_identity(str(corpus))["fingerprint"]
+    idf_table.cache_clear()

@@ -1,16 +1,27 @@
 """Focus (Zhang et al., 2023; HalluEntity section 4): token uncertainty focused on keywords, corrected by IDF and
-propagated along attention.
+propagated along attention, as the method's original code computes it.
 
-For answer token i with model distribution p(. | x_<i):
-    p_hat(v) = p(v) idf(v) / sum_u p(u) idf(u), over tokens with p >= `p_threshold` (the others are zeroed)
+For answer token i with model distribution p(. | x_<i) and observed token x_i:
+    p_hat(v) = p(v) idf(v) / sum_u p(u) idf(u), over x_i and the tokens with p >= `p_threshold` (the others are
+               zeroed; the observed token is never masked, as in the original code)
     h_i      = -ln(p_hat(x_i) + 1e-10) + 2 ** H_2(p_hat)               (IDF-corrected NLL + perplexity in bits)
-    u_i      = h_i + gamma * sum_{j<i} w_ij u_j   for keywords (w_ij = att_ij / sum_{k<i} att_ik), u_i = h_i else
-    y_i      = 1[x_i in K] * u_i
+    u_i      = h_i + gamma * sum_{j<i, j in K} w_ij u_j   for i in K (w_ij = att_ij / sum_{k<i, k in K} att_ik)
+    u_i      = h_i otherwise;  y_i = 1[x_i in K] * u_i
 K = tokens overlapping a spaCy word that is a noun, proper noun or numeral or lies in a named entity; att = the
 answer-to-answer attention, max over layers and heads (`Signal.TOKEN_ATTENTION`); gamma = 0.9.
-Departure (named in `meta`): p_hat is renormalised over the top-k tokens of the token pass (k = `tokens.top_k`,
-10 by default), not the whole vocabulary; with the default threshold only tokens ranked below k with p >= 0.01
-are missing. IDF comes from a recorded local corpus (`haldet.models.idf`; default the packaged HaluEval texts, a
+
+Named settings (each value a variant, recorded in the detector's identity):
+- `propagation`: `keywords` (default, the original: a keyword takes penalties only from earlier keywords, attention
+  renormalised over them) or `all` (every earlier token, attention renormalised over all of them; lm-polygraph's
+  Focus and haldet's focus v1).
+- `idf_formula`: `focus` (default, ln(N / (df + 1)) as Focus and HalluEntity) or `smoothed`
+  (ln((1 + N) / (1 + df)) + 1); `haldet.models.idf.IDF_FORMULAS`.
+- `support`: `topk` (default; departure: p_hat is renormalised over the top-k tokens of the token pass, k =
+  `tokens.top_k`, so a token ranked below k with p >= `p_threshold` is missing) or `vocab` (no top-k
+  renormalisation: the paper's whole-vocabulary p_hat; exact from the top-k where the top-k holds every token with
+  p >= `p_threshold`, i.e. its last entry is below the threshold, and NaN with the reason elsewhere; a
+  `tokens.top_k` of 1 + 1 / p_threshold (101 at 0.01) makes that hold).
+IDF comes from a recorded local corpus (`idf_corpus`, `haldet.models.idf`; default the packaged HaluEval texts, a
 substitute for the paper's 1M RedPajama documents). A unit with no keyword token scores 0 (the method's mask).
 Response level: the mean over keyword tokens.
 """
@@ -27,29 +38,55 @@ from haldet.errors import HaldetError
 from haldet.signals import Signal, SignalView
 
 KEYWORD_POS = ("NOUN", "PROPN", "NUM")
+PROPAGATIONS = {"keywords": "from earlier keyword tokens only, attention renormalised over them (original Focus)",
+                "all": "from every earlier token, attention renormalised over all of them (lm-polygraph, focus v1)"}
+SUPPORTS = {"topk": "p_hat renormalised over the token pass's top-k",
+            "vocab": "p_hat over the whole vocabulary (exact where the top-k holds every token above the threshold)"}
 
 
-def corrected_uncertainty(topk_ids: np.ndarray, topk_logprobs: np.ndarray, idf: np.ndarray,
-                          threshold: float) -> np.ndarray:
-    """h_i per token from the top-k (observed token at index 0); NaN where no top-k token passes the threshold."""
+def corrected_uncertainty(topk_ids: np.ndarray, topk_logprobs: np.ndarray, idf: np.ndarray, threshold: float,
+                          support: str = "topk") -> np.ndarray:
+    """h_i per token from the top-k (observed token at index 0, never masked by the threshold).
+
+    With `support="vocab"` a token whose top-k may miss a token with p >= threshold (its last entry is not below
+    the threshold) is NaN: the whole-vocabulary p_hat cannot be known from it."""
     p = np.exp(np.asarray(topk_logprobs, dtype=np.float64))
-    w = np.where(p >= threshold, p * idf[np.asarray(topk_ids)], 0.0)
+    keep = p >= threshold
+    keep[:, 0] = True
+    w = np.where(keep, p * idf[np.asarray(topk_ids)], 0.0)
     total = w.sum(axis=1, keepdims=True)
     with np.errstate(invalid="ignore", divide="ignore"):
         p_hat = w / total
         bits = -np.where(p_hat > 0, p_hat * np.log2(np.where(p_hat > 0, p_hat, 1.0)), 0.0).sum(axis=1)
         h = -np.log(p_hat[:, 0] + 1e-10) + np.exp2(bits)
     h[total[:, 0] <= 0] = np.nan
+    if support == "vocab":
+        h[~exhaustive(p, threshold)] = np.nan
+    elif support != "topk":
+        raise ValueError(f"unknown support {support!r}; choose from {', '.join(SUPPORTS)}")
     return h
 
 
-def propagate(h: np.ndarray, attention: np.ndarray, keywords: np.ndarray, gamma: float) -> np.ndarray:
-    """u_i = h_i + gamma sum_{j<i} w_ij u_j on keyword rows (attention renormalised over j < i); y = mask * u."""
+def exhaustive(p: np.ndarray, threshold: float) -> np.ndarray:
+    """Per token: whether the top-k (observed first, then the most likely others) holds every token with
+    p >= threshold, i.e. its last alternative is below the threshold."""
+    if p.shape[1] < 2 or threshold <= 0:
+        return np.zeros(len(p), dtype=bool)
+    return p[:, -1] < threshold
+
+
+def propagate(h: np.ndarray, attention: np.ndarray, keywords: np.ndarray, gamma: float,
+              propagation: str = "keywords") -> np.ndarray:
+    """u_i = h_i + gamma sum_j w_ij u_j on keyword rows, j over earlier keywords (`keywords`) or all earlier tokens
+    (`all`), attention renormalised over those j; y = mask * u."""
+    if propagation not in PROPAGATIONS:
+        raise ValueError(f"unknown propagation {propagation!r}; choose from {', '.join(PROPAGATIONS)}")
     u = np.array(h, dtype=np.float64)
     att = np.tril(np.asarray(attention, dtype=np.float64), k=-1)
+    sources = np.asarray(keywords, dtype=bool) if propagation == "keywords" else np.ones(len(u), dtype=bool)
     for i in range(len(u)):
         if keywords[i] and i > 0:
-            row = att[i, :i]
+            row = np.where(sources[:i], att[i, :i], 0.0)
             weights = row / (row.sum() + 1e-6)
             prev = np.nan_to_num(u[:i], nan=0.0)
             u[i] = h[i] + gamma * float((weights * prev).sum())
@@ -60,9 +97,19 @@ def propagate(h: np.ndarray, attention: np.ndarray, keywords: np.ndarray, gamma:
 class Focus(UnitDetector):
     requires = UnitDetector.requires | {Signal.RESPONSE, Signal.TOKEN_TOPK_IDS, Signal.TOKEN_TOPK_LOGPROBS,
                                         Signal.TOKEN_ATTENTION}
-    version = "1"
+    version = "2"
     defaults: ClassVar[dict[str, Any]] = {**UnitDetector.defaults, "gamma": 0.9, "p_threshold": 0.01,
-                                          "idf_corpus": "halueval", "tokenizer": None}
+                                          "idf_corpus": "halueval", "tokenizer": None, "propagation": "keywords",
+                                          "idf_formula": "focus", "support": "topk"}
+
+    def __init__(self, **params: Any) -> None:
+        from haldet.models.idf import IDF_FORMULAS
+
+        super().__init__(**params)
+        for name, known in (("propagation", PROPAGATIONS), ("idf_formula", IDF_FORMULAS), ("support", SUPPORTS)):
+            if self.params[name] not in known:
+                raise ValueError(f"detector 'focus': {name} must be one of {', '.join(known)}, "
+                                 f"not {self.params[name]!r}")
 
     def reads_linguistics(self) -> bool:
         return True
@@ -76,7 +123,7 @@ class Focus(UnitDetector):
         return out
 
     def _focus(self, items: SignalView) -> list[tuple[np.ndarray, np.ndarray] | str]:
-        from haldet.models.idf import idf_table
+        from haldet.models.idf import IDF_FORMULAS, idf_table
         from haldet.text.linguistics import analyse, pipeline_id, token_mask
 
         responses = items.get(Signal.RESPONSE)
@@ -85,8 +132,13 @@ class Focus(UnitDetector):
             self.meta["spacy"] = pipeline_id()
         except HaldetError as exc:
             return [f"no keyword analysis: {exc.message}"] * len(items)
-        self.meta["p_hat"] = "renormalised over the top-k tokens of the token pass (not the full vocabulary)"
+        support, formula = self.params["support"], self.params["idf_formula"]
+        self.meta["p_hat"] = SUPPORTS[support]
+        self.meta["propagation"] = PROPAGATIONS[self.params["propagation"]]
+        self.meta["idf_formula"] = IDF_FORMULAS[formula]
+        threshold = float(self.params["p_threshold"])
         out: list[tuple[np.ndarray, np.ndarray] | str] = []
+        not_exhaustive = 0
         signals = zip(items.generations, words, items.get(Signal.TOKEN_OFFSETS), items.get(Signal.TOKEN_TOPK_IDS),
                       items.get(Signal.TOKEN_TOPK_LOGPROBS), items.get(Signal.TOKEN_ATTENTION), strict=True)
         for gen, wds, offsets, ids, lps, att in signals:
@@ -98,9 +150,16 @@ class Focus(UnitDetector):
                 continue
             table = idf_table(self.params["tokenizer"] or gen.model, self.params["idf_corpus"])
             self.meta["idf"] = table.meta
-            h = corrected_uncertainty(ids, lps, table.idf, float(self.params["p_threshold"]))
+            h = corrected_uncertainty(ids, lps, table.idf(formula), threshold, support)
+            if support == "vocab":
+                not_exhaustive += int((~exhaustive(np.exp(np.asarray(lps, dtype=np.float64)), threshold)).sum())
             keywords = token_mask(wds, offsets, set(KEYWORD_POS), entity_types=True)
-            out.append((propagate(h, att, keywords, float(self.params["gamma"])), keywords))
+            out.append((propagate(h, att, keywords, float(self.params["gamma"]), self.params["propagation"]),
+                        keywords))
+        if support == "vocab":
+            self.meta["tokens_topk_not_exhaustive"] = (
+                f"{not_exhaustive} tokens NaN: their top-k may miss a token with p >= {threshold}; raise tokens.top_k "
+                f"to {int(np.ceil(1 / threshold)) + 1 if threshold > 0 else 'the vocabulary size'} to cover every token")
         return out
 
     def token_scores(self, items: SignalView) -> list[np.ndarray | str]:

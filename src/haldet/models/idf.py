@@ -2,9 +2,11 @@
 
 The Focus paper counts 1M RedPajama documents; offline the default corpus is the knowledge passages and
 questions of the packaged HaluEval files (`halueval`, a named substitute); any local corpus works too (`.txt`:
-one document per line; `.jsonl`: a `text` field per line). IDF is smoothed, idf(v) = ln((1 + N) / (1 + df(v))) + 1,
-so unseen tokens get the largest weight instead of a division by zero. Tables are cached under the user cache
-dir, keyed by corpus fingerprint and tokenizer, and `IDFTable.meta` says what produced them.
+one document per line; `.jsonl`: a `text` field per line), recorded by path and content fingerprint. A table holds
+the document frequencies; `IDFTable.idf(formula)` applies one of `IDF_FORMULAS`: `focus`, ln(N / (df(v) + 1)) as
+the Focus code and HalluEntity compute it (a token in every document gets a slightly negative weight there too), or
+`smoothed`, ln((1 + N) / (1 + df(v))) + 1 (always positive). Tables are cached under the user cache dir, keyed by
+corpus fingerprint and tokenizer, and `IDFTable.meta` says what produced them.
 """
 
 from __future__ import annotations
@@ -22,13 +24,28 @@ from haldet.errors import HaldetError
 from haldet.store import model_slug
 from haldet.util.assets import cache_dir, file_sha256, package_dir
 
-IDF_VERSION = "idf-v1"
+IDF_VERSION = "idf-v2"
+IDF_FORMULAS = {"focus": "ln(N / (df + 1)) (Focus, HalluEntity)", "smoothed": "ln((1 + N) / (1 + df)) + 1"}
+
+
+def idf_values(df: np.ndarray, n: int, formula: str) -> np.ndarray:
+    """The IDF of every id from its document frequency `df` over `n` documents."""
+    df = np.asarray(df, dtype=np.float64)
+    if formula == "focus":
+        return np.log(n / (df + 1.0))
+    if formula == "smoothed":
+        return np.log((1.0 + n) / (1.0 + df)) + 1.0
+    raise ValueError(f"unknown IDF formula {formula!r}; choose from {', '.join(IDF_FORMULAS)}")
 
 
 @dataclass
 class IDFTable:
-    idf: np.ndarray  # [vocab] float64
+    df: np.ndarray  # [vocab] document frequency per token id
+    documents: int
     meta: dict[str, Any] = field(default_factory=dict)
+
+    def idf(self, formula: str = "focus") -> np.ndarray:
+        return idf_values(self.df, self.documents, formula)
 
 
 def corpus_files(corpus: str) -> list[Path]:
@@ -85,7 +102,8 @@ def idf_table(tokenizer_name: str, corpus: str = "halueval") -> IDFTable:
     path = cache_dir() / "idf" / f"{model_slug(tokenizer_name)}-{fingerprint}-{IDF_VERSION}.npz"
     if path.exists():
         data = np.load(path, allow_pickle=False)
-        return IDFTable(data["idf"], json.loads(str(data["meta"])))
+        meta = json.loads(str(data["meta"]))
+        return IDFTable(data["df"], int(meta["documents"]), meta)
     vocab = len(tokenizer)
     df = np.zeros(vocab, dtype=np.int64)
     n = 0
@@ -103,12 +121,11 @@ def idf_table(tokenizer_name: str, corpus: str = "halueval") -> IDFTable:
             batch = []
     if batch:
         count(batch)
-    idf = np.log((1.0 + n) / (1.0 + df)) + 1.0
     meta = {"corpus": corpus, "files": [str(f) for f in files], "fingerprint": fingerprint, "documents": n,
             "tokenizer": tokenizer_name, "version": IDF_VERSION,
             "substitute": "HaluEval passages stand in for 1M RedPajama documents" if corpus == "halueval" else ""}
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.stem}.tmp.npz")
-    np.savez(tmp, idf=idf, meta=json.dumps(meta))
+    np.savez(tmp, df=df, meta=json.dumps(meta))
     tmp.replace(path)
-    return IDFTable(idf, meta)
+    return IDFTable(df, n, meta)
