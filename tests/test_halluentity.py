@@ -115,6 +115,37 @@ def test_suite_runs_end_to_end_on_the_fixture(suite_run) -> None:
     assert all("no NLI model could run" in why for rec in ccp for why in rec["reasons"])
 
 
+def test_unit_scores_file_recomputes_every_unit_auroc_without_haldet(suite_run) -> None:
+    """`unit_scores.csv` holds every pooled unit (labels, offsets, score): the AUROC recomputed from the file alone
+    equals haldet's for every detector, and the test rows are exactly the test items' units."""
+    import csv
+
+    from sklearn.metrics import roc_auc_score
+
+    out, rows, _ = suite_run
+    with open(out / "unit_scores.csv", newline="") as fh:
+        units = list(csv.DictReader(fh))
+    split = json.loads((out / "halluentity" / "smollm2-135m" / "split.json").read_text())
+    instances = {i.id: i for i in get_adapter("halluentity", FIX).load()[0]}
+    compared = 0
+    for r in rows:
+        if r["metric"] != "auroc":
+            continue
+        test = [u for u in units if u["detector"] == r["detector"] and u["part"] == "test"]
+        assert len(test) == sum(len(instances[i].units) for i in split["test"])
+        assert {(u["item_id"], int(u["start"]), int(u["end"])) for u in test} == {
+            (i, x.start, x.end) for i in split["test"] for x in instances[i].units}
+        usable = [u for u in test if u["label"] in ("0", "1") and u["score"] != ""]
+        assert all(u["reason"] for u in test if u["score"] == "")  # an invalid unit says why
+        if r["value"] is None:
+            continue
+        y = [int(u["label"]) for u in usable]
+        s = [float(u["score"]) for u in usable]
+        assert len(y) == r["n"] and roc_auc_score(y, s) == pytest.approx(r["value"], abs=1e-12), r["detector"]
+        compared += 1
+    assert compared >= 3
+
+
 def test_given_responses_are_teacher_forced_with_offsets(suite_run) -> None:
     from haldet.backends.hf.backend import HFBackend
 

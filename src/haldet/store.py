@@ -387,6 +387,19 @@ class RunStore:
             writer.writerows(rows)
         write_parquet(self.root / "results.parquet", rows, columns)
 
+    def write_unit_scores(self, rows: list[dict[str, Any]]) -> None:
+        """`unit_scores.csv`: one row per scored unit of a suite run (empty cells = no label / invalid score); not
+        written when no cell scored units."""
+        if not rows:
+            return
+        columns: list[str] = []
+        for row in rows:
+            columns += [c for c in row if c not in columns]
+        with atomic_path(self.root / "unit_scores.csv") as tmp, open(tmp, "w", newline="") as fh:
+            writer = csv.DictWriter(fh, fieldnames=columns)
+            writer.writeheader()
+            writer.writerows(rows)
+
     def read_results(self) -> list[dict[str, Any]]:
         path = self.root / "results.json"
         if not path.exists():

@@ -195,6 +195,11 @@ class SuiteProtocol(Protocol):
             data[part] = pooled([*scores.values, *(np.full(len(x.units_of(level)), np.nan) for x in extra)], level,
                                 [*(instance[i] for i in ids), *extra],
                                 self.suite.unit_tags_of if part == "test" else None)
+        run.unit_scores["rows"] = [
+            row for part, (ids, scores) in scored.items()
+            for row in unit_rows(part, level, [(instance[i], v, r) for i, v, r in
+                                               zip(ids, scores.values, scores.reasons, strict=True)]
+                                 + [(unscored[i], None, None) for i in split[part] if i in unscored])]
         if level == "response":  # per-item scores for a suite's own tables (strata, other label sets)
             run.unit_scores["items"] = {
                 part: {**{i: float(v[0]) for i, v in zip(ids, scores.values, strict=True)},
@@ -236,6 +241,26 @@ def unit_counts(items: list[Item], levels: tuple[str, ...]) -> dict[str, dict[st
                       "labelled": len(labelled), "hallucinated": int(sum(labelled)),
                       "unaligned": sum(len(i.instance.meta.get("unaligned") or []) for i in items)}
     return out
+
+
+UNSCORED_REASON = "the item was not scored (no answer or no usable evidence); it counts as an invalid unit"
+
+
+def unit_rows(part: str, level: str, items: list[tuple[Instance, np.ndarray | None, list[str] | None]]) -> list[
+        dict[str, Any]]:
+    """One row per unit of `level` of each (instance, unit scores, reasons) of one scored part, in the order the
+    metrics pool them: the item id, the unit's index and character offsets into the response, its labels
+    (`label` 1 = hallucinated, 0 = correct, None = no binary label; `grade` ordinal or None) and its score (None =
+    invalid, with the reason). An unscored item (scores None) gives NaN units with `UNSCORED_REASON`."""
+    rows = []
+    for inst, vals, reasons in items:
+        for u, unit in enumerate(inst.units_of(level)):
+            value = None if vals is None else json_float(vals[u])
+            why = UNSCORED_REASON if vals is None or reasons is None else reasons[u]
+            rows.append({"part": part, "item_id": inst.id, "unit_index": u, "start": unit.start, "end": unit.end,
+                         "label": unit.binary, "grade": unit.grade, "score": value,
+                         "reason": why if value is None else ""})
+    return rows
 
 
 def pooled(values: list[np.ndarray], level: str, labelled: list[Instance],

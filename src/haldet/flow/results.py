@@ -38,6 +38,17 @@ def result_rows(cell: CellResult, cost_n: int = DEFAULT_N) -> list[dict[str, Any
     return rows + [{**base, **row} for row in cell.extra_rows]
 
 
+def unit_score_rows(cell: CellResult) -> list[dict[str, Any]]:
+    """Every unit score of a suite cell (val and test parts, every detector and level) with its label and position,
+    the rows of `unit_scores.csv`: enough to recompute a unit-level metric without haldet."""
+    rows = []
+    for run in cell.detectors:
+        base = {"dataset": cell.dataset, "model": cell.model, "detector": run.name, "level": run.level,
+                "train_labels": run.train_labels, "variant": run.identity.get("variant") or "", "key": run.key}
+        rows += [{**base, **row} for row in run.unit_scores.get("rows") or []]
+    return rows
+
+
 def cell_entry(c: CellResult) -> dict[str, Any]:
     """A cell's manifest entry: what ran, how long each stage took (`stage_seconds`: this run's wall time;
     `evidence`: per-item cost stats that survive caching), and each detector's score key and timings."""

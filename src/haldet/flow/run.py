@@ -19,7 +19,7 @@ from haldet.detectors.base import DETECTORS
 from haldet.errors import HaldetError
 from haldet.executors.ray_executor import ray_cells
 from haldet.flow.cell import CellResult, guarded_cell
-from haldet.flow.results import cell_entry, result_rows
+from haldet.flow.results import cell_entry, result_rows, unit_score_rows
 from haldet.judges.cascade import Cascade
 from haldet.stages.base import Progress, no_progress
 from haldet.store import RunStore, clean_stale_temps
@@ -118,6 +118,7 @@ def _run_cells(config: RunConfig, store: RunStore, manifest: dict[str, Any], pro
         rows = [row for c in cells for row in result_rows(c)]
         # results and manifest after every cell: a crash later keeps every finished cell
         store.write_results(rows)
+        store.write_unit_scores([row for c in cells for row in unit_score_rows(c)])
         manifest["cells"] = [cell_entry(c) for c in cells]
         store.write_manifest(manifest)
         if on_cell is not None:
