@@ -208,3 +208,16 @@ def test_dead_endpoint_stops_at_the_breaker_and_exits_non_zero(tmp_path: Path) -
     assert len(failed) == 12 and not (tmp_path / "a" / "halueval_qa" / "openai_mock-model" / "generate.jsonl").exists()
     res = invoke(*args, "--out", str(tmp_path / "b"), "--allow-failures")
     assert res.exit_code == 0 and "failure(s)" in res.stderr
+
+
+def test_chat_template_kwargs_reach_the_endpoint_and_key_the_model(server: FakeOpenAI) -> None:
+    """`chat_template_kwargs` go into every request body (vLLM/SGLang read them there) and into the fingerprint;
+    without them nothing extra is sent and the fingerprint is unchanged."""
+    server.reset()
+    plain = backend(server)
+    plain.generate([chat("q1")], max_new_tokens=8, batch_size=1)
+    assert "chat_template_kwargs" not in server.requests[-1]
+    be = OpenAIBackend("openai:mock-model", plain.config, chat_template_kwargs={"enable_thinking": False})
+    be.sample([chat("q1")], k=2, temperature=1.0, top_p=0.9, seeds=[1], max_new_tokens=8, batch_size=2)
+    assert server.requests[-1]["chat_template_kwargs"] == {"enable_thinking": False}
+    assert be.fingerprint() == {**plain.fingerprint(), "chat_template_kwargs": {"enable_thinking": False}}

@@ -209,6 +209,10 @@ class RunConfig(Section):
     endpoint: EndpointConfig = Field(default_factory=EndpointConfig)
     evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
     detector_params: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    # extra arguments of every target model's chat template: hf/vllm pass them to the tokenizer's
+    # apply_chat_template, openai endpoints get them as `chat_template_kwargs` in the request body (vLLM, SGLang);
+    # e.g. {"enable_thinking": false} for Qwen3. Part of the model fingerprint (every stage key) when set
+    chat_template_kwargs: dict[str, Any] = Field(default_factory=dict)
     # adapter options per dataset, e.g. {"belebele": {"languages": ["eng_Latn", "fra_Latn"]}}
     dataset_params: dict[str, dict[str, Any]] = Field(default_factory=dict)
 

@@ -73,9 +73,12 @@ class OpenAIBackend(Backend):
     def declared(cls, config: Any) -> frozenset[Capability]:
         return endpoint_capabilities(config.endpoint)
 
-    def __init__(self, name: str, config: EndpointConfig) -> None:
+    def __init__(self, name: str, config: EndpointConfig, *,
+                 chat_template_kwargs: dict[str, Any] | None = None) -> None:
         super().__init__(name)
         self.config = config
+        # sent as `chat_template_kwargs` in every request body (servers that render the template: vLLM, SGLang)
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
         self.capabilities = endpoint_capabilities(config)
         self.model = endpoint_model(name)
         self.usage = Usage()
@@ -85,8 +88,11 @@ class OpenAIBackend(Backend):
 
     def fingerprint(self) -> dict[str, Any]:
         c = self.config
-        return {"backend": self.kind, "model": self.model, "base_url": c.base_url, "logprobs": c.logprobs,
-                "top_logprobs": c.top_logprobs if c.logprobs else None, "seed": c.seed}
+        fp = {"backend": self.kind, "model": self.model, "base_url": c.base_url, "logprobs": c.logprobs,
+              "top_logprobs": c.top_logprobs if c.logprobs else None, "seed": c.seed}
+        if self.chat_template_kwargs:
+            fp["chat_template_kwargs"] = self.chat_template_kwargs
+        return fp
 
     def render_chat(self, messages: list[dict[str, str]]) -> str:
         return json.dumps(messages, ensure_ascii=False)
@@ -156,6 +162,8 @@ class OpenAIBackend(Backend):
         endpoint.breaker = self._breaker(endpoint)
         limit = asyncio.Semaphore(c.concurrency)
         extra: dict[str, Any] = {"logprobs": True, "top_logprobs": c.top_logprobs} if c.logprobs else {}
+        if self.chat_template_kwargs:
+            extra["extra_body"] = {"chat_template_kwargs": self.chat_template_kwargs}
 
         async def one(messages: list[dict[str, str]], params: dict[str, Any], n: int) -> list[GenOutput]:
             sent: dict[str, Any] = {**params, **extra, **({"n": n} if n > 1 else {})}

@@ -104,12 +104,12 @@ def make_backend(model: str, config: RunConfig) -> Backend:
     if kind == "openai":
         from haldet.backends.openai_backend import OpenAIBackend
 
-        return OpenAIBackend(model, config.endpoint)
+        return OpenAIBackend(model, config.endpoint, chat_template_kwargs=config.chat_template_kwargs)
     if kind == "vllm":
         from haldet.backends.vllm import VLLMBackend
 
-        return VLLMBackend(model, device=config.device)
+        return VLLMBackend(model, device=config.device, chat_template_kwargs=config.chat_template_kwargs)
     from haldet.backends.hf.backend import HFBackend
 
     return HFBackend(model, device=config.device, decoder=config.decoder, fast_numerics=config.fast_numerics,
-                     decode_rows=config.decode_rows)
+                     decode_rows=config.decode_rows, chat_template_kwargs=config.chat_template_kwargs)

@@ -38,14 +38,16 @@ class VLLMBackend(HFBackend):
     capabilities = frozenset({Capability.TEXT, Capability.N_SAMPLES, Capability.LOGPROBS, Capability.ENTROPIES,
                               Capability.CANDIDATE_LOGPROBS})
 
-    def __init__(self, name: str, *, device: str = "auto", gpu_memory_utilization: float = 0.85) -> None:
+    def __init__(self, name: str, *, device: str = "auto", gpu_memory_utilization: float = 0.85,
+                 chat_template_kwargs: dict[str, Any] | None = None) -> None:
         try:
             import vllm
         except ImportError:
             raise HaldetError("the vllm backend needs vLLM, which is not installed", where=f"--model {name}",
                               hint="pip install 'haldet[vllm]' on a machine with a GPU, or use the hf backend "
                                    "(the model name without the vllm: prefix)") from None
-        super().__init__(vllm_model_name(name), device="cpu")  # tokenizer only; vLLM places the weights itself
+        # tokenizer only; vLLM places the weights itself
+        super().__init__(vllm_model_name(name), device="cpu", chat_template_kwargs=chat_template_kwargs)
         self.name = name
         self.vllm_version = vllm.__version__
         self.gpu_memory_utilization = gpu_memory_utilization

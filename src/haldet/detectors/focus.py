@@ -158,8 +158,9 @@ class Focus(UnitDetector):
                         keywords))
         if support == "vocab":
             self.meta["tokens_topk_not_exhaustive"] = (
-                f"{not_exhaustive} tokens NaN: their top-k may miss a token with p >= {threshold}; raise tokens.top_k "
-                f"to {int(np.ceil(1 / threshold)) + 1 if threshold > 0 else 'the vocabulary size'} to cover every token")
+                f"{not_exhaustive} tokens NaN: their top-k may miss a token with p >= {threshold}; raise "
+                f"tokens.top_k to {int(np.ceil(1 / threshold)) + 1 if threshold > 0 else 'the vocabulary size'} "
+                "to cover every token")
         return out
 
     def token_scores(self, items: SignalView) -> list[np.ndarray | str]:

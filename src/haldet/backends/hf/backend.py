@@ -57,8 +57,11 @@ class HFBackend(Backend):
     sampler = "seeded-nucleus-inverse-cdf-v2"  # SeededSampler.draw: per-row generator, one uniform per token
 
     def __init__(self, name: str, *, device: str = "auto", decoder: str = "haldet",
-                 fast_numerics: str = "none", decode_rows: int = 96) -> None:
+                 fast_numerics: str = "none", decode_rows: int = 96,
+                 chat_template_kwargs: dict[str, Any] | None = None) -> None:
         super().__init__(name)
+        # extra arguments of the chat template (e.g. enable_thinking=False for Qwen3); in the fingerprint when set
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
         if decoder not in DECODERS:
             raise HaldetError(f"unknown decoder {decoder!r}", where="decoder", hint=f"choose {' or '.join(DECODERS)}")
         if fast_numerics not in FAST_NUMERICS:
@@ -123,6 +126,8 @@ class HFBackend(Backend):
                               "decoder": self.decoder}
         if self.fast_numerics != "none":
             fp["fast_numerics"] = self.fast_numerics
+        if self.chat_template_kwargs:
+            fp["chat_template_kwargs"] = self.chat_template_kwargs
         if self.gguf is not None:
             fp["gguf_sha256_head"] = file_sha256(self.gguf, limit=1 << 22)[:16]
         elif Path(self._source).exists():
@@ -150,7 +155,8 @@ class HFBackend(Backend):
 
     def render_chat(self, messages: list[dict[str, str]]) -> str:
         if self.has_chat_template:
-            return str(self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True))
+            return str(self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
+                                                          **self.chat_template_kwargs))
         return role_based_chat(messages)
 
     def encode_prompt(self, prompt: str) -> list[int]:
