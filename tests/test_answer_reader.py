@@ -26,7 +26,7 @@ from haldet.text.confidence import confidence_complete
 QUESTIONS = ["What is the capital of France?", "Who wrote Hamlet?", "Name a prime number larger than 10.",
              "What colour is the sky on a clear day?", "Answer with one word: is water wet?",
              "How many legs does a spider have?", "Reply with the single word OK."]
-POOLINGS = ["mean", "last", "tbg", "slt"]
+POOLINGS = ["mean", "last", "tbg", "slt", "first:3", "last:3"]
 
 
 @pytest.fixture(scope="module")

@@ -254,7 +254,8 @@ def test_stages_compute_only_what_the_selected_detectors_read(tmp_path, backend,
     assert all(set(r["arrays"]) == {"hidden_last"} and r["groups"] == ["hidden"] for r in recs["features"].values())
     assert all(r["shard"] is None and r["hidden_layer"] is None for r in recs["sample"].values())
     assert SampleStage(ctx).hidden_layer() is None
-    assert FeatureStage(ctx).unread_parts() == ["group sep", "group ccs", "group prism", "group icr", "pooling mean"]
+    assert FeatureStage(ctx).unread_parts() == ["group sep", "group ccs", "group prism", "group icr", "pooling mean",
+                                                "pooling first_n", "pooling last_n"]
     assert SampleStage(ctx).unread_parts() == ["per-sample hidden state"]
     # adding a detector that reads more recomputes the stage it needs, with the new part
     wider = _cell(tmp_path, backend, features={"groups": ["hidden", "sep", "ccs", "prism", "icr"]})

@@ -89,7 +89,11 @@ class FeatureConfig(Section):
     and `pooling`, only what the selected detectors read is computed."""
 
     layers: Literal["all"] | list[int] = "all"  # hidden-state indices (0 = embeddings, -1 = last layer)
-    pooling: list[Literal["mean", "last"]] = Field(default_factory=lambda: ["mean", "last"])  # type: ignore[arg-type]
+    # poolings of the `hidden` group: mean / last answer token, and the mean over the first / last N answer tokens
+    # (`select_tokens` = N; computed only when a selected detector reads them, e.g. saplma pooling: last_n)
+    pooling: list[Literal["mean", "last", "first_n", "last_n"]] = Field(  # type: ignore[arg-type]
+        default_factory=lambda: ["mean", "last", "first_n", "last_n"])
+    select_tokens: int = Field(4, ge=1)
     dtype: Literal["float16", "float32"] = "float16"
     groups: list[Literal["hidden", "sep", "ccs", "prism", "icr"]] = Field(
         default_factory=lambda: list(FEATURE_GROUPS))  # type: ignore[arg-type]

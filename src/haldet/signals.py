@@ -47,6 +47,9 @@ class Signal(StrEnum):
     HIDDEN_MEAN      float32 [L + 1, D] mean over answer tokens (with features.layers set: [len(layers), D], the
                      hidden-state indices are in the features record's `layers`)
     HIDDEN_LAST      float32 [L + 1, D] last answer token
+    HIDDEN_FIRST_N   float32 [L + 1, D] mean over the first N answer tokens (N = `features.select_tokens`; all of
+                     them when the answer is shorter)
+    HIDDEN_LAST_N    float32 [L + 1, D] mean over the last N answer tokens (same N)
     SEP_FEATURES     float32 [2, L + 1, D]: 0 = token before generation, 1 = second-to-last answer token
     CCS_FEATURES     float32 [2, L + 1, D]: 0 = "the answer is correct" statement, 1 = negated statement
     PRISM_FEATURES   float32 [L + 1, D]: prompt-guided statement, last token
@@ -66,6 +69,8 @@ class Signal(StrEnum):
     TOKEN_ENTROPIES = "token_entropies"      # predictive entropy at each generated token
     HIDDEN_MEAN = "hidden_mean"              # [layers, dim] mean over answer tokens
     HIDDEN_LAST = "hidden_last"              # [layers, dim] last answer token
+    HIDDEN_FIRST_N = "hidden_first_n"        # [layers, dim] mean over the first N answer tokens
+    HIDDEN_LAST_N = "hidden_last_n"          # [layers, dim] mean over the last N answer tokens
     SEP_FEATURES = "sep_features"            # token-before-generation and second-to-last token states
     CCS_FEATURES = "ccs_features"            # positive / negated statement states
     PRISM_FEATURES = "prism_features"        # prompt-guided statement state

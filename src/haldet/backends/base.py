@@ -155,8 +155,24 @@ class AnswerEvidence:
     seconds: dict[str, float] = field(default_factory=dict)  # this answer's share of the reading, per stage
 
 
-# Poolings of hidden states over a request's span [start, end): see `ForwardOutput.pooled`.
+# Poolings of hidden states over a request's span [start, end): see `ForwardOutput.pooled`; besides these,
+# "first:N" / "last:N" (N >= 1) average the first / last N tokens of the span (`pooling_window`).
 POOLINGS = ("mean", "last", "tbg", "slt")
+
+
+def pooling_window(name: str) -> tuple[str, int] | None:
+    """("first" | "last", N) for a token-selection pooling "first:N" / "last:N", None for another name; a
+    malformed N is a ValueError."""
+    side, sep, count = name.partition(":")
+    if not sep or side not in ("first", "last"):
+        return None
+    if not count.isdigit() or int(count) < 1:
+        raise ValueError(f"pooling {name!r}: N must be a positive integer")
+    return side, int(count)
+
+
+def known_pooling(name: str) -> bool:
+    return name in POOLINGS or pooling_window(name) is not None
 # Per-layer ICR feature columns: JSD between the residual update's projection and the attention distribution,
 # summarised over answer tokens, plus the relative size of the update.
 ICR_COLUMNS = ("icr_mean", "icr_std", "icr_max", "update_norm_ratio")

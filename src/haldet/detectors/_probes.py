@@ -27,6 +27,18 @@ from haldet.signals import Signal, SignalView
 
 MIN_TRAIN = 10  # fewer valid training items than this: the probe is not fitted (scores NaN with a reason)
 
+# a probe's `pooling` parameter -> the pooled hidden states it reads (`features.pooling`, `features.select_tokens`)
+POOLED_SIGNALS = {"last": Signal.HIDDEN_LAST, "mean": Signal.HIDDEN_MEAN, "first_n": Signal.HIDDEN_FIRST_N,
+                  "last_n": Signal.HIDDEN_LAST_N}
+
+
+def pooled_signal(detector: str, pooling: str) -> Signal:
+    """The signal a probe's `pooling` parameter selects; an unknown value is an error naming the choices."""
+    if pooling not in POOLED_SIGNALS:
+        raise ValueError(f"detector {detector!r}: pooling must be one of {', '.join(POOLED_SIGNALS)}, "
+                         f"not {pooling!r}")
+    return POOLED_SIGNALS[pooling]
+
 
 def unfitted_scores(n: int, problem: str) -> Scores:
     """Every item invalid, with why the probe could not be fitted."""

@@ -34,6 +34,7 @@ from haldet.detectors._probes import (
     TrainedMLP,
     has_both_classes,
     layer_row,
+    pooled_signal,
     probe_scores,
     safe_auroc,
     stack,
@@ -65,7 +66,7 @@ class HaloScope(Detector):
         "variant": "unsupervised", "layer": "val", "max_k": 10, "weighted": True, "n_quantiles": 38,
         "hidden": [1024], "epochs": 50, "batch_size": 512, "lr": 0.05, "weight_decay": 3e-4,
         "optimizer": "sgd_cosine", "seed": 42, "unlabelled_defaults": False,
-        "device": "auto",
+        "device": "auto", "pooling": None,  # None: the variant's (last; label_guided mean); or first_n / last_n
         # label_guided
         "pca_components": 15, "lg_quantiles": [0.1, 0.9, 17], "lg_max_iter": 1000}
 
@@ -74,10 +75,16 @@ class HaloScope(Detector):
         self.problem: str | None = "not fitted"
         self.fit_info: dict[str, Any] = {}
         self.model: TrainedMLP | None = None  # unsupervised variant's classifier (label_guided uses self.clf)
+        _ = self.signal  # an unknown pooling fails here, before any work
 
     @property
     def signal(self) -> Signal:
+        if self.params["pooling"] is not None:
+            return pooled_signal(self.name, self.params["pooling"])
         return Signal.HIDDEN_MEAN if self.params["variant"] == "label_guided" else Signal.HIDDEN_LAST
+
+    def signals(self) -> frozenset[Signal]:
+        return self.requires | {self.signal}
 
     def _features(self, view: SignalView, layer: int) -> tuple[np.ndarray, np.ndarray, list[str]]:
         values = view.get(self.signal)

@@ -7,6 +7,10 @@ settings of the paper's scikit-learn `MLPClassifier(hidden_layer_sizes=(256, 128
 random_state=42)`, trained with the shared torch trainer so it runs on GPU when present. The paper's
 early stopping holds out 10% of train; here the run's validation view is the held-out set (the protocol puts
 every epoch choice on validation), `checkpoint_on="internal"` restores the 10% split.
+
+`pooling` picks the hidden-state feature: `last` (default, the SAPLMA paper's last token), `mean` (mean over the
+answer tokens, the OpenHalDet paper's SAPLMA setting), `first_n` / `last_n` (mean over the first / last
+`features.select_tokens` answer tokens). Each reads only its own pooled states.
 """
 
 from __future__ import annotations
@@ -15,10 +19,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from haldet.detectors._probes import ProbeDetector, TrainedMLP, train_mlp
+from haldet.detectors._probes import ProbeDetector, TrainedMLP, pooled_signal, train_mlp
 from haldet.detectors.base import register
 from haldet.signals import Signal
-
 
 @register("saplma")
 class Saplma(ProbeDetector):
@@ -27,7 +30,15 @@ class Saplma(ProbeDetector):
     defaults: ClassVar[dict[str, Any]] = {
         "layer": -1, "hidden": [256, 128], "max_epochs": 1000, "patience": 10, "batch_size": 200,
         "lr": 1e-3, "weight_decay": 1e-4, "stop_metric": "loss", "checkpoint_on": "val",
-        "internal_fraction": 0.1, "split_seed": 42, "seed": 42, "standardize": True, "device": "auto"}
+        "internal_fraction": 0.1, "split_seed": 42, "seed": 42, "standardize": True, "device": "auto",
+        "pooling": "last"}
+
+    def __init__(self, **params: Any) -> None:
+        super().__init__(**params)
+        self.signal = pooled_signal(self.name, self.params["pooling"])
+
+    def signals(self) -> frozenset[Signal]:
+        return frozenset({self.signal})
 
     def extract(self, value: np.ndarray, layer: int) -> np.ndarray:
         return value[layer]

@@ -23,7 +23,8 @@ the record says so in `window`; if the answer alone does not fit, the groups are
 
 Record: {id, key, shard, arrays: {name: shape}, layers, groups, n_prompt_tokens, n_answer_tokens, token_logprobs,
 token_entropies, logprob_gap, window: {pass: info}, invalid: {group: reason}, source, seconds}.
-Arrays (`features/<shard>.h5`, float16 by default): hidden_mean, hidden_last [n_layers, D]; sep [2, n_layers, D];
+Arrays (`features/<shard>.h5`, float16 by default): hidden_mean, hidden_last, hidden_first_n, hidden_last_n
+[n_layers, D] (the last two: mean over the first / last `features.select_tokens` answer tokens); sep [2, n_layers, D];
 ccs [2, n_layers, D]; prism [n_layers, D]; icr [L, F] (`ICR_COLUMNS`).
 """
 
@@ -57,13 +58,16 @@ ANSWER_GROUPS = {"hidden", "sep", "icr"}  # groups read from the answer span its
 
 @STAGES.register("features")
 class FeatureStage(DecodingReader):
-    provides = frozenset({Signal.TOKEN_ENTROPIES, Signal.HIDDEN_MEAN, Signal.HIDDEN_LAST, Signal.SEP_FEATURES,
-                          Signal.CCS_FEATURES, Signal.PRISM_FEATURES, Signal.ICR_FEATURES})
+    provides = frozenset({Signal.TOKEN_ENTROPIES, Signal.HIDDEN_MEAN, Signal.HIDDEN_LAST, Signal.HIDDEN_FIRST_N,
+                          Signal.HIDDEN_LAST_N, Signal.SEP_FEATURES, Signal.CCS_FEATURES, Signal.PRISM_FEATURES,
+                          Signal.ICR_FEATURES})
     after = ("generate", "sample", "auxiliary")
     # each array signal's group (`features.groups`): an invalid group's arrays are not read
     arrays: ClassVar[dict[Signal, tuple[str, str]]] = {
         Signal.HIDDEN_MEAN: ("hidden_mean", "hidden"),
         Signal.HIDDEN_LAST: ("hidden_last", "hidden"),
+        Signal.HIDDEN_FIRST_N: ("hidden_first_n", "hidden"),
+        Signal.HIDDEN_LAST_N: ("hidden_last_n", "hidden"),
         Signal.SEP_FEATURES: ("sep", "sep"),
         Signal.CCS_FEATURES: ("ccs", "ccs"),
         Signal.PRISM_FEATURES: ("prism", "prism"),
@@ -77,6 +81,11 @@ class FeatureStage(DecodingReader):
     def poolings(self) -> list[str]:
         """Configured poolings of the `hidden` group that the selected detectors read."""
         return self._read(self.ctx.config.features.pooling, hidden_poolings_for)
+
+    def pass_pooling(self, name: str) -> str:
+        """The backend's name of a `features.pooling` entry: first_n / last_n -> "first:N" / "last:N"."""
+        n = self.ctx.config.features.select_tokens
+        return {"first_n": f"first:{n}", "last_n": f"last:{n}"}.get(name, name)
 
     def _read(self, configured: Sequence[str], read_by: Callable[[frozenset[Signal]], set[str]]) -> list[str]:
         if self.ctx.signals is None:
@@ -95,8 +104,9 @@ class FeatureStage(DecodingReader):
         cfg = self.ctx.config.features
         gen_key = GenerateStage(self.ctx).key(item)
         groups = self.groups()
+        poolings = [self.pass_pooling(p) for p in self.poolings()] if "hidden" in groups else []
         return stage_key(self.name, self.ctx.backend.fingerprint(), item.prompt, gen_key, cfg.layers,
-                         self.poolings() if "hidden" in groups else [], cfg.dtype, groups, STATEMENT_VERSION)
+                         poolings, cfg.dtype, groups, STATEMENT_VERSION)
 
     def items_per_batch(self) -> int:
         return self.ctx.config.features.batch_size * 4
@@ -108,8 +118,8 @@ class FeatureStage(DecodingReader):
 
     def _pass_poolings(self) -> list[str]:
         groups = set(self.groups())
-        return sorted(set((self.poolings() if "hidden" in groups else []) + (["tbg", "slt"] if "sep" in groups
-                                                                            else [])))
+        hidden = [self.pass_pooling(p) for p in self.poolings()] if "hidden" in groups else []
+        return sorted(set(hidden + (["tbg", "slt"] if "sep" in groups else [])))
 
     def reads(self, request: EvidenceRequest) -> EvidenceRequest:
         """`request` with what this stage reads of each answer while it is decoded (`generate_with_evidence`)."""
@@ -198,8 +208,8 @@ class FeatureStage(DecodingReader):
             if len(gen_lps) == len(out.token_logprobs) and len(gen_lps):
                 rec["logprob_gap"] = float(np.max(np.abs(gen_lps - out.token_logprobs)))
         for name in pooling:
-            if name in out.pooled:
-                arr[f"hidden_{name}"] = out.pooled[name]
+            if self.pass_pooling(name) in out.pooled:
+                arr[f"hidden_{name}"] = out.pooled[self.pass_pooling(name)]
         if "sep" in groups and "tbg" in out.pooled:
             arr["sep"] = np.stack([out.pooled["tbg"], out.pooled["slt"]])
         if "icr" in groups and out.icr is not None:
@@ -221,8 +231,9 @@ def feature_groups_for(signals: Iterable[Signal]) -> set[str]:
 
 def hidden_poolings_for(signals: Iterable[Signal]) -> set[str]:
     """Poolings of the `hidden` group (`features.pooling`) that these signals read."""
-    return {pooling for signal, pooling in ((Signal.HIDDEN_MEAN, "mean"), (Signal.HIDDEN_LAST, "last"))
-            if signal in set(signals)}
+    pairs = ((Signal.HIDDEN_MEAN, "mean"), (Signal.HIDDEN_LAST, "last"), (Signal.HIDDEN_FIRST_N, "first_n"),
+             (Signal.HIDDEN_LAST_N, "last_n"))
+    return {pooling for signal, pooling in pairs if signal in set(signals)}
 
 
 def _generation(item: Item) -> Any:

@@ -220,6 +220,7 @@ def _self_eval(rng: np.random.Generator, y: np.ndarray) -> list[Any]:
 
 
 for _sig, _shape in ((Signal.HIDDEN_MEAN, (LAYERS, DIM)), (Signal.HIDDEN_LAST, (LAYERS, DIM)),
+                     (Signal.HIDDEN_FIRST_N, (LAYERS, DIM)), (Signal.HIDDEN_LAST_N, (LAYERS, DIM)),
                      (Signal.PRISM_FEATURES, (LAYERS, DIM)), (Signal.SEP_FEATURES, (2, LAYERS, DIM)),
                      (Signal.CCS_FEATURES, (2, LAYERS, DIM)), (Signal.ICR_FEATURES, (LAYERS - 1, 4))):
     signal_maker(_sig)(lambda rng, y, shape=_shape: list(_direction(rng, y, shape)))

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from haldet.backends.base import AnswerEvidence, EvidenceRequest, FollowUp, ForwardOutput, Reply
+from haldet.backends.base import AnswerEvidence, EvidenceRequest, FollowUp, ForwardOutput, Reply, pooling_window
 from haldet.backends.hf.decode import Pool, Prefilled, copy_rows, fork, merge
 from haldet.backends.hf.states import icr_features
 
@@ -252,7 +252,10 @@ class AnswerReader:
         pooled = {"mean": picked.mean(dim=0), "last": picked[-1], "slt": picked[max(0, len(answer) - 2)],
                   "tbg": before}  # as `states.pool_states`: second-to-last answer token, the token before the answer
         for name in self.request.poolings:
-            out.pooled[name] = pooled[name].cpu().numpy().astype(np.float32)
+            window = pooling_window(name)  # first:N / last:N: the mean over the answer's first / last N tokens
+            vec = pooled[name] if window is None else (
+                picked[: window[1]] if window[0] == "first" else picked[-window[1]:]).mean(dim=0)
+            out.pooled[name] = vec.cpu().numpy().astype(np.float32)
         if self.request.icr:
             hidden = torch.cat([prompt, span]).transpose(0, 1)  # [L + 1, S + T, D]
             end = hidden.shape[1]

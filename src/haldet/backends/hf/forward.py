@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from haldet.backends.base import POOLINGS, ForwardOutput, ForwardRequest
+from haldet.backends.base import POOLINGS, ForwardOutput, ForwardRequest, known_pooling
 from haldet.backends.hf.loading import LoadedModel, attention_hooks
 from haldet.backends.hf.states import icr_features, layer_index, pool_states
 from haldet.errors import HaldetError
@@ -42,10 +42,13 @@ def forward(backend: LoadedModel, requests: list[ForwardRequest], *, layers: Seq
     """`Backend.forward` for the `hf` backend: one pass per batch, rows sorted by width."""
     import torch
 
-    unknown = (set(poolings) | {branch_pooling}) - set(POOLINGS)
+    try:
+        unknown = sorted(p for p in {*poolings, branch_pooling} if not known_pooling(p))
+    except ValueError as exc:
+        raise HaldetError(str(exc), where="features.pooling", hint="first:N / last:N with N >= 1") from None
     if unknown:
-        raise HaldetError(f"unknown pooling(s) {sorted(unknown)}", where="features.pooling",
-                          hint=f"choose from {', '.join(POOLINGS)}")
+        raise HaldetError(f"unknown pooling(s) {unknown}", where="features.pooling",
+                          hint=f"choose from {', '.join(POOLINGS)}, first:N or last:N")
     for req in requests:
         if not 1 <= req.start <= len(req.ids):
             raise ValueError(f"request {req.key}: span start {req.start} outside 1..{len(req.ids)}")

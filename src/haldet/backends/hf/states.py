@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from haldet.backends.base import ICR_COLUMNS
+from haldet.backends.base import ICR_COLUMNS, pooling_window
 from haldet.errors import HaldetError
 
 
@@ -22,10 +22,15 @@ def layer_index(layer: int, n_states: int) -> int:
 
 
 def pool_states(hidden: Sequence[Any], layers: list[int], row: int, start: int, end: int, name: str) -> np.ndarray:
-    """[len(layers), D] pooled over the span [start, end): mean, last, tbg (start - 1), slt (end - 2)."""
+    """[len(layers), D] pooled over the span [start, end): mean, last, tbg (start - 1), slt (end - 2), first:N /
+    last:N (mean over the span's first / last N tokens, all of them when it is shorter)."""
     import torch
 
-    if name == "mean":
+    window = pooling_window(name)
+    if window is not None:
+        side, n = window
+        start, end = (start, min(end, start + n)) if side == "first" else (max(start, end - n), end)
+    if name == "mean" or window is not None:
         vecs = [hidden[layer][row, start:end].float().mean(dim=0) for layer in layers]
     else:
         pos = {"last": end - 1, "tbg": start - 1, "slt": max(start, end - 2)}[name]
