@@ -165,6 +165,12 @@ class EndpointConfig(Section):
     price_out: float | None = Field(None, ge=0)  # USD per 1M completion tokens
 
 
+class TemplateFile(Section):
+    """A prompt template read from a file (`templates: {NAME: {path: FILE}}`)."""
+
+    path: str
+
+
 class EvaluationConfig(Section):
     split: tuple[float, float, float] = (0.6, 0.2, 0.2)
     split_seed: int = 42
@@ -217,6 +223,9 @@ class RunConfig(Section):
     # apply_chat_template, openai endpoints get them as `chat_template_kwargs` in the request body (vLLM, SGLang);
     # e.g. {"enable_thinking": false} for Qwen3. Part of the model fingerprint (every stage key) when set
     chat_template_kwargs: dict[str, Any] = Field(default_factory=dict)
+    # prompt templates by name (haldet.text.templates.PROMPT_TEMPLATES): inline text or {path: FILE}; the texts
+    # key every record they produce
+    templates: dict[str, str | TemplateFile] = Field(default_factory=dict)
     # adapter options per dataset, e.g. {"belebele": {"languages": ["eng_Latn", "fra_Latn"]}}
     dataset_params: dict[str, dict[str, Any]] = Field(default_factory=dict)
 

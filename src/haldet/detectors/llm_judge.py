@@ -10,7 +10,7 @@ An unparsable reply or a failed call is NaN with its reason, never 0.5.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from haldet.detectors.base import Detector, Scores, register
@@ -20,13 +20,9 @@ from haldet.stages.verdict import Ask, Example, VerdictPrompt, get_prompt, regis
 
 HALLUCINATION, FAITHFUL = "HALLUCINATION", "NO HALLUCINATION"
 
-_SYSTEM = ("You check answers against a source document. An answer is faithful only if everything it claims can be "
-           "found in the document or follows directly from it; a polite closing or a remark that makes no factual "
-           "claim is fine. Any claim the document does not support, or that goes beyond what it allows one to "
-           "infer, makes the answer a hallucination, even if the claim happens to be true in the world.")
-_TASK = ("<DOCUMENT>\n{context}\n</DOCUMENT>\n\n<QUESTION>\n{question}\n</QUESTION>\n\n<ANSWER>\n{answer}\n</ANSWER>")
-_INSTRUCTION = ("Think it through first, step by step, inside <THINKING></THINKING>. Then give your verdict as "
-                "<RESPONSE>HALLUCINATION</RESPONSE> or <RESPONSE>NO HALLUCINATION</RESPONSE>.")
+# the judge's wording: packaged templates `faithfulness_system` (system turn) and `faithfulness_user` (Jinja2 user
+# turn: context, question, answer), replaceable by a run config's `templates:`
+TEMPLATES = ("faithfulness_system", "faithfulness_user")
 
 _RESPONSE_TAG = re.compile(r"<\s*RESPONSE\s*>(.*?)(?:<\s*/\s*RESPONSE\s*>|$)", re.IGNORECASE | re.DOTALL)
 _VERDICT = re.compile(r"\b(NO[\s_-]+HALLUCINAT\w*|NOT[\s_-]+HALLUCINAT\w*|HALLUCINAT\w*)", re.IGNORECASE)
@@ -44,23 +40,28 @@ def parse_faithfulness(reply: str) -> tuple[str | None, str]:
     return (FAITHFUL if last.startswith(("NO", "NOT")) else HALLUCINATION), ""
 
 
-def _faithfulness_messages(instance: Instance, answer: str, examples: Sequence[Example],
-                           unit: SpanLabel | None) -> list[dict[str, str]]:
-    messages = [{"role": "system", "content": _SYSTEM}]
+def _faithfulness_messages(instance: Instance, answer: str, examples: Sequence[Example], unit: SpanLabel | None,
+                           texts: Mapping[str, str]) -> list[dict[str, str]]:
+    import jinja2
+
+    env = jinja2.Environment(autoescape=False, undefined=jinja2.StrictUndefined, keep_trailing_newline=False)
+    user = env.from_string(texts["faithfulness_user"])
+
+    def turn(inst: Instance, response: str) -> str:
+        return user.render(context=inst.context, question=inst.question, answer=response)
+
+    messages = [{"role": "system", "content": texts["faithfulness_system"].strip()}]
     for ex in examples:
-        messages += [
-            {"role": "user", "content": _TASK.format(context=ex.instance.context, question=ex.instance.question,
-                                                     answer=ex.response) + "\n\n" + _INSTRUCTION},
-            {"role": "assistant", "content": f"<RESPONSE>{ex.label}</RESPONSE>"},
-        ]
-    messages.append({"role": "user", "content": _TASK.format(context=instance.context, question=instance.question,
-                                                             answer=answer) + "\n\n" + _INSTRUCTION})
+        messages += [{"role": "user", "content": turn(ex.instance, ex.response)},
+                     {"role": "assistant", "content": f"<RESPONSE>{ex.label}</RESPONSE>"}]
+    messages.append({"role": "user", "content": turn(instance, answer)})
     return messages
 
 
 FAITHFULNESS = register_prompt(VerdictPrompt(
     name="faithfulness", version="faith-v1", labels=(FAITHFUL, HALLUCINATION),
-    scores={FAITHFUL: 0.0, HALLUCINATION: 1.0}, messages=_faithfulness_messages, parse=parse_faithfulness))
+    scores={FAITHFUL: 0.0, HALLUCINATION: 1.0}, messages=_faithfulness_messages, parse=parse_faithfulness,
+    templates=TEMPLATES))
 
 
 @register("llm_judge")

@@ -23,6 +23,7 @@ from haldet.detectors._probes import ProbeDetector, TrainedMLP, pooled_signal, t
 from haldet.detectors.base import register
 from haldet.signals import Signal
 
+
 @register("saplma")
 class Saplma(ProbeDetector):
     requires = frozenset({Signal.HIDDEN_LAST})

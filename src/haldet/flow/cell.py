@@ -84,7 +84,7 @@ def prepare_cell(config: RunConfig, store: RunStore, dataset: str, model: str, p
         raise HaldetError(f"dataset {dataset!r} gave no items", where=f"{report.origin} (split {report.split})",
                           hint=f"check the file(s) with `haldet datasets show {dataset}`; pick another split with "
                                f"--split NAME")
-    builder = PromptBuilder(config.prompt)
+    builder = PromptBuilder(config.prompt, config.templates)
     result.data = {"origin": report.origin, "split": report.split, "n_items": len(instances),
                    "n_skipped": report.n_skipped, "skipped": report.skipped, "n_filtered": report.n_filtered,
                    "n_demo_pool": len(pool), "prompt_templates": builder.templates.fingerprint(),

@@ -24,6 +24,7 @@ from haldet.judges.cascade import Cascade
 from haldet.stages.base import Progress, no_progress
 from haldet.store import RunStore, clean_stale_temps
 from haldet.suites.base import get_suite
+from haldet.text.templates import check_overrides
 from haldet.util.locking import notify
 from haldet.util.threads import runtime_info
 from haldet.util.versions import library_versions
@@ -66,7 +67,9 @@ def validate_names(config: RunConfig) -> None:
         get_adapter(name, config.data_dir, config.dataset_params.get(name))  # unknown name or option: fail now
     for name in config.detectors:
         DETECTORS.get(name, where="--detector")
-    Cascade.from_config(config.judge)  # an LLM judge without a model, a missing template dir: fail before generating
+    check_overrides(config.templates)  # an unknown prompt template name: fail before any work
+    # an LLM judge without a model, a missing template dir: fail before generating
+    Cascade.from_config(config.judge, config.templates)
     requires = {name: DETECTORS.get(name, where="--detector").requires for name in config.detectors}
     # hidden-state detectors on an API model: fail before any work
     check_signals(config, requires, {name: cls.requires for name, cls in DETECTORS})

@@ -34,10 +34,10 @@ def exec_judges(config: JudgeConfig) -> list[Judge]:
                            workers=config.exec_workers)]
 
 
-def llm_judge(config: JudgeConfig) -> Judge:
+def llm_judge(config: JudgeConfig, templates: dict[str, Any] | None = None) -> Judge:
     from haldet.judges.llm import LLMJudge
 
-    return LLMJudge(config)
+    return LLMJudge(config, templates=templates)
 
 
 class Cascade:
@@ -46,17 +46,18 @@ class Cascade:
         self.name = name
 
     @classmethod
-    def from_config(cls, config: JudgeConfig) -> Cascade:
+    def from_config(cls, config: JudgeConfig, templates: dict[str, Any] | None = None) -> Cascade:
+        """The judges `config` names; `templates` (the run config's) may replace the LLM judge's prompts."""
         if config.kind == "rule":
             judges = rule_judges(config)
         elif config.kind == "exec":
             judges = exec_judges(config)
         elif config.kind == "llm":
-            judges = [llm_judge(config)]
+            judges = [llm_judge(config, templates)]
         else:
             judges = rule_judges(config) + exec_judges(config)
             if config.model:
-                judges.append(llm_judge(config))
+                judges.append(llm_judge(config, templates))
         plugins = [JUDGES.get(name, where="judge.extra")() for name in config.extra]
         return cls(plugins + judges, name=config.kind)
 

@@ -35,7 +35,7 @@ from haldet.errors import HaldetError
 from haldet.judges.base import Judge, JudgeFailure, Pair, Verdict, register
 from haldet.judges.short_answer import is_unanswerable
 from haldet.schema import Category, Generation, Instance, Label
-from haldet.text.templates import read_template, template_folder
+from haldet.text.templates import template_folder, template_text
 
 TEMPLATE_FILES = ("judge_system.txt", "judge_user.txt", "judge_correction.txt", "judge_examples.json")
 MAX_CONTEXT_CHARS = 12000
@@ -78,10 +78,11 @@ def parse_judge_output(text: str) -> JudgeOutput:
 
 
 # --- prompt ---------------------------------------------------------------------------------------------------
-def load_templates(template_dir: str | None) -> dict[str, str]:
-    """Packaged judge templates, each replaced by a file of the same name in `template_dir` when present."""
+def load_templates(template_dir: str | None, overrides: dict[str, Any] | None = None) -> dict[str, str]:
+    """Packaged judge templates (by file name), each replaced by the run config's `templates:` entry of that name
+    (judge_system, ...) or else by a file of the same name in `template_dir` when present."""
     folder = template_folder(template_dir, what="judge", option="judge.template_dir", names=TEMPLATE_FILES)
-    return {name: read_template(name, folder) for name in TEMPLATE_FILES}
+    return {name: template_text(name.rsplit(".", 1)[0], overrides, folder) for name in TEMPLATE_FILES}
 
 
 def truths_and_traps(instance: Instance) -> tuple[list[str], list[str]]:
@@ -154,13 +155,13 @@ class JudgePrompts:
 class LLMJudge(Judge):
     deterministic = False
 
-    def __init__(self, config: JudgeConfig, *, backend: Any = None) -> None:
+    def __init__(self, config: JudgeConfig, *, backend: Any = None, templates: dict[str, Any] | None = None) -> None:
         if not config.model:
             raise HaldetError("the LLM judge needs a model", where="--judge-model",
                               hint="e.g. --judge-model gpt-4o-mini (OpenAI-compatible endpoint) or "
                                    "--judge-backend hf --judge-model smollm2-135m (local)")
         self.config = config
-        self.prompts = JudgePrompts(load_templates(config.template_dir), few_shot=config.few_shot)
+        self.prompts = JudgePrompts(load_templates(config.template_dir, templates), few_shot=config.few_shot)
         self.client = StructuredClient(
             ClientSettings.of_judge(config, option="--judge-model",
                                     where=f"judge {config.model} at {config.base_url or 'api.openai.com'}"),

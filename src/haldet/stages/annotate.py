@@ -35,7 +35,7 @@ class AnnotateStage(Stage):
     def __init__(self, ctx: CellContext, judge: JudgeConfig | None = None, cascade: Cascade | None = None) -> None:
         super().__init__(ctx)
         self.judge_config = judge or ctx.config.judge
-        self.cascade = cascade or Cascade.from_config(self.judge_config)
+        self.cascade = cascade or Cascade.from_config(self.judge_config, ctx.config.templates)
         self._fingerprint = self.cascade.fingerprint()
         self.failures: dict[str, dict[str, Any]] = {}
 

@@ -36,15 +36,19 @@ from haldet.signals import Signal
 from haldet.stages.base import STAGES, DecodingReader, Item
 from haldet.stages.generate import GenerateStage
 from haldet.text.confidence import confidence_complete, confidence_statement, parse_confidence
+from haldet.text.templates import override_digest, packaged_template, template_text
 
-PROMPT_VERSION = "aux-v3"  # bump when the wording below changes: it is part of the cache key
+PROMPT_VERSION = "aux-v3"  # bump when the packaged wording changes: it is part of the cache key
 # what is decoded of each reply (part of the cache key)
 DECODING = "first-token-p-true+verbalized-until-first-stated-number"
 SHARED_HEAD = "+shared-head"  # both queries of an item read in one pass over their common head (local backend)
 
 # The questions, asked as the user's next turn after the model's answer (`Backend.follow_up`).
-VERBALIZED_INSTRUCTION = "How likely is it that your answer above is correct? Reply with one number between 0 and 1:"
-SELF_EVAL_INSTRUCTION = "Is your answer above correct? Reply True or False."
+# (packaged templates `verbalized` / `self_eval`; a run config's `templates:` replaces them, and its texts then key
+# the records)
+VERBALIZED_INSTRUCTION = packaged_template("aux_verbalized.txt").strip()
+SELF_EVAL_INSTRUCTION = packaged_template("aux_self_eval.txt").strip()
+QUESTION_TEMPLATES = ("verbalized", "self_eval")
 
 TRUE_WORDS = ("True", " True", "true", " true", "TRUE")
 FALSE_WORDS = ("False", " False", "false", " false", "FALSE")
@@ -105,7 +109,13 @@ class AuxiliaryStage(DecodingReader):
         cfg = self.ctx.config.auxiliary
         gen_key = GenerateStage(self.ctx).key(item)
         return stage_key(self.name, self.ctx.backend.fingerprint(), item.prompt, gen_key, PROMPT_VERSION,
-                         *self.queries(), cfg.max_new_tokens, DECODING + (SHARED_HEAD if self.paired() else ""))
+                         *self.queries(), cfg.max_new_tokens, DECODING + (SHARED_HEAD if self.paired() else ""),
+                         *override_digest(QUESTION_TEMPLATES, self.ctx.config.templates))
+
+    def questions(self) -> tuple[str, str]:
+        """The verbalized-confidence and self-evaluation questions (the run's templates, else the packaged ones)."""
+        templates = self.ctx.config.templates
+        return (template_text("verbalized", templates).strip(), template_text("self_eval", templates).strip())
 
     def paired(self) -> bool:
         """Whether both queries are asked of a backend that reads their shared head once."""
@@ -124,13 +134,14 @@ class AuxiliaryStage(DecodingReader):
         """`request` with the queries added as follow-ups of each answer's own cache (`generate_with_evidence`)."""
         cfg, backend = self.ctx.config.auxiliary, self.ctx.backend
         verbalized, self_eval = self.queries()
+        verbalized_question, self_eval_question = self.questions()
         follow_ups: dict[str, FollowUp] = {}
         if verbalized:
-            follow_ups["verbalized"] = FollowUp(tail=backend.encode_text(backend.turn_suffix(VERBALIZED_INSTRUCTION)),
+            follow_ups["verbalized"] = FollowUp(tail=backend.encode_text(backend.turn_suffix(verbalized_question)),
                                                 max_new_tokens=cfg.max_new_tokens, until=confidence_complete)
         if self_eval:
             true_ids, false_ids = answer_candidates(backend)
-            follow_ups["self_eval"] = FollowUp(tail=backend.encode_text(backend.turn_suffix(SELF_EVAL_INSTRUCTION)),
+            follow_ups["self_eval"] = FollowUp(tail=backend.encode_text(backend.turn_suffix(self_eval_question)),
                                                max_new_tokens=1, candidates=true_ids + false_ids)
         return replace(request, follow_ups=follow_ups)
 
@@ -151,8 +162,9 @@ class AuxiliaryStage(DecodingReader):
         verbalized, self_eval = self.queries()
         backend = self.ctx.backend
         start = time.perf_counter()
-        verbalized_prompts = [self._prompt(VERBALIZED_INSTRUCTION, item) for item in batch] if verbalized else []
-        self_eval_prompts = [self._prompt(SELF_EVAL_INSTRUCTION, item) for item in batch] if self_eval else []
+        verbalized_question, self_eval_question = self.questions()
+        verbalized_prompts = [self._prompt(verbalized_question, item) for item in batch] if verbalized else []
+        self_eval_prompts = [self._prompt(self_eval_question, item) for item in batch] if self_eval else []
         if self.paired():
             true_ids, false_ids = answer_candidates(backend)
             replies, verdicts = backend.paired_replies(

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,6 +34,7 @@ from haldet.errors import HaldetError
 from haldet.schema import Instance, SpanLabel
 from haldet.signals import Signal
 from haldet.stages.base import STAGES, Item, Stage
+from haldet.text.templates import override_digest, template_text
 
 
 @dataclass(frozen=True)
@@ -47,19 +48,21 @@ class Example:
 
 @dataclass(frozen=True)
 class VerdictPrompt:
-    """A classification prompt: `messages(instance, response, examples, unit)` builds the chat (`unit` is the unit
-    asked about at a unit level, else None), `parse(reply)` returns (label, "") with a label of `labels`, or
-    (None, why) when the reply states none; `scores` maps labels to a detector score (higher = more likely
-    hallucinated). Bump `version` when wording or parsing changes (it is in the key)."""
+    """A classification prompt: `messages(instance, response, examples, unit, texts)` builds the chat (`unit` is the
+    unit asked about at a unit level, else None; `texts` the prompt's `templates` by name, as the run config's
+    `templates:` gives them or packaged), `parse(reply)` returns (label, "") with a label of `labels`, or (None, why)
+    when the reply states none; `scores` maps labels to a detector score (higher = more likely hallucinated). Bump
+    `version` when the packaged wording or parsing changes (it is in the key; replaced texts are keyed themselves)."""
 
     name: str
     version: str
     labels: tuple[str, ...]
     scores: dict[str, float]
-    messages: Callable[[Instance, str, Sequence[Example], SpanLabel | None], list[dict[str, str]]]
+    messages: Callable[[Instance, str, Sequence[Example], SpanLabel | None, Mapping[str, str]], list[dict[str, str]]]
     parse: Callable[[str], tuple[str | None, str]]
     max_new_tokens: int = 384
     level: str = "response"
+    templates: tuple[str, ...] = ()  # names in haldet.text.templates.PROMPT_TEMPLATES
 
 
 PROMPTS: dict[str, VerdictPrompt] = {}
@@ -139,7 +142,8 @@ class VerdictStage(Stage):
         examples = [(e.id, labels.get(e.id)) for e in self._examples.get(ask, [])] if ask.shots else []
         response = item.generation.response if item.generation is not None else None
         return stage_key(self.name, self.judge_id(), ask.name, prompt.version, examples, item.prompt, response,
-                         cfg.temperature, self.max_new_tokens(prompt))
+                         cfg.temperature, self.max_new_tokens(prompt),
+                         *override_digest(prompt.templates, self.ctx.config.templates))
 
     def max_new_tokens(self, prompt: VerdictPrompt) -> int:
         return self.ctx.config.verdict.max_new_tokens or prompt.max_new_tokens
@@ -208,6 +212,7 @@ class VerdictStage(Stage):
         labels = self.ctx.labels or {}
         examples = [Example(it.instance, it.generation.response if it.generation else "",
                             _label_word(prompt, labels.get(it.id))) for it in self._examples.get(ask, [])]
+        texts = {name: template_text(name, self.ctx.config.templates) for name in prompt.templates}
         chats: list[list[dict[str, str]]] = []
         owners: list[int] = []  # batch index of each chat
         for b, item in enumerate(batch):
@@ -216,7 +221,7 @@ class VerdictStage(Stage):
             units: list[SpanLabel | None] = (
                 [None] if prompt.level == "response" else list(item.instance.units_of(prompt.level)))
             for unit in units:
-                chats.append(prompt.messages(item.instance, item.generation.response, examples, unit))
+                chats.append(prompt.messages(item.instance, item.generation.response, examples, unit, texts))
                 owners.append(b)
         start = time.perf_counter()
         replies = self._ask(chats, self.max_new_tokens(prompt))

@@ -4,7 +4,8 @@ System prompt first, then optional few-shot demos as alternating user/assistant 
 user turn; the backend's chat template serialises them (a role-based format when the model has none). Task
 routing (Context vs Document, options with an answer-letter instruction, default reasoning / code / tool-use
 instructions, demo answers) comes from the template files `templates/prompt_user.j2` and
-`templates/prompt_routing.yaml`, which a user overrides with `PromptConfig.template_dir`.
+`templates/prompt_routing.yaml` (templates `answer_user` and `answer_routing`), which a user overrides with the run
+config's `templates:` (inline text or a file) or with `PromptConfig.template_dir`.
 
 The rendered prompt is stored with the item's generation and reused by every later stage, so greedy answers,
 samples and features are all conditioned on exactly the same text.
@@ -12,6 +13,7 @@ samples and features are all conditioned on exactly the same text.
 
 from __future__ import annotations
 
+import json
 import random
 from collections.abc import Sequence
 from functools import lru_cache
@@ -24,7 +26,7 @@ import yaml
 from haldet.config import PromptConfig, TokensConfig, digest
 from haldet.errors import HaldetError
 from haldet.schema import Instance
-from haldet.text.templates import packaged_template, template_folder, user_template
+from haldet.text.templates import override_text, packaged_template, template_folder, user_template
 
 USER_TEMPLATE = "prompt_user.j2"
 ROUTING_FILE = "prompt_routing.yaml"
@@ -45,15 +47,17 @@ class PromptTemplates:
     """The user-turn template and the routing table; a user's `template_dir` overrides file by file
     (the routing YAML is merged entry by entry)."""
 
-    def __init__(self, template_dir: str | Path | None = None) -> None:
+    def __init__(self, template_dir: str | Path | None = None, overrides: dict[str, Any] | None = None) -> None:
         user_dir = template_folder(template_dir, what="prompt", option="prompt.template_dir",
                                    names=(USER_TEMPLATE, ROUTING_FILE))
         self.sources: dict[str, str] = {}
-        user_text = user_template(user_dir, USER_TEMPLATE)
+        configured = override_text("answer_user", overrides)
+        user_text = configured if configured is not None else user_template(user_dir, USER_TEMPLATE)
         self.user_source = user_text if user_text is not None else packaged_template(USER_TEMPLATE)
         env = jinja2.Environment(undefined=jinja2.StrictUndefined, autoescape=False,  # plain text, not HTML
                                  keep_trailing_newline=False)
-        where = str(user_dir / USER_TEMPLATE) if user_text is not None and user_dir else f"packaged {USER_TEMPLATE}"
+        where = ("templates.answer_user" if configured is not None else
+                 str(user_dir / USER_TEMPLATE) if user_text is not None and user_dir else f"packaged {USER_TEMPLATE}")
         try:
             self.user = env.from_string(self.user_source)
         except jinja2.TemplateSyntaxError as exc:
@@ -61,9 +65,11 @@ class PromptTemplates:
                               hint="fix the Jinja2 syntax") from None
         self.user_where = where
         routing = yaml.safe_load(packaged_template(ROUTING_FILE))
-        override = user_template(user_dir, ROUTING_FILE)
+        configured_routing = override_text("answer_routing", overrides)
+        override = configured_routing if configured_routing is not None else user_template(user_dir, ROUTING_FILE)
         if override is not None:
-            path = str(Path(template_dir or ".") / ROUTING_FILE)
+            path = ("templates.answer_routing" if configured_routing is not None
+                    else str(Path(template_dir or ".") / ROUTING_FILE))
             try:
                 loaded = yaml.safe_load(override) or {}
             except yaml.YAMLError:
@@ -88,16 +94,25 @@ class PromptTemplates:
 
 
 @lru_cache(maxsize=8)
-def load_templates(template_dir: str | None = None) -> PromptTemplates:
-    return PromptTemplates(template_dir)
+def _load_templates(template_dir: str | None, overrides_json: str) -> PromptTemplates:
+    return PromptTemplates(template_dir, json.loads(overrides_json))
+
+
+def load_templates(template_dir: str | None = None, overrides: dict[str, Any] | None = None) -> PromptTemplates:
+    """The answer-prompt templates (cached per folder and overrides)."""
+    return _load_templates(template_dir, json.dumps(overrides or {}, sort_keys=True, default=_plain))
+
+
+def _plain(obj: Any) -> Any:
+    return obj.model_dump(mode="json") if hasattr(obj, "model_dump") else str(obj)
 
 
 class PromptBuilder:
-    """Instance (+ demos) -> chat messages -> rendered prompt, per `PromptConfig`."""
+    """Instance (+ demos) -> chat messages -> rendered prompt, per `PromptConfig` and the run's `templates`."""
 
-    def __init__(self, config: PromptConfig | None = None) -> None:
+    def __init__(self, config: PromptConfig | None = None, templates: dict[str, Any] | None = None) -> None:
         self.config = config or PromptConfig.model_validate({})
-        self.templates = load_templates(self.config.template_dir)
+        self.templates = load_templates(self.config.template_dir, templates)
 
     def user_message(self, instance: Instance) -> str:
         """The task fields rendered as one user turn: Instruction, Context/Document, Question, Options."""

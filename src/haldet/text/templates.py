@@ -1,15 +1,35 @@
-"""Template files: the packaged ones under `haldet/templates/`, each replaceable by a file of the same name in a
-user's template folder (answer prompts, the LLM judge, the VeriGray classifier; HalluLens reads its packaged YAML
-here too). Texts are read unchanged (UTF-8): the callers' digests of them are part of cache keys.
+"""Template files: every prompt haldet sends is a packaged file under `haldet/templates/` (`PROMPT_TEMPLATES`).
+
+A run config replaces any of them by name (`templates:` in `RunConfig`): inline text, or `{path: FILE}`
+(`template_text`); the older per-section folders (`prompt.template_dir`, `judge.template_dir`, the VeriGray
+classifier's) still replace a file by a file of the same name, and the config entry wins over both. Texts are read
+unchanged (UTF-8): the callers put the texts (or, for the packaged wording, its version) into their cache keys.
+HalluLens reads its packaged YAML here too (its own `--prompts FILE` replaces keys of it).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from haldet.errors import HaldetError
+
+# Every prompt a run sends, by name -> its packaged file. Overridable with `templates: {NAME: TEXT | {path: FILE}}`.
+PROMPT_TEMPLATES = {
+    "answer_user": "prompt_user.j2",            # the target model's user turn (Jinja2: instruction, context, ...)
+    "answer_routing": "prompt_routing.yaml",    # dataset / task-type instructions, context labels, demo answers
+    "verbalized": "aux_verbalized.txt",         # follow-up question: verbalized confidence (one number in [0, 1])
+    "self_eval": "aux_self_eval.txt",           # follow-up question: P(True) self-evaluation (True / False)
+    "judge_system": "judge_system.txt",         # the LLM judge (OpenHalDet labels)
+    "judge_user": "judge_user.txt",
+    "judge_correction": "judge_correction.txt",
+    "judge_examples": "judge_examples.json",    # the judge's few-shot calibration examples
+    "faithfulness_system": "faithfulness_system.txt",  # TRIVIA+ LLM judge and few-shot judge (verdict stage)
+    "faithfulness_user": "faithfulness_user.j2",        # its user turn (Jinja2: context, question, answer)
+    "verigray_classify": "verigray_classify.txt",       # VeriGray's 7-way sentence classifier (Jinja2)
+}
 
 
 def packaged_template(name: str) -> str:
@@ -40,3 +60,41 @@ def read_template(name: str, folder: Path | None) -> str:
     """`folder/name` when the user's folder holds it, else the packaged template `name`."""
     text = user_template(folder, name)
     return text if text is not None else packaged_template(name)
+
+
+def check_overrides(overrides: Mapping[str, Any] | None) -> None:
+    """Unknown template names in a config's `templates:` are an error naming the known ones."""
+    unknown = sorted(set(overrides or {}) - set(PROMPT_TEMPLATES))
+    if unknown:
+        raise HaldetError(f"unknown prompt template(s) {', '.join(unknown)}", where="templates",
+                          hint=f"known: {', '.join(PROMPT_TEMPLATES)}")
+
+
+def override_text(name: str, overrides: Mapping[str, Any] | None) -> str | None:
+    """The config's replacement of template `name`: its inline text, or the text of its `path`; None without one."""
+    check_overrides(overrides)
+    entry = (overrides or {}).get(name)
+    if entry is None:
+        return None
+    if isinstance(entry, str):
+        return entry
+    path = Path(entry["path"] if isinstance(entry, Mapping) else entry.path).expanduser()
+    try:
+        return path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise HaldetError(f"cannot read prompt template {name!r}: {exc.strerror}", where=f"templates.{name}.path",
+                          hint=f"give a readable file, or the text inline (packaged: {PROMPT_TEMPLATES[name]})"
+                          ) from None
+
+
+def template_text(name: str, overrides: Mapping[str, Any] | None = None, folder: Path | None = None) -> str:
+    """Template `name`: the config's override, else `folder/<file>` when the user's folder holds it, else the
+    packaged file."""
+    text = override_text(name, overrides)
+    return text if text is not None else read_template(PROMPT_TEMPLATES[name], folder)
+
+
+def override_digest(names: Sequence[str], overrides: Mapping[str, Any] | None) -> list[str]:
+    """For a cache key: the texts of the overridden templates among `names` (empty with the packaged wording, which
+    the caller's prompt version already names, so default keys stay as they were)."""
+    return [f"{name}={text}" for name in names if (text := override_text(name, overrides)) is not None]

@@ -13,7 +13,7 @@ Response level: the least faithful sentence's score (or the verdict of a respons
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -23,17 +23,17 @@ from haldet.detectors.unit import UnitScores
 from haldet.schema import Instance, SpanLabel
 from haldet.signals import Signal, SignalView
 from haldet.stages.verdict import Ask, Example, VerdictPrompt, register_prompt
-from haldet.suites.verigray.classifier import load_template, messages, parse_reply
+from haldet.suites.verigray.classifier import messages, parse_reply
 from haldet.suites.verigray.labels import CLASSES, IMPLICIT
 
 TOP = len(CLASSES) - 1
 PROMPT_NAME = "verigray_7way"
 
 
-def _messages(instance: Instance, response: str, examples: Sequence[Example],
-              unit: SpanLabel | None) -> list[dict[str, str]]:
+def _messages(instance: Instance, response: str, examples: Sequence[Example], unit: SpanLabel | None,
+              texts: Mapping[str, str]) -> list[dict[str, str]]:
     sentence = response if unit is None else (unit.text or response[unit.start:unit.end])
-    return messages(load_template(), document=instance.context or instance.question, summary=response,
+    return messages(texts["verigray_classify"], document=instance.context or instance.question, summary=response,
                     sentence=sentence)
 
 
@@ -44,7 +44,7 @@ def _parse(reply: str) -> tuple[str | None, str]:
 
 SEVEN_WAY = register_prompt(VerdictPrompt(
     name=PROMPT_NAME, version="vg7-v1", labels=CLASSES, scores={c: float(TOP - g) for g, c in enumerate(CLASSES)},
-    messages=_messages, parse=_parse, max_new_tokens=384, level="sentence"))
+    messages=_messages, parse=_parse, max_new_tokens=384, level="sentence", templates=("verigray_classify",)))
 
 
 @register("verigray_llm")
