@@ -156,3 +156,29 @@ def test_local_verdicts_sample_at_the_configured_temperature(tmp_path: Path) -> 
     ctx = SimpleNamespace(config=RunConfig(verdict={"temperature": 0.6}), model="m", backend=Backend())
     VerdictStage(ctx, asks=[])._ask(chats[::-1], 16)
     assert calls[2][1][2] == calls[1][1][2][::-1]  # per-prompt seeds, whatever the order
+
+
+def test_judge_prompt_templates_replace_the_wording_and_key_the_verdicts(tmp_path: Path) -> None:
+    """`templates: faithfulness_system / faithfulness_user` (inline or a file) are what the judge is sent; the
+    packaged wording is the default (its exact user turn checked here) and a replaced text changes the key."""
+    items = _items()[:2]
+    system = tmp_path / "system.txt"
+    system.write_text("Judge strictly.\n", encoding="utf-8")
+    user = "Doc: {{ context }}\n<ANSWER>\n{{ answer }}\n</ANSWER>\nVerdict?"
+    with FakeOpenAI(content=text_content, key_of=_answer_key, default=f"ok:{F}") as srv:
+        plain = _ctx(tmp_path / "a", srv, ["llm_judge"], {})
+        VerdictStage(plain).ensure(items)
+        sent = srv.requests[-1]["messages"]
+        assert sent[1]["content"] == ("<DOCUMENT>\nDocument 1.\n</DOCUMENT>\n\n<QUESTION>\nQuestion 1?\n</QUESTION>\n\n"
+                                      "<ANSWER>\nanswer 1\n</ANSWER>\n\nThink it through first, step by step, inside "
+                                      "<THINKING></THINKING>. Then give your verdict as <RESPONSE>HALLUCINATION"
+                                      "</RESPONSE> or <RESPONSE>NO HALLUCINATION</RESPONSE>.")
+        custom = _ctx(tmp_path / "b", srv, ["llm_judge"], {})
+        custom.config = custom.config.model_copy(update={"templates": RunConfig.model_validate(
+            {"templates": {"faithfulness_system": {"path": str(system)}, "faithfulness_user": user}}).templates})
+        recs = VerdictStage(custom).ensure(items)
+        sent = srv.requests[-1]["messages"]
+        assert sent == [{"role": "system", "content": "Judge strictly."},
+                        {"role": "user", "content": "Doc: Document 1.\n<ANSWER>\nanswer 1\n</ANSWER>\nVerdict?"}]
+        assert recs["d/x/1"]["asks"]["faithfulness"]["label"] == FAITHFUL
+        assert VerdictStage(custom).key(items[0]) != VerdictStage(plain).key(items[0])
