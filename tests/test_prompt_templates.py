@@ -24,7 +24,8 @@ def test_every_template_is_packaged_and_replaceable_inline_or_from_a_file(tmp_pa
         assert template_text(name) == packaged_template(file) and template_text(name).strip()
     mine = tmp_path / "self_eval.txt"
     mine.write_text("Right or wrong? Reply True or False.\n", encoding="utf-8")
-    config = RunConfig.model_validate({"templates": {"verbalized": "Confidence 0-1?", "self_eval": {"path": str(mine)}}})
+    config = RunConfig.model_validate({"templates": {"verbalized": "Confidence 0-1?",
+                                                     "self_eval": {"path": str(mine)}}})
     assert template_text("verbalized", config.templates) == "Confidence 0-1?"
     assert template_text("self_eval", config.templates) == "Right or wrong? Reply True or False.\n"
     with pytest.raises(HaldetError, match="unknown prompt template"):

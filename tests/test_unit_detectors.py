@@ -102,22 +102,21 @@ def test_token_sar_weights_and_scopes_by_hand() -> None:
     assert [(a, b, list(i)) for a, b, i in scopes(text, offsets, None)] == [(0, 7, [0, 1, 2, 3])]
 
 
-def test_idf_table_from_a_recorded_local_corpus(tmp_path, monkeypatch) -> None:
-    """A local .txt corpus (one document per line): document frequencies counted once per document, the corpus
-    recorded by path and fingerprint, and the default Focus formula ln(N / (df + 1)) applied."""
-    from haldet.backends.hf.backend import HFBackend
-    from haldet.models import idf as idf_module
-    from haldet.models.idf import corpus_identity, idf_table
+def test_idf_from_a_recorded_local_corpus(tmp_path) -> None:
+    """A local .txt corpus (one document per line, blank lines skipped): document frequencies counted once per
+    document, the corpus recorded by path and fingerprint, the default Focus formula ln(N / (df + 1)) applied."""
+    from haldet.models.idf import IDFTable, corpus_files, corpus_identity, document_frequencies, documents
 
-    monkeypatch.setattr(idf_module, "cache_dir", lambda: tmp_path)  # the converted model stays in the user cache
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("Paris Paris Paris\nParis and Rome\nRome\n\nBerlin\n", encoding="utf-8")
-    idf_table.cache_clear()
-    table = idf_table("smollm2-135m", str(corpus))
-    paris = HFBackend("smollm2-135m").tokenizer("Paris", add_special_tokens=False).input_ids[0]
-    assert table.documents == 4 and table.df[paris] == 2  # counted once in the first document
-    assert table.idf()[paris] == pytest.approx(math.log(4 / 3))
-    assert table.idf("smoothed")[paris] == pytest.approx(math.log(5 / 3) + 1)
-    assert table.meta["files"] == [str(corpus)]
-    assert table.meta["fingerprint"] == corpus_identity(str(corpus))["fingerprint"]
-    idf_table.cache_clear()
+    vocab = {"Paris": 0, "and": 1, "Rome": 2, "Berlin": 3, "Oslo": 4}
+    df, n = document_frequencies(lambda texts: [[vocab[w] for w in t.split()] for t in texts],
+                                 documents(corpus_files(str(corpus))), len(vocab))
+    assert n == 4 and df.tolist() == [2, 1, 2, 1, 0]  # Paris once in the first document, Oslo nowhere
+    table = IDFTable(df, n)
+    assert table.idf() == pytest.approx([math.log(4 / 3), math.log(2), math.log(4 / 3), math.log(2), math.log(4)])
+    assert table.idf("smoothed")[4] == pytest.approx(math.log(5) + 1)
+    identity = corpus_identity(str(corpus))
+    assert identity["corpus"] == str(corpus) and identity["fingerprint"]
+    corpus.write_text("Oslo\n", encoding="utf-8")
+    assert corpus_identity(str(corpus))["fingerprint"] != identity["fingerprint"]  # an edited corpus re-scores

@@ -12,7 +12,7 @@ corpus fingerprint and tokenizer, and `IDFTable.meta` says what produced them.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -91,6 +91,29 @@ def documents(files: list[Path]) -> Iterator[str]:
                     yield from (str(v) for v in row.values() if isinstance(v, str) and len(v) > 20)
 
 
+def document_frequencies(tokenize: Callable[[list[str]], list[list[int]]], docs: Iterable[str],
+                         vocab: int) -> tuple[np.ndarray, int]:
+    """(df, N): per token id, the number of documents holding it at least once, and the number of documents;
+    `tokenize` maps a batch of texts to their id lists."""
+    df = np.zeros(vocab, dtype=np.int64)
+    n = 0
+    batch: list[str] = []
+
+    def count(texts: list[str]) -> None:
+        for ids in tokenize(texts):
+            df[np.unique(np.asarray(ids, dtype=np.int64))] += 1
+
+    for doc in docs:
+        batch.append(doc)
+        n += 1
+        if len(batch) == 512:
+            count(batch)
+            batch = []
+    if batch:
+        count(batch)
+    return df, n
+
+
 @lru_cache(maxsize=4)
 def idf_table(tokenizer_name: str, corpus: str = "halueval") -> IDFTable:
     """The IDF of every id of `tokenizer_name` (a model alias/id/path; only its tokenizer is loaded) over `corpus`."""
@@ -104,23 +127,8 @@ def idf_table(tokenizer_name: str, corpus: str = "halueval") -> IDFTable:
         data = np.load(path, allow_pickle=False)
         meta = json.loads(str(data["meta"]))
         return IDFTable(data["df"], int(meta["documents"]), meta)
-    vocab = len(tokenizer)
-    df = np.zeros(vocab, dtype=np.int64)
-    n = 0
-    batch: list[str] = []
-
-    def count(texts: list[str]) -> None:
-        for ids in tokenizer(texts, add_special_tokens=False).input_ids:
-            df[np.unique(np.asarray(ids, dtype=np.int64))] += 1
-
-    for doc in documents(files):
-        batch.append(doc)
-        n += 1
-        if len(batch) == 512:
-            count(batch)
-            batch = []
-    if batch:
-        count(batch)
+    df, n = document_frequencies(lambda texts: tokenizer(texts, add_special_tokens=False).input_ids,
+                                 documents(files), len(tokenizer))
     meta = {"corpus": corpus, "files": [str(f) for f in files], "fingerprint": fingerprint, "documents": n,
             "tokenizer": tokenizer_name, "version": IDF_VERSION,
             "substitute": "HaluEval passages stand in for 1M RedPajama documents" if corpus == "halueval" else ""}
