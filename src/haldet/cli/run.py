@@ -4,6 +4,7 @@ and reports."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,7 +14,7 @@ import typer
 
 from haldet.cli.console import console, exit_on_failures, out_console, progress_bars
 from haldet.cli.options import AllowFailures, DataFile, SplitOption, local_data
-from haldet.config import RunConfig, load_config, split_names
+from haldet.config import RunConfig, digest, load_config, split_names
 from haldet.errors import HaldetError
 
 
@@ -111,6 +112,9 @@ def run_benchmark(opts: RunOptions) -> None:
 
     config = run_config(opts)
     target = opts.out or default_out(config)
+    if opts.out is None:  # say where it goes before the work starts: a config of its own has a folder of its own
+        console.print(f"run directory: {target} (no --out: named after the datasets, models and changed settings)",
+                      highlight=False, soft_wrap=True)  # a path is never broken across lines
     with progress_bars() as make:
         rows, cells = pipeline.run(config, target, update=opts.update or opts.out is None, progress=make,
                                    executor=opts.executor, ray_address=opts.ray_address)
@@ -121,7 +125,7 @@ def run_benchmark(opts: RunOptions) -> None:
 
         print_suite_results(config.suite, rows, target, out_console, as_json=opts.as_json)
         _write_run_reports(target)
-        console.print(f"run directory: {target}")
+        console.print(f"run directory: {target}", highlight=False, soft_wrap=True)
         exit_on_failures(run_problems(cells), opts.allow_failures)
         return
     if opts.as_json:
@@ -129,7 +133,7 @@ def run_benchmark(opts: RunOptions) -> None:
     else:
         out_console.print(results_table(rows, failed=failed))
     _write_run_reports(target)
-    console.print(f"run directory: {target}")
+    console.print(f"run directory: {target}", highlight=False, soft_wrap=True)
     exit_on_failures(run_problems(cells), opts.allow_failures)
 
 
@@ -153,9 +157,49 @@ def run_config(opts: RunOptions) -> RunConfig:
 
 
 def default_out(config: RunConfig) -> Path:
-    """Same datasets and models -> same folder, so a rerun reuses its cache; other changes update it."""
+    """Where a run without --out goes: `runs/<datasets>__<models>` for the default settings of those datasets and
+    models (a rerun reuses its cache); any other config gets a folder of its own named by what it changes, e.g.
+    `runs/halueval_qa__smollm2-135m__detectors-perplexity_limit-20`, so a quick look never overwrites the default
+    run's results (and running it again finds its own cache)."""
     name = "_".join(config.datasets)[:60] + "__" + "_".join(m.replace("/", "-") for m in config.models)[:60]
-    return Path("runs") / name
+    suffix = config_suffix(config)
+    return Path("runs") / (f"{name}__{suffix}" if suffix else name)
+
+
+_SAFE = re.compile(r"[^A-Za-z0-9._+-]")
+
+
+def config_suffix(config: RunConfig, width: int = 80) -> str:
+    """The settings that differ from the defaults for the config's datasets, models and suite, as readable
+    `setting-value` parts; a short hash of those settings is appended when the parts cannot say them exactly
+    (paths, per-detector parameters, long lists), so two different configs never share a folder."""
+    baseline = load_config(None, base=_suite_base(config.suite), datasets=config.datasets, models=config.models)
+    changed = config.diff(baseline)
+    if not changed:
+        return ""
+    mine = config.canonical()
+    values = {key: _dotted(mine, key) for key in changed}
+    parts, exact = [], True
+    for key, value in values.items():
+        items = value if isinstance(value, list) else [value]
+        if value is None or any(isinstance(v, (dict, list)) for v in items):
+            exact = False
+            parts.append(key)
+            continue
+        text = "+".join(str(v) for v in items)
+        safe = _SAFE.sub("-", text.rstrip("/").rpartition("/")[2])
+        exact &= safe == text
+        parts.append(f"{key}-{safe}")
+    readable = "_".join(parts)
+    if len(readable) > width:
+        readable, exact = readable[:width].rstrip("_-"), False
+    return readable if exact else f"{readable}-{digest(values, 8)}"
+
+
+def _dotted(data: dict[str, Any], key: str) -> Any:
+    for part in key.split("."):
+        data = data.get(part) if isinstance(data, dict) else None
+    return data
 
 
 def print_cells(cells: Iterable[Any]) -> None:
