@@ -257,4 +257,4 @@ def _write_run_reports(target: Path) -> None:
         console.print(f"[red]reports not written ({type(exc).__name__}: {exc});[/red] the results are saved; "
                       f"retry with `haldet report {target}`", highlight=False)
         return
-    console.print("reports: " + ", ".join(str(p) for p in written.values()), highlight=False)
+    console.print("reports: " + ", ".join(str(p) for p in written.values()), highlight=False, soft_wrap=True)
