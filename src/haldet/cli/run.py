@@ -121,12 +121,14 @@ def run_benchmark(opts: RunOptions) -> None:
     print_cells(cells)
     failed = [(c.dataset, c.model, c.error) for c in cells if c.error]
     if config.suite:
-        from haldet.suites.report import print_suite_results
+        from haldet.suites.base import get_suite
+        from haldet.suites.report import cells_without_values, print_suite_results
 
-        print_suite_results(config.suite, rows, target, out_console, as_json=opts.as_json)
-        _write_run_reports(target)
+        tables = print_suite_results(config.suite, rows, target, out_console, as_json=opts.as_json)
+        _write_run_reports(target, also=[tables])
         console.print(f"run directory: {target}", highlight=False, soft_wrap=True)
-        exit_on_failures(run_problems(cells), opts.allow_failures)
+        exit_on_failures(run_problems(cells) + cells_without_values(get_suite(config.suite), rows),
+                         opts.allow_failures)
         return
     if opts.as_json:
         out_console.print_json(json.dumps(rows))
@@ -241,20 +243,21 @@ def _suite_base(name: str | None) -> dict[str, Any] | None:
     return get_suite(name).config_base()
 
 
-def _write_run_reports(target: Path) -> None:
-    """tables.md, tables.tex and report.html into the run directory; a report failure never loses results."""
+def _write_run_reports(target: Path, also: Iterable[Path] = ()) -> None:
+    """tables.md, tables.tex and report.html into the run directory; a report failure never loses results.
+    `also`: reports already written (a suite's tables), listed with them."""
     from haldet.report.build import write_reports
     from haldet.report.rundata import load_run
     from haldet.store import RunStore
 
+    written: dict[str, Path] = {}
     try:
         with RunStore(target).lock():  # another run queued on this directory must not change it mid-report
             written = write_reports(target, [load_run(target)], write_results=False)
     except HaldetError as exc:
         console.print(f"[yellow]reports not written:[/yellow] {exc.message}", highlight=False)
-        return
     except Exception as exc:  # a report bug must not turn a finished run into a failure; results are on disk
         console.print(f"[red]reports not written ({type(exc).__name__}: {exc});[/red] the results are saved; "
                       f"retry with `haldet report {target}`", highlight=False)
-        return
-    console.print("reports: " + ", ".join(str(p) for p in written.values()), highlight=False, soft_wrap=True)
+    if paths := [*written.values(), *also]:
+        console.print("reports: " + ", ".join(str(p) for p in paths), highlight=False, soft_wrap=True)
