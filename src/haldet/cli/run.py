@@ -115,9 +115,13 @@ def run_benchmark(opts: RunOptions) -> None:
     if opts.out is None:  # say where it goes before the work starts: a config of its own has a folder of its own
         console.print(f"run directory: {target} (no --out: named after the datasets, models and changed settings)",
                       highlight=False, soft_wrap=True)  # a path is never broken across lines
-    with progress_bars() as make:
-        rows, cells = pipeline.run(config, target, update=opts.update or opts.out is None, progress=make,
-                                   executor=opts.executor, ray_address=opts.ray_address)
+    try:
+        with progress_bars() as make:
+            rows, cells = pipeline.run(config, target, update=opts.update or opts.out is None, progress=make,
+                                       executor=opts.executor, ray_address=opts.ray_address)
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: say what is kept and how to go on
+        console.print(interrupted_message(target), highlight=False, soft_wrap=True)
+        raise typer.Exit(INTERRUPTED) from None
     print_cells(cells)
     failed = [(c.dataset, c.model, c.error) for c in cells if c.error]
     if config.suite:
@@ -137,6 +141,27 @@ def run_benchmark(opts: RunOptions) -> None:
     _write_run_reports(target)
     console.print(f"run directory: {target}", highlight=False, soft_wrap=True)
     exit_on_failures(run_problems(cells), opts.allow_failures)
+
+
+INTERRUPTED = 130  # the shell's status for a command stopped by SIGINT
+
+
+def interrupted_message(target: Path) -> str:
+    """What an interrupted run kept: the records each cell's stage logs hold (every batch appended before the
+    interrupt; the batch in progress is lost), and that the same command resumes from them."""
+    kept = []
+    for cell in sorted({p.parent for p in target.glob("*/*/*.jsonl")}):
+        logs = sorted(cell.glob("*.jsonl")) + sorted((cell / "scores").glob("*.jsonl"))
+        counts = [f"{log.stem} {_count_lines(log)}" for log in logs]
+        kept.append(f"{cell.parent.name} | {cell.name}: {', '.join(counts)}")
+    what = ("kept in " + str(target) + " (records per stage log): " + "; ".join(kept)) if kept else \
+        f"nothing was stored yet in {target}"
+    return f"interrupted: {what}. Run the same command again to resume from what is stored."
+
+
+def _count_lines(path: Path) -> int:
+    with path.open("rb") as f:
+        return sum(1 for line in f if line.strip())
 
 
 def run_config(opts: RunOptions) -> RunConfig:
