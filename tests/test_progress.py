@@ -49,3 +49,42 @@ def test_cli_redirected_prints_stage_lines(cli: Any, tmp_path: Path) -> None:
     assert "gsm8k | smollm2-135m: 2 items from" in proc.stderr
     assert "generate [gsm8k | smollm2-135m]: started, 2 to do" in proc.stderr
     assert "generate [gsm8k | smollm2-135m]: done 2/2" in proc.stderr
+
+
+def test_counts_say_how_many_are_stored_while_a_batch_is_pending() -> None:
+    """K=5 sampling decoded 3 of 30 with none stored yet: the count line says so (issue 32)."""
+    from haldet.util.progress import stored
+
+    lines: list[str] = []
+    now = [0.0]
+    make = LogLines(lines.append, interval=30.0, clock=lambda: now[0])
+    advance = make("sample [q | m]", 30)
+    stored(advance, 0)
+    now[0] = 40.0
+    advance(3)
+    now[0] = 80.0
+    stored(advance, 3)
+    advance(3)
+    text = [line.split("] ", 1)[1] for line in lines]
+    assert text[1].startswith("sample [q | m]: 3/30 computed, 0 stored (the rest when their batch is) (10%), 40 s")
+    assert text[2].startswith("sample [q | m]: 6/30 computed, 3 stored")
+
+
+def test_a_task_finished_short_of_its_total_prints_done_and_no_more_counts() -> None:
+    """HalluLens build tasks end with fewer items than planned: one done line each, no heartbeats after it."""
+    from haldet.util.progress import finish
+
+    lines: list[str] = []
+    now = [0.0]
+    make = LogLines(lines.append, interval=30.0, clock=lambda: now[0])
+    advance = make("build nonexistent (seed 0)", 10)
+    now[0] = 20.0
+    advance(7)
+    finish(advance)
+    for t in (60.0, 120.0):
+        now[0] = t
+        make.tick()
+    finish(advance)  # twice: still one done line
+    text = [line.split("] ", 1)[1] for line in lines]
+    assert text == ["build nonexistent (seed 0): started, 10 to do",
+                    "build nonexistent (seed 0): done 7/10 in 20 s, 0.35/s"]

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -172,6 +174,22 @@ def test_halueval_pairs_companion_keeps_both_answers_of_a_question_in_one_part()
     assert all(len(parts) == 1 for parts in by_row.values())
     assert {p for parts in by_row.values() for p in parts} == {"train", "val", "test"}
     assert sum(i.response_label == Category.HALLUCINATION for i in items) == 30
+
+
+def test_halueval_pairs_keep_60_20_20_under_any_limit() -> None:
+    """--limit keeps a prefix of the seeded row order; every prefix holds the parts in proportion (issue 32)."""
+    adapter = get_adapter("halueval_qa_pairs", None, None)
+    everything, _ = adapter.load(limit=None)
+    limited, _ = adapter.load(limit=10)
+    assert [i.id for i in limited] == [i.id for i in everything[:10]]
+
+    def parts(items: list[Any]) -> tuple[int, int, int]:
+        counts = Counter(str(i.split) for i in items)
+        return counts["train"], counts["val"], counts["test"]
+
+    assert parts(limited) == (6, 2, 2)
+    assert parts(everything[:4]) == (2, 0, 2) and parts(everything[:30]) == (18, 6, 6)
+    assert parts(everything) == (120, 40, 40)
 
 
 class _Window:

@@ -70,6 +70,10 @@ def entry() -> None:
     """Console-script entry point: user errors become one message and exit code 2."""
     try:
         app()
+    except SystemExit as exc:
+        if exc.code == 130 and _typer_interrupt(exc):  # typer turns Ctrl-C into a silent exit 130: say what it means
+            console.print("interrupted; everything written so far is kept and the same command resumes from it")
+        raise
     except HaldetError as exc:
         print_error(exc.message)
         sys.exit(2)
@@ -79,3 +83,9 @@ def entry() -> None:
     except KeyboardInterrupt:
         console.print("interrupted; everything written so far is kept and a rerun resumes from it")
         sys.exit(130)
+
+
+def _typer_interrupt(exc: SystemExit) -> bool:
+    """Did typer end the command because of a KeyboardInterrupt it caught (`raise Exit(130) from KeyboardInterrupt`)?
+    A command that reported its own interrupt (`haldet run`) exits without that cause."""
+    return isinstance(getattr(exc.__context__, "__cause__", None), KeyboardInterrupt)

@@ -4,6 +4,7 @@ and reports."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,7 +14,7 @@ import typer
 
 from haldet.cli.console import console, exit_on_failures, out_console, progress_bars
 from haldet.cli.options import AllowFailures, DataFile, SplitOption, local_data
-from haldet.config import RunConfig, load_config, split_names
+from haldet.config import RunConfig, digest, load_config, split_names
 from haldet.errors import HaldetError
 
 
@@ -111,26 +112,56 @@ def run_benchmark(opts: RunOptions) -> None:
 
     config = run_config(opts)
     target = opts.out or default_out(config)
-    with progress_bars() as make:
-        rows, cells = pipeline.run(config, target, update=opts.update or opts.out is None, progress=make,
-                                   executor=opts.executor, ray_address=opts.ray_address)
+    if opts.out is None:  # say where it goes before the work starts: a config of its own has a folder of its own
+        console.print(f"run directory: {target} (no --out: named after the datasets, models and changed settings)",
+                      highlight=False, soft_wrap=True)  # a path is never broken across lines
+    try:
+        with progress_bars() as make:
+            rows, cells = pipeline.run(config, target, update=opts.update or opts.out is None, progress=make,
+                                       executor=opts.executor, ray_address=opts.ray_address)
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: say what is kept and how to go on
+        console.print(interrupted_message(target), highlight=False, soft_wrap=True)
+        raise typer.Exit(INTERRUPTED) from None
     print_cells(cells)
     failed = [(c.dataset, c.model, c.error) for c in cells if c.error]
     if config.suite:
-        from haldet.suites.report import print_suite_results
+        from haldet.suites.base import get_suite
+        from haldet.suites.report import cells_without_values, print_suite_results
 
-        print_suite_results(config.suite, rows, target, out_console, as_json=opts.as_json)
-        _write_run_reports(target)
-        console.print(f"run directory: {target}")
-        exit_on_failures(run_problems(cells), opts.allow_failures)
+        tables = print_suite_results(config.suite, rows, target, out_console, as_json=opts.as_json)
+        _write_run_reports(target, also=[tables])
+        console.print(f"run directory: {target}", highlight=False, soft_wrap=True)
+        exit_on_failures(run_problems(cells) + cells_without_values(get_suite(config.suite), rows),
+                         opts.allow_failures)
         return
     if opts.as_json:
         out_console.print_json(json.dumps(rows))
     else:
         out_console.print(results_table(rows, failed=failed))
     _write_run_reports(target)
-    console.print(f"run directory: {target}")
+    console.print(f"run directory: {target}", highlight=False, soft_wrap=True)
     exit_on_failures(run_problems(cells), opts.allow_failures)
+
+
+INTERRUPTED = 130  # the shell's status for a command stopped by SIGINT
+
+
+def interrupted_message(target: Path) -> str:
+    """What an interrupted run kept: the records each cell's stage logs hold (every batch appended before the
+    interrupt; the batch in progress is lost), and that the same command resumes from them."""
+    kept = []
+    for cell in sorted({p.parent for p in target.glob("*/*/*.jsonl")}):
+        logs = sorted(cell.glob("*.jsonl")) + sorted((cell / "scores").glob("*.jsonl"))
+        counts = [f"{log.stem} {_count_lines(log)}" for log in logs]
+        kept.append(f"{cell.parent.name} | {cell.name}: {', '.join(counts)}")
+    what = ("kept in " + str(target) + " (records per stage log): " + "; ".join(kept)) if kept else \
+        f"nothing was stored yet in {target}"
+    return f"interrupted: {what}. Run the same command again to resume from what is stored."
+
+
+def _count_lines(path: Path) -> int:
+    with path.open("rb") as f:
+        return sum(1 for line in f if line.strip())
 
 
 def run_config(opts: RunOptions) -> RunConfig:
@@ -153,9 +184,49 @@ def run_config(opts: RunOptions) -> RunConfig:
 
 
 def default_out(config: RunConfig) -> Path:
-    """Same datasets and models -> same folder, so a rerun reuses its cache; other changes update it."""
+    """Where a run without --out goes: `runs/<datasets>__<models>` for the default settings of those datasets and
+    models (a rerun reuses its cache); any other config gets a folder of its own named by what it changes, e.g.
+    `runs/halueval_qa__smollm2-135m__detectors-perplexity_limit-20`, so a quick look never overwrites the default
+    run's results (and running it again finds its own cache)."""
     name = "_".join(config.datasets)[:60] + "__" + "_".join(m.replace("/", "-") for m in config.models)[:60]
-    return Path("runs") / name
+    suffix = config_suffix(config)
+    return Path("runs") / (f"{name}__{suffix}" if suffix else name)
+
+
+_SAFE = re.compile(r"[^A-Za-z0-9._+-]")
+
+
+def config_suffix(config: RunConfig, width: int = 80) -> str:
+    """The settings that differ from the defaults for the config's datasets, models and suite, as readable
+    `setting-value` parts; a short hash of those settings is appended when the parts cannot say them exactly
+    (paths, per-detector parameters, long lists), so two different configs never share a folder."""
+    baseline = load_config(None, base=_suite_base(config.suite), datasets=config.datasets, models=config.models)
+    changed = config.diff(baseline)
+    if not changed:
+        return ""
+    mine = config.canonical()
+    values = {key: _dotted(mine, key) for key in changed}
+    parts, exact = [], True
+    for key, value in values.items():
+        items = value if isinstance(value, list) else [value]
+        if value is None or any(isinstance(v, (dict, list)) for v in items):
+            exact = False
+            parts.append(key)
+            continue
+        text = "+".join(str(v) for v in items)
+        safe = _SAFE.sub("-", text.rstrip("/").rpartition("/")[2])
+        exact &= safe == text
+        parts.append(f"{key}-{safe}")
+    readable = "_".join(parts)
+    if len(readable) > width:
+        readable, exact = readable[:width].rstrip("_-"), False
+    return readable if exact else f"{readable}-{digest(values, 8)}"
+
+
+def _dotted(data: dict[str, Any], key: str) -> Any:
+    for part in key.split("."):
+        data = data.get(part) if isinstance(data, dict) else None
+    return data
 
 
 def print_cells(cells: Iterable[Any]) -> None:
@@ -197,20 +268,21 @@ def _suite_base(name: str | None) -> dict[str, Any] | None:
     return get_suite(name).config_base()
 
 
-def _write_run_reports(target: Path) -> None:
-    """tables.md, tables.tex and report.html into the run directory; a report failure never loses results."""
+def _write_run_reports(target: Path, also: Iterable[Path] = ()) -> None:
+    """tables.md, tables.tex and report.html into the run directory; a report failure never loses results.
+    `also`: reports already written (a suite's tables), listed with them."""
     from haldet.report.build import write_reports
     from haldet.report.rundata import load_run
     from haldet.store import RunStore
 
+    written: dict[str, Path] = {}
     try:
         with RunStore(target).lock():  # another run queued on this directory must not change it mid-report
             written = write_reports(target, [load_run(target)], write_results=False)
     except HaldetError as exc:
         console.print(f"[yellow]reports not written:[/yellow] {exc.message}", highlight=False)
-        return
     except Exception as exc:  # a report bug must not turn a finished run into a failure; results are on disk
         console.print(f"[red]reports not written ({type(exc).__name__}: {exc});[/red] the results are saved; "
                       f"retry with `haldet report {target}`", highlight=False)
-        return
-    console.print("reports: " + ", ".join(str(p) for p in written.values()), highlight=False)
+    if paths := [*written.values(), *also]:
+        console.print("reports: " + ", ".join(str(p) for p in paths), highlight=False, soft_wrap=True)

@@ -221,6 +221,7 @@ class DatasetAdapter:
         """Local files first (when --data-dir/--data-file is given), then packaged data, then the hub. A packaged
         dataset with no file of its own under --data-dir (a run mixing it with datasets that need one) reads its
         packaged copy."""
+        check_data_dir(self.data_dir)
         if self.data_dir is not None and (self.packaged_path() is None or self.local_paths()):
             return self.local_rows()
         packaged = self.packaged_path()
@@ -495,6 +496,15 @@ def get_adapter(name: str, data_dir: str | Path | None = None, params: dict[str,
                 where: str = "--dataset") -> DatasetAdapter:
     """An adapter instance by registry name (unknown names list the known ones)."""
     return DATASETS.get(name, where=where)(data_dir=data_dir, **(params or {}))
+
+
+def check_data_dir(data_dir: str | Path | None) -> None:
+    """A --data-dir (or --data-file) that does not exist is an error for every dataset: a packaged one would
+    otherwise read its own copy, and a typo would run on other data than the user meant."""
+    if data_dir is not None and not Path(data_dir).exists():
+        raise HaldetError("no such data directory or file", where=str(data_dir),
+                          hint="check the path given to --data-dir (or the config's data_dir); packaged datasets "
+                               "(halueval_*, humaneval) need none")
 
 
 def mcq_options(labels: Sequence[Any], texts: Sequence[Any], field: str) -> tuple[dict[str, str], dict[str, str]]:

@@ -7,7 +7,6 @@ without importing it.
 
 from __future__ import annotations
 
-import random
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -110,7 +109,8 @@ class HaluEvalSummarization(_HaluEval):
 class HaluEvalQAPairs(HaluEvalQA):
     """HaluEval QA as given answers (TRIVIA+'s HaluEval comparison, its Table 4): each row gives two labelled
     responses to the same knowledge and question, the right answer (faithful) and the hallucinated one. Both land
-    in the same split part, drawn per row with a fixed seed (60/20/20), so no question is in two parts."""
+    in the same split part, so no question is in two parts; parts follow the seeded row order in a 60/20/20 cycle,
+    so every prefix that `--limit` keeps holds train, val and test in those proportions."""
 
     task_type = "rag"
     scenario = "rag"
@@ -118,10 +118,12 @@ class HaluEvalQAPairs(HaluEvalQA):
 
     def ordered_units(self, rows: Sequence[dict[str, Any]], seed: int) -> list[tuple[int, int | None]]:
         order = super().ordered_units(rows, seed)
-        return order if self.options["rows"] is None else order[: int(self.options["rows"])]
+        order = order if self.options["rows"] is None else order[: int(self.options["rows"])]
+        self._parts = {index: pair_part(rank) for rank, (index, _) in enumerate(order)}
+        return order
 
     def row_to_instance(self, row: dict[str, Any], index: int, split: str) -> list[Instance]:  # type: ignore[override]
-        part = _pair_split(index)
+        part = self._parts[index]
         out = []
         for kind, field, category in (("right", "right_answer", Category.CORRECT),
                                       ("hallucinated", "hallucinated_answer", Category.HALLUCINATION)):
@@ -135,6 +137,10 @@ class HaluEvalQAPairs(HaluEvalQA):
         return out
 
 
-def _pair_split(index: int, fractions: tuple[float, float] = (0.6, 0.8)) -> str:
-    draw = random.Random(f"halueval-pairs/{index}").random()
-    return "train" if draw < fractions[0] else "val" if draw < fractions[1] else "test"
+# The part of the row at each rank of the seeded order, in a cycle of five: every 5 rows give 3 train, 1 val and
+# 1 test, and the first two rows already give a train and a test part.
+PAIR_PARTS = ("train", "test", "train", "val", "train")
+
+
+def pair_part(rank: int) -> str:
+    return PAIR_PARTS[rank % len(PAIR_PARTS)]

@@ -199,7 +199,7 @@ def _score_all(cs: CellScoring, view: SignalView, train_labels: tuple[str, dict[
                 run = DetectorRun(name=name, family=str(cls.family()), level=level,
                                   train_labels=train_labels[0] if cls.trains else "",
                                   error=f"{type(exc).__name__}: {exc}")
-            if run.cached and not carry_timings(run, cs.previous):
+            if not run.timing_known and not carry_timings(run, cs.previous):  # a run before timings.json
                 result.untimed.append(name)
             result.detectors.append(run)
         advance(1)
@@ -227,8 +227,9 @@ def no_usable_labels(result: CellResult) -> str:
 
 
 def carry_timings(run: DetectorRun, previous: dict[str, Any]) -> bool:
-    """A cached detector took no time now: keep the fit/score seconds from when its scores were computed.
-    False when the earlier run recorded none for these scores (the cost is then unknown, not zero)."""
+    """Cached scores without a timings record beside them (written by an older haldet): the fit/score seconds
+    from this cell's entry in the earlier manifest, when that run computed them. False when it recorded none for
+    these scores (the cost is then unknown, not zero)."""
     for entry in previous.get("detectors") or []:
         if entry.get("name") == run.name and entry.get("key") == run.key and entry.get("timing_known", True):
             run.fit_seconds = float(entry.get("fit_s") or 0.0)

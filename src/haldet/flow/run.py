@@ -6,15 +6,17 @@ from __future__ import annotations
 
 import datetime as _dt
 import gc
+import shutil
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from haldet.backends.base import Backend
 from haldet.backends.select import check_signals
 from haldet.config import RunConfig
-from haldet.datasets.base import DATASETS, get_adapter
+from haldet.datasets.base import DATASETS, check_data_dir, get_adapter
 from haldet.detectors.base import DETECTORS
 from haldet.errors import HaldetError
 from haldet.executors.ray_executor import ray_cells
@@ -58,7 +60,8 @@ def _now() -> str:
 
 
 def validate_names(config: RunConfig) -> None:
-    """Fail before any work on unknown dataset or detector names."""
+    """Fail before any work on unknown dataset or detector names, or a data directory that does not exist."""
+    check_data_dir(config.data_dir)
     if config.suite:
         get_suite(config.suite)
     for name in config.dataset_params:
@@ -85,8 +88,33 @@ def run(config: RunConfig, out: Path, *, update: bool = False, progress: Progres
     computed); a run that raises is recorded in the manifest as status "failed" with the reason."""
     if executor not in EXECUTORS:
         raise HaldetError(f"unknown executor {executor!r}", where="--executor", hint=" or ".join(EXECUTORS))
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise HaldetError("the run directory is a file", where=str(out),
+                          hint="pass a directory to --out: a new path (created) or a run directory (resumed)")
     validate_names(config)
     store = RunStore(out)
+    with discarded_if_empty(out):
+        return _locked_run(config, store, update, progress, on_cell, executor, ray_address)
+
+
+@contextmanager
+def discarded_if_empty(root: Path) -> Iterator[None]:
+    """A run that fails before it wrote any data (a data file it cannot read, a suite without its data) leaves
+    no directory behind when it created it: only its lock and a manifest saying it failed would be in it."""
+    created = not root.exists()
+    try:
+        yield
+    except BaseException:
+        if created and root.is_dir() and not any(p.is_file() and p.name not in ("run.lock", RunStore.MANIFEST)
+                                                 for p in root.rglob("*")):
+            shutil.rmtree(root, ignore_errors=True)
+        raise
+
+
+def _locked_run(config: RunConfig, store: RunStore, update: bool, progress: Progress,
+                on_cell: Callable[[CellResult], None] | None, executor: str,
+                ray_address: str | None) -> tuple[list[dict[str, Any]], list[CellResult]]:
     with store.lock():
         cleaned = clean_stale_temps(store.root)
         if cleaned:

@@ -36,6 +36,7 @@ class DetectorRun:
     score_seconds: float = 0.0
     error: str = ""
     cached: bool = False
+    timing_known: bool = True  # False: cached scores whose fit/score seconds were never recorded (cost unknown)
     key: str = ""        # the score cache key (reports read exactly these test scores)
     n_scored: int = 0    # test items scored
     meta: dict[str, Any] = field(default_factory=dict)  # what the detector reports: models/backends actually used
@@ -128,10 +129,15 @@ def _score_or_reuse(run: DetectorRun, detector: Detector, protocol: ResponseScor
     run.n_scored = len(parts["test"])
     log = store.log(log_name)
     cached = log.read(run.key)
-    meta_file = f"{log_name}.meta.json"
+    meta_file, timings_file = f"{log_name}.meta.json", f"{log_name}.timings.json"
     if parts["test"] and all(view.ids[i] in cached for idx in parts.values() for i in idx):
         run.cached = True
         run.meta = (store.read_json(meta_file) or {}).get(run.key, {})
+        # the seconds these scores took when computed, whichever run (and manifest) computed them
+        timing = (store.read_json(timings_file) or {}).get(run.key)
+        run.timing_known = timing is not None
+        if timing is not None:
+            run.fit_seconds, run.score_seconds = float(timing["fit_s"]), float(timing["score_s"])
         out = {part: ([view.ids[i] for i in idx], protocol.read_scores([cached[view.ids[i]] for i in idx]))
                for part, idx in parts.items()}
     else:
@@ -158,6 +164,8 @@ def _score_or_reuse(run: DetectorRun, detector: Detector, protocol: ResponseScor
             store.write_json(meta_file, {**(store.read_json(meta_file) or {}), run.key: run.meta})
         for ids, scores in out.values():
             log.append(protocol.score_records(ids, scores, run.key))
+        store.write_json(timings_file, {**(store.read_json(timings_file) or {}),
+                                        run.key: {"fit_s": run.fit_seconds, "score_s": run.score_seconds}})
     test_scores = out["test"][1]
     if all(len(v) == 1 for v in test_scores.values):  # one score per item: the response-level view of them
         run.scores = Scores(values=np.array([v[0] for v in test_scores.values], dtype=np.float64),

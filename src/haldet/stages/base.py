@@ -29,6 +29,7 @@ from haldet.signals import Signal
 from haldet.stages.counts import StageTally
 from haldet.store import CellStore
 from haldet.util import locking
+from haldet.util.progress import stored as mark_stored
 
 Progress = Callable[[str, int], Callable[[int], None]]  # (description, total) -> advance(n)
 # Set by an executor that computes item shards elsewhere (haldet.executors.ray_executor): (stage, items) -> None.
@@ -202,6 +203,7 @@ class Stage:
         if todo:
             start = time.perf_counter()
             advance = self.ctx.progress(f"{self.name} [{self.ctx.dataset} | {self.ctx.model}]", len(todo))
+            mark_stored(advance, 0)  # items count as kept only once their batch is appended
             log = self.ctx.store.log(self.name)
             step = max(1, self.items_per_batch())
             for i in range(0, len(todo), step):
@@ -224,6 +226,7 @@ class Stage:
                     log.append(recs)
                 if failed:
                     self._note_failures(failed, keys)
+                mark_stored(advance, len(recs) + len(failed))  # failed ones are listed in <stage>.failed.jsonl
                 if self._left:
                     advance(self._left)
             self.ctx.timings[self.name] = self.ctx.timings.get(self.name, 0.0) + time.perf_counter() - start

@@ -140,14 +140,58 @@ def rich_tables(suite: Suite, rows: list[dict[str, Any]]) -> list[Table]:
     return tables
 
 
+def empty_cell_reasons(suite: Suite, rows: list[dict[str, Any]]) -> list[list[str]]:
+    """Per table of `table_cells`: one line per table line with an empty (—) cell, naming the empty columns and
+    why they are empty (the rows' notes: one class among the test units, no valid score, ...)."""
+    out = []
+    for t in table_cells(suite, rows):
+        lines = []
+        for det, metrics in t["lines"].items():
+            empty = [m for m in t["metrics"] if metrics.get(m, {}).get("value") is None]
+            if not empty:
+                continue
+            notes = sorted({str(metrics[m]["note"]) for m in empty if metrics.get(m, {}).get("note")})
+            where = ("every column" if len(empty) == len(t["metrics"])
+                     else ", ".join(METRIC_TITLES.get(m, m) for m in empty))
+            lines.append(f"{' | '.join(det)}: — in {where}: "
+                         + ("; ".join(notes) or "no value and no reason recorded"))
+        out.append(lines)
+    return out
+
+
+def cells_without_values(suite: Suite, rows: list[dict[str, Any]]) -> list[str]:
+    """One problem line per (dataset, model) whose suite tables hold no value at all (every unit of one class,
+    no valid score): such a run exits 1 like a cell without a usable label, unless --allow-failures."""
+    values: dict[tuple[str, str], bool] = {}
+    reasons: dict[tuple[str, str], str] = {}
+    for t in table_cells(suite, rows):
+        for metrics in t["lines"].values():
+            for m in t["metrics"]:
+                row = metrics.get(m)
+                if row is None:
+                    continue
+                cell = (str(row["dataset"]), str(row["model"]))
+                values[cell] = values.get(cell, False) or row.get("value") is not None
+                if row.get("note"):
+                    reasons.setdefault(cell, str(row["note"]))
+    return [f"{dataset} | {model}: no value in the {suite.name} tables "
+            f"({reasons.get((dataset, model), 'no reason recorded')})" for (dataset, model), has in values.items()
+            if not has]
+
+
 def print_suite_results(name: str, rows: list[dict[str, Any]], target: Path, console: Console, *,
-                        as_json: bool = False) -> None:
-    """The suite's tables on the terminal (or the rows as JSON) and `suite_tables.md` in the run directory."""
+                        as_json: bool = False) -> Path:
+    """The suite's tables on the terminal, each with the reason for its empty cells under it (or the rows as JSON),
+    and `suite_tables.md` in the run directory (returned)."""
     suite = get_suite(name)
-    atomic_write_text(target / "suite_tables.md", f"# {suite.title or suite.name}\n\n" + suite_markdown(suite, rows)
+    path = target / "suite_tables.md"
+    atomic_write_text(path, f"# {suite.title or suite.name}\n\n" + suite_markdown(suite, rows)
                       + "\n" + breakdown_markdown(rows))
     if as_json:
         console.print_json(json.dumps(rows, default=str))
-        return
-    for table in rich_tables(suite, rows):
+        return path
+    for table, reasons in zip(rich_tables(suite, rows), empty_cell_reasons(suite, rows), strict=True):
         console.print(table)
+        for line in reasons:
+            console.print(f"  {line}", highlight=False, markup=False, soft_wrap=True)
+    return path

@@ -33,6 +33,46 @@ class _Task:
     start: float
     last: float
     done: int = 0
+    stored: int | None = None  # items kept on disk, for a task that stores in batches (None: it does not say)
+
+
+def finish(advance: Advance) -> None:
+    """End a task that counted fewer items than its total (items dropped, names exhausted): its done line now, and
+    no more count lines for it. A no-op for displays that do not track tasks."""
+    close = getattr(advance, "finish", None)
+    if callable(close):
+        close()
+
+
+def stored(advance: Advance, n: int) -> None:
+    """`n` more of the task's items are stored on disk (a stage appends whole batches): count lines then say how
+    many of the items counted so far are kept, so an interrupted run's progress never overstates what is kept."""
+    mark = getattr(advance, "stored", None)
+    if callable(mark):
+        mark(n)
+
+
+class _LineAdvance:
+    """The advance function of one `LogLines` task, with `finish` and `stored`."""
+
+    def __init__(self, lines: LogLines, task: _Task) -> None:
+        self.lines, self.task = lines, task
+
+    def __call__(self, n: int) -> None:
+        with self.lines.lock:
+            self.task.done += n
+            if self.task.done >= self.task.total:
+                self.lines.close(self.task)
+                return
+        self.lines.tick()
+
+    def finish(self) -> None:
+        with self.lines.lock:
+            self.lines.close(self.task)
+
+    def stored(self, n: int) -> None:
+        with self.lines.lock:
+            self.task.stored = (self.task.stored or 0) + n
 
 
 class LogLines:
@@ -55,19 +95,16 @@ class LogLines:
         with self.lock:
             self.running.append(task)
         self.write(f"[{_stamp()}] {description}: started, {total} to do")
+        return _LineAdvance(self, task)
 
-        def advance(n: int) -> None:
-            with self.lock:
-                task.done += n
-                if task.done >= task.total:
-                    self.running.remove(task)
-                    took = self.clock() - task.start
-                    rate = f", {task.done / took:.2f}/s" if took > 0 else ""
-                    self.write(f"[{_stamp()}] {description}: done {task.done}/{task.total} in {took:.0f} s{rate}")
-                    return
-            self.tick()
-
-        return advance
+    def close(self, task: _Task) -> None:
+        """The task's done line (once; the caller holds the lock)."""
+        if task not in self.running:
+            return
+        self.running.remove(task)
+        took = self.clock() - task.start
+        rate = f", {task.done / took:.2f}/s" if took > 0 else ""
+        self.write(f"[{_stamp()}] {task.description}: done {task.done}/{task.total} in {took:.0f} s{rate}")
 
     def tick(self) -> None:
         now = self.clock()
@@ -78,7 +115,9 @@ class LogLines:
                 task.last = now
                 spent = now - task.start
                 left = f", about {spent / task.done * (task.total - task.done):.0f} s left" if task.done else ""
-                self.write(f"[{_stamp()}] {task.description}: {task.done}/{task.total} "
+                kept = "" if task.stored is None or task.stored >= task.done else \
+                    f" computed, {task.stored} stored (the rest when their batch is)"
+                self.write(f"[{_stamp()}] {task.description}: {task.done}/{task.total}{kept} "
                            f"({task.done / task.total:.0%}), {spent:.0f} s so far{left}")
 
     def heartbeat(self, stop: threading.Event) -> None:
@@ -108,7 +147,34 @@ def progress_factory(console: Console, interval: float = 30.0) -> Iterator[Facto
             if total <= 0:
                 progress.console.print(description, highlight=False, markup=False)
                 return lambda n: None
-            task = progress.add_task(description, total=total)
-            return lambda n: progress.advance(task, n)
+            return _BarAdvance(progress, description, total)
 
         yield make
+
+
+class _BarAdvance:
+    """The advance function of one rich bar, with `finish` (the bar ends full at the count reached) and `stored`
+    (the description says how many are kept while fewer are than the bar counts)."""
+
+    def __init__(self, progress: Progress, description: str, total: int) -> None:
+        self.progress, self.description = progress, description
+        self.task = progress.add_task(description, total=total)
+        self.kept: int | None = None
+
+    def __call__(self, n: int) -> None:
+        self.progress.advance(self.task, n)
+        self._describe()
+
+    def finish(self) -> None:
+        self.progress.update(self.task, total=next((t.completed for t in self.progress.tasks if t.id == self.task), 0))
+
+    def stored(self, n: int) -> None:
+        self.kept = (self.kept or 0) + n
+        self._describe()
+
+    def _describe(self) -> None:
+        if self.kept is None:
+            return
+        done = next((t.completed for t in self.progress.tasks if t.id == self.task), 0)
+        suffix = f" ({self.kept} stored)" if self.kept < done else ""
+        self.progress.update(self.task, description=self.description + suffix)

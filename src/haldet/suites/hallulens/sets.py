@@ -30,6 +30,7 @@ from haldet.suites.hallulens.llm import StructuredLLM
 from haldet.suites.hallulens.prompts import Prompts
 from haldet.suites.hallulens.sources import load_medicines, load_pages, load_taxonomy
 from haldet.util.assets import file_sha256
+from haldet.util.progress import finish
 from haldet.version import __version__
 
 MANIFEST = "build.json"
@@ -103,6 +104,8 @@ def build_sets(out: Path, *, tasks: Sequence[str], cfg: BuildConfig, trials: int
             else:
                 raise HaldetError(f"unknown HalluLens task {task!r}", where="--task",
                                   hint="precisewikiqa, longwiki, nonexistent, proxy_qa")
+            if bar is not None:  # fewer items than planned (dropped, names exhausted): its done line now
+                finish(bar)
             write_items(folder / f"{task}.jsonl", items)
             reports[f"seed-{trial_cfg.seed}/{task}"] = asdict(report)
     sources = {k: {"path": str(v), "sha256": file_sha256(Path(v))}
