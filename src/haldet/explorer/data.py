@@ -1,0 +1,426 @@
+"""What the explorer shows, read from run directories and never written: runs, their cells, each cell's item table
+(split, label, judge, question excerpt, every detector's score) and one item's stored records.
+
+Reads follow the reports' rules (haldet.report.rundata): an item's label is its newest `annotate.jsonl` record (a
+suite's labels ship with its data and are read from the dataset, as the run read them); a detector's scores are
+the records under the score key the manifest recorded for it, else (a run in progress, an old run) the key covering
+the most items. Evidence records (generate, sample, auxiliary, verdict, features) are the newest per item.
+A cell is re-read when one of its files changes, so a run in progress shows what is stored so far.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from haldet.errors import HaldetError
+from haldet.evaluation.thresholds import best_f1_threshold
+from haldet.store import RunStore, read_json
+
+BINARY = {"hallucination": 1, "correct": 0}
+SPLITS = ("train", "val", "test")
+EVIDENCE_STAGES = ("generate", "sample", "auxiliary", "verdict", "annotate")
+_ID = re.compile(rb'^\{"id":"((?:[^"\\]|\\.)*)"')
+_SPECIAL = re.compile(r"<\|[^|>]*\|>|<s>|</s>|\[/?INST\]")
+EXCERPT = 160
+
+
+def read_lines(path: Path) -> list[tuple[bytes, int]]:
+    """Complete lines of a JSONL file with their byte offsets (a cut last line, written in flight, is no record)."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return []
+    out, start = [], 0
+    while True:
+        end = data.find(b"\n", start)
+        if end < 0:
+            return out
+        if end > start:
+            out.append((data[start:end], start))
+        start = end + 1
+
+
+def _decode(raw: bytes, path: Path, offset: int) -> dict[str, Any]:
+    try:
+        rec = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise HaldetError(f"corrupt record at byte {offset}: {exc.msg}", where=str(path),
+                          hint="delete that line (or the file) and rerun the run to recompute it") from None
+    if not isinstance(rec, dict):
+        raise HaldetError(f"record at byte {offset} is not a JSON object", where=str(path))
+    return rec
+
+
+def record_id(raw: bytes) -> str | None:
+    """The id of a stored record without parsing it whole (records are written with `id` first)."""
+    match = _ID.match(raw)
+    return json.loads(b'"' + match.group(1) + b'"') if match else None
+
+
+def question_excerpt(prompt: str, limit: int = EXCERPT) -> str:
+    """The asked part of a rendered prompt: the text after its last `Question:` (else its last user text), chat
+    markup removed, cut to `limit` characters."""
+    text = _SPECIAL.sub("\n", prompt)
+    for marker in ("Question:", "question:", "Q:"):
+        if marker in text:
+            text = text.rsplit(marker, 1)[1]
+            break
+    else:
+        text = re.sub(r"\n(assistant|user|system)\n", "\n", text)
+    text = " ".join(re.sub(r"\b(assistant|Answer:)\s*$", "", text.strip()).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+@dataclass
+class ScoreColumn:
+    """One score log of a cell (`scores/<name>.jsonl`): one value per item in cell order (NaN: none or invalid).
+    Unit-level logs hold one value per unit; the item's value here is the maximum over its finite units."""
+
+    name: str           # the log's name: `perplexity`, `likelihood@sentence`, `x@sentence@noisy`
+    detector: str
+    level: str
+    key: str | None
+    values: np.ndarray
+    reasons: dict[str, str] = field(default_factory=dict)          # item id -> why its score is NaN
+    units: dict[str, tuple[list[float], list[str]]] = field(default_factory=dict)  # unit levels: id -> values, reasons
+
+    @property
+    def unit_level(self) -> bool:
+        return self.level != "response"
+
+
+@dataclass
+class Threshold:
+    value: float | None
+    source: str  # what chose it: "best F1 on validation", or why none
+
+
+class Cell:
+    """One (dataset, model) cell of a run, loaded on first use and re-read when its files change."""
+
+    def __init__(self, run: RunSource, dataset: str, model: str, entry: dict[str, Any]) -> None:
+        self.run, self.dataset, self.model, self.entry = run, dataset, model, entry
+        self.root = RunStore(run.root).cell(dataset, model).root
+        self._lock = threading.Lock()
+        self._signature: tuple[Any, ...] | None = None
+        self._offsets: dict[str, tuple[tuple[Any, ...], dict[str, int]]] = {}
+        self.instances: dict[str, Any] = {}
+        self.instances_note = ""
+
+    # ---- loading ----------------------------------------------------------------------------------------------
+    def _files(self) -> list[Path]:
+        files = [self.root / "split.json", *(self.root / f"{s}.jsonl" for s in EVIDENCE_STAGES)]
+        scores = self.root / "scores"
+        return files + (sorted(scores.glob("*.jsonl")) if scores.is_dir() else [])
+
+    def signature(self) -> tuple[Any, ...]:
+        out = []
+        for path in self._files():
+            try:
+                st = path.stat()
+                out.append((path.name, st.st_size, st.st_mtime_ns))
+            except FileNotFoundError:
+                continue
+        return tuple(out)
+
+    def ensure(self) -> Cell:
+        """Load (or reload after a change) the item table."""
+        with self._lock:
+            sig = self.signature()
+            if sig != self._signature:
+                self._load()
+                self._signature = sig
+        return self
+
+    def _load(self) -> None:
+        split = read_json(self.root / "split.json") if (self.root / "split.json").exists() else {}
+        part_of = {i: part for part in SPLITS for i in (split.get(part) or [])}
+        generate = self.root / "generate.jsonl"
+        gen: dict[str, tuple[str, str]] = {}
+        offsets: dict[str, int] = {}
+        self.provided = False  # answers shipped with the data (a suite): its labels and units are in the data
+        for raw, offset in read_lines(generate):
+            rec = _decode(raw, generate, offset)
+            gen[rec["id"]] = (str(rec.get("prompt") or ""), str(rec.get("response") or ""))
+            offsets[rec["id"]] = offset
+            self.provided = self.provided or bool(rec.get("provided"))
+        self._offsets["generate"] = (self._stat(generate), offsets)
+        ids = list(gen) + [i for i in part_of if i not in gen]  # generation order, then split-only ids (trimmed)
+        self.ids = ids
+        self.position = {item_id: n for n, item_id in enumerate(ids)}
+        self.split = np.array([part_of.get(i, "") for i in ids], dtype=object)
+        self.question = [question_excerpt(gen[i][0]) if i in gen else "" for i in ids]
+        self.answer = [" ".join(gen[i][1].split())[:EXCERPT] if i in gen else "" for i in ids]
+        self._search = [f"{i}\n{gen[i][0]}\n{gen[i][1]}".lower() if i in gen else i.lower() for i in ids]
+        self._load_labels()
+        self.columns = {c.name: c for c in self._load_scores()}
+        self._order: dict[str, np.ndarray] = {}
+        self._sorted: dict[str, np.ndarray] = {}
+
+    def _load_labels(self) -> None:
+        annotate = self.root / "annotate.jsonl"
+        category = ["" for _ in self.ids]
+        judge = ["" for _ in self.ids]
+        if annotate.exists():
+            for raw, offset in read_lines(annotate):
+                rec = _decode(raw, annotate, offset)
+                n = self.position.get(rec.get("id", ""))
+                if n is not None:  # newest record wins (append-only log)
+                    category[n] = str(rec.get("category") or "")
+                    judge[n] = str(rec.get("judge") or "")
+        elif self.provided:  # labels that ship with the data (suites): the instances the run read
+            self.load_instances()
+            for item_id, inst in self.instances.items():
+                n = self.position.get(item_id)
+                if n is not None:
+                    category[n] = str(inst.units_of("response")[0].category)
+                    judge[n] = "data"
+        self.category = category
+        self.judge = judge
+        self.labels = np.array([BINARY.get(c, -1) for c in category], dtype=np.int8)
+
+    def load_instances(self) -> None:
+        """The cell's dataset items (units, their labels, references), loaded as the run loaded them, for cells whose
+        answers came with the data (suites); a dataset that cannot be loaded here leaves a note instead (the explorer
+        then shows what the run directory holds)."""
+        if self.instances or self.instances_note or not self.provided:
+            return
+        try:
+            self.instances = {inst.id: inst for inst in load_instances(self.run.manifest, self.dataset)}
+        except Exception as exc:  # any failure to reload the data is shown, never fatal to the explorer
+            message = exc.message if isinstance(exc, HaldetError) else f"{type(exc).__name__}: {exc}"
+            self.instances_note = f"the dataset could not be reloaded here ({message.splitlines()[0][:300]})"
+
+    def _load_scores(self) -> list[ScoreColumn]:
+        folder = self.root / "scores"
+        if not folder.is_dir():
+            return []
+        recorded: dict[str, list[dict[str, Any]]] = {}
+        for d in self.entry.get("detectors") or []:
+            recorded.setdefault(str(d.get("name")), []).append(d)
+        out = []
+        for path in sorted(folder.glob("*.jsonl")):
+            name = path.stem
+            detector, _, rest = name.partition("@")
+            level = rest.partition("@")[0] or "response"
+            records = [(_decode(raw, path, off)) for raw, off in read_lines(path)]
+            keys = {str(d.get("key")) for d in recorded.get(detector, []) if d.get("key")}
+            out.append(self._column(name, detector, level, keys, records))
+        return out
+
+    def _column(self, name: str, detector: str, level: str, keys: set[str],
+                records: list[dict[str, Any]]) -> ScoreColumn:
+        coverage: dict[str, set[str]] = {}
+        last: dict[str, int] = {}
+        for n, r in enumerate(records):
+            coverage.setdefault(str(r.get("key", "")), set()).add(str(r.get("id")))
+            last[str(r.get("key", ""))] = n
+        present = [k for k in coverage if k in keys] or list(coverage)
+        key = max(present, key=lambda k: (len(coverage[k]), last[k])) if present else None
+        values = np.full(len(self.ids), np.nan)
+        column = ScoreColumn(name, detector, level, key, values)
+        for r in records:
+            if r.get("key") != key:
+                continue
+            n = self.position.get(r.get("id", ""))
+            if n is None:
+                continue
+            if "values" in r:  # unit level
+                vals = [math.nan if v is None else float(v) for v in r.get("values") or []]
+                reasons = [str(x) for x in r.get("reasons") or []]
+                column.units[r["id"]] = (vals, reasons)
+                finite = [v for v in vals if math.isfinite(v)]
+                values[n] = max(finite) if finite else math.nan
+                if not finite:
+                    column.reasons[r["id"]] = "; ".join(sorted({x for x in reasons if x})) or "no scored unit"
+            else:
+                v = r.get("value")
+                values[n] = math.nan if v is None else float(v)
+                if not math.isfinite(values[n]):
+                    column.reasons[r["id"]] = str(r.get("reason") or "")
+        return column
+
+    @staticmethod
+    def _stat(path: Path) -> tuple[Any, ...]:
+        try:
+            st = path.stat()
+            return (st.st_size, st.st_mtime_ns)
+        except FileNotFoundError:
+            return ()
+
+    # ---- reading ----------------------------------------------------------------------------------------------
+    def record(self, stage: str, item_id: str) -> dict[str, Any] | None:
+        """The newest record of one item in one stage log (by a byte-offset index built once per file version)."""
+        if stage not in EVIDENCE_STAGES:
+            raise KeyError(stage)
+        path = self.root / f"{stage}.jsonl"
+        stat = self._stat(path)
+        if not stat:
+            return None
+        cached = self._offsets.get(stage)
+        if cached is None or cached[0] != stat:
+            index: dict[str, int] = {}
+            for raw, offset in read_lines(path):
+                rid = record_id(raw)
+                if rid is None:
+                    rid = str(_decode(raw, path, offset).get("id"))
+                index[rid] = offset
+            cached = self._offsets[stage] = (stat, index)
+        offset = cached[1].get(item_id)
+        if offset is None:
+            return None
+        with open(path, "rb") as fh:
+            fh.seek(offset)
+            return _decode(fh.readline().rstrip(b"\n"), path, offset)
+
+    def order(self, column: str) -> np.ndarray:
+        """Each item's rank by this column's score (1 = highest, most suspected; NaN scores rank last)."""
+        if column not in self._order:
+            values = self.columns[column].values
+            idx = np.argsort(np.where(np.isfinite(values), -values, np.inf), kind="stable")
+            rank = np.empty(len(values), dtype=np.int64)
+            rank[idx] = np.arange(1, len(values) + 1)
+            self._order[column] = rank
+        return self._order[column]
+
+    def percentile(self, column: str, n: int) -> float | None:
+        """Share of this cell's scored items with a score <= item n's (100 = the highest score)."""
+        values = self.columns[column].values
+        finite = values[np.isfinite(values)]
+        if not math.isfinite(values[n]) or not len(finite):
+            return None
+        if column not in self._sorted:
+            self._sorted[column] = np.sort(finite)
+        return 100.0 * np.searchsorted(self._sorted[column], values[n], side="right") / len(finite)
+
+    def threshold(self, column: str) -> Threshold:
+        """The column's decision threshold: best F1 on the validation items (the protocol's rule). A run that scored
+        no validation items (the default protocol scores test only) gets the best-F1 threshold on test, labelled
+        as such in its `source`."""
+        values = self.columns[column].values
+        for part, what in (("val", "validation"), ("test", "test")):
+            mask = (self.split == part) & (self.labels >= 0) & np.isfinite(values)
+            t = best_f1_threshold(self.labels[mask], values[mask]) if mask.any() else None
+            if t is not None:
+                note = "" if part == "val" else " (this run scored no validation items: optimistic)"
+                return Threshold(t, f"best F1 on {int(mask.sum())} {what} items{note}")
+        return Threshold(None, "no labelled scores with a hallucinated item to choose a threshold on")
+
+    def search(self, text: str) -> np.ndarray:
+        needle = text.lower()
+        return np.fromiter((needle in s for s in self._search), dtype=bool, count=len(self._search))
+
+
+class RunSource:
+    """One run directory given to `haldet view`: manifest, result rows (none yet while the first cell runs) and
+    its cells."""
+
+    def __init__(self, index: int, root: Path) -> None:
+        root = Path(root)
+        if not root.is_dir():
+            raise HaldetError("run directory not found", where=str(root), hint="pass the --out DIR of a `haldet run`")
+        store = RunStore(root)
+        manifest = store.read_manifest()
+        if manifest is None:
+            raise HaldetError("not a run directory (no manifest.json)", where=str(root),
+                              hint="pass the --out DIR of a `haldet run`")
+        self.index, self.root, self.manifest = index, root, manifest
+        self._cells: dict[tuple[str, str], Cell] = {}
+
+    @property
+    def name(self) -> str:
+        return self.root.name
+
+    @property
+    def status(self) -> str:
+        return str(self.manifest.get("status") or "unknown")
+
+    def refresh(self) -> None:
+        """Re-read the manifest (a run in progress adds cells and results as it goes)."""
+        manifest = RunStore(self.root).read_manifest()
+        if manifest is not None:
+            self.manifest = manifest
+
+    def rows(self) -> list[dict[str, Any]]:
+        path = self.root / "results.json"
+        if not path.exists():
+            return []
+        rows = read_json(path)
+        return [{**r, "run": self.name} for r in rows if isinstance(r, dict)] if isinstance(rows, list) else []
+
+    def cells(self) -> list[Cell]:
+        """Finished cells from the manifest, then cells of the config that have stored records so far."""
+        entries = {(str(c.get("dataset")), str(c.get("model"))): c for c in self.manifest.get("cells") or []}
+        config = self.manifest.get("config") or {}
+        wanted = list(entries) + [(d, m) for m in config.get("models") or [] for d in config.get("datasets") or []
+                                  if (d, m) not in entries]
+        out = []
+        for key in wanted:
+            if key not in self._cells or self._cells[key].entry is not entries.get(key, self._cells[key].entry):
+                self._cells[key] = Cell(self, key[0], key[1], entries.get(key, {}))
+            cell = self._cells[key]
+            if key in entries or cell.root.is_dir():
+                out.append(cell)
+        return out
+
+
+def load_instances(manifest: dict[str, Any], dataset: str) -> list[Any]:
+    """The instances a run's cell evaluated, loaded with the run's recorded data settings."""
+    from haldet.config import RunConfig
+    from haldet.datasets.base import get_adapter
+    from haldet.text.prompts import demo_pool_size
+
+    config = RunConfig.model_validate(manifest.get("config") or {})
+    adapter = get_adapter(dataset, config.data_dir, config.dataset_params.get(dataset))
+    n_pool = demo_pool_size(config.prompt.n_shots) if config.limit is not None else 0
+    loaded, _ = adapter.load(limit=None if config.limit is None else config.limit + n_pool,
+                             seed=config.data_seed, on_bad_row="skip")
+    return loaded[: config.limit] if config.limit is not None else loaded
+
+
+class Explorer:
+    """The runs given to `haldet view`, in order (a cell present in several keeps each run's own copy)."""
+
+    def __init__(self, roots: Sequence[Path | str]) -> None:
+        if not roots:
+            raise HaldetError("no run directory given", where="haldet view", hint="haldet view RUN [RUN ...]")
+        self.runs = [RunSource(i, Path(r)) for i, r in enumerate(roots)]
+
+    def rows(self) -> list[dict[str, Any]]:
+        return [row for run in self.runs for row in run.rows()]
+
+    def run(self, index: int) -> RunSource:
+        if not 0 <= index < len(self.runs):
+            raise LookupError(f"no run number {index} (runs are numbered 0 to {len(self.runs) - 1})")
+        return self.runs[index]
+
+    def cell(self, run: int, dataset: str, model: str) -> Cell:
+        for cell in self.run(run).cells():
+            if cell.dataset == dataset and cell.model == model:
+                return cell.ensure()
+        raise LookupError(f"run {self.runs[run].name} has no cell {dataset} x {model}")
+
+    def cells(self) -> Iterable[Cell]:
+        for run in self.runs:
+            yield from run.cells()
+
+    def find_item(self, item_id: str, run: int | None, model: str | None) -> list[Cell]:
+        """Cells holding `item_id` (its dataset is the id's first part), narrowed by run and model when given."""
+        dataset = item_id.split("/", 1)[0]
+        out = []
+        for cell in self.cells():
+            if cell.dataset != dataset or (run is not None and cell.run.index != run) or \
+                    (model is not None and cell.model != model):
+                continue
+            if item_id in cell.ensure().position:
+                out.append(cell)
+        return out
