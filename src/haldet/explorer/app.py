@@ -123,7 +123,7 @@ def create_app(explorer: Explorer) -> FastAPI:
                     detector_link=lambda row: _detector_link(explorer, row))
 
     @app.get("/items", response_class=HTMLResponse)
-    def items(request: Request, dataset: str, model: str, run: int = 0, det: list[str] | None = None,
+    def items(request: Request, dataset: str, model: str, run: int = 0, det: list[str] | None = Query(None),
               label: str = "", split: str = "", err: str = "", q: str = "", sort: str = "", desc: bool = True,
               page_no: int = Query(1, alias="page"), per: int = 50) -> Response:
         cell = cell_of(run, dataset, model)
