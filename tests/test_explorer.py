@@ -14,14 +14,14 @@ import pytest
 
 pytest.importorskip("fastapi")
 pytest.importorskip("httpx")
-from fastapi.testclient import TestClient  # noqa: E402
+from fastapi.testclient import TestClient
 
-from haldet.errors import HaldetError  # noqa: E402
-from haldet.evaluation.thresholds import at_threshold, best_f1_threshold  # noqa: E402
-from haldet.explorer.app import create_app  # noqa: E402
-from haldet.explorer.data import Explorer, question_excerpt  # noqa: E402
-from haldet.store import RunStore  # noqa: E402
-from haldet.testing.synthetic_run import DATASET, MODEL, NAN_REASON, write_synthetic_run  # noqa: E402
+from haldet.errors import HaldetError
+from haldet.evaluation.thresholds import at_threshold, best_f1_threshold
+from haldet.explorer.app import create_app
+from haldet.explorer.data import Explorer, question_excerpt
+from haldet.store import RunStore
+from haldet.testing.synthetic_run import DATASET, MODEL, NAN_REASON, write_synthetic_run
 
 FIXTURES = Path(__file__).parent / "fixtures"
 CELL = {"run": 0, "dataset": DATASET, "model": MODEL}
@@ -140,7 +140,7 @@ def test_bad_run_paths_and_in_progress_runs(tmp_path, synth):
     with pytest.raises(HaldetError, match="run directory not found"):
         Explorer([tmp_path / "missing"])
     (tmp_path / "empty").mkdir()
-    with pytest.raises(HaldetError, match="no manifest.json"):
+    with pytest.raises(HaldetError, match=r"no manifest\.json"):
         Explorer([tmp_path / "empty"])
     # in progress: a manifest with a config, records so far, no results and no split yet
     run = tmp_path / "running"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import suppress
 from pathlib import Path
 from typing import Annotated
 
@@ -38,11 +39,11 @@ def view(
         console.print(f"[yellow]warning:[/yellow] listening on {host}, not loopback: anyone who can reach this "
                       "machine can read these runs' prompts, answers and labels", highlight=False)
 
-    def ready(url: str) -> None:
-        console.print(f"haldet view: serving {len(run_dirs)} run(s) at {url} (Ctrl-C stops)", highlight=False)
+    def ready(line: str) -> None:
+        if line.startswith("http"):
+            line = f"haldet view: serving {len(run_dirs)} run(s) at {line} (Ctrl-C stops)"
+        console.print(line, highlight=False)
 
-    try:
+    with suppress(KeyboardInterrupt):  # Ctrl-C is how it stops: no "interrupted run" message
         serve(run_dirs, host=host, port=port, on_ready=ready)
-    except KeyboardInterrupt:
-        pass
     console.print("haldet view stopped", highlight=False)

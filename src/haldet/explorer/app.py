@@ -323,7 +323,7 @@ def _curves(cell: Cell, name: str, split: str) -> dict[str, Any]:
     mask = part & np.isfinite(column.values)
     y, s = cell.labels[mask].astype(int), column.values[mask]
     threshold = cell.threshold(name)
-    panel: dict[str, Any] = {"name": name, "column": column, "n": int(len(s)), "n_part": n_part,
+    panel: dict[str, Any] = {"name": name, "column": column, "n": len(s), "n_part": n_part,
                              "n_pos": int(y.sum()), "threshold": threshold, "auroc": None, "data": None,
                              "confusion": None}
     if not len(s):

@@ -39,14 +39,18 @@ def bind(host: str, port: int) -> socket.socket:
 
 def serve(runs: Sequence[Path], host: str = LOOPBACK, port: int = 0,
           on_ready: Callable[[str], None] = print) -> None:
-    """Serve the explorer over `runs` until interrupted; `on_ready` gets the URL once the socket listens."""
+    """Serve the explorer over `runs` until interrupted; `on_ready` gets progress lines, then the URL."""
     import uvicorn
 
     from haldet.explorer.app import create_app
     from haldet.explorer.data import Explorer
 
-    app = create_app(Explorer(runs))
+    explorer = Explorer(runs)
     sock = bind(host, port)
+    for cell in explorer.cells():  # read every cell's logs once now, so the first page a user opens is fast
+        on_ready(f"reading {cell.run.name}: {cell.dataset} x {cell.model}")
+        cell.ensure()
+    app = create_app(explorer)
     actual = sock.getsockname()[1]
     shown = f"[{host}]" if ":" in host else host
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))

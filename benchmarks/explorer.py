@@ -1,0 +1,84 @@
+"""`haldet view` responsiveness on a large synthetic run (haldet.testing.synthetic_run: N items x D detectors,
+every stage log an explorer page reads). Times, over HTTP through the app (FastAPI TestClient, no network):
+the run directory's first load plus the first items page (cold: the cell's logs are read once, which `haldet view`
+does before it serves), the first items page a user sees once it serves, further items
+pages (warm: a filter, a text search, a sort by a detector, a far page), the first item page (cold: the byte-offset
+indexes of the sample/auxiliary/annotate logs are built) and further item pages (warm), and a detector page. Each
+warm figure is the median of `--repeat` requests. Prints JSON. Usage:
+  python benchmarks/explorer.py [--n 100000] [--detectors 17] [--repeat 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def timed(client, url: str, params: dict | None = None) -> float:
+    start = time.perf_counter()
+    reply = client.get(url, params=params)
+    seconds = time.perf_counter() - start
+    if reply.status_code != 200:
+        raise SystemExit(f"{url} {params}: HTTP {reply.status_code}")
+    return seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--n", type=int, default=100_000)
+    parser.add_argument("--detectors", type=int, default=17)
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+    from fastapi.testclient import TestClient
+
+    from haldet.explorer.app import create_app
+    from haldet.explorer.data import Explorer
+    from haldet.testing.synthetic_run import DATASET, MODEL, item_id, write_synthetic_run
+
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp) / "run"
+        start = time.perf_counter()
+        write_synthetic_run(root, n_items=args.n, n_detectors=args.detectors)
+        write_s = time.perf_counter() - start
+        size = sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
+        start = time.perf_counter()
+        client = TestClient(create_app(Explorer([root])))
+        open_s = time.perf_counter() - start
+        cell = {"run": 0, "dataset": DATASET, "model": MODEL}
+        overview_s = timed(client, "/")
+        first_items_s = timed(client, "/items", cell)  # cold: what `haldet view` does once before serving
+        served_first_items_s = timed(client, "/items", cell)  # the first page a user sees after `haldet view` starts
+        warm = {
+            "items_page": {**cell},
+            "items_filter_label_split": {**cell, "label": "hallucination", "split": "test"},
+            "items_false_positives": {**cell, "err": "fp:det3"},
+            "items_text_search": {**cell, "q": "fact number 4242?"},
+            "items_sort_by_detector": {**cell, "sort": "det5", "det": ["det5", "det6"]},
+            "items_far_page": {**cell, "page": args.n // 100},
+        }
+        warm_s = {name: statistics.median(timed(client, "/items", q) for _ in range(args.repeat))
+                  for name, q in warm.items()}
+        first_item_s = timed(client, f"/item/{item_id(args.n // 2 + 1)}")
+        item_s = statistics.median(timed(client, f"/item/{item_id(k * 7919 % args.n)}") for k in range(args.repeat))
+        detector_s = statistics.median(timed(client, "/detector", {**cell, "name": "det0", "vs": "det1"})
+                                       for _ in range(args.repeat))
+    print(json.dumps({
+        "n_items": args.n, "n_detectors": args.detectors, "run_bytes": size, "write_run_s": round(write_s, 2),
+        "open_runs_s": round(open_s, 4), "overview_s": round(overview_s, 4),
+        "cell_load_plus_first_items_page_cold_s": round(first_items_s, 4),
+        "first_items_page_served_s": round(served_first_items_s, 4),
+        "items_warm_median_s": {k: round(v, 4) for k, v in warm_s.items()},
+        "first_item_page_cold_s": round(first_item_s, 4), "item_page_warm_median_s": round(item_s, 4),
+        "detector_page_paired_median_s": round(detector_s, 4),
+        "cpu_count": os.cpu_count(), "loadavg": os.getloadavg(), "python": sys.version.split()[0],
+    }, indent=2))
+
+
+if __name__ == "__main__":
+    main()
