@@ -14,8 +14,10 @@ import json
 import math
 import re
 import threading
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
@@ -39,14 +41,9 @@ def read_lines(path: Path) -> list[tuple[bytes, int]]:
         data = path.read_bytes()
     except FileNotFoundError:
         return []
-    out, start = [], 0
-    while True:
-        end = data.find(b"\n", start)
-        if end < 0:
-            return out
-        if end > start:
-            out.append((data[start:end], start))
-        start = end + 1
+    lines = data.split(b"\n")[:-1]  # the last part is b"" or a line still being written
+    offsets = accumulate((len(raw) + 1 for raw in lines), initial=0)
+    return [(raw, offset) for raw, offset in zip(lines, offsets, strict=False) if raw.strip()]  # offsets: one more
 
 
 def _decode(raw: bytes, path: Path, offset: int) -> dict[str, Any]:
@@ -58,6 +55,21 @@ def _decode(raw: bytes, path: Path, offset: int) -> dict[str, Any]:
     if not isinstance(rec, dict):
         raise HaldetError(f"record at byte {offset} is not a JSON object", where=str(path))
     return rec
+
+
+def read_records(path: Path) -> list[tuple[dict[str, Any], int]]:
+    """Every complete record of a JSONL log with its byte offset, parsed in one pass (one JSON array); a corrupt
+    line is then found and named by parsing line by line."""
+    lines = read_lines(path)
+    if not lines:
+        return []
+    try:
+        records = json.loads(b"[" + b",".join(raw for raw, _ in lines) + b"]")
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        records = None
+    if records is None or not all(isinstance(r, dict) for r in records):
+        records = [_decode(raw, path, offset) for raw, offset in lines]
+    return [(rec, offset) for rec, (_, offset) in zip(records, lines, strict=True)]
 
 
 def record_id(raw: bytes) -> str | None:
@@ -148,8 +160,7 @@ class Cell:
         gen: dict[str, tuple[str, str]] = {}
         offsets: dict[str, int] = {}
         self.provided = False  # answers shipped with the data (a suite): its labels and units are in the data
-        for raw, offset in read_lines(generate):
-            rec = _decode(raw, generate, offset)
+        for rec, offset in read_records(generate):
             gen[rec["id"]] = (str(rec.get("prompt") or ""), str(rec.get("response") or ""))
             offsets[rec["id"]] = offset
             self.provided = self.provided or bool(rec.get("provided"))
@@ -171,8 +182,7 @@ class Cell:
         category = ["" for _ in self.ids]
         judge = ["" for _ in self.ids]
         if annotate.exists():
-            for raw, offset in read_lines(annotate):
-                rec = _decode(raw, annotate, offset)
+            for rec, _ in read_records(annotate):
                 n = self.position.get(rec.get("id", ""))
                 if n is not None:  # newest record wins (append-only log)
                     category[n] = str(rec.get("category") or "")
@@ -212,41 +222,36 @@ class Cell:
             name = path.stem
             detector, _, rest = name.partition("@")
             level = rest.partition("@")[0] or "response"
-            records = [(_decode(raw, path, off)) for raw, off in read_lines(path)]
+            records = [rec for rec, _ in read_records(path)]
             keys = {str(d.get("key")) for d in recorded.get(detector, []) if d.get("key")}
             out.append(self._column(name, detector, level, keys, records))
         return out
 
     def _column(self, name: str, detector: str, level: str, keys: set[str],
                 records: list[dict[str, Any]]) -> ScoreColumn:
-        coverage: dict[str, set[str]] = {}
-        last: dict[str, int] = {}
-        for n, r in enumerate(records):
-            coverage.setdefault(str(r.get("key", "")), set()).add(str(r.get("id")))
-            last[str(r.get("key", ""))] = n
-        present = [k for k in coverage if k in keys] or list(coverage)
-        key = max(present, key=lambda k: (len(coverage[k]), last[k])) if present else None
+        key = _pick_key(records, keys)
         values = np.full(len(self.ids), np.nan)
         column = ScoreColumn(name, detector, level, key, values)
-        for r in records:
-            if r.get("key") != key:
-                continue
-            n = self.position.get(r.get("id", ""))
-            if n is None:
-                continue
-            if "values" in r:  # unit level
-                vals = [math.nan if v is None else float(v) for v in r.get("values") or []]
-                reasons = [str(x) for x in r.get("reasons") or []]
-                column.units[r["id"]] = (vals, reasons)
-                finite = [v for v in vals if math.isfinite(v)]
-                values[n] = max(finite) if finite else math.nan
-                if not finite:
-                    column.reasons[r["id"]] = "; ".join(sorted({x for x in reasons if x})) or "no scored unit"
-            else:
-                v = r.get("value")
-                values[n] = math.nan if v is None else float(v)
-                if not math.isfinite(values[n]):
-                    column.reasons[r["id"]] = str(r.get("reason") or "")
+        position = self.position
+        chosen = [(position.get(r.get("id", "")), r) for r in records if r.get("key") == key]
+        chosen = [(n, r) for n, r in chosen if n is not None]
+        if level == "response" and all("value" in r for _, r in chosen):
+            if chosen:
+                at = np.fromiter((n for n, _ in chosen), dtype=np.int64, count=len(chosen))
+                values[at] = [math.nan if r.get("value") is None else float(r["value"]) for _, r in chosen]
+                for _, r in chosen:
+                    v = r.get("value")
+                    if v is None or not math.isfinite(v):
+                        column.reasons[r["id"]] = str(r.get("reason") or "")
+            return column
+        for n, r in chosen:  # unit level: one value per unit
+            vals = [math.nan if v is None else float(v) for v in r.get("values") or []]
+            reasons = [str(x) for x in r.get("reasons") or []]
+            column.units[r["id"]] = (vals, reasons)
+            finite = [v for v in vals if math.isfinite(v)]
+            values[n] = max(finite) if finite else math.nan
+            if not finite:
+                column.reasons[r["id"]] = "; ".join(sorted({x for x in reasons if x})) or "no scored unit"
         return column
 
     @staticmethod
@@ -318,6 +323,19 @@ class Cell:
     def search(self, text: str) -> np.ndarray:
         needle = text.lower()
         return np.fromiter((needle in s for s in self._search), dtype=bool, count=len(self._search))
+
+
+def _pick_key(records: list[dict[str, Any]], recorded: set[str]) -> str | None:
+    """The score key to read: one the manifest recorded (a log may also hold records of older settings), else the
+    key covering the most items, ties to the newest."""
+    keys = [str(r.get("key", "")) for r in records]
+    distinct = set(keys)
+    if len(distinct) <= 1:
+        return next(iter(distinct), None)
+    coverage = Counter(k for k, _ in set(zip(keys, (str(r.get("id")) for r in records), strict=True)))
+    last = {k: n for n, k in enumerate(keys)}
+    present = [k for k in coverage if k in recorded] or list(coverage)
+    return max(present, key=lambda k: (coverage[k], last[k]))
 
 
 class RunSource:
