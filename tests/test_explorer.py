@@ -140,7 +140,7 @@ def test_bad_run_paths_and_in_progress_runs(tmp_path, synth):
     with pytest.raises(HaldetError, match="run directory not found"):
         Explorer([tmp_path / "missing"])
     (tmp_path / "empty").mkdir()
-    with pytest.raises(HaldetError, match=r"no manifest\.json"):
+    with pytest.raises(HaldetError, match=r"no manifest\.json or results\.json"):
         Explorer([tmp_path / "empty"])
     # in progress: a manifest with a config, records so far, no results and no split yet
     run = tmp_path / "running"
@@ -157,6 +157,23 @@ def test_bad_run_paths_and_in_progress_runs(tmp_path, synth):
     with open(RunStore(run).cell(DATASET, MODEL).root / "generate.jsonl", "a") as fh:
         fh.write('onse": "done"}\n')
     assert "2 of 2 items" in client.get("/items", params=CELL).text
+
+
+def test_a_merged_report_and_its_runs(tmp_path, synth):
+    """`haldet report A B --out DIR` writes results only: its rows show, naming their runs, and with the runs given
+    too, a row's detector link opens that run's cell."""
+    from haldet.report.build import report_runs
+
+    other = tmp_path / "other"
+    write_synthetic_run(other, n_items=30, n_detectors=1, seed=3)
+    report_runs([synth[0], other], tmp_path / "merged", n_boot=10)
+    client = TestClient(create_app(Explorer([tmp_path / "merged", synth[0]])), raise_server_exceptions=False)
+    page = client.get("/", params={"detector": "det1"}).text
+    body = page.split('id="results"')[1].split("</table>")[0]
+    assert body.count("<tr>") == 3 and ">run<" in body  # header, the report's det1 row, the run's own
+    assert body.count(f'class="c-run">{synth[0].name}<') == 2
+    assert f'href="/detector?run=1&amp;dataset={DATASET}' in body
+    assert "merged report" in page
 
 
 def test_suite_run_shows_units_with_their_labels_and_scores(tmp_path):

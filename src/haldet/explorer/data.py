@@ -348,10 +348,12 @@ class RunSource:
             raise HaldetError("run directory not found", where=str(root), hint="pass the --out DIR of a `haldet run`")
         store = RunStore(root)
         manifest = store.read_manifest()
-        if manifest is None:
-            raise HaldetError("not a run directory (no manifest.json)", where=str(root),
-                              hint="pass the --out DIR of a `haldet run`")
-        self.index, self.root, self.manifest = index, root, manifest
+        # a merged report (`haldet report A B --out DIR`) holds results only: its rows name their runs
+        self.report_only = manifest is None and (root / "results.json").exists()
+        if manifest is None and not self.report_only:
+            raise HaldetError("not a run directory (no manifest.json or results.json)", where=str(root),
+                              hint="pass the --out DIR of a `haldet run` or of a `haldet report`")
+        self.index, self.root, self.manifest = index, root, manifest or {}
         self._cells: dict[tuple[str, str], Cell] = {}
 
     @property
@@ -360,7 +362,7 @@ class RunSource:
 
     @property
     def status(self) -> str:
-        return str(self.manifest.get("status") or "unknown")
+        return "merged report" if self.report_only else str(self.manifest.get("status") or "unknown")
 
     def refresh(self) -> None:
         """Re-read the manifest (a run in progress adds cells and results as it goes)."""
@@ -373,7 +375,11 @@ class RunSource:
         if not path.exists():
             return []
         rows = read_json(path)
-        return [{**r, "run": self.name} for r in rows if isinstance(r, dict)] if isinstance(rows, list) else []
+        if not isinstance(rows, list):
+            raise HaldetError("results.json must hold a list of rows", where=str(path))
+        # a merged report's rows keep the run they came from
+        return [{**r, "run": r.get("run") if self.report_only and r.get("run") else self.name}
+                for r in rows if isinstance(r, dict)]
 
     def cells(self) -> list[Cell]:
         """Finished cells from the manifest, then cells of the config that have stored records so far."""
