@@ -213,3 +213,50 @@ def test_question_excerpt_of_a_chat_prompt():
              "<|im_end|>\n<|im_start|>assistant\n"
     assert question_excerpt(prompt) == "Who wrote it?"
     assert question_excerpt("Summarise: " + "word " * 100, limit=20).endswith("…")
+
+
+def test_a_real_run_agrees_with_its_results_and_the_report_reader():
+    """The stored run of the embedded model (tests/fixtures/run_fixture): every detector page's test AUROC is the
+    run's own result row, and the items' labels and scores are those the report reader (rundata) reads."""
+    from haldet.report.rundata import load_run
+
+    root = FIXTURES / "run_fixture"
+    before = digest_tree(root)
+    explorer = Explorer([root])
+    client = TestClient(create_app(explorer), raise_server_exceptions=False)
+    rows = [r for r in json.loads((root / "results.json").read_text()) if r["metric"] == "auroc"]
+    cell = explorer.cell(0, "halueval_qa", "smollm2-135m")
+    reference = load_run(root).cell_scores("halueval_qa", "smollm2-135m")
+    for row in rows:
+        page = client.get("/detector", params={"run": 0, "dataset": row["dataset"], "model": row["model"],
+                                               "name": row["detector"]}).text
+        assert f'class="auroc">{row["value"]:.4g}<' in page, row["detector"]
+        at = [cell.position[i] for i in reference.ids]
+        np.testing.assert_array_equal(cell.labels[at], reference.labels)
+        np.testing.assert_allclose(cell.columns[row["detector"]].values[at], reference.scores[row["detector"]])
+    overview = client.get("/").text
+    assert "triviaqa" in overview and "failed: cannot load dataset" in overview  # the failed cell, with its reason
+    assert digest_tree(root) == before
+
+
+def test_view_without_the_extra_says_how_to_install(monkeypatch):
+    import sys
+
+    from haldet.cli.view import view
+
+    monkeypatch.setitem(sys.modules, "uvicorn", None)
+    with pytest.raises(HaldetError, match=r"pip install 'haldet\[view\]'"):
+        view([FIXTURES / "run_fixture"])
+
+
+def test_loopback_and_a_taken_port():
+    from haldet.explorer.serve import bind, is_loopback
+
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
+    assert not is_loopback("0.0.0.0") and not is_loopback("192.168.1.5")
+    sock = bind("127.0.0.1", 0)
+    try:
+        with pytest.raises(HaldetError, match=r"cannot listen on 127\.0\.0\.1"):
+            bind("127.0.0.1", sock.getsockname()[1])
+    finally:
+        sock.close()

@@ -3,7 +3,8 @@ benchmark read (any number of items and detectors, no model needed).
 
 Item i of `synth_qa` x `synth-model`: label hallucination when i % 3 == 0 (else correct); split val when i % 5 == 0,
 train when i % 5 == 1, else test; detector `det<k>` scores `label + 0.1 * k + noise` under the manifest's key, NaN
-with reason "no answer tokens" for every 50th item, plus one stale-key record for item 0 that readers must ignore.
+with reason "no answer tokens" for every 50th item, plus a newer record for item 3 under another key (other settings)
+that readers must ignore.
 """
 
 from __future__ import annotations
@@ -71,9 +72,9 @@ def write_synthetic_run(root: Path, n_items: int = 60, n_detectors: int = 3, see
         values = np.array([score_of(k, i, float(rng.normal(0, 0.6))) for i in range(n_items)])
         scores[name] = values
         log = cell.log(f"scores/{name}")
-        log.append([{"id": ids[0], "key": "stale", "value": 999.0, "reason": ""}])
         log.append({"id": ids[i], "key": f"key{k}", "value": None if math.isnan(v) else float(v),
                     "reason": NAN_REASON if math.isnan(v) else ""} for i, v in enumerate(values))
+        log.append([{"id": ids[3], "key": "stale", "value": 999.0, "reason": ""}])  # newer, other settings
         detectors.append({"name": name, "family": "gray", "level": "response", "key": f"key{k}", "error": ""})
         ok = test & np.isfinite(values)
         rows.append({"dataset": DATASET, "scenario": "qa_open", "model": MODEL, "detector": name, "family": "gray",
