@@ -335,7 +335,7 @@ def _curves(cell: Cell, name: str, split: str) -> dict[str, Any]:
     values = s_desc[last]
     pos, neg = int(y.sum()), int(len(y) - y.sum())
     keep = np.unique(np.linspace(0, len(values) - 1, min(len(values), CURVE_POINTS)).round().astype(int))
-    if threshold.value is not None:  # the threshold in use is always a slider stop
+    if threshold.value is not None:  # the lowest score >= the threshold in use is always a slider stop
         keep = np.union1d(keep, [int(np.searchsorted(-values, -threshold.value, side="right") - 1)])
     keep = keep[keep >= 0]
     lo, hi = float(s.min()), float(s.max())

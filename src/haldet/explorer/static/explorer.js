@@ -62,8 +62,9 @@
       prDot.setAttribute("cx", 30 + 220 * p[0]); prDot.setAttribute("cy", 230 - 220 * p[1]);
       moveLine(t);
     }
+    // the threshold in use: the lowest stop still >= it predicts exactly the same items (stops are the scores)
     let start = 0;
-    if (data.start !== null) start = Math.max(0, data.thresholds.findIndex((t) => t === data.start));
+    if (data.start !== null) data.thresholds.forEach((t, i) => { if (t >= data.start) start = i; });
     slider.value = start;
     slider.addEventListener("input", () => show(Number(slider.value)));
     show(start);
