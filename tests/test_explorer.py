@@ -260,3 +260,14 @@ def test_loopback_and_a_taken_port():
             bind("127.0.0.1", sock.getsockname()[1])
     finally:
         sock.close()
+
+
+def test_a_corrupt_stored_record_is_a_page_naming_the_file(tmp_path):
+    root = tmp_path / "run"
+    write_synthetic_run(root, n_items=20, n_detectors=1)
+    path = RunStore(root).cell(DATASET, MODEL).root / "scores" / "det0.jsonl"
+    data = path.read_bytes()
+    path.write_bytes(data.replace(b'"value":', b'"value":}', 1))  # the first line no longer parses
+    reply = TestClient(create_app(Explorer([root])), raise_server_exceptions=False).get("/items", params=CELL)
+    assert reply.status_code == 422
+    assert "corrupt record at byte 0" in reply.text and "det0.jsonl" in reply.text and "Traceback" not in reply.text

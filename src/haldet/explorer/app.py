@@ -65,6 +65,7 @@ def create_app(explorer: Explorer) -> FastAPI:
     templates = Jinja2Templates(directory=str(HERE / "templates"))
     templates.env.filters["fmt"] = fmt
     templates.env.globals.update(version=__version__, explorer=explorer)
+    paired_cache: dict[tuple[Any, ...], Any] = {}
 
     def page(request: Request, template: str, status: int = 200, **context: Any) -> HTMLResponse:
         return templates.TemplateResponse(request, template, context, status_code=status)
@@ -218,7 +219,7 @@ def create_app(explorer: Explorer) -> FastAPI:
 
     @app.get("/detector", response_class=HTMLResponse)
     def detector(request: Request, dataset: str, model: str, name: str, run: int = 0, vs: str = "",
-                 split: str = "test", n_boot: int = 500) -> Response:
+                 split: str = "test", n_boot: int = 200) -> Response:
         cell = cell_of(run, dataset, model)
         if split not in SPLITS:
             raise BadRequest(f"split must be one of {', '.join(SPLITS)} (got {split!r})")
@@ -227,11 +228,13 @@ def create_app(explorer: Explorer) -> FastAPI:
         names = [name] + ([vs] if vs else [])
         panels = [_curves(cell, _column(cell, c).name, split) for c in names]
         paired = None
-        if vs:
-            mask = (cell.split == split) & (cell.labels >= 0)
-            if mask.any():
-                paired = paired_bootstrap(cell.labels[mask], cell.columns[name].values[mask],
-                                          cell.columns[vs].values[mask], a=name, b=vs, n_boot=n_boot)
+        mask = (cell.split == split) & (cell.labels >= 0)
+        if vs and mask.any():
+            key = (run, dataset, model, name, vs, split, n_boot, cell.signature())
+            if key not in paired_cache:  # the bootstrap is the slow part: once per cell version
+                paired_cache[key] = paired_bootstrap(cell.labels[mask], cell.columns[name].values[mask],
+                                                     cell.columns[vs].values[mask], a=name, b=vs, n_boot=n_boot)
+            paired = paired_cache[key]
         return page(request, "detector.html", cell=cell, panels=panels, paired=paired, name=name, vs=vs,
                     split=split, n_boot=n_boot, run=run)
 

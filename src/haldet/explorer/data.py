@@ -10,11 +10,11 @@ A cell is re-read when one of its files changes, so a run in progress shows what
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import re
 import threading
-from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate
@@ -22,6 +22,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.json as pa_json
 
 from haldet.errors import HaldetError
 from haldet.evaluation.thresholds import best_f1_threshold
@@ -30,9 +33,14 @@ from haldet.store import RunStore, read_json
 BINARY = {"hallucination": 1, "correct": 0}
 SPLITS = ("train", "val", "test")
 EVIDENCE_STAGES = ("generate", "sample", "auxiliary", "verdict", "annotate")
-_ID = re.compile(rb'^\{"id":"((?:[^"\\]|\\.)*)"')
 _SPECIAL = re.compile(r"<\|[^|>]*\|>|<s>|</s>|\[/?INST\]")
 EXCERPT = 160
+ID_FIELDS = pa.schema([("id", pa.string())])
+GENERATE_FIELDS = pa.schema([("id", pa.string()), ("prompt", pa.string()), ("response", pa.string()),
+                             ("provided", pa.bool_())])
+ANNOTATE_FIELDS = pa.schema([("id", pa.string()), ("category", pa.string()), ("judge", pa.string())])
+SCORE_FIELDS = pa.schema([("id", pa.string()), ("key", pa.string()), ("value", pa.float64()), ("reason", pa.string()),
+                          ("values", pa.list_(pa.float64())), ("reasons", pa.list_(pa.string()))])
 
 
 def read_lines(path: Path) -> list[tuple[bytes, int]]:
@@ -72,10 +80,35 @@ def read_records(path: Path) -> list[tuple[dict[str, Any], int]]:
     return [(rec, offset) for rec, (_, offset) in zip(records, lines, strict=True)]
 
 
-def record_id(raw: bytes) -> str | None:
-    """The id of a stored record without parsing it whole (records are written with `id` first)."""
-    match = _ID.match(raw)
-    return json.loads(b'"' + match.group(1) + b'"') if match else None
+def read_table(path: Path, fields: pa.Schema) -> tuple[pa.Table, np.ndarray]:
+    """The named fields of every complete record of a JSONL log as columns (missing fields null), and each
+    record's byte offset. Parsed by Arrow's JSON reader; a log it cannot read (a corrupt line, a field of another
+    type) is read line by line, which names a corrupt line."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return fields.empty_table(), np.zeros(0, dtype=np.int64)
+    data = data[: data.rfind(b"\n") + 1]  # a line still being written is no record
+    ends = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10)
+    starts = np.r_[0, ends[:-1] + 1] if len(ends) else np.zeros(0, dtype=np.int64)
+    offsets = starts[ends > starts]  # blank lines are no records
+    if not len(offsets):
+        return fields.empty_table(), offsets
+    try:
+        table = pa_json.read_json(io.BytesIO(data), read_options=pa_json.ReadOptions(block_size=1 << 26),
+                                  parse_options=pa_json.ParseOptions(explicit_schema=fields,
+                                                                     unexpected_field_behavior="ignore"))
+        if table.num_rows == len(offsets):
+            return table, offsets
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        pass
+    records = read_records(path)
+    try:
+        table = pa.Table.from_pylist([{f: r.get(f) for f in fields.names} for r, _ in records], schema=fields)
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        raise HaldetError(f"a record has a field of an unexpected type ({exc})", where=str(path),
+                          hint="restore the file from the run that wrote it") from None
+    return table, np.array([offset for _, offset in records], dtype=np.int64)
 
 
 def question_excerpt(prompt: str, limit: int = EXCERPT) -> str:
@@ -157,36 +190,46 @@ class Cell:
         split = read_json(self.root / "split.json") if (self.root / "split.json").exists() else {}
         part_of = {i: part for part in SPLITS for i in (split.get(part) or [])}
         generate = self.root / "generate.jsonl"
-        gen: dict[str, tuple[str, str]] = {}
-        offsets: dict[str, int] = {}
-        self.provided = False  # answers shipped with the data (a suite): its labels and units are in the data
-        for rec, offset in read_records(generate):
-            gen[rec["id"]] = (str(rec.get("prompt") or ""), str(rec.get("response") or ""))
-            offsets[rec["id"]] = offset
-            self.provided = self.provided or bool(rec.get("provided"))
-        self._offsets["generate"] = (self._stat(generate), offsets)
+        table, offsets = read_table(generate, GENERATE_FIELDS)
+        gen_ids = table["id"].to_pylist()
+        prompts = [p or "" for p in table["prompt"].to_pylist()]
+        responses = [r or "" for r in table["response"].to_pylist()]
+        # answers shipped with the data (a suite): its labels and units are in the data
+        self.provided = bool(pc.any(table["provided"]).as_py()) if table.num_rows else False
+        self._offsets["generate"] = (self._stat(generate), dict(zip(gen_ids, offsets.tolist(), strict=True)))
+        gen = {i: n for n, i in enumerate(gen_ids)}  # newest record per id
         ids = list(gen) + [i for i in part_of if i not in gen]  # generation order, then split-only ids (trimmed)
         self.ids = ids
         self.position = {item_id: n for n, item_id in enumerate(ids)}
+        self._id_array = pa.array(ids, type=pa.string())
         self.split = np.array([part_of.get(i, "") for i in ids], dtype=object)
-        self.question = [question_excerpt(gen[i][0]) if i in gen else "" for i in ids]
-        self.answer = [" ".join(gen[i][1].split())[:EXCERPT] if i in gen else "" for i in ids]
-        self._search = [f"{i}\n{gen[i][0]}\n{gen[i][1]}".lower() if i in gen else i.lower() for i in ids]
+        rows = [gen.get(i) for i in ids]
+        self.question = [question_excerpt(prompts[r]) if r is not None else "" for r in rows]
+        self.answer = [" ".join(responses[r][:4 * EXCERPT].split())[:EXCERPT] if r is not None else "" for r in rows]
+        self._search = [f"{i}\n{prompts[r]}\n{responses[r]}".lower() if r is not None else i.lower()
+                        for i, r in zip(ids, rows, strict=True)]
         self._load_labels()
         self.columns = {c.name: c for c in self._load_scores()}
         self._order: dict[str, np.ndarray] = {}
         self._sorted: dict[str, np.ndarray] = {}
+
+    def _positions(self, table: pa.Table) -> np.ndarray:
+        """Each record's item position in this cell (-1: an id the cell does not hold)."""
+        if not table.num_rows:
+            return np.zeros(0, dtype=np.int64)
+        at = pc.index_in(table["id"], value_set=self._id_array)
+        return pc.fill_null(at, -1).to_numpy().astype(np.int64)
 
     def _load_labels(self) -> None:
         annotate = self.root / "annotate.jsonl"
         category = ["" for _ in self.ids]
         judge = ["" for _ in self.ids]
         if annotate.exists():
-            for rec, _ in read_records(annotate):
-                n = self.position.get(rec.get("id", ""))
-                if n is not None:  # newest record wins (append-only log)
-                    category[n] = str(rec.get("category") or "")
-                    judge[n] = str(rec.get("judge") or "")
+            table, _ = read_table(annotate, ANNOTATE_FIELDS)
+            for n, cat, by in zip(self._positions(table).tolist(), table["category"].to_pylist(),
+                                  table["judge"].to_pylist(), strict=True):
+                if n >= 0:  # newest record wins (append-only log)
+                    category[n], judge[n] = cat or "", by or ""
         elif self.provided:  # labels that ship with the data (suites): the instances the run read
             self.load_instances()
             for item_id, inst in self.instances.items():
@@ -222,36 +265,41 @@ class Cell:
             name = path.stem
             detector, _, rest = name.partition("@")
             level = rest.partition("@")[0] or "response"
-            records = [rec for rec, _ in read_records(path)]
+            table, _ = read_table(path, SCORE_FIELDS)
             keys = {str(d.get("key")) for d in recorded.get(detector, []) if d.get("key")}
-            out.append(self._column(name, detector, level, keys, records))
+            out.append(self._column(name, detector, level, keys, table))
         return out
 
-    def _column(self, name: str, detector: str, level: str, keys: set[str],
-                records: list[dict[str, Any]]) -> ScoreColumn:
-        key = _pick_key(records, keys)
+    def _column(self, name: str, detector: str, level: str, keys: set[str], table: pa.Table) -> ScoreColumn:
         values = np.full(len(self.ids), np.nan)
-        column = ScoreColumn(name, detector, level, key, values)
-        position = self.position
-        chosen = [(position.get(r.get("id", "")), r) for r in records if r.get("key") == key]
-        chosen = [(n, r) for n, r in chosen if n is not None]
-        if level == "response" and all("value" in r for _, r in chosen):
-            if chosen:
-                at = np.fromiter((n for n, _ in chosen), dtype=np.int64, count=len(chosen))
-                values[at] = [math.nan if r.get("value") is None else float(r["value"]) for _, r in chosen]
-                for _, r in chosen:
-                    v = r.get("value")
-                    if v is None or not math.isfinite(v):
-                        column.reasons[r["id"]] = str(r.get("reason") or "")
+        column = ScoreColumn(name, detector, level, None, values)
+        if not table.num_rows:
             return column
-        for n, r in chosen:  # unit level: one value per unit
-            vals = [math.nan if v is None else float(v) for v in r.get("values") or []]
-            reasons = [str(x) for x in r.get("reasons") or []]
-            column.units[r["id"]] = (vals, reasons)
+        at = self._positions(table)
+        encoded = pc.fill_null(table["key"], "").combine_chunks().dictionary_encode()
+        codes, names = encoded.indices.to_numpy(), encoded.dictionary.to_pylist()
+        code = _pick_key(codes, at, names, keys)
+        column.key = names[code]
+        rows = np.flatnonzero((codes == code) & (at >= 0))
+        unit_rows = table["values"].is_valid().to_numpy(zero_copy_only=False)
+        if not unit_rows[rows].any():  # one value per item
+            vals = pc.fill_null(table["value"], np.nan).to_numpy()
+            values[at[rows]] = vals[rows]  # a repeated id: the newest record wins
+            nan_rows = rows[~np.isfinite(vals[rows])]
+            for item_id, reason in zip(table["id"].take(nan_rows).to_pylist(),
+                                       table["reason"].take(nan_rows).to_pylist(), strict=True):
+                column.reasons[item_id] = reason or ""
+            return column
+        for n, item_id, vals, reasons in zip(at[rows].tolist(), table["id"].take(rows).to_pylist(),
+                                             table["values"].take(rows).to_pylist(),
+                                             table["reasons"].take(rows).to_pylist(), strict=True):
+            vals = [math.nan if v is None else float(v) for v in vals or []]  # unit level: one value per unit
+            reasons = [str(x or "") for x in reasons or []]
+            column.units[item_id] = (vals, reasons)
             finite = [v for v in vals if math.isfinite(v)]
             values[n] = max(finite) if finite else math.nan
             if not finite:
-                column.reasons[r["id"]] = "; ".join(sorted({x for x in reasons if x})) or "no scored unit"
+                column.reasons[item_id] = "; ".join(sorted({x for x in reasons if x})) or "no scored unit"
         return column
 
     @staticmethod
@@ -273,13 +321,8 @@ class Cell:
             return None
         cached = self._offsets.get(stage)
         if cached is None or cached[0] != stat:
-            index: dict[str, int] = {}
-            for raw, offset in read_lines(path):
-                rid = record_id(raw)
-                if rid is None:
-                    rid = str(_decode(raw, path, offset).get("id"))
-                index[rid] = offset
-            cached = self._offsets[stage] = (stat, index)
+            table, offsets = read_table(path, ID_FIELDS)
+            cached = self._offsets[stage] = (stat, dict(zip(table["id"].to_pylist(), offsets.tolist(), strict=True)))
         offset = cached[1].get(item_id)
         if offset is None:
             return None
@@ -325,17 +368,18 @@ class Cell:
         return np.fromiter((needle in s for s in self._search), dtype=bool, count=len(self._search))
 
 
-def _pick_key(records: list[dict[str, Any]], recorded: set[str]) -> str | None:
-    """The score key to read: one the manifest recorded (a log may also hold records of older settings), else the
-    key covering the most items, ties to the newest."""
-    keys = [str(r.get("key", "")) for r in records]
-    distinct = set(keys)
-    if len(distinct) <= 1:
-        return next(iter(distinct), None)
-    coverage = Counter(k for k, _ in set(zip(keys, (str(r.get("id")) for r in records), strict=True)))
-    last = {k: n for n, k in enumerate(keys)}
-    present = [k for k in coverage if k in recorded] or list(coverage)
-    return max(present, key=lambda k: (coverage[k], last[k]))
+def _pick_key(codes: np.ndarray, at: np.ndarray, names: list[str], recorded: set[str]) -> int:
+    """The score key to read (as its code): one the manifest recorded (a log may also hold records of older
+    settings), else the key covering the most items, ties to the newest."""
+    if len(names) == 1:
+        return 0
+    known = at >= 0
+    pairs = np.unique(codes[known].astype(np.int64) * (int(at.max()) + 1) + at[known])
+    coverage = np.bincount(pairs // (int(at.max()) + 1), minlength=len(names))
+    last = np.zeros(len(names), dtype=np.int64)
+    last[codes] = np.arange(len(codes))  # the newest record of each key
+    candidates = [c for c in range(len(names)) if names[c] in recorded and coverage[c]] or list(range(len(names)))
+    return max(candidates, key=lambda c: (coverage[c], last[c]))
 
 
 class RunSource:
