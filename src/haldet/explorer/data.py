@@ -311,19 +311,29 @@ class Cell:
             return ()
 
     # ---- reading ----------------------------------------------------------------------------------------------
-    def record(self, stage: str, item_id: str) -> dict[str, Any] | None:
-        """The newest record of one item in one stage log (by a byte-offset index built once per file version)."""
+    def _index(self, stage: str) -> tuple[Path, dict[str, int]]:
+        """Byte offset of each item's newest record in one stage log, built once per file version."""
         if stage not in EVIDENCE_STAGES:
             raise KeyError(stage)
         path = self.root / f"{stage}.jsonl"
         stat = self._stat(path)
-        if not stat:
-            return None
         cached = self._offsets.get(stage)
         if cached is None or cached[0] != stat:
             table, offsets = read_table(path, ID_FIELDS)
             cached = self._offsets[stage] = (stat, dict(zip(table["id"].to_pylist(), offsets.tolist(), strict=True)))
-        offset = cached[1].get(item_id)
+        return path, cached[1]
+
+    def preload(self) -> Cell:
+        """Everything a page reads, read now: the item table and every evidence log's index."""
+        self.ensure()
+        for stage in EVIDENCE_STAGES:
+            self._index(stage)
+        return self
+
+    def record(self, stage: str, item_id: str) -> dict[str, Any] | None:
+        """The newest record of one item in one stage log."""
+        path, index = self._index(stage)
+        offset = index.get(item_id)
         if offset is None:
             return None
         with open(path, "rb") as fh:

@@ -49,7 +49,7 @@ def serve(runs: Sequence[Path], host: str = LOOPBACK, port: int = 0,
     sock = bind(host, port)
     for cell in explorer.cells():  # read every cell's logs once now, so the first page a user opens is fast
         on_ready(f"reading {cell.run.name}: {cell.dataset} x {cell.model}")
-        cell.ensure()
+        cell.preload()
     app = create_app(explorer)
     actual = sock.getsockname()[1]
     shown = f"[{host}]" if ":" in host else host
