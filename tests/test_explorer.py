@@ -271,3 +271,17 @@ def test_a_corrupt_stored_record_is_a_page_naming_the_file(tmp_path):
     reply = TestClient(create_app(Explorer([root])), raise_server_exceptions=False).get("/items", params=CELL)
     assert reply.status_code == 422
     assert "corrupt record at byte 0" in reply.text and "det0.jsonl" in reply.text and "Traceback" not in reply.text
+
+
+def test_cells_are_read_once_until_their_files_change(tmp_path):
+    root = tmp_path / "run"
+    write_synthetic_run(root, n_items=20, n_detectors=1)
+    explorer = Explorer([root])
+    client = TestClient(create_app(explorer), raise_server_exceptions=False)
+    cell = explorer.cell(0, DATASET, MODEL)
+    client.get("/")  # re-reads the manifest
+    assert client.get("/items", params=CELL).status_code == 200
+    assert explorer.cell(0, DATASET, MODEL) is cell and cell.ids  # the same loaded cell, not read again
+    RunStore(root).cell(DATASET, MODEL).log("generate").append([{"id": f"{DATASET}/test/99", "key": "g",
+                                                                  "prompt": "Question: late?", "response": "r"}])
+    assert "21 of 21 items" in client.get("/items", params=CELL).text

@@ -443,7 +443,7 @@ class RunSource:
                                   if (d, m) not in entries]
         out = []
         for key in wanted:
-            if key not in self._cells or self._cells[key].entry is not entries.get(key, self._cells[key].entry):
+            if key not in self._cells or self._cells[key].entry != entries.get(key, {}):  # new, or just finished
                 self._cells[key] = Cell(self, key[0], key[1], entries.get(key, {}))
             cell = self._cells[key]
             if key in entries or cell.root.is_dir():
