@@ -324,10 +324,13 @@ class Cell:
         return path, cached[1]
 
     def preload(self) -> Cell:
-        """Everything a page reads, read now: the item table and every evidence log's index."""
+        """Everything a page reads, read now: the item table, every evidence log's index, every column's ranks."""
         self.ensure()
         for stage in EVIDENCE_STAGES:
             self._index(stage)
+        for name in self.columns:
+            self.order(name)
+            self._finite_sorted(name)
         return self
 
     def record(self, stage: str, item_id: str) -> dict[str, Any] | None:
@@ -353,12 +356,16 @@ class Cell:
     def percentile(self, column: str, n: int) -> float | None:
         """Share of this cell's scored items with a score <= item n's (100 = the highest score)."""
         values = self.columns[column].values
-        finite = values[np.isfinite(values)]
+        finite = self._finite_sorted(column)
         if not math.isfinite(values[n]) or not len(finite):
             return None
+        return 100.0 * np.searchsorted(finite, values[n], side="right") / len(finite)
+
+    def _finite_sorted(self, column: str) -> np.ndarray:
         if column not in self._sorted:
-            self._sorted[column] = np.sort(finite)
-        return 100.0 * np.searchsorted(self._sorted[column], values[n], side="right") / len(finite)
+            values = self.columns[column].values
+            self._sorted[column] = np.sort(values[np.isfinite(values)])
+        return self._sorted[column]
 
     def threshold(self, column: str) -> Threshold:
         """The column's decision threshold: best F1 on the validation items (the protocol's rule). A run that scored
