@@ -29,7 +29,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("testing", ("haldet.testing",)),
     ("suites", ("haldet.suites",)),
     ("run flow", ("haldet.flow", "haldet.executors")),
-    ("commands and reports", ("haldet.commands", "haldet.report")),
+    ("commands and reports", ("haldet.commands", "haldet.report", "haldet.explorer")),
     ("cli", ("haldet.cli", "haldet.__main__")),
     ("public API", ("haldet",)),
 ]
