@@ -1,0 +1,135 @@
+"""Rejection curves, the Prediction-Rejection Ratio (PRR) and risk-coverage curves: one implementation.
+
+A deployed detector rejects the answers it finds most suspicious. Quality is 1 for a correct answer and 0 for a
+hallucinated one (label 1). Rejecting the k highest-scored of n answers keeps the m = n - k lowest-scored ones:
+
+    rejection curve   q(m)  = mean quality of the m kept answers          (m = n, n-1, ..., 1)
+    risk-coverage     r(m)  = 1 - q(m) at coverage m / n                 (selective risk)
+    area              A(f)  = mean of q(m) over the K = int(f * n) largest m (rejection fractions 0 .. (K-1)/n)
+    PRR(f)            = (A_detector(f) - A_random(f)) / (A_oracle(f) - A_random(f))
+
+Tied scores are broken in expectation (every order of a tie equally likely), so the curve is deterministic: each
+kept item of a tied group counts the group's share of correct answers. The random detector's curve is the accuracy
+at every m (its exact expectation), the oracle keeps every correct answer before any hallucinated one. PRR is 1 for
+the oracle, about 0 for a random score and about -1 for the inverted oracle (exactly -1 on balanced labels).
+
+Everything is computed on rows of resample indices at once, so the bootstrap CIs of `haldet.evaluation.metrics`
+reuse the stratified draws the other metrics use (stratified resamples keep the class counts, so the random and
+oracle areas are the same in every resample).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+REJECTION_METRICS = ("prr", "prr_50", "rej_auc", "aurc")
+MAX_REJECTION = {"prr": 1.0, "prr_50": 0.5}
+
+
+def kept_correct(y: np.ndarray, s: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """[rows, n] expected number of correct answers among the m lowest-scored items of each resample (column m-1),
+    ties broken in expectation. `y`: 1 = hallucinated; `s`: finite scores (higher = more suspicious)."""
+    _, inv = np.unique(s, return_inverse=True)
+    n_bins = int(inv.max()) + 1 if len(inv) else 0
+    rows = idx.shape[0]
+    bins = inv[idx]
+    flat = (np.arange(rows)[:, None] * n_bins + bins).ravel()
+    total = np.bincount(flat, minlength=rows * n_bins).reshape(rows, n_bins)
+    correct = np.bincount(flat, weights=(y[idx] == 0).ravel().astype(np.float64),
+                          minlength=rows * n_bins).reshape(rows, n_bins)
+    share = np.divide(correct, total, out=np.zeros_like(correct), where=total > 0)
+    ordered = np.sort(bins, axis=1)  # kept order: lowest score first
+    return np.cumsum(np.take_along_axis(share, ordered, axis=1), axis=1)
+
+
+def rejection_curves(y: np.ndarray, s: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """[rows, n]: the mean quality of the m kept answers, column m-1 (m = 1..n)."""
+    n = idx.shape[1]
+    return kept_correct(y, s, idx) / np.arange(1, n + 1)[None, :]
+
+
+def n_points(n: int, max_rejection: float) -> int:
+    """Points of the curve an area up to `max_rejection` averages: int(max_rejection * n), at least one."""
+    return max(1, int(max_rejection * n))
+
+
+def area(curves: np.ndarray, max_rejection: float = 1.0) -> np.ndarray:
+    """Per row, the mean of q(m) over the largest int(max_rejection * n) kept counts m."""
+    k = n_points(curves.shape[1], max_rejection)
+    return curves[:, curves.shape[1] - k :].mean(axis=1)
+
+
+def oracle_area(n_correct: int, n: int, max_rejection: float = 1.0) -> float:
+    """The oracle's area: it rejects every hallucinated answer first, so q(m) = min(m, n_correct) / m."""
+    m = np.arange(n - n_points(n, max_rejection) + 1, n + 1)
+    return float((np.minimum(m, n_correct) / m).mean())
+
+
+def random_area(n_correct: int, n: int) -> float:
+    """A random score's expected area: its expected curve is the accuracy at every m."""
+    return n_correct / n
+
+
+def prr(areas: np.ndarray, n_correct: int, n: int, max_rejection: float = 1.0) -> np.ndarray:
+    """PRR of each area (NaN where the oracle is no better than random: one class only)."""
+    rand, best = random_area(n_correct, n), oracle_area(n_correct, n, max_rejection)
+    if best <= rand:
+        return np.full(np.shape(areas), np.nan)
+    return (np.asarray(areas) - rand) / (best - rand)
+
+
+def rejection_metrics(y: np.ndarray, s: np.ndarray, idx: np.ndarray,
+                      metrics: tuple[str, ...] = REJECTION_METRICS) -> dict[str, np.ndarray]:
+    """Each rejection metric per row of `idx` (rows of resampled indices, or one row of all items). Every row has
+    the same class counts (stratified resamples). `aurc` is the area under the risk-coverage curve (1 - rej_auc)."""
+    y = np.asarray(y, dtype=int)
+    curves = rejection_curves(y, s, idx)
+    n = idx.shape[1]
+    n_correct = int((y[idx[0]] == 0).sum())
+    out: dict[str, np.ndarray] = {}
+    full = area(curves)
+    for m in metrics:
+        if m in MAX_REJECTION:
+            out[m] = prr(area(curves, MAX_REJECTION[m]), n_correct, n, MAX_REJECTION[m])
+        elif m == "rej_auc":
+            out[m] = full
+        elif m == "aurc":
+            out[m] = 1.0 - full
+    return out
+
+
+@dataclass
+class RiskCoverage:
+    """The risk-coverage curve of one score on one set: selective risk (share of hallucinated answers among the
+    kept) at each coverage m / n, m = 1..n, keeping the least suspicious first (ties in expectation)."""
+
+    coverage: np.ndarray
+    risk: np.ndarray
+    n: int
+
+    def at(self, kept: int) -> float:
+        """Selective risk when `kept` answers are kept (NaN when none is)."""
+        return float(self.risk[kept - 1]) if kept > 0 else float("nan")
+
+    def sampled(self, points: int = 21) -> dict[str, list[float]]:
+        """The curve at `points` evenly spaced coverages (the nearest kept count at or above each), for reports."""
+        if self.n == 0:
+            return {"coverage": [], "risk": []}
+        kept = np.unique(np.clip(np.ceil(np.linspace(0, 1, points) * self.n).astype(int), 1, self.n))
+        return {"coverage": [round(float(k / self.n), 6) for k in kept],
+                "risk": [round(float(self.risk[k - 1]), 6) for k in kept]}
+
+
+def risk_coverage(y: np.ndarray, suspicion: np.ndarray) -> RiskCoverage:
+    """The risk-coverage curve of `suspicion` (higher = rejected first; NaN = never kept before a valid score, i.e.
+    rejected first) for labels `y` (1 = hallucinated / unfaithful)."""
+    y = np.asarray(y, dtype=int)
+    s = np.asarray(suspicion, dtype=np.float64)
+    n = len(y)
+    if n == 0:
+        return RiskCoverage(np.empty(0), np.empty(0), 0)
+    s = np.where(np.isfinite(s), s, np.inf)
+    risk = 1.0 - rejection_curves(y, s, np.arange(n)[None, :])[0]
+    return RiskCoverage(np.arange(1, n + 1) / n, risk, n)
