@@ -48,7 +48,8 @@ def cell_entry(c: CellResult) -> dict[str, Any]:
             "detectors": [{"name": d.name, "family": d.family, "level": d.level, "key": d.key, "n_scored": d.n_scored,
                            "fit_s": d.fit_seconds, "score_s": d.score_seconds,
                            "timing_known": d.name not in c.untimed, "cached": d.cached, "error": d.error,
-                           "identity": d.identity, "meta": d.meta} for d in c.detectors]}
+                           "identity": d.identity, "meta": d.meta,
+                           **({"curves": d.curves} if d.curves else {})} for d in c.detectors]}
 
 
 def provenance_columns(name: str, identity: dict[str, Any]) -> dict[str, Any]:

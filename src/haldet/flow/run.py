@@ -66,6 +66,10 @@ def validate_names(config: RunConfig) -> None:
         get_adapter(name, config.data_dir, config.dataset_params.get(name))  # unknown name or option: fail now
     for name in config.detectors:
         DETECTORS.get(name, where="--detector")
+    if config.suite and config.evaluation.calibration != "none":
+        raise HaldetError(f"calibration {config.evaluation.calibration!r} is fitted on OpenHalDet's response-level "
+                          f"protocol; suite {config.suite!r} evaluates its own levels and thresholds",
+                          where="evaluation.calibration", hint="leave calibration at none for a suite run")
     Cascade.from_config(config.judge)  # an LLM judge without a model, a missing template dir: fail before generating
     requires = {name: DETECTORS.get(name, where="--detector").requires for name in config.detectors}
     # hidden-state detectors on an API model: fail before any work
