@@ -10,9 +10,9 @@ from sklearn.isotonic import IsotonicRegression
 from haldet.config import RunConfig
 from haldet.evaluation.calibration import calibration_on_resamples, evaluate_calibrated, fit_calibrator, reliability
 from haldet.flow.scoring import ResponseScoring, score_detector
+from haldet.signals import Signal
 from haldet.store import CellStore
 from haldet.testing.conformance import split_of, synthetic_view
-from haldet.signals import Signal
 
 
 def test_ece_and_brier_by_hand():
