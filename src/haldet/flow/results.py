@@ -18,7 +18,8 @@ def result_rows(cell: CellResult, cost_n: int = DEFAULT_N) -> list[dict[str, Any
     rows = []
     for run in cell.detectors:
         timed = run.name not in cell.untimed
-        cost = detector_cost(DETECTORS.get(run.name, where="--detector").requires, cell.evidence,
+        reads = run.reads or DETECTORS.get(run.name, where="--detector").requires  # an ensemble: its members'
+        cost = detector_cost(reads, cell.evidence,
                              fit_s=round(run.fit_seconds, 6) if timed else None,
                              score_s=round(run.score_seconds, 6) if timed else None,
                              n_scored=run.n_scored, n=cost_n, stage_signals=stage_provides()) if not run.error else {}

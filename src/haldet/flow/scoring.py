@@ -54,6 +54,7 @@ class DetectorRun:
     # curves for reports (manifest): "risk_coverage" (sampled), with calibration "reliability" and "calibration"
     curves: dict[str, Any] = field(default_factory=dict)
     probabilities: dict[str, float | None] = field(default_factory=dict)  # calibrated P(hallucination), test ids
+    reads: frozenset[Any] = frozenset()  # the signals this instance read (an ensemble: its members' union)
 
 
 def make_detector(name: str, config: RunConfig) -> Detector:
@@ -151,6 +152,7 @@ def score_detector(name: str, level: str, protocol: ResponseScoring, store: Cell
                       train_labels=train_labels[0] if detector.trains else "")
     # the key covers what will actually run: version, resolved params (variant) and auxiliary model identities
     run.identity = detector.identity()
+    run.reads = frozenset(detector.signals())
     calibration = protocol.config.evaluation.calibration
     if calibration != "none":  # how its probabilities are made is part of what the detector's numbers are
         run.identity["calibration"] = calibration
