@@ -95,3 +95,19 @@ def test_cost_counts_shared_evidence_once():
     assert [c["prep_s_item"] for c in alone] == [1.5, 1.5]
     assert both["prep_s_item"] == pytest.approx(1.5)  # the samples are drawn once for both members
     assert both["extra_calls_item"] == pytest.approx(5.0)
+
+
+def test_family_follows_the_members(tmp_path):
+    from haldet.config import RunConfig
+    from haldet.flow.scoring import ResponseScoring, score_detector
+    from haldet.store import CellStore
+    from haldet.testing.conformance import split_of
+
+    params = {"members": ["perplexity", "eigenscore"], "variant": "rank"}
+    view = synthetic_view(Ensemble(**params).signals(), n=60)
+    config = RunConfig(detectors=["ensemble"], detector_params={"ensemble": params}, evaluation={"bootstrap": 0})
+    run = score_detector("ensemble", "response", ResponseScoring(config), CellStore(tmp_path), view,
+                         split_of(view), "synthetic-evidence")
+    assert Ensemble.family() == "gray" and run.family == "white"  # a white-box member makes it white-box
+    assert run.reads == {Signal.TOKEN_LOGPROBS, Signal.SAMPLE_HIDDEN}
+    assert [m["detector"] for m in run.identity["members"]] == ["perplexity", "eigenscore"]

@@ -28,7 +28,7 @@ from haldet.evaluation.calibration import (
 from haldet.evaluation.metrics import MetricValue, evaluate
 from haldet.evaluation.rejection import risk_coverage
 from haldet.schema import Instance
-from haldet.signals import SignalView
+from haldet.signals import SignalView, access_of
 from haldet.store import CellStore
 
 
@@ -148,7 +148,8 @@ def score_detector(name: str, level: str, protocol: ResponseScoring, store: Cell
     detector.workdir = store.root  # per-run caches (NLI / similarity pairs)
     if progress is not None:
         detector.progress = progress
-    run = DetectorRun(name=name, family=str(detector.family()), level=level,
+    # the family of what this instance reads (an ensemble: its members'; the class's for every other detector)
+    run = DetectorRun(name=name, family=str(access_of(detector.signals())), level=level,
                       train_labels=train_labels[0] if detector.trains else "")
     # the key covers what will actually run: version, resolved params (variant) and auxiliary model identities
     run.identity = detector.identity()
