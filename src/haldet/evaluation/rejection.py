@@ -39,9 +39,15 @@ def kept_correct(y: np.ndarray, s: np.ndarray, idx: np.ndarray) -> np.ndarray:
     total = np.bincount(flat, minlength=rows * n_bins).reshape(rows, n_bins)
     correct = np.bincount(flat, weights=(y[idx] == 0).ravel().astype(np.float64),
                           minlength=rows * n_bins).reshape(rows, n_bins)
-    share = np.divide(correct, total, out=np.zeros_like(correct), where=total > 0)
     ordered = np.sort(bins, axis=1)  # kept order: lowest score first
-    return np.cumsum(np.take_along_axis(share, ordered, axis=1), axis=1)
+    # C(m) = correct answers in the bins below m's bin + m's share of its own bin's (whole numbers until the one
+    # division, so a curve point at a tie boundary is exact)
+    before_total = np.take_along_axis(np.cumsum(total, axis=1) - total, ordered, axis=1)
+    before_correct = np.take_along_axis(np.cumsum(correct, axis=1) - correct, ordered, axis=1)
+    own_total = np.take_along_axis(total, ordered, axis=1)
+    own_correct = np.take_along_axis(correct, ordered, axis=1)
+    m = np.arange(1, idx.shape[1] + 1)[None, :]
+    return before_correct + (m - before_total) * own_correct / own_total
 
 
 def rejection_curves(y: np.ndarray, s: np.ndarray, idx: np.ndarray) -> np.ndarray:
@@ -131,5 +137,6 @@ def risk_coverage(y: np.ndarray, suspicion: np.ndarray) -> RiskCoverage:
     if n == 0:
         return RiskCoverage(np.empty(0), np.empty(0), 0)
     s = np.where(np.isfinite(s), s, np.inf)
-    risk = 1.0 - rejection_curves(y, s, np.arange(n)[None, :])[0]
+    kept = np.arange(1, n + 1)
+    risk = (kept - kept_correct(y, s, np.arange(n)[None, :])[0]) / kept  # hallucinated among the kept, over kept
     return RiskCoverage(np.arange(1, n + 1) / n, risk, n)
