@@ -30,6 +30,18 @@ def best_of(repeat: int, fn: Callable[[], object]) -> float:
     return min(times)
 
 
+def time_size(n: int, n_boot: int, repeat: int) -> dict[str, float]:
+    rng = np.random.default_rng(n)
+    y = (rng.random(n) < 0.4).astype(int)
+    s = np.round(y + rng.normal(size=n), 2)
+    idx = stratified_indices(y, n_boot, seed=42)
+    p = 1 / (1 + np.exp(-s))
+    return {"n": n,
+            "detection_s": best_of(repeat, lambda: metrics_on_resamples(y, s, idx, DETECTION_METRICS)),
+            "rejection_s": best_of(repeat, lambda: metrics_on_resamples(y, s, idx, REJECTION_METRICS)),
+            "calibration_s": best_of(repeat, lambda: evaluate_calibrated(y, p, n_boot=n_boot))}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="100,400,2000")
@@ -38,17 +50,7 @@ def main() -> None:
     args = parser.parse_args()
     out = {"n_boot": args.n_boot, "repeat": args.repeat, "loadavg": os.getloadavg(), "sizes": []}
     for n in (int(x) for x in args.sizes.split(",")):
-        rng = np.random.default_rng(n)
-        y = (rng.random(n) < 0.4).astype(int)
-        s = np.round(y + rng.normal(size=n), 2)
-        idx = stratified_indices(y, args.n_boot, seed=42)
-        p = 1 / (1 + np.exp(-s))
-        out["sizes"].append({
-            "n": n,
-            "detection_s": best_of(args.repeat, lambda: metrics_on_resamples(y, s, idx, DETECTION_METRICS)),
-            "rejection_s": best_of(args.repeat, lambda: metrics_on_resamples(y, s, idx, REJECTION_METRICS)),
-            "calibration_s": best_of(args.repeat, lambda: evaluate_calibrated(y, p, n_boot=args.n_boot)),
-        })
+        out["sizes"].append(time_size(n, args.n_boot, args.repeat))
     print(json.dumps(out, indent=2))
 
 
