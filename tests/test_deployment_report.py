@@ -103,3 +103,18 @@ def test_html_section_shows_metrics_risk_coverage_and_reliability():
     assert "Risk-coverage curves" in html and "Reliability diagrams" in html and html.count("<svg") == 2
     assert "0.350" in html and "ECE" in html and "perfectly calibrated" in html
     assert deployment_section([RunData(Path("/nonexistent"), {"cells": []}, [])], [], n_boot=10) == ""
+
+
+def test_a_metric_no_row_holds_and_a_calibrated_suite_run_are_refused():
+    from haldet.cli.options import check_metrics
+    from haldet.config import RunConfig
+    from haldet.errors import HaldetError
+    from haldet.flow.run import validate_names
+
+    rows = _metric_rows()
+    assert check_metrics(["prr", "ece"], rows) == ["prr", "ece"]
+    with pytest.raises(HaldetError) as err:
+        check_metrics(["prr", "brierr"], rows)
+    assert "brierr" in err.value.message and "auroc" in err.value.hint
+    with pytest.raises(HaldetError, match="calibration"):
+        validate_names(RunConfig(suite="verigray", evaluation={"calibration": "platt"}))

@@ -59,7 +59,11 @@ def _now() -> str:
 
 
 def validate_names(config: RunConfig) -> None:
-    """Fail before any work on unknown dataset or detector names."""
+    """Fail before any work on unknown dataset or detector names (or a calibration a suite cannot take)."""
+    if config.suite and config.evaluation.calibration != "none":
+        raise HaldetError(f"calibration {config.evaluation.calibration!r} is fitted on OpenHalDet's response-level "
+                          f"protocol; suite {config.suite!r} evaluates its own levels and thresholds",
+                          where="evaluation.calibration", hint="leave calibration at none for a suite run")
     if config.suite:
         get_suite(config.suite)
     for name in config.dataset_params:
@@ -68,10 +72,6 @@ def validate_names(config: RunConfig) -> None:
         get_adapter(name, config.data_dir, config.dataset_params.get(name))  # unknown name or option: fail now
     for name in config.detectors:
         DETECTORS.get(name, where="--detector")
-    if config.suite and config.evaluation.calibration != "none":
-        raise HaldetError(f"calibration {config.evaluation.calibration!r} is fitted on OpenHalDet's response-level "
-                          f"protocol; suite {config.suite!r} evaluates its own levels and thresholds",
-                          where="evaluation.calibration", hint="leave calibration at none for a suite run")
     Cascade.from_config(config.judge)  # an LLM judge without a model, a missing template dir: fail before generating
     requires = {name: _reads(name, config) for name in config.detectors}
     # hidden-state detectors on an API model: fail before any work
