@@ -83,3 +83,21 @@ def test_evaluate_gives_prr_rows_with_bootstrap_cis():
     assert rows["prr"].value == pytest.approx(one(y[valid], s[valid], "prr"))
     assert rows["prr"].value > 0.3
 
+
+
+def test_counts_of_a_grouped_resample_give_the_metrics_of_the_repeated_units():
+    from haldet.evaluation.rejection import rejection_from_counts
+
+    rng = np.random.default_rng(4)
+    y = (rng.random(30) < 0.4).astype(int)
+    s = np.round(y + rng.normal(size=30), 1)  # ties
+    _, bins = np.unique(s, return_inverse=True)
+    for seed in range(5):
+        mult = np.random.default_rng(seed).integers(0, 3, size=30)
+        reps = np.repeat(np.arange(30), mult)
+        cp = np.bincount(bins, weights=mult * (y == 1), minlength=bins.max() + 1)[None, :]
+        cn = np.bincount(bins, weights=mult * (y == 0), minlength=bins.max() + 1)[None, :]
+        got = rejection_from_counts(cp, cn)
+        want = rejection_metrics(y, s, reps[None, :])
+        for m in want:
+            assert got[m][0] == pytest.approx(want[m][0], abs=1e-12), m

@@ -106,6 +106,35 @@ def rejection_metrics(y: np.ndarray, s: np.ndarray, idx: np.ndarray,
     return out
 
 
+def rejection_from_counts(hallucinated: np.ndarray, correct: np.ndarray,
+                          metrics: tuple[str, ...] = REJECTION_METRICS) -> dict[str, np.ndarray]:
+    """The rejection metrics per row of per-distinct-score counts (columns in ascending score order) of hallucinated
+    and correct units, e.g. a grouped bootstrap's resamples, whose rows differ in size and class counts (so the
+    random and oracle areas are per row). Counts are whole numbers. NaN for a row without both classes."""
+    totals = np.rint(np.asarray(hallucinated) + np.asarray(correct)).astype(np.int64)
+    corrects = np.rint(np.asarray(correct)).astype(np.int64)
+    out = {m: np.full(totals.shape[0], np.nan) for m in metrics}
+    for r in range(totals.shape[0]):
+        total, correct = totals[r], corrects[r]
+        n, n_correct = int(total.sum()), int(correct.sum())
+        if n == 0 or n_correct in (0, n):
+            continue
+        cum_total, cum_correct = np.cumsum(total), np.cumsum(correct)
+        m = np.arange(1, n + 1)
+        b = np.searchsorted(cum_total, m, side="left")  # the bin of the m-th kept unit
+        kept = cum_correct[b] - correct[b] + (m - (cum_total[b] - total[b])) * correct[b] / total[b]
+        curve = (kept / m)[None, :]
+        full = float(area(curve)[0])
+        for name in metrics:
+            if name in MAX_REJECTION:
+                out[name][r] = prr(area(curve, MAX_REJECTION[name]), n_correct, n, MAX_REJECTION[name])[0]
+            elif name == "rej_auc":
+                out[name][r] = full
+            elif name == "aurc":
+                out[name][r] = 1.0 - full
+    return out
+
+
 @dataclass
 class RiskCoverage:
     """The risk-coverage curve of one score on one set: selective risk (share of hallucinated answers among the
