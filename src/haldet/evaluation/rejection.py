@@ -106,32 +106,58 @@ def rejection_metrics(y: np.ndarray, s: np.ndarray, idx: np.ndarray,
     return out
 
 
+def _harmonic(x: np.ndarray) -> np.ndarray:
+    """H(x) = 1 + 1/2 + ... + 1/x (H(0) = 0), for whole x >= 0: a lookup in a cumulative table."""
+    x = np.rint(np.asarray(x)).astype(np.int64)
+    table = np.concatenate([[0.0], np.cumsum(1.0 / np.arange(1, int(x.max(initial=0)) + 1))])
+    return table[x]
+
+
+def _count_areas(total: np.ndarray, correct: np.ndarray, fractions: set[float]) -> dict[float, np.ndarray]:
+    """Per row and rejection fraction f, the area A(f) from per-score counts, summed in closed form per score bin:
+    within a bin starting after T0 kept units with C0 correct ones, q(m) = (C0 - T0 r) / m + r (r = the bin's
+    correct share), so its sum over m in (lo, hi] is (C0 - T0 r)(H(hi) - H(lo)) + r (hi - lo)."""
+    n = total.sum(axis=1)
+    t0 = np.cumsum(total, axis=1) - total
+    share = np.divide(correct, total, out=np.zeros(total.shape), where=total > 0)
+    slope = np.cumsum(correct, axis=1) - correct - t0 * share
+    hi = t0 + total
+    h_hi = _harmonic(hi)
+    out = {}
+    for f in fractions:
+        k = np.maximum(1, np.floor(f * n))
+        lo = np.minimum(np.maximum(t0, (n - k)[:, None]), hi)
+        out[f] = (slope * (h_hi - _harmonic(lo)) + share * (hi - lo)).sum(axis=1) / k
+    return out
+
+
 def rejection_from_counts(hallucinated: np.ndarray, correct: np.ndarray,
                           metrics: tuple[str, ...] = REJECTION_METRICS) -> dict[str, np.ndarray]:
     """The rejection metrics per row of per-distinct-score counts (columns in ascending score order) of hallucinated
     and correct units, e.g. a grouped bootstrap's resamples, whose rows differ in size and class counts (so the
-    random and oracle areas are per row). Counts are whole numbers. NaN for a row without both classes."""
-    totals = np.rint(np.asarray(hallucinated) + np.asarray(correct)).astype(np.int64)
-    corrects = np.rint(np.asarray(correct)).astype(np.int64)
-    out = {m: np.full(totals.shape[0], np.nan) for m in metrics}
-    for r in range(totals.shape[0]):
-        total, correct = totals[r], corrects[r]
-        n, n_correct = int(total.sum()), int(correct.sum())
-        if n == 0 or n_correct in (0, n):
-            continue
-        cum_total, cum_correct = np.cumsum(total), np.cumsum(correct)
-        m = np.arange(1, n + 1)
-        b = np.searchsorted(cum_total, m, side="left")  # the bin of the m-th kept unit
-        kept = cum_correct[b] - correct[b] + (m - (cum_total[b] - total[b])) * correct[b] / total[b]
-        curve = (kept / m)[None, :]
-        full = float(area(curve)[0])
-        for name in metrics:
-            if name in MAX_REJECTION:
-                out[name][r] = prr(area(curve, MAX_REJECTION[name]), n_correct, n, MAX_REJECTION[name])[0]
-            elif name == "rej_auc":
-                out[name][r] = full
-            elif name == "aurc":
-                out[name][r] = 1.0 - full
+    random and oracle areas are per row; the oracle's in closed form too). Counts are whole numbers. NaN for a row
+    without both classes."""
+    total = np.rint(np.asarray(hallucinated) + np.asarray(correct))
+    good = np.rint(np.asarray(correct))
+    n, n_correct = total.sum(axis=1), good.sum(axis=1)
+    both = (n_correct > 0) & (n_correct < n)
+    areas = _count_areas(total, good, {MAX_REJECTION.get(m, 1.0) for m in metrics})
+    rand = np.divide(n_correct, n, out=np.zeros_like(n_correct), where=n > 0)
+    out: dict[str, np.ndarray] = {}
+    for name in metrics:
+        f = MAX_REJECTION.get(name, 1.0)
+        a = areas[f]
+        if name == "rej_auc":
+            out[name] = np.where(both, a, np.nan)
+        elif name == "aurc":
+            out[name] = np.where(both, 1.0 - a, np.nan)
+        else:  # oracle: q(m) = 1 up to m = n_correct, then n_correct / m
+            k = np.maximum(1, np.floor(f * n))
+            start = n - k
+            ones = np.clip(n_correct - start, 0, None)
+            oracle = (ones + n_correct * (_harmonic(n) - _harmonic(np.maximum(n_correct, start)))) / k
+            with np.errstate(invalid="ignore", divide="ignore"):
+                out[name] = np.where(both & (oracle > rand), (a - rand) / (oracle - rand), np.nan)
     return out
 
 
