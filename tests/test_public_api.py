@@ -41,3 +41,27 @@ def test_run_rejects_an_unknown_detector_before_any_work(tmp_path: Path) -> None
     with pytest.raises(Exception, match="no_such_detector"):
         haldet.run(config, tmp_path / "run")
     assert not (tmp_path / "run").exists()
+
+
+def test_load_scores_gives_raw_scores_and_calibrated_probabilities_of_the_evaluated_key(tmp_path: Path) -> None:
+    import json
+
+    store = RunStore(tmp_path)
+    cell = store.cell("d", "m")
+    cell.write_json("split.json", {"train": [], "val": [], "test": ["a", "b"]})
+    (cell.root / "annotate.jsonl").write_text("".join(json.dumps({"id": i, "category": c}) + "\n"
+                                                      for i, c in (("a", "hallucination"), ("b", "correct"))))
+    (cell.root / "scores").mkdir()
+    (cell.root / "scores" / "perplexity.jsonl").write_text(
+        "".join(json.dumps({"id": i, "key": k, "value": v}) + "\n"
+                for i, k, v in (("a", "old", 9.0), ("a", "k1", 2.0), ("b", "k1", 1.0))))
+    cell.write_json("scores/perplexity.calibrated.json", {"key": "k1", "probabilities": {"a": 0.8, "b": 0.3}})
+    store.write_manifest({"cells": [{"dataset": "d", "model": "m",
+                                     "detectors": [{"name": "perplexity", "key": "k1"}]}]})
+    store.write_results([])
+    frame = haldet.load_scores(tmp_path, "d", "m")
+    assert frame.to_dict("list") == {"id": ["a", "b"], "label": [1, 0], "perplexity": [2.0, 1.0],
+                                     "perplexity.p": [0.8, 0.3]}
+    # probabilities filed under another key (another calibration or older scores) are not these scores'
+    cell.write_json("scores/perplexity.calibrated.json", {"key": "old", "probabilities": {"a": 0.1, "b": 0.1}})
+    assert "perplexity.p" not in haldet.load_scores(tmp_path, "d", "m")

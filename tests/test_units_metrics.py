@@ -122,3 +122,17 @@ def test_breakdowns_by_hand() -> None:
     # content units 0, 1, 3, 5: positives 0.9, 0.2, 0.8 against the negative 0.7 -> 2 of 3 pairs ranked right
     assert out["auroc[content]"].n == 4 and out["auroc[content]"].value == pytest.approx(2 / 3)
     assert breakdown_metrics(UnitData(y, s, np.arange(6), tags=tags), None, 1.0) == []  # no validation threshold
+
+
+def test_unit_prr_rows_with_grouped_bootstrap_cis() -> None:
+    from haldet.evaluation.rejection import rejection_metrics
+
+    rng = np.random.default_rng(8)
+    y = (rng.random(120) < 0.4).astype(int)
+    s = y + rng.normal(size=120)
+    data = UnitData(y, s, np.arange(120) // 3)
+    out = {m.metric: m for m in unit_metrics(data, None, n_boot=200)}
+    want = rejection_metrics(y, s, np.arange(120)[None, :], ("prr", "prr_50", "aurc"))
+    for m in ("prr", "prr_50", "aurc"):
+        assert out[m].value == pytest.approx(want[m][0]) and out[m].ci_low <= out[m].value <= out[m].ci_high
+    assert out["prr"].value > 0.3

@@ -6,6 +6,7 @@ The public API (everything else may move between releases)::
     config = haldet.load_config(None, datasets=["halueval_qa"], detectors=["perplexity"], limit=20)
     rows, cells = haldet.run(config, "runs/exp1")      # the same run as `haldet run`
     frame = haldet.load_results("runs/exp1")           # its results as a pandas DataFrame
+    scores = haldet.load_scores("runs/exp1", "halueval_qa", "smollm2-135m")  # test labels, scores, probabilities
 
     @haldet.register("my_detector")                    # a detector plugin: one class, one decorator
     class MyDetector(haldet.Detector):
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
     import pandas
 
 __all__ = ["Detector", "RunConfig", "Scores", "Signal", "SignalView", "UnitScores", "__version__", "check_detector",
-           "load_config", "load_results", "register", "run"]
+           "load_config", "load_results", "load_scores", "register", "run"]
 
 
 def run(config: Any, out: str | Path, **options: Any) -> tuple[list[dict[str, Any]], list[Any]]:
@@ -47,6 +48,26 @@ def load_results(run_dir: str | Path) -> pandas.DataFrame:
     from haldet.store import RunStore
 
     return pandas.DataFrame(RunStore(Path(run_dir)).read_results())
+
+
+def load_scores(run_dir: str | Path, dataset: str, model: str) -> pandas.DataFrame:
+    """One cell's test items as a DataFrame: `id`, `label` (1 = hallucination) and, per detector, its raw score
+    (column named after it) and, when a calibration ran, its calibrated P(hallucination) (`<detector>.p`)."""
+    import pandas
+
+    from haldet.errors import HaldetError
+    from haldet.report.rundata import load_run
+
+    data = load_run(run_dir).cell_scores(dataset, model)
+    if data is None:
+        raise HaldetError(f"no test split for {dataset} | {model}", where=str(run_dir),
+                          hint="check the dataset and model names; the cell may have failed before splitting")
+    columns: dict[str, Any] = {"id": data.ids, "label": data.labels}
+    for name, values in data.scores.items():
+        columns[name] = values
+        if name in data.probabilities:
+            columns[f"{name}.p"] = data.probabilities[name]
+    return pandas.DataFrame(columns)
 
 
 def __getattr__(name: str) -> Any:

@@ -177,6 +177,8 @@ class EvaluationConfig(Section):
     bootstrap: int = Field(1000, ge=0)
     ci: float = Field(0.95, gt=0, lt=1)
     bootstrap_seed: int = 42
+    # a monotone map score -> P(hallucination) fitted on validation, applied to test (ECE, Brier; AUROC unchanged)
+    calibration: Literal["none", "platt", "isotonic"] = "none"
 
     @field_validator("split")
     @classmethod

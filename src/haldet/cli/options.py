@@ -18,6 +18,9 @@ DataFile = typer.Option(help="One data file of the (single) dataset, in its hub 
                              "format (see `haldet datasets show NAME --formats`).")
 SplitOption = typer.Option(help="The split to evaluate (default: the dataset's own order, docs/datasets.md).")
 
+MetricsOption = typer.Option("--metrics", help="Further metric columns beside AUROC (repeat or comma list), e.g. "
+                             "prr,prr_50,ece,brier; also a Table 2 layout each in tables.md (docs/reports.md).")
+
 RunDirArg = Annotated[Path, typer.Argument(help="A run directory written by `haldet run`.")]
 
 
@@ -33,3 +36,13 @@ def local_data(data_dir: Path | None, data_file: Path | None, datasets: list[str
         raise HaldetError("--data-file holds one dataset's data", where="--dataset",
                           hint="name exactly one --dataset, or use --data-dir DIR with DIR/<dataset>/ folders")
     return str(data_file)
+
+
+def check_metrics(names: list[str], rows: list[dict[str, object]]) -> list[str]:
+    """The `--metrics` names, each of which some result row holds; else one message naming those it holds."""
+    present = list(dict.fromkeys(str(r.get("metric")) for r in rows))
+    unknown = [n for n in names if n not in present]
+    if unknown and rows:
+        raise HaldetError(f"no result row holds metric(s) {', '.join(unknown)}", where="--metrics",
+                          hint=f"the rows hold: {', '.join(present)} (ece and brier need evaluation.calibration)")
+    return names

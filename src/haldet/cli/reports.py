@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from haldet.cli.console import console, out_console, print_json, print_table
+from haldet.cli.options import MetricsOption, check_metrics
 from haldet.config import split_names
 from haldet.errors import HaldetError
 
@@ -19,6 +20,7 @@ def report(
                                                  "(default: the run directory when one run is given).")] = None,
     n_boot: Annotated[int, typer.Option(help="Resamples of the paired bootstrap comparisons in the HTML.")] = 1000,
     as_json: Annotated[bool, typer.Option("--json", help="Print the merged result rows as JSON.")] = False,
+    metrics: Annotated[list[str] | None, MetricsOption] = None,
 ) -> None:
     """Rebuild the reports from stored runs without recomputing anything: results.json/csv/parquet (merged over
     the runs; a cell present in several runs keeps the later run's rows), tables.md and tables.tex (Tables 2, 9
@@ -33,11 +35,16 @@ def report(
             raise HaldetError("several runs need an --out DIR for the merged report", where="--out",
                               hint="e.g. haldet report runs/a runs/b --out reports/ab")
         out = run_dirs[0]
-    written, rows = report_runs(run_dirs, out, n_boot=n_boot)
+    wanted = split_names(metrics)
+    if wanted:  # a misspelt metric fails before anything is written
+        from haldet.report.rundata import load_run, merge_runs
+
+        check_metrics(wanted, merge_runs([load_run(d) for d in run_dirs]))
+    written, rows = report_runs(run_dirs, out, n_boot=n_boot, metrics=wanted)
     if as_json:
         out_console.print_json(json.dumps(rows, default=str))
     else:
-        out_console.print(results_table(rows))
+        out_console.print(results_table(rows, metrics=wanted))
     console.print("written: " + ", ".join(str(p) for p in written.values()), highlight=False)
 
 

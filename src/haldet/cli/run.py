@@ -13,7 +13,7 @@ from typing import Annotated, Any
 import typer
 
 from haldet.cli.console import console, exit_on_failures, out_console, progress_bars
-from haldet.cli.options import AllowFailures, DataFile, SplitOption, local_data
+from haldet.cli.options import AllowFailures, DataFile, MetricsOption, SplitOption, check_metrics, local_data
 from haldet.config import RunConfig, digest, load_config, split_names
 from haldet.errors import HaldetError
 
@@ -47,6 +47,8 @@ class RunOptions:
     ray_address: str | None = None
     allow_failures: bool = False
     suite: str | None = None
+    metrics: list[str] | None = None
+    calibration: str | None = None
 
 
 def run(
@@ -87,6 +89,10 @@ def run(
     suite: Annotated[str | None, typer.Option(help="Run a hosted benchmark with its datasets, protocol, detectors, "
                                               "levels and tables (see `haldet suites list`); flags override.")]
     = None,
+    metrics: Annotated[list[str] | None, MetricsOption] = None,
+    calibration: Annotated[str | None, typer.Option(help="none | platt | isotonic: map each detector's score to "
+                                                    "P(hallucination), fitted on validation; adds ECE and Brier "
+                                                    "rows (evaluation.calibration).")] = None,
 ) -> None:
     """Run the benchmark: generate, annotate, split, score, evaluate; print a table, write the run directory.
 
@@ -99,7 +105,7 @@ def run(
         max_new_tokens=max_new_tokens, decode_rows=decode_rows, device=device, judge=judge, judge_model=judge_model,
         judge_base_url=judge_base_url, judge_backend=judge_backend, update=update, as_json=as_json,
         model_base_url=model_base_url, executor=executor, ray_address=ray_address, allow_failures=allow_failures,
-        suite=suite,
+        suite=suite, metrics=metrics, calibration=calibration,
     ))
 
 
@@ -137,8 +143,8 @@ def run_benchmark(opts: RunOptions) -> None:
     if opts.as_json:
         out_console.print_json(json.dumps(rows))
     else:
-        out_console.print(results_table(rows, failed=failed))
-    _write_run_reports(target)
+        out_console.print(results_table(rows, failed=failed, metrics=check_metrics(split_names(opts.metrics), rows)))
+    _write_run_reports(target, metrics=split_names(opts.metrics))
     console.print(f"run directory: {target}", highlight=False, soft_wrap=True)
     exit_on_failures(run_problems(cells), opts.allow_failures)
 
@@ -174,6 +180,7 @@ def run_config(opts: RunOptions) -> RunConfig:
         generation__batch_size=opts.batch_size, generation__max_new_tokens=opts.max_new_tokens,
         judge__kind=opts.judge, judge__model=opts.judge_model, judge__base_url=opts.judge_base_url,
         judge__backend=opts.judge_backend, endpoint__base_url=opts.model_base_url,
+        evaluation__calibration=opts.calibration,
     )
     config = load_config(opts.config_file, base=_suite_base(opts.suite), **overrides)
     if config.suite and not opts.suite:  # a suite named in the config file: its settings lie under the file's
@@ -268,9 +275,9 @@ def _suite_base(name: str | None) -> dict[str, Any] | None:
     return get_suite(name).config_base()
 
 
-def _write_run_reports(target: Path, also: Iterable[Path] = ()) -> None:
+def _write_run_reports(target: Path, also: Iterable[Path] = (), metrics: list[str] | None = None) -> None:
     """tables.md, tables.tex and report.html into the run directory; a report failure never loses results.
-    `also`: reports already written (a suite's tables), listed with them."""
+    `also`: reports already written (a suite's tables), listed with them; `metrics`: extra metric tables."""
     from haldet.report.build import write_reports
     from haldet.report.rundata import load_run
     from haldet.store import RunStore
@@ -278,7 +285,7 @@ def _write_run_reports(target: Path, also: Iterable[Path] = ()) -> None:
     written: dict[str, Path] = {}
     try:
         with RunStore(target).lock():  # another run queued on this directory must not change it mid-report
-            written = write_reports(target, [load_run(target)], write_results=False)
+            written = write_reports(target, [load_run(target)], write_results=False, metrics=metrics or ())
     except HaldetError as exc:
         console.print(f"[yellow]reports not written:[/yellow] {exc.message}", highlight=False)
     except Exception as exc:  # a report bug must not turn a finished run into a failure; results are on disk

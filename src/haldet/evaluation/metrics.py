@@ -6,6 +6,10 @@ Point values come from scikit-learn. The 1,000-resample bootstrap is vectorised:
 distinct values, each resample becomes per-bin counts of positives and negatives, and AUROC (Mann-Whitney with
 half credit for ties), average precision and FPR@95TPR are computed from the counts with the same tie and
 threshold rules as scikit-learn (`tests/test_metrics_fast.py` checks equality on tied data).
+
+Beside them, every evaluation reports the rejection metrics of `haldet.evaluation.rejection` (PRR over the full range
+and up to 50% rejection, the rejection curve's area and the area under the risk-coverage curve) on the same
+resamples.
 """
 
 from __future__ import annotations
@@ -16,7 +20,10 @@ from dataclasses import dataclass
 import numpy as np
 from sklearn.metrics import average_precision_score, roc_auc_score, roc_curve
 
-METRICS = ("auroc", "aupr", "fpr95")
+from haldet.evaluation.rejection import REJECTION_METRICS, rejection_metrics
+
+DETECTION_METRICS = ("auroc", "aupr", "fpr95")
+METRICS = DETECTION_METRICS + REJECTION_METRICS  # every row `evaluate` gives
 TPR_TARGET = 0.95
 _BLOCK = 128  # resamples per vectorised block (bounds memory at ~block x distinct scores)
 
@@ -35,10 +42,17 @@ def fpr_at_95_tpr(y: np.ndarray, s: np.ndarray) -> float:
     return float(fpr[np.searchsorted(tpr, TPR_TARGET, side="left")])
 
 
+def _rejection_func(metric: str) -> Callable[[np.ndarray, np.ndarray], float]:
+    def value(y: np.ndarray, s: np.ndarray) -> float:
+        return float(rejection_metrics(y, s, np.arange(len(y))[None, :], (metric,))[metric][0])
+    return value
+
+
 METRIC_FUNCS: dict[str, Callable[[np.ndarray, np.ndarray], float]] = {
     "auroc": auroc,
     "aupr": aupr,
     "fpr95": fpr_at_95_tpr,
+    **{m: _rejection_func(m) for m in REJECTION_METRICS},
 }
 
 
@@ -137,7 +151,11 @@ def metrics_on_resamples(y: np.ndarray, s: np.ndarray, idx: np.ndarray,
                          metrics: tuple[str, ...] = METRICS) -> dict[str, np.ndarray]:
     """Each metric on each resample (rows of `idx`, every row holding both classes), in blocks."""
     out: dict[str, list[np.ndarray]] = {m: [] for m in metrics}
+    rejection = tuple(m for m in metrics if m in REJECTION_METRICS)
     for start in range(0, idx.shape[0], _BLOCK):
+        if rejection:
+            for m, v in rejection_metrics(y, s, idx[start : start + _BLOCK], rejection).items():
+                out[m].append(v)
         cp, cn = _bin_counts(y, s, idx[start : start + _BLOCK])
         if "auroc" in out:
             out["auroc"].append(auroc_counts(cp, cn))

@@ -21,10 +21,12 @@ from scipy import sparse
 from sklearn.metrics import average_precision_score, roc_auc_score
 
 from haldet.evaluation.metrics import MetricValue, aupr_counts, auroc_counts
+from haldet.evaluation.rejection import rejection_from_counts, rejection_metrics
 from haldet.evaluation.thresholds import Confusion, at_threshold, best_f1_threshold
 
+UNIT_REJECTION = ("prr", "prr_50", "aurc")  # rejecting the most suspicious units (haldet.evaluation.rejection)
 UNIT_METRICS = ("auroc", "aupr", "f1_opt", "precision_opt", "recall_opt", "threshold", "f1_opt_test",
-                "precision_opt_test", "recall_opt_test", "tie_share", "base_rate")
+                "precision_opt_test", "recall_opt_test", "tie_share", "base_rate", *UNIT_REJECTION)
 _BLOCK = 100  # resamples per vectorised block
 
 
@@ -123,6 +125,8 @@ def bootstrap_unit_metrics(data: UnitData, threshold: float | None, n_boot: int,
             out["f1_opt"].append(f1)
             out["precision_opt"].append(p)
             out["recall_opt"].append(r)
+        for m, v in rejection_from_counts(cp, cn, UNIT_REJECTION).items():
+            out.setdefault(m, []).append(v[np.isfinite(v)])
     return {m: np.concatenate(v) for m, v in out.items() if v}
 
 
@@ -159,6 +163,8 @@ def unit_metrics(test: UnitData, val: UnitData | None, *, n_boot: int = 1000, ci
         point["f1_opt"], point["precision_opt"], point["recall_opt"] = f1_precision_recall(
             at_threshold(data.y, data.s, threshold))
     _, point["f1_opt_test"], point["precision_opt_test"], point["recall_opt_test"] = best_f1(data.y, data.s)
+    point |= {m: float(v[0]) for m, v in
+              rejection_metrics(data.y, data.s, np.arange(n)[None, :], UNIT_REJECTION).items()}
     boots = bootstrap_unit_metrics(data, threshold, n_boot, seed) if n_boot > 0 else {}
     alpha = (1 - ci) / 2
     dropped = n_boot - len(boots.get("auroc", [])) if n_boot > 0 else 0

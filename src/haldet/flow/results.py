@@ -18,7 +18,8 @@ def result_rows(cell: CellResult, cost_n: int = DEFAULT_N) -> list[dict[str, Any
     rows = []
     for run in cell.detectors:
         timed = run.name not in cell.untimed
-        cost = detector_cost(DETECTORS.get(run.name, where="--detector").requires, cell.evidence,
+        reads = run.reads or DETECTORS.get(run.name, where="--detector").requires  # an ensemble: its members'
+        cost = detector_cost(reads, cell.evidence,
                              fit_s=round(run.fit_seconds, 6) if timed else None,
                              score_s=round(run.score_seconds, 6) if timed else None,
                              n_scored=run.n_scored, n=cost_n, stage_signals=stage_provides()) if not run.error else {}
@@ -59,7 +60,8 @@ def cell_entry(c: CellResult) -> dict[str, Any]:
             "detectors": [{"name": d.name, "family": d.family, "level": d.level, "key": d.key, "n_scored": d.n_scored,
                            "fit_s": d.fit_seconds, "score_s": d.score_seconds,
                            "timing_known": d.name not in c.untimed, "cached": d.cached, "error": d.error,
-                           "identity": d.identity, "meta": d.meta} for d in c.detectors]}
+                           "identity": d.identity, "meta": d.meta,
+                           **({"curves": d.curves} if d.curves else {})} for d in c.detectors]}
 
 
 def provenance_columns(name: str, identity: dict[str, Any]) -> dict[str, Any]:

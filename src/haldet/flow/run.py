@@ -22,7 +22,9 @@ from haldet.errors import HaldetError
 from haldet.executors.ray_executor import ray_cells
 from haldet.flow.cell import CellResult, guarded_cell
 from haldet.flow.results import cell_entry, result_rows, unit_score_rows
+from haldet.flow.scoring import make_detector
 from haldet.judges.cascade import Cascade
+from haldet.signals import Signal
 from haldet.stages.base import Progress, no_progress
 from haldet.store import RunStore, clean_stale_temps
 from haldet.suites.base import get_suite
@@ -60,8 +62,13 @@ def _now() -> str:
 
 
 def validate_names(config: RunConfig) -> None:
-    """Fail before any work on unknown dataset or detector names, or a data directory that does not exist."""
+    """Fail before any work on unknown dataset or detector names, a data directory that does not exist, or a
+    calibration a suite cannot take."""
     check_data_dir(config.data_dir)
+    if config.suite and config.evaluation.calibration != "none":
+        raise HaldetError(f"calibration {config.evaluation.calibration!r} is fitted on OpenHalDet's response-level "
+                          f"protocol; suite {config.suite!r} evaluates its own levels and thresholds",
+                          where="evaluation.calibration", hint="leave calibration at none for a suite run")
     if config.suite:
         get_suite(config.suite)
     for name in config.dataset_params:
@@ -73,9 +80,18 @@ def validate_names(config: RunConfig) -> None:
     check_overrides(config.templates)  # an unknown prompt template name: fail before any work
     # an LLM judge without a model, a missing template dir: fail before generating
     Cascade.from_config(config.judge, config.templates)
-    requires = {name: DETECTORS.get(name, where="--detector").requires for name in config.detectors}
+    requires = {name: _reads(name, config) for name in config.detectors}
     # hidden-state detectors on an API model: fail before any work
     check_signals(config, requires, {name: cls.requires for name, cls in DETECTORS})
+
+
+def _reads(name: str, config: RunConfig) -> frozenset[Signal]:
+    """The signals a selected detector reads as configured (an ensemble: its members'); its class declaration when
+    its parameters do not build (that error is reported when it is scored)."""
+    try:
+        return make_detector(name, config).signals()
+    except (ValueError, TypeError):
+        return DETECTORS.get(name, where="--detector").requires
 
 
 def run(config: RunConfig, out: Path, *, update: bool = False, progress: Progress = no_progress,

@@ -18,9 +18,17 @@ import numpy as np
 
 from haldet.config import RunConfig, digest
 from haldet.detectors.base import DETECTORS, Detector, Scores, UnitScores
+from haldet.evaluation.calibration import (
+    CALIBRATION_METRICS,
+    ECE_BINS,
+    evaluate_calibrated,
+    fit_calibrator,
+    reliability,
+)
 from haldet.evaluation.metrics import MetricValue, evaluate
+from haldet.evaluation.rejection import risk_coverage
 from haldet.schema import Instance
-from haldet.signals import SignalView
+from haldet.signals import SignalView, access_of
 from haldet.store import CellStore
 
 
@@ -44,6 +52,10 @@ class DetectorRun:
     level: str = "response"  # the level scored: response, or a unit level of a suite
     unit_scores: dict[str, Any] = field(default_factory=dict)  # unit levels: pooled test units (UnitData)
     train_labels: str = ""  # a trained detector's training-label set when a suite offers several (TRIVIA+)
+    # curves for reports (manifest): "risk_coverage" (sampled), with calibration "reliability" and "calibration"
+    curves: dict[str, Any] = field(default_factory=dict)
+    probabilities: dict[str, float | None] = field(default_factory=dict)  # calibrated P(hallucination), test ids
+    reads: frozenset[Any] = frozenset()  # the signals this instance read (an ensemble: its members' union)
 
 
 def make_detector(name: str, config: RunConfig) -> Detector:
@@ -61,6 +73,8 @@ class ResponseScoring:
 
     def __init__(self, config: RunConfig) -> None:
         self.config = config
+        if config.evaluation.calibration != "none":  # the calibration map is fitted on validation scores
+            self.scored_parts = tuple(dict.fromkeys(("val", *self.scored_parts)))
 
     def score_key(self, name: str, identity: dict[str, Any], level: str, evidence_key: str,
                   trained_on: tuple[dict[str, list[str]], dict[str, int]] | None) -> str:
@@ -87,13 +101,42 @@ class ResponseScoring:
 
     def evaluate(self, run: DetectorRun, detector: Detector, view: SignalView, split: dict[str, list[str]],
                  scored: dict[str, tuple[list[str], UnitScores]], unscored: dict[str, Instance]) -> list[MetricValue]:
-        """Metrics on the test labels, after scoring."""
+        """Metrics on the test labels, after scoring: detection and rejection metrics of the raw score, its
+        risk-coverage curve and, with a calibration, ECE and Brier of the probabilities fitted on validation."""
         if run.scores is None or view.labels is None:
             raise RuntimeError(f"detector {run.name}: no scores, or a view without labels to evaluate them on")
         labels = dict(zip(view.ids, view.labels.tolist(), strict=True))
         y = np.array([labels[i] for i in scored["test"][0]], dtype=int)
         ev = self.config.evaluation
-        return evaluate(y, run.scores.values, n_boot=ev.bootstrap, ci=ev.ci, seed=ev.bootstrap_seed)
+        out = evaluate(y, run.scores.values, n_boot=ev.bootstrap, ci=ev.ci, seed=ev.bootstrap_seed)
+        valid = np.isfinite(run.scores.values)
+        run.curves["risk_coverage"] = risk_coverage(y[valid], run.scores.values[valid]).sampled()
+        if ev.calibration != "none":
+            out += self.calibrated(run, labels, scored)
+        return out
+
+    def calibrated(self, run: DetectorRun, labels: dict[str, int],
+                   scored: dict[str, tuple[list[str], UnitScores]]) -> list[MetricValue]:
+        """Fit the configured calibration on validation scores and labels, apply it to test: ECE and Brier rows,
+        the reliability bins and the map in `run.curves`, the test probabilities in `run.probabilities`."""
+        ev = self.config.evaluation
+        val_ids, val_scores = scored["val"]
+        test_ids = scored["test"][0]
+        y = np.array([labels[i] for i in test_ids], dtype=int)
+        try:
+            cal = fit_calibrator(ev.calibration, np.array([v[0] for v in val_scores.values]),
+                                 np.array([labels[i] for i in val_ids], dtype=int))
+        except ValueError as exc:  # no number without a map: the rows say why
+            return [MetricValue(m, None, None, None, 0, 0, 0.0, f"{ev.calibration} calibration: {exc}")
+                    for m in CALIBRATION_METRICS]
+        assert run.scores is not None
+        p = cal.predict(run.scores.values)
+        run.probabilities = {i: json_float(v) for i, v in zip(test_ids, p, strict=True)}
+        run.curves["calibration"] = {"method": cal.method, "params": cal.params, "note": cal.note,
+                                     "fitted_on": f"val ({len(val_ids)} items)", "bins": ECE_BINS}
+        run.curves["reliability"] = reliability(y, p)
+        note = "; ".join(n for n in (f"{cal.method} fitted on val, {ECE_BINS} equal-width bins", cal.note) if n)
+        return evaluate_calibrated(y, p, n_boot=ev.bootstrap, ci=ev.ci, seed=ev.bootstrap_seed, note=note)
 
 
 def score_detector(name: str, level: str, protocol: ResponseScoring, store: CellStore, view: SignalView,
@@ -106,16 +149,24 @@ def score_detector(name: str, level: str, protocol: ResponseScoring, store: Cell
     detector.workdir = store.root  # per-run caches (NLI / similarity pairs)
     if progress is not None:
         detector.progress = progress
-    run = DetectorRun(name=name, family=str(detector.family()), level=level,
+    # the family of what this instance reads (an ensemble: its members'; the class's for every other detector)
+    run = DetectorRun(name=name, family=str(access_of(detector.signals())), level=level,
                       train_labels=train_labels[0] if detector.trains else "")
     # the key covers what will actually run: version, resolved params (variant) and auxiliary model identities
     run.identity = detector.identity()
+    run.reads = frozenset(detector.signals())
+    calibration = protocol.config.evaluation.calibration
+    if calibration != "none":  # how its probabilities are made is part of what the detector's numbers are
+        run.identity["calibration"] = calibration
     run.key = protocol.score_key(name, run.identity, level, evidence_key,
                                  (split, train_labels[1]) if detector.trains else None)
     log_name = protocol.score_log(name, level, run.train_labels)
     with store.lock(log_name):  # a second process waits, then reads these scores instead of recomputing
         scored = _score_or_reuse(run, detector, protocol, store, log_name, view, split)
     run.metrics = protocol.evaluate(run, detector, view, split, scored, unscored or {})
+    if run.probabilities:  # calibrated probabilities beside the raw scores, for the explorer and the Python API
+        store.write_json(f"{log_name}.calibrated.json",
+                         {"key": run.key, **run.curves.get("calibration", {}), "probabilities": run.probabilities})
     return run
 
 

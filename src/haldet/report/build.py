@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from haldet.errors import HaldetError
+from haldet.report.deployment import ensemble_pairs, pairs_markdown
 from haldet.report.html import build_html
 from haldet.report.rundata import RunData, load_run, merge_runs
 from haldet.report.tables import all_latex, all_markdown
@@ -23,8 +24,9 @@ REPORT_FILES = ("tables.md", "tables.tex", "report.html")
 
 
 def write_reports(out: Path, runs: Sequence[RunData], *, title: str | None = None, n_boot: int = 1000,
-                  write_results: bool = True) -> dict[str, Path]:
-    """Merged results (optional), Markdown, LaTeX and HTML reports in `out`; returns name -> path."""
+                  write_results: bool = True, metrics: Sequence[str] = ()) -> dict[str, Path]:
+    """Merged results (optional), Markdown, LaTeX and HTML reports in `out`; returns name -> path. `metrics`: more
+    metrics (beyond AUROC) that get their own Table 2 layout in tables.md and tables.tex."""
     if not runs:
         raise HaldetError("no run to report on", hint="pass one or more run directories")
     rows: list[dict[str, Any]] = merge_runs(runs) if len(runs) > 1 else [dict(r) for r in runs[0].rows]
@@ -33,21 +35,23 @@ def write_reports(out: Path, runs: Sequence[RunData], *, title: str | None = Non
     if write_results:
         RunStore(out).write_results(rows)
         written.update({n: out / n for n in ("results.json", "results.csv", "results.parquet")})
-    atomic_write_text(out / "tables.md", all_markdown(rows) if rows else "No result rows.\n")
-    atomic_write_text(out / "tables.tex", all_latex(rows) if rows else "% no result rows\n")
+    markdown = all_markdown(rows, metrics=metrics) if rows else "No result rows.\n"
+    pairs = pairs_markdown(ensemble_pairs(runs, rows, n_boot), n_boot) if rows else ""
+    atomic_write_text(out / "tables.md", markdown + ("\n" + pairs if pairs else ""))
+    atomic_write_text(out / "tables.tex", all_latex(rows, metrics=metrics) if rows else "% no result rows\n")
     name = title or ("haldet report: " + ", ".join(r.name for r in runs))
     atomic_write_text(out / "report.html", build_html(runs, rows, title=name, n_boot=n_boot))
     written.update({n: out / n for n in REPORT_FILES})
     return written
 
 
-def report_runs(run_dirs: Sequence[Path | str], out: Path, *, n_boot: int = 1000) -> tuple[dict[str, Path],
-                                                                                         list[dict[str, Any]]]:
+def report_runs(run_dirs: Sequence[Path | str], out: Path, *, n_boot: int = 1000,
+                metrics: Sequence[str] = ()) -> tuple[dict[str, Path], list[dict[str, Any]]]:
     """`haldet report`: load the runs, write the merged results and every report into `out`. Holds `out`'s run
     lock while it reads and writes, so a run still writing there is never overwritten with what it had before."""
     runs = [load_run(d) for d in run_dirs]  # fail on a bad run dir before the lock creates `out`
     with RunStore(out).lock():
         runs = [load_run(d) for d in run_dirs]
-        written = write_reports(out, runs, n_boot=n_boot, write_results=True)
+        written = write_reports(out, runs, n_boot=n_boot, write_results=True, metrics=metrics)
     rows = merge_runs(runs) if len(runs) > 1 else runs[0].rows
     return written, rows

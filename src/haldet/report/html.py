@@ -3,7 +3,8 @@
 Sections: per-backbone summary, results (AUROC with CI, AUPR, FPR@95, N, positives, coverage, Cost@N), the
 Table 2 layout, a scenario x detector heatmap, AUROC vs Cost@N on a log axis coloured by evidence type (the
 paper's Figure 2), ROC curves per dataset from the cached test scores, paired comparisons against the best
-detector of each cell, failures, and the run metadata (config, versions, stage timings, evidence cost).
+detector of each cell, rejection/calibration metrics with risk-coverage curves, reliability diagrams and ensembles
+(`report.deployment`), failures, and the run metadata (config, versions, stage timings, evidence cost).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from haldet.evaluation.aggregate import (
 )
 from haldet.evaluation.compare import paired_bootstrap
 from haldet.evaluation.metrics import auroc
+from haldet.report.deployment import deployment_section
 from haldet.report.marks import COVERAGE_NOTE, SUBSET_NOTE, Marks, coverage_suffix, detector_marks
 from haldet.report.rundata import RunData
 from haldet.report.svg import EVIDENCE_COLOURS, Curve, Point, heatmap, roc_plot, scatter_logx
@@ -319,13 +321,14 @@ def build_html(runs: Sequence[RunData], rows: Sequence[Mapping[str, Any]], *, ti
     """The whole report as one HTML string (rows: the merged tidy results of `runs`)."""
     nav = " · ".join(f'<a href="#{a}">{t}</a>' for a, t in [
         ("summary", "summary"), ("results", "results"), ("scenarios", "scenarios"), ("cost", "cost"),
-        ("roc", "ROC"), ("failures", "failures"), ("metadata", "metadata")])
+        ("roc", "ROC"), ("deploy", "rejection/calibration/ensembles"), ("failures", "failures"),
+        ("metadata", "metadata")])
     body = [f"<h1>{_e(title)}</h1>",
             f"<p class=muted>runs: {_e(', '.join(r.name for r in runs))} · haldet {_e(__version__)} · "
             f"{len(rows)} result rows</p><p>{nav}</p>"]
     if rows:
         body += [summary_section(rows), results_section(rows), scenario_section(rows), cost_section(rows),
-                 roc_section(runs, rows, n_boot)]
+                 roc_section(runs, rows, n_boot), deployment_section(runs, rows, n_boot)]
     else:
         body.append("<p>No result rows: every cell failed or no detector ran (see failures).</p>")
     body += [suite_sections(runs, rows), failures_section(runs), metadata_section(runs)]

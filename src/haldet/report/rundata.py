@@ -24,13 +24,15 @@ BINARY = {"hallucination": 1, "correct": 0}
 
 @dataclass
 class CellScores:
-    """A cell's test items with labels, and each detector's test scores aligned to them (NaN = invalid/missing)."""
+    """A cell's test items with labels, and each detector's test scores aligned to them (NaN = invalid/missing);
+    `probabilities`: the calibrated P(hallucination) of the detectors a calibration ran for (same alignment)."""
 
     dataset: str
     model: str
     ids: list[str]
     labels: np.ndarray
     scores: dict[str, np.ndarray] = field(default_factory=dict)
+    probabilities: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 @dataclass
@@ -66,6 +68,11 @@ class RunData:
                 continue
             values = _scores(path, set(ids), keys.get(name) or None)
             out.scores[name] = np.array([values.get(i, np.nan) for i in ids], dtype=np.float64)
+            calibrated = cell.read_json(f"scores/{name}.calibrated.json")
+            if calibrated and calibrated.get("key") == keys.get(name):  # the probabilities of the scores evaluated
+                probs = calibrated.get("probabilities") or {}
+                out.probabilities[name] = np.array([np.nan if probs.get(i) is None else probs[i] for i in ids],
+                                                   dtype=np.float64)
         return out
 
 

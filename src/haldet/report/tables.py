@@ -34,8 +34,9 @@ from haldet.report.marks import (
     mixed_coverage,
 )
 
-LOWER_IS_BETTER = {"fpr95"}
-METRIC_LABEL = {"auroc": "AUROC", "aupr": "AUPR", "fpr95": "FPR@95TPR"}
+LOWER_IS_BETTER = {"fpr95", "aurc", "ece", "brier"}
+METRIC_LABEL = {"auroc": "AUROC", "aupr": "AUPR", "fpr95": "FPR@95TPR", "prr": "PRR", "prr_50": "PRR@50%",
+                "rej_auc": "rejection AUC", "aurc": "AURC", "ece": "ECE", "brier": "Brier"}
 DAGGER_MD = "†"
 DAGGER_TEX = r"$^\dagger$"
 
@@ -223,14 +224,24 @@ def backbone_markdown(rows: Sequence[Mapping[str, Any]], metric: str = "auroc") 
     return "\n".join(lines) + "\n"
 
 
-def all_markdown(rows: Sequence[Mapping[str, Any]], metric: str = "auroc") -> str:
+def _extra(rows: Sequence[Mapping[str, Any]], metric: str, metrics: Sequence[str]) -> list[str]:
+    """The further metrics asked for that some row holds (`--metrics`), each once."""
+    present = {str(r.get("metric")) for r in rows}
+    return [m for m in dict.fromkeys(metrics) if m != metric and m in present]
+
+
+def all_markdown(rows: Sequence[Mapping[str, Any]], metric: str = "auroc", metrics: Sequence[str] = ()) -> str:
+    """Tables 2, 9 and 11 and the backbone summary for `metric`, then a Table 2 layout per metric in `metrics`."""
     marks = detector_marks(rows)
     return "\n".join([backbone_markdown(rows, metric), table_markdown(scenario_table(rows, metric), marks),
-                      table_markdown(dataset_table(rows, metric), marks), cost_markdown(rows, metric, marks)])
+                      table_markdown(dataset_table(rows, metric), marks), cost_markdown(rows, metric, marks),
+                      *(table_markdown(scenario_table(rows, m), marks) for m in _extra(rows, metric, metrics))])
 
 
-def all_latex(rows: Sequence[Mapping[str, Any]], metric: str = "auroc") -> str:
+def all_latex(rows: Sequence[Mapping[str, Any]], metric: str = "auroc", metrics: Sequence[str] = ()) -> str:
     marks = detector_marks(rows)
     return "\n".join([table_latex(scenario_table(rows, metric), "tab:haldet-scenario", marks),
                       table_latex(dataset_table(rows, metric), "tab:haldet-dataset", marks),
-                      cost_latex(rows, metric, marks)])
+                      cost_latex(rows, metric, marks),
+                      *(table_latex(scenario_table(rows, m), f"tab:haldet-scenario-{m}", marks)
+                        for m in _extra(rows, metric, metrics))])

@@ -2,7 +2,8 @@
 
 Columns are picked by priority until the table fills the width (detector and AUROC always; coverage whenever some
 detector scored fewer than all test items; then N, CI, family, AUPR, FPR@95, positives, Cost@100), so an
-80-column terminal shows whole values instead of every cell cut to three letters. A dataset or model column
+80-column terminal shows whole values instead of every cell cut to three letters. Further metrics (`--metrics
+prr,ece`) are columns right after AUROC, placed before any optional column. A dataset or model column
 appears only when the rows differ in it (else it is in the title). Notes, substitute models, non-default variants
 and cells without a result are lines under the table.
 """
@@ -56,10 +57,16 @@ _OPTIONAL = {  # in priority order (first added first when space allows)
 _ORDER = ["dataset", "model", "detector", "family", "AUROC", "CI", "cov", "AUPR", "FPR@95", "N", "pos", "cost"]
 
 
+METRIC_HEADER = {"prr": "PRR", "prr_50": "PRR@50", "rej_auc": "RejAUC", "aurc": "AURC", "ece": "ECE",
+                 "brier": "Brier", "aupr": "AUPR", "fpr95": "FPR@95"}
+
+
 def results_table(rows: list[dict[str, Any]], title: str = "haldet results (test split)",
-                  failed: list[tuple[str, str, str]] | None = None, width: int | None = None) -> Group:
+                  failed: list[tuple[str, str, str]] | None = None, width: int | None = None,
+                  metrics: list[str] | tuple[str, ...] = ()) -> Group:
     """The table plus its footnotes, at most `width` columns wide (default: the terminal's width).
-    `failed`: (dataset, model, why) of cells without results, a line each so none goes unseen."""
+    `failed`: (dataset, model, why) of cells without results, a line each so none goes unseen. `metrics`: further
+    metric columns (values only), shown whatever the width."""
     width = width or Console().size.width
     cells: dict[tuple[str, str, str], dict[str, dict[str, Any]]] = {}
     for row in rows:
@@ -74,6 +81,9 @@ def results_table(rows: list[dict[str, Any]], title: str = "haldet results (test
         cols["model"] = Col("model", lambda m: str(m.get("auroc", {}).get("model", "")), "left")
     cols["detector"] = Col("detector", lambda m: _detector(m, marks), "left")
     cols["AUROC"] = Col("AUROC", _metric("auroc"))
+    extra = [m for m in dict.fromkeys(metrics) if m != "auroc"]
+    for m in extra:
+        cols[m] = Col(METRIC_HEADER.get(m, m), _metric(m))
     coverages = [m.get("auroc", {}).get("coverage") for m in cells.values()]
     if any(c is not None and c < 1.0 for c in coverages):
         cols["cov"] = Col("cov", lambda m: _cov(m.get("auroc", {}).get("coverage")))
@@ -82,7 +92,8 @@ def results_table(rows: list[dict[str, Any]], title: str = "haldet results (test
         if _width(trial, cells) <= width:
             cols = trial
     table = Table(title=_title(title, datasets, models), show_lines=False)
-    chosen = [k for k in _ORDER if k in cols]
+    order = [*_ORDER[: _ORDER.index("AUROC") + 1], *extra, *_ORDER[_ORDER.index("AUROC") + 1 :]]
+    chosen = [k for k in order if k in cols and (k not in _OPTIONAL or k not in extra)]
     for key in chosen:
         table.add_column(cols[key].header, justify=cols[key].justify,  # type: ignore[arg-type]
                          no_wrap=key != "detector")

@@ -22,6 +22,7 @@ import numpy as np
 from sklearn.metrics import balanced_accuracy_score, precision_recall_fscore_support
 
 from haldet.evaluation.metrics import aupr, auroc
+from haldet.evaluation.rejection import risk_coverage
 from haldet.suites.verigray.labels import CLASSES, EXPLICIT, FAITHFUL, IMPLICIT, OUT_DEPENDENT, UNFAITHFUL
 
 SELECTIVE_THRESHOLDS = (OUT_DEPENDENT, IMPLICIT, EXPLICIT)
@@ -133,16 +134,16 @@ def per_class_f1(grades: np.ndarray, predicted: np.ndarray) -> dict[str, float]:
 def selective_prediction(grades: np.ndarray, predicted: np.ndarray,
                          thresholds: tuple[int, ...] = SELECTIVE_THRESHOLDS) -> list[dict[str, Any]]:
     """Per threshold t: coverage = share of sentences whose predicted grade is >= t (an unparsable reply is
-    never selected), selective risk = share of those selected whose gold class is Unfaithful."""
+    never selected), selective risk = share of those selected whose gold class is Unfaithful. These are points of
+    the risk-coverage curve (`haldet.evaluation.rejection`) of the predicted grade (more faithful kept first)."""
     grades = np.asarray(grades, dtype=int)
     predicted = np.asarray(predicted, dtype=FLOAT)
+    curve = risk_coverage(gold_unfaithful(grades), -predicted)  # an unparsable reply (NaN) is rejected first
     out = []
     for t in thresholds:
-        chosen = np.isfinite(predicted) & (np.nan_to_num(predicted, nan=-1) >= t)
-        n = int(chosen.sum())
-        risk = float(gold_unfaithful(grades[chosen]).mean()) if n else np.nan
+        n = int((np.isfinite(predicted) & (np.nan_to_num(predicted, nan=-1) >= t)).sum())
         out.append({"threshold": CLASSES[t], "grade": t, "coverage": n / len(grades) if len(grades) else np.nan,
-                    "risk": risk, "n": n})
+                    "risk": curve.at(n), "n": n})
     return out
 
 
