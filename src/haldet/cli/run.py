@@ -13,7 +13,7 @@ import typer
 
 from haldet.cli.console import console, exit_on_failures, out_console, progress_bars
 from haldet.cli.options import AllowFailures, DataFile, SplitOption, local_data
-from haldet.config import RunConfig, load_config, split_names
+from haldet.config import RunConfig, split_names
 from haldet.errors import HaldetError
 
 
@@ -46,6 +46,7 @@ class RunOptions:
     ray_address: str | None = None
     allow_failures: bool = False
     suite: str | None = None
+    preset: str | None = None
 
 
 def run(
@@ -86,6 +87,9 @@ def run(
     suite: Annotated[str | None, typer.Option(help="Run a hosted benchmark with its datasets, protocol, detectors, "
                                               "levels and tables (see `haldet suites list`); flags override.")]
     = None,
+    preset: Annotated[str | None, typer.Option(help="A paper's settings (openhaldet, halluentity, verigray, "
+                                               "triviaplus, hallulens; `haldet presets show NAME`) under --config "
+                                               "and the flags; docs/replication.md.")] = None,
 ) -> None:
     """Run the benchmark: generate, annotate, split, score, evaluate; print a table, write the run directory.
 
@@ -98,7 +102,7 @@ def run(
         max_new_tokens=max_new_tokens, decode_rows=decode_rows, device=device, judge=judge, judge_model=judge_model,
         judge_base_url=judge_base_url, judge_backend=judge_backend, update=update, as_json=as_json,
         model_base_url=model_base_url, executor=executor, ray_address=ray_address, allow_failures=allow_failures,
-        suite=suite,
+        suite=suite, preset=preset,
     ))
 
 
@@ -111,6 +115,11 @@ def run_benchmark(opts: RunOptions) -> None:
 
     config = run_config(opts)
     target = opts.out or default_out(config)
+    if config.preset:
+        from haldet.presets import load_preset
+
+        console.print(f"preset: {config.preset} (hash {load_preset(config.preset).hash}); --config and flags "
+                      "override it", highlight=False)
     with progress_bars() as make:
         rows, cells = pipeline.run(config, target, update=opts.update or opts.out is None, progress=make,
                                    executor=opts.executor, ray_address=opts.ray_address)
@@ -134,19 +143,20 @@ def run_benchmark(opts: RunOptions) -> None:
 
 
 def run_config(opts: RunOptions) -> RunConfig:
-    """The run's config: the suite's settings (from --suite, or the config file's `suite`) under the config file,
-    under the flags; --split applies to every dataset of the run."""
+    """The run's config, layer over layer: the suite's settings (from --suite, the preset's or the config file's
+    `suite`), the preset (--preset, or the config file's `preset`), the config file, the flags; --split applies to
+    every dataset of the run."""
     overrides = dict(
         datasets=split_names(opts.dataset), models=split_names(opts.model), detectors=split_names(opts.detector),
         limit=opts.limit, data_dir=local_data(opts.data_dir, opts.data_file, split_names(opts.dataset) or None),
         on_bad_row=opts.on_bad_row, device=opts.device, decode_rows=opts.decode_rows,
         generation__batch_size=opts.batch_size, generation__max_new_tokens=opts.max_new_tokens,
         judge__kind=opts.judge, judge__model=opts.judge_model, judge__base_url=opts.judge_base_url,
-        judge__backend=opts.judge_backend, endpoint__base_url=opts.model_base_url,
+        judge__backend=opts.judge_backend, endpoint__base_url=opts.model_base_url, preset=opts.preset,
     )
-    config = load_config(opts.config_file, base=_suite_base(opts.suite), **overrides)
-    if config.suite and not opts.suite:  # a suite named in the config file: its settings lie under the file's
-        config = load_config(opts.config_file, base=_suite_base(config.suite), **overrides)
+    from haldet.flow.layers import resolve_config
+
+    config = resolve_config(opts.config_file, suite=opts.suite, **overrides)
     for name in config.datasets if opts.split else []:
         config.dataset_params.setdefault(name, {})["split"] = opts.split
     return config
@@ -186,15 +196,6 @@ def print_cells(cells: Iterable[Any]) -> None:
         for d in cell.detectors:
             if d.error:
                 console.print(f"[red]detector {d.name} failed on {cell.dataset}:[/red] {d.error}")
-
-
-def _suite_base(name: str | None) -> dict[str, Any] | None:
-    """A suite's run settings (datasets, detectors, levels...), under the config file and the flags."""
-    if not name:
-        return None
-    from haldet.suites.base import get_suite
-
-    return get_suite(name).config_base()
 
 
 def _write_run_reports(target: Path) -> None:

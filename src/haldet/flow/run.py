@@ -21,6 +21,7 @@ from haldet.executors.ray_executor import ray_cells
 from haldet.flow.cell import CellResult, guarded_cell
 from haldet.flow.results import cell_entry, result_rows
 from haldet.judges.cascade import Cascade
+from haldet.presets import load_preset
 from haldet.stages.base import Progress, no_progress
 from haldet.store import RunStore, clean_stale_temps
 from haldet.suites.base import get_suite
@@ -57,7 +58,9 @@ def _now() -> str:
 
 
 def validate_names(config: RunConfig) -> None:
-    """Fail before any work on unknown dataset or detector names."""
+    """Fail before any work on unknown dataset, detector, suite or preset names."""
+    if config.preset:
+        load_preset(config.preset, where="preset")
     if config.suite:
         get_suite(config.suite)
     for name in config.dataset_params:
@@ -92,7 +95,9 @@ def run(config: RunConfig, out: Path, *, update: bool = False, progress: Progres
         if manifest.get("status") == "running":  # we hold the lock, so its writer is gone
             notify(f"the previous run in {store.root} stopped without finishing (killed?); resuming from what it "
                    "wrote")
-        manifest.update({"config": config.canonical(), "config_hash": config.hash(), "versions": library_versions(),
+        manifest.update({"config": config.canonical(), "config_hash": config.hash(),
+                         "preset": load_preset(config.preset, where="preset").record() if config.preset else None,
+                         "versions": library_versions(),
                          "runtime": runtime_info(),
                          "created": manifest.get("created", _now()), "status": "running", "error": None})
         store.write_manifest(manifest)
