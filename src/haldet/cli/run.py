@@ -115,11 +115,13 @@ def run_benchmark(opts: RunOptions) -> None:
 
     config = run_config(opts)
     target = opts.out or default_out(config)
+    preset_line = ""
     if config.preset:
         from haldet.presets import load_preset
 
-        console.print(f"preset: {config.preset} (hash {load_preset(config.preset).hash}); --config and flags "
-                      "override it", highlight=False)
+        preset_line = (f"preset {config.preset} (hash {load_preset(config.preset).hash}): the paper's settings under "
+                       "--config and the flags; docs/replication.md lists what still differs")
+        console.print(preset_line, highlight=False)
     with progress_bars() as make:
         rows, cells = pipeline.run(config, target, update=opts.update or opts.out is None, progress=make,
                                    executor=opts.executor, ray_address=opts.ray_address)
@@ -128,7 +130,7 @@ def run_benchmark(opts: RunOptions) -> None:
     if config.suite:
         from haldet.suites.report import print_suite_results
 
-        print_suite_results(config.suite, rows, target, out_console, as_json=opts.as_json)
+        print_suite_results(config.suite, rows, target, out_console, as_json=opts.as_json, header=preset_line)
         _write_run_reports(target)
         console.print(f"run directory: {target}")
         exit_on_failures(run_problems(cells), opts.allow_failures)
@@ -136,7 +138,8 @@ def run_benchmark(opts: RunOptions) -> None:
     if opts.as_json:
         out_console.print_json(json.dumps(rows))
     else:
-        out_console.print(results_table(rows, failed=failed))
+        title = "haldet results (test split" + (f", preset {config.preset})" if config.preset else ")")
+        out_console.print(results_table(rows, title=title, failed=failed))
     _write_run_reports(target)
     console.print(f"run directory: {target}")
     exit_on_failures(run_problems(cells), opts.allow_failures)

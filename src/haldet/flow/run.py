@@ -61,6 +61,11 @@ def validate_names(config: RunConfig) -> None:
     """Fail before any work on unknown dataset, detector, suite or preset names."""
     if config.preset:
         load_preset(config.preset, where="preset")
+    if config.evaluation.evaluate_on == "all" and not config.suite:
+        raise HaldetError("evaluation.evaluate_on: all applies to suites (HalluEntity, VeriGray report on every item)",
+                          where="evaluation.evaluate_on",
+                          hint="OpenHalDet's protocol evaluates on the test split: set evaluate_on: test, or run a "
+                               "suite (--suite NAME)")
     if config.suite:
         get_suite(config.suite)
     for name in config.dataset_params:
@@ -120,7 +125,7 @@ def _run_cells(config: RunConfig, store: RunStore, manifest: dict[str, Any], pro
     for cell in finished:
         cells.append(cell)
         cells.sort(key=lambda c: order[(c.dataset, c.model)])  # the serial order, whatever finished first
-        rows = [row for c in cells for row in result_rows(c)]
+        rows = [row for c in cells for row in result_rows(c, max_orientation=config.report.max_orientation)]
         # results and manifest after every cell: a crash later keeps every finished cell
         store.write_results(rows)
         manifest["cells"] = [cell_entry(c) for c in cells]

@@ -43,6 +43,7 @@ class DetectorRun:
     level: str = "response"  # the level scored: response, or a unit level of a suite
     unit_scores: dict[str, Any] = field(default_factory=dict)  # unit levels: pooled test units (UnitData)
     train_labels: str = ""  # a trained detector's training-label set when a suite offers several (TRIVIA+)
+    scope: str = "test"  # the items its metrics pool: "test", or "all" (evaluation.evaluate_on, training-free only)
 
 
 def make_detector(name: str, config: RunConfig) -> Detector:
@@ -64,6 +65,14 @@ class ResponseScoring:
     def score_key(self, name: str, identity: dict[str, Any], level: str, evidence_key: str,
                   trained_on: tuple[dict[str, list[str]], dict[str, int]] | None) -> str:
         return digest([name, identity, evidence_key, None if trained_on is None else trained_on[0]])
+
+    def scope(self, detector: Detector) -> str:
+        """The items a detector's metrics pool: the test part here (a suite may evaluate on all items)."""
+        return "test"
+
+    def parts_scored(self, detector: Detector) -> tuple[str, ...]:
+        """The split parts a detector scores: the protocol's, plus train when its scope is every item."""
+        return ("train", *self.scored_parts) if self.scope(detector) == "all" else self.scored_parts
 
     def score_log(self, name: str, level: str, train_labels: str) -> str:
         return f"scores/{name}"
@@ -106,7 +115,7 @@ def score_detector(name: str, level: str, protocol: ResponseScoring, store: Cell
     if progress is not None:
         detector.progress = progress
     run = DetectorRun(name=name, family=str(detector.family()), level=level,
-                      train_labels=train_labels[0] if detector.trains else "")
+                      train_labels=train_labels[0] if detector.trains else "", scope=protocol.scope(detector))
     # the key covers what will actually run: version, resolved params (variant) and auxiliary model identities
     run.identity = detector.identity()
     run.key = protocol.score_key(name, run.identity, level, evidence_key,
@@ -124,8 +133,8 @@ def _score_or_reuse(run: DetectorRun, detector: Detector, protocol: ResponseScor
     fitted state reused) and scored, then appended. The caller holds the log's lock (one writer per score log,
     fitted state and meta file)."""
     position = {item_id: i for i, item_id in enumerate(view.ids)}
-    parts = {part: [position[i] for i in split[part] if i in position] for part in protocol.scored_parts}
-    run.n_scored = len(parts["test"])
+    parts = {part: [position[i] for i in split[part] if i in position] for part in protocol.parts_scored(detector)}
+    run.n_scored = sum(len(idx) for idx in parts.values()) if run.scope == "all" else len(parts["test"])
     log = store.log(log_name)
     cached = log.read(run.key)
     meta_file = f"{log_name}.meta.json"

@@ -141,10 +141,12 @@ def rich_tables(suite: Suite, rows: list[dict[str, Any]]) -> list[Table]:
 
 
 def print_suite_results(name: str, rows: list[dict[str, Any]], target: Path, console: Console, *,
-                        as_json: bool = False) -> None:
-    """The suite's tables on the terminal (or the rows as JSON) and `suite_tables.md` in the run directory."""
+                        as_json: bool = False, header: str = "") -> None:
+    """The suite's tables on the terminal (or the rows as JSON) and `suite_tables.md` in the run directory;
+    `header`: a line above them (the run's preset)."""
     suite = get_suite(name)
-    atomic_write_text(target / "suite_tables.md", f"# {suite.title or suite.name}\n\n" + suite_markdown(suite, rows)
+    atomic_write_text(target / "suite_tables.md", f"# {suite.title or suite.name}\n\n"
+                      + (f"{header}\n\n" if header else "") + suite_markdown(suite, rows)
                       + "\n" + breakdown_markdown(rows))
     if as_json:
         console.print_json(json.dumps(rows, default=str))
