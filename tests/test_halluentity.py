@@ -175,7 +175,7 @@ def test_preset_run_records_preset_and_evaluates_every_item(suite_run, tmp_path:
     copy = tmp_path / "run"
     shutil.copytree(out, copy)
     config = pipeline.load_config(None, preset="halluentity", data_dir=str(FIX), detectors=["likelihood"])
-    rows_all, cells = pipeline.run(config, copy, update=True)
+    rows_all, _ = pipeline.run(config, copy, update=True)
     manifest = json.loads((copy / "manifest.json").read_text())
     assert manifest["preset"] == {"name": "halluentity", "hash": load_preset("halluentity").hash,
                                   "file": "haldet/presets/halluentity.yaml"}

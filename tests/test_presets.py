@@ -55,7 +55,8 @@ def test_presets_hold_the_papers_values() -> None:
     assert he.detector_params["ccp"]["nli_model"] == "microsoft/deberta-base-mnli"
     vg = resolve_config(None, preset="verigray")
     assert vg.evaluation.evaluate_on == "all" and vg.verdict.temperature == 0.6
-    assert (vg.detector_params["llmcheck_hidden"]["layer"], vg.detector_params["llmcheck_attention"]["layer"]) == (20, 21)
+    params = vg.detector_params
+    assert (params["llmcheck_hidden"]["layer"], params["llmcheck_attention"]["layer"]) == (20, 21)
     tp = resolve_config(None, preset="triviaplus")
     assert (tp.sample.k, tp.sample.temperature) == (3, 1.0)
     assert tp.detector_params["selfcheck_nli"]["variant"] == "selfcheckgpt"
