@@ -161,3 +161,19 @@ def test_scope_all_scores_training_free_detectors_everywhere_and_trained_ones_on
     assert protocol.scope(trained) == "test" and protocol.parts_scored(trained) == ("val", "test")
     test_only = SuiteProtocol(RunConfig(suite="halluentity"), get_suite("halluentity"))
     assert test_only.scope(free) == "test" and test_only.parts_scored(free) == ("val", "test")
+
+
+def test_hallulens_commands_take_preset_defaults_under_the_flags() -> None:
+    import typer
+
+    from haldet.cli import hallulens
+
+    group = typer.main.get_command(hallulens.app)
+    build = group.commands["build"]  # type: ignore[attr-defined]
+    ctx = build.make_context("build", ["--out", "x", "--trials", "2", "--preset", "hallulens"])
+    given = hallulens.preset_defaults(ctx, "hallulens", "build")
+    assert given == {"qa_size": 5000, "long_size": 250, "generated": "300,300,50"}  # --trials 2 was given: it wins
+    evaluate = group.commands["evaluate"]  # type: ignore[attr-defined]
+    ctx = evaluate.make_context("evaluate", ["--set", "s", "--out", "o", "--model", "m"])
+    assert hallulens.preset_defaults(ctx, "hallulens", "evaluate") == {"k": 32}
+    assert hallulens.preset_defaults(ctx, None, "evaluate") == {}
