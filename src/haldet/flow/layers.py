@@ -27,11 +27,12 @@ def layer_base(suite: str | None, preset: str | None, where: str = "--preset") -
     return merge_layers(get_suite(name).config_base() if name else {}, settings)
 
 
-def resolve_config(path: Path | None = None, **overrides: Any) -> RunConfig:
-    """The config of a run: suite settings < preset < file < overrides (None = not given). The suite and the
-    preset come from the overrides (`suite=`, `preset=`), else from the file."""
+def resolve_config(path: Path | None = None, base: dict[str, Any] | None = None, **overrides: Any) -> RunConfig:
+    """The config of a run: `base` < suite settings < preset < file < overrides (None = not given). The suite and
+    the preset come from the overrides (`suite=`, `preset=`), else from the file, else from `base`."""
     file = read_config_file(path) if path is not None else {}
-    suite = overrides.get("suite") or file.get("suite")
-    preset = overrides.get("preset") or file.get("preset")
-    where = "--preset" if overrides.get("preset") else f"{path} (preset)"
-    return load_config(path, base=layer_base(suite, preset, where=where), **overrides)
+    base = base or {}
+    suite = overrides.get("suite") or file.get("suite") or base.get("suite")
+    preset = overrides.get("preset") or file.get("preset") or base.get("preset")
+    where = "--preset" if overrides.get("preset") else f"{path} (preset)" if file.get("preset") else "preset"
+    return load_config(path, base=merge_layers(base, layer_base(suite, preset, where=where)), **overrides)
