@@ -191,3 +191,10 @@ def test_preset_run_records_preset_and_evaluates_every_item(suite_run, tmp_path:
     scored = {json.loads(line)["id"] for line in (copy / "halluentity" / "smollm2-135m" / "scores" /
                                                    "likelihood@entity.jsonl").read_text().splitlines()}
     assert scored == set(instances)
+    # the report headers name the preset
+    from haldet.report.build import write_reports
+    from haldet.report.rundata import load_run
+
+    write_reports(copy, [load_run(copy)], write_results=False)
+    line = f"preset halluentity (hash {load_preset('halluentity').hash})"
+    assert (copy / "tables.md").read_text().startswith(line) and line in (copy / "report.html").read_text()
