@@ -191,3 +191,41 @@ def test_suite_html_section_has_tables_and_position_plot(suite_run) -> None:
                for p, v in (("first", 0.6), ("middle", 0.4), ("last", 0.2))]
     html = get_suite("halluentity").html_section(rows + planted)
     assert html.count("<table>") == 2 and "AUROC" in html and "<svg" in html and "FNR by position" in html
+
+
+def test_preset_run_records_preset_and_evaluates_every_item(suite_run, tmp_path: Path) -> None:
+    """`--preset halluentity` (evaluate_on: all) on a copy of the fixture run: the manifest names the preset and its
+    hash; likelihood is scored on every item (the test items' scores are the cached ones) and its rows pool the
+    entities of all items, saying scope all; the test-scope run pooled the test items' only."""
+    import shutil
+
+    import haldet as pipeline
+    from haldet.presets import load_preset
+
+    out, rows, _ = suite_run
+    copy = tmp_path / "run"
+    shutil.copytree(out, copy)
+    config = pipeline.load_config(None, preset="halluentity", data_dir=str(FIX), detectors=["likelihood"])
+    rows_all, _ = pipeline.run(config, copy, update=True)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    assert manifest["preset"] == {"name": "halluentity", "hash": load_preset("halluentity").hash,
+                                  "file": "haldet/presets/halluentity.yaml"}
+    assert manifest["config"]["evaluation"]["evaluate_on"] == "all"
+    instances = {i.id: i for i in get_adapter("halluentity", FIX).load()[0]}
+    split = json.loads((copy / "halluentity" / "smollm2-135m" / "split.json").read_text())
+    n_test = sum(len(instances[i].units) for i in split["test"])
+    n_all = sum(len(u.units) for u in instances.values())
+    before = next(r for r in rows if r["detector"] == "likelihood" and r["metric"] == "auroc")
+    after = next(r for r in rows_all if r["metric"] == "auroc")
+    assert (before["scope"], before["n"]) == ("test", n_test) and (after["scope"], after["n"]) == ("all", n_all)
+    assert n_all > n_test and "scope all" in after["note"]
+    scored = {json.loads(line)["id"] for line in (copy / "halluentity" / "smollm2-135m" / "scores" /
+                                                   "likelihood@entity.jsonl").read_text().splitlines()}
+    assert scored == set(instances)
+    # the report headers name the preset
+    from haldet.report.build import write_reports
+    from haldet.report.rundata import load_run
+
+    write_reports(copy, [load_run(copy)], write_results=False)
+    line = f"preset halluentity (hash {load_preset('halluentity').hash})"
+    assert (copy / "tables.md").read_text().startswith(line) and line in (copy / "report.html").read_text()

@@ -15,7 +15,7 @@ SRC = Path(__file__).parents[1] / "src" / "haldet"
 # bottom first; a module belongs to the layer of its longest matching prefix
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("core", ("haldet.version", "haldet.errors", "haldet.registry", "haldet.schema", "haldet.config",
-              "haldet.signals")),
+              "haldet.signals", "haldet.presets")),
     ("util and text", ("haldet.util", "haldet.text", "haldet.report.svg", "haldet.report.marks")),
     ("store", ("haldet.store",)),
     ("evaluation", ("haldet.evaluation",)),

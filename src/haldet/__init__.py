@@ -80,10 +80,14 @@ def __getattr__(name: str) -> Any:
         from haldet import signals
 
         return getattr(signals, name)
-    if name in ("RunConfig", "load_config"):
-        from haldet import config
+    if name == "RunConfig":
+        from haldet.config import RunConfig
 
-        return getattr(config, name)
+        return RunConfig
+    if name == "load_config":  # suite settings < preset < file < keyword overrides, as `haldet run` resolves them
+        from haldet.flow.layers import resolve_config
+
+        return resolve_config
     if name == "check_detector":
         from haldet.testing.conformance import check_detector
 

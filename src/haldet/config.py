@@ -179,6 +179,9 @@ class EvaluationConfig(Section):
     bootstrap_seed: int = 42
     # a monotone map score -> P(hallucination) fitted on validation, applied to test (ECE, Brier; AUROC unchanged)
     calibration: Literal["none", "platt", "isotonic"] = "none"
+    # suites: `test` scores the test items; `all` scores training-free detectors on every item (as HalluEntity and
+    # VeriGray report), trained detectors still fit on train and report on test; each row says its `scope`
+    evaluate_on: Literal["test", "all"] = "test"
 
     @field_validator("split")
     @classmethod
@@ -188,7 +191,16 @@ class EvaluationConfig(Section):
         return value
 
 
+class ReportConfig(Section):
+    """What the reports add beyond the honest metrics."""
+
+    # a separate `auroc_max_orientation` row per AUROC: max(AUROC, 1 - AUROC), i.e. the score oriented on the test
+    # labels as the OpenHalDet paper's tables are; not a valid detector score, never ranked or aggregated
+    max_orientation: bool = False
+
+
 class RunConfig(Section):
+    preset: str | None = None  # a packaged preset (haldet/presets/<name>.yaml) lying under the file and the flags
     datasets: list[str] = Field(default_factory=lambda: ["halueval_qa"])
     models: list[str] = Field(default_factory=lambda: ["smollm2-135m"])
     detectors: list[str] = Field(default_factory=lambda: list(DEFAULT_DETECTORS))
@@ -220,6 +232,7 @@ class RunConfig(Section):
     verdict: VerdictConfig = Field(default_factory=VerdictConfig)
     endpoint: EndpointConfig = Field(default_factory=EndpointConfig)
     evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
+    report: ReportConfig = Field(default_factory=ReportConfig)
     detector_params: dict[str, dict[str, Any]] = Field(default_factory=dict)
     # extra arguments of every target model's chat template: hf/vllm pass them to the tokenizer's
     # apply_chat_template, openai endpoints get them as `chat_template_kwargs` in the request body (vLLM, SGLang);
@@ -269,30 +282,43 @@ def split_names(values: list[str] | None) -> list[str]:
     return out
 
 
+def merge_layers(below: dict[str, Any], above: dict[str, Any]) -> dict[str, Any]:
+    """`above` laid over `below`: mappings merge key by key at every depth (a layer that sets
+    `detector_params.saplma.layer` keeps the `checkpoint_on` a lower layer set); any other value replaces."""
+    out = dict(below)
+    for key, value in above.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge_layers(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    """The settings of a YAML/JSON config file, as a mapping (an unreadable or malformed file is one error)."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise HaldetError(f"cannot read config file: {exc.strerror}", where=str(path),
+                          hint="check the path given to --config") from None
+    try:
+        loaded = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}, line {mark.line + 1}" if mark else str(path)
+        raise HaldetError("config file is not valid YAML", where=where,
+                          hint="fix the syntax near that line") from None
+    if not isinstance(loaded, dict):
+        raise HaldetError("config file must hold a mapping of settings", where=str(path))
+    return loaded
+
+
 def load_config(path: Path | None = None, base: dict[str, Any] | None = None, **overrides: Any) -> RunConfig:
     """Read a YAML/JSON config file (optional) and apply CLI overrides (None = not given). `base` (a suite's
-    settings) lies under both: the file and the flags override it."""
+    settings, and a preset over them) lies under both: the file and the flags override it, key by key."""
     data: dict[str, Any] = json.loads(json.dumps(base or {}))
     if path is not None:
-        try:
-            text = path.read_text()
-        except OSError as exc:
-            raise HaldetError(f"cannot read config file: {exc.strerror}", where=str(path),
-                              hint="check the path given to --config") from None
-        try:
-            loaded = yaml.safe_load(text) or {}
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            where = f"{path}, line {mark.line + 1}" if mark else str(path)
-            raise HaldetError("config file is not valid YAML", where=where,
-                              hint="fix the syntax near that line") from None
-        if not isinstance(loaded, dict):
-            raise HaldetError("config file must hold a mapping of settings", where=str(path))
-        for key, value in loaded.items():
-            if isinstance(value, dict) and isinstance(data.get(key), dict):
-                data[key] = {**data[key], **value}
-            else:
-                data[key] = value
+        data = merge_layers(data, read_config_file(path))
     for key, value in overrides.items():
         if value is None or value == []:
             continue

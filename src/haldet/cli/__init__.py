@@ -6,7 +6,7 @@ printed as one message and exit with status 2, without a traceback.
 Where a command lives: `run` in `cli.run`; `report`, `compare` in `cli.reports`; `annotate` in `cli.annotate`;
 `view` in `cli.view`;
 `sample`, `auxiliary`, `features`, `inspect` in `cli.stages`; the groups `datasets`, `detectors`, `suites`,
-`hallulens` in the module of that name. All of them print through `cli.console` and never import this module.
+`presets`, `hallulens` in the module of that name. All of them print through `cli.console` and never import this module.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Annotated, Any
 
 import typer
 
-from haldet.cli import annotate, datasets, detectors, hallulens, reports, run, stages, suites, view
+from haldet.cli import annotate, datasets, detectors, hallulens, presets, reports, run, stages, suites, view
 from haldet.cli.console import console, print_error
 from haldet.errors import HaldetError, storage_error
 from haldet.version import __version__
@@ -33,6 +33,7 @@ app = typer.Typer(
 app.add_typer(datasets.app, name="datasets")
 app.add_typer(detectors.app, name="detectors")
 app.add_typer(suites.app, name="suites")
+app.add_typer(presets.app, name="presets")
 app.add_typer(hallulens.app, name="hallulens")
 # registration order is the order of `haldet --help`
 for command in (run.run, reports.report, reports.compare, annotate.annotate, stages.sample, stages.auxiliary,

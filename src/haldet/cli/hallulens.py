@@ -4,7 +4,7 @@ HalluLens suite's own protocol, `haldet.suites.hallulens`)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -26,6 +26,29 @@ def _llm_config(backend: str, model: str | None, base_url: str | None, retries: 
                        max_tokens=max_tokens)
 
 
+PresetOption = typer.Option("--preset", help="Take the defaults of a preset's `hallulens_commands` (`hallulens`: "
+                                              "the paper's trials and set sizes); flags override them.")
+
+
+def preset_defaults(ctx: typer.Context, preset: str | None, command: str) -> dict[str, Any]:
+    """The preset's values for this command's options the user did not give (a given flag always wins); an
+    option the command does not have is an error naming the preset file."""
+    if not preset:
+        return {}
+    from haldet.presets import load_preset
+
+    found = load_preset(preset).hallulens_commands.get(command, {})
+    unknown = sorted(set(found) - set(ctx.params))
+    if unknown:
+        raise HaldetError(f"preset {preset!r} sets unknown option(s) {', '.join(unknown)} of `haldet hallulens "
+                          f"{command}`", where=f"haldet/presets/{preset}.yaml",
+                          hint=f"options: {', '.join(sorted(ctx.params))}")
+    console.print(f"preset {preset} (hash {load_preset(preset).hash}): its `{command}` defaults under the flags",
+                  highlight=False)
+    return {k: v for k, v in found.items()
+            if getattr(ctx.get_parameter_source(k), "name", "") != "COMMANDLINE"}  # the flag given wins
+
+
 def _ints(text: str, n: int, flag: str, example: str) -> list[int]:
     try:
         values = [int(x) for x in text.split(",")]
@@ -39,6 +62,7 @@ def _ints(text: str, n: int, flag: str, example: str) -> list[int]:
 
 @app.command()
 def build(
+    ctx: typer.Context,
     out: Annotated[Path, typer.Option(help="Folder of the built set (seed-<s>/<task>.jsonl + build.json).")],
     task: Annotated[list[str] | None, typer.Option(help="precisewikiqa, longwiki, nonexistent, proxy_qa (repeat or "
                                                    "comma list; default: the tasks whose sources are given).")] = None,
@@ -61,8 +85,15 @@ def build(
     generated: Annotated[str, typer.Option(help="GeneratedEntities sizes business,event,product.")] = "300,300,50",
     prompts: Annotated[Path | None, typer.Option(help="YAML file overriding HalluLens prompt texts.")] = None,
     retries: Annotated[int, typer.Option(help="Extra attempts per failed or malformed call.")] = 4,
+    preset: Annotated[str | None, PresetOption] = None,
 ) -> None:
     """Build the test sets every tested model shares: seeded, cached (a rerun reuses every model reply)."""
+    given = preset_defaults(ctx, preset, "build")
+    trials, qa_size, long_size = (int(given.get("trials", trials)), int(given.get("qa_size", qa_size)),
+                                  int(given.get("long_size", long_size)))
+    qa_tokens, long_tokens = str(given.get("qa_tokens", qa_tokens)), str(given.get("long_tokens", long_tokens))
+    mixed_per_domain = int(given.get("mixed_per_domain", mixed_per_domain))
+    generated = str(given.get("generated", generated))
     from haldet.suites.hallulens.build import BuildConfig
     from haldet.suites.hallulens.llm import StructuredLLM
     from haldet.suites.hallulens.prompts import Prompts
@@ -94,6 +125,7 @@ def build(
 
 @app.command()
 def evaluate(
+    ctx: typer.Context,
     set_dir: Annotated[Path, typer.Option("--set", help="A folder written by `haldet hallulens build`.")],
     out: Annotated[Path, typer.Option(help="Output folder (answers, judgements, rates, detection sets).")],
     model: Annotated[list[str], typer.Option(help="Tested model(s): hf id/alias/path, or openai:<name>.")],
@@ -112,6 +144,7 @@ def evaluate(
     prompts: Annotated[Path | None, typer.Option(help="YAML file overriding HalluLens prompt texts.")] = None,
     retries: Annotated[int, typer.Option(help="Extra attempts per failed or malformed judge call.")] = 4,
     allow_failures: Annotated[bool, AllowFailures] = False,
+    preset: Annotated[str | None, PresetOption] = None,
 ) -> None:
     """Answer every prompt of the set with each model, judge, and print the Table 2-shaped rates.
 
@@ -124,6 +157,10 @@ def evaluate(
     from haldet.suites.hallulens.llm import StructuredLLM
     from haldet.suites.hallulens.prompts import Prompts
 
+    given = preset_defaults(ctx, preset, "evaluate")
+    k = int(given.get("k", k))
+    if given.get("max_new_tokens") is not None:
+        max_new_tokens = int(given["max_new_tokens"])
     judge = StructuredLLM(_llm_config(judge_backend, judge_model, judge_base_url, retries, 256),
                           cache=out / "judge_cache.jsonl") if judge_model else None
     targets = [Target(m, base_url=model_base_url) for m in split_names(model)]

@@ -49,6 +49,7 @@ class RunOptions:
     suite: str | None = None
     metrics: list[str] | None = None
     calibration: str | None = None
+    preset: str | None = None
 
 
 def run(
@@ -93,6 +94,9 @@ def run(
     calibration: Annotated[str | None, typer.Option(help="none | platt | isotonic: map each detector's score to "
                                                     "P(hallucination), fitted on validation; adds ECE and Brier "
                                                     "rows (evaluation.calibration).")] = None,
+    preset: Annotated[str | None, typer.Option(help="A paper's settings (openhaldet, halluentity, verigray, "
+                                               "triviaplus, hallulens; `haldet presets show NAME`) under --config "
+                                               "and the flags; docs/replication.md.")] = None,
 ) -> None:
     """Run the benchmark: generate, annotate, split, score, evaluate; print a table, write the run directory.
 
@@ -105,7 +109,7 @@ def run(
         max_new_tokens=max_new_tokens, decode_rows=decode_rows, device=device, judge=judge, judge_model=judge_model,
         judge_base_url=judge_base_url, judge_backend=judge_backend, update=update, as_json=as_json,
         model_base_url=model_base_url, executor=executor, ray_address=ray_address, allow_failures=allow_failures,
-        suite=suite, metrics=metrics, calibration=calibration,
+        suite=suite, metrics=metrics, calibration=calibration, preset=preset,
     ))
 
 
@@ -118,6 +122,13 @@ def run_benchmark(opts: RunOptions) -> None:
 
     config = run_config(opts)
     target = opts.out or default_out(config)
+    preset_line = ""
+    if config.preset:
+        from haldet.presets import load_preset
+
+        preset_line = (f"preset {config.preset} (hash {load_preset(config.preset).hash}): the paper's settings under "
+                       "--config and the flags; docs/replication.md lists what still differs")
+        console.print(preset_line, highlight=False)
     if opts.out is None:  # say where it goes before the work starts: a config of its own has a folder of its own
         console.print(f"run directory: {target} (no --out: named after the datasets, models and changed settings)",
                       highlight=False, soft_wrap=True)  # a path is never broken across lines
@@ -134,7 +145,8 @@ def run_benchmark(opts: RunOptions) -> None:
         from haldet.suites.base import get_suite
         from haldet.suites.report import cells_without_values, print_suite_results
 
-        tables = print_suite_results(config.suite, rows, target, out_console, as_json=opts.as_json)
+        tables = print_suite_results(config.suite, rows, target, out_console, as_json=opts.as_json,
+                                     header=preset_line)
         _write_run_reports(target, also=[tables])
         console.print(f"run directory: {target}", highlight=False, soft_wrap=True)
         exit_on_failures(run_problems(cells) + cells_without_values(get_suite(config.suite), rows),
@@ -143,7 +155,9 @@ def run_benchmark(opts: RunOptions) -> None:
     if opts.as_json:
         out_console.print_json(json.dumps(rows))
     else:
-        out_console.print(results_table(rows, failed=failed, metrics=check_metrics(split_names(opts.metrics), rows)))
+        title = "haldet results (test split" + (f", preset {config.preset})" if config.preset else ")")
+        out_console.print(results_table(rows, title=title, failed=failed,
+                                        metrics=check_metrics(split_names(opts.metrics), rows)))
     _write_run_reports(target, metrics=split_names(opts.metrics))
     console.print(f"run directory: {target}", highlight=False, soft_wrap=True)
     exit_on_failures(run_problems(cells), opts.allow_failures)
@@ -171,20 +185,21 @@ def _count_lines(path: Path) -> int:
 
 
 def run_config(opts: RunOptions) -> RunConfig:
-    """The run's config: the suite's settings (from --suite, or the config file's `suite`) under the config file,
-    under the flags; --split applies to every dataset of the run."""
+    """The run's config, layer over layer: the suite's settings (from --suite, the preset's or the config file's
+    `suite`), the preset (--preset, or the config file's `preset`), the config file, the flags; --split applies to
+    every dataset of the run."""
     overrides = dict(
         datasets=split_names(opts.dataset), models=split_names(opts.model), detectors=split_names(opts.detector),
         limit=opts.limit, data_dir=local_data(opts.data_dir, opts.data_file, split_names(opts.dataset) or None),
         on_bad_row=opts.on_bad_row, device=opts.device, decode_rows=opts.decode_rows,
         generation__batch_size=opts.batch_size, generation__max_new_tokens=opts.max_new_tokens,
         judge__kind=opts.judge, judge__model=opts.judge_model, judge__base_url=opts.judge_base_url,
-        judge__backend=opts.judge_backend, endpoint__base_url=opts.model_base_url,
+        judge__backend=opts.judge_backend, endpoint__base_url=opts.model_base_url, preset=opts.preset,
         evaluation__calibration=opts.calibration,
     )
-    config = load_config(opts.config_file, base=_suite_base(opts.suite), **overrides)
-    if config.suite and not opts.suite:  # a suite named in the config file: its settings lie under the file's
-        config = load_config(opts.config_file, base=_suite_base(config.suite), **overrides)
+    from haldet.flow.layers import resolve_config
+
+    config = resolve_config(opts.config_file, suite=opts.suite, **overrides)
     for name in config.datasets if opts.split else []:
         config.dataset_params.setdefault(name, {})["split"] = opts.split
     return config
@@ -207,7 +222,10 @@ def config_suffix(config: RunConfig, width: int = 80) -> str:
     """The settings that differ from the defaults for the config's datasets, models and suite, as readable
     `setting-value` parts; a short hash of those settings is appended when the parts cannot say them exactly
     (paths, per-detector parameters, long lists), so two different configs never share a folder."""
-    baseline = load_config(None, base=_suite_base(config.suite), datasets=config.datasets, models=config.models)
+    from haldet.flow.layers import layer_base
+
+    baseline = load_config(None, base=layer_base(config.suite, config.preset), datasets=config.datasets,
+                           models=config.models)
     changed = config.diff(baseline)
     if not changed:
         return ""
@@ -264,15 +282,6 @@ def print_cells(cells: Iterable[Any]) -> None:
         for d in cell.detectors:
             if d.error:
                 console.print(f"[red]detector {d.name} failed on {cell.dataset}:[/red] {d.error}")
-
-
-def _suite_base(name: str | None) -> dict[str, Any] | None:
-    """A suite's run settings (datasets, detectors, levels...), under the config file and the flags."""
-    if not name:
-        return None
-    from haldet.suites.base import get_suite
-
-    return get_suite(name).config_base()
 
 
 def _write_run_reports(target: Path, also: Iterable[Path] = (), metrics: list[str] | None = None) -> None:

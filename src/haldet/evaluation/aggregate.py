@@ -19,6 +19,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from haldet.evaluation.metrics import refuse_max_orientation
+
 TABLE2_GROUPS = {"rag": "RAG", "summarization": "Sum.", "math": "Math", "science": "Sci.", "code": "Code",
                  "agent": "Agent", "multilingual": "Multi."}
 GROUP_ORDER = ("QA", "RAG", "Sum.", "Math", "Sci.", "Code", "Agent", "Multi.")
@@ -133,6 +135,7 @@ class Frame:
 
 
 def frame(rows: Sequence[Mapping[str, Any]], metric: str = "auroc") -> Frame:
+    refuse_max_orientation(metric)
     values: dict[tuple[str, str, str], float | None] = {}
     coverage: dict[tuple[str, str, str], float | None] = {}
     scenario: dict[str, str] = {}
@@ -253,6 +256,7 @@ COST_FIELDS = ("cost_at_n", "score_only_s", "infer_s_item", "extra_calls_item", 
 
 def cost_table(rows: Sequence[Mapping[str, Any]], metric: str = "auroc") -> list[dict[str, Any]]:
     """Table 11: per backbone and detector, the mean over datasets of the metric and of each cost column."""
+    refuse_max_orientation(metric)
     by_key: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
     for row in rows:
         if row.get("metric") == metric:

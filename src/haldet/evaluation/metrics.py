@@ -1,6 +1,7 @@
 """Detection metrics with stratified bootstrap CIs. Positive class = hallucination (label 1).
 
-Scores are used exactly as the detector oriented them: an AUROC below 0.5 stays below 0.5.
+Scores are used exactly as the detector oriented them: an AUROC below 0.5 stays below 0.5 (the OpenHalDet paper's
+label-oriented convention is only the separate, never-ranked `auroc_max_orientation` row).
 
 Point values come from scikit-learn. The 1,000-resample bootstrap is vectorised: scores are binned once into their
 distinct values, each resample becomes per-bin counts of positives and negatives, and AUROC (Mann-Whitney with
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from sklearn.metrics import average_precision_score, roc_auc_score, roc_curve
@@ -54,6 +56,26 @@ METRIC_FUNCS: dict[str, Callable[[np.ndarray, np.ndarray], float]] = {
     "fpr95": fpr_at_95_tpr,
     **{m: _rejection_func(m) for m in REJECTION_METRICS},
 }
+
+
+# max(AUROC, 1 - AUROC): the score oriented on the test labels, as every AUROC of the OpenHalDet paper's Table 9 is
+# (all >= 50). Shown beside the honest AUROC only when asked (`report.max_orientation`); it is not a detector score
+# (it uses the test labels), so rankings, bests and aggregates refuse it.
+MAX_ORIENTATION = "auroc_max_orientation"
+MAX_ORIENTATION_NOTE = "oriented on test labels, as the paper's tables; not a valid detector score"
+
+
+def max_orientation_row(row: dict[str, Any]) -> dict[str, Any]:
+    """The `auroc_max_orientation` row beside an honest AUROC row: max(AUROC, 1 - AUROC), without a CI."""
+    value = row.get("value")
+    return {**row, "metric": MAX_ORIENTATION, "value": None if value is None else max(value, 1.0 - value),
+            "ci_low": None, "ci_high": None, "note": MAX_ORIENTATION_NOTE}
+
+
+def refuse_max_orientation(metric: str) -> None:
+    """Rankings, bests and aggregates of the honest metrics never take the oriented AUROC."""
+    if metric == MAX_ORIENTATION:
+        raise ValueError(f"{MAX_ORIENTATION} ({MAX_ORIENTATION_NOTE}) is never ranked, bolded or aggregated")
 
 
 @dataclass

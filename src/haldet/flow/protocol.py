@@ -160,6 +160,11 @@ class SuiteProtocol(Protocol):
         """The suite's own labels by default; TRIVIA+: its noisy regimes (evaluation labels stay fixed)."""
         return self.suite.training_labels([i.instance for i in items], self.config) or [("", labels)]
 
+    def scope(self, detector: Detector) -> str:
+        """`evaluation.evaluate_on: all` (HalluEntity and VeriGray report on every item): training-free detectors
+        are scored and evaluated on every item; trained ones still fit on train and report on test."""
+        return "all" if self.config.evaluation.evaluate_on == "all" and not detector.trains else "test"
+
     def score_key(self, name: str, identity: dict[str, Any], level: str, evidence_key: str,
                   trained_on: tuple[dict[str, list[str]], dict[str, int]] | None) -> str:
         trained = None if trained_on is None else [trained_on[0], sorted(trained_on[1].items())]
@@ -186,15 +191,20 @@ class SuiteProtocol(Protocol):
     def evaluate(self, run: DetectorRun, detector: Detector, view: SignalView, split: dict[str, list[str]],
                  scored: dict[str, tuple[list[str], UnitScores]], unscored: dict[str, Instance]) -> list[MetricValue]:
         """Pooled units of val and test (unscorable items count as NaN units, never dropped), metrics with the
-        threshold from validation (`Suite.unit_metrics`)."""
+        threshold from validation (`Suite.unit_metrics`). Scope "all": the evaluated units are those of every item
+        (train, val and test), each row saying so; a validation threshold then applies to items that include val."""
         level = run.level
         instance = dict(zip(view.ids, view.instances, strict=True))
         data = {}
-        for part, (ids, scores) in scored.items():
-            extra = [unscored[i] for i in split[part] if i in unscored]
-            data[part] = pooled([*scores.values, *(np.full(len(x.units_of(level)), np.nan) for x in extra)], level,
+        evaluated = ("train", "val", "test") if run.scope == "all" else ("test",)
+        for part in ("val", "evaluated"):
+            parts = evaluated if part == "evaluated" else ("val",)
+            ids = [i for p in parts for i in scored[p][0]]
+            values = [v for p in parts for v in scored[p][1].values]
+            extra = [unscored[i] for p in parts for i in split[p] if i in unscored]
+            data[part] = pooled([*values, *(np.full(len(x.units_of(level)), np.nan) for x in extra)], level,
                                 [*(instance[i] for i in ids), *extra],
-                                self.suite.unit_tags_of if part == "test" else None)
+                                self.suite.unit_tags_of if part == "evaluated" else None)
         run.unit_scores["rows"] = [
             row for part, (ids, scores) in scored.items()
             for row in unit_rows(part, level, [(instance[i], v, r) for i, v, r in
@@ -205,14 +215,22 @@ class SuiteProtocol(Protocol):
                 part: {**{i: float(v[0]) for i, v in zip(ids, scores.values, strict=True)},
                        **{i: float("nan") for i in split[part] if i in unscored}}
                 for part, (ids, scores) in scored.items()}
-        run.unit_scores["test"] = data["test"]
+        run.unit_scores["test"] = data["evaluated"]
         ev = self.config.evaluation
-        return self.suite.unit_metrics(level, data["test"], data["val"], n_boot=ev.bootstrap, ci=ev.ci,
-                                       seed=ev.bootstrap_seed, detector=detector)
+        metrics = self.suite.unit_metrics(level, data["evaluated"], data["val"], n_boot=ev.bootstrap, ci=ev.ci,
+                                          seed=ev.bootstrap_seed, detector=detector)
+        if run.scope == "all":
+            for m in metrics:
+                m.note = "; ".join(n for n in (m.note, ALL_ITEMS_NOTE) if n)
+        return metrics
 
     def extra_rows(self, items: list[Item], split: dict[str, list[str]],
                    runs: list[DetectorRun]) -> list[dict[str, Any]]:
         return self.suite.extra_rows([i.instance for i in items], split, runs, self.config)
+
+
+ALL_ITEMS_NOTE = ("scope all: every item evaluated (train, val and test, as the paper reports); a threshold chosen on "
+                  "validation is applied to items that include validation")
 
 
 def protocol_for(config: RunConfig) -> Protocol:

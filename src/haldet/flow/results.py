@@ -7,14 +7,17 @@ from typing import Any
 
 from haldet.detectors.base import DETECTORS
 from haldet.evaluation.cost import DEFAULT_N, detector_cost
+from haldet.evaluation.metrics import max_orientation_row
 from haldet.flow.cell import CellResult
 from haldet.models.provenance import substitutes
 from haldet.stages.plan import stage_provides
 
 
-def result_rows(cell: CellResult, cost_n: int = DEFAULT_N) -> list[dict[str, Any]]:
+def result_rows(cell: CellResult, cost_n: int = DEFAULT_N, *, max_orientation: bool = False) -> list[dict[str, Any]]:
     """The tidy results: one row per (dataset, scenario, model, detector, family, metric), with the metric's
-    value, CI, N, positives and coverage, and the detector's cost columns on this cell (haldet.evaluation.cost)."""
+    value, CI, N, positives, coverage and scope (the items pooled: test, or all), and the detector's cost columns on
+    this cell (haldet.evaluation.cost). `max_orientation`: each AUROC row gets an `auroc_max_orientation` row
+    beside it (`report.max_orientation`; never ranked)."""
     rows = []
     for run in cell.detectors:
         timed = run.name not in cell.untimed
@@ -31,10 +34,14 @@ def result_rows(cell: CellResult, cost_n: int = DEFAULT_N) -> list[dict[str, Any
                 "detector": run.name, "family": run.family, "metric": m.metric, "level": run.level,
                 "value": m.value, "ci_low": m.ci_low, "ci_high": m.ci_high, "n": m.n, "n_pos": m.n_pos,
                 "coverage": m.coverage, "fit_s": round(run.fit_seconds, 4), "score_s": round(run.score_seconds, 4),
-                "note": "; ".join(n for n in (m.note, str(run.meta.get("note") or "")) if n), **cost,
+                "note": "; ".join(n for n in (m.note, str(run.meta.get("note") or "")) if n), "scope": run.scope,
+                **cost,
                 **provenance_columns(run.name, run.identity),
                 **({"train_labels": run.train_labels} if run.train_labels else {}),
             })
+    if max_orientation:
+        rows = [out for row in rows for out in ([row, max_orientation_row(row)] if row["metric"] == "auroc"
+                                                else [row])]
     base = {"dataset": cell.dataset, "scenario": cell.scenario, "model": cell.model}
     return rows + [{**base, **row} for row in cell.extra_rows]
 

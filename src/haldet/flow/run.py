@@ -24,6 +24,7 @@ from haldet.flow.cell import CellResult, guarded_cell
 from haldet.flow.results import cell_entry, result_rows, unit_score_rows
 from haldet.flow.scoring import make_detector
 from haldet.judges.cascade import Cascade
+from haldet.presets import load_preset
 from haldet.signals import Signal
 from haldet.stages.base import Progress, no_progress
 from haldet.store import RunStore, clean_stale_temps
@@ -62,9 +63,16 @@ def _now() -> str:
 
 
 def validate_names(config: RunConfig) -> None:
-    """Fail before any work on unknown dataset or detector names, a data directory that does not exist, or a
-    calibration a suite cannot take."""
+    """Fail before any work on unknown dataset, detector, suite or preset names, a data directory that does not
+    exist, or an evaluation setting the protocol cannot take."""
     check_data_dir(config.data_dir)
+    if config.preset:
+        load_preset(config.preset, where="preset")
+    if config.evaluation.evaluate_on == "all" and not config.suite:
+        raise HaldetError("evaluation.evaluate_on: all applies to suites (HalluEntity, VeriGray report on every item)",
+                          where="evaluation.evaluate_on",
+                          hint="OpenHalDet's protocol evaluates on the test split: set evaluate_on: test, or run a "
+                               "suite (--suite NAME)")
     if config.suite and config.evaluation.calibration != "none":
         raise HaldetError(f"calibration {config.evaluation.calibration!r} is fitted on OpenHalDet's response-level "
                           f"protocol; suite {config.suite!r} evaluates its own levels and thresholds",
@@ -139,7 +147,9 @@ def _locked_run(config: RunConfig, store: RunStore, update: bool, progress: Prog
         if manifest.get("status") == "running":  # we hold the lock, so its writer is gone
             notify(f"the previous run in {store.root} stopped without finishing (killed?); resuming from what it "
                    "wrote")
-        manifest.update({"config": config.canonical(), "config_hash": config.hash(), "versions": library_versions(),
+        manifest.update({"config": config.canonical(), "config_hash": config.hash(),
+                         "preset": load_preset(config.preset, where="preset").record() if config.preset else None,
+                         "versions": library_versions(),
                          "runtime": runtime_info(),
                          "created": manifest.get("created", _now()), "status": "running", "error": None})
         store.write_manifest(manifest)
@@ -162,7 +172,7 @@ def _run_cells(config: RunConfig, store: RunStore, manifest: dict[str, Any], pro
     for cell in finished:
         cells.append(cell)
         cells.sort(key=lambda c: order[(c.dataset, c.model)])  # the serial order, whatever finished first
-        rows = [row for c in cells for row in result_rows(c)]
+        rows = [row for c in cells for row in result_rows(c, max_orientation=config.report.max_orientation)]
         # results and manifest after every cell: a crash later keeps every finished cell
         store.write_results(rows)
         store.write_unit_scores([row for c in cells for row in unit_score_rows(c)])

@@ -56,6 +56,7 @@ class DetectorRun:
     curves: dict[str, Any] = field(default_factory=dict)
     probabilities: dict[str, float | None] = field(default_factory=dict)  # calibrated P(hallucination), test ids
     reads: frozenset[Any] = frozenset()  # the signals this instance read (an ensemble: its members' union)
+    scope: str = "test"  # the items its metrics pool: "test", or "all" (evaluation.evaluate_on, training-free only)
 
 
 def make_detector(name: str, config: RunConfig) -> Detector:
@@ -79,6 +80,14 @@ class ResponseScoring:
     def score_key(self, name: str, identity: dict[str, Any], level: str, evidence_key: str,
                   trained_on: tuple[dict[str, list[str]], dict[str, int]] | None) -> str:
         return digest([name, identity, evidence_key, None if trained_on is None else trained_on[0]])
+
+    def scope(self, detector: Detector) -> str:
+        """The items a detector's metrics pool: the test part here (a suite may evaluate on all items)."""
+        return "test"
+
+    def parts_scored(self, detector: Detector) -> tuple[str, ...]:
+        """The split parts a detector scores: the protocol's, plus train when its scope is every item."""
+        return ("train", *self.scored_parts) if self.scope(detector) == "all" else self.scored_parts
 
     def score_log(self, name: str, level: str, train_labels: str) -> str:
         return f"scores/{name}"
@@ -151,7 +160,7 @@ def score_detector(name: str, level: str, protocol: ResponseScoring, store: Cell
         detector.progress = progress
     # the family of what this instance reads (an ensemble: its members'; the class's for every other detector)
     run = DetectorRun(name=name, family=str(access_of(detector.signals())), level=level,
-                      train_labels=train_labels[0] if detector.trains else "")
+                      train_labels=train_labels[0] if detector.trains else "", scope=protocol.scope(detector))
     # the key covers what will actually run: version, resolved params (variant) and auxiliary model identities
     run.identity = detector.identity()
     run.reads = frozenset(detector.signals())
@@ -176,8 +185,8 @@ def _score_or_reuse(run: DetectorRun, detector: Detector, protocol: ResponseScor
     fitted state reused) and scored, then appended. The caller holds the log's lock (one writer per score log,
     fitted state and meta file)."""
     position = {item_id: i for i, item_id in enumerate(view.ids)}
-    parts = {part: [position[i] for i in split[part] if i in position] for part in protocol.scored_parts}
-    run.n_scored = len(parts["test"])
+    parts = {part: [position[i] for i in split[part] if i in position] for part in protocol.parts_scored(detector)}
+    run.n_scored = sum(len(idx) for idx in parts.values()) if run.scope == "all" else len(parts["test"])
     log = store.log(log_name)
     cached = log.read(run.key)
     meta_file, timings_file = f"{log_name}.meta.json", f"{log_name}.timings.json"

@@ -16,7 +16,7 @@ from typing import Any
 from haldet.errors import HaldetError
 from haldet.report.deployment import ensemble_pairs, pairs_markdown
 from haldet.report.html import build_html
-from haldet.report.rundata import RunData, load_run, merge_runs
+from haldet.report.rundata import RunData, load_run, merge_runs, preset_lines
 from haldet.report.tables import all_latex, all_markdown
 from haldet.store import RunStore, atomic_write_text
 
@@ -35,7 +35,9 @@ def write_reports(out: Path, runs: Sequence[RunData], *, title: str | None = Non
     if write_results:
         RunStore(out).write_results(rows)
         written.update({n: out / n for n in ("results.json", "results.csv", "results.parquet")})
-    markdown = all_markdown(rows, metrics=metrics) if rows else "No result rows.\n"
+    header = preset_lines(runs)
+    markdown = all_markdown(rows, metrics=metrics, header=header) if rows else \
+        "".join(f"{line}  \n" for line in header) + "No result rows.\n"
     pairs = pairs_markdown(ensemble_pairs(runs, rows, n_boot), n_boot) if rows else ""
     atomic_write_text(out / "tables.md", markdown + ("\n" + pairs if pairs else ""))
     atomic_write_text(out / "tables.tex", all_latex(rows, metrics=metrics) if rows else "% no result rows\n")

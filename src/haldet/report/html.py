@@ -27,10 +27,10 @@ from haldet.evaluation.aggregate import (
     scenario_table,
 )
 from haldet.evaluation.compare import paired_bootstrap
-from haldet.evaluation.metrics import auroc
+from haldet.evaluation.metrics import MAX_ORIENTATION, MAX_ORIENTATION_NOTE, auroc
 from haldet.report.deployment import deployment_section
 from haldet.report.marks import COVERAGE_NOTE, SUBSET_NOTE, Marks, coverage_suffix, detector_marks
-from haldet.report.rundata import RunData
+from haldet.report.rundata import RunData, preset_lines
 from haldet.report.svg import EVIDENCE_COLOURS, Curve, Point, heatmap, roc_plot, scatter_logx
 from haldet.report.tables import table_cells
 from haldet.version import __version__
@@ -97,19 +97,24 @@ def results_section(rows: Sequence[Mapping[str, Any]]) -> str:
     marks = detector_marks(rows)
     body = []
     n_cost = next((r.get("cost_n") for r in rows if r.get("cost_n")), 100)
+    oriented = any(r.get("metric") == MAX_ORIENTATION for r in rows)
     for (model, dataset, det), m in _by_metric(rows).items():
         au = m.get("auroc", {})
         ci = (f' <span class="muted">[{_pct(au.get("ci_low"), 1)}, {_pct(au.get("ci_high"), 1)}]</span>'
               if au.get("ci_low") is not None else "")
         body.append([_e(model), _e(dataset), _e(au.get("scenario", "")), _e(det) + _sup(marks, model, det),
                      _e(au.get("family", "")),
-                     _pct(au.get("value")) + ci, _pct(m.get("aupr", {}).get("value")),
+                     _pct(au.get("value")) + ci,
+                     *([_pct(m.get(MAX_ORIENTATION, {}).get("value"))] if oriented else []),
+                     _pct(m.get("aupr", {}).get("value")),
                      _pct(m.get("fpr95", {}).get("value")), _e(au.get("n", "")), _e(au.get("n_pos", "")),
                      _pct(au.get("coverage"), 0) + "%" if au.get("coverage") is not None else "—",
                      _num(au.get("cost_at_n")), _e(au.get("evidence") or ""), _e(au.get("note") or "")])
-    header = ["model", "dataset", "scenario", "detector", "family", "AUROC [95% CI]", "AUPR", "FPR@95", "N", "pos",
-              "coverage", f"Cost@{n_cost} (s)", "evidence", "note"]
-    return "<h2 id=results>Results (test split)</h2>" + _table(header, body, left=5) + _footnotes(marks)
+    header = ["model", "dataset", "scenario", "detector", "family", "AUROC [95% CI]",
+              *(["AUROC max-or.*"] if oriented else []), "AUPR", "FPR@95", "N", "pos", "coverage",
+              f"Cost@{n_cost} (s)", "evidence", "note"]
+    notes = [f"* max-or. = {MAX_ORIENTATION}: max(AUROC, 1 - AUROC), {MAX_ORIENTATION_NOTE}"] if oriented else []
+    return "<h2 id=results>Results (test split)</h2>" + _table(header, body, left=5) + _footnotes(marks, *notes)
 
 
 def summary_section(rows: Sequence[Mapping[str, Any]]) -> str:
@@ -325,7 +330,8 @@ def build_html(runs: Sequence[RunData], rows: Sequence[Mapping[str, Any]], *, ti
         ("metadata", "metadata")])
     body = [f"<h1>{_e(title)}</h1>",
             f"<p class=muted>runs: {_e(', '.join(r.name for r in runs))} · haldet {_e(__version__)} · "
-            f"{len(rows)} result rows</p><p>{nav}</p>"]
+            f"{len(rows)} result rows</p>", *(f"<p><b>{_e(line)}</b></p>" for line in preset_lines(runs)),
+            f"<p>{nav}</p>"]
     if rows:
         body += [summary_section(rows), results_section(rows), scenario_section(rows), cost_section(rows),
                  roc_section(runs, rows, n_boot), deployment_section(runs, rows, n_boot)]

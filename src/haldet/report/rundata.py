@@ -76,6 +76,18 @@ class RunData:
         return out
 
 
+def preset_lines(runs: Sequence[RunData]) -> list[str]:
+    """'preset NAME (hash H)' of each run that ran under a packaged preset (the report headers name it)."""
+    out = []
+    for run in runs:
+        preset = run.manifest.get("preset") or {}
+        if preset.get("name"):
+            where = f" (run {run.name})" if len(runs) > 1 else ""
+            out.append(f"preset {preset['name']} (hash {preset.get('hash', '?')}){where}: the paper's settings under "
+                       "the run's config file and flags; docs/replication.md lists what still differs")
+    return out
+
+
 def load_run(root: Path | str) -> RunData:
     """A run directory as written by `haldet run` (manifest.json and results.json must exist)."""
     root = Path(root)

@@ -24,6 +24,7 @@ from haldet.evaluation.aggregate import (
     dataset_table,
     scenario_table,
 )
+from haldet.evaluation.metrics import MAX_ORIENTATION, MAX_ORIENTATION_NOTE
 from haldet.report.marks import (
     COVERAGE_NOTE,
     SUBSET_MARK,
@@ -230,12 +231,35 @@ def _extra(rows: Sequence[Mapping[str, Any]], metric: str, metrics: Sequence[str
     return [m for m in dict.fromkeys(metrics) if m != metric and m in present]
 
 
-def all_markdown(rows: Sequence[Mapping[str, Any]], metric: str = "auroc", metrics: Sequence[str] = ()) -> str:
-    """Tables 2, 9 and 11 and the backbone summary for `metric`, then a Table 2 layout per metric in `metrics`."""
+def oriented_markdown(rows: Sequence[Mapping[str, Any]]) -> str:
+    """The honest AUROC beside `auroc_max_orientation` per (model, dataset, detector), when the run asked for it:
+    no bold, no average, no rank, and the footnote saying what it is ('' when no row holds it)."""
+    oriented = {(r["model"], r["dataset"], r["detector"], r.get("level")): r for r in rows
+                if r.get("metric") == MAX_ORIENTATION}
+    if not oriented:
+        return ""
+    honest = {(r["model"], r["dataset"], r["detector"], r.get("level")): r for r in rows if r.get("metric") == "auroc"}
+    lines = ["**AUROC oriented on the test labels** (%, the convention of the OpenHalDet paper's tables; "
+             "shown for comparison with the paper, never ranked or averaged)", "",
+             "| Backbone | Dataset | Method | AUROC | AUROC max-or.* |", "|---|---|---|---:|---:|"]
+    for key, row in oriented.items():
+        lines.append(f"| {key[0]} | {key[1]} | {key[2]} | {_pct((honest.get(key) or {}).get('value'))} | "
+                     f"{_pct(row.get('value'))} |")
+    lines += ["", f"\\* max-or. = `{MAX_ORIENTATION}`: max(AUROC, 1 - AUROC), {MAX_ORIENTATION_NOTE}."]
+    return "\n".join(lines) + "\n"
+
+
+def all_markdown(rows: Sequence[Mapping[str, Any]], metric: str = "auroc", metrics: Sequence[str] = (),
+                 header: Sequence[str] = ()) -> str:
+    """Tables 2, 9 and 11 and the backbone summary for `metric`, then a Table 2 layout per metric in `metrics`, then
+    the oriented-AUROC table when the run asked for it; `header`: lines above them (the run's preset)."""
     marks = detector_marks(rows)
-    return "\n".join([backbone_markdown(rows, metric), table_markdown(scenario_table(rows, metric), marks),
-                      table_markdown(dataset_table(rows, metric), marks), cost_markdown(rows, metric, marks),
-                      *(table_markdown(scenario_table(rows, m), marks) for m in _extra(rows, metric, metrics))])
+    parts = [*(f"{line}  " for line in header), "" if header else None, backbone_markdown(rows, metric),
+             table_markdown(scenario_table(rows, metric), marks), table_markdown(dataset_table(rows, metric), marks),
+             cost_markdown(rows, metric, marks),
+             *(table_markdown(scenario_table(rows, m), marks) for m in _extra(rows, metric, metrics)),
+             oriented_markdown(rows) or None]
+    return "\n".join(p for p in parts if p is not None)
 
 
 def all_latex(rows: Sequence[Mapping[str, Any]], metric: str = "auroc", metrics: Sequence[str] = ()) -> str:

@@ -18,6 +18,7 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
+from haldet.evaluation.metrics import MAX_ORIENTATION, MAX_ORIENTATION_NOTE
 from haldet.report.marks import detector_marks, mixed_coverage
 
 
@@ -54,7 +55,10 @@ _OPTIONAL = {  # in priority order (first added first when space allows)
     "pos": Col("pos", lambda m: str(m.get("auroc", {}).get("n_pos", ""))),
     "cost": Col("Cost@100 s", lambda m: _fmt(m.get("auroc", {}).get("cost_at_n"), 2)),
 }
-_ORDER = ["dataset", "model", "detector", "family", "AUROC", "CI", "cov", "AUPR", "FPR@95", "N", "pos", "cost"]
+_ORDER = ["dataset", "model", "detector", "family", "AUROC", "max-or", "CI", "cov", "AUPR", "FPR@95", "N", "pos",
+          "cost"]
+ORIENTED_HEADER = "max-or.*"
+ORIENTED_FOOTNOTE = f"* max-or. = {MAX_ORIENTATION}: max(AUROC, 1 - AUROC), {MAX_ORIENTATION_NOTE}"
 
 
 METRIC_HEADER = {"prr": "PRR", "prr_50": "PRR@50", "rej_auc": "RejAUC", "aurc": "AURC", "ece": "ECE",
@@ -81,6 +85,9 @@ def results_table(rows: list[dict[str, Any]], title: str = "haldet results (test
         cols["model"] = Col("model", lambda m: str(m.get("auroc", {}).get("model", "")), "left")
     cols["detector"] = Col("detector", lambda m: _detector(m, marks), "left")
     cols["AUROC"] = Col("AUROC", _metric("auroc"))
+    oriented = any(MAX_ORIENTATION in m for m in cells.values())
+    if oriented:  # beside the honest AUROC, never instead of it; footnoted
+        cols["max-or"] = Col(ORIENTED_HEADER, _metric(MAX_ORIENTATION))
     extra = [m for m in dict.fromkeys(metrics) if m != "auroc"]
     for m in extra:
         cols[m] = Col(METRIC_HEADER.get(m, m), _metric(m))
@@ -99,7 +106,8 @@ def results_table(rows: list[dict[str, Any]], title: str = "haldet results (test
                          no_wrap=key != "detector")
     for metrics in cells.values():
         table.add_row(*(cols[k].cell(metrics) for k in chosen))
-    return Group(table, *_footer(cells, marks, coverages, failed))
+    footer = _footer(cells, marks, coverages, failed)
+    return Group(table, *([Text(ORIENTED_FOOTNOTE, style="dim")] if oriented else []), *footer)
 
 
 def _detector(metrics: dict[str, dict[str, Any]], marks: Any) -> str:
