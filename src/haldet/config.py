@@ -167,6 +167,9 @@ class EvaluationConfig(Section):
     bootstrap: int = Field(1000, ge=0)
     ci: float = Field(0.95, gt=0, lt=1)
     bootstrap_seed: int = 42
+    # a cell whose test split holds fewer labelled items of either class is thin: its numbers are shown, marked,
+    # never ranked, and the run exits 1 unless --allow-failures
+    min_per_class: int = Field(5, ge=0)  # 0: no minimum
 
     @field_validator("split")
     @classmethod

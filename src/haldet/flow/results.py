@@ -33,6 +33,7 @@ def result_rows(cell: CellResult, cost_n: int = DEFAULT_N) -> list[dict[str, Any
                 "note": "; ".join(n for n in (m.note, str(run.meta.get("note") or "")) if n), **cost,
                 **provenance_columns(run.name, run.identity),
                 **({"train_labels": run.train_labels} if run.train_labels else {}),
+                **({"thin": cell.data["thin"]} if cell.data.get("thin") else {}),
             })
     base = {"dataset": cell.dataset, "scenario": cell.scenario, "model": cell.model}
     return rows + [{**base, **row} for row in cell.extra_rows]

@@ -6,7 +6,8 @@ GSM8K-style `#### x`, the number after the last "answer is" / "Answer:" / "final
 stated by the concluding sentence (the last sentence holding a number): the number after its last "=", else its
 last number that is not one of the question's own quantities ("approximately 10.12 hours to cover the same
 distance of 480 miles" states 10.12; 480 restates the question). A concluding sentence that only restates the
-question's quantities states no result: undecided. When the response was cut off by the token limit and has no
+question's quantities is passed over for the sentence before it; a response that only restates them states no
+result: undecided. When the response was cut off by the token limit and has no
 explicit marker, its last number is a step of unfinished reasoning, not an answer, so the judge does not decide.
 """
 
@@ -71,25 +72,24 @@ def final_number(text: str, *, truncated: bool = False, question: str = "") -> t
     return concluding_result(cleaned, question)
 
 
-_SENTENCE_END = re.compile(r"(?<!\d)[.!?](?!\d)\s*|\n+")
+_SENTENCE_END = re.compile(r"[.!?](?!\d)\s*|\n+")
 
 
 def concluding_result(cleaned: str, question: str) -> tuple[float | None, str]:
-    """The result the concluding sentence (the last one holding a number) states: the number after its last "=",
-    else its last number that does not restate a quantity of the question."""
+    """The last result the response states: the last number of its concluding sentence that does not restate a
+    quantity of the question ("so 72 altogether", "5 + 3 = 8 apples"); a closing sentence that only restates the
+    question's quantities ("This is because she needed $100.") is passed over for the one before it."""
     sentences = [s for s in _SENTENCE_END.split(cleaned) if numbers_in(s)]
     if not sentences:
         return None, "no number in the response"
-    last = sentences[-1]
-    if "=" in last:
-        after = numbers_in(last[last.rfind("=") + 1 :])
-        if after:
-            return after[0], "result of the concluding sentence's equation"
     given = numbers_in(clean_numbers(question))
-    own = [v for v in numbers_in(last) if not any(math.isclose(v, q, rel_tol=1e-9, abs_tol=1e-9) for q in given)]
-    if own:
-        return own[-1], "result stated by the concluding sentence"
-    return None, (f"the concluding sentence ({last.strip()[:80]!r}) only restates the question's quantities and "
+    for back, sentence in enumerate(reversed(sentences)):
+        own = [v for v in numbers_in(sentence)
+               if not any(math.isclose(v, q, rel_tol=1e-9, abs_tol=1e-9) for q in given)]
+        if own:
+            where = "the concluding sentence" if back == 0 else "the last sentence stating a result"
+            return own[-1], f"result stated by {where}"
+    return None, (f"the response only restates the question's quantities ({sentences[-1].strip()[:80]!r}) and "
                   "states no result")
 
 

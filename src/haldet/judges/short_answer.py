@@ -26,6 +26,7 @@ Yes/no references compare the answer's leading yes/no, not any "no" anywhere in 
 
 from __future__ import annotations
 
+import math
 import re
 
 from haldet.judges.base import Judge, Undecided, register
@@ -37,6 +38,7 @@ from haldet.judges.text import (
     is_refusal,
     negated,
     normalize,
+    numbers_in,
     token_f1,
     tokens,
 )
@@ -44,6 +46,9 @@ from haldet.schema import Category, Generation, Instance, Label
 
 # rag/long_form/summarization references are whole responses: word overlap says little there (LLM judge)
 SHORT_TASKS = {"short_answer", "grounded_qa", "span", "multi_hop", "dialogue", "qa"}
+FUNCTION_WORDS = frozenset({"in", "on", "at", "of", "to", "for", "by", "with", "from", "into", "and", "or", "it",
+                            "its", "is", "are", "was", "were", "be", "been", "that", "this", "there", "they", "he",
+                            "she", "his", "her", "their"})
 INVENTED_SPECIFICS = 2  # unsupported names/numbers beside a matched gold answer that make it undecided
 YES_NO = {"yes", "no"}
 _FRAMING = {"it", "its", "that", "this", "true", "actually", "fact", "in", "indeed", "common", "popular", "is", "are"}
@@ -107,12 +112,17 @@ class ShortAnswerJudge(Judge):
             return label(Category.ABSTENTION, "the answer only expresses doubt")
 
         # "The X is located in..." repeats the question: no evidence; negations always are
-        asked = set(tokens(instance.question)) - NEGATORS
+        # function words ("in", "it") carry no evidence either: "In the mitochondria." shares only "in" with "in
+        # the chloroplasts"
+        asked = (set(tokens(instance.question)) | FUNCTION_WORDS) - NEGATORS
         polarity = negated(answer)
+        stated = numbers_in(answer)
         support: dict[bool, tuple[float, str, str]] = {True: (0.0, "", ""), False: (0.0, "", "")}
         for text, is_ref in [(r, True) for r in refs] + [(w, False) for w in wrongs]:
             if not _content(text, asked):
                 continue  # "Turkey is in the EU" for "Why is Turkey in the EU?": only its polarity says anything
+            if _other_numbers(stated, numbers_in(text)):
+                continue  # "300 metres" shares a word with "330 metres", not the fact
             same = negated(text) == polarity
             kind = "reference" if is_ref else "known wrong answer"
             if same:  # overlap supports that side
@@ -198,6 +208,11 @@ def invented_specifics(answer: str, instance: Instance) -> list[str]:
         if word not in out:
             out.append(word)
     return out
+
+
+def _other_numbers(stated: list[float], reference: list[float]) -> bool:
+    """Both state numbers and none of the reference's is among the answer's."""
+    return bool(stated and reference) and not any(math.isclose(a, b, rel_tol=1e-6) for a in stated for b in reference)
 
 
 def _content(text: str, asked: set[str]) -> list[str]:

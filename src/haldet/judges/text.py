@@ -117,6 +117,8 @@ _REFUSAL = re.compile(
     r"(provided |given |above )?(does not|doesnt|do not|dont|did not|didnt|fails to|does) "
     r"(not )?(mention|say|provide|contain|specify|state|include|give|answer|indicate|tell)"
     r"|(there is|theres|there are) no (information|mention|data|answer|record|evidence)"
+    r"|(context|passage|text|document|article|story|paragraph)s? (gives|has|offers|provides|contains|includes|holds"
+    r"|states|mentions) no\b"
     r"|no (information|mention) (about|on|of|regarding|is given|is provided)"
     r"|not (mentioned|specified|provided|stated|given|included|available) in"
     r"|(cannot|cant|can not) be (determined|answered|known|found|inferred)"
