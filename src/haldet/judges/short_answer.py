@@ -187,7 +187,7 @@ def _polarity_only(answer: str, asked: set[str], polarity: bool, refs: list[str]
                                    "answers do (every reference has the opposite polarity)"
 
 
-_SPECIFIC = re.compile(r"(?<![\w'])(?:\d[\d,.:/]*\d|\d|[A-Z][\w'-]*)")
+_SPECIFIC = re.compile(r"(?<![\w'])(?:\d[\w,.:/]*\w|\d|[A-Z][\w'-]*)")  # "1937", "332nd", "3:15", "Edward"
 _SENTENCE_START = re.compile(r"(?:^|[.!?:;]\s+|\n\s*|[\"(]\s*)$")
 
 
