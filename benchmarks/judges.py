@@ -170,6 +170,7 @@ def tune(path: Path = DEV) -> dict[str, object]:
     judge = ReferenceSimilarityJudge()
     sims = judge.similarities([(i, g) for i, g, _ in triples])
     truth = [label for _, _, label in triples]
+    openings = [judge.opening(i, g.response, s) for (i, g, _), s in zip(triples, sims, strict=True)]
     grid = itertools.product(np.arange(0.10, 0.41, 0.025), np.arange(0.0, 0.31, 0.02), np.arange(0.2, 0.61, 0.05),
                              np.arange(0.4, 0.91, 0.05))
     best: tuple[tuple[float, ...], Thresholds, float, float] | None = None
@@ -177,7 +178,8 @@ def tune(path: Path = DEV) -> dict[str, object]:
         t = Thresholds(miss=round(float(miss), 3), margin=round(float(margin), 3), floor=round(float(floor), 3),
                        match=round(float(match), 3))
         judge.thresholds = t
-        out = [judge.decide(i, g.response, s) for (i, g, _), s in zip(triples, sims, strict=True)]
+        out = [o or judge.by_thresholds(i, g.response, s)  # type: ignore[arg-type]
+               for (i, g, _), s, o in zip(triples, sims, openings, strict=True)]
         decided = [k for k, v in enumerate(out) if isinstance(v, Label)]
         if not decided:
             continue

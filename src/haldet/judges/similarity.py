@@ -162,13 +162,20 @@ class ReferenceSimilarityJudge(Judge):
             on_done(index, self.decide(instance, generation.response.strip(), sims))
 
     def decide(self, instance: Instance, answer: str, sims: Similarities | None) -> Verdict:
-        t = self.thresholds
+        return self.opening(instance, answer, sims) or self.by_thresholds(instance, answer, sims)  # type: ignore[arg-type]
+
+    def opening(self, instance: Instance, answer: str, sims: Similarities | None) -> Verdict | None:
+        """The verdict no threshold changes (an empty answer; one the phrase rules left open on purpose), or None."""
         if sims is None:
             return self.label(instance, Category.INVALID, "empty response")
         named = [r for r in [*instance.references, *instance.incorrect] if normalize(r) and affirms(answer, r)]
         if named or is_refusal(answer):  # the phrase rules saw this one and left it open on purpose
             what = f"names {named[0]!r}" if named else "declines"
             return Undecided(f"{self.id}: the answer {what}; similarity cannot settle what the phrase rules left open")
+        return None
+
+    def by_thresholds(self, instance: Instance, answer: str, sims: Similarities) -> Verdict:
+        t = self.thresholds
         pos = f"similarity {sims.true:.2f} to the reference {sims.true_ref!r}"
         if sims.true <= t.miss:
             return self.label(instance, Category.HALLUCINATION,
