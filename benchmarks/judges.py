@@ -4,13 +4,19 @@ responses (right -> correct, hallucinated -> hallucination: an accuracy with kno
 
 Judge accuracy per dataset family (`families`): the default judge chain (`cascade` without an LLM judge, i.e. the
 rule and execution judges) on labelled samples: the packaged HaluEval QA/dialogue/summarization right and
-hallucinated answers, and `benchmarks/judge_sample.jsonl`, a hand-labelled sample of answers per family
-(TruthfulQA / TriviaQA short answers with negations and hedges, SQuAD v2 spans incl. unanswerable, GSM8K worked
-solutions incl. one cut off at the token limit, ARC letters, xLAM calls, CoQA turns). Per family: n, coverage
-(share the judges decided; the rest is `invalid`/undecided, for an LLM judge), accuracy on the decided items,
-accuracy over all items, and the confusion counts (expected->judged).
+hallucinated answers, `benchmarks/judge_sample.jsonl` (a small hand-labelled sample per family: TruthfulQA /
+TriviaQA short answers with negations and hedges, SQuAD v2 spans, GSM8K, ARC letters, xLAM calls, CoQA turns) and
+the hand-labelled samples per judged task type in `benchmarks/judge_samples/` (about 40 answers each: short-answer
+QA with true and false references, reading comprehension with unanswerable questions, math word problems). Per
+family: the cascade's n, coverage (share decided; the rest is `invalid`/undecided, for an LLM judge), accuracy on
+the decided items and over all items, confusion counts (expected->judged), which judge decided how many, and each
+judge alone on the items it applies to.
 
-Prints JSON. Usage: python benchmarks/judges.py [--workers 2] [--n-rule 2000] [--n-family 400] [--only families]
+`tune`: the thresholds of `rule:reference_similarity` chosen on the development sample
+(`judge_samples/dev_short_answer.jsonl`, never evaluated) next to the ones in use.
+
+Prints JSON. Usage: python benchmarks/judges.py [--workers 2] [--n-rule 2000] [--n-family 400]
+                    [--only exec|rule|families|tune]
 """
 
 from __future__ import annotations
