@@ -114,7 +114,8 @@ class ShortAnswerJudge(Judge):
         # "The X is located in..." repeats the question: no evidence; negations always are
         # function words ("in", "it") carry no evidence either: "In the mitochondria." shares only "in" with "in
         # the chloroplasts"
-        asked = (set(tokens(instance.question)) | FUNCTION_WORDS) - NEGATORS
+        question = set(tokens(instance.question)) - NEGATORS
+        asked = question | FUNCTION_WORDS
         polarity = negated(answer)
         stated = numbers_in(answer)
         support: dict[bool, tuple[float, str, str]] = {True: (0.0, "", ""), False: (0.0, "", "")}
@@ -128,8 +129,9 @@ class ShortAnswerJudge(Judge):
             if same:  # overlap supports that side
                 f1 = token_f1(answer, text, asked)
                 side, how = is_ref, f"token F1 {f1:.2f} with the {kind} {text!r}"
-            else:  # the same words with the opposite polarity: the answer contradicts it
-                f1 = token_f1(answer, text, asked | NEGATORS | YES_NO)
+            else:  # the same words with the opposite polarity: the answer contradicts it (function words count
+                # here: sharing only a name with "X did not compose any opera" contradicts nothing)
+                f1 = token_f1(answer, text, question | NEGATORS | YES_NO)
                 side, how = not is_ref, f"the answer negates the {kind} {text!r} (token F1 {f1:.2f} besides that)"
             if f1 > support[side][0]:
                 support[side] = (f1, text, how)
