@@ -165,7 +165,7 @@ def test_run_then_annotate_with_compare(tmp_path: Path, cli: Any, server: FakeOp
     manifest = json.loads((out / "manifest.json").read_text())
     cell = manifest["cells"][0]
     assert sum(cell["annotation"]["total"].values()) == 4
-    assert set(cell["annotation"]["by_judge"]) <= {"rule:short_answer", "cascade"}
+    assert set(cell["annotation"]["by_judge"]) <= {"rule:short_answer", "rule:reference_similarity", "cascade"}
 
     res = cli("annotate", str(out), "--judge", "cascade", "--compare-with", "llm", "--judge-model", "judge-test",
               "--judge-base-url", server.base_url, "--judge-retries", "1", "--json")

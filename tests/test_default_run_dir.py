@@ -33,7 +33,7 @@ def test_the_default_config_has_the_plain_name_and_any_other_its_own() -> None:
     assert one.startswith("runs/halueval_qa__smollm2-135m__data_dir-x-") and one != two
 
 
-ARGS = ("run", "--max-new-tokens", "16", "--detector", "perplexity")
+ARGS = ("run", "--max-new-tokens", "16", "--detector", "perplexity", "--min-per-class", "0")  # tiny: not thin
 DEFAULT = (*ARGS, "--limit", "8")  # the default run's stand-in
 QUICK = (*ARGS, "--limit", "4")    # the README's one-minute look: fewer items
 
@@ -52,8 +52,8 @@ def _rows(run_dir: Path) -> list[dict[str, Any]]:
 def test_a_quick_look_keeps_the_default_runs_results_and_costs(tmp_path: Path,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    main = Path(_out(max_new_tokens=16, detector=["perplexity"], limit=8))
-    quick = Path(_out(max_new_tokens=16, detector=["perplexity"], limit=4))
+    main = Path(_out(max_new_tokens=16, detector=["perplexity"], limit=8, min_per_class=0))
+    quick = Path(_out(max_new_tokens=16, detector=["perplexity"], limit=4, min_per_class=0))
     assert main != quick
     first = _run(*DEFAULT)
     assert f"run directory: {main}" in first

@@ -83,6 +83,7 @@ def scripted(monkeypatch: pytest.MonkeyPatch) -> None:
 def _run(tmp_path: Path, *extra: str) -> Any:
     return CliRunner().invoke(app, ["run", "--dataset", "gsm8k", "--data-dir", str(FIX), "--limit", "3",
                                     "--detector", "perplexity", "--judge", "rule", "--out", str(tmp_path / "r"),
+                                    "--min-per-class", "0",
                                     *extra])
 
 

@@ -164,7 +164,7 @@ def test_short_answer_aliases_f1_and_traps() -> None:
     assert category(judge, item, "Hamlet was written by Christopher Marlowe.") == "hallucination"
     assert category(judge, item, "I'm not sure, but I believe Shakespeare wrote it.") == "correct"
     assert category(judge, item, "I'm not sure.") == "abstention"
-    assert category(judge, item, "Ben Jonson") == "hallucination"
+    assert category(judge, item, "Ben Jonson") == "undecided"  # low overlap alone decides nothing
     assert category(judge, item, "Either Marlowe or Shakespeare") == "correct"  # "Marlowe" alone is not r-
     both = inst("short_answer", references=["Shakespeare"], incorrect=["Marlowe"])
     assert category(judge, both, "Either Marlowe or Shakespeare") == "undecided"

@@ -182,6 +182,9 @@ class EvaluationConfig(Section):
     # suites: `test` scores the test items; `all` scores training-free detectors on every item (as HalluEntity and
     # VeriGray report), trained detectors still fit on train and report on test; each row says its `scope`
     evaluate_on: Literal["test", "all"] = "test"
+    # a cell whose test split holds fewer labelled items of either class is thin: its numbers are shown, marked,
+    # never ranked, and the run exits 1 unless --allow-failures
+    min_per_class: int = Field(5, ge=0)  # 0: no minimum
 
     @field_validator("split")
     @classmethod

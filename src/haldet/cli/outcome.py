@@ -43,7 +43,11 @@ def _judge_failures(cell: Any) -> list[str]:
     return out
 
 
-CELL_CHECKS: list[Callable[[Any], list[str]]] = [_cell_error, _stage_failures, _judge_failures]
+def _thin(cell: Any) -> list[str]:
+    return [str(cell.data["thin"])] if cell.data.get("thin") and not cell.error else []
+
+
+CELL_CHECKS: list[Callable[[Any], list[str]]] = [_cell_error, _stage_failures, _judge_failures, _thin]
 
 
 def run_problems(cells: Iterable[Any]) -> list[str]:

@@ -50,6 +50,7 @@ class RunOptions:
     metrics: list[str] | None = None
     calibration: str | None = None
     preset: str | None = None
+    min_per_class: int | None = None
 
 
 def run(
@@ -87,6 +88,9 @@ def run(
     ray_address: Annotated[str | None, typer.Option(help="Ray cluster address (default: $RAY_ADDRESS, else a "
                                                     "local cluster).")] = None,
     allow_failures: Annotated[bool, AllowFailures] = False,
+    min_per_class: Annotated[int | None, typer.Option(help="Labelled test items each class needs for a cell to be "
+                                                      "ranked (default 5; 0 = no minimum); a thinner cell is "
+                                                      "marked and fails the run unless --allow-failures.")] = None,
     suite: Annotated[str | None, typer.Option(help="Run a hosted benchmark with its datasets, protocol, detectors, "
                                               "levels and tables (see `haldet suites list`); flags override.")]
     = None,
@@ -109,7 +113,7 @@ def run(
         max_new_tokens=max_new_tokens, decode_rows=decode_rows, device=device, judge=judge, judge_model=judge_model,
         judge_base_url=judge_base_url, judge_backend=judge_backend, update=update, as_json=as_json,
         model_base_url=model_base_url, executor=executor, ray_address=ray_address, allow_failures=allow_failures,
-        suite=suite, metrics=metrics, calibration=calibration, preset=preset,
+        suite=suite, metrics=metrics, calibration=calibration, preset=preset, min_per_class=min_per_class,
     ))
 
 
@@ -118,7 +122,8 @@ def run_benchmark(opts: RunOptions) -> None:
     and the exit status from what failed."""
     from haldet.cli.outcome import run_problems
     from haldet.flow import run as pipeline
-    from haldet.report.terminal import results_table
+    from haldet.flow.results import cell_entry
+    from haldet.report.terminal import judge_lines, results_table
 
     config = run_config(opts)
     target = opts.out or default_out(config)
@@ -158,6 +163,9 @@ def run_benchmark(opts: RunOptions) -> None:
         title = "haldet results (test split" + (f", preset {config.preset})" if config.preset else ")")
         out_console.print(results_table(rows, title=title, failed=failed,
                                         metrics=check_metrics(split_names(opts.metrics), rows)))
+        llm = config.judge.model if config.judge.kind in ("llm", "cascade") else None
+        for line in judge_lines([cell_entry(c) for c in cells], llm):
+            out_console.print(line)
     _write_run_reports(target, metrics=split_names(opts.metrics))
     console.print(f"run directory: {target}", highlight=False, soft_wrap=True)
     exit_on_failures(run_problems(cells), opts.allow_failures)
@@ -195,7 +203,7 @@ def run_config(opts: RunOptions) -> RunConfig:
         generation__batch_size=opts.batch_size, generation__max_new_tokens=opts.max_new_tokens,
         judge__kind=opts.judge, judge__model=opts.judge_model, judge__base_url=opts.judge_base_url,
         judge__backend=opts.judge_backend, endpoint__base_url=opts.model_base_url, preset=opts.preset,
-        evaluation__calibration=opts.calibration,
+        evaluation__calibration=opts.calibration, evaluation__min_per_class=opts.min_per_class,
     )
     from haldet.flow.layers import resolve_config
 

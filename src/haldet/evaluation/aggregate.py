@@ -147,7 +147,8 @@ def frame(rows: Sequence[Mapping[str, Any]], metric: str = "auroc") -> Frame:
         if row.get("metric") != metric:
             continue
         model, det, ds = str(row["model"]), str(row["detector"]), str(row["dataset"])
-        values[(model, det, ds)] = _finite(row.get("value"))
+        # a thin cell (too few labelled test items per class) is marked in the tables, never averaged or ranked
+        values[(model, det, ds)] = None if row.get("thin") else _finite(row.get("value"))
         coverage[(model, det, ds)] = _finite(row.get("coverage"))
         scenario.setdefault(ds, str(row.get("scenario") or "?"))
         fam = str(row.get("family") or "?")

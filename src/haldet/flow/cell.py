@@ -137,6 +137,8 @@ def run_cell(config: RunConfig, store: RunStore, dataset: str, model: str, progr
     ev = config.evaluation
     ctx.store.write_json("split.json", {"seed": ev.split_seed, "fractions": list(ev.split), **recorded, **split})
     result.split_sizes = {k: len(v) for k, v in split.items()}
+    if protocol.needs_labels and (why := thin_split(split, labels, ev.min_per_class)):
+        result.data["thin"] = why
     evaluated = protocol.evaluated(items, labels)
     unscored = protocol.unscored(all_items, items)
     for r, (regime, train) in enumerate(protocol.training_labels(all_items, labels)):
@@ -224,6 +226,18 @@ def no_usable_labels(result: CellResult) -> str:
     elif result.label_counts.get("invalid"):
         text += "; see the judges' reasons in annotate.jsonl (an LLM judge, --judge-model, decides open answers)"
     return text
+
+
+def thin_split(split: dict[str, list[str]], labels: dict[str, int], minimum: int) -> str:
+    """Why the test split is too thin to rank detectors (fewer than `minimum` labelled items of a class), or ''."""
+    test = [labels[i] for i in split.get("test", []) if i in labels]
+    n_pos = sum(test)
+    n_neg = len(test) - n_pos
+    if min(n_pos, n_neg) >= minimum:
+        return ""
+    return (f"thin test split: {n_neg} correct and {n_pos} hallucination labelled item(s), fewer than "
+            f"evaluation.min_per_class = {minimum} per class; its numbers are not ranked (more items: --limit; more "
+            "labels: an LLM judge, --judge-model)")
 
 
 def carry_timings(run: DetectorRun, previous: dict[str, Any]) -> bool:

@@ -38,6 +38,7 @@ def result_rows(cell: CellResult, cost_n: int = DEFAULT_N, *, max_orientation: b
                 **cost,
                 **provenance_columns(run.name, run.identity),
                 **({"train_labels": run.train_labels} if run.train_labels else {}),
+                **({"thin": cell.data["thin"]} if cell.data.get("thin") else {}),
             })
     if max_orientation:
         rows = [out for row in rows for out in ([row, max_orientation_row(row)] if row["metric"] == "auroc"

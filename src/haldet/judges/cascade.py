@@ -18,6 +18,7 @@ from haldet.judges.execution import ExecutionJudge
 from haldet.judges.math import MathJudge
 from haldet.judges.mcq import MCQJudge
 from haldet.judges.short_answer import ShortAnswerJudge
+from haldet.judges.similarity import ReferenceSimilarityJudge
 from haldet.judges.tool_call import ToolCallJudge
 from haldet.schema import Category, Label
 
@@ -26,7 +27,7 @@ Outcome = Label | JudgeFailure  # what the cascade gives per item: a label (mayb
 
 def rule_judges(config: JudgeConfig) -> list[Judge]:
     return [MCQJudge(), MathJudge(rel_tol=config.math_rel_tol), ToolCallJudge(),
-            ShortAnswerJudge(f1_threshold=config.f1_threshold)]
+            ShortAnswerJudge(f1_threshold=config.f1_threshold), ReferenceSimilarityJudge()]
 
 
 def exec_judges(config: JudgeConfig) -> list[Judge]:

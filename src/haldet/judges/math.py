@@ -1,10 +1,14 @@
 """Rule judge for math word problems and numeric science answers: final-number extraction and equality with a
 tolerance. References are number strings (GSM8K `####` answers, SVAMP, TheoremQA numeric answers).
 
-The final answer is, in order of preference: the last `\\boxed{...}`, a GSM8K-style `#### x`, the number after
-the last "answer is" / "Answer:" / "final answer" marker, or the last number of the response. When the response
-was cut off by the token limit and has no explicit marker, its last number is a step of unfinished reasoning,
-not an answer, so the judge does not decide.
+The final answer comes from the response's own conclusion, in order of preference: the last `\\boxed{...}`, a
+GSM8K-style `#### x`, the number after the last "answer is" / "Answer:" / "final answer" marker, else the result
+stated by the concluding sentence (the last sentence holding a number): the number after its last "=", else its
+last number that is not one of the question's own quantities ("approximately 10.12 hours to cover the same
+distance of 480 miles" states 10.12; 480 restates the question). A concluding sentence that only restates the
+question's quantities is passed over for the sentence before it; a response that only restates them states no
+result: undecided. When the response was cut off by the token limit and has no
+explicit marker, its last number is a step of unfinished reasoning, not an answer, so the judge does not decide.
 """
 
 from __future__ import annotations
@@ -44,8 +48,9 @@ def _boxed(text: str) -> str | None:
     return None
 
 
-def final_number(text: str, *, truncated: bool = False) -> tuple[float | None, str]:
-    """(value, how it was found) of a response's final answer; (None, why) when there is none."""
+def final_number(text: str, *, truncated: bool = False, question: str = "") -> tuple[float | None, str]:
+    """(value, how it was found) of a response's final answer; (None, why) when there is none. `question`: the
+    problem text, whose quantities a concluding sentence may restate without stating them as its result."""
     boxed = _boxed(text)
     if boxed is not None:
         value = parse_number(boxed)
@@ -64,10 +69,28 @@ def final_number(text: str, *, truncated: bool = False) -> tuple[float | None, s
             return (nums[-1] if "=" in segment else nums[0]), f"after {marker.group(0).strip()!r}"
     if truncated:
         return None, "the response was cut off by the token limit before stating a final answer"
-    nums = numbers_in(cleaned)
-    if nums:
-        return nums[-1], "last number in the response"
-    return None, "no number in the response"
+    return concluding_result(cleaned, question)
+
+
+_SENTENCE_END = re.compile(r"[.!?](?!\d)\s*|\n+")
+
+
+def concluding_result(cleaned: str, question: str) -> tuple[float | None, str]:
+    """The last result the response states: the last number of its concluding sentence that does not restate a
+    quantity of the question ("so 72 altogether", "5 + 3 = 8 apples"); a closing sentence that only restates the
+    question's quantities ("This is because she needed $100.") is passed over for the one before it."""
+    sentences = [s for s in _SENTENCE_END.split(cleaned) if numbers_in(s)]
+    if not sentences:
+        return None, "no number in the response"
+    given = numbers_in(clean_numbers(question))
+    for back, sentence in enumerate(reversed(sentences)):
+        own = [v for v in numbers_in(sentence)
+               if not any(math.isclose(v, q, rel_tol=1e-9, abs_tol=1e-9) for q in given)]
+        if own:
+            where = "the concluding sentence" if back == 0 else "the last sentence stating a result"
+            return own[-1], f"result stated by {where}"
+    return None, (f"the response only restates the question's quantities ({sentences[-1].strip()[:80]!r}) and "
+                  "states no result")
 
 
 def _truth_ref(text: str) -> bool | None:
@@ -89,6 +112,8 @@ class MathJudge(Judge):
     """Numeric equality of the final answer with any reference (relative tolerance `rel_tol`, absolute 1e-6;
     a percentage also matches its fraction: 50% == 0.5). True/False references compare the last truth word."""
 
+    version = 2  # 2: the final answer from the concluding sentence, not the last number
+
     def __init__(self, rel_tol: float = 1e-4) -> None:
         self.rel_tol = rel_tol
 
@@ -109,7 +134,7 @@ class MathJudge(Judge):
         if all(as_number(r) is None for r in refs):
             return self._judge_truth(instance, answer)
         truncated = generation.finish_reason == "length"
-        value, how = final_number(answer, truncated=truncated)
+        value, how = final_number(answer, truncated=truncated, question=instance.question)
         if value is None:
             if is_abstention(answer):
                 return self.label(instance, Category.ABSTENTION, "the answer declines to give a result")

@@ -6,15 +6,17 @@ Checks, in order:
 2. SQuAD v2 unanswerable question (`meta["unanswerable"]`, no references): declining is the right answer
    (correct), anything else is made up (hallucination);
 3. a refusal ("I don't know", "the passage doesn't say") -> abstention, unless it also states a reference;
-4. an acceptable answer (alias) found as a phrase -> correct; a known wrong answer (r-) found -> hallucination;
-   both found -> undecided (the answer lists several candidates); a match lying inside a longer match of the
-   other side is not counted (r- "York" inside r+ "New York City"; r+ "Paris" inside the repeated r- sentence);
+4. an acceptable answer (alias) found as a phrase -> correct, unless the answer also states names or numbers that
+   neither the question, the context nor any reference holds (the gold plus invented facts: undecided, with
+   them named); a known wrong answer (r-) found -> hallucination; both found -> undecided (the answer lists
+   several candidates); a match lying inside a longer match of the other side is not counted (r- "York" inside
+   r+ "New York City"; r+ "Paris" inside the repeated r- sentence);
 5. a hedge with nothing else ("I'm not sure.") -> abstention;
 6. token F1 against r+ and r- (the question's own words left out: answers and sentence-long references both
-   repeat them, but negation words are always kept): the better side wins when it reaches `f1_threshold`;
-   below it, a short-reference item is a hallucination (the answer matches no acceptable answer), a
-   long-reference item (dialogue replies, free-text references) is undecided, since a paraphrase can be right
-   with little word overlap.
+   repeat them, but negation words are always kept): the better side wins when it reaches `f1_threshold`
+   (a win for r+ is checked for invented names and numbers as in 4); below it the item is undecided, whatever
+   the references' length: low word overlap says nothing by itself (a paraphrase, "died in Hastings" for
+   "Battle of Hastings"), so the next judge (`rule:reference_similarity`, then the LLM judge) gets it.
 Polarity is respected throughout: a phrase match preceded by a negation ("not Paris", "it's a myth that X") is
 no match, and a reference whose polarity differs from the answer's (one says "not", the other does not) is
 evidence for the other side when the words otherwise overlap: "Turkey is a member of the European Union"
@@ -24,14 +26,19 @@ Yes/no references compare the answer's leading yes/no, not any "no" anywhere in 
 
 from __future__ import annotations
 
+import math
+import re
+
 from haldet.judges.base import Judge, Undecided, register
 from haldet.judges.text import (
     NEGATORS,
     find_phrase,
+    fold,
     is_abstention,
     is_refusal,
     negated,
     normalize,
+    numbers_in,
     token_f1,
     tokens,
 )
@@ -39,8 +46,11 @@ from haldet.schema import Category, Generation, Instance, Label
 
 # rag/long_form/summarization references are whole responses: word overlap says little there (LLM judge)
 SHORT_TASKS = {"short_answer", "grounded_qa", "span", "multi_hop", "dialogue", "qa"}
-SHORT_REFERENCE_TOKENS = 8
-_YES_NO = {"yes", "no"}
+FUNCTION_WORDS = frozenset({"in", "on", "at", "of", "to", "for", "by", "with", "from", "into", "and", "or", "it",
+                            "its", "is", "are", "was", "were", "be", "been", "that", "this", "there", "they", "he",
+                            "she", "his", "her", "their"})
+INVENTED_SPECIFICS = 2  # unsupported names/numbers beside a matched gold answer that make it undecided
+YES_NO = {"yes", "no"}
 _FRAMING = {"it", "its", "that", "this", "true", "actually", "fact", "in", "indeed", "common", "popular", "is", "are"}
 
 
@@ -50,13 +60,13 @@ def is_unanswerable(instance: Instance) -> bool:
 
 @register("rule:short_answer")
 class ShortAnswerJudge(Judge):
-    version = 3
+    version = 4
 
     def __init__(self, f1_threshold: float = 0.5) -> None:
         self.f1_threshold = f1_threshold
 
     def fingerprint(self) -> object:
-        return [self.id, self.f1_threshold, SHORT_REFERENCE_TOKENS]
+        return [self.id, self.f1_threshold, INVENTED_SPECIFICS]
 
     def applies(self, instance: Instance) -> bool:
         if instance.task_type not in SHORT_TASKS or instance.options:
@@ -78,7 +88,7 @@ class ShortAnswerJudge(Judge):
 
         refs = [r for r in instance.references if normalize(r)]
         wrongs = [w for w in instance.incorrect if normalize(w)]
-        if refs and all(normalize(r) in _YES_NO for r in refs):
+        if refs and all(normalize(r) in YES_NO for r in refs):
             return self._yes_no(instance, answer, refs)
         found_pos = [r for r in refs if affirms(answer, r)]
         found_neg = [w for w in wrongs if affirms(answer, w)]
@@ -95,26 +105,33 @@ class ShortAnswerJudge(Judge):
             return Undecided(f"rule:short_answer: the answer mentions both the reference {pos[0]!r} and the "
                              f"known wrong answer {neg[0]!r}")
         if pos:
-            return label(Category.CORRECT, f"answer contains the reference {pos[0]!r}")
+            return self._gold_only(instance, answer, pos[0], f"answer contains the reference {pos[0]!r}")
         if neg:
             return label(Category.HALLUCINATION, f"answer contains the known wrong answer {neg[0]!r}")
         if is_abstention(answer):
             return label(Category.ABSTENTION, "the answer only expresses doubt")
 
         # "The X is located in..." repeats the question: no evidence; negations always are
-        asked = set(tokens(instance.question)) - NEGATORS
+        # function words ("in", "it") carry no evidence either: "In the mitochondria." shares only "in" with "in
+        # the chloroplasts"
+        question = set(tokens(instance.question)) - NEGATORS
+        asked = question | FUNCTION_WORDS
         polarity = negated(answer)
+        stated = numbers_in(answer)
         support: dict[bool, tuple[float, str, str]] = {True: (0.0, "", ""), False: (0.0, "", "")}
         for text, is_ref in [(r, True) for r in refs] + [(w, False) for w in wrongs]:
             if not _content(text, asked):
                 continue  # "Turkey is in the EU" for "Why is Turkey in the EU?": only its polarity says anything
+            if _other_numbers(stated, numbers_in(text)):
+                continue  # "300 metres" shares a word with "330 metres", not the fact
             same = negated(text) == polarity
             kind = "reference" if is_ref else "known wrong answer"
             if same:  # overlap supports that side
                 f1 = token_f1(answer, text, asked)
                 side, how = is_ref, f"token F1 {f1:.2f} with the {kind} {text!r}"
-            else:  # the same words with the opposite polarity: the answer contradicts it
-                f1 = token_f1(answer, text, asked | NEGATORS | _YES_NO)
+            else:  # the same words with the opposite polarity: the answer contradicts it (function words count
+                # here: sharing only a name with "X did not compose any opera" contradicts nothing)
+                f1 = token_f1(answer, text, question | NEGATORS | YES_NO)
                 side, how = not is_ref, f"the answer negates the {kind} {text!r} (token F1 {f1:.2f} besides that)"
             if f1 > support[side][0]:
                 support[side] = (f1, text, how)
@@ -125,21 +142,27 @@ class ShortAnswerJudge(Judge):
         best_neg, _, why_neg = support[False]
         if max(best_pos, best_neg) >= self.f1_threshold:
             if best_pos > best_neg:
-                return label(Category.CORRECT, f"{why_pos} (vs {best_neg:.2f} for the other side)")
+                return self._gold_only(instance, answer, ref, f"{why_pos} (vs {best_neg:.2f} for the other side)")
             if best_neg > best_pos:
                 return label(Category.HALLUCINATION, f"{why_neg} (vs {best_pos:.2f} for the other side)")
             return Undecided(f"rule:short_answer: the evidence ties ({best_pos:.2f}) between a reference and a "
                              "known wrong answer")
         ref = ref or refs[0]
-        if max(len(tokens(r)) for r in refs) <= SHORT_REFERENCE_TOKENS:
-            return label(Category.HALLUCINATION,
-                         f"no acceptable answer matched (best token F1 {best_pos:.2f} with {ref!r})")
-        return Undecided(f"rule:short_answer: free-text reference and low word overlap (token F1 {best_pos:.2f}); "
-                         "a paraphrase needs a semantic judge")
+        return Undecided(f"rule:short_answer: low word overlap with every reference (best token F1 {best_pos:.2f} "
+                         f"with {ref!r}); a paraphrase needs a semantic judge")
+
+    def _gold_only(self, instance: Instance, answer: str, ref: str, why: str) -> Label | Undecided:
+        """Correct, unless the answer beside the gold states names or numbers nothing given supports."""
+        extra = invented_specifics(answer, instance)
+        if len(extra) >= INVENTED_SPECIFICS:
+            return Undecided(f"rule:short_answer: the answer states the reference {ref!r} but also "
+                             f"{', '.join(repr(e) for e in extra[:5])}, which neither the question, the context nor "
+                             "any reference holds (possibly invented facts)")
+        return self.label(instance, Category.CORRECT, why)
 
     def _yes_no(self, instance: Instance, answer: str, refs: list[str]) -> Label | Undecided:
         words = tokens(answer)
-        said = next((w for w in words[:3] if w in _YES_NO), None)
+        said = next((w for w in words[:3] if w in YES_NO), None)
         if said is None:
             if is_abstention(answer):
                 return self.label(instance, Category.ABSTENTION, "the answer declines to answer")
@@ -166,10 +189,38 @@ def _polarity_only(answer: str, asked: set[str], polarity: bool, refs: list[str]
                                    "answers do (every reference has the opposite polarity)"
 
 
+_SPECIFIC = re.compile(r"(?<![\w'])(?:\d[\w,.:/]*\w|\d|[A-Z][\w'-]*)")  # "1937", "332nd", "3:15", "Edward"
+_SENTENCE_START = re.compile(r"(?:^|[.!?:;]\s+|\n\s*|[\"(]\s*)$")
+
+
+def invented_specifics(answer: str, instance: Instance) -> list[str]:
+    """The names (capitalised words not opening a sentence) and numbers of the answer that neither the question,
+    the instruction, the context nor any acceptable answer holds, in order, each once."""
+    given = set(tokens(" ".join([instance.question, instance.instruction or "", instance.context or "",
+                                 *instance.references])))
+    text = fold(answer)
+    out: list[str] = []
+    for match in _SPECIFIC.finditer(text):
+        word = match.group(0)
+        if word[0].isupper() and _SENTENCE_START.search(text[: match.start()]):
+            continue  # "The", "It" opening a sentence
+        toks = tokens(word)
+        if word == "I" or not toks or all(t in given or t in YES_NO for t in toks):
+            continue
+        if word not in out:
+            out.append(word)
+    return out
+
+
+def _other_numbers(stated: list[float], reference: list[float]) -> bool:
+    """Both state numbers and none of the reference's is among the answer's."""
+    return bool(stated and reference) and not any(math.isclose(a, b, rel_tol=1e-6) for a in stated for b in reference)
+
+
 def _content(text: str, asked: set[str]) -> list[str]:
     """The words of a text besides the question's own words, negations, yes/no and framing words ("it is true
     that", "in fact")."""
-    return [tok for tok in tokens(text) if tok not in asked and tok not in NEGATORS and tok not in _YES_NO
+    return [tok for tok in tokens(text) if tok not in asked and tok not in NEGATORS and tok not in YES_NO
             and tok not in _FRAMING]
 
 
@@ -185,7 +236,7 @@ def affirms(answer: str, phrase: str) -> bool:
         if hay[start : start + n] != needle:
             continue
         before = [tok for i, tok in enumerate(hay[max(0, start - 3) : start], max(0, start - 3))
-                  if not (i == 0 and tok in _YES_NO)]
+                  if not (i == 0 and tok in YES_NO)]
         if not any(tok in NEGATORS for tok in before):
             return True
     return False

@@ -6,6 +6,7 @@ import re
 import string
 import unicodedata
 from collections import Counter
+from functools import lru_cache
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCT = str.maketrans({c: " " for c in string.punctuation + "‘’“”–—…«»"})
@@ -24,6 +25,7 @@ def fold(text: str) -> str:
     return text.replace("’", "'").replace("‘", "'").replace("“", '"').replace("”", '"')
 
 
+@lru_cache(maxsize=1 << 16)  # pure, and the judges normalise the same texts many times
 def normalize(text: str) -> str:
     """SQuAD-style plus: accents folded, lower case, digit-group commas dropped (1,000 == 1000), punctuation to
     spaces, articles dropped, small number words as digits (three == 3), whitespace collapsed."""
@@ -48,10 +50,15 @@ NEGATORS = frozenset({"not", "no", "never", "neither", "nor", "none", "nothing",
 
 def tokens(text: str) -> list[str]:
     """Normalised tokens with negated contractions split ("can't" -> "can", "not")."""
+    return list(_tokens(text))
+
+
+@lru_cache(maxsize=1 << 16)
+def _tokens(text: str) -> tuple[str, ...]:  # the judges tokenise the same answers and references many times
     out: list[str] = []
     for tok in normalize(text).split():
         out += _CONTRACTIONS.get(tok, (tok,))
-    return out
+    return tuple(out)
 
 
 def negated(text: str) -> bool:
@@ -117,6 +124,8 @@ _REFUSAL = re.compile(
     r"(provided |given |above )?(does not|doesnt|do not|dont|did not|didnt|fails to|does) "
     r"(not )?(mention|say|provide|contain|specify|state|include|give|answer|indicate|tell)"
     r"|(there is|theres|there are) no (information|mention|data|answer|record|evidence)"
+    r"|(context|passage|text|document|article|story|paragraph)s? (gives|has|offers|provides|contains|includes|holds"
+    r"|states|mentions) no\b"
     r"|no (information|mention) (about|on|of|regarding|is given|is provided)"
     r"|not (mentioned|specified|provided|stated|given|included|available) in"
     r"|(cannot|cant|can not) be (determined|answered|known|found|inferred)"

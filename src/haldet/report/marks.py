@@ -59,6 +59,8 @@ def detector_marks(rows: Sequence[Mapping[str, Any]]) -> Marks:
             texts.append(f"{det}: non-default variant '{row['variant']}'")
         if row.get("substitute"):
             texts.append(f"{det}: substitute model {row['substitute']} (the requested model was not available)")
+        if row.get("thin"):
+            texts.append(f"{row.get('dataset')} | {model}: {row['thin']}")
         for text in texts:
             if text not in marks.notes:
                 marks.notes.append(text)

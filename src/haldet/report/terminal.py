@@ -10,6 +10,7 @@ and cells without a result are lines under the table.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -108,6 +109,30 @@ def results_table(rows: list[dict[str, Any]], title: str = "haldet results (test
         table.add_row(*(cols[k].cell(metrics) for k in chosen))
     footer = _footer(cells, marks, coverages, failed)
     return Group(table, *([Text(ORIENTED_FOOTNOTE, style="dim")] if oriented else []), *footer)
+
+
+def judge_lines(cells: list[dict[str, Any]], llm_judge: str | None) -> list[Text]:
+    """Under the table, per cell: the label counts, the judges' coverage (share of answers some judge decided) and
+    which judge decided how many; when no LLM judge ran (`llm_judge` None), how many answers it would have been
+    asked to decide. `cells`: manifest cell entries (`labels`, `annotation`)."""
+    lines = []
+    for cell in cells:
+        counts = cell.get("labels") or {}
+        total = sum(counts.values())
+        if not total:
+            continue
+        undecided = counts.get("invalid", 0)
+        by = {j: sum(c.values()) for j, c in ((cell.get("annotation") or {}).get("by_judge") or {}).items()
+              if sum(c.get(k, 0) for k in c if k != "invalid")}
+        text = (f"labels {cell['dataset']} | {cell['model']}: "
+                + ", ".join(f"{n} {c}" for c, n in sorted(counts.items()))
+                + f"; judge coverage {math.floor(100 * (total - undecided) / total)}% ({total - undecided}/{total}"
+                + (": " + ", ".join(f"{j} {n}" for j, n in by.items()) if by else "") + ")")
+        if llm_judge is None and undecided:
+            text += (f"; no LLM judge ran (none configured: --judge-model, with its API key): it would have been "
+                     f"asked to decide the {undecided} undecided answer(s)")
+        lines.append(Text(text, style="dim"))
+    return lines
 
 
 def _detector(metrics: dict[str, dict[str, Any]], marks: Any) -> str:
