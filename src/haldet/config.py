@@ -104,6 +104,9 @@ class TokensConfig(Section):
     input_format: Literal["raw", "chat"] = "raw"            # given responses: raw prompt text, or the chat template
     separator: str = "\n"                                  # raw format: between the prompt text and the response
     batch_size: int = Field(4, ge=1)
+    # given responses: rows x padded width of one teacher-forced batch at most (a longer row runs alone); bounds
+    # the pass's memory by tokens instead of items x length (changes no value)
+    token_budget: int = Field(4096, ge=1)
 
 
 class PromptConfig(Section):

@@ -541,6 +541,18 @@ class HFBackend(Backend):
         return tokens.token_pass(self, requests, top_k=top_k, entropies=entropies, attention=attention,
                           batch_size=batch_size, progress=progress, layers=layers)
 
+    def reads_given(self) -> bool:
+        return True
+
+    def read_given(self, requests: list[TokenRequest], evidence: EvidenceRequest | None, *, top_k: int,
+                   entropies: bool, attention: bool, layers: bool, batch_size: int, token_budget: int,
+                   progress: Any = None) -> tuple[list[TokenOutput], list[ForwardOutput] | None]:
+        """Token evidence and pooled states of given responses from one pass (`haldet.backends.hf.given`)."""
+        from haldet.backends.hf.given import read_given
+
+        return read_given(self, requests, evidence, top_k=top_k, entropies=entropies, attention=attention,
+                          layers=layers, batch_size=batch_size, token_budget=token_budget, progress=progress)
+
     def _left_pad(self, seqs: list[list[int]]) -> tuple[Any, Any]:
         import torch
 
