@@ -108,8 +108,8 @@ def make_backend(model: str, config: RunConfig) -> Backend:
     if kind == "vllm":
         from haldet.backends.vllm import VLLMBackend
 
-        return VLLMBackend(model, device=config.device)
+        return VLLMBackend(model, device=config.device, settings=config.vllm)
     from haldet.backends.hf.backend import HFBackend
 
     return HFBackend(model, device=config.device, decoder=config.decoder, fast_numerics=config.fast_numerics,
-                     decode_rows=config.decode_rows)
+                     decode_rows=config.decode_rows, settings=config.hf)
