@@ -92,24 +92,17 @@ def _one_pass(backend: LoadedModel, decoder: list[Any], requests: list[TokenRequ
     fwd_out: list[ForwardOutput | None] = [None] * len(requests)
     rows: list[tuple[int, list[int], int, dict[str, Any] | None]] = []  # (index, ids, answer start, window info)
     for i, req in enumerate(requests):
-        ids, start, info = list(req.prompt_ids) + list(req.answer_ids), len(req.prompt_ids), None
         if not req.answer_ids:
             token_out[i] = TokenOutput(key=req.key, token_logprobs=np.zeros(0), window=None)
-            fwd_out[i] = ForwardOutput(key=req.key, n_tokens=len(ids))
+            fwd_out[i] = ForwardOutput(key=req.key, n_tokens=len(req.prompt_ids))
             continue
-        if start < 1:
+        if not req.prompt_ids:
             raise ValueError(f"request {req.key}: the answer needs at least one prompt token before it")
-        if len(ids) > window:
-            if len(req.answer_ids) + 1 > window:
-                reason = f"the answer alone ({len(req.answer_ids)} tokens) exceeds the model window ({window})"
-                skipped = {"policy": "skipped", "tokens": len(ids), "window": window, "reason": reason}
-                token_out[i] = TokenOutput(key=req.key, window=skipped)
-                fwd_out[i] = ForwardOutput(key=req.key, n_tokens=len(ids), window=skipped)
-                continue
-            drop = len(ids) - window
-            ids, start = ids[drop:], start - drop
-            info = {"policy": "dropped_prompt_head", "tokens": len(ids) + drop, "window": window,
-                    "dropped_tokens": drop}
+        ids, start, info = tokens.fit_to_window(req, window)
+        if not ids:
+            token_out[i] = TokenOutput(key=req.key, window=info)
+            fwd_out[i] = ForwardOutput(key=req.key, n_tokens=len(req.prompt_ids) + len(req.answer_ids), window=info)
+            continue
         rows.append((i, ids, start, info))
     rows.sort(key=lambda r: len(r[1]))
     batch: list[tuple[int, list[int], int, dict[str, Any] | None]] = []
