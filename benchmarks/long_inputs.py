@@ -97,13 +97,14 @@ def main() -> None:
             if out.returncode != 0:
                 raise SystemExit(f"{mode} at {length} tokens failed:\n{out.stderr[-2000:]}")
             results.append(json.loads(out.stdout.strip().splitlines()[-1]))
-            print(f"{mode} {length}: {results[-1]['wall_s']} s, peak {results[-1]['peak_rss_mb']} MB",
-                  file=sys.stderr, flush=True)
+            print(json.dumps(results[-1]), file=sys.stderr, flush=True)  # each as it ends: a long run may be cut
             if dump:
                 dumps[mode] = dump
         if len(dumps) == 2:
             a, b = (np.load(p) for p in dumps.values())
             gaps[length] = max(float(np.abs(a[k].astype(np.float64) - b[k]).max()) for k in a.files)
+            print(json.dumps({"length": length, "max_abs_gap_between_modes": gaps[length]}), file=sys.stderr,
+                  flush=True)
             for p in dumps.values():
                 os.remove(p)
     print(json.dumps({"model": "smollm2-135m (embedded GGUF, fp32 on CPU)", "loadavg": os.getloadavg(),
