@@ -130,7 +130,6 @@ class VLLMConfig(Section):
     tensor_parallel_size: int = Field(1, ge=1)                   # GPUs one model is split over
     gpu_memory_utilization: float = Field(0.85, gt=0, le=1)      # share of each GPU's memory vLLM may take
     max_model_len: int | None = Field(None, ge=1)                # longest sequence (None: the model's own window)
-    chat_template_kwargs: dict[str, Any] = Field(default_factory=dict)  # e.g. {"enable_thinking": false}
     # alternatives per position vLLM returns (its `max_logprobs`): the top-k of the token pass and the entropies of
     # given responses are read from at most this many (recorded in the fingerprint)
     max_logprobs: int = Field(20, ge=1)

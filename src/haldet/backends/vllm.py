@@ -17,7 +17,7 @@ share their prompt's KV cache).
   `logprobs_top_k`), so the entropy at a position is read from those: the top-k terms plus the remaining
   probability mass as one more outcome, a lower bound of the full entropy that is exact when the top k hold all
   the mass (`entropy_from_topk`).
-Settings (`vllm.*`): tensor parallelism, memory share, longest sequence, chat-template arguments.
+Settings (`vllm.*`): tensor parallelism, memory share, longest sequence, alternatives per position.
 Hidden states, attentions and the teacher-forced feature pass stay with the hf backend: they are not among its
 declared `capabilities`, `forward` refuses, and `haldet.backends.select.check_signals` refuses such detectors
 before any work.
@@ -86,15 +86,7 @@ class VLLMBackend(HFBackend):
         cfg = self.vllm_settings
         fp.update(backend=self.kind, model=self.name, vllm=self.vllm_version, logprobs_top_k=cfg.max_logprobs,
                   tensor_parallel_size=cfg.tensor_parallel_size)
-        if cfg.chat_template_kwargs:
-            fp["chat_template_kwargs"] = cfg.chat_template_kwargs
         return fp
-
-    def render_chat(self, messages: list[dict[str, str]]) -> str:
-        if self.has_chat_template:
-            return str(self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
-                                                          **self.vllm_settings.chat_template_kwargs))
-        return super().render_chat(messages)
 
     def _text_config(self) -> Any:
         config = self.model_config  # read from the model's files: no transformers weights here

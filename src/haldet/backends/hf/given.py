@@ -25,7 +25,7 @@ from haldet.backends.base import EvidenceRequest, ForwardOutput, ForwardRequest,
 from haldet.backends.hf import tokens
 from haldet.backends.hf.forward import forward as forward_pass
 from haldet.backends.hf.loading import LoadedModel
-from haldet.backends.hf.states import layer_index
+from haldet.backends.hf.states import layer_index, pool_states
 
 # answer positions whose [chunk, vocab] log-softmax is held at once (49K vocab x 1024 x 4 bytes = 200 MB)
 HEAD_CHUNK = 1024
@@ -106,19 +106,14 @@ def _one_pass(backend: LoadedModel, decoder: list[Any], requests: list[TokenRequ
         rows.append((i, ids, start, info))
     rows.sort(key=lambda r: len(r[1]))
     batch: list[tuple[int, list[int], int, dict[str, Any] | None]] = []
-    pooled: dict[int, dict[str, dict[int, Any]]] = {}  # row in batch -> pooling -> state index -> vector
+    pooled: dict[int, dict[str, dict[int, np.ndarray]]] = {}  # row in batch -> pooling -> state index -> [D]
 
     def pool(state_index: int, hidden: Any) -> None:
         if state_index not in chosen:
             return
         for row, (_, ids, start, _) in enumerate(batch):
-            end = len(ids)
-            for name in poolings:
-                if name == "mean":
-                    vec = hidden[row, start:end].float().mean(dim=0)
-                else:
-                    vec = hidden[row, {"last": end - 1, "tbg": start - 1, "slt": max(start, end - 2)}[name]].float()
-                pooled[row][name][state_index] = vec.cpu()
+            for name in poolings:  # the features pass's own reduction, on this one layer
+                pooled[row][name][state_index] = pool_states([hidden], [0], row, start, len(ids), name)[0]
 
     def before_first(module: Any, args: Any, kwargs: Any) -> None:
         pool(0, args[0] if args else kwargs["hidden_states"])
@@ -158,7 +153,7 @@ def _one_pass(backend: LoadedModel, decoder: list[Any], requests: list[TokenRequ
                                         token_entropies=ent)
                     for name in poolings:
                         by_state = pooled[row][name]
-                        res.pooled[name] = torch.stack([by_state[s] for s in wanted]).numpy().astype(np.float32)
+                        res.pooled[name] = np.stack([by_state[s] for s in wanted]).astype(np.float32)
                     fwd_out[index] = res
             if progress is not None:
                 progress(len(batch))
