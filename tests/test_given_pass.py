@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from haldet.backends.base import EvidenceRequest, ForwardRequest, TokenRequest
+from haldet.backends.hf import given
 from haldet.backends.hf.backend import HFBackend
 from haldet.backends.hf.given import budget_batches, fits_one_pass
 from haldet.config import RunConfig
@@ -41,7 +42,8 @@ def test_budget_batches_by_hand() -> None:
     assert not fits_one_pass(None, attention=True, layers=False)
 
 
-def test_one_pass_equals_the_token_pass_and_the_features_pass(backend: HFBackend) -> None:
+def test_one_pass_equals_the_token_pass_and_the_features_pass(backend: HFBackend, monkeypatch: Any) -> None:
+    monkeypatch.setattr(given, "HEAD_CHUNK", 4)  # the output head read 4 positions at a time: chunk edges matter
     prompt = backend.encode_prompt("Tell me something.\n")
     requests = [TokenRequest(prompt, backend.encode_response(t)[0], f"k{i}") for i, t in enumerate(TEXTS)]
     requests.append(TokenRequest(prompt, [], "empty"))
