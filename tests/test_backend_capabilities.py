@@ -23,7 +23,9 @@ def test_provided_signals_follow_the_declared_capabilities() -> None:
     with_lp, without_lp = RunConfig(), RunConfig(endpoint=EndpointConfig(logprobs=False))
     assert provided_signals("openai:m", with_lp) == BLACK | ENDPOINT_GRAY
     assert provided_signals("openai:m", without_lp) == BLACK
-    assert provided_signals("vllm:m", with_lp) == BLACK | ENDPOINT_GRAY | {Signal.TOKEN_ENTROPIES}
+    # vLLM also reads given text (prompt log-probs): the teacher-forced token signals
+    assert provided_signals("vllm:m", with_lp) == BLACK | ENDPOINT_GRAY | {
+        Signal.TOKEN_ENTROPIES, Signal.ANSWER_ENTROPIES, Signal.TOKEN_TOPK_IDS, Signal.TOKEN_TOPK_LOGPROBS}
     assert provided_signals("smollm2-135m", with_lp) is None  # white-box: every signal
     assert signals_of(HFBackend.capabilities) == frozenset(Signal)
     assert signals_of(Backend.capabilities) == frozenset()  # a bare backend declares nothing

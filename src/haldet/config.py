@@ -108,6 +108,35 @@ class TokensConfig(Section):
     input_format: Literal["raw", "chat"] = "raw"            # given responses: raw prompt text, or the chat template
     separator: str = "\n"                                  # raw format: between the prompt text and the response
     batch_size: int = Field(4, ge=1)
+    # given responses: rows x padded width of one teacher-forced batch at most (a longer row runs alone); bounds
+    # the pass's memory by tokens instead of items x length (changes no value)
+    token_budget: int = Field(4096, ge=1)
+
+
+class HFModelConfig(Section):
+    """How the `hf` backend loads a local model (docs/backends.md). Every setting that changes numbers is part of the
+    model fingerprint, so of every stage key."""
+
+    # weights and activations: auto = bfloat16 on a GPU, float32 on CPU (`fast_numerics: bf16` asks bfloat16 there)
+    dtype: Literal["auto", "bf16", "fp16", "fp32"] = "auto"
+    # None: the whole model on `device`; "auto": spread over the visible GPUs (then CPU) by accelerate; or an explicit
+    # map of module name -> device ({"": "cuda:0"}, {"model.layers.0": 0, ..., "lm_head": 1})
+    device_map: Literal["auto"] | dict[str, int | str] | None = None
+    # bitsandbytes quantised loading (the `quant` extra, a CUDA GPU); None = full weights
+    quantization: Literal["4bit", "8bit"] | None = None
+    # attention kernel of every pass; the passes that read attention weights switch to eager for themselves
+    attn_implementation: Literal["sdpa", "flash_attention_2", "eager"] = "sdpa"
+
+
+class VLLMConfig(Section):
+    """How the `vllm` backend starts its engine (docs/backends.md)."""
+
+    tensor_parallel_size: int = Field(1, ge=1)                   # GPUs one model is split over
+    gpu_memory_utilization: float = Field(0.85, gt=0, le=1)      # share of each GPU's memory vLLM may take
+    max_model_len: int | None = Field(None, ge=1)                # longest sequence (None: the model's own window)
+    # alternatives per position vLLM returns (its `max_logprobs`): the top-k of the token pass and the entropies of
+    # given responses are read from at most this many (recorded in the fingerprint)
+    max_logprobs: int = Field(20, ge=1)
 
 
 class PromptConfig(Section):
@@ -223,6 +252,8 @@ class RunConfig(Section):
     # as computed, statements and follow-up questions as branches of each answer's cache) instead of reading
     # prompt + answer again; equal within float tolerance, records say `source`
     evidence_in_decoding: bool = True
+    hf: HFModelConfig = Field(default_factory=HFModelConfig)
+    vllm: VLLMConfig = Field(default_factory=VLLMConfig)
     generation: GenerationConfig = Field(default_factory=GenerationConfig)
     sample: SampleConfig = Field(default_factory=SampleConfig)
     auxiliary: AuxiliaryConfig = Field(default_factory=AuxiliaryConfig)

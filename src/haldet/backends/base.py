@@ -340,6 +340,18 @@ class Backend:
         """One teacher-forced pass per batch over prompt + answer ids: the token-level evidence (`TokenOutput`)."""
         raise self.unavailable("teacher-forced token evidence")
 
+    def reads_given(self) -> bool:
+        """Whether `read_given` gives a given response's token evidence and pooled states in one pass."""
+        return False
+
+    def read_given(self, requests: list[TokenRequest], evidence: EvidenceRequest | None, *, top_k: int,
+                   entropies: bool, attention: bool, layers: bool, batch_size: int, token_budget: int,
+                   progress: Any = None) -> tuple[list[TokenOutput], list[ForwardOutput] | None]:
+        """Given responses read once: `token_pass`'s outputs and, when `evidence` is given, each answer span's
+        pooled states as `forward` gives them, batched so that rows x padded width stays within `token_budget`
+        (only where `reads_given()`)."""
+        raise self.unavailable("given responses read in one pass")
+
     def unavailable(self, what: str) -> SignalUnavailableError:
         return SignalUnavailableError(
             f"the {self.kind!r} backend cannot provide {what}",

@@ -108,8 +108,10 @@ def make_backend(model: str, config: RunConfig) -> Backend:
     if kind == "vllm":
         from haldet.backends.vllm import VLLMBackend
 
-        return VLLMBackend(model, device=config.device, chat_template_kwargs=config.chat_template_kwargs)
+        return VLLMBackend(model, device=config.device, settings=config.vllm,
+                           chat_template_kwargs=config.chat_template_kwargs)
     from haldet.backends.hf.backend import HFBackend
 
     return HFBackend(model, device=config.device, decoder=config.decoder, fast_numerics=config.fast_numerics,
-                     decode_rows=config.decode_rows, chat_template_kwargs=config.chat_template_kwargs)
+                     decode_rows=config.decode_rows, settings=config.hf,
+                     chat_template_kwargs=config.chat_template_kwargs)

@@ -11,6 +11,13 @@ share their prompt's KV cache).
   log-probs are the model's raw log-probs of each sampled token;
 - self-evaluation: next-token log-probs of the True/False candidate ids read as prompt log-probs of the prompt
   extended by each candidate (exact, not limited to a top-k list).
+- given responses (`token_pass`): prompt + response handed as one prompt with `prompt_logprobs`, so each response
+  token's log-prob given everything before it is vLLM's own (exact), and the top-k alternatives come from the same
+  call. vLLM returns at most `vllm.max_logprobs` alternatives per position (recorded in the fingerprint as
+  `logprobs_top_k`), so the entropy at a position is read from those: the top-k terms plus the remaining
+  probability mass as one more outcome, a lower bound of the full entropy that is exact when the top k hold all
+  the mass (`entropy_from_topk`).
+Settings (`vllm.*`): tensor parallelism, memory share, longest sequence, alternatives per position.
 Hidden states, attentions and the teacher-forced feature pass stay with the hf backend: they are not among its
 declared `capabilities`, `forward` refuses, and `haldet.backends.select.check_signals` refuses such detectors
 before any work.
@@ -18,11 +25,16 @@ before any work.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
-from haldet.backends.base import Capability, GenOutput
+import numpy as np
+
+from haldet.backends.base import Capability, GenOutput, TokenOutput, TokenRequest
 from haldet.backends.hf.backend import HFBackend
+from haldet.backends.hf.tokens import fit_to_window
+from haldet.config import VLLMConfig
 from haldet.errors import HaldetError
 
 PREFIX = "vllm:"
@@ -36,9 +48,9 @@ class VLLMBackend(HFBackend):
     kind = "vllm"
     # gray-box: no transformers weights here, so no hidden states, attentions or teacher-forced pass
     capabilities = frozenset({Capability.TEXT, Capability.N_SAMPLES, Capability.LOGPROBS, Capability.ENTROPIES,
-                              Capability.CANDIDATE_LOGPROBS})
+                              Capability.CANDIDATE_LOGPROBS, Capability.TEACHER_FORCED})
 
-    def __init__(self, name: str, *, device: str = "auto", gpu_memory_utilization: float = 0.85,
+    def __init__(self, name: str, *, device: str = "auto", settings: VLLMConfig | None = None,
                  chat_template_kwargs: dict[str, Any] | None = None) -> None:
         try:
             import vllm
@@ -50,7 +62,7 @@ class VLLMBackend(HFBackend):
         super().__init__(vllm_model_name(name), device="cpu", chat_template_kwargs=chat_template_kwargs)
         self.name = name
         self.vllm_version = vllm.__version__
-        self.gpu_memory_utilization = gpu_memory_utilization
+        self.vllm_settings = settings or VLLMConfig()
         self._llm: Any = None
 
     @property
@@ -59,8 +71,11 @@ class VLLMBackend(HFBackend):
         if self._llm is None:
             from vllm import LLM
 
+            cfg = self.vllm_settings
             self._llm = LLM(model=self._source, tokenizer=self._source, enable_prefix_caching=True, seed=0,
-                            gpu_memory_utilization=self.gpu_memory_utilization)
+                            gpu_memory_utilization=cfg.gpu_memory_utilization,
+                            tensor_parallel_size=cfg.tensor_parallel_size, max_model_len=cfg.max_model_len,
+                            max_logprobs=cfg.max_logprobs)
             self.stop_ids = stop_ids(self._source, self.tokenizer)
         return self._llm
 
@@ -70,8 +85,48 @@ class VLLMBackend(HFBackend):
 
     def fingerprint(self) -> dict[str, Any]:
         fp = super().fingerprint()
-        fp.update(backend=self.kind, model=self.name, vllm=self.vllm_version)
+        cfg = self.vllm_settings
+        fp.update(backend=self.kind, model=self.name, vllm=self.vllm_version, logprobs_top_k=cfg.max_logprobs,
+                  tensor_parallel_size=cfg.tensor_parallel_size)
         return fp
+
+    def _text_config(self) -> Any:
+        config = self.model_config  # read from the model's files: no transformers weights here
+        return getattr(config, "get_text_config", lambda: config)()
+
+    def window(self) -> int:
+        return self.vllm_settings.max_model_len or super().window()
+
+    def token_pass(self, requests: list[TokenRequest], *, top_k: int, entropies: bool, attention: bool,
+                   batch_size: int, progress: Any = None, layers: bool = False) -> list[TokenOutput]:
+        """Token evidence of given answers from vLLM's prompt log-probs (one request per answer, prompt + answer
+        as its prompt); attention weights and per-layer states are not available here."""
+        if attention or layers:
+            raise self.unavailable("attention weights or per-layer states of given text")
+        from vllm import SamplingParams
+
+        limit = self.vllm_settings.max_logprobs
+        want = min(limit, max(top_k, limit if entropies else 0))
+        outputs: list[TokenOutput | None] = [None] * len(requests)
+        runnable = []
+        for i, req in enumerate(requests):
+            if not req.answer_ids:
+                outputs[i] = TokenOutput(key=req.key, token_logprobs=np.zeros(0))
+                continue
+            ids, start, info = fit_to_window(req, self.window())
+            if not ids:
+                outputs[i] = TokenOutput(key=req.key, window=info)
+                continue
+            runnable.append((i, ids, start, info))
+        params = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=want)
+        results = list(self.llm.generate([{"prompt_token_ids": ids} for _, ids, _, _ in runnable], params,
+                                         use_tqdm=False)) if runnable else []
+        for (i, ids, start, info), result in zip(runnable, results, strict=True):
+            outputs[i] = token_output(requests[i].key, result.prompt_logprobs, ids, start, top_k=top_k,
+                                      entropies=entropies, limit=limit, window=info)
+            if progress is not None:
+                progress(1)
+        return [o for o in outputs if o is not None]
 
     def _run(self, prompts: list[str], params: list[Any]) -> list[Any]:
         ids = [{"prompt_token_ids": self.encode_prompt(p)} for p in prompts]
@@ -149,3 +204,44 @@ def prompt_logprob_of_last(result: Any) -> float:
     """The prompt log-prob vLLM reports for the last prompt token of a request."""
     last_id = result.prompt_token_ids[-1]
     return float(result.prompt_logprobs[-1][last_id].logprob)
+
+
+def entropy_from_topk(logprobs: Sequence[float]) -> float:
+    """Entropy (nats) of a distribution known by its top-k log-probs: their terms plus the remaining mass as one
+    outcome. A lower bound of the full entropy, exact when the top k hold all the mass."""
+    probs = [math.exp(x) for x in logprobs]
+    rest = max(0.0, 1.0 - sum(probs))
+    return -sum(p * math.log(p) for p in probs if p > 0) - (rest * math.log(rest) if rest > 0 else 0.0)
+
+
+def token_output(key: str, prompt_logprobs: Sequence[Any], ids: Sequence[int], start: int, *, top_k: int,
+                 entropies: bool, limit: int, window: dict[str, Any] | None = None) -> TokenOutput:
+    """A `TokenOutput` from vLLM's `prompt_logprobs` of prompt + answer `ids` (position p: a dict of token id ->
+    Logprob for p's top alternatives and p's own token; position 0 is None); the answer is ids[start:]. Top-k has
+    the observed token first, then the others by log-prob; entropies are `entropy_from_topk` of the `limit`
+    alternatives vLLM returned."""
+    if len(prompt_logprobs) != len(ids):
+        raise HaldetError(f"vLLM returned prompt log-probs for {len(prompt_logprobs)} of {len(ids)} tokens",
+                          where="vllm backend", hint="report this with the vLLM version")
+    lps, ents, k_ids, k_lps = [], [], [], []
+    for pos in range(start, len(ids)):
+        step, observed = prompt_logprobs[pos], int(ids[pos])
+        if step is None or observed not in step:
+            raise HaldetError(f"vLLM gave no log-prob for the prompt token at position {pos}", where="vllm backend",
+                              hint="report this with the vLLM version")
+        lps.append(float(step[observed].logprob))
+        ranked = sorted(((float(v.logprob), int(t)) for t, v in step.items()), key=lambda x: (-x[0], x[1]))
+        if entropies:
+            ents.append(entropy_from_topk([lp for lp, _ in ranked[:limit]]))
+        if top_k > 0:
+            others = [(lp, t) for lp, t in ranked if t != observed][: top_k - 1]
+            if len(others) < top_k - 1:
+                raise HaldetError(f"vLLM returned {len(others) + 1} alternatives where tokens.top_k is {top_k}",
+                                  where="tokens.top_k", hint=f"set tokens.top_k <= vllm.max_logprobs ({limit})")
+            k_ids.append([observed] + [t for _, t in others])
+            k_lps.append([lps[-1]] + [lp for lp, _ in others])
+    return TokenOutput(key=key, token_logprobs=np.asarray(lps, dtype=np.float64),
+                       entropies=np.asarray(ents, dtype=np.float64) if entropies else None,
+                       topk_ids=np.asarray(k_ids, dtype=np.int64).reshape(-1, top_k) if top_k > 0 else None,
+                       topk_logprobs=np.asarray(k_lps, dtype=np.float32).reshape(-1, top_k) if top_k > 0 else None,
+                       window=window)

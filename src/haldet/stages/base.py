@@ -21,7 +21,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from haldet.backends.base import AnswerEvidence, Backend, EvidenceRequest
+from haldet.backends.base import AnswerEvidence, Backend, EvidenceRequest, ForwardOutput
 from haldet.config import RunConfig
 from haldet.registry import Registry
 from haldet.schema import Generation, Instance
@@ -243,6 +243,13 @@ class DecodingReader(Stage):
     def from_decoding(self, batch: list[Item], evidence: list[AnswerEvidence],
                       seconds: float) -> list[dict[str, Any]]:
         """Records from the evidence read while the answers were decoded (`evidence[i]` of `batch[i]`)."""
+        raise NotImplementedError
+
+    # whether the records can also come from the one pass that reads a given response (`Backend.read_given`)
+    reads_given: ClassVar[bool] = False
+
+    def from_given(self, batch: list[Item], outputs: list[ForwardOutput], seconds: float) -> list[dict[str, Any]]:
+        """Records from the pass over the given responses (`outputs[i]` of `batch[i]`; `reads_given` only)."""
         raise NotImplementedError
 
 

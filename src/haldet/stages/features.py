@@ -16,7 +16,9 @@ When the local lean decoder generates the answers, the same evidence is read fro
 the prompt and answer tokens as they were computed, statements as branches of each answer's own cache:
 `haldet.backends.hf.answer_reader`) and the generate stage stores these records (`source: "decoding"`; they equal
 the pass's within float tolerance, tests/test_answer_reader.py); otherwise this stage's pass runs
-(`source: "forward"`).
+(`source: "forward"`). A response that ships with the data is read once: the generate stage's pass over it also
+pools these states (`Backend.read_given`, batched by `tokens.token_budget`) and stores the records
+(`source: "given"`); only ICR features and the statement groups still need this stage's own pass.
 
 A sequence longer than the model window is not truncated silently: the prompt head is dropped (answer kept) and
 the record says so in `window`; if the answer alone does not fit, the groups are marked invalid with the reason.
@@ -138,6 +140,16 @@ class FeatureStage(DecodingReader):
         outs = [replace(ev.output, key=item.id) for item, ev in zip(batch, evidence, strict=True)]
         records = self._records(batch, outs, "decoding", seconds)
         for rec in records:  # the log-probs are the generation's own: there is no second computation to compare
+            rec["logprob_gap"] = None
+        return records
+
+    reads_given = True
+
+    def from_given(self, batch: list[Item], outputs: list[ForwardOutput], seconds: float) -> list[dict[str, Any]]:
+        """Records from the generate stage's one pass over given responses (`source: "given"`): the log-probs are
+        the generation's own, so there is no gap to measure."""
+        records = self._records(batch, outputs, "given", seconds)
+        for rec in records:
             rec["logprob_gap"] = None
         return records
 

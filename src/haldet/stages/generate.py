@@ -9,6 +9,7 @@ over the exact generated ids), and the key names the parts computed; otherwise t
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -19,7 +20,7 @@ from haldet.schema import Generation
 from haldet.signals import Signal
 from haldet.stages.base import STAGES, DecodingReader, Item, Stage
 from haldet.stages.plan import plan
-from haldet.stages.tokens import TOKEN_PASS_SIGNALS, run_token_pass, token_record, token_spec
+from haldet.stages.tokens import TOKEN_PASS_SIGNALS, run_given_pass, run_token_pass, token_record, token_spec
 from haldet.util.limits import by_limit, max_new_tokens
 
 
@@ -125,25 +126,30 @@ class GenerateStage(Stage):
                                             finish_reason=out.finish_reason, n_tokens=out.n_tokens or 0,
                                             model=self.ctx.model))
                  for item, out, _ in done]
+        evidence_of = {item.id: ev for item, (_, _, ev) in zip(items, done, strict=True)}
         for stage in readers:
-            with self.ctx.store.lock(stage.name):
-                have = stage.records(items)
-                todo = [(item, ev) for item, (_, _, ev) in zip(items, done, strict=True) if item.id not in have]
-                if not todo:
-                    continue
-                part = [item for item, _ in todo]
-                recs = stage.from_decoding(part, [ev for _, ev in todo], seconds.get(stage.name, 0.0))
-                keys = {item.id: stage.key(item) for item in part}
-                for rec in recs:
-                    rec["key"] = keys[rec["id"]]
-                self.ctx.store.log(stage.name).append(recs)
+            self._store_read(stage, items, lambda part, s=stage: s.from_decoding(
+                part, [evidence_of[i.id] for i in part], seconds.get(s.name, 0.0)))
+
+    def _given_readers(self) -> list[DecodingReader]:
+        """The planned stages whose records the pass over given responses also yields (`reads_given`), when the
+        backend reads them in that pass."""
+        if not (self.ctx.signals and self.ctx.backend.reads_given()):
+            return []
+        return [cls(self.ctx) for cls in plan(self.ctx.signals)
+                if issubclass(cls, DecodingReader) and cls.reads_given]
 
     def _teacher_force(self, batch: list[Item], arrays: dict[str, dict[str, np.ndarray]]) -> dict[str, dict[str, Any]]:
-        """Given responses: tokenised once with offsets, scored by one teacher-forced pass."""
+        """Given responses: tokenised once with offsets, read by one teacher-forced pass that also yields the
+        pooled states the reading stages (features) store."""
         start = time.perf_counter()
         encoded = {item.id: self.ctx.backend.encode_response(item.instance.response or "") for item in batch}
-        outs = run_token_pass(self.ctx, batch, {item_id: ids for item_id, (ids, _) in encoded.items()},
-                              {item_id: offs for item_id, (_, offs) in encoded.items()})
+        readers = self._given_readers()
+        request = None
+        for stage in readers:
+            request = stage.reads(request or EvidenceRequest(layers=[], poolings=[]))
+        outs, found = run_given_pass(self.ctx, batch, {item_id: ids for item_id, (ids, _) in encoded.items()},
+                                     {item_id: offs for item_id, (_, offs) in encoded.items()}, request)
         per_item = (time.perf_counter() - start) / max(1, len(batch))
         records = {}
         for item in batch:
@@ -159,7 +165,28 @@ class GenerateStage(Stage):
             arrays[item.id] = {}
             records[item.id] = {**record.model_dump(),
                                 "tokens": token_record(self.ctx, out, offsets, arrays[item.id])}
+        if found:
+            items = [Item(instance=item.instance, prompt=item.prompt, generation=generation_of(records[item.id]))
+                     for item in batch]
+            for stage in readers:
+                # the pass is the generate stage's (its seconds are charged there): the reading adds no time
+                self._store_read(stage, items, lambda part, s=stage: s.from_given(part, [found[i.id] for i in part],
+                                                                                  0.0))
         return records
+
+    def _store_read(self, stage: DecodingReader, items: list[Item],
+                    make: Callable[[list[Item]], list[dict[str, Any]]]) -> None:
+        """Append `make(items lacking a record)`'s records to `stage`'s log, each under the stage's key."""
+        with self.ctx.store.lock(stage.name):
+            have = stage.records(items)
+            part = [item for item in items if item.id not in have]
+            if not part:
+                return
+            recs = make(part)
+            keys = {item.id: stage.key(item) for item in part}
+            for rec in recs:
+                rec["key"] = keys[rec["id"]]
+            self.ctx.store.log(stage.name).append(recs)
 
 
 def remote_usage(outs: list[Any]) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from haldet.backends.base import TokenOutput, TokenRequest
+from haldet.backends.base import EvidenceRequest, ForwardOutput, TokenOutput, TokenRequest
 from haldet.signals import Signal
 from haldet.stages.base import CellContext, Item
 
@@ -65,21 +65,40 @@ def unit_spans(item: Item, n_tokens: int, offsets: list[tuple[int, int]] | None)
     return [*spans, (0, n_tokens)]
 
 
+def _requests(ctx: CellContext, batch: list[Item], answers: dict[str, list[int]],
+              offsets: dict[str, list[tuple[int, int]]] | None) -> list[TokenRequest]:
+    layers = "layers" in token_parts(ctx.signals)
+    return [TokenRequest(prompt_ids=ctx.backend.encode_prompt(item.prompt), answer_ids=answers[item.id], key=item.id,
+                         spans=unit_spans(item, len(answers[item.id]), (offsets or {}).get(item.id))
+                         if layers else [])
+            for item in batch]
+
+
 def run_token_pass(ctx: CellContext, batch: list[Item], answers: dict[str, list[int]],
                    offsets: dict[str, list[tuple[int, int]]] | None = None) -> dict[str, TokenOutput]:
     """One pass over each item's prompt + answer ids (`answers`: item id -> answer token ids; `offsets`: their
     character offsets, which the `layers` part needs to find the units' tokens)."""
     parts = token_parts(ctx.signals)
-    backend = ctx.backend
-    layers = "layers" in parts
-    requests = [TokenRequest(prompt_ids=backend.encode_prompt(item.prompt), answer_ids=answers[item.id], key=item.id,
-                             spans=unit_spans(item, len(answers[item.id]), (offsets or {}).get(item.id))
-                             if layers else [])
-                for item in batch]
-    outs = backend.token_pass(requests, top_k=ctx.config.tokens.top_k if "topk" in parts else 0,
-                              entropies="entropies" in parts, attention="attention" in parts,
-                              batch_size=ctx.config.tokens.batch_size, layers=layers)
+    outs = ctx.backend.token_pass(_requests(ctx, batch, answers, offsets),
+                                  top_k=ctx.config.tokens.top_k if "topk" in parts else 0,
+                                  entropies="entropies" in parts, attention="attention" in parts,
+                                  batch_size=ctx.config.tokens.batch_size, layers="layers" in parts)
     return {out.key: out for out in outs}
+
+
+def run_given_pass(ctx: CellContext, batch: list[Item], answers: dict[str, list[int]],
+                   offsets: dict[str, list[tuple[int, int]]], evidence: EvidenceRequest | None
+                   ) -> tuple[dict[str, TokenOutput], dict[str, ForwardOutput]]:
+    """Given responses read once (`Backend.read_given`, where the backend can): the token pass's outputs and, for
+    `evidence`, each answer's pooled states, batched by `tokens.token_budget`. Elsewhere the token pass alone."""
+    if not ctx.backend.reads_given():
+        return run_token_pass(ctx, batch, answers, offsets), {}
+    parts, cfg = token_parts(ctx.signals), ctx.config.tokens
+    outs, found = ctx.backend.read_given(_requests(ctx, batch, answers, offsets), evidence,
+                                         top_k=cfg.top_k if "topk" in parts else 0, entropies="entropies" in parts,
+                                         attention="attention" in parts, layers="layers" in parts,
+                                         batch_size=cfg.batch_size, token_budget=cfg.token_budget)
+    return {out.key: out for out in outs}, {out.key: out for out in found or []}
 
 
 def token_record(ctx: CellContext, out: TokenOutput, offsets: list[tuple[int, int]] | None,

@@ -36,9 +36,20 @@ from haldet.backends.base import (
 )
 from haldet.backends.hf import tokens
 from haldet.backends.hf.forward import forward as forward_pass
-from haldet.backends.hf.loading import converted_gguf_dir, int8_dynamic, load_error, resolve_model_path
+from haldet.backends.hf.loading import (
+    check_attention,
+    check_quantization,
+    converted_gguf_dir,
+    int8_dynamic,
+    load_error,
+    load_kwargs,
+    placement,
+    resolve_dtype,
+    resolve_model_path,
+)
 from haldet.backends.hf.sampling import row_seed, sampler_class
 from haldet.backends.hf.states import layer_index
+from haldet.config import HFModelConfig
 from haldet.errors import HaldetError
 from haldet.util.assets import file_sha256
 from haldet.util.threads import thread_count
@@ -57,7 +68,7 @@ class HFBackend(Backend):
     sampler = "seeded-nucleus-inverse-cdf-v2"  # SeededSampler.draw: per-row generator, one uniform per token
 
     def __init__(self, name: str, *, device: str = "auto", decoder: str = "haldet",
-                 fast_numerics: str = "none", decode_rows: int = 96,
+                 fast_numerics: str = "none", decode_rows: int = 96, settings: HFModelConfig | None = None,
                  chat_template_kwargs: dict[str, Any] | None = None) -> None:
         super().__init__(name)
         # extra arguments of the chat template (e.g. enable_thinking=False for Qwen3); in the fingerprint when set
@@ -77,10 +88,17 @@ class HFBackend(Backend):
         source, gguf = resolve_model_path(name)
         self.gguf = gguf
         load_from = str(converted_gguf_dir(gguf)) if gguf is not None else source
+        self.settings = settings = settings or HFModelConfig()
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
-        self.device = torch.device(device)
-        self.dtype = torch.bfloat16 if self.device.type == "cuda" or fast_numerics == "bf16" else torch.float32
+        # where inputs go: `device`, or under a device map the device of the embeddings
+        self.device = placement(settings.device_map, torch.device(device))
+        self.dtype = resolve_dtype(settings.dtype, self.device, fast_numerics)
+        check_quantization(settings.quantization, self.device, fast_numerics)
+        check_attention(settings.attn_implementation, self.device)
+        if gguf is not None and settings.quantization is not None:
+            raise HaldetError("a GGUF model is dequantised on loading; hf.quantization applies to safetensors weights",
+                              where="hf.quantization", hint="use the model's safetensors release, or no quantization")
         self._source = load_from
         self._model: Any = None
         self._config: Any = None
@@ -101,11 +119,16 @@ class HFBackend(Backend):
             from transformers import AutoModelForCausalLM
 
             start = time.perf_counter()
+            cfg = self.settings
+            kwargs = load_kwargs(self.dtype, cfg.device_map, cfg.quantization, cfg.attn_implementation, self.device)
             try:
-                self._model = AutoModelForCausalLM.from_pretrained(self._source, dtype=self.dtype)
+                self._model = AutoModelForCausalLM.from_pretrained(self._source, **kwargs)
             except OSError as exc:
                 raise load_error(self.name, exc) from None
-            self._model.to(self.device).eval()
+            if "device_map" not in kwargs:
+                self._model.to(self.device)
+            self._model.eval()
+            self.device = self._model.get_input_embeddings().weight.device  # the placed embeddings: inputs go there
             if self.fast_numerics == "int8":
                 self._model = int8_dynamic(self._model, self.device)
             self.load_seconds = time.perf_counter() - start
@@ -128,6 +151,13 @@ class HFBackend(Backend):
             fp["fast_numerics"] = self.fast_numerics
         if self.chat_template_kwargs:
             fp["chat_template_kwargs"] = self.chat_template_kwargs
+        cfg = self.settings
+        if cfg.quantization is not None:
+            fp["quantization"] = f"bitsandbytes-{cfg.quantization}"
+        if cfg.attn_implementation != "sdpa":
+            fp["attn_implementation"] = cfg.attn_implementation
+        if cfg.device_map is not None:  # layers on several devices: same model, other float arithmetic order
+            fp["device_map"] = cfg.device_map
         if self.gguf is not None:
             fp["gguf_sha256_head"] = file_sha256(self.gguf, limit=1 << 22)[:16]
         elif Path(self._source).exists():
@@ -546,6 +576,18 @@ class HFBackend(Backend):
         """Token-level evidence from one teacher-forced pass (`haldet.backends.hf.tokens`)."""
         return tokens.token_pass(self, requests, top_k=top_k, entropies=entropies, attention=attention,
                           batch_size=batch_size, progress=progress, layers=layers)
+
+    def reads_given(self) -> bool:
+        return True
+
+    def read_given(self, requests: list[TokenRequest], evidence: EvidenceRequest | None, *, top_k: int,
+                   entropies: bool, attention: bool, layers: bool, batch_size: int, token_budget: int,
+                   progress: Any = None) -> tuple[list[TokenOutput], list[ForwardOutput] | None]:
+        """Token evidence and pooled states of given responses from one pass (`haldet.backends.hf.given`)."""
+        from haldet.backends.hf.given import read_given
+
+        return read_given(self, requests, evidence, top_k=top_k, entropies=entropies, attention=attention,
+                          layers=layers, batch_size=batch_size, token_budget=token_budget, progress=progress)
 
     def _left_pad(self, seqs: list[list[int]]) -> tuple[Any, Any]:
         import torch

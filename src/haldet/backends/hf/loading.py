@@ -120,6 +120,85 @@ def converted_gguf_dir(gguf: Path) -> Path:
 
 
 
+# `hf.dtype` -> torch dtype name (`auto`: bfloat16 on a GPU or with `fast_numerics: bf16`, else float32)
+DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+QUANT_HINT = "pip install 'haldet[quant]' (bitsandbytes) on a machine with a CUDA GPU, or set hf.quantization: null"
+
+
+def resolve_dtype(setting: str, device: Any, fast_numerics: str) -> Any:
+    """The torch dtype of the weights for `hf.dtype` on `device`; a dtype that contradicts `fast_numerics` is an
+    error, not a silent choice."""
+    import torch
+
+    if fast_numerics == "bf16" and setting not in ("auto", "bf16"):
+        raise HaldetError(f"fast_numerics: bf16 contradicts hf.dtype: {setting}", where="hf.dtype",
+                          hint="drop one of the two (hf.dtype: bf16 is the same as fast_numerics: bf16)")
+    if setting == "auto":
+        return torch.bfloat16 if device.type == "cuda" or fast_numerics == "bf16" else torch.float32
+    return getattr(torch, DTYPES[setting])
+
+
+def check_quantization(quantization: str | None, device: Any, fast_numerics: str) -> None:
+    """Refuse quantised loading up front, with what is missing: bitsandbytes, a CUDA GPU, or a compatible setting."""
+    import importlib.util
+
+    if quantization is None:
+        return
+    if fast_numerics != "none":
+        raise HaldetError(f"hf.quantization: {quantization} and fast_numerics: {fast_numerics} are two quantisations",
+                          where="hf.quantization", hint="keep one of them")
+    if importlib.util.find_spec("bitsandbytes") is None:
+        raise HaldetError(f"hf.quantization: {quantization} needs bitsandbytes, which is not installed",
+                          where="hf.quantization", hint=QUANT_HINT)
+    if device.type != "cuda":
+        raise HaldetError(f"hf.quantization: {quantization} needs a CUDA GPU (the model would run on {device})",
+                          where="hf.quantization", hint=QUANT_HINT)
+
+
+def check_attention(attn_implementation: str, device: Any) -> None:
+    """FlashAttention 2 needs its package and a CUDA GPU: say so before loading."""
+    import importlib.util
+
+    if attn_implementation != "flash_attention_2":
+        return
+    if importlib.util.find_spec("flash_attn") is None or device.type != "cuda":
+        raise HaldetError("hf.attn_implementation: flash_attention_2 needs the flash-attn package and a CUDA GPU",
+                          where="hf.attn_implementation", hint="use sdpa (the default), or pip install flash-attn "
+                                                               "on a GPU machine")
+
+
+def placement(device_map: str | dict[str, Any] | None, device: Any) -> Any:
+    """The device the inputs go to: `device`, or under a device map the one holding the embeddings (the first GPU
+    for `auto` when there is one)."""
+    import torch
+
+    if device_map is None:
+        return device
+    if device_map == "auto":
+        return torch.device("cuda:0") if torch.cuda.is_available() else torch.device("cpu")
+    assert isinstance(device_map, dict)
+    first = next((v for k, v in device_map.items() if "embed" in k), None)
+    if first is None:
+        first = device_map.get("", next(iter(device_map.values()), "cpu"))
+    return torch.device(f"cuda:{first}" if isinstance(first, int) else first)
+
+
+def load_kwargs(dtype: Any, device_map: str | dict[str, Any] | None, quantization: str | None,
+                attn_implementation: str, device: Any) -> dict[str, Any]:
+    """`from_pretrained` keyword arguments for these settings (a quantised model is placed at load time)."""
+    kwargs: dict[str, Any] = {"dtype": dtype, "attn_implementation": attn_implementation}
+    if quantization is not None:
+        from transformers import BitsAndBytesConfig
+
+        kwargs["quantization_config"] = (
+            BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_compute_dtype=dtype, bnb_4bit_quant_type="nf4")
+            if quantization == "4bit" else BitsAndBytesConfig(load_in_8bit=True))
+        kwargs["device_map"] = device_map if device_map is not None else {"": str(device)}
+    elif device_map is not None:
+        kwargs["device_map"] = device_map
+    return kwargs
+
+
 def load_error(name: str, exc: Exception) -> HaldetError:
     return HaldetError(f"cannot load model {name!r}: {str(exc).splitlines()[0]}", where="--model",
                        hint=f"offline? use a local path, a .gguf file, or an alias ({', '.join(MODEL_ALIASES)})")

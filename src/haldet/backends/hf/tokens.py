@@ -60,6 +60,21 @@ def topk_with_observed(logp: Any, observed: Any, k: int) -> tuple[Any, Any]:
     return torch.cat([observed[:, None], rest_ids], dim=1), torch.cat([obs_lp, rest_lp], dim=1)
 
 
+def fit_to_window(req: TokenRequest, window: int) -> tuple[list[int], int, dict[str, Any] | None]:
+    """(ids, answer start, window info) of prompt + answer within `window` tokens: the prompt head dropped when the
+    whole does not fit (the info says how many tokens), ids [] with a `skipped` info when the answer alone does not."""
+    ids, start = list(req.prompt_ids) + list(req.answer_ids), len(req.prompt_ids)
+    if len(ids) <= window:
+        return ids, start, None
+    if len(req.answer_ids) + 1 > window:
+        return [], start, {"policy": "skipped", "tokens": len(ids), "window": window,
+                           "reason": f"the answer alone ({len(req.answer_ids)} tokens) exceeds the model window "
+                                     f"({window})"}
+    drop = len(ids) - window
+    return ids[drop:], start - drop, {"policy": "dropped_prompt_head", "tokens": len(ids), "window": window,
+                                      "dropped_tokens": drop}
+
+
 def token_pass(backend: LoadedModel, requests: list[TokenRequest], *, top_k: int, entropies: bool, attention: bool,
                batch_size: int, progress: Any = None, layers: bool = False) -> list[TokenOutput]:
     import torch
@@ -71,22 +86,15 @@ def token_pass(backend: LoadedModel, requests: list[TokenRequest], *, top_k: int
     outputs: list[TokenOutput | None] = [None] * len(requests)
     rows: list[tuple[int, list[int], int, dict[str, Any] | None]] = []  # (index, ids, answer start, window info)
     for i, req in enumerate(requests):
-        ids, start, info = list(req.prompt_ids) + list(req.answer_ids), len(req.prompt_ids), None
         if not req.answer_ids:
             outputs[i] = TokenOutput(key=req.key, token_logprobs=np.zeros(0), window=None)
             continue
-        if start < 1:
+        if not req.prompt_ids:
             raise ValueError(f"request {req.key}: the answer needs at least one prompt token before it")
-        if len(ids) > window:
-            if len(req.answer_ids) + 1 > window:
-                outputs[i] = TokenOutput(key=req.key, window={
-                    "policy": "skipped", "tokens": len(ids), "window": window,
-                    "reason": f"the answer alone ({len(req.answer_ids)} tokens) exceeds the model window ({window})"})
-                continue
-            drop = len(ids) - window
-            ids, start = ids[drop:], start - drop
-            info = {"policy": "dropped_prompt_head", "tokens": len(ids) + drop, "window": window,
-                    "dropped_tokens": drop}
+        ids, start, info = fit_to_window(req, window)
+        if not ids:
+            outputs[i] = TokenOutput(key=req.key, window=info)
+            continue
         rows.append((i, ids, start, info))
     rows.sort(key=lambda r: len(r[1]))
     captured: list[Any] = []  # running max over layers of the head-max attention, [B, S, S]

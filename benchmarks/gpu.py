@@ -1,0 +1,226 @@
+"""haldet on a GPU, with nothing from the hub: models built from a config with random weights, a word-level
+tokenizer made here (one word per id, so any id the random model emits decodes), only torch, transformers and
+haldet installed. Prints JSON.
+
+1. Equivalence: the same small model (SmolLM2-135M's shape) on CPU in float32 and on CUDA in float32 gives the
+   same greedy answers and log-probs within 1e-4, token evidence of given text within 1e-4; CUDA bfloat16 against
+   CPU float32: the share of identical greedy answers and the largest log-prob gap (bf16 tolerance 0.1 nats).
+2. Throughput and peak GPU memory for a model with Llama-3.1-8B's shape in bfloat16: greedy and K=5 sampling with
+   haldet's loop against transformers `generate` (tokens/s, peak memory) on 100 synthetic prompts, then the whole
+   protocol (`haldet run`: likelihood, entropy and hidden-state detectors) on 100 items of the packaged HaluEval
+   QA set with that model's random weights.
+
+`--cpu-smoke` runs all of it on CPU with a tiny model in seconds (the test suite runs it: tests/test_gpu_bench.py);
+the CPU stands in for CUDA there, so its equivalence numbers only show that the script works. Usage:
+  python benchmarks/gpu.py [--cpu-smoke] [--skip-throughput] [--prompts 100] [--new-tokens 64] [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+SHAPES: dict[str, dict[str, Any]] = {
+    # the embedded model's shape (SmolLM2-135M), for the CPU/CUDA equivalence
+    "small": {"hidden_size": 576, "intermediate_size": 1536, "num_hidden_layers": 30, "num_attention_heads": 9,
+              "num_key_value_heads": 3, "vocab_size": 49152, "rope_theta": 100000.0},
+    # Llama-3.1-8B's shape (window cut to 8K: the benchmark's sequences are short)
+    "llama-3.1-8b": {"hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+                     "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256,
+                     "rope_theta": 500000.0},
+    # the smoke test's
+    "tiny": {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+             "num_key_value_heads": 2, "vocab_size": 1024, "rope_theta": 10000.0},
+}
+WORDS = ("river", "bridge", "market", "stone", "salt", "wool", "timber", "tower", "clock", "square", "guild", "town")
+
+
+def model_dir(shape: str, root: Path, *, weights: bool, dtype: str = "float32") -> Path:
+    """A model directory: config, a word-level tokenizer over the whole vocabulary, and (with `weights`) random
+    weights initialised with a seed (std 0.1, so greedy choices are not near-ties)."""
+    import torch
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    spec = SHAPES[shape]
+    path = root / f"{shape}-{'weights' if weights else 'config'}"
+    if (path / "config.json").exists():
+        return path
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, **{w: 3 + i for i, w in enumerate(WORDS)}}
+    vocab.update({f"w{i}": i for i in range(len(vocab), spec["vocab_size"])})
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>", eos_token="</s>",
+                                   pad_token="</s>")
+    config = LlamaConfig(**spec, max_position_embeddings=8192, bos_token_id=1, eos_token_id=2, pad_token_id=2,
+                         initializer_range=0.1, tie_word_embeddings=False)
+    path.mkdir(parents=True, exist_ok=True)
+    fast.save_pretrained(path)
+    if weights:
+        torch.manual_seed(0)
+        LlamaForCausalLM(config).to(getattr(torch, dtype)).save_pretrained(path)
+    else:
+        config.save_pretrained(path)
+    return path
+
+
+def prompts(n: int, words: int = 24, seed: int = 0) -> list[str]:
+    import random
+
+    rng = random.Random(seed)
+    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(words // 2, words))) for _ in range(n)]
+
+
+def equivalence(path: Path, device: str, n: int, new_tokens: int) -> dict[str, Any]:
+    """Greedy answers and given-text log-probs of CPU float32 against `device` in float32 and in bfloat16."""
+    from haldet.backends.base import TokenRequest
+    from haldet.backends.hf.backend import HFBackend
+    from haldet.config import HFModelConfig
+
+    texts = prompts(n, seed=1)
+    ref = HFBackend(str(path), device="cpu", settings=HFModelConfig(dtype="fp32"))
+    runs = {"fp32": HFBackend(str(path), device=device, settings=HFModelConfig(dtype="fp32")),
+            "bf16": HFBackend(str(path), device=device, settings=HFModelConfig(dtype="bf16"))}
+    want = ref.generate(texts, max_new_tokens=new_tokens, batch_size=8)
+    given = [TokenRequest(ref.encode_prompt(t), ref.encode_text(" " + " ".join(WORDS)), str(i))
+             for i, t in enumerate(texts)]
+    want_tf = ref.token_pass(given, top_k=0, entropies=False, attention=False, batch_size=8)
+    out: dict[str, Any] = {"model": f"random {path.name}", "reference": "cpu fp32", "device": device, "prompts": n}
+    for name, backend in runs.items():
+        got = backend.generate(texts, max_new_tokens=new_tokens, batch_size=8)
+        same = [a.token_ids == b.token_ids for a, b in zip(want, got, strict=True)]
+        gaps = [abs(x - y) for a, b in zip(want, got, strict=True) if a.token_ids == b.token_ids
+                for x, y in zip(a.token_logprobs, b.token_logprobs, strict=True)]
+        tf = backend.token_pass(given, top_k=0, entropies=False, attention=False, batch_size=8)
+        tf_gap = max(float(abs(a.token_logprobs - b.token_logprobs).max()) for a, b in zip(want_tf, tf, strict=True))
+        tolerance = 1e-4 if name == "fp32" else 0.1
+        out[name] = {"identical_greedy_answers": f"{sum(same)}/{len(same)}",
+                     "max_logprob_gap": max(gaps, default=0.0), "max_given_logprob_gap": tf_gap,
+                     "tolerance": tolerance,
+                     "within_tolerance": (name != "fp32" or all(same))
+                     and max(gaps, default=0.0) <= tolerance and tf_gap <= tolerance}
+    return out
+
+
+def _attach(path: Path, device: str, decoder: str, model: Any) -> Any:
+    """An hf backend over an in-memory model (8B random weights are never written to disk)."""
+    from haldet.backends.hf.backend import HFBackend
+
+    backend = HFBackend(str(path), device=device, decoder=decoder, settings=None)
+    backend._model = model
+    backend.stop_ids = backend._stop_ids()
+    return backend
+
+
+def _timed(device: str, fn: Any) -> tuple[Any, float, float | None]:
+    import torch
+
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    start = time.perf_counter()
+    result = fn()
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    seconds = time.perf_counter() - start
+    peak = torch.cuda.max_memory_allocated() / 2**30 if device.startswith("cuda") else None
+    return result, seconds, peak
+
+
+def throughput(path: Path, device: str, n: int, new_tokens: int) -> dict[str, Any]:
+    """Greedy and K=5 sampling tokens/s and peak memory, haldet's loop against transformers `generate`."""
+    import torch
+    from transformers import AutoConfig, LlamaForCausalLM
+
+    config = AutoConfig.from_pretrained(path)
+    dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = LlamaForCausalLM(config).to(dtype).eval()
+    texts = prompts(n, seed=2)
+    out: dict[str, Any] = {"model": f"random {path.name} ({sum(p.numel() for p in model.parameters()) / 1e9:.2f}B "
+                                    f"parameters, {str(dtype).removeprefix('torch.')})", "prompts": n,
+                           "new_tokens": new_tokens, "device": device}
+    for decoder in ("haldet", "transformers"):
+        backend = _attach(path, device, decoder, model)
+        greedy, seconds, peak = _timed(device, lambda b=backend: b.generate(texts, max_new_tokens=new_tokens,
+                                                                             batch_size=16))
+        tokens = sum(len(o.token_ids) for o in greedy)
+        out[f"greedy_{decoder}"] = {"seconds": round(seconds, 2), "tokens": tokens,
+                                    "tokens_per_s": round(tokens / seconds, 1), "peak_gib": peak}
+        samples, seconds, peak = _timed(device, lambda b=backend: b.sample(
+            texts, k=5, temperature=1.0, top_p=0.9, seeds=list(range(n)), max_new_tokens=new_tokens, batch_size=40))
+        tokens = sum(len(o.token_ids) for row in samples for o in row)
+        out[f"sample_k5_{decoder}"] = {"seconds": round(seconds, 2), "tokens": tokens,
+                                       "tokens_per_s": round(tokens / seconds, 1), "peak_gib": peak}
+    del model
+    return out
+
+
+def protocol(path: Path, device: str, n: int, new_tokens: int, root: Path) -> dict[str, Any]:
+    """`haldet run` on n items of the packaged HaluEval QA set with a likelihood, an entropy and a hidden-state
+    detector: per-stage seconds and the cell's status (random weights: the scores mean nothing, the cost does)."""
+    import haldet
+    from haldet.config import RunConfig
+
+    config = RunConfig.model_validate({
+        "datasets": ["halueval_qa"], "models": [str(path)], "limit": n, "device": device,
+        "detectors": ["perplexity", "ln_entropy", "saplma"], "evaluation": {"bootstrap": 20},
+        "generation": {"max_new_tokens": new_tokens}, "features": {"layers": [-1]}})
+    start = time.perf_counter()
+    _, cells = haldet.run(config, root / f"run-{path.name}")
+    cell = cells[0]
+    return {"items": n, "seconds": round(time.perf_counter() - start, 2), "error": cell.error,
+            "stage_seconds": {k: round(v, 2) for k, v in cell.timings.items()},
+            "detector_errors": {d.name: d.error for d in cell.detectors if d.error}}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cpu-smoke", action="store_true", help="tiny model on CPU (the test suite's check)")
+    parser.add_argument("--skip-throughput", action="store_true")
+    parser.add_argument("--prompts", type=int, default=100)
+    parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument("--out", help="also write the JSON here")
+    parser.add_argument("--workdir", help="where the model directories go (default: a temporary directory)")
+    args = parser.parse_args()
+    import torch
+
+    if args.cpu_smoke:
+        device, small, big, n, new = "cpu", "tiny", "tiny", min(args.prompts, 6), min(args.new_tokens, 6)
+    else:
+        if not torch.cuda.is_available():
+            raise SystemExit("no CUDA device: run with --cpu-smoke, or on a GPU machine")
+        device, small, big, n, new = "cuda", "small", "llama-3.1-8b", args.prompts, args.new_tokens
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(args.workdir or tmp)
+        report: dict[str, Any] = {
+            "torch": torch.__version__, "transformers": __import__("transformers").__version__,
+            "haldet": __import__("haldet").__version__, "cpu_smoke": args.cpu_smoke,
+            "gpu": torch.cuda.get_device_name(0) if device == "cuda" else None}
+        small_dir = model_dir(small, root, weights=True)
+        report["equivalence"] = equivalence(small_dir, device, min(n, 16), min(new, 32))
+        print("equivalence done", file=sys.stderr, flush=True)
+        if not args.skip_throughput:
+            report["throughput"] = throughput(model_dir(big, root, weights=False), device, n, new)
+            print("throughput done", file=sys.stderr, flush=True)
+            weights = small_dir if args.cpu_smoke else model_dir(big, root, weights=True, dtype="bfloat16")
+            report["protocol"] = protocol(weights, device, n, new, root)
+    text = json.dumps(report, indent=1, default=lambda x: None if isinstance(x, float) and math.isnan(x) else str(x))
+    if args.out:
+        Path(args.out).write_text(text)
+    print(text)
+    if os.environ.get("HALDET_GPU_BENCH_STRICT") and not all(
+            v["within_tolerance"] for k, v in report["equivalence"].items() if k in ("fp32", "bf16")):
+        raise SystemExit(1)
+
+
+if __name__ == "__main__":
+    main()
