@@ -98,6 +98,11 @@ class Suite:
         """Result rows of the suite's own tables beyond the per-level metrics (each with a `table` column)."""
         return []
 
+    def run_rows(self, unit_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Result rows of tables that compare the cells of a run (e.g. proxy models scoring the same items), from
+        every cell's unit-score rows (`unit_scores.csv`); each row names its dataset, model and `table`."""
+        return []
+
     def group_of(self, instance: Instance) -> str:
         """Items sharing a group land in the same split part (e.g. answers about one document)."""
         return instance.id
