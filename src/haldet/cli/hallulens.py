@@ -44,8 +44,10 @@ def build(
                                                    "comma list; default: the tasks whose sources are given).")] = None,
     pages: Annotated[Path | None, typer.Option(help="GoodWiki-style page file (title, document|markdown, "
                                                "h_score or decile).")] = None,
-    taxonomy: Annotated[Path | None, typer.Option(help="ITIS-like taxonomy file (name, family, domain|kingdom).")
-                        ] = None,
+    taxonomy: Annotated[str | None, typer.Option(help="ITIS taxonomy: the release's pipe-delimited 'hierarchy' and "
+                                             "'longnames' tables (their folder, the hierarchy file, or "
+                                             "hierarchy,longnames), or a table file (name, family, "
+                                             "domain|kingdom).")] = None,
     medicines: Annotated[Path | None, typer.Option(help="Medicine list (name).")] = None,
     generator_model: Annotated[list[str] | None, typer.Option(
         help="Question/name generator(s); several take turns for GeneratedEntities.")] = None,
@@ -90,6 +92,11 @@ def build(
                       f"failed calls {len(rep['failures'])}" + (f"; {'; '.join(rep['notes'])}" if rep["notes"] else ""),
                       highlight=False)
     console.print(f"built set: {out}")
+    empty = [name for name, rep in manifest["reports"].items() if rep["kept"] == 0 and name.split("/")[-1] in tasks]
+    if empty:
+        raise HaldetError(f"the build kept no item for {', '.join(empty)} (its report is above)", where=str(out),
+                          hint="give more or longer source pages (or widen --qa-tokens/--long-tokens), a taxonomy "
+                               "with more species, or a generator model that follows the prompts")
 
 
 @app.command()

@@ -28,7 +28,7 @@ from haldet.suites.hallulens.build import (
 )
 from haldet.suites.hallulens.llm import StructuredLLM
 from haldet.suites.hallulens.prompts import Prompts
-from haldet.suites.hallulens.sources import load_medicines, load_pages, load_taxonomy
+from haldet.suites.hallulens.sources import load_medicines, load_pages, load_taxonomy, taxonomy_files
 from haldet.util.assets import file_sha256
 from haldet.util.progress import finish
 from haldet.version import __version__
@@ -109,7 +109,11 @@ def build_sets(out: Path, *, tasks: Sequence[str], cfg: BuildConfig, trials: int
             write_items(folder / f"{task}.jsonl", items)
             reports[f"seed-{trial_cfg.seed}/{task}"] = asdict(report)
     sources = {k: {"path": str(v), "sha256": file_sha256(Path(v))}
-               for k, v in (("pages", pages), ("taxonomy", taxonomy), ("medicines", medicines)) if v}
+               for k, v in (("pages", pages), ("medicines", medicines)) if v}
+    if taxonomy:
+        files = taxonomy_files(taxonomy)
+        sources["taxonomy"] = {"path": str(taxonomy), "sha256": file_sha256(files[0])} if len(files) == 1 else {
+            "path": str(taxonomy), "files": {str(f): file_sha256(f) for f in files}}
     old = read_json(out / MANIFEST) if (out / MANIFEST).exists() else {}
     if old.get("config") == cfg.model_dump():  # tasks built earlier with the same settings stay in the set
         reports = {**old.get("reports", {}), **reports}
