@@ -29,6 +29,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from haldet.backends.structured import CallFailure
+from haldet.suites.hallulens.existence import SourceCheck
 from haldet.suites.hallulens.llm import StructuredLLM
 from haldet.suites.hallulens.prompts import AnswerReply, NamesReply, Prompts, QuestionReply, json_parser
 from haldet.suites.hallulens.sources import DOMAINS, Page, Species, sections
@@ -67,6 +68,7 @@ class BuildConfig(BaseModel):
     names_per_call: int = Field(5, ge=1)
     pages_per_slot: int = Field(4, ge=1)  # pages tried per wanted item and decile before giving up
     places: list[str] = Field(default_factory=lambda: list(PLACES))
+    place_groups: dict[str, str] = Field(default_factory=dict)  # place -> frequency group (Fig. 9), from --places
 
 
 class Item(BaseModel):
@@ -278,13 +280,17 @@ def _combos(kind: str, cfg: BuildConfig) -> list[tuple[str, str]]:
 
 
 def build_generated(llms: Sequence[StructuredLLM], prompts: Prompts, cfg: BuildConfig, known: set[str],
-                    progress: Progress | None = None) -> tuple[list[Item], TaskReport]:
-    """Names brainstormed by the generators in turn (combination i asks generator i mod G)."""
+                    progress: Progress | None = None, check: SourceCheck | None = None) -> tuple[list[Item],
+                                                                                            TaskReport]:
+    """Names brainstormed by the generators in turn (combination i asks generator i mod G); a name the existence
+    `check` finds (default: the given sources only) is dropped."""
     report = TaskReport(wanted=sum(cfg.generated.values()))
     if len(llms) < 2:
         report.notes.append("one generator only: the paper's round robin over several generators is not applied")
+    check = check or SourceCheck(known)
+    report.notes.append(f"existence check: {check.description}")
     rng = _rng(cfg.seed, "generated", "prompts")
-    seen = {k.lower() for k in known}
+    seen: set[str] = set()
     items: list[Item] = []
     for kind, wanted in cfg.generated.items():
         combos = _combos(kind, cfg)
@@ -315,7 +321,10 @@ def build_generated(llms: Sequence[StructuredLLM], prompts: Prompts, cfg: BuildC
                     if len(got) >= wanted:
                         break
                     if not any(c.isalpha() for c in name) or name.lower() in seen:
-                        report.drop("name empty, repeated or found in a source file")
+                        report.drop("name empty or repeated")
+                        continue
+                    if check.exists(name):
+                        report.drop("name exists (existence check)")
                         continue
                     seen.add(name.lower())
                     type_ = t if kind != "product" else f"brand of {t}"
@@ -323,7 +332,8 @@ def build_generated(llms: Sequence[StructuredLLM], prompts: Prompts, cfg: BuildC
                     prompt, which = _describe(prompts, rng, type_, name, place)
                     got.append(Item(id=f"nonexistent/{cfg.seed}/generated-{kind}-{len(got)}", task="nonexistent",
                                     prompt=prompt, subtask="generated", domain=kind, name=name, type=type_,
-                                    generator=llms[g].id, meta={"place": p, "template": which}))
+                                    generator=llms[g].id, meta={"place": p, "template": which,
+                                                                "place_group": cfg.place_groups.get(p, "")}))
                     if progress:
                         progress(1)
         if len(got) < wanted:

@@ -214,10 +214,10 @@ def load_itis(hierarchy: Path, longnames: Path) -> list[Species]:
     """Species of the ITIS release tables: every binomial ("Genus epithet") name whose hierarchy path runs from a
     kingdom of `KINGDOMS` through a family (the ancestor named with a family ending, -idae or -aceae)."""
     names: dict[str, str] = {}
-    for lineno, (tsn, name) in _pipe_rows(longnames, 2, "tsn"):
+    for _, (tsn, name) in _pipe_rows(longnames, 2, "tsn"):
         names[tsn.strip()] = " ".join(name.split())
     out = []
-    for lineno, (path_string, tsn) in _pipe_rows(hierarchy, 2, "hierarchy_string"):
+    for _, (path_string, tsn) in _pipe_rows(hierarchy, 2, "hierarchy_string"):
         name = names.get(tsn.strip(), "")
         if len(name.split()) != 2 or not name[:1].isupper():
             continue  # higher ranks, subspecies and varieties
@@ -251,6 +251,34 @@ def load_taxonomy(path: str | Path) -> list[Species]:
             raise HaldetError(f"domain {raw!r} is not one of {', '.join(DOMAINS)} (or an ITIS kingdom)", where=where)
         out.append(Species(name, str(_field(row, ("family",), where)).strip(), domain))
     return out
+
+
+PLACE_GROUPS = ("low", "middle", "high")
+
+
+def load_places(path: str | Path) -> tuple[list[str], dict[str, str]]:
+    """Places for GeneratedEntities with their frequency group (Fig. 9): rows with `place` (or `name`) and either
+    `group` (low / middle / high) or a `frequency` (e.g. an n-gram count), cut into equal thirds by rank (ties by
+    name) as the paper groups its cities and countries."""
+    rows = _read(path, "place file")
+    places, given, freq = [], {}, {}
+    for i, row in enumerate(rows):
+        where = f"{path}, row {i}"
+        place = " ".join(str(_field(row, ("place", "name"), where)).split())
+        places.append(place)
+        if row.get("group") not in (None, ""):
+            group = str(row["group"]).strip().lower()
+            if group not in PLACE_GROUPS:
+                raise HaldetError(f"place group {group!r} is not one of {', '.join(PLACE_GROUPS)}", where=where)
+            given[place] = group
+        else:
+            try:
+                freq[place] = float(_field(row, ("frequency",), where))
+            except (TypeError, ValueError):
+                raise HaldetError(f"frequency {row.get('frequency')!r} is not a number", where=where) from None
+    ranked = sorted(freq, key=lambda p: (freq[p], p))
+    groups = {p: PLACE_GROUPS[min(3 * k // len(ranked), 2)] for k, p in enumerate(ranked)} | given
+    return places, groups
 
 
 def load_medicines(path: str | Path) -> list[str]:
