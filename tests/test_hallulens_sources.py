@@ -141,5 +141,44 @@ def test_existence_check_asks_the_configured_search_endpoint(monkeypatch: pytest
         server.shutdown()
     with pytest.raises(HaldetError, match="search request for 'Bar Nova' failed"):
         SearchCheck(set(), url, timeout=2).exists("Bar Nova")  # the server is gone: an error, not "new"
-    with pytest.raises(HaldetError, match="no {query} placeholder"):
+    with pytest.raises(HaldetError, match=r"no \{query\} placeholder"):
         SearchCheck(set(), "http://example.invalid/search")
+
+
+def test_generated_entities_combining_step_with_three_generators() -> None:
+    from types import SimpleNamespace
+
+    from haldet.suites.hallulens.build import BuildConfig, build_generated
+    from haldet.suites.hallulens.existence import SourceCheck
+    from haldet.suites.hallulens.prompts import NamesReply, Prompts
+
+    class Fake:
+        def __init__(self, name: str) -> None:
+            self.id, self.asked = name, []
+
+        def ask(self, requests: list) -> list:
+            out = []
+            for r in requests:
+                text = r.messages[-1]["content"]
+                self.asked.append(text)
+                if "First list:" in text:  # the combiner: one name per pair of brainstormed names
+                    first = text.split("First list: ", 1)[1].split("\n", 1)[0].split("; ")
+                    second = text.split("Second list: ", 1)[1].split("\n", 1)[0].split("; ")
+                    names = [f"{a.split()[0]} {b.split()[-1]}" for a, b in zip(first, second, strict=True)]
+                else:
+                    names = [f"{self.id} Name{k}" for k in range(2)]
+                out.append(SimpleNamespace(value=NamesReply(names=names)))
+            return out
+
+    llms = [Fake("Alpha"), Fake("Beta"), Fake("Gamma")]
+    cfg = BuildConfig(generated={"business": 2, "event": 0, "product": 0}, names_per_call=2, places=["Lisbon"],
+                      place_groups={"Lisbon": "middle"})
+    items, report = build_generated(llms, Prompts(), cfg, set(), check=SourceCheck({"Alpha Name0"}))
+    # combination 0: Alpha and Beta brainstorm, Gamma combines ("Alpha Name0" exists: dropped); combination 1: Beta
+    # and Gamma brainstorm, Alpha combines
+    assert [(it.name, it.generator, it.meta["brainstormed_by"]) for it in items] == [
+        ("Alpha Name1", "Gamma", ["Alpha", "Beta"]), ("Beta Name0", "Alpha", ["Beta", "Gamma"])]
+    assert [sum("First list:" in t for t in g.asked) for g in llms] == [1, 0, 1]
+    assert items[0].meta["place_group"] == "middle"
+    assert report.dropped == {"name exists (existence check)": 1}
+    assert any(n.startswith("existence check: offline") for n in report.notes)
