@@ -237,6 +237,9 @@ def evaluate(set_dir: Path, out: Path, *, targets: Sequence[Target], judge: Stru
         results["judge"] = judge.usage_report()
     atomic_write_text(out / "results.json", json.dumps(_no_nan(results), indent=2, allow_nan=False) + "\n")
     atomic_write_text(out / "table.md", table_markdown(results) + "\n")
+    from haldet.suites.hallulens.report import html_report
+
+    atomic_write_text(out / "report.html", html_report(_no_nan(results), *table_rows(results)))
     return results
 
 
