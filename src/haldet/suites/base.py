@@ -30,6 +30,9 @@ from haldet.evaluation.units import UNIT_METRICS, UnitData, unit_metrics
 from haldet.registry import Registry
 from haldet.schema import LEVELS, Instance, SpanLabel
 
+DATA = "(data)"  # the `detector` of a suite's rows that describe the data (label statistics), not a detector
+ACROSS_MODELS = "(across models)"  # the `model` of rows comparing the cells of a run (e.g. proxy correlation)
+
 
 @dataclass(frozen=True)
 class TableLayout:

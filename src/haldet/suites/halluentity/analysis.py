@@ -26,11 +26,10 @@ import numpy as np
 
 from haldet.evaluation.breakdowns import RATE_GROUPS, rate_group, unit_attributes
 from haldet.schema import Instance
+from haldet.suites.base import ACROSS_MODELS, DATA
 
 FIG2_POS, FIG2_NER, POSITION, FIG4, TABLE4, PER_RESPONSE, CORRELATION = (
     "Fig. 2 (POS)", "Fig. 2 (NER)", "position", "Fig. 4", "Table 4", "per response", "Tables 7/8")
-DATA = "(data)"
-ACROSS = "(across models)"
 BIN_WIDTH = 0.05
 
 
@@ -98,7 +97,7 @@ def proxy_correlation(unit_rows: Sequence[dict[str, Any]]) -> list[dict[str, Any
             y = np.array([by_model[b][k] for k in common])
             r = pearson(x, y)
             name = detector + (f"[{variant}]" if variant else "")
-            rows.append({"dataset": dataset, "model": ACROSS, "detector": name,
+            rows.append({"dataset": dataset, "model": ACROSS_MODELS, "detector": name,
                          "level": level, "table": CORRELATION, "model_a": a, "model_b": b, "metric": "pearson",
                          "value": r, "n": len(common),
                          "note": "" if r is not None else "undefined: fewer than 2 common units or a constant score"})

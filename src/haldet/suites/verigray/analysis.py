@@ -17,11 +17,11 @@ from itertools import pairwise
 from typing import Any
 
 from haldet.schema import Instance
+from haldet.suites.base import DATA
 from haldet.suites.verigray.labels import CLASSES, FAITHFUL, UNFAITHFUL
 
 FIG2, FIG3, FIG6 = "Fig. 2", "Fig. 3", "Fig. 6"
 POLARITIES = ("Faithful", "Unfaithful", "Others")
-DATA = "(data)"
 Z95 = 1.959963984540054
 
 
