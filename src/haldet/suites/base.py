@@ -57,6 +57,7 @@ class Suite:
     protocol: ClassVar[str] = "provided"          # "provided" | "generate"
     levels: ClassVar[tuple[str, ...]] = ("response",)
     detectors: ClassVar[tuple[str, ...]] = ()
+    optional: ClassVar[tuple[str, ...]] = ()      # the paper's detectors that need a model beside the run's
     metrics: ClassVar[tuple[str, ...]] = UNIT_METRICS
     tables: ClassVar[tuple[TableLayout, ...]] = ()
     splits: ClassVar[str] = "grouped"             # "grouped" | "given"
@@ -128,6 +129,7 @@ class Suite:
     def info(cls) -> dict[str, Any]:
         return {"name": cls.name, "title": cls.title, "paper": cls.paper, "datasets": list(cls.datasets),
                 "protocol": cls.protocol, "levels": list(cls.levels), "detectors": list(cls.detectors),
+                "optional_detectors": list(cls.optional), "tables": [t.title for t in cls.tables],
                 "splits": cls.splits, "description": cls.description}
 
 
