@@ -28,7 +28,7 @@ CASES = _cases()
 @pytest.fixture(scope="session")
 def small_models(tmp_path_factory) -> dict[str, str]:
     """Small local stand-ins for each auxiliary model kind: a random 2-layer NLI classifier (MNLI labels) with
-    MiniLM's tokenizer; the packaged MiniLM for similarity and BERTScore."""
+    MiniLM's tokenizer, a random 2-way fact-checking head; the packaged MiniLM for similarity and BERTScore."""
     import torch
     from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
 
@@ -43,7 +43,12 @@ def small_models(tmp_path_factory) -> dict[str, str]:
                         label2id={"ENTAILMENT": 0, "NEUTRAL": 1, "CONTRADICTION": 2})
     BertForSequenceClassification(config).save_pretrained(path)
     tok.save_pretrained(path)
-    return {"nli": str(path), "similarity": "minilm", "bertscore": "minilm"}
+    support = tmp_path_factory.mktemp("tiny-minicheck")  # a MiniCheck-style 2-way head (label 1 = supported)
+    BertForSequenceClassification(BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=1,
+                                             num_attention_heads=2, intermediate_size=64, num_labels=2)
+                                  ).save_pretrained(support)
+    tok.save_pretrained(support)
+    return {"nli": str(path), "similarity": "minilm", "bertscore": "minilm", "support": str(support)}
 
 
 @pytest.mark.parametrize(("name", "params"), CASES, ids=[f"{n}-{p.get('variant', 'default')}" for n, p in CASES])

@@ -307,6 +307,9 @@ def test_cli_detectors_list_json() -> None:
     assert {"name", "family", "requires", "trains", "variants"} <= set(rows["semantic_entropy"])
     assert rows["selfcheck_nli"]["variants"] == ["paper", "selfcheckgpt"]
     assert rows["sar"]["requires"] == ["sample_logliks", "samples"] and rows["sar"]["trains"] is False
+    assert rows["minicheck"]["levels"] == ["response", "sentence", "claim", "span"]
+    assert rows["minicheck"]["needs"] == ["support (checker=llm:bespokelabs/Bespoke-MiniCheck-7B)"]
+    assert rows["lynx"]["needs"] == ["verdict prompt verigray_lynx"] and rows["likelihood"]["needs"] == []
     wide = CliRunner().invoke(app, ["detectors", "list"], terminal_width=60)
     assert "lexical_similarity" in wide.output
 

@@ -174,3 +174,25 @@ def test_bi_encoder_keeps_a_bounded_number_of_embeddings(monkeypatch: pytest.Mon
     assert set(model.embeddings) == {"one", "two", "three", "five"} and out.shape == (2, 1)
     assert model.compute([("one", "two")]) == pytest.approx(first, abs=1e-6)
     model.embeddings.clear()
+
+
+def test_llm_support_is_yes_over_yes_and_no(llm_nli) -> None:
+    """The MiniCheck-style causal-LM checker (`llm:<model>`, kind "support") on the embedded model: P(Yes)
+    renormalised over Yes/No after its prompt, equal to the next-token distribution computed directly."""
+    import torch
+
+    from haldet.models.nli import SUPPORT_PROMPT, LLMSupport
+
+    checker = object.__new__(LLMSupport)  # the already loaded backend, no second load
+    checker.backend, checker.max_length, checker.name = llm_nli.backend, 1024, "smollm2-135m"
+    checker.candidates = checker._candidate_ids()
+    out = checker.compute(PAIRS)
+    assert out.shape == (len(PAIRS), 1) and np.all((out > 0) & (out < 1))
+    be = llm_nli.backend
+    premise, hypothesis = PAIRS[0]
+    ids = be.encode_prompt(be.render_chat([{"role": "user", "content": SUPPORT_PROMPT.format(
+        premise=premise, hypothesis=hypothesis)}]))
+    with torch.inference_mode():
+        logp = torch.log_softmax(be.model(input_ids=torch.tensor([ids], device=be.device)).logits[0, -1].float(), -1)
+    yes, no = (torch.logsumexp(logp[c], -1) for c in checker.candidates)
+    assert out[0, 0] == pytest.approx(float(torch.sigmoid(yes - no)), abs=2e-3)

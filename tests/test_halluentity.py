@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -95,7 +96,7 @@ def test_suite_runs_end_to_end_on_the_fixture(suite_run) -> None:
     out, rows, cells = suite_run
     cell = cells[0]
     assert not cell.error and {r["level"] for r in rows} == {"entity"}
-    assert {r["detector"] for r in rows} == {"likelihood", "entropy", "ccp", "unit_sar", "focus"}
+    assert {r["detector"] for r in rows} == {"likelihood", "entropy", "ccp", "unit_sar", "focus", "(data)"}
     assert cell.data["protocol"] == "provided" and cell.data["units"]["entity"]["units"] == 64
     assert cell.data["units"]["entity"]["unaligned"] == 1  # "Harvard Mark I" is not in its response
     # grouped: every item in exactly one part
@@ -106,7 +107,7 @@ def test_suite_runs_end_to_end_on_the_fixture(suite_run) -> None:
     instances = {i.id: i for i in get_adapter("halluentity", FIX).load()[0]}
     n_test = sum(len(instances[i].units) for i in split["test"])
     for r in rows:
-        if r["metric"] == "auroc" and r["detector"] != "ccp":
+        if r["metric"] == "auroc" and r["detector"] not in ("ccp", "(data)"):
             assert r["n"] == n_test and r["coverage"] == 1.0, r["detector"]
     # CCP needs an NLI model; offline there is none: NaN with that reason, never a number
     ccp = [json.loads(x) for x in (out / "halluentity" / "smollm2-135m" / "scores").glob("ccp@entity.jsonl")
@@ -180,6 +181,8 @@ def test_suites_list_and_unknown_suite_message(tmp_path: Path) -> None:
     info = {s["name"]: s for s in json.loads(listed.stdout)}
     assert info["halluentity"]["levels"] == ["entity"] and info["halluentity"]["protocol"] == "provided"
     assert set(info["halluentity"]["detectors"]) == {"likelihood", "entropy", "ccp", "unit_sar", "focus"}
+    assert info["verigray"]["optional_detectors"] == ["verigray_llm", "minicheck", "lynx", "anah_v2"]
+    assert "Fig. 4 (per-response hallucination rate)" in info["halluentity"]["tables"]
     bad = run_cli("run", "--suite", "halluentityy", "--out", str(tmp_path / "r"))
     assert bad.returncode == 2 and "halluentity" in bad.stderr and "Traceback" not in bad.stderr
 
@@ -190,7 +193,8 @@ def test_suite_html_section_has_tables_and_position_plot(suite_run) -> None:
                 "metric": f"fnr[position={p}]", "value": v, "n": 3, "n_pos": 1}
                for p, v in (("first", 0.6), ("middle", 0.4), ("last", 0.2))]
     html = get_suite("halluentity").html_section(rows + planted)
-    assert html.count("<table>") == 2 and "AUROC" in html and "<svg" in html and "FNR by position" in html
+    assert html.count("<table>") == 2 + 6 and "AUROC" in html and "Fig. 4 (per-response" in html
+    assert "<svg" in html and "FNR by position" in html
 
 
 def test_preset_run_records_preset_and_evaluates_every_item(suite_run, tmp_path: Path) -> None:
@@ -229,3 +233,49 @@ def test_preset_run_records_preset_and_evaluates_every_item(suite_run, tmp_path:
     write_reports(copy, [load_run(copy)], write_results=False)
     line = f"preset halluentity (hash {load_preset('halluentity').hash})"
     assert (copy / "tables.md").read_text().startswith(line) and line in (copy / "report.html").read_text()
+
+
+def test_label_statistics_count_the_fixture(suite_run) -> None:
+    from collections import Counter
+
+    from haldet.evaluation.breakdowns import rate_group
+
+    _, rows, _ = suite_run
+    items = get_adapter("halluentity", FIX).load()[0]
+    units = [u for i in items for u in i.units]
+
+    def table(name: str, col: str) -> dict[tuple[str, str], Any]:
+        return {(r[col], r["metric"]): r["value"] for r in rows if r.get("table") == name}
+
+    pos = table("Fig. 2 (POS)", "tag")
+    assert sum(v for (_, m), v in pos.items() if m == "n_entities") == len(units)
+    assert sum(v for (_, m), v in pos.items() if m == "share") == pytest.approx(1.0)
+    bad_by_pos = sum(pos[(t, "hallucination_rate")] * pos[(t, "n_entities")] for t, m in pos if m == "share")
+    assert bad_by_pos == pytest.approx(sum(u.binary for u in units))
+    groups = Counter(rate_group(i, "entity") for i in items)
+    t4 = table("Table 4", "rate_group")
+    assert {g: t4[(g, "n_items")] for g in groups} == dict(groups)
+    rates = [sum(u.binary for u in i.units) / len(i.units) for i in items]
+    per = table("per response", "statistic")
+    assert per[("mean", "hallucinated_share")] == pytest.approx(sum(rates) / len(rates))
+    assert per[("max", "entities")] == max(len(i.units) for i in items)
+    fig4 = table("Fig. 4", "bin")
+    assert sum(v for (_, m), v in fig4.items() if m == "n_items") == len(items)
+    assert fig4[("0-5%", "n_items")] == sum(r < 0.05 for r in rates)
+
+
+def test_proxy_correlation_is_pearson_over_common_units() -> None:
+    from haldet.suites.halluentity.analysis import proxy_correlation
+
+    a = [0.1, 0.5, 0.2, 0.9, 0.4]
+    b = [0.2, 0.4, 0.1, 1.0, None]  # the last unit is invalid for model b: left out
+    rows = [{"dataset": "halluentity", "model": m, "detector": "likelihood", "variant": "", "level": "entity",
+             "item_id": f"halluentity/test/{k // 2}", "unit_index": k % 2, "score": v}
+            for m, vals in (("m1", a), ("m2", b)) for k, v in enumerate(vals)]
+    (row,) = proxy_correlation(rows)
+    expected = float(np.corrcoef(a[:4], b[:4])[0, 1])
+    assert (row["model_a"], row["model_b"], row["n"]) == ("m1", "m2", 4)
+    assert row["value"] == pytest.approx(expected) and row["table"] == "Tables 7/8"
+    const = [{**r, "score": 1.0} for r in rows if r["model"] == "m2"]
+    (undefined,) = proxy_correlation([r for r in rows if r["model"] == "m1"] + const)
+    assert undefined["value"] is None and "constant" in undefined["note"]

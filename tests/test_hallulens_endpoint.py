@@ -195,3 +195,4 @@ def test_build_and_evaluate_through_an_endpoint(server: FakeOpenAI, tmp_path: Pa
     assert "HalluLens PreciseWikiQA" in result.output and "F1@32" in result.output
     assert "openai:target" in result.output
     assert json.loads((out / "results.json").read_text())["judge"]["model"] == "judge"
+    assert "Fig. 4: PreciseWikiQA per h-score decile" in (out / "report.html").read_text()

@@ -44,6 +44,9 @@ def test_suite_tables_without_any_value_are_a_failure() -> None:
     assert cells_without_values(suite, suite_rows(0.7)) == []
     assert cells_without_values(suite, suite_rows(None)) == [
         f"halluentity | smollm2-135m: no value in the halluentity tables ({ONE_CLASS})"]
+    data = [{"dataset": "halluentity", "model": "smollm2-135m", "level": "entity", "detector": "(data)",
+             "table": "Table 4", "rate_group": "<10%", "metric": "n_items", "value": 3, "n": 6}]
+    assert len(cells_without_values(suite, suite_rows(None) + data)) == 1  # data statistics are no detector value
 
 
 @pytest.mark.parametrize(("value", "allow", "code"), [(None, False, 1), (None, True, 0), (0.7, False, 0)])

@@ -13,7 +13,7 @@ from haldet.config import load_config
 from haldet.datasets.base import get_adapter
 from haldet.suites.base import get_suite
 from haldet.suites.verigray.classifier import OPTIONS
-from haldet.suites.verigray.labels import CLASSES
+from haldet.suites.verigray.labels import CLASSES, CONTRADICTING, IMPLICIT, NO_FACT
 from mock_openai import FakeOpenAI, text_content
 
 FIX = Path(__file__).parent / "fixtures" / "datasets"
@@ -22,7 +22,23 @@ GARBLED = "Would you like to know more?"  # its reply is unparsable
 
 
 def sentence_of(body: dict[str, Any]) -> str:
-    return str(body["messages"][-1]["content"].rsplit("Sentence to judge:", 1)[1].strip())
+    content = body["messages"][-1]["content"]
+    marker = next(m for m in ("Sentence to judge:", "Sentence to annotate:", "ANSWER:") if m in content)
+    return str(content.rsplit(marker, 1)[1].strip())
+
+
+def reply_of(arg: str, body: dict[str, Any], j: int) -> str:
+    """The 7-way plan's reply, or, for the Lynx and ANAH-v2 prompts, their right verdict for the same class."""
+    content = body["messages"][-1]["content"]
+    letter = arg.rsplit("Option: ", 1)[1] if "Option: " in arg else None
+    degree = OPTIONS[letter] if letter else None
+    if "ANSWER:" in content and degree is not None:  # Lynx: FAIL below Implicitly-Supported
+        return '{"REASONING": ["checked"], "SCORE": "%s"}' % ("FAIL" if degree < IMPLICIT else "PASS")
+    if "Sentence to annotate:" in content and degree is not None:
+        tag = {CONTRADICTING: "<Hallucination> Contradictory", NO_FACT: "<No Fact>"}.get(degree)
+        return "Facts listed.\n" + (tag or ("<Hallucination> None" if degree >= IMPLICIT
+                                             else "<Hallucination> Unverifiable"))
+    return text_content(arg, body, j)
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +46,7 @@ def suite_run(tmp_path_factory: pytest.TempPathFactory) -> Any:
     import haldet as pipeline
 
     items, _ = get_adapter("verigray", FIX).load()
-    with FakeOpenAI(content=text_content, key_of=sentence_of, default="ok:no idea") as srv:
+    with FakeOpenAI(content=reply_of, key_of=sentence_of, default="ok:no idea") as srv:
         for inst in items:
             for unit in inst.units:
                 degree = 6 - unit.grade
@@ -38,7 +54,8 @@ def suite_run(tmp_path_factory: pytest.TempPathFactory) -> Any:
         srv.plans[GARBLED] = ["ok:I would rather not say."]
         out = tmp_path_factory.mktemp("verigray")
         config = load_config(None, base=get_suite("verigray").config_base(), data_dir=str(FIX),
-                             detectors=["likelihood", "llmcheck_hidden", "llmcheck_attention", "verigray_llm"],
+                             detectors=["likelihood", "llmcheck_hidden", "llmcheck_attention", "verigray_llm", "lynx",
+                                        "anah_v2"],
                              verdict__model="fake-7way", verdict__base_url=srv.base_url, verdict__retries=0,
                              evaluation__split=(0.34, 0.33, 0.33), evaluation__bootstrap=50)
         rows, cells = pipeline.run(config, out)
@@ -54,11 +71,12 @@ def value(rows: list[dict], detector: str, metric: str) -> Any:
 def test_suite_runs_with_document_grouped_split(suite_run) -> None:
     out, rows, cells, items, n_requests = suite_run
     assert not cells[0].error and {r["level"] for r in rows} == {"sentence"}
-    assert n_requests == sum(len(i.units) for i in items)  # one verdict per sentence
+    assert n_requests == 3 * sum(len(i.units) for i in items)  # one verdict per sentence and prompt
     split = json.loads((out / "verigray" / "smollm2-135m" / "split.json").read_text())
     doc = {i.id: i.meta["document_id"] for i in items}
     assert [len({doc[i] for i in split[p]}) for p in ("train", "val", "test")] == [2, 2, 2]
-    assert {r["detector"] for r in rows} == {"likelihood", "llmcheck_hidden", "llmcheck_attention", "verigray_llm"}
+    assert {r["detector"] for r in rows} == {"likelihood", "llmcheck_hidden", "llmcheck_attention", "verigray_llm",
+                                             "lynx", "anah_v2", "(data)"}
     from haldet.suites.report import suite_markdown
 
     table = suite_markdown(get_suite("verigray"), rows)
@@ -107,3 +125,39 @@ def test_html_report_has_table4_and_selective_risk_curve(suite_run) -> None:
     assert "L_rank (binary)" in section and "verigray_llm" in section and "likelihood" in section
     assert "Selective risk vs coverage" in section and "<polyline" in section
     assert "Per-class F1 of the 7-way classifiers" in section and "Balanced accuracy by generator" in section
+    assert "Fig. 3 (transition probabilities" in section and "Data analyses" in section
+
+
+def test_prompted_verifiers_read_their_replies_through_the_endpoint(suite_run) -> None:
+    _, rows, _, _, _ = suite_run
+    for name in ("lynx", "anah_v2"):  # right on every parsed sentence; the garbled one stays NaN with its reason
+        assert value(rows, name, "bacc") == 1.0 and value(rows, name, "f1") == 1.0
+        (bacc,) = [r for r in rows if r["detector"] == name and r["metric"] == "bacc"]
+        (ref,) = [r for r in rows if r["detector"] == "verigray_llm" and r["metric"] == "bacc"]
+        assert bacc["coverage"] == ref["coverage"] and bacc["n"] == ref["n"] > 0
+
+
+def test_data_analyses_count_classes_and_transitions(suite_run) -> None:
+    from collections import Counter
+
+    from haldet.suites.report import suite_markdown
+
+    _, rows, _, items, _ = suite_run
+    fig2 = {(r["generator"], r["metric"]): r for r in rows if r.get("table") == "Fig. 2"}
+    counts = Counter((i.meta["generator"], u.grade_name) for i in items for u in i.units)
+    for (gen, name), n in counts.items():
+        total = sum(v for (g, _), v in counts.items() if g == gen)
+        assert fig2[(gen, name)]["n_pos"] == n and fig2[(gen, name)]["value"] == pytest.approx(n / total)
+    pairs = Counter((a.grade_name, b.grade_name) for i in items
+                    for a, b in zip(sorted(i.units, key=lambda u: u.start), sorted(i.units, key=lambda u: u.start)[1:],
+                                    strict=False))
+    fig6 = {(r["from"], r["metric"]): r for r in rows if r.get("table") == "Fig. 6"}
+    for (a, b), n in pairs.items():
+        out_of_a = sum(v for (x, _), v in pairs.items() if x == a)
+        assert fig6[(a, b)]["value"] == pytest.approx(n / out_of_a)
+        assert fig6[(a, b)]["ci_low"] <= fig6[(a, b)]["value"] <= fig6[(a, b)]["ci_high"]
+    fig3 = [r for r in rows if r.get("table") == "Fig. 3" and r["value"] is not None]
+    for origin in {r["from"] for r in fig3}:
+        assert sum(r["value"] for r in fig3 if r["from"] == origin) == pytest.approx(1.0)
+    table = suite_markdown(get_suite("verigray"), rows)
+    assert "Fig. 2 (class share per generator" in table and "Fig. 6 (transition" in table

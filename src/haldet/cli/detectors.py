@@ -13,11 +13,19 @@ app = typer.Typer(help="List registered detectors.")
 
 @app.command("list")
 def detectors_list(as_json: Annotated[bool, typer.Option("--json", help="A JSON list of objects.")] = False) -> None:
-    """Every registered detector: family, required signals, whether it trains, named variants."""
+    """Every registered detector: family, required signals, the levels it scores, the models it needs beside the
+    run's (auxiliary models, verdict prompts), whether it trains, named variants."""
     from haldet.detectors.base import DETECTORS
+
+    def needs(cls: Any) -> list[str]:
+        models = [f"{kind} ({param}={cls.defaults.get(param, '')})" if cls.defaults.get(param) else kind
+                  for param, kind in getattr(cls, "auxiliary", {}).items()]
+        ask = getattr(cls, "ask", None)
+        return models + ([f"verdict prompt {ask.name}"] if ask is not None and hasattr(ask, "name") else [])
 
     infos: list[dict[str, Any]] = [
         {"name": name, "family": str(cls.family()), "requires": sorted(s.value for s in cls.requires),
+         "levels": list(getattr(cls, "levels", ("response",))), "needs": needs(cls),
          "trains": cls.trains, "variants": sorted(cls.variants), "defaults": cls.defaults,
          "version": cls.version, "origin": DETECTORS.origin(name)}
         for name, cls in DETECTORS
@@ -25,6 +33,6 @@ def detectors_list(as_json: Annotated[bool, typer.Option("--json", help="A JSON 
     if as_json:
         print_json(infos, default=str)
         return
-    cols = ("name", "family", "requires", "trains", "variants", *origin_column(infos))
+    cols = ("name", "family", "requires", "levels", "needs", "trains", "variants", *origin_column(infos))
     rows = ([", ".join(v) if isinstance(v := info[c], list) else str(v) for c in cols] for info in infos)
     print_table("detectors", cols, rows, no_wrap={"name"})  # a name must stay copyable, never cut with an ellipsis

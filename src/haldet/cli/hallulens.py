@@ -68,9 +68,14 @@ def build(
                                                    "comma list; default: the tasks whose sources are given).")] = None,
     pages: Annotated[Path | None, typer.Option(help="GoodWiki-style page file (title, document|markdown, "
                                                "h_score or decile).")] = None,
-    taxonomy: Annotated[Path | None, typer.Option(help="ITIS-like taxonomy file (name, family, domain|kingdom).")
-                        ] = None,
+    taxonomy: Annotated[str | None, typer.Option(help="ITIS taxonomy: the release's pipe-delimited 'hierarchy' and "
+                                             "'longnames' tables (their folder, the hierarchy file, or "
+                                             "hierarchy,longnames), or a table file (name, family, "
+                                             "domain|kingdom).")] = None,
     medicines: Annotated[Path | None, typer.Option(help="Medicine list (name).")] = None,
+    places: Annotated[Path | None, typer.Option(help="GeneratedEntities places (place, and frequency or group "
+                                                "low/middle/high) for the place-frequency analysis (Fig. 9).")
+                      ] = None,
     generator_model: Annotated[list[str] | None, typer.Option(
         help="Question/name generator(s); several take turns for GeneratedEntities.")] = None,
     generator_backend: Backend = "hf",
@@ -86,6 +91,11 @@ def build(
     prompts: Annotated[Path | None, typer.Option(help="YAML file overriding HalluLens prompt texts.")] = None,
     retries: Annotated[int, typer.Option(help="Extra attempts per failed or malformed call.")] = 4,
     preset: Annotated[str | None, PresetOption] = None,
+    search_url: Annotated[str | None, typer.Option(help="Search endpoint checking that generated names do not "
+                                                   "exist: URL with {query} (default: the source files only).")
+                          ] = None,
+    search_key_env: Annotated[str | None, typer.Option(help="Environment variable holding the search API key "
+                                                       "(sent as X-API-Key).")] = None,
 ) -> None:
     """Build the test sets every tested model shares: seeded, cached (a rerun reuses every model reply)."""
     given = preset_defaults(ctx, preset, "build")
@@ -107,6 +117,11 @@ def build(
     cfg = BuildConfig(seed=seed, qa_size=qa_size, long_size=long_size, mixed_per_domain=mixed_per_domain,
                       qa_min_tokens=qa_lo, qa_max_tokens=qa_hi, long_min_tokens=long_lo, long_max_tokens=long_hi,
                       generated=dict(zip(("business", "event", "product"), sizes, strict=True)))
+    if places:
+        from haldet.suites.hallulens.sources import load_places
+
+        names, groups = load_places(places)
+        cfg = cfg.model_copy(update={"places": names, "place_groups": groups})
     cache = out / "cache" / "llm.jsonl"
     generators = [StructuredLLM(_llm_config(generator_backend, m, generator_base_url, retries, 512), cache=cache,
                                 option="--generator-model")
@@ -115,12 +130,18 @@ def build(
         manifest = build_sets(out, tasks=tasks, cfg=cfg, trials=trials, generators=generators,
                               prompts=Prompts(prompts), pages=str(pages) if pages else None,
                               taxonomy=str(taxonomy) if taxonomy else None,
-                              medicines=str(medicines) if medicines else None, progress=make)
+                              medicines=str(medicines) if medicines else None, progress=make,
+                              search_url=search_url, search_key_env=search_key_env)
     for name, rep in manifest["reports"].items():
         console.print(f"{name}: {rep['kept']} of {rep['wanted']} kept; dropped {rep['dropped'] or 'none'}; "
                       f"failed calls {len(rep['failures'])}" + (f"; {'; '.join(rep['notes'])}" if rep["notes"] else ""),
                       highlight=False)
     console.print(f"built set: {out}")
+    empty = [name for name, rep in manifest["reports"].items() if rep["kept"] == 0 and name.split("/")[-1] in tasks]
+    if empty:
+        raise HaldetError(f"the build kept no item for {', '.join(empty)} (its report is above)", where=str(out),
+                          hint="give more or longer source pages (or widen --qa-tokens/--long-tokens), a taxonomy "
+                               "with more species, or a generator model that follows the prompts")
 
 
 @app.command()

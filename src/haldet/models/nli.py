@@ -11,6 +11,11 @@ One interface, `PairModel.compute(pairs) -> [N, width]`, with these backends:
 - `BiEncoderSimilarity` (name `bi:<model>` or an embedding alias such as `minilm`): cosine of sentence
   embeddings clipped to [0, 1]; the offline stand-in for the cross-encoder.
 - `BERTScorePairs`: the bert-score library's (P, R, F1) of a candidate against a reference.
+- `HFSupport` / `LLMSupport` (kind "support"; `llm:<model>` for the second): MiniCheck-style fact checkers, one
+  column = P(the document supports the claim). A sequence-classification checkpoint reads the column its config
+  names supported/entailment/consistent, or column 1 of an unnamed 2-way head (MiniCheck's convention); a causal LM
+  (Bespoke-MiniCheck-7B style) is asked whether the document supports the claim, and the next-token probabilities
+  of "Yes" and "No", renormalised over the two, give P(supported).
 
 `PairCache` runs a model over the pairs of many items at once: it drops duplicates, answers pairs already
 computed (in this process or, with a cell directory, in an earlier run: `pairs/<model>.jsonl`), and batches
@@ -157,12 +162,15 @@ class LLMEntailment(PairModel):
     kind = "nli"
     width = 3
     columns = NLI_COLUMNS
+    words: tuple[str, ...] = NLI_WORDS
+    prompt = NLI_PROMPT
+    id_prefix = "llm-nli"
 
     def __init__(self, name: str, *, batch_size: int = 8, max_length: int = 1024, device: str = "auto") -> None:
         super().__init__(name, batch_size=batch_size)
         from haldet.backends.hf.backend import HFBackend
 
-        self.id = f"llm-nli:{name}"
+        self.id = f"{self.id_prefix}:{name}"
         self.max_length = max_length
         self.backend = HFBackend(name, device=device)
         self.candidates = self._candidate_ids()
@@ -171,7 +179,7 @@ class LLMEntailment(PairModel):
         """Token ids that start each label word (with and without a leading space, any capitalisation)."""
         tok = self.backend.tokenizer
         out: list[list[int]] = []
-        for word in NLI_WORDS:
+        for word in self.words:
             ids = {tok(v, add_special_tokens=False).input_ids[0]
                    for v in (word, word.capitalize(), " " + word, " " + word.capitalize())}
             out.append(sorted(ids))
@@ -188,7 +196,7 @@ class LLMEntailment(PairModel):
         model = be.model
         seqs = []
         for premise, hypothesis in pairs:
-            text = be.render_chat([{"role": "user", "content": NLI_PROMPT.format(premise=premise,
+            text = be.render_chat([{"role": "user", "content": self.prompt.format(premise=premise,
                                                                                hypothesis=hypothesis)}])
             seqs.append(be.encode_prompt(text)[-self.max_length:])
         width = max(len(s) for s in seqs)
@@ -205,6 +213,72 @@ class LLMEntailment(PairModel):
         logp = torch.log_softmax(logits, dim=-1)
         per_word = torch.stack([torch.logsumexp(logp[:, c], dim=-1) for c in self.candidates], dim=-1)
         return torch.softmax(per_word, dim=-1).cpu().numpy().astype(np.float64)
+
+
+SUPPORT_WORDS = ("support", "entail", "consistent", "faithful", "yes")
+SUPPORT_PROMPT = (
+    "Document:\n{premise}\n\nClaim:\n{hypothesis}\n\n"
+    "Is every part of the claim backed by the document? Reply Yes or No."
+)
+
+
+class HFSupport(PairModel):
+    """A MiniCheck-style sequence-classification checker (roberta/deberta/flan-t5 heads): P(supported)."""
+
+    kind = "support"
+    columns = ("supported",)
+
+    def __init__(self, name: str, *, batch_size: int = 16, max_length: int = 512, device: str = "auto") -> None:
+        super().__init__(name, batch_size=batch_size)
+        import torch
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+        self.id = f"hf-support:{name}"
+        self.max_length = max_length
+        local = _local_only(name)
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(name, local_files_only=local)
+            self.model = AutoModelForSequenceClassification.from_pretrained(name, local_files_only=local)
+        except (OSError, ValueError) as exc:
+            raise _load_error(name, exc, "fact-checking classifier") from None
+        self.device = torch.device(_device(device))
+        self.model.to(self.device).eval()
+        self.column = self.support_column(self.model.config.id2label, name)
+
+    @staticmethod
+    def support_column(id2label: dict[int, str], name: str) -> int:
+        named = [int(i) for i, lab in id2label.items() if any(w in str(lab).lower() for w in SUPPORT_WORDS)
+                 and not str(lab).lower().startswith(("not", "un", "in", "non"))]
+        if len(named) == 1:
+            return named[0]
+        if len(id2label) == 2 and not named:
+            return 1  # MiniCheck's heads: label 1 = supported
+        raise HaldetError(f"fact-checking classifier {name!r} has labels {sorted(map(str, id2label.values()))}: "
+                          "cannot tell which one means 'supported'", where="detector_params (checker)",
+                          hint="use a 2-way MiniCheck-style head, or one whose config names a 'supported' label")
+
+    def compute(self, pairs: Sequence[Pair]) -> np.ndarray:
+        import torch
+
+        enc = self.tokenizer([p for p, _ in pairs], [h for _, h in pairs], truncation=True,
+                             max_length=self.max_length, padding=True, return_tensors="pt")
+        with torch.inference_mode():
+            logits = self.model(**{k: v.to(self.device) for k, v in enc.items()}).logits.float()
+        return torch.softmax(logits, dim=-1)[:, self.column : self.column + 1].cpu().numpy().astype(np.float64)
+
+
+class LLMSupport(LLMEntailment):
+    """A causal-LM fact checker (`llm:<model>`): P(Yes) / (P(Yes) + P(No)) after `SUPPORT_PROMPT`."""
+
+    kind = "support"
+    width = 1
+    columns = ("supported",)
+    words = ("yes", "no")
+    prompt = SUPPORT_PROMPT
+    id_prefix = "llm-support"
+
+    def compute(self, pairs: Sequence[Pair]) -> np.ndarray:
+        return super().compute(pairs)[:, :1]
 
 
 class CrossEncoderSimilarity(PairModel):
@@ -336,6 +410,11 @@ def _build(kind: str, name: str, **kw: Any) -> PairModel:
                 _LOADED[key] = CrossEncoderSimilarity(name, **kw)
         elif kind == "bertscore":
             _LOADED[key] = BERTScorePairs(name, **kw)
+        elif kind == "support":
+            if name.startswith("llm:"):
+                _LOADED[key] = LLMSupport(name[4:], **kw)
+            else:
+                _LOADED[key] = HFSupport(name, **kw)
         else:
             raise ValueError(f"unknown pair-model kind {kind!r}")
         _LOADED[key].id += model_suffix(name, _LOADED[key])

@@ -30,6 +30,9 @@ from haldet.evaluation.units import UNIT_METRICS, UnitData, unit_metrics
 from haldet.registry import Registry
 from haldet.schema import LEVELS, Instance, SpanLabel
 
+DATA = "(data)"  # the `detector` of a suite's rows that describe the data (label statistics), not a detector
+ACROSS_MODELS = "(across models)"  # the `model` of rows comparing the cells of a run (e.g. proxy correlation)
+
 
 @dataclass(frozen=True)
 class TableLayout:
@@ -54,6 +57,7 @@ class Suite:
     protocol: ClassVar[str] = "provided"          # "provided" | "generate"
     levels: ClassVar[tuple[str, ...]] = ("response",)
     detectors: ClassVar[tuple[str, ...]] = ()
+    optional: ClassVar[tuple[str, ...]] = ()      # the paper's detectors that need a model beside the run's
     metrics: ClassVar[tuple[str, ...]] = UNIT_METRICS
     tables: ClassVar[tuple[TableLayout, ...]] = ()
     splits: ClassVar[str] = "grouped"             # "grouped" | "given"
@@ -98,6 +102,11 @@ class Suite:
         """Result rows of the suite's own tables beyond the per-level metrics (each with a `table` column)."""
         return []
 
+    def run_rows(self, unit_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Result rows of tables that compare the cells of a run (e.g. proxy models scoring the same items), from
+        every cell's unit-score rows (`unit_scores.csv`); each row names its dataset, model and `table`."""
+        return []
+
     def group_of(self, instance: Instance) -> str:
         """Items sharing a group land in the same split part (e.g. answers about one document)."""
         return instance.id
@@ -120,6 +129,7 @@ class Suite:
     def info(cls) -> dict[str, Any]:
         return {"name": cls.name, "title": cls.title, "paper": cls.paper, "datasets": list(cls.datasets),
                 "protocol": cls.protocol, "levels": list(cls.levels), "detectors": list(cls.detectors),
+                "optional_detectors": list(cls.optional), "tables": [t.title for t in cls.tables],
                 "splits": cls.splits, "description": cls.description}
 
 

@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from haldet.store import atomic_write_text
-from haldet.suites.base import Suite, TableLayout, get_suite
+from haldet.suites.base import ACROSS_MODELS, DATA, Suite, TableLayout, get_suite
 
 METRIC_TITLES = {"auroc": "AUROC", "aupr": "AUPRC", "f1_opt": "F1-opt", "precision_opt": "P-opt",
                  "recall_opt": "R-opt", "f1_opt_test": "F1-opt (tuned on test)", "threshold": "threshold",
@@ -168,8 +168,8 @@ def cells_without_values(suite: Suite, rows: list[dict[str, Any]]) -> list[str]:
         for metrics in t["lines"].values():
             for m in t["metrics"]:
                 row = metrics.get(m)
-                if row is None:
-                    continue
+                if row is None or row.get("detector") == DATA or row.get("model") == ACROSS_MODELS:
+                    continue  # data statistics and cross-model tables say nothing about a cell's detectors
                 cell = (str(row["dataset"]), str(row["model"]))
                 values[cell] = values.get(cell, False) or row.get("value") is not None
                 if row.get("note"):

@@ -29,6 +29,8 @@ PROMPT_TEMPLATES = {
     "faithfulness_system": "faithfulness_system.txt",  # TRIVIA+ LLM judge and few-shot judge (verdict stage)
     "faithfulness_user": "faithfulness_user.j2",        # its user turn (Jinja2: context, question, answer)
     "verigray_classify": "verigray_classify.txt",       # VeriGray's 7-way sentence classifier (Jinja2)
+    "verigray_lynx": "verigray_lynx.j2",                # Lynx-style PASS/FAIL sentence verifier (Jinja2)
+    "verigray_anah": "verigray_anah.j2",                # ANAH-v2-style sentence annotator (Jinja2)
 }
 
 

@@ -17,6 +17,17 @@ from haldet.evaluation.metrics import MetricValue
 from haldet.evaluation.units import UnitData
 from haldet.schema import Instance, SpanLabel
 from haldet.suites.base import Suite, TableLayout, register
+from haldet.suites.halluentity.analysis import (
+    CORRELATION,
+    FIG2_NER,
+    FIG2_POS,
+    FIG4,
+    PER_RESPONSE,
+    POSITION,
+    TABLE4,
+    label_statistics,
+    proxy_correlation,
+)
 
 HALLUENTITY_METRICS = ("auroc", "aupr", "f1_opt", "precision_opt", "recall_opt")
 
@@ -33,7 +44,31 @@ class HalluEntitySuite(Suite):
     tables = (TableLayout("Tables 2/3 (entity level)", metrics=HALLUENTITY_METRICS),
               TableLayout("Tune-on-test variant (the paper's F1_Opt convention)",
                           metrics=("f1_opt_test", "precision_opt_test", "recall_opt_test", "tie_share",
-                                   "base_rate")))
+                                   "base_rate")),
+              TableLayout("Fig. 2, left (entities by POS tag, all items)", table=FIG2_POS, line=("tag",),
+                          metrics=("n_entities", "share", "hallucination_rate")),
+              TableLayout("Fig. 2, middle (entities by entity type, all items)", table=FIG2_NER, line=("tag",),
+                          metrics=("n_entities", "share", "hallucination_rate")),
+              TableLayout("Hallucinated share by position in the sentence (section 3.2)", table=POSITION,
+                          line=("tag",), metrics=("n_entities", "share", "hallucination_rate")),
+              TableLayout("Fig. 4 (per-response hallucination rate)", table=FIG4, line=("bin",),
+                          metrics=("n_items", "share")),
+              TableLayout("Table 4 (responses per hallucination-rate group)", table=TABLE4, line=("rate_group",),
+                          metrics=("n_items",)),
+              TableLayout("Per response", table=PER_RESPONSE, line=("statistic",),
+                          metrics=("entities", "hallucinated_share")),
+              TableLayout("Tables 7/8 (Pearson's r of entity scores between proxy models)", table=CORRELATION,
+                          line=("detector", "model_a", "model_b"), metrics=("pearson",)))
+    DATA_TABLES = (FIG2_POS, FIG2_NER, POSITION, FIG4, TABLE4, PER_RESPONSE, CORRELATION)
+
+    def extra_rows(self, instances: list[Instance], split: dict[str, list[str]], runs: list[Any],
+                   config: Any) -> list[dict[str, Any]]:
+        """The data's label statistics (Fig. 2, position, Fig. 4, Table 4, per response)."""
+        return label_statistics(instances)
+
+    def run_rows(self, unit_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Tables 7/8: Pearson's r between the proxy models' entity scores, per detector."""
+        return proxy_correlation(unit_rows)
 
     def unit_tags_of(self, level: str, units: list[tuple[Instance, SpanLabel]]) -> dict[str, list[str]]:
         """Rate group, POS, entity type, sentence position and content flag of each test entity (spaCy)."""
@@ -53,6 +88,8 @@ class HalluEntitySuite(Suite):
         from haldet.suites.report import html_tables
 
         rows = [r for r in rows if r.get("level") == "entity"]
+        data = [r for r in rows if r.get("table") in self.DATA_TABLES]
+        rows = [r for r in rows if r.get("table") not in self.DATA_TABLES]
         parts = ["<h2 id=halluentity>HalluEntity (entity level, test items)</h2>",
                  "<p class=muted>Entity score = mean of its token scores from one teacher-forced pass of a proxy "
                  "model; "
@@ -70,4 +107,6 @@ class HalluEntitySuite(Suite):
                 parts.append("<div class=figs>" + line_plot(series, title=f"{kind.upper()} by position in sentence",
                                                             xlabel="first / middle / last words",
                                                             ylabel=kind.upper()) + "</div>")
+        if data:
+            parts += ["<h3>Label statistics and proxy-model correlation</h3>", html_tables(self, data)]
         return "\n".join(parts)

@@ -29,6 +29,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from haldet.backends.structured import CallFailure
+from haldet.suites.hallulens.existence import SourceCheck
 from haldet.suites.hallulens.llm import StructuredLLM
 from haldet.suites.hallulens.prompts import AnswerReply, NamesReply, Prompts, QuestionReply, json_parser
 from haldet.suites.hallulens.sources import DOMAINS, Page, Species, sections
@@ -67,6 +68,7 @@ class BuildConfig(BaseModel):
     names_per_call: int = Field(5, ge=1)
     pages_per_slot: int = Field(4, ge=1)  # pages tried per wanted item and decile before giving up
     places: list[str] = Field(default_factory=lambda: list(PLACES))
+    place_groups: dict[str, str] = Field(default_factory=dict)  # place -> frequency group (Fig. 9), from --places
 
 
 class Item(BaseModel):
@@ -277,14 +279,65 @@ def _combos(kind: str, cfg: BuildConfig) -> list[tuple[str, str]]:
     return combos
 
 
+def _ask_grouped(llms: Sequence[StructuredLLM], jobs: Sequence[tuple[int, int, Any]]) -> dict[int, Any]:
+    """Ask each (key, generator, request) in one batch per generator; key -> reply or CallFailure."""
+    by_llm: dict[int, list[tuple[int, Any]]] = {}
+    for key, g, request in jobs:
+        by_llm.setdefault(g, []).append((key, request))
+    out: dict[int, Any] = {}
+    for g, asks in by_llm.items():
+        for (key, _), reply in zip(asks, llms[g].ask([r for _, r in asks]), strict=True):
+            out[key] = reply
+    return out
+
+
+def _brainstorm(llms: Sequence[StructuredLLM], prompts: Prompts, kind: str,
+                chunk: Sequence[tuple[int, tuple[str, str]]], n: int) -> dict[int, tuple[int, Any, str]]:
+    """Names for each (i, (type, place)) of `chunk`: (generator that wrote them, reply or failure, step).
+
+    With fewer than 3 generators, generator i mod G brainstorms. With 3 or more (the paper's setup), generators
+    i and i+1 (mod G) brainstorm and generator i+2 combines their two lists into new names (`entity_combine`)."""
+    G = len(llms)
+
+    def names_request(t: str, p: str) -> Any:
+        return prompts.request("entity_names", json_parser(NamesReply), '{"names": ["', kind=kind, type=t, place=p,
+                               n=n)
+
+    if G < 3:
+        got = _ask_grouped(llms, [(i, i % G, names_request(t, p)) for i, (t, p) in chunk])
+        return {i: (i % G, got[i], "entity_names") for i, _ in chunk}
+    first = _ask_grouped(llms, [(2 * i + s, (i + s) % G, names_request(t, p)) for i, (t, p) in chunk for s in (0, 1)])
+    out: dict[int, tuple[int, Any, str]] = {}
+    combine = []
+    for i, (t, p) in chunk:
+        lists = [first[2 * i], first[2 * i + 1]]
+        failed = next((x for x in lists if isinstance(x, CallFailure)), None)
+        if failed is not None:
+            out[i] = ((i + 2) % G, failed, "entity_names")
+        else:
+            combine.append((i, (i + 2) % G, prompts.request(
+                "entity_combine", json_parser(NamesReply), '{"names": ["', kind=kind, type=t, place=p, n=n,
+                first=lists[0].value.names, second=lists[1].value.names)))
+    for i, reply in _ask_grouped(llms, combine).items():
+        out[i] = ((i + 2) % G, reply, "entity_combine")
+    return out
+
+
 def build_generated(llms: Sequence[StructuredLLM], prompts: Prompts, cfg: BuildConfig, known: set[str],
-                    progress: Progress | None = None) -> tuple[list[Item], TaskReport]:
-    """Names brainstormed by the generators in turn (combination i asks generator i mod G)."""
+                    progress: Progress | None = None, check: SourceCheck | None = None) -> tuple[list[Item],
+                                                                                            TaskReport]:
+    """Names brainstormed by the generators in turn (see `_brainstorm`: with 3 or more, two brainstorm and a third
+    combines, as the paper does); a name the existence `check` finds (default: the given sources only) is
+    dropped."""
     report = TaskReport(wanted=sum(cfg.generated.values()))
     if len(llms) < 2:
         report.notes.append("one generator only: the paper's round robin over several generators is not applied")
+    elif len(llms) == 2:
+        report.notes.append("two generators: round robin without the combining step (it needs a third model)")
+    check = check or SourceCheck(known)
+    report.notes.append(f"existence check: {check.description}")
     rng = _rng(cfg.seed, "generated", "prompts")
-    seen = {k.lower() for k in known}
+    seen: set[str] = set()
     items: list[Item] = []
     for kind, wanted in cfg.generated.items():
         combos = _combos(kind, cfg)
@@ -296,26 +349,23 @@ def build_generated(llms: Sequence[StructuredLLM], prompts: Prompts, cfg: BuildC
             chunk = list(enumerate(combos[cursor:cursor + need], start=cursor))
             cursor += len(chunk)
             calls += len(chunk)
-            by_llm: dict[int, list[tuple[int, tuple[str, str]]]] = {}
-            for i, combo in chunk:
-                by_llm.setdefault(i % len(llms), []).append((i, combo))
-            replies: dict[int, Any] = {}
-            for g, jobs in by_llm.items():
-                outs = llms[g].ask([prompts.request("entity_names", json_parser(NamesReply), '{"names": ["', kind=kind,
-                                                    type=t, place=p, n=cfg.names_per_call) for _, (t, p) in jobs])
-                for (i, _), out in zip(jobs, outs, strict=True):
-                    replies[i] = (g, out)
+            replies = _brainstorm(llms, prompts, kind, chunk, cfg.names_per_call)
             for i, (t, p) in chunk:
-                g, out = replies[i]
+                g, out, step = replies[i]
+                origin = {"brainstormed_by": [llms[(i + k) % len(llms)].id for k in (0, 1)]} \
+                    if step == "entity_combine" else {}
                 if isinstance(out, CallFailure):
-                    report.failures.append({"step": "entity_names", "combo": f"{kind}/{t}/{p}", "error": out.error})
+                    report.failures.append({"step": step, "combo": f"{kind}/{t}/{p}", "error": out.error})
                     continue
                 for raw in out.value.names[: cfg.names_per_call]:
                     name = " ".join(str(raw).split()).strip(" .,'\"")
                     if len(got) >= wanted:
                         break
                     if not any(c.isalpha() for c in name) or name.lower() in seen:
-                        report.drop("name empty, repeated or found in a source file")
+                        report.drop("name empty or repeated")
+                        continue
+                    if check.exists(name):
+                        report.drop("name exists (existence check)")
                         continue
                     seen.add(name.lower())
                     type_ = t if kind != "product" else f"brand of {t}"
@@ -323,7 +373,9 @@ def build_generated(llms: Sequence[StructuredLLM], prompts: Prompts, cfg: BuildC
                     prompt, which = _describe(prompts, rng, type_, name, place)
                     got.append(Item(id=f"nonexistent/{cfg.seed}/generated-{kind}-{len(got)}", task="nonexistent",
                                     prompt=prompt, subtask="generated", domain=kind, name=name, type=type_,
-                                    generator=llms[g].id, meta={"place": p, "template": which}))
+                                    generator=llms[g].id, meta={"place": p, "template": which,
+                                                                "place_group": cfg.place_groups.get(p, ""),
+                                                                **origin}))
                     if progress:
                         progress(1)
         if len(got) < wanted:

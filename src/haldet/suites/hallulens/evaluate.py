@@ -30,7 +30,15 @@ from haldet.store import StageLog, atomic_write_text, read_json
 from haldet.suites.hallulens.build import Item
 from haldet.suites.hallulens.judges import HalluLensJudges, Judgement
 from haldet.suites.hallulens.llm import StructuredLLM
-from haldet.suites.hallulens.rates import far_rates, longwiki_rates, mean_sd, qa_rates
+from haldet.suites.hallulens.rates import (
+    far_by_place_group,
+    far_rates,
+    kendall_between_tasks,
+    longwiki_rates,
+    mean_sd,
+    qa_rates,
+    rates_by_decile,
+)
 from haldet.suites.hallulens.sets import MANIFEST, read_items, trial_dirs
 from haldet.util.assets import file_sha256
 from haldet.util.versions import library_versions
@@ -107,11 +115,15 @@ def task_rates(task: str, items: Sequence[Item], judgement: Judgement, k: int) -
     records = list(judgement.records.values())
     if task in ("precisewikiqa", "proxy_qa"):
         rates = qa_rates(records)
+        if task == "precisewikiqa":
+            rates["by_decile"] = rates_by_decile(records, {it.id: it.decile for it in items})
     elif task == "longwiki":
         rates = longwiki_rates(records, k)
     else:
         domains = {it.id: (it.subtask, it.domain) for it in items}
         rates = far_rates(records, domains)
+        rates["by_place_group"] = far_by_place_group(records, {it.id: str(it.meta.get("place_group") or "")
+                                                               for it in items if it.subtask == "generated"})
     rates["failed"] = len({f["id"] for f in judgement.failures})
     return rates
 
@@ -143,6 +155,20 @@ def detection_rows(task: str, items: Sequence[Item], responses: dict[str, str], 
         rows.append({"id": item_id, "task": task, "prompt": it.prompt, "response": responses[item_id],
                      "label": label, "units": units, "gold": it.answer, "name": it.name, "domain": it.domain})
     return rows
+
+
+def breakdown_summaries(trial_rates: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Mean/sd over trials of the per-decile rates (Fig. 4) and per-place-group FAR (Fig. 9) when present."""
+    out: dict[str, Any] = {}
+    for field, metrics in (("by_decile", ("false_refusal", "hallucination", "correct")), ("by_place_group", ("far",))):
+        groups = sorted({g for r in trial_rates.values() for g in r.get(field, {})},
+                        key=lambda g: (not g.isdigit(), int(g) if g.isdigit() else 0, g))
+        if groups:
+            out[field] = {g: {m: mean_sd([float(r[field][g][m]) for r in trial_rates.values() if g in r.get(field, {})])
+                              for m in metrics} | {"n": sum(int(r[field][g]["n"]) for r in trial_rates.values()
+                                                           if g in r.get(field, {}))}
+                          for g in groups}
+    return out
 
 
 def _jsonl(path: Path, rows: Sequence[dict[str, Any]]) -> None:
@@ -202,12 +228,18 @@ def evaluate(set_dir: Path, out: Path, *, targets: Sequence[Target], judge: Stru
             _jsonl(out / slug(target.spec) / "detection" / f"{task}.jsonl", detection)
             metrics = _metric_names(task)
             summary = {m: mean_sd([float(r[m]) for r in trial_rates.values()]) for m in metrics}
-            per_task[task] = {"trials": trial_rates, "summary": summary}
+            per_task[task] = {"trials": trial_rates, "summary": summary, **breakdown_summaries(trial_rates)}
         results["models"][target.spec] = per_task
+    results["kendall"] = kendall_between_tasks({
+        model: {(t, m): stat["mean"] for t, res in per_task.items() for m, stat in res["summary"].items()}
+        for model, per_task in results["models"].items()})
     if judge is not None:
         results["judge"] = judge.usage_report()
     atomic_write_text(out / "results.json", json.dumps(_no_nan(results), indent=2, allow_nan=False) + "\n")
     atomic_write_text(out / "table.md", table_markdown(results) + "\n")
+    from haldet.suites.hallulens.report import html_report
+
+    atomic_write_text(out / "report.html", html_report(_no_nan(results), *table_rows(results)))
     return results
 
 
@@ -270,4 +302,29 @@ def table_markdown(results: dict[str, Any]) -> str:
             "LW LongWiki; FAR false acceptance (Mixed + Generated)/2.")
     if any(h.startswith("proxy") for h in header):
         note += " proxy = PROXY set (HaluEval-QA questions asked closed-book), not PreciseWikiQA."
-    return "\n".join(lines) + note
+    return "\n".join(lines) + note + breakdown_markdown(results)
+
+
+def breakdown_markdown(results: dict[str, Any]) -> str:
+    """Fig. 4 (PreciseWikiQA rates per h-score decile), Fig. 9 (GeneratedEntities FAR per place-frequency group)
+    and Kendall's tau between the models' rankings on two tasks, as Markdown sections (empty when absent)."""
+    parts = []
+    deciles = [(m, d, v) for m, t in results["models"].items()
+               for d, v in t.get("precisewikiqa", {}).get("by_decile", {}).items()]
+    if deciles:
+        parts.append("\n\n### Fig. 4: PreciseWikiQA per h-score decile (0 = least known)\n\n"
+                     "| model | decile | items | FR | H | C |\n|---|---|---|---|---|---|\n"
+                     + "\n".join(f"| {m} | {d} | {v['n']} | {_cell(v['false_refusal'])} | {_cell(v['hallucination'])} "
+                                 f"| {_cell(v['correct'])} |" for m, d, v in deciles))
+    places = [(m, g, v) for m, t in results["models"].items()
+              for g, v in t.get("nonexistent", {}).get("by_place_group", {}).items()]
+    if places:
+        parts.append("\n\n### Fig. 9: GeneratedEntities false acceptance per place-frequency group\n\n"
+                     "| model | place group | items | FAR |\n|---|---|---|---|\n"
+                     + "\n".join(f"| {m} | {g} | {v['n']} | {_cell(v['far'])} |" for m, g, v in places))
+    if results.get("kendall"):
+        parts.append("\n\n### Kendall's tau between the models' rankings on two tasks\n\n"
+                     "| metric A | metric B | tau | p | models |\n|---|---|---|---|---|\n"
+                     + "\n".join(f"| {r['a']} | {r['b']} | {r['tau']:.3f} | {r['p']:.3g} | {r['n_models']} |"
+                                 for r in results["kendall"]))
+    return "".join(parts)

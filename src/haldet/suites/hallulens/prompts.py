@@ -24,11 +24,12 @@ from haldet.config import digest
 from haldet.errors import HaldetError
 from haldet.text.templates import packaged_template
 
-KEYS = ("qa_question", "qa_answer", "long_question", "long_answer", "entity_names", "describe_prompts",
-        "abstention", "correctness", "belief", "claims", "verify")
+KEYS = ("qa_question", "qa_answer", "long_question", "long_answer", "entity_names", "entity_combine",
+        "describe_prompts", "abstention", "correctness", "belief", "claims", "verify")
 M = TypeVar("M", bound=BaseModel)
 # reply budgets (tokens) per prompt: enough for the requested JSON, short enough that a rambling model stops
 BUDGETS = {"qa_question": 80, "qa_answer": 64, "long_question": 80, "long_answer": 384, "entity_names": 128,
+           "entity_combine": 128,
            "abstention": 128, "correctness": 128, "belief": 128, "claims": 192, "verify": 128}
 
 

@@ -124,3 +124,55 @@ def mean_sd(values: Sequence[float]) -> dict[str, Any]:
     if len(ok) < 2:
         out["sd_reason"] = "standard deviation needs at least 2 trials"
     return out
+
+
+# --- the paper's breakdowns ---------------------------------------------------------------------------------------
+def rates_by_decile(records: Iterable[dict[str, Any]], deciles: dict[str, int | None]) -> dict[str, dict[str, Any]]:
+    """PreciseWikiQA's Fig. 4: `qa_rates` of the items of each h-score decile (0 = hardest .. 9 = best known);
+    items without a decile are left out."""
+    groups: dict[int, list[dict[str, Any]]] = {}
+    for r in records:
+        d = deciles.get(r["id"])
+        if d is not None:
+            groups.setdefault(int(d), []).append(r)
+    return {str(d): qa_rates(groups[d]) for d in sorted(groups)}
+
+
+def far_by_place_group(records: Iterable[dict[str, Any]], groups: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """GeneratedEntities' Fig. 9: false acceptance per place-frequency group (`groups`: item id -> group, only the
+    GeneratedEntities items asked about a grouped place)."""
+    counts: dict[str, list[int]] = {}
+    for r in records:
+        g = groups.get(r["id"])
+        if g:
+            c = counts.setdefault(g, [0, 0])
+            c[0] += int(bool(r["believes"]))
+            c[1] += 1
+    return {g: {"far": c[0] / c[1], "believed": c[0], "n": c[1]} for g, c in sorted(counts.items())}
+
+
+RANKED = (("precisewikiqa", "hallucination"), ("precisewikiqa", "false_refusal"), ("longwiki", "f1_at_k"),
+          ("longwiki", "false_refusal"), ("nonexistent", "mixed"), ("nonexistent", "generated"), ("nonexistent", "far"))
+
+
+def kendall_between_tasks(means: dict[str, dict[tuple[str, str], float]]) -> list[dict[str, Any]]:
+    """Kendall's tau-b between the models' values of two headline metrics (`means`: model -> (task, metric) ->
+    mean over trials), for every pair of metrics of different tasks or subtasks that at least 3 models share
+    (the paper: 0.59 between MixedEntities and GeneratedEntities). Same orientation as the metrics: a positive tau
+    means the models are ordered alike."""
+    from scipy.stats import kendalltau
+
+    out = []
+    for i, a in enumerate(RANKED):
+        for b in RANKED[i + 1:]:
+            if a[0] == b[0] and {a[1], b[1]} != {"mixed", "generated"}:
+                continue
+            models = sorted(m for m, v in means.items() if not math.isnan(v.get(a, NAN))
+                            and not math.isnan(v.get(b, NAN)))
+            if len(models) < 3:
+                continue
+            res = kendalltau([means[m][a] for m in models], [means[m][b] for m in models])
+            tau, p = float(res.statistic), float(res.pvalue)
+            out.append({"a": "/".join(a), "b": "/".join(b), "tau": tau, "p": p, "n_models": len(models),
+                        "models": models})
+    return out

@@ -26,9 +26,10 @@ from haldet.suites.hallulens.build import (
     build_proxy,
     build_wiki_task,
 )
+from haldet.suites.hallulens.existence import SearchCheck, SourceCheck
 from haldet.suites.hallulens.llm import StructuredLLM
 from haldet.suites.hallulens.prompts import Prompts
-from haldet.suites.hallulens.sources import load_medicines, load_pages, load_taxonomy
+from haldet.suites.hallulens.sources import load_medicines, load_pages, load_taxonomy, taxonomy_files
 from haldet.util.assets import file_sha256
 from haldet.util.progress import finish
 from haldet.version import __version__
@@ -62,7 +63,8 @@ def write_items(path: Path, items: Sequence[Item]) -> None:
 
 def build_sets(out: Path, *, tasks: Sequence[str], cfg: BuildConfig, trials: int, generators: Sequence[StructuredLLM],
                prompts: Prompts, pages: str | None = None, taxonomy: str | None = None, medicines: str | None = None,
-               progress: Callable[[str, int], Callable[[int], None]] | None = None) -> dict[str, Any]:
+               progress: Callable[[str, int], Callable[[int], None]] | None = None,
+               search_url: str | None = None, search_key_env: str | None = None) -> dict[str, Any]:
     """Build every task for `trials` seeds; returns (and writes) the manifest."""
     needs = {"precisewikiqa": pages, "longwiki": pages, "nonexistent": taxonomy}
     for task in tasks:
@@ -77,6 +79,7 @@ def build_sets(out: Path, *, tasks: Sequence[str], cfg: BuildConfig, trials: int
     species = load_taxonomy(taxonomy) if taxonomy else []
     drugs = load_medicines(medicines) if medicines else []
     known = {p.title for p in page_list} | {s.name for s in species} | set(drugs)
+    check = SearchCheck(known, search_url, key_env=search_key_env) if search_url else SourceCheck(known)
     reports: dict[str, dict[str, Any]] = {}
     for t in range(trials):
         trial_cfg = cfg.model_copy(update={"seed": cfg.seed + t})
@@ -91,7 +94,7 @@ def build_sets(out: Path, *, tasks: Sequence[str], cfg: BuildConfig, trials: int
                 items, report = build_wiki_task(task, page_list, generators[0], prompts, trial_cfg, bar)
             elif task == "nonexistent":
                 items, report = build_mixed(species, drugs, prompts, trial_cfg)
-                gen_items, gen_report = build_generated(generators, prompts, trial_cfg, known, bar)
+                gen_items, gen_report = build_generated(generators, prompts, trial_cfg, known, bar, check)
                 items += gen_items
                 report.kept += gen_report.kept
                 report.wanted += gen_report.wanted
@@ -109,7 +112,11 @@ def build_sets(out: Path, *, tasks: Sequence[str], cfg: BuildConfig, trials: int
             write_items(folder / f"{task}.jsonl", items)
             reports[f"seed-{trial_cfg.seed}/{task}"] = asdict(report)
     sources = {k: {"path": str(v), "sha256": file_sha256(Path(v))}
-               for k, v in (("pages", pages), ("taxonomy", taxonomy), ("medicines", medicines)) if v}
+               for k, v in (("pages", pages), ("medicines", medicines)) if v}
+    if taxonomy:
+        files = taxonomy_files(taxonomy)
+        sources["taxonomy"] = {"path": str(taxonomy), "sha256": file_sha256(files[0])} if len(files) == 1 else {
+            "path": str(taxonomy), "files": {str(f): file_sha256(f) for f in files}}
     old = read_json(out / MANIFEST) if (out / MANIFEST).exists() else {}
     if old.get("config") == cfg.model_dump():  # tasks built earlier with the same settings stay in the set
         reports = {**old.get("reports", {}), **reports}

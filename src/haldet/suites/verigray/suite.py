@@ -22,6 +22,7 @@ from haldet.evaluation.metrics import MetricValue
 from haldet.evaluation.units import UnitData
 from haldet.schema import Instance, SpanLabel
 from haldet.suites.base import Suite, TableLayout, register
+from haldet.suites.verigray.analysis import FIG2, FIG3, FIG6, POLARITIES, analysis_rows
 from haldet.suites.verigray.evaluate import DetectorOutput, Sentences, evaluate, metric_name
 from haldet.suites.verigray.labels import CLASSES
 from haldet.suites.verigray.report import TABLE4_COLUMNS, html_section
@@ -50,7 +51,14 @@ class VeriGraySuite(Suite):
     datasets = ("verigray",)
     levels = ("sentence",)
     detectors = ("likelihood", "entropy", "ccp", "focus", "llmcheck_hidden", "llmcheck_attention", "nli_verifier")
-    tables = (TableLayout("Table 4", metrics=tuple(m for m, _ in TABLE4_COLUMNS), level="sentence"),)
+    optional = ("verigray_llm", "minicheck", "lynx", "anah_v2")  # a classifier, checker or verifier model each
+    tables = (TableLayout("Table 4", metrics=tuple(m for m, _ in TABLE4_COLUMNS), level="sentence"),
+              TableLayout("Fig. 2 (class share per generator, all splits)", table=FIG2, level="sentence",
+                          line=("generator",), metrics=CLASSES),
+              TableLayout("Fig. 3 (transition probabilities between consecutive sentences' polarities)", table=FIG3,
+                          level="sentence", line=("from",), metrics=POLARITIES),
+              TableLayout("Fig. 6 (transition probabilities between consecutive sentences' classes)", table=FIG6,
+                          level="sentence", line=("from",), metrics=CLASSES))
     settings: ClassVar[dict[str, Any]] = {}
 
     def group_of(self, instance: Instance) -> str:
@@ -59,8 +67,20 @@ class VeriGraySuite(Suite):
     def unit_tags_of(self, level: str, units: list[tuple[Instance, SpanLabel]]) -> dict[str, list[str]]:
         return {"generator": [str(inst.meta.get("generator", "")) for inst, _ in units]}
 
+    def extra_rows(self, instances: list[Instance], split: dict[str, list[str]], runs: list[Any],
+                   config: Any) -> list[dict[str, Any]]:
+        """The data's class distribution per generator (Fig. 2) and the sentence-to-sentence transition matrices
+        (Figs. 3 and 6), over every item of the cell."""
+        return analysis_rows(instances)
+
     def html_section(self, rows: list[dict[str, Any]]) -> str:
-        return html_section([r for r in rows if r.get("level") == "sentence"])
+        from haldet.suites.report import html_tables
+
+        mine = [r for r in rows if r.get("level") == "sentence"]
+        analyses = [r for r in mine if r.get("table") in (FIG2, FIG3, FIG6)]
+        return "\n".join([html_section([r for r in mine if not r.get("table")]),
+                          "<h3>Data analyses (Figs. 2, 3, 6; 95% Wilson intervals)</h3>" if analyses else "",
+                          html_tables(self, analyses)])
 
     def unit_metrics(self, level: str, test: UnitData, val: UnitData | None, *, n_boot: int, ci: float,
                      seed: int, detector: Any = None) -> list[MetricValue]:

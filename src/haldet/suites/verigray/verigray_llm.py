@@ -47,17 +47,15 @@ SEVEN_WAY = register_prompt(VerdictPrompt(
     messages=_messages, parse=_parse, max_new_tokens=384, level="sentence", templates=("verigray_classify",)))
 
 
-@register("verigray_llm")
-class VeriGrayLLM(Detector):
-    """Zero-shot 7-way classifier; see the module docstring."""
+class SentenceVerdicts(Detector):
+    """A detector that reads one sentence-level verdict prompt's parsed labels: score of a label = `prompt.scores`,
+    the response's score = its least faithful sentence's. Subclasses set `prompt` and `ask`."""
 
-    version = "1"
     requires = frozenset({Signal.VERDICT})
     levels: ClassVar[tuple[str, ...]] = ("response", "sentence")
-    decision_threshold: ClassVar[float] = float(TOP - IMPLICIT)  # score > 1: below Implicitly-Supported
-    graded: ClassVar[bool] = True  # scores are 6 - a class degree (per-class F1, selective prediction)
     defaults: ClassVar[dict[str, Any]] = {}
-    ask = Ask(PROMPT_NAME)
+    prompt: ClassVar[VerdictPrompt]
+    ask: ClassVar[Ask]
 
     def _record(self, verdicts: Any) -> dict[str, Any] | None:
         rec = (verdicts or {}).get(self.ask.name)
@@ -65,13 +63,14 @@ class VeriGrayLLM(Detector):
 
     def score(self, items: SignalView) -> Scores:
         out = Scores.empty(len(items))
+        name, scores = self.prompt.name, self.prompt.scores
         for i, verdicts in enumerate(items.get(Signal.VERDICT)):
             rec = self._record(verdicts)
             units = (rec or {}).get("units")
             if rec is None:
-                out.invalid(i, f"no {PROMPT_NAME} verdict (the call failed after its retries, or was not asked)")
+                out.invalid(i, f"no {name} verdict (the call failed after its retries, or was not asked)")
             elif units is not None:
-                values = [SEVEN_WAY.scores[u["label"]] for u in units if u.get("label") is not None]
+                values = [scores[u["label"]] for u in units if u.get("label") is not None]
                 if len(values) < len(units) or not values:
                     out.invalid(i, next((u.get("reason") for u in units if u.get("label") is None), "no sentence"))
                 else:
@@ -79,7 +78,7 @@ class VeriGrayLLM(Detector):
             elif rec.get("label") is None:
                 out.invalid(i, rec.get("reason") or "the reply states no class")
             else:
-                out.set(i, SEVEN_WAY.scores[rec["label"]])
+                out.set(i, scores[rec["label"]])
         return out
 
     def score_units(self, items: SignalView, level: str) -> UnitScores:
@@ -90,14 +89,25 @@ class VeriGrayLLM(Detector):
             vals, why = np.full(n, np.nan), [""] * n
             units = (self._record(verdicts) or {}).get("units")
             if units is None or len(units) != n:
-                why = [f"no {PROMPT_NAME} verdict for this item's sentences" if units is None else
+                why = [f"no {self.prompt.name} verdict for this item's sentences" if units is None else
                        f"{len(units)} verdicts for {n} sentences"] * n
             else:
                 for k, u in enumerate(units):
                     if u.get("label") is None:
                         why[k] = u.get("reason") or "the reply states no class"
                     else:
-                        vals[k] = SEVEN_WAY.scores[u["label"]]
+                        vals[k] = self.prompt.scores[u["label"]]
             values.append(vals)
             reasons.append(why)
         return UnitScores(values, reasons)
+
+
+@register("verigray_llm")
+class VeriGrayLLM(SentenceVerdicts):
+    """Zero-shot 7-way classifier; see the module docstring."""
+
+    version = "1"
+    decision_threshold: ClassVar[float] = float(TOP - IMPLICIT)  # score > 1: below Implicitly-Supported
+    graded: ClassVar[bool] = True  # scores are 6 - a class degree (per-class F1, selective prediction)
+    prompt = SEVEN_WAY
+    ask = Ask(PROMPT_NAME)

@@ -1,0 +1,98 @@
+"""MiniCheck-style sentence fact checker (Tang et al. 2024; VeriGray's "Fine-tuned LLMs" baseline MiniCheck 7B):
+document + sentence -> P(the document supports the sentence).
+
+The checker is an auxiliary model of kind "support" (`haldet.models.nli`): a sequence-classification checkpoint
+(MiniCheck's roberta/deberta heads; hub id or local path) or, with `llm:<model>`, a causal LM asked Yes/No
+(Bespoke-MiniCheck-7B; hub id, local path or an embedded alias). Its identity (requested, loaded, fingerprint) keys
+the scores and lands in the manifest; a checker that cannot be loaded is an error naming it (or, only when the
+`fallback` parameter names one, the recorded substitute).
+
+As MiniCheck does, a long document is cut into chunks of about `chunk_words` words (at sentence boundaries where
+possible) and a sentence's support is the highest over the chunks. Score = 1 - P(supported), higher = less
+faithful; `decision_threshold` 0.5 is the checker's own binary verdict (unsupported = Unfaithful).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, ClassVar
+
+import numpy as np
+
+from haldet.detectors._consistency import cache_for, pair_model
+from haldet.detectors.base import Detector, Scores, register
+from haldet.detectors.unit import UnitScores
+from haldet.signals import Signal, SignalView
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+
+
+def chunks(document: str, words: int) -> list[str]:
+    """The document in pieces of at most about `words` words, cut between sentences (a longer sentence is cut
+    between words); one piece when it is short enough."""
+    pieces: list[str] = []
+    current: list[str] = []
+    for sentence in _SENTENCE_END.split(document.strip()):
+        tokens = sentence.split()
+        while len(tokens) > words:  # a sentence longer than a chunk
+            if current:
+                pieces.append(" ".join(current))
+                current = []
+            pieces.append(" ".join(tokens[:words]))
+            tokens = tokens[words:]
+        if current and len(current) + len(tokens) > words:
+            pieces.append(" ".join(current))
+            current = []
+        current += tokens
+    if current:
+        pieces.append(" ".join(current))
+    return pieces or [document.strip()]
+
+
+@register("minicheck")
+class MiniCheck(Detector):
+    """MiniCheck-style document -> sentence support; see the module docstring."""
+
+    version = "1"
+    requires = frozenset({Signal.RESPONSE})
+    auxiliary: ClassVar[dict[str, str]] = {"checker": "support"}
+    levels: ClassVar[tuple[str, ...]] = ("response", "sentence", "claim", "span")
+    decision_threshold: ClassVar[float] = 0.5  # P(supported) < 0.5: Unfaithful
+    defaults: ClassVar[dict[str, Any]] = {"checker": "llm:bespokelabs/Bespoke-MiniCheck-7B", "fallback": None,
+                                          "chunk_words": 400, "batch_size": 8, "max_length": 2048,
+                                          "device": "auto"}
+
+    def score(self, items: SignalView) -> Scores:
+        values, reasons = self._check(items, [[r] for r in items.get(Signal.RESPONSE)])
+        return Scores(np.array([v[0] for v in values]), [r[0] for r in reasons])
+
+    def score_units(self, items: SignalView, level: str) -> UnitScores:
+        """Per item, one score per unit of `level` (aligned to `instance.units_of(level)`) with reasons."""
+        texts = [[u.text or (inst.response or "")[u.start:u.end] for u in inst.units_of(level)]
+                 for inst in items.instances]
+        return UnitScores(*self._check(items, texts))
+
+    def _check(self, items: SignalView, texts: list[list[str]]) -> tuple[list[np.ndarray], list[list[str]]]:
+        values = [np.full(len(t), np.nan) for t in texts]
+        reasons = [[""] * len(t) for t in texts]
+        wanted: list[tuple[int, int, list[tuple[str, str]]]] = []
+        for i, (inst, units) in enumerate(zip(items.instances, texts, strict=True)):
+            document = (inst.context or inst.question).strip()
+            pieces = chunks(document, int(self.params["chunk_words"])) if document else []
+            for u, text in enumerate(units):
+                if not document:
+                    reasons[i][u] = "no source document (context or question) to check against"
+                elif not (text or "").strip():
+                    reasons[i][u] = "empty response or unit"
+                else:
+                    wanted.append((i, u, [(p, text.strip()) for p in pieces]))
+        if wanted:
+            model = pair_model(self, "support", "checker", batch_size=self.params["batch_size"],
+                               max_length=self.params["max_length"])
+            pairs = [p for _, _, ps in wanted for p in ps]
+            support = cache_for(self).scores(model, pairs, self.progress("minicheck pairs", len(set(pairs))))[:, 0]
+            at = 0
+            for i, u, ps in wanted:
+                values[i][u] = 1.0 - float(np.max(support[at : at + len(ps)]))
+                at += len(ps)
+        return values, reasons

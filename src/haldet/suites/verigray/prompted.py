@@ -1,0 +1,140 @@
+"""VeriGray's prompted fine-tuned verifiers (paper section 5.1, "Fine-tuned LLMs"), asked once per summary sentence
+by the `verdict` stage: through the run's model (`--model PatronusAI/Llama-3-Patronus-Lynx-8B-Instruct-v1.1`, a
+local path, ...) or an OpenAI-compatible endpoint serving it (`verdict.model` / `verdict.base_url`). The verdict
+records name the model that answered (`judge`), and the detectors' scores are keyed by it.
+
+- `lynx` (Lynx, Ravi et al. 2024): QUESTION / DOCUMENT / ANSWER (the sentence) and a JSON reply {"REASONING": ...,
+  "SCORE": "PASS" | "FAIL"}. Read robustly: the JSON object (also inside a code fence or with single quotes), else
+  a `SCORE: X` line, else the last standalone PASS / FAIL word. FAIL = Unfaithful (score 1), PASS = 0.
+- `anah_v2` (ANAH-v2, Gu et al. 2024): the sentence is first checked for facts ("<No Fact>"), else annotated
+  "<Hallucination> None | Contradictory | Unverifiable". Three-way (+ No Fact), as the paper uses it; protocol 1's
+  merge: Contradictory and Unverifiable = Unfaithful. Scores order the labels for the ranking metrics:
+  No Hallucination 0, No Fact 1, Unverifiable 2, Contradictory 3; `decision_threshold` 1.5.
+
+A reply that states none of the labels is unparsable: label None with the reason, and the sentence scores NaN with
+it, never a guessed verdict. Reasoning models' <think> blocks are ignored.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+
+import jinja2
+
+from haldet.detectors.base import register
+from haldet.schema import Instance, SpanLabel
+from haldet.stages.verdict import Ask, Example, VerdictPrompt, register_prompt
+from haldet.suites.verigray.verigray_llm import SentenceVerdicts
+
+_THINK = re.compile(r"<think>.*?(</think>|$)", re.S | re.I)
+_OBJECT = re.compile(r"\{[^{}]*\}", re.S)
+_SCORE_LINE = re.compile(r"[\"']?score[\"']?\s*[:=]\s*[\"']?\s*(pass|fail)\b", re.I)
+_WORD = re.compile(r"(?<![A-Za-z])(PASS|FAIL)(?![A-Za-z])")
+PASS, FAIL = "PASS", "FAIL"
+NO_HALLU, NO_FACT, UNVERIFIABLE, CONTRADICTORY = "No Hallucination", "No Fact", "Unverifiable", "Contradictory"
+_TAG = re.compile(r"<\s*hallucination\s*>\W*(none|no|contradictory|contradiction|unverifiable)\b", re.I)
+_NO_FACT_TAG = re.compile(r"<\s*no[\s_-]*fact\s*>", re.I)
+_ANAH = [(re.compile(r"<\s*no[\s_-]*fact\s*>|\bno[\s_-]*fact\b", re.I), NO_FACT),
+         (re.compile(r"<\s*hallucination\s*>\s*[:\-]?\s*(none|no\b)|\bno[\s_-]*hallucination\b", re.I), NO_HALLU),
+         (re.compile(r"\bcontradict(ory|ion|ed|s)?\b", re.I), CONTRADICTORY),
+         (re.compile(r"\bunverifiable\b|\bcannot be verified\b", re.I), UNVERIFIABLE)]
+
+
+def _body(reply: str) -> str:
+    return _THINK.sub(" ", reply or "").strip()
+
+
+def _render(text: str, **fields: str) -> list[dict[str, str]]:
+    env = jinja2.Environment(autoescape=False, undefined=jinja2.StrictUndefined, keep_trailing_newline=False)
+    return [{"role": "user", "content": env.from_string(text).render(**{k: v.strip() for k, v in fields.items()})
+             .strip()}]
+
+
+def _sentence(response: str, unit: SpanLabel | None) -> str:
+    return response if unit is None else (unit.text or response[unit.start:unit.end])
+
+
+def parse_lynx(reply: str) -> tuple[str | None, str]:
+    """("PASS" | "FAIL", "") or (None, why)."""
+    body = _body(reply)
+    if not body:
+        return None, "unparsable reply: empty"
+    for blob in reversed(_OBJECT.findall(body)):
+        for loads in (json.loads, ast.literal_eval):
+            try:
+                obj: Any = loads(blob)
+            except (ValueError, SyntaxError):
+                continue
+            if isinstance(obj, dict):
+                value = next((str(v).strip().upper() for k, v in obj.items() if str(k).lower() == "score"), "")
+                if value in (PASS, FAIL):
+                    return value, ""
+    lines = _SCORE_LINE.findall(body)
+    if lines:
+        return lines[-1].upper(), ""
+    words = _WORD.findall(body)
+    if words:
+        return words[-1], ""
+    return None, f"unparsable reply (no PASS or FAIL): {body[:160]!r}"
+
+
+def parse_anah(reply: str) -> tuple[str | None, str]:
+    """(one of the four labels, "") or (None, why): the last "<Hallucination> X" tag, else the last "<No Fact>"
+    tag, else the label named last."""
+    body = _body(reply)
+    tags = _TAG.findall(body)
+    if tags:
+        word = tags[-1].lower()
+        return (NO_HALLU if word in ("none", "no") else CONTRADICTORY if word.startswith("contradict")
+                else UNVERIFIABLE), ""
+    if _NO_FACT_TAG.search(body):
+        return NO_FACT, ""
+    found = [(m.start(), label) for pattern, label in _ANAH for m in pattern.finditer(body)]
+    if not found:
+        return None, f"unparsable reply (no annotation label): {body[:160]!r}"
+    return max(found)[1], ""
+
+
+def _lynx_messages(instance: Instance, response: str, examples: Sequence[Example], unit: SpanLabel | None,
+                   texts: Mapping[str, str]) -> list[dict[str, str]]:
+    return _render(texts["verigray_lynx"], question=instance.question or "", document=instance.context or "",
+                   sentence=_sentence(response, unit))
+
+
+def _anah_messages(instance: Instance, response: str, examples: Sequence[Example], unit: SpanLabel | None,
+                   texts: Mapping[str, str]) -> list[dict[str, str]]:
+    return _render(texts["verigray_anah"], document=instance.context or instance.question, summary=response,
+                   sentence=_sentence(response, unit))
+
+
+LYNX = register_prompt(VerdictPrompt(
+    name="verigray_lynx", version="lynx-v1", labels=(PASS, FAIL), scores={PASS: 0.0, FAIL: 1.0},
+    messages=_lynx_messages, parse=parse_lynx, max_new_tokens=384, level="sentence", templates=("verigray_lynx",)))
+ANAH = register_prompt(VerdictPrompt(
+    name="verigray_anah", version="anah-v1", labels=(NO_HALLU, NO_FACT, UNVERIFIABLE, CONTRADICTORY),
+    scores={NO_HALLU: 0.0, NO_FACT: 1.0, UNVERIFIABLE: 2.0, CONTRADICTORY: 3.0}, messages=_anah_messages,
+    parse=parse_anah, max_new_tokens=512, level="sentence", templates=("verigray_anah",)))
+
+
+@register("lynx")
+class Lynx(SentenceVerdicts):
+    """Lynx-style PASS/FAIL faithfulness verifier per sentence; see the module docstring."""
+
+    version = "1"
+    decision_threshold: ClassVar[float] = 0.5  # FAIL = Unfaithful
+    prompt = LYNX
+    ask = Ask(LYNX.name)
+
+
+@register("anah_v2")
+class AnahV2(SentenceVerdicts):
+    """ANAH-v2-style sentence annotator (None / Contradictory / Unverifiable, or No Fact); see the module docstring."""
+
+    version = "1"
+    decision_threshold: ClassVar[float] = 1.5  # Unverifiable or Contradictory = Unfaithful
+    prompt = ANAH
+    ask = Ask(ANAH.name)
