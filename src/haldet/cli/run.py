@@ -46,6 +46,7 @@ class RunOptions:
     ray_address: str | None = None
     allow_failures: bool = False
     suite: str | None = None
+    responses: Path | None = None
 
 
 def run(
@@ -86,11 +87,15 @@ def run(
     suite: Annotated[str | None, typer.Option(help="Run a hosted benchmark with its datasets, protocol, detectors, "
                                               "levels and tables (see `haldet suites list`); flags override.")]
     = None,
+    responses: Annotated[Path | None, typer.Option(help="Score your own responses: a JSONL/CSV/Parquet file with "
+                                                   "prompt (or question) and response (or answer), optional "
+                                                   "context, label, units, id (docs/api.md).")] = None,
 ) -> None:
     """Run the benchmark: generate, annotate, split, score, evaluate; print a table, write the run directory.
 
     With no options: the embedded SmolLM2-135M on packaged HaluEval-QA (200 items), fully offline.
     Run it again and everything is read from the cache. With --suite NAME: that suite (docs/suites.md).
+    With --responses FILE: your own responses, read teacher-forced by the model (docs/api.md).
     """
     run_benchmark(RunOptions(
         dataset=dataset, model=model, detector=detector, limit=limit, out=out, config_file=config_file,
@@ -98,7 +103,7 @@ def run(
         max_new_tokens=max_new_tokens, decode_rows=decode_rows, device=device, judge=judge, judge_model=judge_model,
         judge_base_url=judge_base_url, judge_backend=judge_backend, update=update, as_json=as_json,
         model_base_url=model_base_url, executor=executor, ray_address=ray_address, allow_failures=allow_failures,
-        suite=suite,
+        suite=suite, responses=responses,
     ))
 
 
@@ -120,6 +125,8 @@ def run_benchmark(opts: RunOptions) -> None:
         from haldet.suites.report import print_suite_results
 
         print_suite_results(config.suite, rows, target, out_console, as_json=opts.as_json)
+        if opts.responses is not None and not opts.as_json:
+            print_scored(cells, target)
         _write_run_reports(target)
         console.print(f"run directory: {target}")
         exit_on_failures(run_problems(cells), opts.allow_failures)
@@ -135,7 +142,9 @@ def run_benchmark(opts: RunOptions) -> None:
 
 def run_config(opts: RunOptions) -> RunConfig:
     """The run's config: the suite's settings (from --suite, or the config file's `suite`) under the config file,
-    under the flags; --split applies to every dataset of the run."""
+    under the flags; --split applies to every dataset of the run. --responses FILE: the `responses` suite on it."""
+    if opts.responses is not None:
+        return _responses_config(opts)
     overrides = dict(
         datasets=split_names(opts.dataset), models=split_names(opts.model), detectors=split_names(opts.detector),
         limit=opts.limit, data_dir=local_data(opts.data_dir, opts.data_file, split_names(opts.dataset) or None),
@@ -150,6 +159,41 @@ def run_config(opts: RunOptions) -> RunConfig:
     for name in config.datasets if opts.split else []:
         config.dataset_params.setdefault(name, {})["split"] = opts.split
     return config
+
+
+def _responses_config(opts: RunOptions) -> RunConfig:
+    """`haldet run --responses FILE`: the file checked (columns, rows, labels for trained detectors) before any
+    work."""
+    from haldet.commands.responses import DATASET, SUITE, responses_config
+
+    assert opts.responses is not None
+    clash = [flag for flag, given in (("--data-dir", opts.data_dir), ("--data-file", opts.data_file),
+                                      ("--split", opts.split)) if given is not None]
+    clash += [] if split_names(opts.dataset) in ([], [DATASET]) else ["--dataset"]
+    clash += [] if opts.suite in (None, SUITE) else ["--suite"]
+    if clash:
+        raise HaldetError(f"--responses FILE is the run's data: {', '.join(clash)} cannot be given with it",
+                          where="command-line options", hint="drop " + " and ".join(clash))
+    path = opts.responses.resolve()
+    if not path.is_file():
+        raise HaldetError("no such responses file", where=str(opts.responses),
+                          hint="check the path given to --responses")
+    config = run_config(RunOptions(**{**vars(opts), "responses": None, "suite": SUITE, "dataset": [DATASET],
+                                      "data_file": path}))
+    return responses_config(path, config)
+
+
+def print_scored(cells: Iterable[Any], target: Path) -> None:
+    """What a responses run scored, per detector and level (the scores themselves: `haldet.load_run`)."""
+    for cell in cells:
+        for d in cell.detectors:
+            if not d.error:
+                n_nan = int(sum(1 for v in d.scores.values if v != v)) if d.scores is not None else 0
+                console.print(f"{d.name} ({d.level} level): {d.n_scored} responses scored"
+                              + (f", {n_nan} without a score (NaN, reasons in the score log)" if n_nan else ""),
+                              highlight=False)
+    console.print(f"scores: `haldet.load_run({str(target)!r}).table()` in Python (docs/api.md), or "
+                  f"{target}/<dataset>/<model>/scores/*.jsonl", highlight=False)
 
 
 def default_out(config: RunConfig) -> Path:
