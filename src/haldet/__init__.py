@@ -35,8 +35,8 @@ if TYPE_CHECKING:
 
     from haldet.report.frames import RunFrames
 
-__all__ = ["Detector", "RunConfig", "Scores", "Signal", "SignalView", "UnitScores", "__version__", "check_detector",
-           "load_config", "load_results", "load_run", "register", "run", "score_responses"]
+__all__ = ["Detector", "HaldetError", "RunConfig", "Scores", "Signal", "SignalView", "UnitScores", "__version__",
+           "check_detector", "load_config", "load_results", "load_run", "register", "run", "score_responses"]
 
 
 def run(config: Any, out: str | Path, **options: Any) -> tuple[list[dict[str, Any]], list[Any]]:
@@ -98,6 +98,10 @@ def __getattr__(name: str) -> Any:
         from haldet import config
 
         return getattr(config, name)
+    if name == "HaldetError":
+        from haldet.errors import HaldetError
+
+        return HaldetError
     if name == "check_detector":
         from haldet.testing.conformance import check_detector
 

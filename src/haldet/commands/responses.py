@@ -51,6 +51,12 @@ def base_config(data_file: Path, models: Sequence[str], detectors: Sequence[str]
                        detectors=list(detectors), data_dir=str(data_file), limit=limit, **settings)
 
 
+def _config(data_file: Path, models: list[str], detectors: Sequence[str], limit: int | None,
+            config_file: str | Path | None, settings: dict[str, Any]) -> RunConfig:
+    return base_config(data_file, models, list(detectors), limit=limit,
+                       config_file=None if config_file is None else Path(config_file), **settings)
+
+
 def write_input(data: Any, path: Path) -> Path:
     """Rows given in memory (a pandas DataFrame, or a list of dicts) as JSON lines; an empty cell (None, NaN) is
     written as null."""
@@ -97,23 +103,23 @@ def score_responses(data: Any, *, model: str | Sequence[str] = "smollm2-135m",
     from haldet.flow.run import run
 
     root = Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="haldet-responses-"))
+    models = [model] if isinstance(model, str) else list(model)
     if isinstance(data, str | Path):
         data_file = Path(data).resolve()
         if not data_file.is_file():
             raise HaldetError("no such responses file", where=str(data), hint="check the path")
-        where = str(data_file)
-    else:
-        data_file = write_input(data, root.resolve() / INPUT_FILE)
-        where = "score_responses(data=...)"
-    models = [model] if isinstance(model, str) else list(model)
-    config = base_config(data_file, models, list(detectors), limit=limit,
-                         config_file=None if config_file is None else Path(config_file), **settings)
-    try:
-        config = responses_config(data_file, config, where=where)
-    except HaldetError as exc:  # rows given in memory: name them as the caller knows them, not the file written
-        if where == str(data_file) or exc.where != str(data_file):
-            raise
-        raise HaldetError(exc.what, where=where, hint=exc.hint) from None
+        config = responses_config(data_file, _config(data_file, models, detectors, limit, config_file, settings))
+    else:  # rows in memory: checked in a scratch file first, so a refused call leaves no run directory behind
+        with tempfile.TemporaryDirectory() as scratch:
+            checked = write_input(data, Path(scratch) / INPUT_FILE)
+            try:
+                config = responses_config(checked, _config(checked, models, detectors, limit, config_file, settings),
+                                          where="score_responses(data=...)")
+            except HaldetError as exc:  # named as the caller knows the rows, not by the scratch file
+                raise HaldetError(exc.what, where="score_responses(data=...)" if exc.where.startswith(scratch)
+                                  else exc.where, hint=exc.hint) from None
+            data_file = write_input(data, root.resolve() / INPUT_FILE)
+            config = config.model_copy(update={"data_dir": str(data_file)})
     if progress:
         from rich.console import Console
 
