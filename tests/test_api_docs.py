@@ -41,7 +41,7 @@ def doc(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], list[
         for block in code:
             out = io.StringIO()
             with contextlib.redirect_stdout(out):
-                exec(compile(block, str(DOC), "exec"), namespace)  # noqa: S102 - the doc's own examples
+                exec(compile(block, str(DOC), "exec"), namespace)  # the doc's own examples
             printed.append(out.getvalue())
     return namespace, printed, cwd
 
