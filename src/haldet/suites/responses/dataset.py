@@ -19,7 +19,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from haldet.datasets.base import BadRow, DatasetAdapter, register, require
+from haldet.datasets.base import BadRow, DatasetAdapter, Source, register, require
 from haldet.datasets.formats import Format, RawFile
 from haldet.errors import HaldetError
 from haldet.schema import UNIT_KINDS, Category, Instance, SpanLabel
@@ -111,6 +111,12 @@ class Responses(DatasetAdapter):
     def formats(cls) -> list[Format]:
         return [Format("responses", "rows with prompt (or question) and response (or answer), optional context, "
                                     "label, units, id; JSON lines, JSON, CSV or Parquet", _convert)]
+
+    def hub_rows(self) -> Source:
+        """There is no hub copy of your responses: say where they go."""
+        raise HaldetError("dataset 'responses' scores your own file, and none was given", where="--dataset responses",
+                          hint="pass it with `haldet run --responses FILE` (or --data-file FILE), or from Python "
+                               "with haldet.score_responses(rows) (docs/api.md)")
 
     def ordered_units(self, rows: Sequence[dict[str, Any]], seed: int) -> list[tuple[int, int | None]]:
         """The file's own order: your first N rows are what --limit N keeps."""
