@@ -19,8 +19,8 @@ from sklearn.metrics import roc_auc_score
 
 DOC = Path(__file__).parents[1] / "docs" / "api.md"
 # The walkthrough scores 50 answers (25 questions) and the config example runs 20 items; the suite's test-time
-# budget allows one small run of the embedded model, so the same code runs on 6 questions and 4 items.
-SMALLER = {"[:25]": "[:6]", "limit=20": "limit=4"}
+# budget allows one small run of the embedded model, so the same code runs on 6 questions and 2 items.
+SMALLER = {"[:25]": "[:6]", "limit=20": "limit=2"}
 
 
 def blocks(lang: str) -> list[str]:
