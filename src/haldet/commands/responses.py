@@ -102,7 +102,6 @@ def score_responses(data: Any, *, model: str | Sequence[str] = "smollm2-135m",
     """Score your responses with `detectors`, reading them teacher-forced with `model`: see `haldet.score_responses`."""
     from haldet.flow.run import run
 
-    root = Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="haldet-responses-"))
     models = [model] if isinstance(model, str) else list(model)
     if isinstance(data, str | Path):
         data_file = Path(data).resolve()
@@ -118,8 +117,10 @@ def score_responses(data: Any, *, model: str | Sequence[str] = "smollm2-135m",
             except HaldetError as exc:  # named as the caller knows the rows, not by the scratch file
                 raise HaldetError(exc.what, where="score_responses(data=...)" if exc.where.startswith(scratch)
                                   else exc.where, hint=exc.hint) from None
-            data_file = write_input(data, root.resolve() / INPUT_FILE)
-            config = config.model_copy(update={"data_dir": str(data_file)})
+    root = Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="haldet-responses-"))
+    if not isinstance(data, str | Path):
+        data_file = write_input(data, root.resolve() / INPUT_FILE)
+        config = config.model_copy(update={"data_dir": str(data_file)})
     if progress:
         from rich.console import Console
 

@@ -53,6 +53,8 @@ class RunFrames:
             scores, items = scores[scores["dataset"] == dataset], items[items["dataset"] == dataset]
         if model is not None:
             scores, items = scores[scores["model"] == model], items[items["model"] == model]
+        if scores.empty:  # nothing scored (yet, or every detector failed): the items alone
+            return items.reset_index(drop=True)
         keys = ["dataset", "model", "id", "unit"]
         name = scores["detector"] + scores["train_labels"].map(lambda t: f"@{t}" if t else "")
         wide = scores.assign(column=name).pivot_table(index=keys, columns="column", values="score", aggfunc="last",
