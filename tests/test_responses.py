@@ -142,3 +142,36 @@ def test_the_cli_refuses_clashing_flags_and_names_a_missing_column(tmp_path: Pat
     out = runner.invoke(app, ["run", "--responses", str(path), "--out", str(tmp_path / "o")])
     assert isinstance(out.exception, HaldetError) and "missing column for the response" in out.exception.what
     assert out.exception.where == str(path) and not (tmp_path / "o").exists()
+
+
+def test_load_run_of_a_responses_run_gives_data_labels_and_unit_texts(tmp_path: Path) -> None:
+    """A hand-written `responses` run: labels and units are read back from its data file, scores per unit."""
+    from haldet.store import RunStore
+
+    data = write_jsonl(tmp_path / "r.jsonl", ROWS)
+    config = responses_config(data, base_config(data, ["m"], ["likelihood"]))
+    store = RunStore(tmp_path / "run")
+    store.write_manifest({"config": config.canonical()})  # running: no cell finished, no results yet
+    cell = store.cell("responses", "m")
+    ids = [i.id for i in load(data)]
+    cell.log("generate").append([{"id": i, "key": "g", "prompt": "p", "response": "r", "provided": True}
+                                 for i in ids])
+    running = haldet.load_run(tmp_path / "run")
+    assert len(running.items) == 4 and running.scores.empty and running.results.empty
+    assert running.notes == ["no cell has finished yet: no results",
+                             "responses | m is still running: its items so far, no scores yet"]
+    store.write_manifest({"config": config.canonical(), "cells": [{"dataset": "responses", "model": "m", "detectors": [
+        {"name": "likelihood", "level": "entity", "key": "k"}]}]})
+    store.write_results([])
+    cell.write_json("split.json", {"train": [], "val": [], "test": ids})
+    cell.log("scores/likelihood@entity").append([{"id": ids[1], "key": "k", "values": [2.5, None],
+                                                  "reasons": ["", "no token overlaps the unit"]}])
+    run = haldet.load_run(tmp_path / "run")
+    labels = run.labels.set_index("id")
+    assert labels.loc[ids[1], "label"] == 1 and labels.loc[ids[0], "label_source"] == "data"
+    assert ids[2] not in labels.index  # unlabelled: scored, never evaluated
+    table = run.table("entity")
+    assert table[["unit_text", "unit_label", "likelihood"]].to_dict("list") == {
+        "unit_text": ["Charles Dickens", "1700"], "unit_label": [1, 1], "likelihood": [2.5, pytest.approx(np.nan,
+                                                                                                        nan_ok=True)]}
+    assert run.items.set_index("id").loc[ids[1], "context"] == "Hamlet is a play by Shakespeare."
