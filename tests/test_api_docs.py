@@ -110,6 +110,7 @@ def test_the_command_line_scores_the_same_file_like_the_api(doc: tuple[dict[str,
         assert result.exit_code == 0, result.output
         cli = load_frames(cwd / "runs/answers_cli").table()
     assert "perplexity (response level): 4 responses scored" in result.output
+    assert "report.html" in result.output and (cwd / "runs/answers_cli/results.json").exists()  # like any run
     api = ns["table"].set_index("response")["perplexity"]
     # equal up to float32 batch padding (the CLI read 4 answers per batch in another grouping)
     pairs = list(zip(cli["response"], cli["perplexity"], strict=True))
