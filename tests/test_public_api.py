@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import haldet
@@ -65,3 +66,29 @@ def test_load_scores_gives_raw_scores_and_calibrated_probabilities_of_the_evalua
     # probabilities filed under another key (another calibration or older scores) are not these scores'
     cell.write_json("scores/perplexity.calibrated.json", {"key": "old", "probabilities": {"a": 0.1, "b": 0.1}})
     assert "perplexity.p" not in haldet.load_scores(tmp_path, "d", "m")
+
+
+def test_load_run_reads_items_judge_labels_and_the_recorded_scores(tmp_path: Path) -> None:
+    """A hand-written run: the newest judge label per item wins, and only scores under the manifest's key count."""
+    store = RunStore(tmp_path)
+    store.write_manifest({"config": {}, "cells": [{"dataset": "d", "model": "m", "detectors": [
+        {"name": "perplexity", "level": "response", "key": "new"}]}]})
+    store.write_results([{"dataset": "d", "model": "m", "detector": "perplexity", "metric": "auroc", "value": 1.0}])
+    cell = store.cell("d", "m")
+    cell.write_json("split.json", {"train": [], "val": ["b"], "test": ["a"]})
+    cell.log("generate").append([{"id": i, "key": "g", "prompt": f"Q{i}", "response": f"A{i}", "n_tokens": 2,
+                                  "finish_reason": "stop", "provided": False} for i in ("a", "b")])
+    cell.log("annotate").append([{"id": "a", "key": "j", "category": "correct", "judge": "rule", "reasoning": "r1"},
+                                 {"id": "b", "key": "j", "category": "correct", "judge": "rule", "reasoning": ""},
+                                 {"id": "a", "key": "j", "category": "hallucination", "judge": "llm",
+                                  "reasoning": "wrong year"}])
+    cell.log("scores/perplexity").append([{"id": "a", "key": "new", "value": 1.5, "reason": ""},
+                                          {"id": "b", "key": "new", "value": None, "reason": "no answer tokens"},
+                                          {"id": "a", "key": "other", "value": 9.0, "reason": ""}])  # other setting
+    run = haldet.load_run(tmp_path)
+    table = run.table().set_index("id")
+    assert table.loc["a", "perplexity"] == 1.5 and table.loc["a", "label"] == 1
+    assert table.loc["a", "reasoning"] == "wrong year" and table.loc["a", "label_source"] == "judge llm"
+    assert np.isnan(table.loc["b", "perplexity"]) and table.loc["b", "split"] == "val"
+    assert run.scores.set_index("id").loc["b", "reason"] == "no answer tokens"
+    assert run.results["value"].tolist() == [1.0] and run.notes == []

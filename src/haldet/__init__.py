@@ -7,6 +7,10 @@ The public API (everything else may move between releases)::
     rows, cells = haldet.run(config, "runs/exp1")      # the same run as `haldet run`
     frame = haldet.load_results("runs/exp1")           # its results as a pandas DataFrame
     scores = haldet.load_scores("runs/exp1", "halueval_qa", "smollm2-135m")  # test labels, scores, probabilities
+    run = haldet.load_run("runs/exp1")                 # .results, .items, .labels, .scores DataFrames; .table()
+
+    scored = haldet.score_responses(rows, detectors=["perplexity"])  # your own responses (docs/api.md)
+    scored.table().sort_values("perplexity", ascending=False).head()
 
     @haldet.register("my_detector")                    # a detector plugin: one class, one decorator
     class MyDetector(haldet.Detector):
@@ -26,10 +30,15 @@ from typing import TYPE_CHECKING, Any
 from haldet.version import __version__
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     import pandas
 
-__all__ = ["Detector", "RunConfig", "Scores", "Signal", "SignalView", "UnitScores", "__version__", "check_detector",
-           "load_config", "load_results", "load_scores", "register", "run"]
+    from haldet.report.frames import RunFrames
+
+__all__ = ["Detector", "HaldetError", "RunConfig", "Scores", "Signal", "SignalView", "UnitScores", "__version__",
+           "check_detector", "load_config", "load_results", "load_run", "load_scores", "register", "run",
+           "score_responses"]
 
 
 def run(config: Any, out: str | Path, **options: Any) -> tuple[list[dict[str, Any]], list[Any]]:
@@ -68,6 +77,31 @@ def load_scores(run_dir: str | Path, dataset: str, model: str) -> pandas.DataFra
         if name in data.probabilities:
             columns[f"{name}.p"] = data.probabilities[name]
     return pandas.DataFrame(columns)
+def load_run(run_dir: str | Path) -> RunFrames:
+    """A run directory (finished, or still running: what is stored so far) as DataFrames: `.results` (the result
+    rows), `.items` (prompt, response, split, label per answered item), `.labels`, `.scores` (one row per detector,
+    level, item and unit, with the reason of a NaN); `.table(level)` joins items with one column per detector."""
+    from haldet.report.frames import load_frames
+
+    return load_frames(Path(run_dir))
+
+
+def score_responses(data: Any, *, model: str | Sequence[str] = "smollm2-135m",
+                    detectors: Sequence[str] = ("perplexity",), out: str | Path | None = None,
+                    limit: int | None = None, config_file: str | Path | None = None, progress: bool = True,
+                    **settings: Any) -> RunFrames:
+    """Score responses you already have with any detectors, the model reading each one teacher-forced.
+
+    `data`: a DataFrame, a list of dicts, or a JSONL/CSV/Parquet file, with `prompt` (or `question`) and
+    `response` (or `answer`), optional `context`, `label` (1/true/hallucination, 0/false/correct, empty =
+    unlabelled), `units` (labelled spans of the response) and `id`. `out`: the run directory (default: a new
+    temporary one); reruns reuse what is cached. `settings`: any run setting (`evaluation__bootstrap=200`).
+    Returns the run as `load_run` does: every response scored when no detector is trained; metric rows in
+    `.results` only for labelled responses. A trained detector needs labels: refused, before any work, without."""
+    from haldet.commands.responses import score_responses as score
+
+    return score(data, model=model, detectors=detectors, out=out, limit=limit, config_file=config_file,
+                 progress=progress, **settings)
 
 
 def __getattr__(name: str) -> Any:
@@ -88,6 +122,10 @@ def __getattr__(name: str) -> Any:
         from haldet.flow.layers import resolve_config
 
         return resolve_config
+    if name == "HaldetError":
+        from haldet.errors import HaldetError
+
+        return HaldetError
     if name == "check_detector":
         from haldet.testing.conformance import check_detector
 

@@ -51,6 +51,7 @@ class RunOptions:
     calibration: str | None = None
     preset: str | None = None
     min_per_class: int | None = None
+    responses: Path | None = None
 
 
 def run(
@@ -101,11 +102,15 @@ def run(
     preset: Annotated[str | None, typer.Option(help="A paper's settings (openhaldet, halluentity, verigray, "
                                                "triviaplus, hallulens; `haldet presets show NAME`) under --config "
                                                "and the flags; docs/replication.md.")] = None,
+    responses: Annotated[Path | None, typer.Option(help="Score your own responses: a JSONL/CSV/Parquet file with "
+                                                   "prompt (or question) and response (or answer), optional "
+                                                   "context, label, units, id (docs/api.md).")] = None,
 ) -> None:
     """Run the benchmark: generate, annotate, split, score, evaluate; print a table, write the run directory.
 
     With no options: the embedded SmolLM2-135M on packaged HaluEval-QA (200 items), fully offline.
     Run it again and everything is read from the cache. With --suite NAME: that suite (docs/suites.md).
+    With --responses FILE: your own responses, read teacher-forced by the model (docs/api.md).
     """
     run_benchmark(RunOptions(
         dataset=dataset, model=model, detector=detector, limit=limit, out=out, config_file=config_file,
@@ -114,6 +119,7 @@ def run(
         judge_base_url=judge_base_url, judge_backend=judge_backend, update=update, as_json=as_json,
         model_base_url=model_base_url, executor=executor, ray_address=ray_address, allow_failures=allow_failures,
         suite=suite, metrics=metrics, calibration=calibration, preset=preset, min_per_class=min_per_class,
+        responses=responses,
     ))
 
 
@@ -152,6 +158,8 @@ def run_benchmark(opts: RunOptions) -> None:
 
         tables = print_suite_results(config.suite, rows, target, out_console, as_json=opts.as_json,
                                      header=preset_line)
+        if opts.responses is not None and not opts.as_json:
+            print_scored(cells, target)
         _write_run_reports(target, also=[tables])
         console.print(f"run directory: {target}", highlight=False, soft_wrap=True)
         exit_on_failures(run_problems(cells) + cells_without_values(get_suite(config.suite), rows),
@@ -195,7 +203,9 @@ def _count_lines(path: Path) -> int:
 def run_config(opts: RunOptions) -> RunConfig:
     """The run's config, layer over layer: the suite's settings (from --suite, the preset's or the config file's
     `suite`), the preset (--preset, or the config file's `preset`), the config file, the flags; --split applies to
-    every dataset of the run."""
+    every dataset of the run. --responses FILE: the `responses` suite on it."""
+    if opts.responses is not None:
+        return _responses_config(opts)
     overrides = dict(
         datasets=split_names(opts.dataset), models=split_names(opts.model), detectors=split_names(opts.detector),
         limit=opts.limit, data_dir=local_data(opts.data_dir, opts.data_file, split_names(opts.dataset) or None),
@@ -211,6 +221,41 @@ def run_config(opts: RunOptions) -> RunConfig:
     for name in config.datasets if opts.split else []:
         config.dataset_params.setdefault(name, {})["split"] = opts.split
     return config
+
+
+def _responses_config(opts: RunOptions) -> RunConfig:
+    """`haldet run --responses FILE`: the file checked (columns, rows, labels for trained detectors) before any
+    work."""
+    from haldet.commands.responses import DATASET, SUITE, responses_config
+
+    assert opts.responses is not None
+    clash = [flag for flag, given in (("--data-dir", opts.data_dir), ("--data-file", opts.data_file),
+                                      ("--split", opts.split)) if given is not None]
+    clash += [] if split_names(opts.dataset) in ([], [DATASET]) else ["--dataset"]
+    clash += [] if opts.suite in (None, SUITE) else ["--suite"]
+    if clash:
+        raise HaldetError(f"--responses FILE is the run's data: {', '.join(clash)} cannot be given with it",
+                          where="command-line options", hint="drop " + " and ".join(clash))
+    path = opts.responses.resolve()
+    if not path.is_file():
+        raise HaldetError("no such responses file", where=str(opts.responses),
+                          hint="check the path given to --responses")
+    config = run_config(RunOptions(**{**vars(opts), "responses": None, "suite": SUITE, "dataset": [DATASET],
+                                      "data_file": path}))
+    return responses_config(path, config)
+
+
+def print_scored(cells: Iterable[Any], target: Path) -> None:
+    """What a responses run scored, per detector and level (the scores themselves: `haldet.load_run`)."""
+    for cell in cells:
+        for d in cell.detectors:
+            if not d.error:
+                n_nan = int(sum(1 for v in d.scores.values if v != v)) if d.scores is not None else 0
+                console.print(f"{d.name} ({d.level} level): {d.n_scored} responses scored"
+                              + (f", {n_nan} without a score (NaN, reasons in the score log)" if n_nan else ""),
+                              highlight=False)
+    console.print(f"scores: `haldet.load_run({str(target)!r}).table()` in Python (docs/api.md), or "
+                  f"{target}/<dataset>/<model>/scores/*.jsonl", highlight=False)
 
 
 def default_out(config: RunConfig) -> Path:

@@ -92,7 +92,7 @@ class SuiteProtocol(Protocol):
     def __init__(self, config: RunConfig, suite: Suite) -> None:
         super().__init__(config)
         self.suite = suite
-        self.levels = suite.levels
+        self.levels = suite.levels_for(config)
 
     def prepare_instances(self, instances: list[Instance], backend: Any) -> list[Instance]:
         """E.g. contexts over the model's window, fitted by the suite's recorded policy (`Suite.prepare_instances`)."""
@@ -129,7 +129,7 @@ class SuiteProtocol(Protocol):
                     item.instance = item.instance.model_copy(update={"response_label": label.category})
         result.data["protocol"] = self.suite.protocol
         result.data["input_format"] = self.config.tokens.input_format if self.suite.protocol == "provided" else "chat"
-        result.data["units"] = unit_counts(all_items, self.suite.levels)
+        result.data["units"] = unit_counts(all_items, self.levels)
         binary = response_labels(all_items)
         result.label_counts = dict(Counter("hallucination" if v else "correct" for v in binary.values()))
         return binary
@@ -139,11 +139,14 @@ class SuiteProtocol(Protocol):
         return items
 
     def split(self, items: list[Item], labels: dict[str, int]) -> tuple[dict[str, list[str]], dict[str, Any]]:
-        """The dataset's own split when the suite says so (every item must carry one), else a seeded grouped split
-        of items: units never cross parts."""
+        """The dataset's own split when the suite says so (every item must carry one); every item in test when the
+        run fits nothing (`none`); else a seeded grouped split of items: units never cross parts."""
         ev = self.config.evaluation
         suite = self.suite
-        if suite.splits == "given":
+        policy = suite.split_policy(self.config)
+        if policy == "none":
+            return {"train": [], "val": [], "test": sorted(i.id for i in items)}, {"grouped": policy}
+        if policy == "given":
             missing = [i.id for i in items if i.instance.split is None]
             if missing:
                 raise HaldetError(f"suite {suite.name!r} uses the dataset's own splits, but {len(missing)} item(s) "
@@ -152,9 +155,9 @@ class SuiteProtocol(Protocol):
             out: dict[str, list[str]] = {name: [] for name in SPLITS}
             for item in items:
                 out[str(item.instance.split)].append(item.id)
-            return {name: sorted(ids) for name, ids in out.items()}, {"grouped": suite.splits}
+            return {name: sorted(ids) for name, ids in out.items()}, {"grouped": policy}
         split = grouped_split({i.id: suite.group_of(i.instance) for i in items}, ev.split, ev.split_seed)
-        return split, {"grouped": suite.splits}
+        return split, {"grouped": policy}
 
     def training_labels(self, items: list[Item], labels: dict[str, int]) -> list[tuple[str, dict[str, int]]]:
         """The suite's own labels by default; TRIVIA+: its noisy regimes (evaluation labels stay fixed)."""

@@ -68,6 +68,7 @@ def cell_entry(c: CellResult) -> dict[str, Any]:
             "detectors": [{"name": d.name, "family": d.family, "level": d.level, "key": d.key, "n_scored": d.n_scored,
                            "fit_s": d.fit_seconds, "score_s": d.score_seconds,
                            "timing_known": d.name not in c.untimed, "cached": d.cached, "error": d.error,
+                           **({"train_labels": d.train_labels} if d.train_labels else {}),
                            "identity": d.identity, "meta": d.meta,
                            **({"curves": d.curves} if d.curves else {})} for d in c.detectors]}
 

@@ -214,9 +214,9 @@ def _score_or_reuse(run: DetectorRun, detector: Detector, protocol: ResponseScor
         run.fit_seconds = time.perf_counter() - start
         start = time.perf_counter()
         out = {}
-        for part, idx in parts.items():
+        for part, idx in parts.items():  # an empty part (no validation items when nothing is fitted): no call
             out[part] = ([view.ids[i] for i in idx], protocol.score(detector, view.subset(idx, with_labels=False),
-                                                                run.level))
+                                                                run.level) if idx else UnitScores([], []))
         run.score_seconds = time.perf_counter() - start
         run.meta = dict(detector.meta)
         _rekey_on_identity_mismatch(run)

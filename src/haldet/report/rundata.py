@@ -105,7 +105,7 @@ def _detector_files(folder: Path) -> list[str]:
     return sorted(p.stem for p in folder.glob("*.jsonl")) if folder.is_dir() else []
 
 
-def _read_lines(path: Path) -> list[dict[str, Any]]:
+def read_records(path: Path) -> list[dict[str, Any]]:
     """Complete JSONL records (a cut last line is no record); a corrupt line is an error naming it."""
     if not path.exists():
         return []
@@ -125,14 +125,14 @@ def _read_lines(path: Path) -> list[dict[str, Any]]:
 def _latest(path: Path, ids: set[str]) -> dict[str, dict[str, Any]]:
     """Newest record per id (files are append-only, so later lines are newer)."""
     out: dict[str, dict[str, Any]] = {}
-    for rec in _read_lines(path):
+    for rec in read_records(path):
         if rec.get("id") in ids:
             out[rec["id"]] = rec
     return out
 
 
 def _scores(path: Path, ids: set[str], key: str | None) -> dict[str, float]:
-    records = [r for r in _read_lines(path) if r.get("id") in ids]
+    records = [r for r in read_records(path) if r.get("id") in ids]
     if key is None:  # no recorded key: the key covering most test items, ties to the newest
         coverage: dict[str, set[str]] = {}
         last: dict[str, int] = {}

@@ -5,7 +5,8 @@ the responses ship with the data and are teacher-forced through the proxy model;
 generated and judged as in the main benchmark), the levels it evaluates (`response`, `entity`, `sentence`,
 `claim`, ...), its default detectors, its metrics and its table layouts, how items are split (`grouped`: a
 seeded 60/20/20 split of items, never of units, grouped by `group_of`; `given`: the dataset's own
-`Instance.split`), and run settings under which the user's config file and flags lie:
+`Instance.split`; `none`: every item is a test item, for runs that fit nothing), and run settings under which
+the user's config file and flags lie:
 
     @register("my_suite")
     class MySuite(Suite):
@@ -32,6 +33,7 @@ from haldet.schema import LEVELS, Instance, SpanLabel
 
 DATA = "(data)"  # the `detector` of a suite's rows that describe the data (label statistics), not a detector
 ACROSS_MODELS = "(across models)"  # the `model` of rows comparing the cells of a run (e.g. proxy correlation)
+SPLIT_POLICIES = ("grouped", "given", "none")
 
 
 @dataclass(frozen=True)
@@ -60,14 +62,15 @@ class Suite:
     optional: ClassVar[tuple[str, ...]] = ()      # the paper's detectors that need a model beside the run's
     metrics: ClassVar[tuple[str, ...]] = UNIT_METRICS
     tables: ClassVar[tuple[TableLayout, ...]] = ()
-    splits: ClassVar[str] = "grouped"             # "grouped" | "given"
+    splits: ClassVar[str] = "grouped"             # "grouped" | "given" | "none" (every item a test item)
     settings: ClassVar[dict[str, Any]] = {}       # RunConfig defaults (e.g. {"limit": None, "tokens": {...}})
 
     def __init__(self) -> None:
         bad = [lv for lv in self.levels if lv not in LEVELS]
-        if bad or self.protocol not in ("provided", "generate") or self.splits not in ("grouped", "given"):
+        if bad or self.protocol not in ("provided", "generate") or self.splits not in SPLIT_POLICIES:
             raise ValueError(f"suite {self.name!r}: levels must be among {LEVELS} (got {bad}), protocol provided|"
-                             f"generate (got {self.protocol!r}), splits grouped|given (got {self.splits!r})")
+                             f"generate (got {self.protocol!r}), splits {'|'.join(SPLIT_POLICIES)} (got "
+                             f"{self.splits!r})")
 
     def config_base(self) -> dict[str, Any]:
         """The run settings this suite implies; a config file and command-line flags override them."""
@@ -85,6 +88,14 @@ class Suite:
                               where=f"suite_params.{self.name}",
                               hint=f"options: {', '.join(sorted(self.params)) or '(none)'}")
         return {**self.params, **given}
+
+    def levels_for(self, config: Any) -> tuple[str, ...]:
+        """The levels a run evaluates (default: `levels`; a suite may take them from its options)."""
+        return self.levels
+
+    def split_policy(self, config: Any) -> str:
+        """How a run's items are split (default: `splits`; a suite may decide from the run's detectors)."""
+        return self.splits
 
     def prepare_instances(self, instances: list[Instance], backend: Any, config: Any) -> list[Instance]:
         """The loaded instances as the suite feeds them to the model (e.g. a long context fitted to the window,

@@ -1,0 +1,133 @@
+"""Bring your own responses: score answers you already have, from Python (`haldet.score_responses`) or the CLI
+(`haldet run --responses FILE`), through the `responses` suite and the one cell flow.
+
+The data is checked before any model loads: the file's columns (one message naming the missing one, the file, and
+the names accepted), every row, and that trained detectors have labels to fit on. Rows given in memory are written
+to `<run dir>/responses_input.jsonl` first, so the run directory holds its input and reloads like any run.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from haldet.config import RunConfig, load_config
+from haldet.datasets.base import get_adapter
+from haldet.errors import HaldetError
+from haldet.report.frames import RunFrames, load_frames
+from haldet.schema import UNIT_KINDS
+from haldet.store import atomic_write_text
+from haldet.suites.base import get_suite
+from haldet.suites.responses.suite import check_labels
+
+SUITE = DATASET = "responses"
+INPUT_FILE = "responses_input.jsonl"
+
+
+def responses_config(data_file: Path, config: RunConfig, where: str | None = None) -> RunConfig:
+    """`config` for scoring the responses in `data_file`: the file as the data, the levels its units hold (unless
+    the config names them), checked before any work (columns, rows, labels for trained detectors)."""
+    where = where or str(data_file)
+    adapter = get_adapter(DATASET, data_file, config.dataset_params.get(DATASET))
+    instances, _ = adapter.load(limit=config.limit, seed=config.data_seed, on_bad_row=config.on_bad_row)
+    check_labels(config, sum(1 for i in instances if i.units_of("response")[0].binary is not None), where=where)
+    params = {k: dict(v) for k, v in config.suite_params.items()}
+    if "levels" not in params.get(SUITE, {}):
+        kinds = {u.kind for i in instances for u in i.units}
+        params.setdefault(SUITE, {})["levels"] = ["response", *(k for k in UNIT_KINDS if k in kinds)]
+    return config.model_copy(update={"suite": SUITE, "datasets": [DATASET], "data_dir": str(data_file),
+                                     "suite_params": params})
+
+
+def base_config(data_file: Path, models: Sequence[str], detectors: Sequence[str], *, limit: int | None = None,
+                config_file: Path | None = None, **settings: Any) -> RunConfig:
+    """The suite's settings under the config file under the given values (`settings`: any `RunConfig` field,
+    `section__field` for a section's, e.g. evaluation__bootstrap=200)."""
+    return load_config(config_file, base=get_suite(SUITE).config_base(), datasets=[DATASET], models=list(models),
+                       detectors=list(detectors), data_dir=str(data_file), limit=limit, **settings)
+
+
+def _config(data_file: Path, models: list[str], detectors: Sequence[str], limit: int | None,
+            config_file: str | Path | None, settings: dict[str, Any]) -> RunConfig:
+    return base_config(data_file, models, list(detectors), limit=limit,
+                       config_file=None if config_file is None else Path(config_file), **settings)
+
+
+def write_input(data: Any, path: Path) -> Path:
+    """Rows given in memory (a pandas DataFrame, or a list of dicts) as JSON lines; an empty cell (None, NaN) is
+    written as null."""
+    import pandas
+
+    if isinstance(data, pandas.DataFrame):
+        rows: list[Any] = data.to_dict("records")
+    elif isinstance(data, Sequence) and not isinstance(data, str | bytes):
+        rows = list(data)
+    else:
+        raise HaldetError(f"responses must be a DataFrame, a list of dicts or a file path, not {type(data).__name__}",
+                          where="score_responses(data=...)",
+                          hint="pass rows with prompt (or question) and response columns (docs/api.md)")
+    bad = next((k for k, r in enumerate(rows) if not isinstance(r, Mapping)), None)
+    if bad is not None:
+        raise HaldetError(f"row {bad + 1} is a {type(rows[bad]).__name__}, not a dict",
+                          where="score_responses(data=...)",
+                          hint='each row is a dict such as {"prompt": ..., "response": ..., "label": 0}')
+    if not rows:
+        raise HaldetError("no responses given", where="score_responses(data=...)", hint="pass at least one row")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(path, "".join(json.dumps({str(k): _plain(v) for k, v in r.items()}) + "\n" for r in rows))
+    return path
+
+
+def _plain(value: Any) -> Any:
+    """A cell as plain JSON: numpy scalars and arrays as Python values, NaN as null."""
+    if hasattr(value, "tolist"):
+        value = value.tolist()
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    return value
+
+
+def score_responses(data: Any, *, model: str | Sequence[str] = "smollm2-135m",
+                    detectors: Sequence[str] = ("perplexity",), out: str | Path | None = None,
+                    limit: int | None = None, config_file: str | Path | None = None, progress: bool = True,
+                    **settings: Any) -> RunFrames:
+    """Score your responses with `detectors`, reading them teacher-forced with `model`: see `haldet.score_responses`."""
+    from haldet.flow.run import run
+
+    models = [model] if isinstance(model, str) else list(model)
+    if isinstance(data, str | Path):
+        data_file = Path(data).resolve()
+        if not data_file.is_file():
+            raise HaldetError("no such responses file", where=str(data), hint="check the path")
+        config = responses_config(data_file, _config(data_file, models, detectors, limit, config_file, settings))
+    else:  # rows in memory: checked in a scratch file first, so a refused call leaves no run directory behind
+        with tempfile.TemporaryDirectory() as scratch:
+            checked = write_input(data, Path(scratch) / INPUT_FILE)
+            try:
+                config = responses_config(checked, _config(checked, models, detectors, limit, config_file, settings),
+                                          where="score_responses(data=...)")
+            except HaldetError as exc:  # named as the caller knows the rows, not by the scratch file
+                raise HaldetError(exc.what, where="score_responses(data=...)" if exc.where.startswith(scratch)
+                                  else exc.where, hint=exc.hint) from None
+    root = Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="haldet-responses-"))
+    if not isinstance(data, str | Path):
+        data_file = write_input(data, root.resolve() / INPUT_FILE)
+        config = config.model_copy(update={"data_dir": str(data_file)})
+    if progress:
+        from rich.console import Console
+
+        from haldet.util.progress import progress_factory
+
+        with progress_factory(Console(stderr=True)) as make:
+            run(config, root, update=True, progress=make)
+    else:
+        run(config, root, update=True)
+    return load_frames(root)

@@ -1,0 +1,153 @@
+"""The `responses` adapter: a file of responses you bring, one row per answer.
+
+Columns (names are case-sensitive):
+- `prompt` or `question`: what the response answers (required; one of the two);
+- `response` or `answer`: the answer to score (required);
+- `context`: a document or evidence the prompt comes with (optional);
+- `label`: 1 / true / "hallucination" = hallucinated, 0 / false / "correct" = not; empty = unlabelled (optional);
+- `units`: spans of the response with their own labels, a list of {"text" or "start"/"end", "label", "kind"}
+  (kind: entity, sentence, claim, span, token; default span), or that list as a JSON string in a CSV (optional);
+- `id`: the item's id (optional; default: the row number).
+Other columns are kept in the item's `source`. Rows keep the file's order (no shuffle), so `--limit N` takes the
+first N rows.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from haldet.datasets.base import BadRow, DatasetAdapter, Source, register, require
+from haldet.datasets.formats import Format, RawFile
+from haldet.errors import HaldetError
+from haldet.schema import UNIT_KINDS, Category, Instance, SpanLabel
+from haldet.text.units import align_sequential
+
+PROMPT_COLUMNS = ("prompt", "question")
+RESPONSE_COLUMNS = ("response", "answer")
+OPTIONAL_COLUMNS = ("context", "label", "units", "id")
+_HALLUCINATED = {"1", "true", "t", "yes", "hallucination", "hallucinated"}
+_CORRECT = {"0", "false", "f", "no", "correct", "not_hallucinated"}
+
+
+def missing(value: Any) -> bool:
+    """An empty cell: None, NaN (pandas' missing value) or an empty/blank string."""
+    return value is None or (isinstance(value, float) and math.isnan(value)) or (
+        isinstance(value, str) and not value.strip())
+
+
+def parse_label(value: Any, field: str = "label") -> Category | None:
+    """A label cell as a category; None when empty (the item is scored, not evaluated)."""
+    if missing(value):
+        return None
+    text = str(int(value)) if isinstance(value, bool | int | float) and float(value) in (0.0, 1.0) else \
+        str(value).strip().lower()
+    if text in _HALLUCINATED:
+        return Category.HALLUCINATION
+    if text in _CORRECT:
+        return Category.CORRECT
+    raise BadRow(field, f"must be 1/true/hallucination or 0/false/correct (or empty: unlabelled), got {value!r}")
+
+
+def first_present(row: dict[str, Any], names: Sequence[str]) -> str | None:
+    """The first of `names` that the row holds a non-empty value for."""
+    return next((n for n in names if n in row and not missing(row[n])), None)
+
+
+def parse_units(value: Any, response: str) -> list[SpanLabel]:
+    """The `units` cell: spans by offsets (`start`, `end`) or by text (found in order in the response)."""
+    if missing(value):
+        return []
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise BadRow("units", f"not valid JSON ({exc.msg})") from None
+    if hasattr(value, "tolist"):
+        value = value.tolist()
+    if not isinstance(value, list) or not all(isinstance(u, dict) for u in value):
+        raise BadRow("units", 'must be a list of {"text" or "start"/"end", "label", "kind"} objects')
+    by_text = align_sequential(response, [str(u.get("text", "")) for u in value])
+    out = []
+    for k, unit in enumerate(value):
+        kind = str(unit.get("kind") or "span")
+        if kind not in UNIT_KINDS:
+            raise BadRow(f"units[{k}].kind", f"must be one of {', '.join(UNIT_KINDS)}, got {kind!r}")
+        if "start" in unit and "end" in unit:
+            start, end = int(unit["start"]), int(unit["end"])
+            if not 0 <= start <= end <= len(response):
+                raise BadRow(f"units[{k}]", f"offsets [{start}, {end}) are outside the response "
+                                            f"({len(response)} characters)")
+        elif by_text[k] is not None:
+            start, end = by_text[k]  # type: ignore[misc]
+        else:
+            raise BadRow(f"units[{k}]", f"text {unit.get('text')!r} not found in the response (after the units "
+                                        "before it); give its start/end offsets instead")
+        category = parse_label(unit.get("label"), f"units[{k}].label") or Category.INVALID
+        out.append(SpanLabel(start=start, end=end, text=response[start:end], kind=kind, category=category))
+    return out
+
+
+def _convert(raw: RawFile) -> list[tuple[str | None, list[dict[str, Any]]]] | None:
+    rows = raw.rows()
+    cols = set(raw.columns())
+    if not rows or not cols & set(PROMPT_COLUMNS) or not cols & set(RESPONSE_COLUMNS):
+        return None
+    return [("data", rows)]
+
+
+@register("responses")
+class Responses(DatasetAdapter):
+    scenario = "responses"
+    task_type = "long_form"
+    source = "your own responses (a file given with --responses / --data-file, or haldet.score_responses)"
+    license = "yours"
+    required_fields = ("prompt|question", "response|answer")
+    file_split = "data"
+
+    @classmethod
+    def formats(cls) -> list[Format]:
+        return [Format("responses", "rows with prompt (or question) and response (or answer), optional context, "
+                                    "label, units, id; JSON lines, JSON, CSV or Parquet", _convert)]
+
+    def hub_rows(self) -> Source:
+        """There is no hub copy of your responses: say where they go."""
+        raise HaldetError("dataset 'responses' scores your own file, and none was given", where="--dataset responses",
+                          hint="pass it with `haldet run --responses FILE` (or --data-file FILE), or from Python "
+                               "with haldet.score_responses(rows) (docs/api.md)")
+
+    def ordered_units(self, rows: Sequence[dict[str, Any]], seed: int) -> list[tuple[int, int | None]]:
+        """The file's own order: your first N rows are what --limit N keeps."""
+        return self.units(rows)
+
+    def _why_not(self, raw: RawFile) -> str:
+        """Which required column is missing, the names accepted for it, and the columns the file has."""
+        cols = raw.columns()
+        found = ", ".join(cols[:20]) or "none"
+        for what, names in (("the prompt", PROMPT_COLUMNS), ("the response", RESPONSE_COLUMNS)):
+            if not set(names) & set(cols):
+                return (f"missing column for {what} (accepted names: {', '.join(names)}; optional: "
+                        f"{', '.join(OPTIONAL_COLUMNS)}); columns found: {found}")
+        return f"no rows (columns found: {found})"
+
+    def _unrecognised(self, rejected: list[tuple[Any, str]]) -> HaldetError:
+        path, why = rejected[0]
+        return HaldetError(f"responses: {why}", where=str(path),
+                           hint="rename the column, or pass the data as a DataFrame with those columns "
+                                "(docs/api.md)")
+
+    def row_to_instance(self, row: dict[str, Any], index: int, split: str) -> Instance:
+        prompt_col = first_present(row, PROMPT_COLUMNS)
+        if prompt_col is None:
+            raise BadRow("prompt", "missing or empty (also accepted: question)")
+        response_col = first_present(row, RESPONSE_COLUMNS)
+        if response_col is None:
+            raise BadRow("response", "missing or empty (also accepted: answer)")
+        response = str(require(row, response_col))
+        context = "" if missing(row.get("context")) else str(row["context"])
+        native = index if missing(row.get("id")) else str(row["id"]).strip().replace("/", "_")
+        return self.instance(split, native, question=str(row[prompt_col]).strip(), context=context,
+                             response=response, response_label=parse_label(row.get("label")),
+                             units=parse_units(row.get("units"), response))
