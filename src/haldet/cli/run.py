@@ -107,7 +107,7 @@ def run_benchmark(opts: RunOptions) -> None:
     and the exit status from what failed."""
     from haldet.cli.outcome import run_problems
     from haldet.flow import run as pipeline
-    from haldet.report.terminal import results_table
+    from haldet.report.terminal import print_results
 
     config = run_config(opts)
     target = opts.out or default_out(config)
@@ -127,7 +127,7 @@ def run_benchmark(opts: RunOptions) -> None:
     if opts.as_json:
         out_console.print_json(json.dumps(rows))
     else:
-        out_console.print(results_table(rows, failed=failed))
+        print_results(out_console, rows, failed=failed)
     _write_run_reports(target)
     console.print(f"run directory: {target}")
     exit_on_failures(run_problems(cells), opts.allow_failures)

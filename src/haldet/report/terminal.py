@@ -60,6 +60,28 @@ def results_table(rows: list[dict[str, Any]], title: str = "haldet results (test
                   failed: list[tuple[str, str, str]] | None = None, width: int | None = None) -> Group:
     """The table plus its footnotes, at most `width` columns wide (default: the terminal's width).
     `failed`: (dataset, model, why) of cells without results, a line each so none goes unseen."""
+    table, notes = results_parts(rows, title, failed, width)
+    return Group(table, *notes)
+
+
+def print_results(console: Console, rows: list[dict[str, Any]], title: str = "haldet results (test split)",
+                  failed: list[tuple[str, str, str]] | None = None) -> None:
+    """The results table on `console`: the columns that fit a terminal, every column when the output is a file or
+    a pipe (a log keeps every number); no value is ever cut (`haldet.util.tables`)."""
+    from haldet.util.tables import print_tables
+
+    width = console.size.width if console.is_terminal else UNLIMITED
+    table, notes = results_parts(rows, title, failed, width)
+    print_tables(console, [table], notes)
+
+
+UNLIMITED = 1 << 20  # a width that leaves every optional column in
+
+
+def results_parts(rows: list[dict[str, Any]], title: str = "haldet results (test split)",
+                  failed: list[tuple[str, str, str]] | None = None,
+                  width: int | None = None) -> tuple[Table, list[Text]]:
+    """The table (its optional columns chosen to fit `width`) and the lines under it."""
     width = width or Console().size.width
     cells: dict[tuple[str, str, str], dict[str, dict[str, Any]]] = {}
     for row in rows:
@@ -88,7 +110,7 @@ def results_table(rows: list[dict[str, Any]], title: str = "haldet results (test
                          no_wrap=key != "detector")
     for metrics in cells.values():
         table.add_row(*(cols[k].cell(metrics) for k in chosen))
-    return Group(table, *_footer(cells, marks, coverages, failed))
+    return table, _footer(cells, marks, coverages, failed)
 
 
 def _detector(metrics: dict[str, dict[str, Any]], marks: Any) -> str:

@@ -13,6 +13,7 @@ from rich.table import Table
 
 from haldet.store import atomic_write_text
 from haldet.suites.base import Suite, TableLayout, get_suite
+from haldet.util.tables import print_tables
 
 METRIC_TITLES = {"auroc": "AUROC", "aupr": "AUPRC", "f1_opt": "F1-opt", "precision_opt": "P-opt",
                  "recall_opt": "R-opt", "f1_opt_test": "F1-opt (tuned on test)", "threshold": "threshold",
@@ -149,5 +150,4 @@ def print_suite_results(name: str, rows: list[dict[str, Any]], target: Path, con
     if as_json:
         console.print_json(json.dumps(rows, default=str))
         return
-    for table in rich_tables(suite, rows):
-        console.print(table)
+    print_tables(console, rich_tables(suite, rows))
