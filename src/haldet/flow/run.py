@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from haldet.backends.base import Backend
-from haldet.backends.select import check_signals
+from haldet.backends.select import check_model_names, check_signals
 from haldet.config import RunConfig
 from haldet.datasets.base import DATASETS, get_adapter
 from haldet.detectors.base import DETECTORS
-from haldet.errors import HaldetError
+from haldet.errors import HaldetError, UnknownNameError
 from haldet.executors.ray_executor import ray_cells
 from haldet.flow.cell import CellResult, guarded_cell
 from haldet.flow.results import cell_entry, result_rows
@@ -57,7 +57,8 @@ def _now() -> str:
 
 
 def validate_names(config: RunConfig) -> None:
-    """Fail before any work on unknown dataset or detector names."""
+    """Fail before any work on unknown dataset, detector or suite names, or a misspelt model alias."""
+    check_model_names(config)
     if config.suite:
         get_suite(config.suite)
     for name in config.dataset_params:
@@ -81,7 +82,7 @@ def run(config: RunConfig, out: Path, *, update: bool = False, progress: Progres
     Holds the run's lock throughout (a second process on the same directory waits, then reuses what this one
     computed); a run that raises is recorded in the manifest as status "failed" with the reason."""
     if executor not in EXECUTORS:
-        raise HaldetError(f"unknown executor {executor!r}", where="--executor", hint=" or ".join(EXECUTORS))
+        raise UnknownNameError("executor", executor, list(EXECUTORS), where="--executor")
     validate_names(config)
     store = RunStore(out)
     with store.lock():

@@ -12,7 +12,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from haldet.errors import HaldetError
+from haldet.errors import HaldetError, UnknownNameError
 from haldet.store import atomic_write_text, read_json
 from haldet.suites.hallulens.build import (
     TASKS as TASK_ORDER,
@@ -101,8 +101,8 @@ def build_sets(out: Path, *, tasks: Sequence[str], cfg: BuildConfig, trials: int
             elif task == "proxy_qa":
                 items, report = build_proxy(cfg.qa_size, trial_cfg.seed)
             else:
-                raise HaldetError(f"unknown HalluLens task {task!r}", where="--task",
-                                  hint="precisewikiqa, longwiki, nonexistent, proxy_qa")
+                raise UnknownNameError("HalluLens task", task, ["precisewikiqa", "longwiki", "nonexistent",
+                                                                "proxy_qa"], where="--task")
             write_items(folder / f"{task}.jsonl", items)
             reports[f"seed-{trial_cfg.seed}/{task}"] = asdict(report)
     sources = {k: {"path": str(v), "sha256": file_sha256(Path(v))}
