@@ -296,3 +296,16 @@ def test_sliding_window_models_decode_as_generate_does():
             assert tokens == ref[0, len(seq):].tolist()
         with pytest.raises(ValueError, match="full-attention"):
             decode(model, seqs[:1], max_new_tokens=2, stop_ids=[1], pad_id=0, tails=[[[7], [8]]], repeat=2)
+
+
+def test_decoding_passes_the_cache_without_deprecation_warnings(backends, prompts):
+    """Both decoders and the sampling paths hand the KV cache to the model under the keyword this transformers
+    accepts: no `past_key_values is deprecated` FutureWarning on every forward call (a fresh `make run` is quiet)."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for backend in backends.values():
+            backend.generate(prompts[:2], max_new_tokens=3, batch_size=2)
+            backend.sample(prompts[:1], k=2, temperature=1.0, top_p=0.9, seeds=[5], max_new_tokens=3, batch_size=2)
+    assert [str(w.message) for w in caught if "past_key_values" in str(w.message)] == []

@@ -274,6 +274,8 @@ class HFBackend(Backend):
         import torch
         from transformers import GenerationConfig, LogitsProcessorList
 
+        from haldet.backends.hf.decode import cache_arg
+
         model = self.model
         encoded = [self.encode_prompt(p) for p in prompts]
         order = sorted(range(len(prompts)), key=lambda i: len(encoded[i]))
@@ -292,7 +294,7 @@ class HFBackend(Backend):
             with torch.inference_mode():
                 cache = self._prompt_cache(input_ids, attention, k)
                 out = model.generate(input_ids=input_ids.repeat_interleave(k, dim=0),
-                                     attention_mask=attention.repeat_interleave(k, dim=0), past_key_values=cache,
+                                     attention_mask=attention.repeat_interleave(k, dim=0), **cache_arg(model, cache),
                                      generation_config=config, logits_processor=LogitsProcessorList([sampler]))
             new_tokens = out.sequences[:, input_ids.shape[1]:]
             # the model's own log-probs (raw logits, temperature 1): the sequence likelihood detectors want
@@ -314,13 +316,15 @@ class HFBackend(Backend):
         ones generate derives from the attention mask, so the continuation is the same as without the cache."""
         from transformers import DynamicCache
 
+        from haldet.backends.hf.decode import cache_arg
+
         if input_ids.shape[1] < 2:
             return None
         cache = DynamicCache(config=self.model.config)
         head, mask = input_ids[:, :-1], attention[:, :-1]
         positions = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 0)
-        self.model(input_ids=head, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True,
-                   logits_to_keep=1)
+        self.model(input_ids=head, attention_mask=mask, position_ids=positions, **cache_arg(self.model, cache),
+                   use_cache=True, logits_to_keep=1)
         cache.batch_repeat_interleave(k)
         return cache
 

@@ -63,6 +63,19 @@ class Reader(Protocol):
         """Rows `index` of the pool have ended and are about to leave it (`fork` copies their caches)."""
 
 
+def cache_arg(model: Any, cache: Any) -> dict[str, Any]:
+    """The KV cache as the keyword this transformers names it: `cache` since transformers 5.x (where
+    `past_key_values` is deprecated and warns on every call), `past_key_values` before."""
+    return {_cache_keyword(type(model)): cache}
+
+
+@functools.cache
+def _cache_keyword(model_class: type) -> str:
+    import inspect
+
+    return "cache" if "cache" in inspect.signature(model_class.forward).parameters else "past_key_values"
+
+
 @functools.cache
 def _layer_class() -> type:
     """`GrowingLayer` subclasses transformers' DynamicLayer (imported lazily: transformers is heavy)."""
@@ -183,7 +196,7 @@ def prefill(model: Any, seqs: Sequence[Sequence[int]], *, capacity: int, pad_id:
     head_states = None
     if n_shared:
         head = torch.tensor([list(seqs[0][:n_shared])], dtype=torch.long, device=device)
-        out = model(input_ids=head, position_ids=torch.arange(n_shared, device=device)[None], past_key_values=cache,
+        out = model(input_ids=head, position_ids=torch.arange(n_shared, device=device)[None], **cache_arg(model, cache),
                     use_cache=True, logits_to_keep=1, output_hidden_states=states)
         head_states = out.hidden_states if states else None
         cache.batch_repeat_interleave(len(seqs))
@@ -208,7 +221,7 @@ def extend(model: Any, state: Prefilled, rests: Sequence[Sequence[int]], *, pad_
     ids, rest_mask = ids.to(model.device), rest_mask.to(model.device)
     positions = state.last_pos[:, None] + 1 + (rest_mask.cumsum(-1) - 1).clamp_min(0)
     mask = torch.cat([state.mask, rest_mask], dim=-1)
-    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=state.cache,
+    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, **cache_arg(model, state.cache),
                 use_cache=True, logits_to_keep=1, output_hidden_states=states)
     return Prefilled(cache=state.cache, mask=mask, last_pos=positions[:, -1], logits=out.logits[:, -1].float(),
                      rest_states=out.hidden_states if states else None)
@@ -260,7 +273,7 @@ class Pool:
         self.mask = torch.cat([self.mask, self.mask.new_ones((self.n, 1))], dim=-1)
         self.last_pos = self.last_pos + self.active.long()
         out = model(input_ids=self.chosen[:, None], attention_mask=self.mask, position_ids=self.last_pos[:, None],
-                    past_key_values=self.cache, use_cache=True, logits_to_keep=1, output_hidden_states=states)
+                    **cache_arg(model, self.cache), use_cache=True, logits_to_keep=1, output_hidden_states=states)
         return out.logits[:, -1].float(), out.hidden_states if states else None
 
 
