@@ -96,12 +96,18 @@ class HFBackend(Backend):
         """The weights, loaded on first use: a fully cached rerun only needs the tokenizer."""
         if self._model is None:
             from transformers import AutoModelForCausalLM
+            from transformers.utils import logging as hf_logging
 
             start = time.perf_counter()
+            bar = hf_logging.is_progress_bar_enabled()
+            hf_logging.disable_progress_bar()  # a local load takes a second; its bar is a stray line in a run's log
             try:
                 self._model = AutoModelForCausalLM.from_pretrained(self._source, dtype=self.dtype)
             except OSError as exc:
                 raise load_error(self.name, exc) from None
+            finally:
+                if bar:
+                    hf_logging.enable_progress_bar()
             self._model.to(self.device).eval()
             if self.fast_numerics == "int8":
                 self._model = int8_dynamic(self._model, self.device)
