@@ -12,7 +12,7 @@ from typing import Annotated, Any
 import typer
 
 from haldet.cli.console import console, exit_on_failures, out_console, progress_bars
-from haldet.cli.options import AllowFailures, DataFile, SplitOption, local_data
+from haldet.cli.options import AllowFailures, DataFile, JudgeBackendHelp, SplitOption, Threads, local_data
 from haldet.config import RunConfig, load_config, split_names
 from haldet.errors import HaldetError
 
@@ -56,7 +56,7 @@ def run(
     detector: Annotated[list[str] | None, typer.Option("--detector", help="Detector(s): repeat or comma list. "
                                                        "See `haldet detectors list`.")] = None,
     limit: Annotated[int | None, typer.Option(help="Items per dataset (after a seeded shuffle).")] = None,
-    out: Annotated[Path | None, typer.Option(help="Run directory (default: runs/<datasets>__<models>).")] = None,
+    out: Annotated[Path | None, typer.Option(help=f"Run directory (default: {DEFAULT_OUT_HELP}).")] = None,
     config_file: Annotated[Path | None, typer.Option("--config", help="YAML config file; flags override it.")] = None,
     data_dir: Annotated[Path | None, typer.Option(help="Read datasets from local files: DIR/<dataset>/ (any file "
                                                        "names; hub schema or the original release formats).")] = None,
@@ -72,7 +72,7 @@ def run(
                                               "see `haldet annotate --help`).")] = None,
     judge_model: Annotated[str | None, typer.Option(help="LLM judge model (enables it in the cascade).")] = None,
     judge_base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible endpoint of the LLM judge.")] = None,
-    judge_backend: Annotated[str | None, typer.Option(help="LLM judge backend: openai | hf.")] = None,
+    judge_backend: Annotated[str | None, typer.Option(help=JudgeBackendHelp)] = None,
     update: Annotated[bool, typer.Option(help="Allow a changed config in an existing --out "
                                               "(still-valid cached evidence is reused).")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result rows as JSON.")] = False,
@@ -83,6 +83,7 @@ def run(
     ray_address: Annotated[str | None, typer.Option(help="Ray cluster address (default: $RAY_ADDRESS, else a "
                                                     "local cluster).")] = None,
     allow_failures: Annotated[bool, AllowFailures] = False,
+    threads: Annotated[int | None, Threads] = None,
     suite: Annotated[str | None, typer.Option(help="Run a hosted benchmark with its datasets, protocol, detectors, "
                                               "levels and tables (see `haldet suites list`); flags override.")]
     = None,
@@ -92,6 +93,10 @@ def run(
     With no options: the embedded SmolLM2-135M on packaged HaluEval-QA (200 items), fully offline.
     Run it again and everything is read from the cache. With --suite NAME: that suite (docs/suites.md).
     """
+    if threads is not None:  # the global `haldet --threads N` works too; given here, it is this run's
+        from haldet.util.threads import configure_threads
+
+        configure_threads(threads)
     run_benchmark(RunOptions(
         dataset=dataset, model=model, detector=detector, limit=limit, out=out, config_file=config_file,
         data_dir=data_dir, data_file=data_file, split=split, on_bad_row=on_bad_row, batch_size=batch_size,
@@ -150,6 +155,11 @@ def run_config(opts: RunOptions) -> RunConfig:
     for name in config.datasets if opts.split else []:
         config.dataset_params.setdefault(name, {})["split"] = opts.split
     return config
+
+
+# what `default_out` gives, in words, for `--out`'s help (keep the two together)
+DEFAULT_OUT_HELP = ("runs/<datasets>__<models> under the current directory, e.g. runs/halueval_qa__smollm2-135m for "
+                    "a bare `haldet run`")
 
 
 def default_out(config: RunConfig) -> Path:
