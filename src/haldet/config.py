@@ -25,6 +25,19 @@ DEFAULT_DETECTORS = [
     "verbalized", "self_eval", "selfcheck_bertscore", "lexical_similarity", "perplexity", "ln_entropy", "sar",
     "eigenscore", "ccs", "haloscope", "saplma", "mind", "prism", "icr_probe",
 ]
+_NLI = ("needs an NLI model; offline the only one is the prompted 135M LLM, which cannot judge entailment, so its "
+        "numbers would say nothing")
+# the paper's detectors a run without --detector leaves out, and why (said under the results of such a run)
+NOT_IN_DEFAULT = {
+    "selfcheck_nli": _NLI,
+    "semantic_entropy": _NLI,
+    "sep": "its training target is semantic entropy, which " + _NLI,
+}
+
+
+def skipped_detectors(detectors: list[str]) -> dict[str, str]:
+    """Detector -> why it did not run, for a run on the default detector list (the user chose no detector)."""
+    return dict(NOT_IN_DEFAULT) if list(detectors) == DEFAULT_DETECTORS else {}
 
 
 class Section(BaseModel):

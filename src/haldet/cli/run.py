@@ -13,7 +13,7 @@ import typer
 
 from haldet.cli.console import console, exit_on_failures, out_console, progress_bars
 from haldet.cli.options import AllowFailures, DataFile, JudgeBackendHelp, SplitOption, Threads, local_data
-from haldet.config import RunConfig, load_config, split_names
+from haldet.config import RunConfig, load_config, skipped_detectors, split_names
 from haldet.errors import HaldetError
 
 
@@ -112,6 +112,7 @@ def run_benchmark(opts: RunOptions) -> None:
     and the exit status from what failed."""
     from haldet.cli.outcome import run_problems
     from haldet.flow import run as pipeline
+    from haldet.report.rundata import skipped_lines
     from haldet.report.terminal import print_results
 
     config = run_config(opts)
@@ -132,7 +133,7 @@ def run_benchmark(opts: RunOptions) -> None:
     if opts.as_json:
         out_console.print_json(json.dumps(rows))
     else:
-        print_results(out_console, rows, failed=failed)
+        print_results(out_console, rows, failed=failed, notes=skipped_lines(skipped_detectors(config.detectors)))
     _write_run_reports(target)
     console.print(f"run directory: {target}")
     exit_on_failures(run_problems(cells), opts.allow_failures)

@@ -15,7 +15,7 @@ from typing import Any
 
 from haldet.errors import HaldetError
 from haldet.report.html import build_html
-from haldet.report.rundata import RunData, load_run, merge_runs
+from haldet.report.rundata import RunData, load_run, merge_runs, skipped_in_runs, skipped_lines
 from haldet.report.tables import all_latex, all_markdown
 from haldet.store import RunStore, atomic_write_text
 
@@ -33,7 +33,11 @@ def write_reports(out: Path, runs: Sequence[RunData], *, title: str | None = Non
     if write_results:
         RunStore(out).write_results(rows)
         written.update({n: out / n for n in ("results.json", "results.csv", "results.parquet")})
-    atomic_write_text(out / "tables.md", all_markdown(rows) if rows else "No result rows.\n")
+    skipped = skipped_lines(skipped_in_runs(runs, rows))
+    markdown = all_markdown(rows) if rows else "No result rows.\n"
+    if skipped:
+        markdown += "\n## Detectors not run\n\n" + "".join(f"- {line}\n" for line in skipped)
+    atomic_write_text(out / "tables.md", markdown)
     atomic_write_text(out / "tables.tex", all_latex(rows) if rows else "% no result rows\n")
     name = title or ("haldet report: " + ", ".join(r.name for r in runs))
     atomic_write_text(out / "report.html", build_html(runs, rows, title=name, n_boot=n_boot))

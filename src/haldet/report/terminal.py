@@ -65,14 +65,15 @@ def results_table(rows: list[dict[str, Any]], title: str = "haldet results (test
 
 
 def print_results(console: Console, rows: list[dict[str, Any]], title: str = "haldet results (test split)",
-                  failed: list[tuple[str, str, str]] | None = None) -> None:
+                  failed: list[tuple[str, str, str]] | None = None, notes: list[str] | None = None) -> None:
     """The results table on `console`: the columns that fit a terminal, every column when the output is a file or
-    a pipe (a log keeps every number); no value is ever cut (`haldet.util.tables`)."""
+    a pipe (a log keeps every number); no value is ever cut (`haldet.util.tables`). `notes`: lines said under
+    it (e.g. the detectors a default run left out, and why)."""
     from haldet.util.tables import print_tables
 
     width = console.size.width if console.is_terminal else UNLIMITED
-    table, notes = results_parts(rows, title, failed, width)
-    print_tables(console, [table], notes)
+    table, footer = results_parts(rows, title, failed, width)
+    print_tables(console, [table], [*footer, *(Text(line, style="dim") for line in notes or [])])
 
 
 UNLIMITED = 1 << 20  # a width that leaves every optional column in
