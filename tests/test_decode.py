@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from haldet.backends.hf import decode as decode_module
-from haldet.backends.hf.backend import HFBackend
+from haldet.backends.hf.backend import KV_POOL_BYTES, HFBackend
 from haldet.backends.hf.decode import common_prefix, prefill_group
 from haldet.errors import HaldetError
 from haldet.text.confidence import confidence_complete, confidence_statement, parse_confidence
@@ -215,7 +215,7 @@ def test_pool_rows_fit_the_kv_budget(backends):
     """SmolLM2-135M keeps 2 x 30 layers x 3 KV heads x 64 dims x 4 bytes = 46,080 bytes per token."""
     lean = backends["haldet"]
     assert lean.pool_rows([[0] * 100], 28) == lean.decode_rows == 96  # 5.9 MB a row: the setting decides
-    assert lean.pool_rows([[0] * 20_000], 28) == (3 << 30) // (46_080 * 20_028) == 3  # long prompts: fewer rows
+    assert lean.pool_rows([[0] * 5_000], 28) == KV_POOL_BYTES // (46_080 * 5_028) == 6  # long prompts: fewer rows
 
 
 @pytest.mark.parametrize("pooling", ["mean", "last"])

@@ -204,7 +204,7 @@ class RunConfig(Section):
     decoder: Literal["haldet", "transformers"] = "haldet"
     fast_numerics: Literal["none", "bf16", "int8"] = "none"
     # rows the lean loop decodes together (continuous batching; prompts join as rows end): decoding steps of many
-    # rows cost far less per token on CPU; memory grows with it (the rows' KV cache, capped at 3 GiB)
+    # rows cost far less per token on CPU; memory grows with it (the rows' KV cache, capped at 1.5 GiB)
     decode_rows: int = Field(96, ge=1)
     # the lean loop reads the features and auxiliary stages' evidence while it decodes the greedy answers (states
     # as computed, statements and follow-up questions as branches of each answer's cache) instead of reading

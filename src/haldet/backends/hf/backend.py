@@ -47,8 +47,9 @@ from haldet.util.threads import thread_count
 DECODERS = ("haldet", "transformers")
 # faster numerics on CPU, never the default (they change answers): bfloat16 weights, int8 dynamic quantisation
 FAST_NUMERICS = ("none", "bf16", "int8")
-# the most memory the decoding pool's KV cache may take (rows are capped to fit; a merge briefly holds two copies)
-KV_POOL_BYTES = 3 << 30
+# the most memory the decoding pool's KV cache may take (rows are capped to fit; a merge briefly holds two copies,
+# so the decoding peak is about the model plus twice this: with 1.5 GiB the default run fits in 8 GB, docs/speed.md)
+KV_POOL_BYTES = 3 << 29
 
 
 class HFBackend(Backend):
