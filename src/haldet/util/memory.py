@@ -3,8 +3,9 @@
 A decoding stage frees gigabytes of KV cache and hidden states at its end, but the C allocator keeps much of it
 in its heap, so the resident size a user sees stays at the stage's peak and the next stage's peak lands on top
 (the default run measured 2.9 GB resident during the label stage, which needs almost none; benchmarks/memory.py).
-`release_memory` collects Python garbage and asks glibc to trim its heaps (`malloc_trim`); elsewhere it only
-collects.
+`release_memory` collects the young generations of Python garbage (a full collection takes a second once torch
+is loaded; tensors are freed by reference counting anyway) and asks glibc to trim its heaps (`malloc_trim`,
+microseconds); elsewhere it only collects.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ def _libc() -> Any:
 
 def release_memory() -> bool:
     """Collect garbage and return free heap pages to the OS; True when the allocator could be trimmed."""
-    gc.collect()
+    gc.collect(1)
     libc = _libc()
     if libc is None:
         return False
