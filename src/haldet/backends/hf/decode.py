@@ -285,7 +285,9 @@ def _first_read_column(mask: torch.Tensor) -> int:
 def merge(parts: list[Pool], *, room: int) -> Pool | None:
     """One pool of the still-running rows of `parts` (None when there are none): one copy of their caches into
     buffers left-padded to a common width, with `room` free positions after it; leading columns that no row reads
-    are left out. A single part is only compacted in place (rows selected, leading padding trimmed)."""
+    are left out. A single part is only compacted in place (rows selected, leading padding trimmed). The parts are
+    consumed: each layer of theirs is emptied once it is copied, so a merge holds about one pool's cache plus one
+    layer, not two pools' (the first part's cache becomes the pool's)."""
     chosen = [(p, p.active.nonzero().flatten()) for p in parts]
     chosen = [(p, index) for p, index in chosen if len(index)]
     if not chosen:
@@ -320,6 +322,10 @@ def merge(parts: list[Pool], *, room: int) -> Pool | None:
                 buffer[row : row + len(index), :, width - w : width] = block
             row += len(index)
         layer.adopt(buffers[0], buffers[1], width)
+        for part, _ in chosen[1:]:  # copied: free this layer of the other parts now, not when the merge returns
+            emptied = part.cache.layers[li]
+            nothing = emptied.keys.new_empty((0, heads, 0, dim))  # a fresh tensor: a view would keep the storage
+            emptied.adopt(nothing, nothing, 0)
     mask = torch.cat([torch.nn.functional.pad(m[:, s:], (width - w, 0))
                       for m, s, w in zip(masks, starts, widths, strict=True)])
     joined = [torch.cat([getattr(p, name)[index] for p, index in chosen])
@@ -520,6 +526,7 @@ def decode(model: Any, seqs: Sequence[Sequence[int]], *, max_new_tokens: int, st
                 if not can_merge:
                     break
             pool = merge(parts, room=max_new_tokens)
+            del parts  # the merged-in parts' caches are gone; drop them before decoding on
         elif pool is None or busy == 0:
             leave(pool)
             break
