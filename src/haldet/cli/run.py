@@ -16,6 +16,10 @@ from haldet.cli.options import AllowFailures, DataFile, JudgeBackendHelp, SplitO
 from haldet.config import RunConfig, load_config, skipped_detectors, split_names
 from haldet.errors import HaldetError
 
+# what `default_out` gives, in words, for `--out`'s help (keep the two together; `default_out` is below)
+DEFAULT_OUT_HELP = ("runs/<datasets>__<models> under the current directory, e.g. runs/halueval_qa__smollm2-135m for "
+                    "a bare `haldet run`")
+
 
 @dataclass(frozen=True)
 class RunOptions:
@@ -156,11 +160,6 @@ def run_config(opts: RunOptions) -> RunConfig:
     for name in config.datasets if opts.split else []:
         config.dataset_params.setdefault(name, {})["split"] = opts.split
     return config
-
-
-# what `default_out` gives, in words, for `--out`'s help (keep the two together)
-DEFAULT_OUT_HELP = ("runs/<datasets>__<models> under the current directory, e.g. runs/halueval_qa__smollm2-135m for "
-                    "a bare `haldet run`")
 
 
 def default_out(config: RunConfig) -> Path:
