@@ -320,6 +320,9 @@ _LOADED: dict[tuple[Any, ...], PairModel] = {}
 def _build(kind: str, name: str, **kw: Any) -> PairModel:
     key = (kind, name, tuple(sorted(kw.items())))
     if key not in _LOADED:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()  # a local load's "Loading weights" bar is a stray line in a run's output
         if kind == "nli":
             if name.startswith("llm:"):
                 kw.pop("max_length", None)
