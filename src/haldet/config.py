@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from haldet.errors import HaldetError
+from haldet.errors import HaldetError, did_you_mean
 
 # `haldet run` with no --detector: the paper's detectors whose evidence the embedded set-up provides with real
 # quality offline. selfcheck_nli, semantic_entropy and sep (whose target is semantic entropy) need an NLI model;
@@ -24,6 +25,19 @@ DEFAULT_DETECTORS = [
     "verbalized", "self_eval", "selfcheck_bertscore", "lexical_similarity", "perplexity", "ln_entropy", "sar",
     "eigenscore", "ccs", "haloscope", "saplma", "mind", "prism", "icr_probe",
 ]
+_NLI = ("needs an NLI model; offline the only one is the prompted 135M LLM, which cannot judge entailment, so its "
+        "numbers would say nothing")
+# the paper's detectors a run without --detector leaves out, and why (said under the results of such a run)
+NOT_IN_DEFAULT = {
+    "selfcheck_nli": _NLI,
+    "semantic_entropy": _NLI,
+    "sep": "its training target is semantic entropy, which " + _NLI,
+}
+
+
+def skipped_detectors(detectors: list[str]) -> dict[str, str]:
+    """Detector -> why it did not run, for a run on the default detector list (the user chose no detector)."""
+    return dict(NOT_IN_DEFAULT) if list(detectors) == DEFAULT_DETECTORS else {}
 
 
 class Section(BaseModel):
@@ -246,7 +260,7 @@ class RunConfig(Section):
     decoder: Literal["haldet", "transformers"] = "haldet"
     fast_numerics: Literal["none", "bf16", "int8"] = "none"
     # rows the lean loop decodes together (continuous batching; prompts join as rows end): decoding steps of many
-    # rows cost far less per token on CPU; memory grows with it (the rows' KV cache, capped at 3 GiB)
+    # rows cost far less per token on CPU; memory grows with it (the rows' KV cache, capped at 1.5 GiB)
     decode_rows: int = Field(96, ge=1)
     # the lean loop reads the features and auxiliary stages' evidence while it decodes the greedy answers (states
     # as computed, statements and follow-up questions as branches of each answer's cache) instead of reading
@@ -366,6 +380,26 @@ def load_config(path: Path | None = None, base: dict[str, Any] | None = None, **
     except ValidationError as exc:
         first = exc.errors()[0]
         field_name = ".".join(str(p) for p in first["loc"])
-        raise HaldetError(f"invalid setting {field_name!r}: {first['msg']}",
+        raise HaldetError(f"invalid setting {field_name!r}: {first['msg']}{_suggestion(first)}",
                           where=str(path) if path else "command-line options",
                           hint="see `haldet run --help` and docs/config.md for the accepted settings") from None
+
+
+def _suggestion(error: Any) -> str:
+    """'; did you mean ...?' for a misspelt setting name (the fields of its section) or a misspelt choice (the
+    allowed values), else ""."""
+    loc = [str(p) for p in error["loc"]]
+    if error["type"] == "extra_forbidden":
+        section: Any = RunConfig
+        for part in loc[:-1]:
+            field = section.model_fields.get(part) if isinstance(section, type) else None
+            annotation = field.annotation if field is not None else None
+            if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+                return ""
+            section = annotation
+        guess = did_you_mean(loc[-1], section.model_fields)
+    elif error["type"] == "literal_error" and isinstance(error.get("input"), str):
+        guess = did_you_mean(error["input"], re.findall(r"'([^']*)'", str(error.get("ctx", {}).get("expected"))))
+    else:
+        return ""
+    return f"; {guess}" if guess else ""

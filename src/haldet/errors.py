@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import difflib
 import errno
+from collections.abc import Iterable
 
 
 class HaldetError(Exception):
@@ -29,12 +31,32 @@ class HaldetError(Exception):
         return text
 
 
+def close_matches(name: str, known: Iterable[str], n: int = 3) -> list[str]:
+    """The known names a misspelling of `name` most likely meant (closest first; none when nothing is close)."""
+    return difflib.get_close_matches(name, list(known), n=n, cutoff=0.6)
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """`did you mean 'x'?` (or 'x' or 'y'), or "" when no known name is close to `name`."""
+    matches = close_matches(name, known)
+    return f"did you mean {' or '.join(repr(m) for m in matches)}?" if matches else ""
+
+
+def unknown_keys(kinds: str, unknown: list[str], known: Iterable[str]) -> str:
+    """`unknown option(s) a, b` (`kinds` in the plural) plus a guess for each misspelt one
+    (`'lang': did you mean 'languages'?`)."""
+    known = list(known)
+    guesses = [f"{name!r}: {guess}" for name in unknown if (guess := did_you_mean(name, known))]
+    return f"unknown {kinds} {', '.join(unknown)}" + (f" ({'; '.join(guesses)})" if guesses else "")
+
+
 class UnknownNameError(HaldetError):
-    """A name that is not in a registry; the message lists the known names."""
+    """A name that is not in a registry; the message suggests the closest known names and lists them all."""
 
     def __init__(self, kind: str, name: str, known: list[str], *, where: str = "") -> None:
+        guess = did_you_mean(name, known)
         super().__init__(
-            f"unknown {kind} {name!r}",
+            f"unknown {kind} {name!r}" + (f"; {guess}" if guess else ""),
             where=where,
             hint=f"known {kind}s: {', '.join(sorted(known)) or '(none)'}",
         )

@@ -37,6 +37,15 @@ SIGNAL_NEEDS: dict[Signal, Capability] = {
 }
 
 
+def check_model_names(config: RunConfig) -> None:
+    """Refuse a misspelt model alias before any work (a local model name that is close to a known alias)."""
+    from haldet.util.assets import check_alias
+
+    for model in config.models:
+        if backend_kind(model) == "hf":
+            check_alias(model)
+
+
 def backend_kind(model: str) -> str:
     if model.startswith("openai:"):
         return "openai"

@@ -17,13 +17,45 @@ import sys
 from typing import Annotated, Any
 
 import typer
+from typer.core import TyperGroup
 
 from haldet.cli import annotate, datasets, detectors, hallulens, presets, reports, run, stages, suites, view
 from haldet.cli.console import console, print_error
+from haldet.cli.options import Threads
 from haldet.errors import HaldetError, storage_error
 from haldet.version import __version__
 
+
+class _Root(TyperGroup):
+    """The root command group; once built, no flag anywhere in the tree shows a `<bool>` type label in its help
+    (an on/off switch takes no value)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        stack: list[Any] = [self]
+        while stack:
+            cmd = stack.pop()
+            for param in cmd.params:
+                if getattr(param, "is_flag", False):
+                    param.metavar = ""
+            cmd.get_help_option = _untyped(cmd.get_help_option)
+            stack.extend(getattr(cmd, "commands", {}).values())
+
+
+def _untyped(get_help_option: Any) -> Any:
+    """`--help`, which click adds to every command, without a type label either."""
+
+    def wrapped(ctx: Any) -> Any:
+        option = get_help_option(ctx)
+        if option is not None:
+            option.metavar = ""
+        return option
+
+    return wrapped
+
+
 app = typer.Typer(
+    cls=_Root,
     help="Benchmark hallucination detectors for LLMs: generate answers, label them, score them with "
          "detectors, and report AUROC/AUPR/FPR@95 with bootstrap CIs.",
     no_args_is_help=False,
@@ -51,8 +83,7 @@ def _version(value: bool) -> None:
 def main(
     version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
                                           help="Print the version and exit.")] = False,
-    threads: Annotated[int | None, typer.Option(help="CPU threads for torch (default: the cores this process may "
-                                                     "use, from its affinity and cgroup quota).")] = None,
+    threads: Annotated[int | None, Threads] = None,
 ) -> None:
     """haldet: one fair protocol for hallucination detectors."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

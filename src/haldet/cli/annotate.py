@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from haldet.cli.console import exit_on_failures, out_console, print_json, progress_bars
-from haldet.cli.options import AllowFailures, RunDirArg
+from haldet.cli.options import AllowFailures, JudgeBackendHelp, RunDirArg
 from haldet.config import split_names
 
 JudgeKind = typer.Option(help="rule | exec | llm | cascade (default: the run's; cascade = rule and execution "
@@ -22,7 +22,7 @@ def annotate(
                                                    "or, with --judge-backend hf, an hf id/alias/path.")] = None,
     judge_base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible endpoint, e.g. "
                                                        "http://localhost:8000/v1 (key from $OPENAI_API_KEY).")] = None,
-    judge_backend: Annotated[str | None, typer.Option(help="openai (any compatible endpoint) | hf (local).")] = None,
+    judge_backend: Annotated[str | None, typer.Option(help=JudgeBackendHelp)] = None,
     judge_concurrency: Annotated[int | None, typer.Option(help="LLM requests in flight.")] = None,
     judge_retries: Annotated[int | None, typer.Option(help="Retries per item (429/5xx/timeout/malformed).")] = None,
     judge_timeout: Annotated[float | None, typer.Option(help="Seconds per LLM request.")] = None,

@@ -53,13 +53,16 @@ def print_json(data: Any, **dumps: Any) -> None:
 
 def print_table(title: str, columns: Sequence[str], rows: Iterable[Sequence[str]],
                 no_wrap: Collection[str] = ()) -> None:
-    """A titled table on stdout; columns named in `no_wrap` (names a user copies) are never cut."""
+    """A titled table on stdout; nothing is ever cut (`haldet.util.tables`), and columns named in `no_wrap` (names a
+    user copies) are not even wrapped."""
+    from haldet.util.tables import print_tables
+
     table = Table(title=title)
     for col in columns:
         table.add_column(col, no_wrap=col in no_wrap)
     for row in rows:
         table.add_row(*row)
-    out_console.print(table)
+    print_tables(out_console, [table])
 
 
 def origin_column(infos: list[dict[str, Any]]) -> tuple[str, ...]:

@@ -29,7 +29,8 @@ def datasets_list(
         print_json(infos, default=str)
         return
     cols = ("name", "scenario", "task_type", "source", "license", "offline", *origin_column(infos))
-    print_table(f"datasets ({len(infos)})", cols, ([str(info[c]) for c in cols] for info in infos))
+    print_table(f"datasets ({len(infos)})", cols, ([str(info[c]) for c in cols] for info in infos),
+                no_wrap={"name"})
 
 
 def _dataset_options(values: list[str] | None) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from haldet.cli.console import console, exit_on_failures, out_console, progress_bars
+from haldet.cli.options import DEFAULT_LLM_BACKEND, LLMBackendHelp
 from haldet.config import JudgeConfig, split_names
 from haldet.errors import HaldetError
 from haldet.store import RunStore
@@ -18,7 +19,7 @@ app = typer.Typer(help="HalluLens (PreciseWikiQA, LongWiki, NonExistentRefusal):
 
 AllowFailures = typer.Option("--allow-failures", help="Exit 0 even when some items could not be answered or "
                                                       "judged; what was done is kept either way.")
-Backend = Annotated[str, typer.Option(help="openai (any OpenAI-compatible endpoint) or hf (local model).")]
+Backend = Annotated[str, typer.Option(help=LLMBackendHelp)]
 
 
 def _llm_config(backend: str, model: str | None, base_url: str | None, retries: int, max_tokens: int) -> JudgeConfig:
@@ -78,7 +79,7 @@ def build(
                       ] = None,
     generator_model: Annotated[list[str] | None, typer.Option(
         help="Question/name generator(s); several take turns for GeneratedEntities.")] = None,
-    generator_backend: Backend = "hf",
+    generator_backend: Backend = DEFAULT_LLM_BACKEND,
     generator_base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible endpoint.")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the first trial (trial t uses seed + t).")] = 42,
     trials: Annotated[int, typer.Option(help="Sets to build (the paper evaluates 3).")] = 3,
@@ -154,7 +155,7 @@ def evaluate(
     task: Annotated[list[str] | None, typer.Option(help="Tasks to evaluate (default: all in the set).")] = None,
     judge_model: Annotated[str | None, typer.Option(help="LLM judge (without one only rule judges decide; "
                                                    "the rest is listed as failed).")] = None,
-    judge_backend: Backend = "openai",
+    judge_backend: Backend = DEFAULT_LLM_BACKEND,
     judge_base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible endpoint of the judge.")] = None,
     pages: Annotated[Path | None, typer.Option(help="Page file for LongWiki retrieval (default: the build's).")
                      ] = None,

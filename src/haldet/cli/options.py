@@ -7,12 +7,23 @@ from typing import Annotated
 
 import typer
 
+from haldet.config import JudgeConfig
 from haldet.errors import HaldetError
 
 # One flag for every "finished, but with failures" outcome (cells without a result, items a stage could not
 # process): the run keeps what it did and exits 1 unless the user accepts the failures.
 AllowFailures = typer.Option("--allow-failures", help="Exit 0 even when some cells or items failed (no usable "
                                                       "label, endpoint failures); what was done is kept either way.")
+
+# global (`haldet --threads N run`) and on `run` itself (`haldet run --threads N`), same meaning
+Threads = typer.Option(help="CPU threads for torch (default: the cores this process may use, from its affinity and "
+                            "cgroup quota; docs/speed.md).")
+
+# The backend of every LLM haldet asks (the run's LLM judge, HalluLens's generator and judge): one default, the
+# config's (`judge.backend`), so `run`, `annotate`, `hallulens build` and `hallulens evaluate` agree.
+DEFAULT_LLM_BACKEND: str = JudgeConfig.model_fields["backend"].default
+LLMBackendHelp = "openai (any OpenAI-compatible endpoint) or hf (a local model: alias, hub id or path)."
+JudgeBackendHelp = f"LLM judge backend: {LLMBackendHelp} Default: {DEFAULT_LLM_BACKEND}."  # where the flag is optional
 
 DataFile = typer.Option(help="One data file of the (single) dataset, in its hub schema or an original release "
                              "format (see `haldet datasets show NAME --formats`).")

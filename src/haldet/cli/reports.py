@@ -28,7 +28,7 @@ def report(
     on a log axis, ROC curves per dataset, paired comparisons, run metadata). See docs/reports.md.
     """
     from haldet.report.build import report_runs
-    from haldet.report.terminal import results_table
+    from haldet.report.terminal import print_results
 
     if out is None:
         if len(run_dirs) != 1:
@@ -44,7 +44,7 @@ def report(
     if as_json:
         out_console.print_json(json.dumps(rows, default=str))
     else:
-        out_console.print(results_table(rows, metrics=wanted))
+        print_results(out_console, rows, metrics=wanted)
     console.print("written: " + ", ".join(str(p) for p in written.values()), highlight=False)
 
 

@@ -13,9 +13,22 @@ from typing import Annotated, Any
 import typer
 
 from haldet.cli.console import console, exit_on_failures, out_console, progress_bars
-from haldet.cli.options import AllowFailures, DataFile, MetricsOption, SplitOption, check_metrics, local_data
-from haldet.config import RunConfig, digest, load_config, split_names
+from haldet.cli.options import (
+    AllowFailures,
+    DataFile,
+    JudgeBackendHelp,
+    MetricsOption,
+    SplitOption,
+    Threads,
+    check_metrics,
+    local_data,
+)
+from haldet.config import RunConfig, digest, load_config, skipped_detectors, split_names
 from haldet.errors import HaldetError
+
+# what `default_out` gives, in words, for `--out`'s help (keep the two together; `default_out` is below)
+DEFAULT_OUT_HELP = ("runs/<datasets>__<models> under the current directory, e.g. runs/halueval_qa__smollm2-135m for "
+                    "a bare `haldet run`")
 
 
 @dataclass(frozen=True)
@@ -62,7 +75,7 @@ def run(
     detector: Annotated[list[str] | None, typer.Option("--detector", help="Detector(s): repeat or comma list. "
                                                        "See `haldet detectors list`.")] = None,
     limit: Annotated[int | None, typer.Option(help="Items per dataset (after a seeded shuffle).")] = None,
-    out: Annotated[Path | None, typer.Option(help="Run directory (default: runs/<datasets>__<models>).")] = None,
+    out: Annotated[Path | None, typer.Option(help=f"Run directory (default: {DEFAULT_OUT_HELP}).")] = None,
     config_file: Annotated[Path | None, typer.Option("--config", help="YAML config file; flags override it.")] = None,
     data_dir: Annotated[Path | None, typer.Option(help="Read datasets from local files: DIR/<dataset>/ (any file "
                                                        "names; hub schema or the original release formats).")] = None,
@@ -78,7 +91,7 @@ def run(
                                               "see `haldet annotate --help`).")] = None,
     judge_model: Annotated[str | None, typer.Option(help="LLM judge model (enables it in the cascade).")] = None,
     judge_base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible endpoint of the LLM judge.")] = None,
-    judge_backend: Annotated[str | None, typer.Option(help="LLM judge backend: openai | hf.")] = None,
+    judge_backend: Annotated[str | None, typer.Option(help=JudgeBackendHelp)] = None,
     update: Annotated[bool, typer.Option(help="Allow a changed config in an existing --out "
                                               "(still-valid cached evidence is reused).")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result rows as JSON.")] = False,
@@ -92,6 +105,7 @@ def run(
     min_per_class: Annotated[int | None, typer.Option(help="Labelled test items each class needs for a cell to be "
                                                       "ranked (default 5; 0 = no minimum); a thinner cell is "
                                                       "marked and fails the run unless --allow-failures.")] = None,
+    threads: Annotated[int | None, Threads] = None,
     suite: Annotated[str | None, typer.Option(help="Run a hosted benchmark with its datasets, protocol, detectors, "
                                               "levels and tables (see `haldet suites list`); flags override.")]
     = None,
@@ -112,6 +126,10 @@ def run(
     Run it again and everything is read from the cache. With --suite NAME: that suite (docs/suites.md).
     With --responses FILE: your own responses, read teacher-forced by the model (docs/api.md).
     """
+    if threads is not None:  # the global `haldet --threads N` works too; given here, it is this run's
+        from haldet.util.threads import configure_threads
+
+        configure_threads(threads)
     run_benchmark(RunOptions(
         dataset=dataset, model=model, detector=detector, limit=limit, out=out, config_file=config_file,
         data_dir=data_dir, data_file=data_file, split=split, on_bad_row=on_bad_row, batch_size=batch_size,
@@ -129,7 +147,8 @@ def run_benchmark(opts: RunOptions) -> None:
     from haldet.cli.outcome import run_problems
     from haldet.flow import run as pipeline
     from haldet.flow.results import cell_entry
-    from haldet.report.terminal import judge_lines, results_table
+    from haldet.report.rundata import skipped_lines
+    from haldet.report.terminal import judge_lines, print_results
 
     config = run_config(opts)
     target = opts.out or default_out(config)
@@ -169,11 +188,11 @@ def run_benchmark(opts: RunOptions) -> None:
         out_console.print_json(json.dumps(rows))
     else:
         title = "haldet results (test split" + (f", preset {config.preset})" if config.preset else ")")
-        out_console.print(results_table(rows, title=title, failed=failed,
-                                        metrics=check_metrics(split_names(opts.metrics), rows)))
         llm = config.judge.model if config.judge.kind in ("llm", "cascade") else None
-        for line in judge_lines([cell_entry(c) for c in cells], llm):
-            out_console.print(line)
+        print_results(out_console, rows, title=title, failed=failed,
+                      notes=[*judge_lines([cell_entry(c) for c in cells], llm),
+                             *skipped_lines(skipped_detectors(config.detectors))],
+                      metrics=check_metrics(split_names(opts.metrics), rows))
     _write_run_reports(target, metrics=split_names(opts.metrics))
     console.print(f"run directory: {target}", highlight=False, soft_wrap=True)
     exit_on_failures(run_problems(cells), opts.allow_failures)

@@ -10,7 +10,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from haldet.config import JudgeConfig, RunConfig
-from haldet.errors import HaldetError
+from haldet.errors import HaldetError, UnknownNameError
 from haldet.flow.cell import prepare_cell
 from haldet.judges.agreement import agreement
 from haldet.stages.annotate import FAILED, AnnotateStage, labels_of
@@ -58,8 +58,8 @@ def _annotate(store: RunStore, no_run: HaldetError, overrides: dict[str, Any] | 
     other = None
     if compare_with is not None:
         if compare_with not in ("rule", "exec", "llm", "cascade"):
-            raise HaldetError(f"unknown judge kind {compare_with!r}", where="--compare-with",
-                              hint="one of rule, exec, llm, cascade")
+            raise UnknownNameError("judge kind", compare_with, ["rule", "exec", "llm", "cascade"],
+                                   where="--compare-with")
         other = judge.model_copy(update={"kind": compare_with})
         if other == judge:
             raise HaldetError("--compare-with names the judge already selected", where="--compare-with",

@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 from pydantic import ValidationError
 
 from haldet.datasets.formats import LINE, Format, RawFile, hub_format, needed_columns, read_raw, split_from_name
-from haldet.errors import HaldetError
+from haldet.errors import HaldetError, unknown_keys
 from haldet.registry import Registry
 from haldet.schema import Instance
 
@@ -170,7 +170,7 @@ class DatasetAdapter:
         unknown = sorted(set(options) - set(known))
         if unknown:
             raise HaldetError(
-                f"unknown option(s) {', '.join(unknown)} for dataset {self.name!r}",
+                f"{unknown_keys('option(s)', unknown, known)} for dataset {self.name!r}",
                 where=f"dataset_params.{self.name}",
                 hint=f"options of {self.name}: {', '.join(sorted(known))}",
             )

@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from haldet.errors import did_you_mean
 from haldet.registry import Registry
 from haldet.schema import Access
 from haldet.signals import Signal, SignalView, access_of
@@ -88,8 +89,10 @@ class Detector:
     def __init__(self, **params: Any) -> None:
         unknown = set(params) - set(self.defaults)
         if unknown:
+            guesses = [f"{u!r}: {g}" for u in sorted(unknown) if (g := did_you_mean(u, self.defaults))]
             raise ValueError(
-                f"detector {self.name!r} has no parameter(s) {sorted(unknown)}; known: {sorted(self.defaults)}"
+                f"detector {self.name!r} has no parameter(s) {sorted(unknown)}"
+                + (f" ({'; '.join(guesses)})" if guesses else "") + f"; known: {sorted(self.defaults)}"
             )
         self.params: dict[str, Any] = {**self.defaults, **params}
         # set by the runner before fit/score: the cell directory (per-run caches such as NLI pairs) and a
@@ -100,7 +103,9 @@ class Detector:
         self.meta: dict[str, Any] = {}
         variant = self.params.get("variant")
         if variant is not None and self.variants and variant not in self.variants:
-            raise ValueError(f"detector {self.name!r} has no variant {variant!r}; known: {sorted(self.variants)}")
+            guess = did_you_mean(str(variant), self.variants)
+            raise ValueError(f"detector {self.name!r} has no variant {variant!r}; {guess + ' ' if guess else ''}"
+                             f"known: {sorted(self.variants)}")
 
     @classmethod
     def family(cls) -> Access:

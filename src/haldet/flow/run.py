@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from haldet.backends.base import Backend
-from haldet.backends.select import check_signals
+from haldet.backends.select import check_model_names, check_signals
 from haldet.config import RunConfig
 from haldet.datasets.base import DATASETS, check_data_dir, get_adapter
 from haldet.detectors.base import DETECTORS
-from haldet.errors import HaldetError
+from haldet.errors import HaldetError, UnknownNameError
 from haldet.executors.ray_executor import ray_cells
 from haldet.flow.cell import CellResult, guarded_cell
 from haldet.flow.results import cell_entry, result_rows, unit_score_rows
@@ -63,8 +63,9 @@ def _now() -> str:
 
 
 def validate_names(config: RunConfig) -> None:
-    """Fail before any work on unknown dataset, detector, suite or preset names, a data directory that does not
-    exist, or an evaluation setting the protocol cannot take."""
+    """Fail before any work on unknown dataset, detector, suite or preset names, a misspelt model alias, a data
+    directory that does not exist, or an evaluation setting the protocol cannot take."""
+    check_model_names(config)
     check_data_dir(config.data_dir)
     if config.preset:
         load_preset(config.preset, where="preset")
@@ -111,7 +112,7 @@ def run(config: RunConfig, out: Path, *, update: bool = False, progress: Progres
     Holds the run's lock throughout (a second process on the same directory waits, then reuses what this one
     computed); a run that raises is recorded in the manifest as status "failed" with the reason."""
     if executor not in EXECUTORS:
-        raise HaldetError(f"unknown executor {executor!r}", where="--executor", hint=" or ".join(EXECUTORS))
+        raise UnknownNameError("executor", executor, list(EXECUTORS), where="--executor")
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise HaldetError("the run directory is a file", where=str(out),

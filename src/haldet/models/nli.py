@@ -394,6 +394,9 @@ _LOADED: dict[tuple[Any, ...], PairModel] = {}
 def _build(kind: str, name: str, **kw: Any) -> PairModel:
     key = (kind, name, tuple(sorted(kw.items())))
     if key not in _LOADED:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()  # a local load's "Loading weights" bar is a stray line in a run's output
         if kind == "nli":
             if name.startswith("llm:"):
                 kw.pop("max_length", None)
@@ -437,15 +440,31 @@ def load_pair_model(kind: str, name: str, *, fallback: str | None = None,
     kind: "nli" (`llm:<model>` for the prompted backend), "similarity" (`bi:<model>` or an embedding alias for
     a bi-encoder), "bertscore". Models are loaded once per process.
     """
+    failed_key = (kind, name, json.dumps(kw, sort_keys=True, default=str))
     try:
+        if failed_key in _FAILED:  # tried once in this process: do not retry (or repeat the notice) for every use
+            raise _FAILED[failed_key]
         model = _build(kind, name, **kw)
         return model, {"requested": name, "loaded": name, "used": model.id}
     except HaldetError as exc:
         if not fallback or fallback == name:
             raise
-        log.warning("%s model %r cannot be loaded (%s); using the fallback %r", kind, name, exc.what, fallback)
+        if failed_key not in _FAILED:
+            _FAILED[failed_key] = exc
+            log.warning("%s model %r %s; %r runs instead (named with every score it makes and in the manifest)",
+                        kind, name, _unavailable_reason(), fallback)
         model = _build(kind, fallback, **kw)
         return model, {"requested": name, "loaded": fallback, "used": model.id, "fallback_reason": exc.what}
+
+
+_FAILED: dict[tuple[str, str, str], HaldetError] = {}  # pair models that could not be loaded in this process
+
+
+def _unavailable_reason() -> str:
+    """Why a requested model did not load, in words (the library's own error text goes to the manifest)."""
+    if not hub_reachable():
+        return "is not in the local Hugging Face cache and the hub cannot be reached"
+    return "could not be loaded (the reason is recorded in the manifest)"
 
 
 # ---------------------------------------------------------------------------------------------------- caching

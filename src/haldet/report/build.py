@@ -16,7 +16,7 @@ from typing import Any
 from haldet.errors import HaldetError
 from haldet.report.deployment import ensemble_pairs, pairs_markdown
 from haldet.report.html import build_html
-from haldet.report.rundata import RunData, load_run, merge_runs, preset_lines
+from haldet.report.rundata import RunData, load_run, merge_runs, preset_lines, skipped_in_runs, skipped_lines
 from haldet.report.tables import all_latex, all_markdown
 from haldet.store import RunStore, atomic_write_text
 
@@ -36,10 +36,14 @@ def write_reports(out: Path, runs: Sequence[RunData], *, title: str | None = Non
         RunStore(out).write_results(rows)
         written.update({n: out / n for n in ("results.json", "results.csv", "results.parquet")})
     header = preset_lines(runs)
+    skipped = skipped_lines(skipped_in_runs(runs, rows))
     markdown = all_markdown(rows, metrics=metrics, header=header) if rows else \
         "".join(f"{line}  \n" for line in header) + "No result rows.\n"
     pairs = pairs_markdown(ensemble_pairs(runs, rows, n_boot), n_boot) if rows else ""
-    atomic_write_text(out / "tables.md", markdown + ("\n" + pairs if pairs else ""))
+    markdown += "\n" + pairs if pairs else ""
+    if skipped:
+        markdown += "\n## Detectors not run\n\n" + "".join(f"- {line}\n" for line in skipped)
+    atomic_write_text(out / "tables.md", markdown)
     atomic_write_text(out / "tables.tex", all_latex(rows, metrics=metrics) if rows else "% no result rows\n")
     name = title or ("haldet report: " + ", ".join(r.name for r in runs))
     atomic_write_text(out / "report.html", build_html(runs, rows, title=name, n_boot=n_boot))

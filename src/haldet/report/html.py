@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 from sklearn.metrics import roc_curve
 
+from haldet.errors import HaldetError
 from haldet.evaluation.aggregate import (
     FAMILY_TITLE,
     backbone_summary,
@@ -30,8 +31,8 @@ from haldet.evaluation.compare import paired_bootstrap
 from haldet.evaluation.metrics import MAX_ORIENTATION, MAX_ORIENTATION_NOTE, auroc
 from haldet.report.deployment import deployment_section
 from haldet.report.marks import COVERAGE_NOTE, SUBSET_NOTE, Marks, coverage_suffix, detector_marks
-from haldet.report.rundata import RunData, preset_lines
-from haldet.report.svg import EVIDENCE_COLOURS, Curve, Point, heatmap, roc_plot, scatter_logx
+from haldet.report.rundata import RunData, preset_lines, skipped_in_runs, skipped_lines
+from haldet.report.svg import EVIDENCE_COLOURS, Curve, Point, heatmap, roc_grid, roc_plot, scatter_logx
 from haldet.report.tables import table_cells
 from haldet.version import __version__
 
@@ -46,6 +47,7 @@ tr.model td{background:#e8eef7;font-weight:bold}
 pre{background:#f6f6f6;padding:8px;overflow:auto;font-size:11px;max-height:400px}
 """
 MAX_CURVES = 18
+FEW_CURVES = 4  # up to this many ROC curves share one plot; more get a small panel each
 
 
 def _e(text: Any) -> str:
@@ -186,7 +188,7 @@ def cost_section(rows: Sequence[Mapping[str, Any]]) -> str:
     marks = detector_marks(rows)
     body = [[_e(e["model"]), _e(e["detector"]) + _sup(marks, e["model"], e["detector"]), _e(e["family"]),
              _e(e.get("evidence") or "—"), _pct(e.get("auroc")) + coverage_suffix(e.get("coverage")),
-             _num(e.get("cost_at_n")), _num(e.get("prep_s_item")), _num(e.get("fit_s")), _num(e.get("score_only_s")),
+             _num(e.get("cost_at_n")), _num(e.get("prep_s_item")), _fit(e), _num(e.get("score_only_s")),
              _num(None if e.get("infer_s_item") is None else 1000 * e["infer_s_item"]),
              _num(e.get("extra_calls_item"), ".2f"), _num(e.get("extra_tokens_item"), ".1f")] for e in entries]
     header = ["model", "detector", "family", "evidence", "AUROC", f"Cost@{n} (s)", "evidence s/item", "fit (s)",
@@ -196,6 +198,17 @@ def cost_section(rows: Sequence[Mapping[str, Any]]) -> str:
             f"primary answer) + fitting + {n} x scoring seconds per item; means over datasets. Extra generations are "
             "counted per item beyond the primary answer.</p><div class=figs>" + "".join(figs) + "</div>"
             + _table(header, body, left=4) + _footnotes(marks, COVERAGE_NOTE))
+
+
+def _fit(entry: Mapping[str, Any]) -> str:
+    """Fit seconds, or "-" for a detector that does not train (its "fit" is only bookkeeping, not a cost)."""
+    from haldet.detectors.base import DETECTORS
+
+    try:
+        trains = DETECTORS.get(str(entry["detector"])).trains
+    except HaldetError:  # a plugin detector not installed here: show what was recorded
+        trains = True
+    return _num(entry.get("fit_s")) if trains else "-"
 
 
 def _p(p: float | None, n_boot: int) -> str:
@@ -239,8 +252,8 @@ def roc_section(runs: Sequence[RunData], rows: Sequence[Mapping[str, Any]], n_bo
                     continue
                 fpr, tpr, _ = roc_curve(y, s[ok])
                 curves.append(Curve(det, fpr.tolist(), tpr.tolist(), auroc(y, s[ok])))
-            figs.append(roc_plot(curves, title=f"{key[0]} | {key[1]} (N={len(data.ids)}, "
-                                               f"pos={int(data.labels.sum())})"))
+            draw = roc_plot if len(curves) <= FEW_CURVES else roc_grid  # many curves: small multiples
+            figs.append(draw(curves, title=f"{key[0]} | {key[1]} (N={len(data.ids)}, pos={int(data.labels.sum())})"))
             best = max(curves, key=lambda c: c.auc or 0.0, default=None)
             if best is None:
                 continue
@@ -332,6 +345,9 @@ def build_html(runs: Sequence[RunData], rows: Sequence[Mapping[str, Any]], *, ti
             f"<p class=muted>runs: {_e(', '.join(r.name for r in runs))} · haldet {_e(__version__)} · "
             f"{len(rows)} result rows</p>", *(f"<p><b>{_e(line)}</b></p>" for line in preset_lines(runs)),
             f"<p>{nav}</p>"]
+    skipped = skipped_in_runs(runs, rows)
+    if skipped:  # said first: a reader looking for a paper's detector learns at once that it was left out
+        body.append("<p class=muted>" + "<br>".join(_e(line) for line in skipped_lines(skipped)) + "</p>")
     if rows:
         body += [summary_section(rows), results_section(rows), scenario_section(rows), cost_section(rows),
                  roc_section(runs, rows, n_boot), deployment_section(runs, rows, n_boot)]

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from haldet.config import skipped_detectors
 from haldet.errors import HaldetError
 from haldet.store import RunStore
 
@@ -47,6 +48,10 @@ class RunData:
 
     def cells(self) -> list[dict[str, Any]]:
         return list(self.manifest.get("cells") or [])
+
+    def skipped_detectors(self) -> dict[str, str]:
+        """Detectors this run left out on purpose (a run on the default list), with why."""
+        return skipped_detectors((self.manifest.get("config") or {}).get("detectors") or [])
 
     def cell_scores(self, dataset: str, model: str, detectors: list[str] | None = None) -> CellScores | None:
         """Test labels and scores of one cell; None when the cell has no split (it failed before splitting)."""
@@ -153,6 +158,20 @@ def _scores(path: Path, ids: set[str], key: str | None) -> dict[str, float]:
 def index_rows(rows: list[Mapping[str, Any]], metric: str = "auroc") -> dict[tuple[str, str, str], Mapping[str, Any]]:
     """(dataset, model, detector) -> that metric's row."""
     return {(str(r["dataset"]), str(r["model"]), str(r["detector"])): r for r in rows if r.get("metric") == metric}
+
+
+def skipped_in_runs(runs: Sequence[RunData], rows: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """Detector -> why it was not run, over the runs, leaving out any detector that has results."""
+    present = {str(r.get("detector")) for r in rows}
+    out: dict[str, str] = {}
+    for run in runs:
+        out.update({d: why for d, why in run.skipped_detectors().items() if d not in present})
+    return out
+
+
+def skipped_lines(skipped: Mapping[str, str]) -> list[str]:
+    """One line per left-out detector: which, why, and how to run it anyway."""
+    return [f"not run: {d}, {why} (add it with --detector {d})" for d, why in skipped.items()]
 
 
 def merge_runs(runs: Sequence[RunData]) -> list[dict[str, Any]]:

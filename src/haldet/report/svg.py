@@ -130,15 +130,22 @@ def scatter_logx(points: Sequence[Point], *, title: str = "", xlabel: str = "Cos
     parts.append(f'<text transform="translate(14 {top + ph / 2}) rotate(-90)" text-anchor="middle">{_t(ylabel)}'
                  f'</text>')
     groups = list(dict.fromkeys(p.group for p in pts))
-    for p in pts:
+    centres = [(px(p.x), py(100 * p.y)) for p in pts if p.x is not None and p.y is not None]
+    boxes = place_labels(centres, [p.label for p in pts], (left, top, left + pw, top + ph))
+    for p, (x, y), box in zip(pts, centres, boxes, strict=True):
         assert p.x is not None and p.y is not None
         c = colours.get(p.group, colour_for(groups.index(p.group)))
-        x, y = px(p.x), py(100 * p.y)
         note = f" (below {floor:g} s, drawn at the floor)" if p.x < floor else ""
+        lx, ly, lw, lh = box
+        leader = ""
+        if not (lx <= x + LABEL_GAP + 1 and ly <= y <= ly + lh):  # moved away from its point: a line joins them
+            ex, ey = min(max(x, lx), lx + lw), min(max(y, ly), ly + lh)
+            leader = (f'<line x1="{x:.1f}" y1="{y:.1f}" x2="{ex:.1f}" y2="{ey:.1f}" stroke="#888" '
+                      f'stroke-width="0.6"/>')
         parts.append(f'<g><title>{_t(p.label)}: {100 * p.y:.2f} at {p.x:.4g} s{note} — {_t(p.group)}</title>'
-                     f'<circle cx="{x:.1f}" cy="{y:.1f}" r="5" fill="{c}" fill-opacity="0.85" stroke="#333" '
-                     f'stroke-width="0.5"/><text x="{x + 7:.1f}" y="{y + 3:.1f}" font-size="9">{_t(p.label)}</text>'
-                     f'</g>')
+                     f'{leader}<circle cx="{x:.1f}" cy="{y:.1f}" r="5" fill="{c}" fill-opacity="0.85" stroke="#333" '
+                     f'stroke-width="0.5"/><text x="{lx:.1f}" y="{ly + lh - 2:.1f}" font-size="9">{_t(p.label)}'
+                     f'</text></g>')
     for k, g in enumerate(groups):
         c = colours.get(g, colour_for(k))
         y = top + 10 + 16 * k
@@ -146,6 +153,46 @@ def scatter_logx(points: Sequence[Point], *, title: str = "", xlabel: str = "Cos
                      f'<text x="{left + pw + 24}" y="{y + 4}">{_t(g)}</text>')
     parts.append("</svg>")
     return "".join(parts)
+
+
+LABEL_CHAR_W, LABEL_H, LABEL_GAP, POINT_R = 5.4, 11.0, 7.0, 5.0  # 9 px labels: a generous width per character
+
+
+def label_size(label: str) -> tuple[float, float]:
+    return LABEL_CHAR_W * len(label), LABEL_H
+
+
+def _overlaps(a: tuple[float, float, float, float], b: tuple[float, float, float, float]) -> bool:
+    return a[0] < b[0] + b[2] and b[0] < a[0] + a[2] and a[1] < b[1] + b[3] and b[1] < a[1] + a[3]
+
+
+def place_labels(points: Sequence[tuple[float, float]], labels: Sequence[str],
+                 area: tuple[float, float, float, float]) -> list[tuple[float, float, float, float]]:
+    """A box (x, y, w, h) per label that overlaps no other label and no marker: beside its point when there is
+    room, else the nearest free place (right, left, above, below, then further out: the caller draws a leader
+    line). `area`: (x0, y0, x1, y1) the labels must stay in. Greedy, points from top to bottom."""
+    obstacles = [(x - POINT_R, y - POINT_R, 2 * POINT_R, 2 * POINT_R) for x, y in points]
+    placed: list[tuple[float, float, float, float]] = []
+    out: dict[int, tuple[float, float, float, float]] = {}
+    for i in sorted(range(len(points)), key=lambda k: (points[k][1], points[k][0])):
+        x, y = points[i]
+        w, h = label_size(labels[i])
+        candidates = [(x + LABEL_GAP, y - h / 2), (x - LABEL_GAP - w, y - h / 2), (x - w / 2, y - POINT_R - h - 1),
+                      (x - w / 2, y + POINT_R + 1)]
+        for step in range(1, 40):
+            d = step * (h + 1)
+            candidates += [(x + LABEL_GAP, y - h / 2 - d), (x + LABEL_GAP, y - h / 2 + d),
+                           (x - LABEL_GAP - w, y - h / 2 - d), (x - LABEL_GAP - w, y - h / 2 + d)]
+        best = None
+        for cx, cy in candidates:
+            box = (cx, cy, w, h)
+            inside = area[0] <= cx and cx + w <= area[2] and area[1] <= cy and cy + h <= area[3]
+            if inside and not any(_overlaps(box, o) for o in placed + obstacles):
+                best = box
+                break
+        placed.append(best or (x + LABEL_GAP, y - h / 2, w, h))
+        out[i] = placed[-1]
+    return [out[i] for i in range(len(points))]
 
 
 @dataclass
@@ -238,4 +285,42 @@ def line_plot(series: Sequence[Series], *, title: str = "", xlabel: str = "", yl
     if not series:
         parts.append(f'<text x="{left + size / 2}" y="{top + size / 2}" text-anchor="middle">no points</text>')
     parts.append("</svg>")
+    return "".join(parts)
+
+
+def roc_grid(curves: Sequence[Curve], *, title: str = "", columns: int = 4, panel: int = 150) -> str:
+    """Small multiples: one small ROC panel per detector (its curve, the chance diagonal and, dashed grey, the
+    best detector's curve for reference), titled with its name and AUROC, so fourteen detectors stay legible."""
+    gap, head, top = 14, 16, 26
+    rows = max(1, math.ceil(len(curves) / columns))
+    width = columns * (panel + gap) + gap
+    height = top + rows * (panel + head + gap) + 14
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+             f'viewBox="0 0 {width} {height}" role="img" aria-label="{_t(title)}" {FONT} font-size="10">',
+             f'<text x="4" y="16" font-size="13" font-weight="bold">{_t(title)}</text>']
+    if not curves:
+        parts.append(f'<text x="{width / 2}" y="{top + 20}" text-anchor="middle">no scores with both classes</text>'
+                     "</svg>")
+        return "".join(parts)
+    best = max(curves, key=lambda c: c.auc if c.auc is not None else -1.0)
+
+    def line(c: Curve, x0: float, y0: float) -> str:
+        return " ".join(f"{x0 + panel * f:.1f},{y0 + panel * (1 - t):.1f}" for f, t in zip(c.fpr, c.tpr, strict=True))
+
+    for k, c in enumerate(curves):
+        x0 = gap + (k % columns) * (panel + gap)
+        y0 = top + (k // columns) * (panel + head + gap) + head
+        auc = "—" if c.auc is None else f"{100 * c.auc:.1f}"
+        parts.append(f'<g><title>{_t(c.name)}: AUROC {auc}</title>'
+                     f'<text x="{x0}" y="{y0 - 4}" font-weight="bold">{_t(c.name)} ({auc})</text>'
+                     f'<rect x="{x0}" y="{y0}" width="{panel}" height="{panel}" fill="#fafafa" stroke="#999"/>'
+                     f'<line x1="{x0}" y1="{y0 + panel}" x2="{x0 + panel}" y2="{y0}" stroke="#bbb" '
+                     f'stroke-dasharray="3 3"/>')
+        if c is not best:
+            parts.append(f'<polyline points="{line(best, x0, y0)}" fill="none" stroke="#aaa" stroke-width="1" '
+                         f'stroke-dasharray="4 2"/>')
+        parts.append(f'<polyline points="{line(c, x0, y0)}" fill="none" stroke="{colour_for(k)}" '
+                     f'stroke-width="1.8"/></g>')
+    parts.append(f'<text x="4" y="{height - 4}" fill="#666">x: false-positive rate, y: true-positive rate (0 to 1); '
+                 f'dashed grey: the best detector, {_t(best.name)}</text></svg>')
     return "".join(parts)

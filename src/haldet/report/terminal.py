@@ -72,6 +72,31 @@ def results_table(rows: list[dict[str, Any]], title: str = "haldet results (test
     """The table plus its footnotes, at most `width` columns wide (default: the terminal's width).
     `failed`: (dataset, model, why) of cells without results, a line each so none goes unseen. `metrics`: further
     metric columns (values only), shown whatever the width."""
+    table, notes = results_parts(rows, title, failed, width, metrics)
+    return Group(table, *notes)
+
+
+def print_results(console: Console, rows: list[dict[str, Any]], title: str = "haldet results (test split)",
+                  failed: list[tuple[str, str, str]] | None = None, notes: list[Text] | list[str] | None = None,
+                  metrics: list[str] | tuple[str, ...] = ()) -> None:
+    """The results table on `console`: the columns that fit a terminal, every column when the output is a file or
+    a pipe (a log keeps every number); no value is ever cut (`haldet.util.tables`). `notes`: lines said under
+    it (e.g. the detectors a default run left out, and why, the judges' coverage)."""
+    from haldet.util.tables import print_tables
+
+    width = console.size.width if console.is_terminal else UNLIMITED
+    table, footer = results_parts(rows, title, failed, width, metrics)
+    print_tables(console, [table], [*footer, *(line if isinstance(line, Text) else Text(line, style="dim")
+                                               for line in notes or [])])
+
+
+UNLIMITED = 1 << 20  # a width that leaves every optional column in
+
+
+def results_parts(rows: list[dict[str, Any]], title: str = "haldet results (test split)",
+                  failed: list[tuple[str, str, str]] | None = None, width: int | None = None,
+                  metrics: list[str] | tuple[str, ...] = ()) -> tuple[Table, list[Text]]:
+    """The table (its optional columns chosen to fit `width`; `metrics` always shown) and the lines under it."""
     width = width or Console().size.width
     cells: dict[tuple[str, str, str], dict[str, dict[str, Any]]] = {}
     for row in rows:
@@ -105,10 +130,10 @@ def results_table(rows: list[dict[str, Any]], title: str = "haldet results (test
     for key in chosen:
         table.add_column(cols[key].header, justify=cols[key].justify,  # type: ignore[arg-type]
                          no_wrap=key != "detector")
-    for metrics in cells.values():
-        table.add_row(*(cols[k].cell(metrics) for k in chosen))
-    footer = _footer(cells, marks, coverages, failed)
-    return Group(table, *([Text(ORIENTED_FOOTNOTE, style="dim")] if oriented else []), *footer)
+    for by_metric in cells.values():
+        table.add_row(*(cols[k].cell(by_metric) for k in chosen))
+    return table, [*([Text(ORIENTED_FOOTNOTE, style="dim")] if oriented else []),
+                   *_footer(cells, marks, coverages, failed)]
 
 
 def judge_lines(cells: list[dict[str, Any]], llm_judge: str | None) -> list[Text]:

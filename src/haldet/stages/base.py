@@ -29,6 +29,7 @@ from haldet.signals import Signal
 from haldet.stages.counts import StageTally
 from haldet.store import CellStore
 from haldet.util import locking
+from haldet.util.memory import release_memory
 from haldet.util.progress import stored as mark_stored
 
 Progress = Callable[[str, int], Callable[[int], None]]  # (description, total) -> advance(n)
@@ -230,6 +231,7 @@ class Stage:
                 if self._left:
                     advance(self._left)
             self.ctx.timings[self.name] = self.ctx.timings.get(self.name, 0.0) + time.perf_counter() - start
+            release_memory()  # the next stage's peak must not land on top of this one's freed memory
 
 
 class DecodingReader(Stage):

@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from haldet.errors import HaldetError
+from haldet.errors import HaldetError, unknown_keys
 from haldet.evaluation.metrics import MetricValue
 from haldet.evaluation.units import UNIT_METRICS, UnitData, unit_metrics
 from haldet.registry import Registry
@@ -84,7 +84,7 @@ class Suite:
         given = dict((getattr(config, "suite_params", None) or {}).get(self.name, {}))
         unknown = sorted(set(given) - set(self.params))
         if unknown:
-            raise HaldetError(f"unknown option(s) {', '.join(unknown)} for suite {self.name!r}",
+            raise HaldetError(f"{unknown_keys('option(s)', unknown, self.params)} for suite {self.name!r}",
                               where=f"suite_params.{self.name}",
                               hint=f"options: {', '.join(sorted(self.params)) or '(none)'}")
         return {**self.params, **given}

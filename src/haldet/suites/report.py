@@ -10,9 +10,11 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from haldet.store import atomic_write_text
 from haldet.suites.base import ACROSS_MODELS, DATA, Suite, TableLayout, get_suite
+from haldet.util.tables import print_tables
 
 METRIC_TITLES = {"auroc": "AUROC", "aupr": "AUPRC", "f1_opt": "F1-opt", "precision_opt": "P-opt",
                  "recall_opt": "R-opt", "f1_opt_test": "F1-opt (tuned on test)", "threshold": "threshold",
@@ -192,7 +194,5 @@ def print_suite_results(name: str, rows: list[dict[str, Any]], target: Path, con
         console.print_json(json.dumps(rows, default=str))
         return path
     for table, reasons in zip(rich_tables(suite, rows), empty_cell_reasons(suite, rows), strict=True):
-        console.print(table)
-        for line in reasons:
-            console.print(f"  {line}", highlight=False, markup=False, soft_wrap=True)
+        print_tables(console, [table], [Text(f"  {line}") for line in reasons])
     return path

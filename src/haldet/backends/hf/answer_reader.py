@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from haldet.backends.base import AnswerEvidence, EvidenceRequest, FollowUp, ForwardOutput, Reply, pooling_window
-from haldet.backends.hf.decode import Pool, Prefilled, copy_rows, fork, merge
+from haldet.backends.hf.decode import Pool, Prefilled, cache_arg, copy_rows, fork, merge
 from haldet.backends.hf.states import icr_features
 
 READ_ATTENTION = "haldet_sdpa_reading"  # attention implementation name: SDPA output, attention rows on the side
@@ -283,7 +283,7 @@ class AnswerReader:
         ends = self.ends.to(device)
         with self._timed("features", share=self.statement_share):
             out = model(input_ids=ids, attention_mask=mask4d[:, None], position_ids=positions,
-                        past_key_values=state.cache, use_cache=True, output_hidden_states=True, logits_to_keep=1)
+                        **cache_arg(model, state.cache), use_cache=True, output_hidden_states=True, logits_to_keep=1)
         if names:
             chosen = [out.hidden_states[i] for i in self.request.layers]
             at = torch.stack([h[:, ends[: len(names)]] for h in chosen], dim=2).float()  # [n, statements, L, D]

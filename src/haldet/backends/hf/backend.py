@@ -58,8 +58,9 @@ from haldet.util.threads import thread_count
 DECODERS = ("haldet", "transformers")
 # faster numerics on CPU, never the default (they change answers): bfloat16 weights, int8 dynamic quantisation
 FAST_NUMERICS = ("none", "bf16", "int8")
-# the most memory the decoding pool's KV cache may take (rows are capped to fit; a merge briefly holds two copies)
-KV_POOL_BYTES = 3 << 30
+# the most memory the decoding pool's KV cache may take (rows are capped to fit; a merge briefly holds two copies,
+# so the decoding peak is about the model plus twice this: with 1.5 GiB the default run fits in 8 GB, docs/speed.md)
+KV_POOL_BYTES = 3 << 29
 
 
 class HFBackend(Backend):
@@ -117,14 +118,20 @@ class HFBackend(Backend):
         """The weights, loaded on first use: a fully cached rerun only needs the tokenizer."""
         if self._model is None:
             from transformers import AutoModelForCausalLM
+            from transformers.utils import logging as hf_logging
 
             start = time.perf_counter()
             cfg = self.settings
             kwargs = load_kwargs(self.dtype, cfg.device_map, cfg.quantization, cfg.attn_implementation, self.device)
+            bar = hf_logging.is_progress_bar_enabled()
+            hf_logging.disable_progress_bar()  # a local load takes a second; its bar is a stray line in a run's log
             try:
                 self._model = AutoModelForCausalLM.from_pretrained(self._source, **kwargs)
             except OSError as exc:
                 raise load_error(self.name, exc) from None
+            finally:
+                if bar:
+                    hf_logging.enable_progress_bar()
             if "device_map" not in kwargs:
                 self._model.to(self.device)
             self._model.eval()
@@ -310,6 +317,8 @@ class HFBackend(Backend):
         import torch
         from transformers import GenerationConfig, LogitsProcessorList
 
+        from haldet.backends.hf.decode import cache_arg
+
         model = self.model
         encoded = [self.encode_prompt(p) for p in prompts]
         order = sorted(range(len(prompts)), key=lambda i: len(encoded[i]))
@@ -328,7 +337,7 @@ class HFBackend(Backend):
             with torch.inference_mode():
                 cache = self._prompt_cache(input_ids, attention, k)
                 out = model.generate(input_ids=input_ids.repeat_interleave(k, dim=0),
-                                     attention_mask=attention.repeat_interleave(k, dim=0), past_key_values=cache,
+                                     attention_mask=attention.repeat_interleave(k, dim=0), **cache_arg(model, cache),
                                      generation_config=config, logits_processor=LogitsProcessorList([sampler]))
             new_tokens = out.sequences[:, input_ids.shape[1]:]
             # the model's own log-probs (raw logits, temperature 1): the sequence likelihood detectors want
@@ -350,13 +359,15 @@ class HFBackend(Backend):
         ones generate derives from the attention mask, so the continuation is the same as without the cache."""
         from transformers import DynamicCache
 
+        from haldet.backends.hf.decode import cache_arg
+
         if input_ids.shape[1] < 2:
             return None
         cache = DynamicCache(config=self.model.config)
         head, mask = input_ids[:, :-1], attention[:, :-1]
         positions = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 0)
-        self.model(input_ids=head, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True,
-                   logits_to_keep=1)
+        self.model(input_ids=head, attention_mask=mask, position_ids=positions, **cache_arg(self.model, cache),
+                   use_cache=True, logits_to_keep=1)
         cache.batch_repeat_interleave(k)
         return cache
 

@@ -63,6 +63,19 @@ class Reader(Protocol):
         """Rows `index` of the pool have ended and are about to leave it (`fork` copies their caches)."""
 
 
+def cache_arg(model: Any, cache: Any) -> dict[str, Any]:
+    """The KV cache as the keyword this transformers names it: `cache` since transformers 5.x (where
+    `past_key_values` is deprecated and warns on every call), `past_key_values` before."""
+    return {_cache_keyword(type(model)): cache}
+
+
+@functools.cache
+def _cache_keyword(model_class: type) -> str:
+    import inspect
+
+    return "cache" if "cache" in inspect.signature(model_class.forward).parameters else "past_key_values"
+
+
 @functools.cache
 def _layer_class() -> type:
     """`GrowingLayer` subclasses transformers' DynamicLayer (imported lazily: transformers is heavy)."""
@@ -183,7 +196,7 @@ def prefill(model: Any, seqs: Sequence[Sequence[int]], *, capacity: int, pad_id:
     head_states = None
     if n_shared:
         head = torch.tensor([list(seqs[0][:n_shared])], dtype=torch.long, device=device)
-        out = model(input_ids=head, position_ids=torch.arange(n_shared, device=device)[None], past_key_values=cache,
+        out = model(input_ids=head, position_ids=torch.arange(n_shared, device=device)[None], **cache_arg(model, cache),
                     use_cache=True, logits_to_keep=1, output_hidden_states=states)
         head_states = out.hidden_states if states else None
         cache.batch_repeat_interleave(len(seqs))
@@ -208,7 +221,7 @@ def extend(model: Any, state: Prefilled, rests: Sequence[Sequence[int]], *, pad_
     ids, rest_mask = ids.to(model.device), rest_mask.to(model.device)
     positions = state.last_pos[:, None] + 1 + (rest_mask.cumsum(-1) - 1).clamp_min(0)
     mask = torch.cat([state.mask, rest_mask], dim=-1)
-    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=state.cache,
+    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, **cache_arg(model, state.cache),
                 use_cache=True, logits_to_keep=1, output_hidden_states=states)
     return Prefilled(cache=state.cache, mask=mask, last_pos=positions[:, -1], logits=out.logits[:, -1].float(),
                      rest_states=out.hidden_states if states else None)
@@ -260,7 +273,7 @@ class Pool:
         self.mask = torch.cat([self.mask, self.mask.new_ones((self.n, 1))], dim=-1)
         self.last_pos = self.last_pos + self.active.long()
         out = model(input_ids=self.chosen[:, None], attention_mask=self.mask, position_ids=self.last_pos[:, None],
-                    past_key_values=self.cache, use_cache=True, logits_to_keep=1, output_hidden_states=states)
+                    **cache_arg(model, self.cache), use_cache=True, logits_to_keep=1, output_hidden_states=states)
         return out.logits[:, -1].float(), out.hidden_states if states else None
 
 
@@ -272,7 +285,9 @@ def _first_read_column(mask: torch.Tensor) -> int:
 def merge(parts: list[Pool], *, room: int) -> Pool | None:
     """One pool of the still-running rows of `parts` (None when there are none): one copy of their caches into
     buffers left-padded to a common width, with `room` free positions after it; leading columns that no row reads
-    are left out. A single part is only compacted in place (rows selected, leading padding trimmed)."""
+    are left out. A single part is only compacted in place (rows selected, leading padding trimmed). The parts are
+    consumed: each layer of theirs is emptied once it is copied, so a merge holds about one pool's cache plus one
+    layer, not two pools' (the first part's cache becomes the pool's)."""
     chosen = [(p, p.active.nonzero().flatten()) for p in parts]
     chosen = [(p, index) for p, index in chosen if len(index)]
     if not chosen:
@@ -307,6 +322,10 @@ def merge(parts: list[Pool], *, room: int) -> Pool | None:
                 buffer[row : row + len(index), :, width - w : width] = block
             row += len(index)
         layer.adopt(buffers[0], buffers[1], width)
+        for part, _ in chosen[1:]:  # copied: free this layer of the other parts now, not when the merge returns
+            emptied = part.cache.layers[li]
+            nothing = emptied.keys.new_empty((0, heads, 0, dim))  # a fresh tensor: a view would keep the storage
+            emptied.adopt(nothing, nothing, 0)
     mask = torch.cat([torch.nn.functional.pad(m[:, s:], (width - w, 0))
                       for m, s, w in zip(masks, starts, widths, strict=True)])
     joined = [torch.cat([getattr(p, name)[index] for p, index in chosen])
@@ -507,6 +526,7 @@ def decode(model: Any, seqs: Sequence[Sequence[int]], *, max_new_tokens: int, st
                 if not can_merge:
                     break
             pool = merge(parts, room=max_new_tokens)
+            del parts  # the merged-in parts' caches are gone; drop them before decoding on
         elif pool is None or busy == 0:
             leave(pool)
             break

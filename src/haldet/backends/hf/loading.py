@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from haldet.errors import HaldetError
-from haldet.util.assets import MODEL_ALIASES, cache_dir, file_sha256
+from haldet.util.assets import MODEL_ALIASES, cache_dir, check_alias, file_sha256
 
 
 class LoadedModel(Protocol):
@@ -90,6 +90,7 @@ def resolve_model_path(name: str) -> tuple[str, Path | None]:
     if name.startswith((".", "/", "~")) or name.count("/") > 1:
         raise HaldetError(f"model path does not exist: {name}", where="--model",
                           hint=f"known aliases: {', '.join(MODEL_ALIASES)}")
+    check_alias(name)
     return name, None
 
 

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from haldet.backends.structured import Request
 from haldet.config import digest
-from haldet.errors import HaldetError
+from haldet.errors import HaldetError, unknown_keys
 from haldet.text.templates import packaged_template
 
 KEYS = ("qa_question", "qa_answer", "long_question", "long_answer", "entity_names", "entity_combine",
@@ -50,7 +50,7 @@ class Prompts:
                 raise HaldetError("the prompt file is not valid YAML", where=str(path)) from None
             unknown = sorted(set(user) - set(KEYS)) if isinstance(user, dict) else ["(not a mapping)"]
             if unknown:
-                raise HaldetError(f"unknown prompt key(s) {', '.join(unknown)}", where=str(path),
+                raise HaldetError(unknown_keys("prompt key(s)", unknown, KEYS), where=str(path),
                                   hint=f"known keys: {', '.join(KEYS)}")
             texts.update(user)
         env = jinja2.Environment(autoescape=False, undefined=jinja2.StrictUndefined, keep_trailing_newline=False)

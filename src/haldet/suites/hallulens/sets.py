@@ -12,7 +12,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from haldet.errors import HaldetError
+from haldet.errors import HaldetError, UnknownNameError
 from haldet.store import atomic_write_text, read_json
 from haldet.suites.hallulens.build import (
     TASKS as TASK_ORDER,
@@ -105,8 +105,8 @@ def build_sets(out: Path, *, tasks: Sequence[str], cfg: BuildConfig, trials: int
             elif task == "proxy_qa":
                 items, report = build_proxy(cfg.qa_size, trial_cfg.seed)
             else:
-                raise HaldetError(f"unknown HalluLens task {task!r}", where="--task",
-                                  hint="precisewikiqa, longwiki, nonexistent, proxy_qa")
+                raise UnknownNameError("HalluLens task", task, ["precisewikiqa", "longwiki", "nonexistent",
+                                                                "proxy_qa"], where="--task")
             if bar is not None:  # fewer items than planned (dropped, names exhausted): its done line now
                 finish(bar)
             write_items(folder / f"{task}.jsonl", items)
