@@ -49,6 +49,15 @@ def preset_defaults(ctx: typer.Context, preset: str | None, command: str) -> dic
             if getattr(ctx.get_parameter_source(k), "name", "") != "COMMANDLINE"}  # the flag given wins
 
 
+def preset_record(preset: str | None) -> dict[str, str] | None:
+    """The preset's name, hash and file as the set's build.json / the results.json record it (None: no preset)."""
+    if not preset:
+        return None
+    from haldet.presets import load_preset
+
+    return load_preset(preset).record()
+
+
 def _ints(text: str, n: int, flag: str, example: str) -> list[int]:
     try:
         values = [int(x) for x in text.split(",")]
@@ -115,7 +124,8 @@ def build(
         manifest = build_sets(out, tasks=tasks, cfg=cfg, trials=trials, generators=generators,
                               prompts=Prompts(prompts), pages=str(pages) if pages else None,
                               taxonomy=str(taxonomy) if taxonomy else None,
-                              medicines=str(medicines) if medicines else None, progress=make)
+                              medicines=str(medicines) if medicines else None, progress=make,
+                              preset=preset_record(preset))
     for name, rep in manifest["reports"].items():
         console.print(f"{name}: {rep['kept']} of {rep['wanted']} kept; dropped {rep['dropped'] or 'none'}; "
                       f"failed calls {len(rep['failures'])}" + (f"; {'; '.join(rep['notes'])}" if rep["notes"] else ""),
@@ -168,7 +178,7 @@ def evaluate(
     with RunStore(out).lock(), progress_bars() as make:  # one writer per folder: no answer or judgement twice
         results = run_eval(set_dir, out, targets=targets, judge=judge, tasks=split_names(task) or None,
                            prompts=Prompts(prompts), pages=str(pages) if pages else None, k=k,
-                           max_new_tokens=budgets, limit=limit, progress=make)
+                           max_new_tokens=budgets, limit=limit, progress=make, preset=preset_record(preset))
     present = [t for t in TASK_TITLES if any(t in m for m in results["models"].values())]
     for task_name in present:  # one narrow table per task; table.md holds the one-row-per-model Table 2 shape
         header, rows = table_rows(results, [task_name])

@@ -86,8 +86,14 @@ class PairModel:
         calls): a model whose work is per text rather than per pair does that work once here."""
 
 
+# checkpoints whose config leaves the labels generic (LABEL_0, ...): their documented order. SelfCheckGPT's own NLI
+# model is a 2-class head (0 entailment, 1 contradiction; no neutral), its P(contradiction) the method's score.
+KNOWN_LABELS: dict[str, tuple[str, ...]] = {"potsawee/deberta-v3-large-mnli": ("entailment", "contradiction")}
+
+
 class HFEntailment(PairModel):
-    """An HF sequence-classification NLI model; label order read from its config (id2label)."""
+    """An HF sequence-classification NLI model; label order read from its config (id2label), or for a checkpoint
+    with generic labels from `KNOWN_LABELS`."""
 
     kind = "nli"
     width = 3
@@ -113,6 +119,9 @@ class HFEntailment(PairModel):
     @staticmethod
     def _label_index(id2label: dict[int, str], name: str) -> list[int | None]:
         """Model column of each of entailment, neutral, contradiction (neutral may be absent: 2-way models)."""
+        generic = all(str(label).upper().startswith("LABEL_") for label in id2label.values())
+        if generic and name in KNOWN_LABELS and len(KNOWN_LABELS[name]) == len(id2label):
+            id2label = dict(enumerate(KNOWN_LABELS[name]))
         found: dict[str, int] = {}
         for idx, label in id2label.items():
             low = str(label).lower()

@@ -152,7 +152,9 @@ def _jsonl(path: Path, rows: Sequence[dict[str, Any]]) -> None:
 def evaluate(set_dir: Path, out: Path, *, targets: Sequence[Target], judge: StructuredLLM | None,
              tasks: Sequence[str] | None = None, prompts: Any, pages: str | None = None, k: int = 32,
              max_new_tokens: dict[str, int] | None = None, limit: int | None = None,
-             progress: ProgressFactory | None = None) -> dict[str, Any]:
+             progress: ProgressFactory | None = None, preset: dict[str, str] | None = None) -> dict[str, Any]:
+    """Answer, judge and rate every task of the set per target; `preset` (name, hash, file) is recorded in
+    results.json when the command took a preset's defaults."""
     from haldet.suites.hallulens.retrieval import PassageIndex
     from haldet.suites.hallulens.sources import load_pages
 
@@ -174,7 +176,8 @@ def evaluate(set_dir: Path, out: Path, *, targets: Sequence[Target], judge: Stru
     judges = HalluLensJudges(judge, prompts, index, progress)
     results: dict[str, Any] = {"set": str(set_dir), "set_manifest": {k_: manifest.get(k_) for k_ in
                                                                        ("config", "sources", "generators",
-                                                                        "prompts_digest", "built_at")},
+                                                                        "prompts_digest", "preset", "built_at")},
+                               "preset": preset,
                                "judge": judge.usage_report() if judge else None, "judge_fingerprint":
                                judges.fingerprint(), "k": k, "versions": library_versions(), "models": {}}
     for target in targets:
