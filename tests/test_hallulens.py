@@ -3,6 +3,7 @@ the sources in their own schemas, seeded MixedEntities construction, judge rules
 
 from __future__ import annotations
 
+import json
 import math
 import random
 from pathlib import Path
@@ -269,6 +270,25 @@ def test_offline_proxy_set_is_seeded_and_labelled_as_a_proxy(tmp_path: Path) -> 
     text = table_markdown(results)
     assert "proxy FR" in text.splitlines()[0] and "PWQA" not in text.splitlines()[0]
     assert "PROXY set (HaluEval-QA questions asked closed-book)" in text
+
+
+def test_build_with_a_preset_records_it_in_build_json(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from haldet.cli import app
+    from haldet.presets import load_preset
+
+    out = tmp_path / "set"
+    result = CliRunner().invoke(app, ["hallulens", "build", "--out", str(out), "--task", "proxy_qa", "--qa-size", "3",
+                                      "--trials", "1", "--preset", "hallulens"])
+    assert result.exit_code == 0, result.output
+    manifest = json.loads((out / "build.json").read_text())
+    assert manifest["preset"] == load_preset("hallulens").record() and manifest["trials"] == 1  # the flag wins
+    assert manifest["config"]["long_size"] == 250  # the preset's value where no flag was given
+    other = tmp_path / "plain"
+    assert CliRunner().invoke(app, ["hallulens", "build", "--out", str(other), "--task", "proxy_qa", "--qa-size",
+                                    "3", "--trials", "1"]).exit_code == 0
+    assert json.loads((other / "build.json").read_text())["preset"] is None
 
 
 def test_cli_errors_are_one_message(tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]

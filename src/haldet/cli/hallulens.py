@@ -58,6 +58,18 @@ def preset_record(preset: str | None) -> dict[str, str] | None:
     return load_preset(preset).record()
 
 
+def parse_task_judges(values: list[str], tasks: dict[str, str]) -> dict[str, str]:
+    """`TASK=MODEL` values (comma lists allowed) -> {task: model}; a malformed value or unknown task is one error."""
+    out: dict[str, str] = {}
+    for value in split_names(values):
+        task_name, sep, model_name = value.partition("=")
+        if not sep or not model_name.strip() or task_name.strip() not in tasks:
+            raise HaldetError(f"--task-judge {value!r} is not TASK=MODEL with a known task", where="--task-judge",
+                              hint=f"tasks: {', '.join(tasks)}; e.g. --task-judge longwiki=my-judge-model")
+        out[task_name.strip()] = model_name.strip()
+    return out
+
+
 def _ints(text: str, n: int, flag: str, example: str) -> list[int]:
     try:
         values = [int(x) for x in text.split(",")]
@@ -145,6 +157,10 @@ def evaluate(
                                                    "the rest is listed as failed).")] = None,
     judge_backend: Backend = "openai",
     judge_base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible endpoint of the judge.")] = None,
+    task_judge: Annotated[list[str] | None, typer.Option(
+        help="TASK=MODEL: judge one task with its own model (same backend and endpoint as --judge-model; repeat "
+             "per task). The paper: precisewikiqa and nonexistent Llama-3.1-70B-Instruct, longwiki "
+             "Llama-3.1-405B-Instruct.")] = None,
     pages: Annotated[Path | None, typer.Option(help="Page file for LongWiki retrieval (default: the build's).")
                      ] = None,
     k: Annotated[int, typer.Option(help="K of Recall@K / F1@K.")] = 32,
@@ -173,12 +189,16 @@ def evaluate(
         max_new_tokens = int(given["max_new_tokens"])
     judge = StructuredLLM(_llm_config(judge_backend, judge_model, judge_base_url, retries, 256),
                           cache=out / "judge_cache.jsonl") if judge_model else None
+    task_judges = {t: StructuredLLM(_llm_config(judge_backend, m, judge_base_url, retries, 256),
+                                    cache=out / "judge_cache.jsonl", option="--task-judge")
+                   for t, m in parse_task_judges(task_judge or [], TASK_TITLES).items()}
     targets = [Target(m, base_url=model_base_url) for m in split_names(model)]
     budgets = {t: max_new_tokens for t in MAX_NEW_TOKENS} if max_new_tokens else None
     with RunStore(out).lock(), progress_bars() as make:  # one writer per folder: no answer or judgement twice
         results = run_eval(set_dir, out, targets=targets, judge=judge, tasks=split_names(task) or None,
                            prompts=Prompts(prompts), pages=str(pages) if pages else None, k=k,
-                           max_new_tokens=budgets, limit=limit, progress=make, preset=preset_record(preset))
+                           max_new_tokens=budgets, limit=limit, progress=make, preset=preset_record(preset),
+                           task_judges=task_judges)
     present = [t for t in TASK_TITLES if any(t in m for m in results["models"].values())]
     for task_name in present:  # one narrow table per task; table.md holds the one-row-per-model Table 2 shape
         header, rows = table_rows(results, [task_name])
@@ -188,7 +208,7 @@ def evaluate(
         for r in rows:
             table.add_row(*r)
         out_console.print(table)
-    if not judge_model:
+    if not judge_model and not task_judges:
         console.print("no --judge-model: only rule judges decided; undecided items are listed as failed")
     console.print(f"results: {out / 'results.json'}, {out / 'table.md'}")
     failures = [f"{model_name} {task_name}: {failed} item(s) not judged (<model>/seed-*/{task_name}.failed.jsonl; "
