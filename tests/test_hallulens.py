@@ -315,9 +315,8 @@ def test_a_reply_cut_after_its_decision_keeps_the_decision_and_nothing_is_comple
 
 
 def test_detectors_run_on_hallulens_detection_sets(tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
-    """`haldet run --suite hallulens` on judged answers: teacher-forced through the embedded model, one response-level
-    score per answer, one result row per dataset (abstentions left out)."""
-    import json
+    """`haldet run --preset hallulens` (the hallulens suite) on judged answers: teacher-forced through the embedded
+    model, one response-level score per answer, one result row per dataset (abstentions left out)."""
 
     data = tmp_path / "detection"
     data.mkdir()
@@ -330,8 +329,13 @@ def test_detectors_run_on_hallulens_detection_sets(tmp_path: Path, cli) -> None:
             {"id": f"{task}/1/{k}", "task": task, "prompt": p, "response": r, "label": lab}) + "\n"
             for k, (p, r, lab) in enumerate(items)))
     out = tmp_path / "run"
-    res = cli("run", "--suite", "hallulens", "--data-dir", str(data), "--out", str(out), "--detector", "perplexity")
+    res = cli("run", "--preset", "hallulens", "--data-dir", str(data), "--out", str(out), "--detector", "perplexity")
     assert res.returncode == 0, res.stderr[-2000:]
+    from haldet.presets import load_preset
+
+    manifest = json.loads((out / "manifest.json").read_text())  # the preset runs end to end offline
+    assert manifest["preset"] == load_preset("hallulens").record() and manifest["config"]["suite"] == "hallulens"
+    assert manifest["config"]["tokens"]["input_format"] == "chat"
     results = json.loads((out / "results.json").read_text())
     auroc = {r["dataset"]: r for r in results if r["metric"] == "auroc" and r["detector"] == "perplexity"}
     assert set(auroc) == {"hallulens_precisewikiqa", "hallulens_nonexistent"}
