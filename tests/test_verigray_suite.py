@@ -132,7 +132,7 @@ def test_preset_fixed_thresholds_on_a_copy_of_the_run(suite_run, tmp_path: Path)
     units = [r for r in csv.DictReader((out / "unit_scores.csv").open()) if r["part"] == "test" and r["score"]]
     for name, threshold in (("llmcheck_hidden", 6.3), ("llmcheck_attention", -174.0)):
         (bacc,) = [r for r in rows if r["detector"] == name and r["metric"] == "bacc"]
-        assert bacc["note"] == f"fixed threshold {threshold:.6g} (the paper's; no validation threshold)"
+        assert bacc["note"] == f"fixed threshold {threshold:.6g} (configured; no validation threshold)"
         sign = float(re.search(r"sign ([+-]1)", detectors[name].meta["layer_choice"]).group(1))  # type: ignore[union-attr]
         mine = [(6 - int(u["grade"]), float(u["score"]) > sign * threshold) for u in units if u["detector"] == name]
         flagged_unfaithful = [f for d, f in mine if d <= 1]  # Contradicting / Fabricated: gold Unfaithful
