@@ -62,6 +62,7 @@ def test_selfcheckgpt_two_class_checkpoint_maps_its_generic_labels() -> None:
     generic = {0: "LABEL_0", 1: "LABEL_1"}
     # SelfCheckGPT's DeBERTa-v3-large MNLI head: 0 entailment, 1 contradiction, no neutral column
     assert HFEntailment._label_index(generic, "potsawee/deberta-v3-large-mnli") == [0, None, 1]
+    assert HFEntailment._label_index(generic, "/models/deberta-v3-large-mnli") == [0, None, 1]  # a local copy
     assert HFEntailment._label_index({0: "ENTAILMENT", 1: "NEUTRAL", 2: "CONTRADICTION"}, "x") == [0, 1, 2]
     with pytest.raises(HaldetError, match="not entailment/neutral/contradiction"):
         HFEntailment._label_index(generic, "someone/unknown-2-class")  # never guessed for an unknown model

@@ -120,8 +120,11 @@ class HFEntailment(PairModel):
     def _label_index(id2label: dict[int, str], name: str) -> list[int | None]:
         """Model column of each of entailment, neutral, contradiction (neutral may be absent: 2-way models)."""
         generic = all(str(label).upper().startswith("LABEL_") for label in id2label.values())
-        if generic and name in KNOWN_LABELS and len(KNOWN_LABELS[name]) == len(id2label):
-            id2label = dict(enumerate(KNOWN_LABELS[name]))
+        # the hub id, or a local copy in a folder named like it (offline use)
+        known = KNOWN_LABELS.get(name) or next((v for k, v in KNOWN_LABELS.items()
+                                                if Path(name).name == k.rsplit("/", 1)[-1]), None)
+        if generic and known is not None and len(known) == len(id2label):
+            id2label = dict(enumerate(known))
         found: dict[str, int] = {}
         for idx, label in id2label.items():
             low = str(label).lower()
