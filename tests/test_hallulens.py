@@ -3,6 +3,7 @@ the sources in their own schemas, seeded MixedEntities construction, judge rules
 
 from __future__ import annotations
 
+import json
 import math
 import random
 from pathlib import Path
@@ -271,6 +272,25 @@ def test_offline_proxy_set_is_seeded_and_labelled_as_a_proxy(tmp_path: Path) -> 
     assert "PROXY set (HaluEval-QA questions asked closed-book)" in text
 
 
+def test_build_with_a_preset_records_it_in_build_json(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from haldet.cli import app
+    from haldet.presets import load_preset
+
+    out = tmp_path / "set"
+    result = CliRunner().invoke(app, ["hallulens", "build", "--out", str(out), "--task", "proxy_qa", "--qa-size", "3",
+                                      "--trials", "1", "--preset", "hallulens"])
+    assert result.exit_code == 0, result.output
+    manifest = json.loads((out / "build.json").read_text())
+    assert manifest["preset"] == load_preset("hallulens").record() and manifest["trials"] == 1  # the flag wins
+    assert manifest["config"]["long_size"] == 250  # the preset's value where no flag was given
+    other = tmp_path / "plain"
+    assert CliRunner().invoke(app, ["hallulens", "build", "--out", str(other), "--task", "proxy_qa", "--qa-size",
+                                    "3", "--trials", "1"]).exit_code == 0
+    assert json.loads((other / "build.json").read_text())["preset"] is None
+
+
 def test_cli_errors_are_one_message(tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
     res = cli("hallulens", "build", "--out", str(tmp_path / "s"), "--task", "precisewikiqa")
     assert res.returncode == 2 and "needs a source file" in res.stderr and "--pages" in res.stderr
@@ -295,9 +315,8 @@ def test_a_reply_cut_after_its_decision_keeps_the_decision_and_nothing_is_comple
 
 
 def test_detectors_run_on_hallulens_detection_sets(tmp_path: Path, cli) -> None:  # type: ignore[no-untyped-def]
-    """`haldet run --suite hallulens` on judged answers: teacher-forced through the embedded model, one response-level
-    score per answer, one result row per dataset (abstentions left out)."""
-    import json
+    """`haldet run --preset hallulens` (the hallulens suite) on judged answers: teacher-forced through the embedded
+    model, one response-level score per answer, one result row per dataset (abstentions left out)."""
 
     data = tmp_path / "detection"
     data.mkdir()
@@ -310,8 +329,13 @@ def test_detectors_run_on_hallulens_detection_sets(tmp_path: Path, cli) -> None:
             {"id": f"{task}/1/{k}", "task": task, "prompt": p, "response": r, "label": lab}) + "\n"
             for k, (p, r, lab) in enumerate(items)))
     out = tmp_path / "run"
-    res = cli("run", "--suite", "hallulens", "--data-dir", str(data), "--out", str(out), "--detector", "perplexity")
+    res = cli("run", "--preset", "hallulens", "--data-dir", str(data), "--out", str(out), "--detector", "perplexity")
     assert res.returncode == 0, res.stderr[-2000:]
+    from haldet.presets import load_preset
+
+    manifest = json.loads((out / "manifest.json").read_text())  # the preset runs end to end offline
+    assert manifest["preset"] == load_preset("hallulens").record() and manifest["config"]["suite"] == "hallulens"
+    assert manifest["config"]["tokens"]["input_format"] == "chat"
     results = json.loads((out / "results.json").read_text())
     auroc = {r["dataset"]: r for r in results if r["metric"] == "auroc" and r["detector"] == "perplexity"}
     assert set(auroc) == {"hallulens_precisewikiqa", "hallulens_nonexistent"}

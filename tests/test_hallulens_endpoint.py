@@ -187,12 +187,24 @@ def test_build_and_evaluate_through_an_endpoint(server: FakeOpenAI, tmp_path: Pa
 
     from haldet.cli import app
 
+    # ... with the preset recorded and LongWiki judged by its own model (the paper's per-task judges)
+    from haldet.presets import load_preset
+
+    lw_calls = srv.calls["judge_lw"]
     result = CliRunner().invoke(app, [
         "hallulens", "evaluate", "--set", str(set_dir), "--out", str(out), "--model", "openai:target",
         "--model-base-url", srv.base_url, "--judge-model", "judge", "--judge-base-url", srv.base_url,
-        "--limit", "6", "--retries", "0"])
+        "--limit", "6", "--retries", "0", "--preset", "hallulens", "--task-judge", "longwiki=judge_lw"])
     assert result.exit_code == 0, result.output
     assert "HalluLens PreciseWikiQA" in result.output and "F1@32" in result.output
     assert "openai:target" in result.output
-    assert json.loads((out / "results.json").read_text())["judge"]["model"] == "judge"
+    saved = json.loads((out / "results.json").read_text())
+    assert saved["judge"]["model"] == "judge" and saved["preset"] == load_preset("hallulens").record()
+    assert saved["task_judges"]["longwiki"]["judge"]["model"] == "judge_lw"
+    assert srv.calls["judge_lw"] > lw_calls  # the LongWiki steps asked judge_lw, the other tasks the cache of judge
+    lw2 = saved["models"]["openai:target"]["longwiki"]["trials"]["seed-7"]
+    assert (lw2["precision"], lw2["recall_at_k"]) == (pytest.approx(0.5), pytest.approx(1 / 32))
+    bad = CliRunner().invoke(app, ["hallulens", "evaluate", "--set", str(set_dir), "--out", str(out), "--model",
+                                   "openai:target", "--task-judge", "longwiky=judge_lw"])
+    assert "not TASK=MODEL with a known task" in str(bad.exception)  # one HaldetError (exit 2 via the entry point)
     assert "Fig. 4: PreciseWikiQA per h-score decile" in (out / "report.html").read_text()

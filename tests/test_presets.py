@@ -50,6 +50,7 @@ def test_presets_hold_the_papers_values() -> None:
     assert variants == {"verbalized": "paper", "self_eval": "raw", "selfcheck_nli": "paper", "sep": "accuracy",
                         "mind": "paper", "ln_entropy": "paper", "haloscope": "label_guided"}
     assert oh.detector_params["prism"]["checkpoint_on"] == "internal" and oh.evaluation.evaluate_on == "test"
+    assert oh.detector_params["saplma"]["pooling"] == "mean" and oh.chat_template_kwargs == {"enable_thinking": False}
     he = resolve_config(None, preset="halluentity")
     assert he.evaluation.evaluate_on == "all" and he.limit is None and he.tokens.top_k == 10
     assert he.detector_params["ccp"]["nli_model"] == "microsoft/deberta-base-mnli"
@@ -57,9 +58,12 @@ def test_presets_hold_the_papers_values() -> None:
     assert vg.evaluation.evaluate_on == "all" and vg.verdict.temperature == 0.6
     params = vg.detector_params
     assert (params["llmcheck_hidden"]["layer"], params["llmcheck_attention"]["layer"]) == (20, 21)
+    assert (params["llmcheck_hidden"]["threshold"], params["llmcheck_attention"]["threshold"]) == (6.3, -174.0)
+    assert (params["ccp"]["aggregate"], params["ccp"]["threshold"]) == ("claim", -0.001)
     tp = resolve_config(None, preset="triviaplus")
     assert (tp.sample.k, tp.sample.temperature) == (3, 1.0)
-    assert tp.detector_params["selfcheck_nli"]["variant"] == "selfcheckgpt"
+    assert tp.detector_params["selfcheck_nli"] == {"variant": "selfcheckgpt",
+                                                   "nli_model": "potsawee/deberta-v3-large-mnli"}
     assert tp.verdict.max_new_tokens == 256  # the suite's own setting still lies under the preset
     assert load_preset("hallulens").hallulens_commands["build"]["trials"] == 3
 
@@ -87,7 +91,7 @@ def test_flags_and_config_file_override_a_preset_key_by_key(tmp_path: Path) -> N
     file.write_text("preset: verigray\nverdict: {temperature: 0.0}\n")
     named = run_config(RunOptions(config_file=file))
     assert named.preset == "verigray" and named.suite == "verigray" and named.verdict.temperature == 0.0
-    assert named.detector_params["llmcheck_hidden"] == {"layer": 20}
+    assert named.detector_params["llmcheck_hidden"] == {"layer": 20, "threshold": 6.3}
 
 
 def test_unknown_preset_and_suite_conflict_are_one_clear_error() -> None:

@@ -3,10 +3,13 @@ the 7-way classifier answers through a local OpenAI-compatible mock (one reply p
 
 from __future__ import annotations
 
+import csv
 import json
+import re
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from haldet.config import load_config
@@ -161,3 +164,31 @@ def test_data_analyses_count_classes_and_transitions(suite_run) -> None:
         assert sum(r["value"] for r in fig3 if r["from"] == origin) == pytest.approx(1.0)
     table = suite_markdown(get_suite("verigray"), rows)
     assert "Fig. 2 (class share per generator" in table and "Fig. 6 (transition" in table
+
+
+def test_preset_fixed_thresholds_on_a_copy_of_the_run(suite_run, tmp_path: Path) -> None:
+    """`--preset verigray` end to end offline (embedded model as the substitute for the paper's Llama-2-7B): LLM-Check
+    at the paper's layers 20/21 with its fixed thresholds 6.3 / -174.0; the binary verdicts are exactly the signed
+    scores against sign * threshold, with no validation threshold."""
+    import shutil
+
+    import haldet as pipeline
+
+    out = tmp_path / "run"
+    shutil.copytree(suite_run[0], out)
+    config = pipeline.load_config(None, preset="verigray", data_dir=str(FIX), evaluation__split=(0.34, 0.33, 0.33),
+                                  detectors=["llmcheck_hidden", "llmcheck_attention"], evaluation__bootstrap=0)
+    rows, cells = pipeline.run(config, out, update=True)
+    assert json.loads((out / "manifest.json").read_text())["preset"]["name"] == "verigray"
+    detectors = {d.name: d for d in cells[0].detectors}
+    assert detectors["llmcheck_hidden"].meta["layer_choice"].startswith("layer 20,")
+    assert detectors["llmcheck_attention"].meta["layer_choice"].startswith("layer 21,")
+    units = [r for r in csv.DictReader((out / "unit_scores.csv").open()) if r["part"] == "test" and r["score"]]
+    for name, threshold in (("llmcheck_hidden", 6.3), ("llmcheck_attention", -174.0)):
+        (bacc,) = [r for r in rows if r["detector"] == name and r["metric"] == "bacc"]
+        assert bacc["note"] == f"fixed threshold {threshold:.6g} (configured; no validation threshold)"
+        sign = float(re.search(r"sign ([+-]1)", detectors[name].meta["layer_choice"]).group(1))  # type: ignore[union-attr]
+        mine = [(6 - int(u["grade"]), float(u["score"]) > sign * threshold) for u in units if u["detector"] == name]
+        flagged_unfaithful = [f for d, f in mine if d <= 1]  # Contradicting / Fabricated: gold Unfaithful
+        recall = value(rows, name, "recall")
+        assert recall == pytest.approx(np.mean(flagged_unfaithful)) if flagged_unfaithful else recall is None

@@ -50,6 +50,27 @@ def preset_defaults(ctx: typer.Context, preset: str | None, command: str) -> dic
             if getattr(ctx.get_parameter_source(k), "name", "") != "COMMANDLINE"}  # the flag given wins
 
 
+def preset_record(preset: str | None) -> dict[str, str] | None:
+    """The preset's name, hash and file as the set's build.json / the results.json record it (None: no preset)."""
+    if not preset:
+        return None
+    from haldet.presets import load_preset
+
+    return load_preset(preset).record()
+
+
+def parse_task_judges(values: list[str], tasks: dict[str, str]) -> dict[str, str]:
+    """`TASK=MODEL` values (comma lists allowed) -> {task: model}; a malformed value or unknown task is one error."""
+    out: dict[str, str] = {}
+    for value in split_names(values):
+        task_name, sep, model_name = value.partition("=")
+        if not sep or not model_name.strip() or task_name.strip() not in tasks:
+            raise HaldetError(f"--task-judge {value!r} is not TASK=MODEL with a known task", where="--task-judge",
+                              hint=f"tasks: {', '.join(tasks)}; e.g. --task-judge longwiki=my-judge-model")
+        out[task_name.strip()] = model_name.strip()
+    return out
+
+
 def _ints(text: str, n: int, flag: str, example: str) -> list[int]:
     try:
         values = [int(x) for x in text.split(",")]
@@ -132,7 +153,7 @@ def build(
                               prompts=Prompts(prompts), pages=str(pages) if pages else None,
                               taxonomy=str(taxonomy) if taxonomy else None,
                               medicines=str(medicines) if medicines else None, progress=make,
-                              search_url=search_url, search_key_env=search_key_env)
+                              search_url=search_url, search_key_env=search_key_env, preset=preset_record(preset))
     for name, rep in manifest["reports"].items():
         console.print(f"{name}: {rep['kept']} of {rep['wanted']} kept; dropped {rep['dropped'] or 'none'}; "
                       f"failed calls {len(rep['failures'])}" + (f"; {'; '.join(rep['notes'])}" if rep["notes"] else ""),
@@ -157,6 +178,10 @@ def evaluate(
                                                    "the rest is listed as failed).")] = None,
     judge_backend: Backend = DEFAULT_LLM_BACKEND,
     judge_base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible endpoint of the judge.")] = None,
+    task_judge: Annotated[list[str] | None, typer.Option(
+        help="TASK=MODEL: judge one task with its own model (same backend and endpoint as --judge-model; repeat "
+             "per task). The paper: precisewikiqa and nonexistent Llama-3.1-70B-Instruct, longwiki "
+             "Llama-3.1-405B-Instruct.")] = None,
     pages: Annotated[Path | None, typer.Option(help="Page file for LongWiki retrieval (default: the build's).")
                      ] = None,
     k: Annotated[int, typer.Option(help="K of Recall@K / F1@K.")] = 32,
@@ -185,12 +210,16 @@ def evaluate(
         max_new_tokens = int(given["max_new_tokens"])
     judge = StructuredLLM(_llm_config(judge_backend, judge_model, judge_base_url, retries, 256),
                           cache=out / "judge_cache.jsonl") if judge_model else None
+    task_judges = {t: StructuredLLM(_llm_config(judge_backend, m, judge_base_url, retries, 256),
+                                    cache=out / "judge_cache.jsonl", option="--task-judge")
+                   for t, m in parse_task_judges(task_judge or [], TASK_TITLES).items()}
     targets = [Target(m, base_url=model_base_url) for m in split_names(model)]
     budgets = {t: max_new_tokens for t in MAX_NEW_TOKENS} if max_new_tokens else None
     with RunStore(out).lock(), progress_bars() as make:  # one writer per folder: no answer or judgement twice
         results = run_eval(set_dir, out, targets=targets, judge=judge, tasks=split_names(task) or None,
                            prompts=Prompts(prompts), pages=str(pages) if pages else None, k=k,
-                           max_new_tokens=budgets, limit=limit, progress=make)
+                           max_new_tokens=budgets, limit=limit, progress=make, preset=preset_record(preset),
+                           task_judges=task_judges)
     present = [t for t in TASK_TITLES if any(t in m for m in results["models"].values())]
     for task_name in present:  # one narrow table per task; table.md holds the one-row-per-model Table 2 shape
         header, rows = table_rows(results, [task_name])
@@ -200,7 +229,7 @@ def evaluate(
         for r in rows:
             table.add_row(*r)
         out_console.print(table)
-    if not judge_model:
+    if not judge_model and not task_judges:
         console.print("no --judge-model: only rule judges decided; undecided items are listed as failed")
     console.print(f"results: {out / 'results.json'}, {out / 'table.md'}")
     failures = [f"{model_name} {task_name}: {failed} item(s) not judged (<model>/seed-*/{task_name}.failed.jsonl; "

@@ -10,6 +10,12 @@ of the token's sentence, or the whole response prefix with `context: response`):
 The observed token counts as entailing itself; an alternative whose text equals it (ignoring surrounding space)
 entails without an NLI call; neutral alternatives drop out. Default NLI model: DeBERTa-base MNLI (the paper's);
 when no NLI model can be loaded (offline, no weights) every item is NaN with that reason, never a fallback number.
+
+A unit's score is the `aggregate` of its token values (mean by default), or with `aggregate: claim` the claim-level
+CCP of lm-polygraph that VeriGray thresholds: -prod_i exp(-y_i) = minus the product of the tokens' entailed shares,
+in [-1, 0] (near 0: some token's alternatives contradict it). `threshold` (None by default) makes the detector give
+its own binary verdict, hallucinated when the score > threshold (`decision_threshold`, read by the VeriGray suite;
+VeriGray's appendix D: claim score, tau = -0.001); without it a suite takes the threshold from validation.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ import numpy as np
 
 from haldet.detectors._consistency import cache_for, pair_model
 from haldet.detectors.base import register
-from haldet.detectors.unit import UnitDetector
+from haldet.detectors.unit import AGGREGATES, UnitDetector
 from haldet.errors import HaldetError
 from haldet.models.nli import CONTRADICTION, ENTAILMENT, NEUTRAL
 from haldet.signals import Signal, SignalView
@@ -35,6 +41,12 @@ def ccp_scores(topk_logprobs: np.ndarray, entail: np.ndarray, contradict: np.nda
     return -np.log((p * e).sum(axis=1) / (p * (e + c)).sum(axis=1))
 
 
+def claim_score(token_ccp: np.ndarray) -> float:
+    """lm-polygraph's claim-level CCP uncertainty in [-1, 0] from token values y_i = -log(entailed share):
+    -prod_i exp(-y_i)."""
+    return float(-np.exp(-np.sum(np.asarray(token_ccp, dtype=np.float64))))
+
+
 @register("ccp")
 class CCP(UnitDetector):
     """Variants: `hard` (the method: each alternative's NLI class is the argmax), `soft` (expected counts: an
@@ -47,9 +59,24 @@ class CCP(UnitDetector):
     requires = UnitDetector.requires | {Signal.RESPONSE, Signal.TOKEN_TOPK_IDS, Signal.TOKEN_TOPK_LOGPROBS}
     version = "1"
     auxiliary: ClassVar[dict[str, str]] = {"nli_model": "nli"}
+    aggregates: ClassVar[tuple[str, ...]] = (*AGGREGATES, "claim")
     defaults: ClassVar[dict[str, Any]] = {**UnitDetector.defaults, "nli_model": "microsoft/deberta-base-mnli",
                                           "variant": "hard", "fallback": None, "context": "sentence", "tokenizer": None,
-                                          "batch_size": 32, "max_length": 256, "device": "auto"}
+                                          "batch_size": 32, "max_length": 256, "device": "auto", "threshold": None}
+
+    def __init__(self, **params: Any) -> None:
+        super().__init__(**params)
+        threshold = self.params["threshold"]
+        if threshold is not None and not isinstance(threshold, int | float):
+            raise ValueError(f"ccp: threshold must be a number or null, not {threshold!r}")
+
+    @property
+    def decision_threshold(self) -> float | None:
+        """The fixed threshold of the binary verdict (score > threshold), or None: the suite picks one."""
+        return None if self.params["threshold"] is None else float(self.params["threshold"])
+
+    def combine(self, values: np.ndarray) -> float:
+        return claim_score(values) if self.params["aggregate"] == "claim" else super().combine(values)
 
     def reads_linguistics(self) -> bool:
         return self.params["context"] == "sentence"

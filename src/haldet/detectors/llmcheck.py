@@ -10,6 +10,12 @@ The method fixes neither the layer nor which direction means "hallucinated", so 
 sign with the best AUROC on the validation units with a binary label (on training units when validation cannot
 decide; `meta` says which), or the configured `layer` with its sign learned the same way. Scores are the signed
 values at that layer.
+
+Fixed thresholds (VeriGray's appendix D: Llama-2-7B, Hidden Score 6.3 at layer 20, Attn Score -174.0 at layer 21):
+`threshold` is a value on the raw score scale; the detector then gives its own binary verdict (`decision_threshold`
+= sign * threshold on the signed score, read by the VeriGray suite) instead of a threshold from validation. Which
+side is hallucinated is learned as above (`direction: learned`), or fixed with `direction: above` (raw > threshold)
+or `below` (raw < threshold), which needs a fixed `layer` and then learns nothing from labels.
 """
 
 from __future__ import annotations
@@ -23,6 +29,19 @@ from haldet.detectors.base import Detector, Scores, register
 from haldet.detectors.unit import UnitDetector, UnitScores, unit_token_index
 from haldet.schema import LEVELS
 from haldet.signals import Signal, SignalView
+
+DIRECTIONS = {"learned": None, "above": 1.0, "below": -1.0}
+
+
+def check_choice_params(name: str, params: dict[str, Any]) -> None:
+    """One clear error for a bad direction / threshold combination (at construction, before any work)."""
+    if params["direction"] not in DIRECTIONS:
+        raise ValueError(f"{name}: direction must be one of {', '.join(DIRECTIONS)}, not {params['direction']!r}")
+    if params["direction"] != "learned" and params["layer"] is None:
+        raise ValueError(f"{name}: direction {params['direction']!r} needs a fixed layer (set `layer`)")
+    threshold = params["threshold"]
+    if threshold is not None and (isinstance(threshold, bool) or not isinstance(threshold, int | float)):
+        raise ValueError(f"{name}: threshold must be a number on the raw score scale or null, not {threshold!r}")
 
 
 class _LayerChoice:
@@ -57,8 +76,21 @@ class _LayerChoice:
             return np.zeros((0, 0)), np.zeros(0)
         return np.stack(xs), np.asarray(ys)
 
+    @property
+    def decision_threshold(self) -> float | None:
+        """The fixed raw-scale threshold on the signed score (hallucinated when score > it), or None."""
+        threshold = self.params.get("threshold")
+        return None if threshold is None else self.sign * float(threshold)
+
     def fit(self, train: SignalView, val: SignalView | None) -> None:
         fixed = self.params.get("layer")
+        direction = DIRECTIONS[self.params.get("direction", "learned")]
+        if direction is not None:
+            self.layer, self.sign = int(fixed), direction
+            self.choice_note = (f"layer {self.layer}, fixed: hallucinated when the raw score is "
+                                f"{self.params['direction']} the threshold")
+            self.meta["layer_choice"] = self.choice_note
+            return
         for name, view in (("validation", val), ("training", train)):
             x, y = self._labelled(view)
             if not len(y):
@@ -94,7 +126,11 @@ class LLMCheckHidden(_LayerChoice, Detector):
     trains = True
     requires = frozenset({Signal.UNIT_HIDDEN_SCORES})
     levels: ClassVar[tuple[str, ...]] = LEVELS
-    defaults: ClassVar[dict[str, Any]] = {"layer": None}
+    defaults: ClassVar[dict[str, Any]] = {"layer": None, "threshold": None, "direction": "learned"}
+
+    def __init__(self, **params: Any) -> None:
+        super().__init__(**params)
+        check_choice_params(self.name, self.params)
 
     def tables(self, items: SignalView) -> list[np.ndarray | None]:
         return [None if t is None else np.asarray(t, dtype=np.float64) for t in items.get(Signal.UNIT_HIDDEN_SCORES)]
@@ -129,7 +165,12 @@ class LLMCheckAttention(_LayerChoice, UnitDetector):
     version = "1"
     trains = True
     requires = UnitDetector.requires | {Signal.TOKEN_ATTN_LOGDIAG}
-    defaults: ClassVar[dict[str, Any]] = {"layer": None, "aggregate": "mean"}
+    defaults: ClassVar[dict[str, Any]] = {"layer": None, "aggregate": "mean", "threshold": None,
+                                          "direction": "learned"}
+
+    def __init__(self, **params: Any) -> None:
+        super().__init__(**params)
+        check_choice_params(self.name, self.params)
 
     def tables(self, items: SignalView) -> list[np.ndarray | None]:
         """Per item [L, units + 1]: the mean log-diagonal over each unit's tokens, then over the whole answer."""

@@ -50,11 +50,17 @@ class UnitDetector(Detector):
     requires: ClassVar[frozenset[Signal]] = frozenset({Signal.TOKEN_OFFSETS})
     defaults: ClassVar[dict[str, Any]] = {"aggregate": "mean"}
 
+    aggregates: ClassVar[tuple[str, ...]] = AGGREGATES
+
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)
-        if self.params["aggregate"] not in AGGREGATES:
-            raise ValueError(f"detector {self.name!r}: aggregate must be one of {', '.join(AGGREGATES)}, "
+        if self.params["aggregate"] not in self.aggregates:
+            raise ValueError(f"detector {self.name!r}: aggregate must be one of {', '.join(self.aggregates)}, "
                              f"not {self.params['aggregate']!r}")
+
+    def combine(self, values: np.ndarray) -> float:
+        """A unit's score from the finite scores of its tokens (`aggregate`); a subclass may add its own ways."""
+        return aggregate(values, self.params["aggregate"])
 
     def reads_linguistics(self) -> bool:
         """Whether this instance reads spaCy tags (`haldet.text.linguistics`); their pipeline then keys its scores."""
@@ -83,7 +89,7 @@ class UnitDetector(Detector):
             if len(finite) == 0:
                 out.invalid(i, "no answer token has a valid score")
             else:
-                out.set(i, aggregate(finite, self.params["aggregate"]))
+                out.set(i, self.combine(finite))
         return out
 
     def score_units(self, items: SignalView, level: str) -> UnitScores:
@@ -110,7 +116,7 @@ class UnitDetector(Detector):
                 elif len(scores) == 0:
                     why[u] = "no token of this unit has a valid score"
                 else:
-                    vals[u] = aggregate(scores, self.params["aggregate"])
+                    vals[u] = self.combine(scores)
             if problem:
                 why = [problem] * len(units)
             values.append(vals)

@@ -91,8 +91,14 @@ class PairModel:
         calls): a model whose work is per text rather than per pair does that work once here."""
 
 
+# checkpoints whose config leaves the labels generic (LABEL_0, ...): their documented order. SelfCheckGPT's own NLI
+# model is a 2-class head (0 entailment, 1 contradiction; no neutral), its P(contradiction) the method's score.
+KNOWN_LABELS: dict[str, tuple[str, ...]] = {"potsawee/deberta-v3-large-mnli": ("entailment", "contradiction")}
+
+
 class HFEntailment(PairModel):
-    """An HF sequence-classification NLI model; label order read from its config (id2label)."""
+    """An HF sequence-classification NLI model; label order read from its config (id2label), or for a checkpoint
+    with generic labels from `KNOWN_LABELS`."""
 
     kind = "nli"
     width = 3
@@ -118,6 +124,12 @@ class HFEntailment(PairModel):
     @staticmethod
     def _label_index(id2label: dict[int, str], name: str) -> list[int | None]:
         """Model column of each of entailment, neutral, contradiction (neutral may be absent: 2-way models)."""
+        generic = all(str(label).upper().startswith("LABEL_") for label in id2label.values())
+        # the hub id, or a local copy in a folder named like it (offline use)
+        known = KNOWN_LABELS.get(name) or next((v for k, v in KNOWN_LABELS.items()
+                                                if Path(name).name == k.rsplit("/", 1)[-1]), None)
+        if generic and known is not None and len(known) == len(id2label):
+            id2label = dict(enumerate(known))
         found: dict[str, int] = {}
         for idx, label in id2label.items():
             low = str(label).lower()

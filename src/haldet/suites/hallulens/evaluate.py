@@ -178,7 +178,11 @@ def _jsonl(path: Path, rows: Sequence[dict[str, Any]]) -> None:
 def evaluate(set_dir: Path, out: Path, *, targets: Sequence[Target], judge: StructuredLLM | None,
              tasks: Sequence[str] | None = None, prompts: Any, pages: str | None = None, k: int = 32,
              max_new_tokens: dict[str, int] | None = None, limit: int | None = None,
-             progress: ProgressFactory | None = None) -> dict[str, Any]:
+             progress: ProgressFactory | None = None, preset: dict[str, str] | None = None,
+             task_judges: dict[str, StructuredLLM] | None = None) -> dict[str, Any]:
+    """Answer, judge and rate every task of the set per target. `task_judges` replaces `judge` for the tasks it
+    names (the paper's judges differ per task); `preset` (name, hash, file) is recorded in results.json when the
+    command took a preset's defaults."""
     from haldet.suites.hallulens.retrieval import PassageIndex
     from haldet.suites.hallulens.sources import load_pages
 
@@ -197,12 +201,17 @@ def evaluate(set_dir: Path, out: Path, *, targets: Sequence[Target], judge: Stru
             raise HaldetError("the page file differs from the one the set was built from", where=str(page_file),
                               hint="pass the original file with --pages, or rebuild the set")
         index = PassageIndex(load_pages(page_file))
+    task_judges = dict(task_judges or {})
     judges = HalluLensJudges(judge, prompts, index, progress)
+    per_task_judges = {t: HalluLensJudges(llm, prompts, index, progress) for t, llm in task_judges.items()}
     results: dict[str, Any] = {"set": str(set_dir), "set_manifest": {k_: manifest.get(k_) for k_ in
                                                                        ("config", "sources", "generators",
-                                                                        "prompts_digest", "built_at")},
+                                                                        "prompts_digest", "preset", "built_at")},
+                               "preset": preset,
                                "judge": judge.usage_report() if judge else None, "judge_fingerprint":
-                               judges.fingerprint(), "k": k, "versions": library_versions(), "models": {}}
+                               judges.fingerprint(), "task_judges": {t: {"judge": llm.usage_report(),
+                               "judge_fingerprint": per_task_judges[t].fingerprint()} for t, llm in
+                               task_judges.items()}, "k": k, "versions": library_versions(), "models": {}}
     for target in targets:
         per_task: dict[str, Any] = {}
         for task in wanted:
@@ -217,7 +226,7 @@ def evaluate(set_dir: Path, out: Path, *, targets: Sequence[Target], judge: Stru
                 responses, answer_failures = answer_items(target, items, cell / f"{task}.answers.jsonl",
                                                           budgets[task], progress,
                                                           f"answer {task} [{target.spec} | {folder.name}]")
-                judgement = judges.judge(items, responses)
+                judgement = per_task_judges.get(task, judges).judge(items, responses)
                 judgement.failures = answer_failures + judgement.failures
                 _jsonl(cell / f"{task}.judged.jsonl", list(judgement.records.values()))
                 _jsonl(cell / f"{task}.failed.jsonl", judgement.failures)
@@ -235,6 +244,8 @@ def evaluate(set_dir: Path, out: Path, *, targets: Sequence[Target], judge: Stru
         for model, per_task in results["models"].items()})
     if judge is not None:
         results["judge"] = judge.usage_report()
+    for t, llm in task_judges.items():
+        results["task_judges"][t]["judge"] = llm.usage_report()
     atomic_write_text(out / "results.json", json.dumps(_no_nan(results), indent=2, allow_nan=False) + "\n")
     atomic_write_text(out / "table.md", table_markdown(results) + "\n")
     from haldet.suites.hallulens.report import html_report

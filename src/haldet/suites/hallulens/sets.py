@@ -64,8 +64,10 @@ def write_items(path: Path, items: Sequence[Item]) -> None:
 def build_sets(out: Path, *, tasks: Sequence[str], cfg: BuildConfig, trials: int, generators: Sequence[StructuredLLM],
                prompts: Prompts, pages: str | None = None, taxonomy: str | None = None, medicines: str | None = None,
                progress: Callable[[str, int], Callable[[int], None]] | None = None,
-               search_url: str | None = None, search_key_env: str | None = None) -> dict[str, Any]:
-    """Build every task for `trials` seeds; returns (and writes) the manifest."""
+               search_url: str | None = None, search_key_env: str | None = None,
+               preset: dict[str, str] | None = None) -> dict[str, Any]:
+    """Build every task for `trials` seeds; returns (and writes) the manifest (with the preset's name and hash when
+    its defaults were taken, else `preset: null`)."""
     needs = {"precisewikiqa": pages, "longwiki": pages, "nonexistent": taxonomy}
     for task in tasks:
         if task in needs and not needs[task]:
@@ -126,6 +128,7 @@ def build_sets(out: Path, *, tasks: Sequence[str], cfg: BuildConfig, trials: int
                 "sources": sources, "prompts_digest": prompts.digest,
                 "generators": [{"id": g.id, "fingerprint": g.fingerprint(), "usage": g.usage_report()}
                                for g in generators],
-                "reports": reports, "haldet": __version__, "built_at": _dt.datetime.now(_dt.UTC).isoformat()}
+                "reports": reports, "preset": preset, "haldet": __version__,
+                "built_at": _dt.datetime.now(_dt.UTC).isoformat()}
     atomic_write_text(out / MANIFEST, json.dumps(manifest, indent=2) + "\n")
     return manifest

@@ -52,6 +52,7 @@ class DetectorOutput:
     scores: np.ndarray
     binary: np.ndarray | None = None
     classes: np.ndarray | None = None
+    note: str = ""  # how `binary` was decided when the detector gave it (e.g. a fixed threshold)
 
 
 def classes_to_outputs(detector: str, classes: np.ndarray) -> DetectorOutput:
@@ -114,7 +115,7 @@ def evaluate(sents: Sentences, out: DetectorOutput, *, n_boot: int = 0, ci: floa
              seed: int = 42) -> list[dict[str, Any]]:
     """All result rows of one detector (see the module docstring); Table 4 rows get item-bootstrap CIs."""
     scores = np.asarray(out.scores, dtype=FLOAT)
-    note = ""
+    note = out.note
     if out.binary is not None:
         binary = np.asarray(out.binary, dtype=FLOAT)
     else:

@@ -37,6 +37,8 @@ def detector_output(name: str, scores: np.ndarray, detector: Any) -> DetectorOut
     threshold = getattr(detector, "decision_threshold", None)
     if threshold is not None:
         out.binary = np.where(np.isfinite(scores), (scores > threshold).astype(np.float64), np.nan)
+        if getattr(detector, "params", {}).get("threshold") is not None:  # a configured, not a built-in, verdict
+            out.note = f"fixed threshold {detector.params['threshold']:.6g} (configured; no validation threshold)"
     if getattr(detector, "graded", False):
         out.classes = TOP - scores
     return out
