@@ -32,6 +32,21 @@ REQUIRED = ("source", "split", "model", "article", "question", "answer", "answer
             "sentence_level_majority_vote", "response_level_label_binary")
 
 
+def interleaved_order(parts: Sequence[str], seed: int) -> list[tuple[int, int | None]]:
+    """Row indices in an order whose every prefix holds each part (`parts[i]` is row i's split) in its
+    proportion: a seeded shuffle within each part, then interleaved by relative rank."""
+    by_part: dict[str, list[int]] = {}
+    for i, part in enumerate(parts):
+        by_part.setdefault(part, []).append(i)
+    rng = random.Random(seed)
+    ranked = []
+    for part in sorted(by_part):
+        idx = by_part[part]
+        rng.shuffle(idx)
+        ranked += [((k + 0.5) / len(idx), part, i) for k, i in enumerate(idx)]
+    return [(i, None) for _, _, i in sorted(ranked)]
+
+
 def _binary(row: dict[str, Any], column: str) -> int:
     value = row.get(column)
     try:
@@ -115,18 +130,9 @@ class TriviaPlus(DatasetAdapter):
         return Source(src.origin, str(wanted), rows)
 
     def ordered_units(self, rows: Sequence[dict[str, Any]], seed: int) -> list[tuple[int, int | None]]:
-        """Rows in an order whose every prefix holds the three release splits in their proportions (a seeded
-        shuffle within each split, then interleaved by rank): `--limit N` keeps train, valid and test items."""
-        by_split: dict[str, list[int]] = {}
-        for i, row in enumerate(rows):
-            by_split.setdefault(str(row.get("split")), []).append(i)
-        rng = random.Random(seed)
-        ranked = []
-        for split in sorted(by_split):
-            idx = by_split[split]
-            rng.shuffle(idx)
-            ranked += [((k + 0.5) / len(idx), split, i) for k, i in enumerate(idx)]
-        return [(i, None) for _, _, i in sorted(ranked)]
+        """Rows in an order whose every prefix holds the three release splits in their proportions, so
+        `--limit N` keeps train, valid and test items."""
+        return interleaved_order([str(row.get("split")) for row in rows], seed)
 
     # --- one row -> one instance ---------------------------------------------------------------------
     def row_to_instance(self, row: dict[str, Any], index: int, split: str) -> Instance:

@@ -43,7 +43,8 @@ class TriviaPlusSuite(Suite):
     paper = "seeds/triviaplus.txt (Chen et al., 2025)"
     description = ("Given answers over long articles (up to ~94K characters), human labels; noisy training-label "
                    "regimes, length strata; LLM-as-a-judge, SelfCheck and proxy-model detectors.")
-    datasets = ("triviaplus", "halueval_qa_pairs")  # + HaluEval's prompted hallucinations (its Table 4)
+    # + its Table 4 companions as given responses: HaluEval's prompted hallucinations, RAGTruth-QA, Dolly (NC)
+    datasets = ("triviaplus", "halueval_qa_pairs", "ragtruth_qa", "dolly_nc")
     protocol = "provided"
     levels = ("response",)
     detectors = ("llm_judge", "llm_judge_fs", "selfcheck_bertscore", "perplexity", "saplma")
