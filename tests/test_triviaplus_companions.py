@@ -76,5 +76,5 @@ def test_dolly_nc_without_its_questions_file_says_which_file_is_missing(tmp_path
     folder = tmp_path / "dolly_nc"
     folder.mkdir()
     shutil.copy(DATA / "dolly_nc" / "msmarco_gpt4_answers.json", folder)
-    with pytest.raises(HaldetError, match="msmarco.json"):
+    with pytest.raises(HaldetError, match=r"msmarco\.json"):
         get_adapter("dolly_nc", tmp_path, None).load(limit=None)

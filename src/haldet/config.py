@@ -54,6 +54,11 @@ class SampleConfig(Section):
     # None = never stored
     hidden_layer: int | None = -1
     hidden_pooling: Literal["mean", "last"] = "mean"
+    # who draws the samples: None = the run's model; else another model spec (a local name/path, `openai:NAME` for an
+    # OpenAI-compatible endpoint), as TRIVIA+ sampled SelfCheck from GPT-4-mini and Claude; recorded in the scores
+    model: str | None = None
+    base_url: str | None = None      # endpoint of an `openai:` sample model (None = the `endpoint` section's)
+    api_key_env: str | None = None   # its API key variable (None = the `endpoint` section's)
 
 
 class AuxiliaryConfig(Section):

@@ -20,7 +20,7 @@ from haldet.config import RunConfig, digest
 from haldet.detectors.base import DETECTORS, Detector, Scores, UnitScores
 from haldet.evaluation.metrics import MetricValue, evaluate
 from haldet.schema import Instance
-from haldet.signals import SignalView
+from haldet.signals import Signal, SignalView
 from haldet.store import CellStore
 
 
@@ -110,6 +110,9 @@ def score_detector(name: str, level: str, protocol: ResponseScoring, store: Cell
                       train_labels=train_labels[0] if detector.trains else "")
     # the key covers what will actually run: version, resolved params (variant) and auxiliary model identities
     run.identity = detector.identity()
+    sample_model = protocol.config.sample.model
+    if sample_model is not None and Signal.SAMPLES in detector.signals():  # another model's samples: named, keyed
+        run.identity["samples_model"] = sample_model
     run.key = protocol.score_key(name, run.identity, level, evidence_key,
                                  (split, train_labels[1]) if detector.trains else None)
     log_name = protocol.score_log(name, level, run.train_labels)

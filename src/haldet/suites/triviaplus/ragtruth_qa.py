@@ -17,7 +17,7 @@ import random
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from haldet.datasets.base import BadRow, Source, SkipRow, register, require
+from haldet.datasets.base import BadRow, SkipRow, Source, register, require
 from haldet.datasets.rag import RAGTruth
 from haldet.errors import HaldetError
 from haldet.schema import Category, Instance, SpanLabel
