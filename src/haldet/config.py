@@ -89,6 +89,15 @@ class VerdictConfig(Section):
     timeout: float = Field(60.0, gt=0)
 
 
+class RedeepConfig(Section):
+    """ReDeEP's evidence (`haldet.stages.redeep`): one eager-attention pass over prompt + answer per item."""
+
+    top_ratio: float = Field(0.1, gt=0, le=1)  # share of the context tokens a head attends most, per answer token
+    # longest prompt + answer it processes: the pass holds every layer's full attention matrix (quadratic in length);
+    # a longer item is NaN with the reason, as the TRIVIA+ paper's 14-22% of long-context items
+    max_tokens: int = Field(4096, ge=16)
+
+
 class FeatureConfig(Section):
     """One teacher-forced pass over prompt + generated ids (statement groups ride along as branches). Of `groups`
     and `pooling`, only what the selected detectors read is computed."""
@@ -215,6 +224,7 @@ class RunConfig(Section):
     sample: SampleConfig = Field(default_factory=SampleConfig)
     auxiliary: AuxiliaryConfig = Field(default_factory=AuxiliaryConfig)
     features: FeatureConfig = Field(default_factory=FeatureConfig)
+    redeep: RedeepConfig = Field(default_factory=RedeepConfig)
     prompt: PromptConfig = Field(default_factory=PromptConfig)
     tokens: TokensConfig = Field(default_factory=TokensConfig)
     suite: str | None = None  # a registered suite (haldet/suites/): its protocol, levels, metrics and tables

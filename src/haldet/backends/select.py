@@ -34,6 +34,7 @@ SIGNAL_NEEDS: dict[Signal, Capability] = {
     Signal.TOKEN_ATTENTION: Capability.ATTENTIONS,
     Signal.TOKEN_ATTN_LOGDIAG: Capability.ATTENTIONS,
     Signal.ICR_FEATURES: Capability.ATTENTIONS,
+    Signal.REDEEP_FEATURES: Capability.ATTENTIONS,
 }
 
 
