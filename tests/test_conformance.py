@@ -43,7 +43,10 @@ def small_models(tmp_path_factory) -> dict[str, str]:
                         label2id={"ENTAILMENT": 0, "NEUTRAL": 1, "CONTRADICTION": 2})
     BertForSequenceClassification(config).save_pretrained(path)
     tok.save_pretrained(path)
-    return {"nli": str(path), "similarity": "minilm", "bertscore": "minilm"}
+    from tiny_llama import build_tiny_llama
+
+    llama = build_tiny_llama(tmp_path_factory.mktemp("tiny-llama"))
+    return {"nli": str(path), "similarity": "minilm", "bertscore": "minilm", "causal_lm": str(llama)}
 
 
 @pytest.mark.parametrize(("name", "params"), CASES, ids=[f"{n}-{p.get('variant', 'default')}" for n, p in CASES])

@@ -9,31 +9,15 @@ import torch
 
 from haldet.signals import Signal
 from haldet.testing.conformance import synthetic_view
-
-WORDS = ["[UNK]", "[PAD]", "the", "capital", "is", "canberra", "sydney", "of", "australia", "context", ":",
-         "question", "what", "?", ".", "user", "assistant", "city", "a", "large"]
+from tiny_llama import build_tiny_llama
 
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory: pytest.TempPathFactory):
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-
     from haldet.backends.hf.backend import HFBackend
 
-    path = tmp_path_factory.mktemp("tiny_llama")
-    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="[UNK]"))
-    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Whitespace()])
-    PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]").save_pretrained(path)
-    torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=len(WORDS), hidden_size=16, intermediate_size=32, num_hidden_layers=3,
-                         num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=128,
-                         initializer_range=0.5)
-    model = LlamaForCausalLM(config)
-    with torch.no_grad():
-        model.model.layers[1].mlp.down_proj.weight.zero_()  # layer 1 adds nothing: its PKS must be exactly 0
-    model.save_pretrained(path)
-    return HFBackend(str(path))
+    # layer 1's feed-forward adds nothing: its PKS must be exactly 0
+    return HFBackend(str(build_tiny_llama(tmp_path_factory.mktemp("tiny_llama"), zero_mlp_layer=1)))
 
 
 CONTEXT = "canberra is the capital of australia . sydney is a large city ."
@@ -71,6 +55,6 @@ def test_detector_picks_the_informative_head_and_layer() -> None:
     det.fit(train, None)
     assert det.heads == [0] and det.layers == [0]  # the synthetic signal lives in head 0 and layer 0's PKS
     test = synthetic_view({Signal.REDEEP_FEATURES}, n=60, seed=2)
-    s = det.score(test.without_labels() if hasattr(test, "without_labels") else test).values
+    s = det.score(test).values
     y = np.asarray(test.labels)
     assert s[y == 1].mean() > s[y == 0].mean() + 1.0
