@@ -36,4 +36,9 @@ def test_lora_sft_on_the_embedded_model_learns_its_training_items() -> None:
     assert any(k.endswith("lora_A.weight") for k in det.adapter) and det.params["r"] == 16
     scores = det.score(_view(items, False)).values
     y = np.array([i.response_label == Category.HALLUCINATION for i in items])
-    assert np.isfinite(scores).all() and scores[y].mean() > scores[~y].mean()
+    assert np.isfinite(scores).all()
+    # the untuned model (0 epochs: the adapter's zero update) separates them less than the tuned one
+    base = SFT(epochs=0, batch_size=5, max_length=40)
+    base.fit(_view(items, True), None)
+    before = base.score(_view(items, False)).values
+    assert scores[y].mean() - scores[~y].mean() > before[y].mean() - before[~y].mean() + 0.05

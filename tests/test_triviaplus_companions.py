@@ -78,3 +78,73 @@ def test_dolly_nc_without_its_questions_file_says_which_file_is_missing(tmp_path
     shutil.copy(DATA / "dolly_nc" / "msmarco_gpt4_answers.json", folder)
     with pytest.raises(HaldetError, match=r"msmarco\.json"):
         get_adapter("dolly_nc", tmp_path, None).load(limit=None)
+
+
+# --- noise regimes built from the release's raw per-worker votes -------------------------------------------------
+def test_noise_regimes_from_worker_votes_follow_their_definitions() -> None:
+    from haldet.suites.triviaplus.protocol import noisy_from_votes
+
+    clean = {f"i{k:02d}": int(k % 3 == 0) for k in range(40)}
+    votes = {i: [("A", y), ("B", y), ("C", y)] for i, y in clean.items()}
+    for k in range(6):  # worker A dissents on i00..i05, worker B on i10..i11
+        votes[f"i{k:02d}"][0] = ("A", 1 - clean[f"i{k:02d}"])
+    for k in (10, 11):
+        votes[f"i{k:02d}"][1] = ("B", 1 - clean[f"i{k:02d}"])
+    dissent = {f"i{k:02d}" for k in (*range(6), 10, 11)}
+    for method in ("rf_votes", "dl_votes", "dw_votes"):
+        labels, rec = noisy_from_votes(clean, votes, method, 0.1, seed=3)
+        flipped = {i for i in clean if labels[i] != clean[i]}
+        assert rec["flipped"] == len(flipped) and rec["target"] == 4
+        assert (labels, rec) == noisy_from_votes(clean, votes, method, 0.1, seed=3)  # seeded
+        if method == "rf_votes":
+            assert len(flipped) == 4
+        elif method == "dl_votes":
+            assert len(flipped) == 4 and flipped <= dissent
+        else:  # whole workers' dissents, until the target is reached: A alone (6) or B then A (8)
+            assert flipped in ({f"i{k:02d}" for k in range(6)}, dissent)
+            assert rec["workers"][-1] == "A" and "C" not in rec["workers"]
+
+
+def test_vote_regimes_reach_the_suite_as_label_sets(tmp_path: Path) -> None:
+    import triviaplus_rows
+    from haldet.suites.triviaplus.protocol import check_regime
+    from haldet.suites.triviaplus.suite import with_vote_noise
+
+    rows = triviaplus_rows.rows()
+    for row in rows[:8]:  # worker 0 of the first 8 answers voted against the final label
+        row["response-level-labels-bin"][0] = str(1 - row["response_level_label_binary"])
+    path = tmp_path / "triviaplus" / "release.jsonl"
+    path.parent.mkdir()
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    items, _ = get_adapter("triviaplus", path, None).load(limit=None)
+    assert all(len(i.meta["worker_votes"]) == 3 for i in items)
+    built = with_vote_noise(items, 0.15, 0)
+    rec = built[0].meta["vote_noise"]
+    assert {r for r in built[0].label_variants} >= {"dw_votes", "dl_votes", "rf_votes"}
+    assert rec["rf_votes"]["flipped"] == rec["dl_votes"]["flipped"] == round(0.15 * len(items))
+    assert check_regime("dw_votes") == "dw_votes"
+
+
+def test_hallucination_rate_tables_carry_wilson_intervals_and_reach_the_report() -> None:
+    from haldet.schema import Instance
+    from haldet.suites.base import get_suite
+    from haldet.suites.report import suite_markdown
+    from haldet.suites.triviaplus.analysis import hallucination_rates
+
+    items = {f"triviaplus/test/{k}": Instance(
+        id=f"triviaplus/test/{k}", dataset="triviaplus", scenario="rag", task_type="rag", split="test", question="q",
+        response_label=Category.HALLUCINATION if k < 20 else Category.CORRECT,
+        meta={"domain": "COVID", "generator": "gemma", "context_chars": 800 if k < 100 else 2_000})
+        for k in range(139)}
+    rows = hallucination_rates(items, list(items))
+    covid = next(r for r in rows if r["table"] == "Table 8")
+    # the paper's Table 8 COVID row: 20 of 139 = 14.4% [9.5%, 21.2%]
+    assert (covid["n"], covid["n_pos"]) == (139, 20)
+    assert round(covid["ci_low"], 3) == 0.095 and round(covid["ci_high"], 3) == 0.212
+    assert {(r["stratum"], r["n"]) for r in rows if r["table"] == "Table 9"} == {("short (<1K)", 100),
+                                                                                 ("medium (1K-5K)", 39)}
+    report = [{"dataset": "triviaplus", "model": "m", "level": "response", "detector": "", "metric": m,
+               "value": r[m], "n": r["n"], "n_pos": r["n_pos"], "coverage": 1.0, "note": "", "table": r["table"],
+               "stratum": r["stratum"]} for r in rows for m in ("rate", "ci_low", "ci_high")]
+    text = suite_markdown(get_suite("triviaplus"), report)
+    assert "Table 10" in text and "| COVID | 0.144 | 0.095 | 0.212 | 139 |" in text

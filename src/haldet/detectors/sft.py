@@ -130,7 +130,8 @@ class SFT(Detector):
                 advance(len(chunk))
         model.eval()
         self.adapter = {k: v.detach().cpu().numpy() for k, v in get_peft_model_state_dict(model).items()}
-        self.fit_info = {"n_train": len(data), "steps": len(losses), "first_loss": losses[0], "last_loss": losses[-1]}
+        self.fit_info = {"n_train": len(data), "steps": len(losses), "first_loss": losses[0] if losses else None,
+                         "last_loss": losses[-1] if losses else None}  # epochs 0: the untuned model (a baseline)
 
     def score(self, items: SignalView) -> Scores:
         import torch
