@@ -27,7 +27,7 @@ REDEEP_VERSION = "redeep-token-v1"  # bump when the scores' definition changes: 
 @STAGES.register("redeep")
 class RedeepStage(Stage):
     provides = frozenset({Signal.REDEEP_FEATURES})
-    after = ("generate",)
+    after = ("generate", "features")  # reads generate's answers; after features only to keep the log order
 
     def key(self, item: Item) -> str:
         cfg = self.ctx.config.redeep
