@@ -42,7 +42,7 @@ class SFT(Detector):
     auxiliary: ClassVar[dict[str, str]] = {"model": "causal_lm"}
     defaults: ClassVar[dict[str, Any]] = {"model": "smollm2-135m", "r": 16, "lora_alpha": 32, "lora_dropout": 0.05,
                                           "epochs": 2, "lr": 2e-4, "batch_size": 4, "max_length": 512, "seed": 42,
-                                          "device": "cpu"}
+                                          "device": "auto"}
     _UNSAVED: ClassVar[frozenset[str]] = Detector._UNSAVED | {"_lm"}
 
     def __init__(self, **params: Any) -> None:
@@ -129,7 +129,7 @@ class SFT(Detector):
                 losses.append(float(loss.detach()))
                 advance(len(chunk))
         model.eval()
-        self.adapter = {k: v.detach().cpu().numpy() for k, v in get_peft_model_state_dict(model).items()}
+        self.adapter = {k: v.detach().float().cpu().numpy() for k, v in get_peft_model_state_dict(model).items()}
         self.fit_info = {"n_train": len(data), "steps": len(losses), "first_loss": losses[0] if losses else None,
                          "last_loss": losses[-1] if losses else None}  # epochs 0: the untuned model (a baseline)
 
