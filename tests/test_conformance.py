@@ -48,7 +48,11 @@ def small_models(tmp_path_factory) -> dict[str, str]:
                                              num_attention_heads=2, intermediate_size=64, num_labels=2)
                                   ).save_pretrained(support)
     tok.save_pretrained(support)
-    return {"nli": str(path), "similarity": "minilm", "bertscore": "minilm", "support": str(support)}
+    from tiny_llama import build_tiny_llama
+
+    llama = build_tiny_llama(tmp_path_factory.mktemp("tiny-llama"))
+    return {"nli": str(path), "similarity": "minilm", "bertscore": "minilm", "support": str(support),
+            "causal_lm": str(llama)}
 
 
 @pytest.mark.parametrize(("name", "params"), CASES, ids=[f"{n}-{p.get('variant', 'default')}" for n, p in CASES])

@@ -68,6 +68,11 @@ class SampleConfig(Section):
     # None = never stored
     hidden_layer: int | None = -1
     hidden_pooling: Literal["mean", "last"] = "mean"
+    # who draws the samples: None = the run's model; else another model spec (a local name/path, `openai:NAME` for an
+    # OpenAI-compatible endpoint), as TRIVIA+ sampled SelfCheck from GPT-4-mini and Claude; recorded in the scores
+    model: str | None = None
+    base_url: str | None = None      # endpoint of an `openai:` sample model (None = the `endpoint` section's)
+    api_key_env: str | None = None   # its API key variable (None = the `endpoint` section's)
 
 
 class AuxiliaryConfig(Section):
@@ -96,6 +101,15 @@ class VerdictConfig(Section):
     retries: int = Field(4, ge=0)
     backoff: float = Field(1.0, ge=0)
     timeout: float = Field(60.0, gt=0)
+
+
+class RedeepConfig(Section):
+    """ReDeEP's evidence (`haldet.stages.redeep`): one eager-attention pass over prompt + answer per item."""
+
+    top_ratio: float = Field(0.1, gt=0, le=1)  # share of the context tokens a head attends most, per answer token
+    # longest prompt + answer it processes: the pass holds every layer's full attention matrix (quadratic in length);
+    # a longer item is NaN with the reason, as the TRIVIA+ paper's 14-22% of long-context items
+    max_tokens: int = Field(4096, ge=16)
 
 
 class FeatureConfig(Section):
@@ -272,6 +286,7 @@ class RunConfig(Section):
     sample: SampleConfig = Field(default_factory=SampleConfig)
     auxiliary: AuxiliaryConfig = Field(default_factory=AuxiliaryConfig)
     features: FeatureConfig = Field(default_factory=FeatureConfig)
+    redeep: RedeepConfig = Field(default_factory=RedeepConfig)
     prompt: PromptConfig = Field(default_factory=PromptConfig)
     tokens: TokensConfig = Field(default_factory=TokensConfig)
     suite: str | None = None  # a registered suite (haldet/suites/): its protocol, levels, metrics and tables

@@ -56,6 +56,9 @@ class Signal(StrEnum):
     VERDICT          dict {ask name: verdict-stage record (judge, reply, label, reason)} (haldet.stages.verdict)
     ICR_FEATURES     float32 [L, F]: per-layer ICR features, F = 4 columns (backends.base.ICR_COLUMNS):
                      mean/std/max over answer tokens of the ICR score, mean relative residual-update norm
+    REDEEP_FEATURES  float32 [L, H + 1]: per layer, ReDeEP's external-context score of each of its H heads, then the
+                     parametric-knowledge score of its feed-forward update (haldet.stages.redeep); or, for an item
+                     it could not process, the reason (str)
     A missing or invalid value for an item is None (detectors then give NaN with a reason).
     """
 
@@ -83,6 +86,7 @@ class Signal(StrEnum):
     TOKEN_ATTENTION = "token_attention"      # [T, T] answer-to-answer attention, reduced over layers and heads
     TOKEN_ATTN_LOGDIAG = "token_attn_logdiag"  # [L, T] per-layer log attention diagonal (summed over heads)
     UNIT_HIDDEN_SCORES = "unit_hidden_scores"  # [L + 1, U + 1] per-layer hidden-state log-det of each unit
+    REDEEP_FEATURES = "redeep_features"      # [L, H + 1] ReDeEP's per-head ECS and per-layer PKS
 
 
 SIGNAL_ACCESS: dict[Signal, Access] = {

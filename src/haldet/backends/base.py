@@ -352,6 +352,12 @@ class Backend:
         (only where `reads_given()`)."""
         raise self.unavailable("given responses read in one pass")
 
+    def redeep_features(self, prompt: str, answer_ids: list[int], context: str, *, top_ratio: float,
+                        max_tokens: int) -> Any:
+        """ReDeEP's per-head external-context and per-layer parametric-knowledge scores of one answer ([L, H + 1]),
+        or the reason (str) it cannot be processed (`haldet.backends.hf.redeep`)."""
+        raise self.unavailable("ReDeEP's attention and feed-forward evidence")
+
     def unavailable(self, what: str) -> SignalUnavailableError:
         return SignalUnavailableError(
             f"the {self.kind!r} backend cannot provide {what}",

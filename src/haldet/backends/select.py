@@ -34,6 +34,7 @@ SIGNAL_NEEDS: dict[Signal, Capability] = {
     Signal.TOKEN_ATTENTION: Capability.ATTENTIONS,
     Signal.TOKEN_ATTN_LOGDIAG: Capability.ATTENTIONS,
     Signal.ICR_FEATURES: Capability.ATTENTIONS,
+    Signal.REDEEP_FEATURES: Capability.ATTENTIONS,
 }
 
 
@@ -86,6 +87,12 @@ def check_signals(config: RunConfig, requires: Mapping[str, frozenset[Signal]],
     """Fail before any work when a selected detector needs a signal a model's backend cannot provide, or an API
     model has no key. `requires`: the selected detectors' needed signals (name -> signals); `usable`: every
     registered detector's, from which the hint names those that can run instead."""
+    sample_model = config.sample.model
+    if sample_model and backend_kind(sample_model) == "openai" and any(Signal.SAMPLES in r for r in requires.values()):
+        from haldet.backends.openai_client import api_key
+
+        api_key(sample_model, config.sample.base_url or config.endpoint.base_url,
+                config.sample.api_key_env or config.endpoint.api_key_env, "sample.model")
     for model in config.models:
         if backend_kind(model) == "openai":  # a missing API key is known now, not after the run started
             from haldet.backends.openai_client import api_key

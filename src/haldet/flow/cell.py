@@ -25,7 +25,7 @@ from haldet.evaluation.cost import stage_stats
 from haldet.flow.protocol import Protocol, protocol_for
 from haldet.flow.scoring import DetectorRun, make_detector, score_detector
 from haldet.signals import Signal, SignalView
-from haldet.stages.base import CellContext, Item, Progress
+from haldet.stages.base import CellContext, Item, OtherSampler, Progress
 from haldet.stages.generate import GenerateStage, attach_generations
 from haldet.stages.loader import EvidenceLoader, ensure_stages, evidence_key, needed_stages
 from haldet.store import RunStore
@@ -55,6 +55,32 @@ def make_backend(model: str, config: RunConfig) -> Backend:
     from haldet.backends.select import make_backend as select
 
     return select(model, config)
+
+
+def other_sampler(config: RunConfig, model: str, builder: PromptBuilder,
+                  backends: dict[str, Backend]) -> OtherSampler | None:
+    """The model named by `sample.model` when it is not the cell's own: its backend (shared with the run's cache;
+    an `openai:` model reaches `sample.base_url` / `sample.api_key_env` where given) and the item's messages rendered
+    with its chat template. Few-shot demos are the cell model's prompt only, so they are refused here."""
+    spec = config.sample.model
+    if spec is None or spec == model:
+        return None
+    if config.prompt.n_shots:
+        raise HaldetError("samples from another model (sample.model) cannot carry few-shot demos",
+                          where="sample.model with prompt.n_shots", hint="set prompt.n_shots: 0 or drop sample.model")
+    endpoint = config.endpoint.model_copy(update={k: v for k, v in (("base_url", config.sample.base_url),
+                                                                     ("api_key_env", config.sample.api_key_env))
+                                                  if v is not None})
+    sample_config = config.model_copy(update={"endpoint": endpoint})
+    key = f"sample:{spec}"
+
+    def factory() -> Backend:
+        if key not in backends:
+            backends[key] = make_backend(spec, sample_config)
+        return backends[key]
+
+    sampler = OtherSampler(spec, factory, lambda item: sampler.backend().render_chat(builder.messages(item.instance)))
+    return sampler
 
 
 def detector_signals(names: list[str], config: RunConfig | None = None) -> frozenset[Signal]:
@@ -100,6 +126,7 @@ def prepare_cell(config: RunConfig, store: RunStore, dataset: str, model: str, p
     ctx = CellContext(config=config, dataset=dataset, model=model, store=cell, backend_factory=backend_factory,
                       progress=progress, signals=detector_signals(config.detectors, config),
                       detectors=[make_detector(name, config) for name in config.detectors])
+    ctx.sampler = other_sampler(config, model, builder, backends)
     ctx.timings["load_data"] = load_seconds
     instances = protocol_for(config).prepare_instances(instances, ctx.backend)
     prompts = given_response_prompts(config.tokens, instances, render_prompts(builder, ctx.backend, instances, pool))

@@ -28,7 +28,7 @@ from haldet.evaluation.calibration import (
 from haldet.evaluation.metrics import MetricValue, evaluate
 from haldet.evaluation.rejection import risk_coverage
 from haldet.schema import Instance
-from haldet.signals import SignalView, access_of
+from haldet.signals import Signal, SignalView, access_of
 from haldet.store import CellStore
 
 
@@ -167,6 +167,9 @@ def score_detector(name: str, level: str, protocol: ResponseScoring, store: Cell
     calibration = protocol.config.evaluation.calibration
     if calibration != "none":  # how its probabilities are made is part of what the detector's numbers are
         run.identity["calibration"] = calibration
+    sample_model = protocol.config.sample.model
+    if sample_model is not None and Signal.SAMPLES in detector.signals():  # another model's samples: named, keyed
+        run.identity["samples_model"] = sample_model
     run.key = protocol.score_key(name, run.identity, level, evidence_key,
                                  (split, train_labels[1]) if detector.trains else None)
     log_name = protocol.score_log(name, level, run.train_labels)

@@ -99,6 +99,9 @@ def resolve_auxiliary(det: Any) -> dict[str, dict[str, Any]]:
         if kind == "splitter":
             out[param] = splitter_identity()
             continue
+        if kind == "causal_lm":  # a language model the detector fine-tunes itself (sft): loaded as named, or an error
+            out[param] = {"kind": kind, "requested": str(det.params[param]), "used": str(det.params[param])}
+            continue
         # "outer.inner" names a model inside a dict parameter (its fallback/max_length sit beside it)
         owner, _, leaf = param.rpartition(".")
         params = det.params.get(owner) or {} if owner else det.params

@@ -77,9 +77,27 @@ class CellContext:
     # per stage: items computed, failed, ... (`StageTally`; as a mapping, the manifest's flat `computed` form)
     counts: StageTally = field(default_factory=StageTally)
     shard_runner: ShardRunner | None = field(default_factory=SHARD_RUNNER.get)
+    # another model that draws the samples (`sample.model`); None = the cell's own model
+    sampler: OtherSampler | None = None
     _backend: Backend | None = None
 
     @property
+    def backend(self) -> Backend:
+        if self._backend is None:
+            self._backend = self.backend_factory()
+        return self._backend
+
+
+@dataclass
+class OtherSampler:
+    """A model other than the cell's that draws the stochastic samples: its backend (created on first use) and
+    how an item's prompt is rendered for it (its own chat template; the stored prompt is the cell model's)."""
+
+    model: str
+    backend_factory: Callable[[], Backend]
+    render: Callable[[Item], str]
+    _backend: Backend | None = None
+
     def backend(self) -> Backend:
         if self._backend is None:
             self._backend = self.backend_factory()

@@ -117,6 +117,8 @@ def _value(signal: Signal, rec: dict[str, Any]) -> Any:
         if values is None or (not values and rec.get("n_tokens")):  # a non-empty answer sent without log-probs
             return None
         return np.asarray(values, dtype=np.float64)
+    if signal is Signal.REDEEP_FEATURES:  # the scores, or the reason the item could not be processed
+        return rec.get("invalid") or np.asarray(rec["scores"], dtype=np.float32)
     if signal in (Signal.ANSWER_ENTROPIES, Signal.TOKEN_OFFSETS):
         return token_value(signal, rec)
     raise HaldetError(f"signal {signal.value!r} has no reader", hint="report this as a bug")

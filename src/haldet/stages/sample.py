@@ -9,7 +9,11 @@ over the sample's tokens: pooled by the local lean decoder from its own decoding
 "decoding"`, no extra pass), else from a teacher-forced pass over the exact sample ids (the K samples packed as
 branches of one row per item, so the prompt is read once; `hidden_source: "forward"`).
 
-Record: {id, key, samples: [K texts], token_ids: [K lists], logliks: [[sum, n], ...], finish: [K],
+`sample.model` names another model to draw the samples (TRIVIA+ sampled SelfCheck from GPT-4-mini and Claude): its
+backend renders the item's messages with its own chat template, its fingerprint keys the records, and each record
+names it (`sample_model`).
+
+Record: {id, key, sample_model, samples: [K texts], token_ids: [K lists], logliks: [[sum, n], ...], finish: [K],
 sanitised_logits, hidden_layer, hidden_pooling, hidden_source, shard (or null), seconds}.
 Arrays (`sample/<shard>.h5`): `/<id>/sample_hidden` [K, D] (NaN row for an empty sample).
 """
@@ -21,7 +25,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from haldet.backends.base import ForwardRequest
+from haldet.backends.base import Backend, Capability, ForwardRequest
 from haldet.config import digest, stage_key
 from haldet.signals import Signal
 from haldet.stages.base import STAGES, Item, Stage
@@ -53,9 +57,25 @@ class SampleStage(Stage):
     after = ("generate",)
     arrays: ClassVar[dict[Signal, tuple[str, str]]] = {Signal.SAMPLE_HIDDEN: ("sample_hidden", "")}
 
+    @property
+    def backend(self) -> Backend:
+        """The backend that draws the samples: the cell's, or `sample.model`'s."""
+        sampler = self.ctx.sampler
+        return self.ctx.backend if sampler is None else sampler.backend()
+
+    def prompt(self, item: Item) -> str:
+        sampler = self.ctx.sampler
+        return item.prompt if sampler is None else sampler.render(item)
+
+    def sample_model(self) -> str:
+        return self.ctx.model if self.ctx.sampler is None else self.ctx.sampler.model
+
     def hidden_layer(self) -> int | None:
-        """The layer whose per-sample state is stored: the configured one, if a selected detector reads it."""
+        """The layer whose per-sample state is stored: the configured one, if a selected detector reads it and the
+        sampling model has hidden states (an endpoint has none)."""
         wanted = self.ctx.signals is None or Signal.SAMPLE_HIDDEN in self.ctx.signals
+        if self.ctx.sampler is not None and Capability.HIDDEN_STATES not in self.backend.capabilities:
+            wanted = False
         return self.ctx.config.sample.hidden_layer if wanted else None
 
     def unread_parts(self) -> list[str]:
@@ -66,7 +86,8 @@ class SampleStage(Stage):
         cfg = self.ctx.config.sample
         layer = self.hidden_layer()
         limit = max_new_tokens(self.ctx.config, item.instance, sample=True)
-        return stage_key(self.name, self.ctx.backend.fingerprint(), self.ctx.backend.sampler, item.prompt, cfg.k,
+        backend = self.backend
+        return stage_key(self.name, backend.fingerprint(), backend.sampler, self.prompt(item), cfg.k,
                          cfg.temperature, cfg.top_p,
                          cfg.seed, limit, layer, cfg.hidden_pooling if layer is not None else None)
 
@@ -77,14 +98,14 @@ class SampleStage(Stage):
 
     def compute(self, batch: list[Item]) -> list[dict[str, Any]]:
         cfg = self.ctx.config.sample
-        backend = self.ctx.backend
+        backend = self.backend
         start = time.perf_counter()
         outputs: list[Any] = [None] * len(batch)
         limits = [max_new_tokens(self.ctx.config, item.instance, sample=True) for item in batch]
         layer = self.hidden_layer()
         for limit, positions in by_limit(limits).items():
             part = [batch[p] for p in positions]
-            outs = backend.sample([item.prompt for item in part], k=cfg.k, temperature=cfg.temperature,
+            outs = backend.sample([self.prompt(item) for item in part], k=cfg.k, temperature=cfg.temperature,
                                   top_p=cfg.top_p, seeds=[item_seed(cfg.seed, item.id) for item in part],
                                   max_new_tokens=limit, batch_size=cfg.batch_size, progress=self.item_done,
                                   hidden=(layer, cfg.hidden_pooling) if layer is not None else None)
@@ -109,6 +130,7 @@ class SampleStage(Stage):
                 continue
             records.append({
                 "id": item.id,
+                "sample_model": self.sample_model(),
                 "samples": [o.text for o in outs],
                 "token_ids": [o.token_ids for o in outs],
                 "logliks": _logliks(outs),
@@ -129,10 +151,10 @@ class SampleStage(Stage):
         row (prompt + sample 1 + ... + sample K, each sample seeing the prompt and itself): the prompt is read
         once per item, not K times."""
         cfg = self.ctx.config.sample
-        backend = self.ctx.backend
+        backend = self.backend
         requests = []
         for item, outs in zip(batch, outputs, strict=True):
-            prompt_ids = backend.encode_prompt(item.prompt)
+            prompt_ids = backend.encode_prompt(self.prompt(item))
             branches = {str(j): list(o.token_ids) for j, o in enumerate(outs) if o.token_ids}
             if branches:
                 requests.append(ForwardRequest(ids=prompt_ids, start=len(prompt_ids), key=item.id, branches=branches))

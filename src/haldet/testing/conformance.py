@@ -226,6 +226,18 @@ for _sig, _shape in ((Signal.HIDDEN_MEAN, (LAYERS, DIM)), (Signal.HIDDEN_LAST, (
     signal_maker(_sig)(lambda rng, y, shape=_shape: list(_direction(rng, y, shape)))
 
 
+@signal_maker(Signal.REDEEP_FEATURES)
+def _redeep_features(rng: np.random.Generator, y: np.ndarray) -> list[Any]:
+    # [L, H + 1]: hallucinated answers have lower external-context scores in head 0 and a higher PKS in layer 0
+    out = []
+    for v in y:
+        x = rng.normal(0.0, 0.3, size=(LAYERS, 4)).astype(np.float32)
+        x[0, 0] -= 1.5 * v
+        x[0, -1] += 1.5 * v
+        out.append(x)
+    return out
+
+
 # ---------------------------------------------------------------------------------------------------- views
 def synthetic_view(signals: frozenset[Signal] | set[Signal], n: int = N_ITEMS, seed: int = 0) -> SignalView:
     """A labelled view of n items serving exactly `signals` (any other signal raises: undeclared reads fail).

@@ -582,6 +582,12 @@ class HFBackend(Backend):
     def token_offsets(self, ids: Sequence[int], text: str) -> list[tuple[int, int]]:
         return tokens.token_offsets(self, ids, text)
 
+    def redeep_features(self, prompt: str, answer_ids: list[int], context: str, *, top_ratio: float,
+                        max_tokens: int) -> Any:
+        from haldet.backends.hf.redeep import redeep_features
+
+        return redeep_features(self, prompt, answer_ids, context, top_ratio=top_ratio, max_tokens=max_tokens)
+
     def token_pass(self, requests: list[TokenRequest], *, top_k: int, entropies: bool, attention: bool,
                    batch_size: int, progress: Any = None, layers: bool = False) -> list[TokenOutput]:
         """Token-level evidence from one teacher-forced pass (`haldet.backends.hf.tokens`)."""

@@ -32,6 +32,21 @@ REQUIRED = ("source", "split", "model", "article", "question", "answer", "answer
             "sentence_level_majority_vote", "response_level_label_binary")
 
 
+def interleaved_order(parts: Sequence[str], seed: int) -> list[tuple[int, int | None]]:
+    """Row indices in an order whose every prefix holds each part (`parts[i]` is row i's split) in its
+    proportion: a seeded shuffle within each part, then interleaved by relative rank."""
+    by_part: dict[str, list[int]] = {}
+    for i, part in enumerate(parts):
+        by_part.setdefault(part, []).append(i)
+    rng = random.Random(seed)
+    ranked = []
+    for part in sorted(by_part):
+        idx = by_part[part]
+        rng.shuffle(idx)
+        ranked += [((k + 0.5) / len(idx), part, i) for k, i in enumerate(idx)]
+    return [(i, None) for _, _, i in sorted(ranked)]
+
+
 def _binary(row: dict[str, Any], column: str) -> int:
     value = row.get(column)
     try:
@@ -115,18 +130,9 @@ class TriviaPlus(DatasetAdapter):
         return Source(src.origin, str(wanted), rows)
 
     def ordered_units(self, rows: Sequence[dict[str, Any]], seed: int) -> list[tuple[int, int | None]]:
-        """Rows in an order whose every prefix holds the three release splits in their proportions (a seeded
-        shuffle within each split, then interleaved by rank): `--limit N` keeps train, valid and test items."""
-        by_split: dict[str, list[int]] = {}
-        for i, row in enumerate(rows):
-            by_split.setdefault(str(row.get("split")), []).append(i)
-        rng = random.Random(seed)
-        ranked = []
-        for split in sorted(by_split):
-            idx = by_split[split]
-            rng.shuffle(idx)
-            ranked += [((k + 0.5) / len(idx), split, i) for k, i in enumerate(idx)]
-        return [(i, None) for _, _, i in sorted(ranked)]
+        """Rows in an order whose every prefix holds the three release splits in their proportions, so
+        `--limit N` keeps train, valid and test items."""
+        return interleaved_order([str(row.get("split")) for row in rows], seed)
 
     # --- one row -> one instance ---------------------------------------------------------------------
     def row_to_instance(self, row: dict[str, Any], index: int, split: str) -> Instance:
@@ -149,6 +155,7 @@ class TriviaPlus(DatasetAdapter):
         three = _int_or_none(three_way)
         if three_way is not None and (three is None or three not in RESPONSE_3WAY):
             raise BadRow("response_level_label", f"must be -1, 0 or 1, not {three_way!r}")
+        worker_votes = _worker_votes(row)
         spans = locate_sentences(answer, sentences)
         units = [SpanLabel(kind="sentence", start=sp[0], end=sp[1], text=answer[sp[0]:sp[1]],
                            category=_category(SENTENCE_LABELS[v]), meta={"vote": v})
@@ -157,9 +164,24 @@ class TriviaPlus(DatasetAdapter):
                 "domain": domain_of(str(row["source"])), "context_chars": len(article),
                 "label_3way": RESPONSE_3WAY[three] if three is not None else None,
                 "sentences_unaligned": [s for s, sp in zip(sentences, spans, strict=True) if sp is None]}
+        if worker_votes is not None:
+            meta["worker_votes"] = worker_votes
         return self.instance(SPLITS[raw_split], index, context=article, question=question, response=answer,
                              units=units, response_label=_category(labels[CLEAN]), split=SPLITS[raw_split],
                              label_variants={r: _category(v) for r, v in labels.items() if r != CLEAN}, meta=meta)
+
+
+def _worker_votes(row: dict[str, Any]) -> list[list[Any]] | None:
+    """[[worker, 0/1], ...] from the raw annotation columns `workerId` and `response-level-labels-bin` (None when the
+    file has no such columns)."""
+    if row.get("workerId") is None and row.get("response-level-labels-bin") is None:
+        return None
+    workers = _string_list(row, "workerId")
+    raw = row.get("response-level-labels-bin")
+    raw = raw.tolist() if hasattr(raw, "tolist") else raw
+    if not isinstance(raw, list) or len(raw) != len(workers) or any(str(v) not in ("0", "1") for v in raw):
+        raise BadRow("response-level-labels-bin", f"must hold one vote '0' or '1' per worker ({len(workers)})")
+    return [[w, int(str(v))] for w, v in zip(workers, raw, strict=True)]
 
 
 def _category(label: int) -> Category:

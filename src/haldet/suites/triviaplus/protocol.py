@@ -9,6 +9,7 @@ column carries 15% noise: `label_disagreement` measures it instead of trusting t
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -43,6 +44,53 @@ DOMAINS: dict[str, str] = {"drop": "DROP", "msmarco": "MS-MARCO", "ms_marco": "M
                            "trivia": "TriviaQA", "covid": "COVID"}
 
 
+# label sets built here from the release's raw per-worker votes (`workerId` + `response-level-labels-bin`)
+VOTE_REGIMES: dict[str, str] = {"dw_votes": "dissenting worker, built from the raw votes",
+                                "dl_votes": "dissenting label, built from the raw votes",
+                                "rf_votes": "random flipping, built here"}
+REGIME_NAMES.update(VOTE_REGIMES)
+
+
+def noisy_from_votes(clean: Mapping[str, int], votes: Mapping[str, Sequence[tuple[str, int]]], method: str,
+                     rate: float, seed: int) -> tuple[dict[str, int], dict[str, object]]:
+    """A noisy label set from the clean labels and each item's per-worker binary votes (the paper's section
+    4.2.2, after Chong et al. 2022), seeded, and what was done:
+
+    - `rf_votes`: flip `round(rate * n)` labels drawn uniformly (sample-independent noise);
+    - `dl_votes`: among items where some worker voted against the final label, replace the final label by that
+      dissenting label for `round(rate * n)` of them drawn at random (fewer if fewer items have a dissent);
+    - `dw_votes`: workers in a seeded random order; each chosen worker's votes that disagree with the final labels
+      are applied, worker after worker, until at least `round(rate * n)` labels differ (or no worker is left).
+    """
+    ids = sorted(clean)
+    rng = random.Random(f"{seed}:{method}")
+    target = round(rate * len(ids))
+    flipped: set[str] = set()
+    workers_used: list[str] = []
+    if method == "rf_votes":
+        flipped = set(rng.sample(ids, min(target, len(ids))))
+    elif method == "dl_votes":
+        dissent = [i for i in ids if any(v != clean[i] for _, v in votes.get(i, ()))]
+        flipped = set(rng.sample(dissent, min(target, len(dissent))))
+    elif method == "dw_votes":
+        workers = sorted({w for i in ids for w, _ in votes.get(i, ())})
+        rng.shuffle(workers)
+        for worker in workers:
+            if len(flipped) >= target:
+                break
+            workers_used.append(worker)
+            flipped |= {i for i in ids if any(w == worker and v != clean[i] for w, v in votes.get(i, ()))}
+    else:
+        raise HaldetError(f"unknown vote-noise method {method!r}", where="suite_params.triviaplus.vote_noise",
+                          hint=f"one of {', '.join(VOTE_REGIMES)}")
+    labels = {i: 1 - clean[i] if i in flipped else clean[i] for i in ids}
+    record: dict[str, object] = {"method": method, "rate": rate, "seed": seed, "n": len(ids), "target": target,
+                                 "flipped": len(flipped), "achieved": len(flipped) / len(ids) if ids else None}
+    if method == "dw_votes":
+        record["workers"] = workers_used
+    return labels, record
+
+
 def length_stratum(n_chars: int) -> str:
     return next(name for name, lo, hi in LENGTH_STRATA if lo <= n_chars < hi)
 
@@ -53,7 +101,7 @@ def domain_of(source: str) -> str:
 
 
 def check_regime(regime: str, where: str = "suite_params.triviaplus.train_labels") -> str:
-    if regime not in REGIME_COLUMNS:
+    if regime not in REGIME_COLUMNS and regime not in VOTE_REGIMES:
         known = "; ".join(f"{k}: {v}" for k, v in REGIME_NAMES.items())
         raise HaldetError(f"unknown TRIVIA+ label regime {regime!r}", where=where, hint=f"one of {known}")
     return regime

@@ -23,13 +23,28 @@ from typing import Any, ClassVar
 from haldet.evaluation.metrics import MetricValue
 from haldet.evaluation.thresholds import at_threshold
 from haldet.evaluation.units import UnitData, unit_metrics
-from haldet.schema import Instance
+from haldet.schema import Category, Instance
 from haldet.suites.base import Suite, TableLayout, register
-from haldet.suites.triviaplus.analysis import DetectorScores, hallucination_type_test, label_of, main_row, strata_rows
-from haldet.suites.triviaplus.protocol import CLEAN, REGIME_COLUMNS, check_regime, label_disagreement
+from haldet.suites.triviaplus.analysis import (
+    RATE_TABLES,
+    DetectorScores,
+    hallucination_rates,
+    hallucination_type_test,
+    label_of,
+    main_row,
+    strata_rows,
+)
+from haldet.suites.triviaplus.protocol import (
+    CLEAN,
+    REGIME_COLUMNS,
+    VOTE_REGIMES,
+    check_regime,
+    label_disagreement,
+    noisy_from_votes,
+)
 from haldet.text.long_context import POLICIES, fit_context
 
-NOISY = tuple(r for r in REGIME_COLUMNS if r != CLEAN)
+NOISY = (*(r for r in REGIME_COLUMNS if r != CLEAN), *VOTE_REGIMES)
 MARGIN_TOKENS = 512  # room left in the window beside the article: prompt template, question, answer, a judge's reply
 T4, T4_TEST, T3, T5, T6, T11, NOISE = ("Table 4", "Table 4 (tuned on test)", "Table 3 / A.7", "Table 5", "Table 6",
                                        "Table 11", "label noise")
@@ -43,7 +58,8 @@ class TriviaPlusSuite(Suite):
     paper = "seeds/triviaplus.txt (Chen et al., 2025)"
     description = ("Given answers over long articles (up to ~94K characters), human labels; noisy training-label "
                    "regimes, length strata; LLM-as-a-judge, SelfCheck and proxy-model detectors.")
-    datasets = ("triviaplus", "halueval_qa_pairs")  # + HaluEval's prompted hallucinations (its Table 4)
+    # + its Table 4 companions as given responses: HaluEval's prompted hallucinations, RAGTruth-QA, Dolly (NC)
+    datasets = ("triviaplus", "halueval_qa_pairs", "ragtruth_qa", "dolly_nc")
     protocol = "provided"
     levels = ("response",)
     detectors = ("llm_judge", "llm_judge_fs", "selfcheck_bertscore", "perplexity", "saplma")
@@ -63,10 +79,13 @@ class TriviaPlusSuite(Suite):
                     metrics=("n_items", "coverage", "f1", "accuracy", "fisher_p")),
         TableLayout("Table 11 (detection rate by hallucination type)", table=T11,
                     metrics=("rate_contradicted", "rate_not_mentioned", "fisher_p")),
+        *(TableLayout(f"{name} (hallucination rate by {dim} on the test split, Wilson 95% CI)", table=name,
+                      line=("stratum",), metrics=("rate", "ci_low", "ci_high")) for dim, name in RATE_TABLES.items()),
         TableLayout("Measured label noise (disagreement with the clean labels)", table=NOISE,
                     line=("eval_labels", "split"), metrics=("n_items", "disagree", "share")),
     )
-    params: ClassVar[dict[str, Any]] = {"train_labels": [CLEAN], "long_context": "truncate", "context_tokens": None}
+    params: ClassVar[dict[str, Any]] = {"train_labels": [CLEAN], "long_context": "truncate", "context_tokens": None,
+                                        "vote_noise_rate": 0.15, "vote_noise_seed": 0}
     settings: ClassVar[dict[str, Any]] = {"verdict": {"max_new_tokens": 256}}
 
     # --- options -----------------------------------------------------------------------------------------------
@@ -79,6 +98,7 @@ class TriviaPlusSuite(Suite):
         """Fit each article into the token budget by the `long_context` policy; the record lands in
         `meta["long_context"]`, and an item the policy cannot feed gets `meta["unscorable"]` (NaN everywhere)."""
         opts = self.options(config)
+        instances = with_vote_noise(instances, float(opts["vote_noise_rate"]), int(opts["vote_noise_seed"]))
         policy = opts["long_context"]
         if policy not in POLICIES:
             raise ValueError(f"suite_params.triviaplus.long_context must be one of {POLICIES}, not {policy!r}")
@@ -163,6 +183,9 @@ class TriviaPlusSuite(Suite):
             found = {i: y for i, inst in items.items() if (y := label_of(inst, regime)) is not None}
             if found:
                 labels[regime] = found
+        for r in hallucination_rates(items, split["test"]):  # Tables 8-10: the rate and its interval's ends
+            rows += _metric_rows({"detector": "", "level": "response", "table": r["table"], "dimension": r["dimension"],
+                                  "stratum": r["stratum"]}, r, ("rate", "ci_low", "ci_high"))
         splits = {i: part for part, ids in split.items() for i in ids}
         for d in label_disagreement(labels, splits):
             rows += _metric_rows({"detector": "", "level": "response", "table": NOISE, "eval_labels": d["regime"],
@@ -170,6 +193,29 @@ class TriviaPlusSuite(Suite):
                                                          "share": d["share"], "n": d["n"]},
                                  ("n_items", "disagree", "share"))
         return rows
+
+
+def with_vote_noise(instances: list[Instance], rate: float, seed: int) -> list[Instance]:
+    """The items with the label sets built from the raw per-worker votes (`dw_votes`, `dl_votes`, `rf_votes`) in
+    `label_variants`, over the items that carry votes, and the build record (method, rate, seed, labels flipped,
+    workers used) in each item's `meta["vote_noise"]`; the items unchanged when none carries votes."""
+    voted = [i for i in instances if i.meta.get("worker_votes") and label_of(i, CLEAN) is not None]
+    if not voted:
+        return instances
+    clean = {i.id: int(label_of(i, CLEAN)) for i in voted}  # type: ignore[arg-type]
+    votes = {i.id: [(str(w), int(v)) for w, v in i.meta["worker_votes"]] for i in voted}
+    built = {method: noisy_from_votes(clean, votes, method, rate, seed) for method in VOTE_REGIMES}
+    records = {method: rec for method, (_, rec) in built.items()}
+    out = []
+    for inst in instances:
+        if inst.id not in clean:
+            out.append(inst)
+            continue
+        variants = {**inst.label_variants, **{m: Category.HALLUCINATION if labels[inst.id] else Category.CORRECT
+                                              for m, (labels, _) in built.items()}}
+        out.append(inst.model_copy(update={"label_variants": variants,
+                                           "meta": {**inst.meta, "vote_noise": records}}))
+    return out
 
 
 def _metric_rows(base: dict[str, Any], values: dict[str, Any], metrics: tuple[str, ...]) -> list[dict[str, Any]]:

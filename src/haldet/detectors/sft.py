@@ -1,0 +1,160 @@
+"""SFT (TRIVIA+'s supervised baseline): LoRA fine-tuning of an instruct model as a hallucination classifier.
+
+The model reads a classification prompt (context, question, answer; own wording) and is trained, through LoRA
+adapters (peft; rank `r` = 16 as in the paper, alpha 32, dropout 0.05, on the attention projections peft picks
+for the architecture), to reply "Yes" when the answer states something the context does not support and "No"
+otherwise: cross-entropy on that one reply token, AdamW, `epochs` passes over the training items in seeded
+order. The score is P(Yes) / (P(Yes) + P(No)) at the reply position; the suite's threshold comes from validation.
+The fitted adapter weights are the saved state, so the scoring path caches them under the detector's key (model,
+every parameter, split and training labels) and a rerun scores without training. The paper tuned
+Mistral-7B-Instruct-v0.2; the default here is the embedded SmolLM2-135M-Instruct (any hub id, local path or alias
+the hf backend loads).
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any, ClassVar
+
+import numpy as np
+
+from haldet.detectors._probes import training_problem
+from haldet.detectors.base import Detector, Scores, register
+from haldet.schema import Instance
+from haldet.signals import Signal, SignalView
+
+QUESTION = ("Read the context, the question and the answer below. Does the answer state anything that the context "
+            "does not support or that contradicts it? Reply with Yes or No only.")
+POSITIVE, NEGATIVE = "Yes", "No"
+
+
+def classifier_messages(inst: Instance, response: str) -> list[dict[str, str]]:
+    parts = [QUESTION, f"Context: {inst.context.strip()}" if inst.context.strip() else "",
+             f"Question: {inst.question.strip()}", f"Answer: {response.strip()}"]
+    return [{"role": "user", "content": "\n\n".join(p for p in parts if p)}]
+
+
+@register("sft")
+class SFT(Detector):
+    requires = frozenset({Signal.RESPONSE})
+    trains = True
+    version = "1"
+    auxiliary: ClassVar[dict[str, str]] = {"model": "causal_lm"}
+    defaults: ClassVar[dict[str, Any]] = {"model": "smollm2-135m", "r": 16, "lora_alpha": 32, "lora_dropout": 0.05,
+                                          "epochs": 2, "lr": 2e-4, "batch_size": 4, "max_length": 512, "seed": 42,
+                                          "device": "auto"}
+    _UNSAVED: ClassVar[frozenset[str]] = Detector._UNSAVED | {"_lm"}
+
+    def __init__(self, **params: Any) -> None:
+        super().__init__(**params)
+        self.adapter: dict[str, np.ndarray] | None = None
+        self.problem: str | None = None
+        self.fit_info: dict[str, Any] = {}
+        self._lm: Any = None
+
+    # --- the model ----------------------------------------------------------------------------------------------
+    def _model(self) -> Any:
+        """(backend, peft model, label token ids), built once per instance; the saved adapter loaded when fitted."""
+        if self._lm is None:
+            import torch
+            from peft import LoraConfig, get_peft_model, set_peft_model_state_dict
+
+            from haldet.backends.hf.backend import HFBackend
+
+            p = self.params
+            backend = HFBackend(str(p["model"]), device=str(p["device"]))
+            torch.manual_seed(int(p["seed"]))
+            config = LoraConfig(r=int(p["r"]), lora_alpha=int(p["lora_alpha"]), lora_dropout=float(p["lora_dropout"]),
+                                task_type="CAUSAL_LM")
+            model = get_peft_model(backend.model, config)
+            if self.adapter is not None:
+                set_peft_model_state_dict(model, {k: torch.from_numpy(v) for k, v in self.adapter.items()})
+            words = [backend.encode_text(w) for w in (POSITIVE, NEGATIVE)]
+            if any(not w for w in words) or words[0][0] == words[1][0]:
+                raise ValueError(f"model {p['model']}: {POSITIVE!r} and {NEGATIVE!r} do not start with distinct tokens")
+            self._lm = (backend, model, [words[0][0], words[1][0]])
+        return self._lm
+
+    def _encode(self, backend: Any, inst: Instance, response: str) -> list[int]:
+        ids = backend.encode_prompt(backend.render_chat(classifier_messages(inst, response)))
+        limit = int(self.params["max_length"])
+        return ids if len(ids) <= limit else ids[:2] + ids[len(ids) - limit + 2:]  # keep the head and the question
+
+    def _reply_logits(self, model: Any, batch: list[list[int]], pad: int) -> Any:
+        """[B, V] logits at each row's reply position (rows left-padded)."""
+        import torch
+
+        width = max(len(r) for r in batch)
+        ids = torch.tensor([[pad] * (width - len(r)) + r for r in batch], device=model.device)
+        mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in batch], device=model.device)
+        positions = (mask.cumsum(-1) - 1).clamp_min(0)  # each row's own positions: padding never shifts a score
+        return model(input_ids=ids, attention_mask=mask, position_ids=positions).logits[:, -1, :].float()
+
+    # --- fit and score ------------------------------------------------------------------------------------------
+    def fit(self, train: SignalView, val: SignalView | None) -> None:
+        import torch
+        from peft import get_peft_model_state_dict
+
+        self.adapter, self.problem = None, None
+        responses = train.get(Signal.RESPONSE)
+        labels = None if train.labels is None else np.asarray(train.labels)
+        keep = [i for i, r in enumerate(responses) if r and (labels is None or np.isfinite(labels[i]))]
+        self.problem = training_problem(None if labels is None else labels[keep].astype(int))
+        if self.problem is not None:
+            return
+        self._lm = None
+        backend, model, words = self._model()
+        pad = backend.tokenizer.pad_token_id or 0
+        data = [(self._encode(backend, train.instances[i], responses[i]), int(labels[i])) for i in keep]
+        params = [p for p in model.parameters() if p.requires_grad]
+        opt = torch.optim.AdamW(params, lr=float(self.params["lr"]))
+        rng = random.Random(int(self.params["seed"]))
+        size = int(self.params["batch_size"])
+        target = torch.tensor(words, device=model.device)
+        model.train()
+        losses = []
+        advance = self.progress("SFT (LoRA) training", int(self.params["epochs"]) * len(data))
+        for _ in range(int(self.params["epochs"])):
+            order = list(range(len(data)))
+            rng.shuffle(order)
+            for start in range(0, len(order), size):
+                chunk = [data[j] for j in order[start:start + size]]
+                logits = self._reply_logits(model, [ids for ids, _ in chunk], pad)
+                # label 1 (hallucinated) -> "Yes", label 0 -> "No"
+                y = torch.tensor([0 if lab == 1 else 1 for _, lab in chunk], device=model.device)
+                loss = torch.nn.functional.cross_entropy(logits, target[y])
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                losses.append(float(loss.detach()))
+                advance(len(chunk))
+        model.eval()
+        self.adapter = {k: v.detach().float().cpu().numpy() for k, v in get_peft_model_state_dict(model).items()}
+        self.fit_info = {"n_train": len(data), "steps": len(losses), "first_loss": losses[0] if losses else None,
+                         "last_loss": losses[-1] if losses else None}  # epochs 0: the untuned model (a baseline)
+
+    def score(self, items: SignalView) -> Scores:
+        import torch
+
+        out = Scores.empty(len(items))
+        if self.problem is not None or self.adapter is None:
+            for i in range(len(items)):
+                out.invalid(i, f"not fitted: {self.problem or 'no adapter'}")
+            return out
+        backend, model, words = self._model()
+        pad = backend.tokenizer.pad_token_id or 0
+        responses = items.get(Signal.RESPONSE)
+        todo = [i for i, r in enumerate(responses) if r]
+        for i in set(range(len(items))) - set(todo):
+            out.invalid(i, "empty answer")
+        size = int(self.params["batch_size"])
+        model.eval()
+        with torch.no_grad():
+            for start in range(0, len(todo), size):
+                idx = todo[start:start + size]
+                logits = self._reply_logits(model, [self._encode(backend, items.instances[i], responses[i])
+                                                    for i in idx], pad)
+                pair = torch.log_softmax(logits[:, words], dim=-1)[:, 0].exp()
+                for i, p in zip(idx, pair.tolist(), strict=True):
+                    out.set(i, float(p))
+        return out

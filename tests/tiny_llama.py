@@ -1,0 +1,29 @@
+"""A tiny randomly initialised Llama with a word-level tokenizer, saved to a folder the hf backend loads: the real
+white-box code paths (attention, feed-forward, LoRA) on a model that runs in milliseconds."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+WORDS = ["[UNK]", "[PAD]", "the", "capital", "is", "canberra", "sydney", "of", "australia", "context", ":",
+         "question", "what", "?", ".", "user", "assistant", "city", "a", "large", "Yes", "No", "answer", "paris"]
+
+
+def build_tiny_llama(path: Path, *, zero_mlp_layer: int | None = None, seed: int = 0) -> Path:
+    import torch
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]").save_pretrained(path)
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=len(WORDS), hidden_size=16, intermediate_size=32, num_hidden_layers=3,
+                         num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=2048,
+                         initializer_range=0.5)
+    model = LlamaForCausalLM(config)
+    if zero_mlp_layer is not None:
+        with torch.no_grad():
+            model.model.layers[zero_mlp_layer].mlp.down_proj.weight.zero_()
+    model.save_pretrained(path)
+    return path
