@@ -14,7 +14,7 @@ from haldet.config import PromptConfig, RunConfig
 from haldet.datasets.base import get_adapter
 from haldet.errors import HaldetError
 from haldet.schema import Instance
-from haldet.text.prompts import PromptBuilder, draw_demos, load_templates, render_prompts
+from haldet.text.prompts import PromptBuilder, _load_templates, draw_demos, render_prompts
 
 FIX = Path(__file__).parent / "fixtures" / "datasets"
 SYSTEM = "You are a helpful, accurate, and honest AI assistant."
@@ -159,14 +159,14 @@ def test_user_template_dir_overrides_file_by_file(tmp_path: Path) -> None:
     assert custom.user_message(inst).startswith("Article: The museum")
     assert "Context: " in custom.user_message(item("squad_v2", "sq1"))  # other entries keep the packaged value
     (tmp_path / "prompt_user.j2").write_text("[{{ task_type }}] {{ question }}")
-    load_templates.cache_clear()
+    _load_templates.cache_clear()
     custom = PromptBuilder(PromptConfig(template_dir=str(tmp_path)))
     assert custom.user_message(inst) == "[summarization] Summarize the document above in a single sentence."
     assert custom.templates.fingerprint() != PromptBuilder().templates.fingerprint()
 
 
 def test_bad_template_inputs_are_clear_errors(tmp_path: Path) -> None:
-    load_templates.cache_clear()
+    _load_templates.cache_clear()
     with pytest.raises(HaldetError, match="template directory not found"):
         PromptBuilder(PromptConfig(template_dir=str(tmp_path / "missing")))
     (tmp_path / "prompt_user.j2").write_text("{% if question %}oops\n")
@@ -175,10 +175,10 @@ def test_bad_template_inputs_are_clear_errors(tmp_path: Path) -> None:
     assert "prompt_user.j2" in err.value.message and "line" in err.value.message
     (tmp_path / "prompt_user.j2").unlink()
     (tmp_path / "prompt_routing.yaml").write_text("context_labels: {}\n")
-    load_templates.cache_clear()
+    _load_templates.cache_clear()
     with pytest.raises(HaldetError, match="unknown prompt routing entries context_labels"):
         PromptBuilder(PromptConfig(template_dir=str(tmp_path)))
-    load_templates.cache_clear()
+    _load_templates.cache_clear()
 
 
 # --- pipeline -------------------------------------------------------------------------------------------

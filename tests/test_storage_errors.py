@@ -48,7 +48,8 @@ def full_disk(tmp_path: Path) -> Iterator[Path]:
 
 def _existing_run(root: Path) -> dict[str, bytes]:
     """A run directory as an earlier `haldet run` (same config as RUN_ARGS) left it; returns its files' bytes."""
-    config = RunConfig(datasets=["halueval_qa"], limit=3, detectors=["perplexity"])
+    config = RunConfig(datasets=["halueval_qa"], limit=3, detectors=["perplexity"],
+                       evaluation={"min_per_class": 0})  # as run_cli's tiny runs set it
     RunStore(root).write_manifest({"config": config.canonical(), "config_hash": config.hash(), "status": "done"})
     cell = RunStore(root).cell("halueval_qa", "smollm2-135m")
     cell.log("generate").append([{"id": f"halueval_qa/x/{i}", "key": "k", "response": "r"} for i in range(3)])

@@ -125,12 +125,13 @@ def run(config: RunConfig, out: Path, *, update: bool = False, progress: Progres
 
 @contextmanager
 def discarded_if_empty(root: Path) -> Iterator[None]:
-    """A run that fails before it wrote any data (a data file it cannot read, a suite without its data) leaves
-    no directory behind when it created it: only its lock and a manifest saying it failed would be in it."""
+    """A run refused for bad input before it wrote any data (a data file it cannot read, a suite without its data)
+    leaves no directory behind when it created it: only its lock and a manifest saying it failed would be in it.
+    A crash or an interrupt keeps the directory: its manifest records the failure."""
     created = not root.exists()
     try:
         yield
-    except BaseException:
+    except HaldetError:
         if created and root.is_dir() and not any(p.is_file() and p.name not in ("run.lock", RunStore.MANIFEST)
                                                  for p in root.rglob("*")):
             shutil.rmtree(root, ignore_errors=True)
