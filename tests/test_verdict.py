@@ -168,7 +168,8 @@ def test_judge_prompt_templates_replace_the_wording_and_key_the_verdicts(tmp_pat
     with FakeOpenAI(content=text_content, key_of=_answer_key, default=f"ok:{F}") as srv:
         plain = _ctx(tmp_path / "a", srv, ["llm_judge"], {})
         VerdictStage(plain).ensure(items)
-        sent = srv.requests[-1]["messages"]
+        # item 1's request (the two items' requests may complete in either order)
+        sent = next(r["messages"] for r in srv.requests if "Document 1." in r["messages"][-1]["content"])
         assert sent[1]["content"] == ("<DOCUMENT>\nDocument 1.\n</DOCUMENT>\n\n<QUESTION>\nQuestion 1?\n</QUESTION>\n\n"
                                       "<ANSWER>\nanswer 1\n</ANSWER>\n\nThink it through first, step by step, inside "
                                       "<THINKING></THINKING>. Then give your verdict as <RESPONSE>HALLUCINATION"
@@ -177,7 +178,7 @@ def test_judge_prompt_templates_replace_the_wording_and_key_the_verdicts(tmp_pat
         custom.config = custom.config.model_copy(update={"templates": RunConfig.model_validate(
             {"templates": {"faithfulness_system": {"path": str(system)}, "faithfulness_user": user}}).templates})
         recs = VerdictStage(custom).ensure(items)
-        sent = srv.requests[-1]["messages"]
+        sent = next(r["messages"] for r in srv.requests if r["messages"][-1]["content"].startswith("Doc: Document 1."))
         assert sent == [{"role": "system", "content": "Judge strictly."},
                         {"role": "user", "content": "Doc: Document 1.\n<ANSWER>\nanswer 1\n</ANSWER>\nVerdict?"}]
         assert recs["d/x/1"]["asks"]["faithfulness"]["label"] == FAITHFUL
