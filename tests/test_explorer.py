@@ -298,3 +298,28 @@ def test_view_warns_when_not_on_loopback(monkeypatch, capsys):
     err = capsys.readouterr().err
     assert served == [("0.0.0.0", 0), ("127.0.0.1", 0)]
     assert err.count("not loopback") == 1 and "0.0.0.0" in err
+
+
+def test_calibrated_probabilities_show_only_under_the_recorded_key(tmp_path):
+    root = tmp_path / "run"
+    truth = write_synthetic_run(root, n_items=20, n_detectors=2)
+    scores = RunStore(root).cell(DATASET, MODEL).root / "scores"
+    test_ids = truth["splits"]["test"]
+    probs = {i: round(0.05 + 0.9 * n / len(test_ids), 4) for n, i in enumerate(test_ids)}
+    (scores / "det0.calibrated.json").write_text(json.dumps({"key": "key0", "method": "platt",
+                                                             "probabilities": probs}))
+    # det1's probabilities were made from scores under other settings: not the ones shown, never displayed
+    (scores / "det1.calibrated.json").write_text(json.dumps({"key": "stale", "method": "isotonic",
+                                                             "probabilities": {i: 0.777 for i in test_ids}}))
+    client = TestClient(create_app(Explorer([root])), raise_server_exceptions=False)
+    item = test_ids[3]
+    rows = client.get(f"/item/{item}").text.split('id="scores"')[1].split("</table>")[0]
+    det0, det1 = (text(r) for r in rows.split('<tr data-detector="')[1:])
+    assert f"P(halluc.) {probs[item]:.3g}, platt" in det0
+    assert "P(halluc.)" not in det1 and "0.777" not in det1 and "isotonic" not in det1
+    page = client.get("/items", params={**CELL, "split": "test", "per": 500}).text
+    header = page.split("<thead>")[1].split("</thead>")[0]
+    assert text(header).count("P(halluc.)") == 1 and "platt" in header and "isotonic" not in header
+    shown = dict(re.findall(r'data-id="([^"]+)">.*?data-p="([^"]+)"', page, flags=re.S))
+    assert {i: float(p) for i, p in shown.items()} == probs
+    assert "0.777" not in page

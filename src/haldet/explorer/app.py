@@ -173,8 +173,8 @@ def create_app(explorer: Explorer) -> FastAPI:
         shown = idx[(page_no - 1) * per: page_no * per]
         table = [{"n": int(n), "id": cell.ids[n], "question": cell.question[n], "answer": cell.answer[n],
                   "split": cell.split[n], "label": cell.category[n], "judge": cell.judge[n],
-                  "scores": [(cell.columns[c].values[n], int(cell.order(c)[n]), cell.percentile(c, n))
-                             for c in selected]} for n in shown]
+                  "scores": [(cell.columns[c].values[n], int(cell.order(c)[n]), cell.percentile(c, n),
+                              _probability(cell.columns[c], n)) for c in selected]} for n in shown]
         base = {"run": run, "dataset": dataset, "model": model}
         state = {**base, "det": selected, "label": label, "split": split, "err": err, "q": q, "sort": sort,
                  "desc": int(desc), "per": per}
@@ -206,12 +206,13 @@ def create_app(explorer: Explorer) -> FastAPI:
         answer = (records["generate"] or {}).get("response") or (instance.response if instance else "") or ""
         scores = [{"column": c, "value": c.values[n], "rank": int(cell.order(c.name)[n]),
                    "pct": cell.percentile(c.name, n), "reason": c.reasons.get(item_id, ""),
-                   "units": c.units.get(item_id)} for c in cell.columns.values()]
+                   "units": c.units.get(item_id), "p": _probability(c, n)} for c in cell.columns.values()]
         units = _units(cell, instance, answer, item_id)
         prev_id = cell.ids[n - 1] if n > 0 else None
         next_id = cell.ids[n + 1] if n + 1 < len(cell.ids) else None
         return page(request, "item.html", cell=cell, item_id=item_id, n=n, instance=instance, records=records,
-                    answer=answer, scores=scores, units=units, highlighted=_highlight(answer, units),
+                    answer=answer, scores=scores, calibrated=any(s["p"] is not None for s in scores), units=units,
+                    highlighted=_highlight(answer, units),
                     prev_link=prev_id and _item_link(prev_id, cell.run.index, cell.model),
                     next_link=next_id and _item_link(next_id, cell.run.index, cell.model),
                     items_link="/items?" + urlencode({"run": cell.run.index, "dataset": cell.dataset,
@@ -255,6 +256,12 @@ def _detector_link(explorer: Explorer, row: Mapping[str, Any]) -> str | None:
             return "/detector?" + urlencode({"run": run.index, "dataset": cell.dataset, "model": cell.model,
                                              "name": stem})
     return None
+
+
+def _probability(column: Any, n: int) -> float | None:
+    """Item n's calibrated P(hallucination) in this column (NaN: the run stored none for it); None when the column
+    has no calibrated probabilities at all."""
+    return None if column.probabilities is None else float(column.probabilities[n])
 
 
 def _sort_key(value: Any) -> tuple[int, Any]:

@@ -1,10 +1,13 @@
 """What the explorer shows, read from run directories and never written: runs, their cells, each cell's item table
-(split, label, judge, question excerpt, every detector's score) and one item's stored records.
+(split, label, judge, question excerpt, every detector's score and calibrated probability) and one item's stored
+records.
 
 Reads follow the reports' rules (haldet.report.rundata): an item's label is its newest `annotate.jsonl` record (a
 suite's labels ship with its data and are read from the dataset, as the run read them); a detector's scores are
 the records under the score key the manifest recorded for it, else (a run in progress, an old run) the key covering
-the most items. Evidence records (generate, sample, auxiliary, verdict, features) are the newest per item.
+the most items; its calibrated probabilities (`scores/<log>.calibrated.json`, written when the run calibrated) only
+when stored under that same recorded key. Evidence records (generate, sample, auxiliary, verdict, features) are the
+newest per item.
 A cell is re-read when one of its files changes, so a run in progress shows what is stored so far.
 """
 
@@ -137,6 +140,10 @@ class ScoreColumn:
     values: np.ndarray
     reasons: dict[str, str] = field(default_factory=dict)          # item id -> why its score is NaN
     units: dict[str, tuple[list[float], list[str]]] = field(default_factory=dict)  # unit levels: id -> values, reasons
+    # calibrated P(hallucination) in cell order (NaN: none) and the map that made it (platt, isotonic); None when
+    # the run stored no probabilities for the scores under this column's key
+    probabilities: np.ndarray | None = None
+    calibration: str = ""
 
     @property
     def unit_level(self) -> bool:
@@ -165,7 +172,8 @@ class Cell:
     def _files(self) -> list[Path]:
         files = [self.root / "split.json", *(self.root / f"{s}.jsonl" for s in EVIDENCE_STAGES)]
         scores = self.root / "scores"
-        return files + (sorted(scores.glob("*.jsonl")) if scores.is_dir() else [])
+        return files + (sorted([*scores.glob("*.jsonl"), *scores.glob("*.calibrated.json")]) if scores.is_dir()
+                        else [])
 
     def signature(self) -> tuple[Any, ...]:
         out = []
@@ -267,8 +275,22 @@ class Cell:
             level = rest.partition("@")[0] or "response"
             table, _ = read_table(path, SCORE_FIELDS)
             keys = {str(d.get("key")) for d in recorded.get(detector, []) if d.get("key")}
-            out.append(self._column(name, detector, level, keys, table))
+            column = self._column(name, detector, level, keys, table)
+            self._calibrated(column, folder / f"{name}.calibrated.json", keys)
+            out.append(column)
         return out
+
+    def _calibrated(self, column: ScoreColumn, path: Path, recorded: set[str]) -> None:
+        """The column's calibrated probabilities (`scores/<log>.calibrated.json`), read only when they were made
+        from the scores shown: their key is the column's and one the manifest recorded for the detector."""
+        if not path.exists() or column.key is None or column.key not in recorded:
+            return
+        stored = read_json(path)
+        if not isinstance(stored, dict) or stored.get("key") != column.key:
+            return
+        probs = stored.get("probabilities") or {}
+        column.probabilities = np.array([math.nan if probs.get(i) is None else float(probs[i]) for i in self.ids])
+        column.calibration = str(stored.get("method") or "calibrated")
 
     def _column(self, name: str, detector: str, level: str, keys: set[str], table: pa.Table) -> ScoreColumn:
         values = np.full(len(self.ids), np.nan)
