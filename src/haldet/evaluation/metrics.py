@@ -84,16 +84,14 @@ def _draw_indices(y: np.ndarray, n_boot: int, seed: int) -> np.ndarray:
 
 
 def _bin_counts(y: np.ndarray, s: np.ndarray, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per resample (rows of idx) and per distinct score (ascending), counts of positives and negatives."""
+    """Per resample (rows of idx) and per distinct score (ascending), counts of positives and negatives: one
+    bincount over (row, class, bin), kept as whole numbers (exact in every sum the metrics take)."""
     _, inv = np.unique(s, return_inverse=True)
     n_bins = int(inv.max()) + 1
-    rows = np.repeat(np.arange(idx.shape[0]), idx.shape[1])
-    flat_bins = rows * n_bins + inv[idx].ravel()
-    is_pos = y[idx].ravel() == 1
-    size = idx.shape[0] * n_bins
-    cp = np.bincount(flat_bins[is_pos], minlength=size).reshape(idx.shape[0], n_bins).astype(np.float64)
-    cn = np.bincount(flat_bins[~is_pos], minlength=size).reshape(idx.shape[0], n_bins).astype(np.float64)
-    return cp, cn
+    cls = (np.asarray(y)[idx] == 1).astype(np.int64)
+    flat = (np.arange(idx.shape[0], dtype=np.int64)[:, None] * 2 + cls) * n_bins + inv[idx]
+    counts = np.bincount(flat.ravel(), minlength=idx.shape[0] * 2 * n_bins).reshape(idx.shape[0], 2, n_bins)
+    return counts[:, 1], counts[:, 0]
 
 
 def auroc_counts(cp: np.ndarray, cn: np.ndarray) -> np.ndarray:
@@ -108,7 +106,7 @@ def aupr_counts(cp: np.ndarray, cn: np.ndarray) -> np.ndarray:
     cp_d, cn_d = cp[:, ::-1], cn[:, ::-1]
     tp, fp = np.cumsum(cp_d, axis=1), np.cumsum(cn_d, axis=1)
     denom = tp + fp
-    precision = np.divide(tp, denom, out=np.zeros_like(tp), where=denom > 0)
+    precision = np.divide(tp, denom, out=np.zeros(tp.shape), where=denom > 0)
     return (cp_d * precision).sum(axis=1) / cp.sum(axis=1)
 
 
