@@ -120,9 +120,8 @@ def part_model(sizes: list[int], tmp: Path) -> dict[str, Any]:
 
 def part_flow(sizes: list[int], tmp: Path) -> dict[str, Any]:
     sys.path.insert(0, str(ROOT / "tests"))
-    from mock_openai import FakeOpenAI
-
     from haldet.config import EndpointConfig, RunConfig, SampleConfig
+    from mock_openai import FakeOpenAI
 
     def content(arg: str, body: dict[str, Any], j: int) -> str:
         text = " ".join(m["content"] for m in body["messages"])

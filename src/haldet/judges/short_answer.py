@@ -130,6 +130,9 @@ class ShortAnswerJudge(Judge):
                 return label(Category.HALLUCINATION, f"{why_neg} (vs {best_pos:.2f} for the other side)")
             return Undecided(f"rule:short_answer: the evidence ties ({best_pos:.2f}) between a reference and a "
                              "known wrong answer")
+        if not refs:  # a row whose reference normalises to nothing (a HaluEval-QA row past the first 200 has one)
+            return Undecided("rule:short_answer: the item has no usable reference answer and nothing matched the "
+                             "known wrong answers")
         ref = ref or refs[0]
         if max(len(tokens(r)) for r in refs) <= SHORT_REFERENCE_TOKENS:
             return label(Category.HALLUCINATION,
