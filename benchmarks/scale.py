@@ -3,7 +3,8 @@
 Three parts (all JSON on stdout; `--parts` picks them):
 
 `model`: the whole `haldet run` on the embedded model (smollm2-135m, CPU) over halueval_qa at `--model-sizes`
-  items (default 50,200) with the generation-only detectors perplexity and ln_entropy; per size the wall and CPU
+  items (default 50,200) with `--model-detectors` (default perplexity and ln_entropy: the greedy answer and K=5
+  samples; `perplexity` alone is the greedy answer only); per size the wall and CPU
   seconds of each stage and of scoring, per item, and the tokens the model read and wrote (seconds per 1,000
   tokens: the per-token figure docs/scale.md costs the paper's matrix with).
 `flow`: the same flow at `--flow-sizes` items (default 50,200,1000,5000) with an OpenAI-compatible mock endpoint
@@ -20,7 +21,8 @@ Growth: for each measured cost c(n), `exponent` is the slope of log c over log n
 (1.0 = linear; the project's bound is 1.05), and `exponent_fit` the least-squares slope over every size. Fixed
 costs (model load, imports) make small sizes look dear, so the slope between the largest sizes is the one that
 shows growth. Usage:
-  python benchmarks/scale.py [--parts model,flow,report] [--model-sizes 50,200] [--flow-sizes 50,200,1000,5000]
+  python benchmarks/scale.py [--parts model,flow,report] [--model-sizes 50,200]
+                             [--model-detectors perplexity,ln_entropy] [--flow-sizes 50,200,1000,5000]
                              [--report-sizes 1000,10000,100000] [--detectors 17]
 """
 
@@ -97,13 +99,12 @@ def per_item(result: dict[str, Any], n: int) -> dict[str, Any]:
             "store_bytes_per_item": round(result["store_bytes"] / n)}
 
 
-def part_model(sizes: list[int], tmp: Path) -> dict[str, Any]:
+def part_model(sizes: list[int], detectors: list[str], tmp: Path) -> dict[str, Any]:
     from haldet.config import RunConfig
 
     runs = []
     for n in sizes:
-        cfg = RunConfig(datasets=["halueval_qa"], models=["smollm2-135m"], limit=n,
-                        detectors=["perplexity", "ln_entropy"])
+        cfg = RunConfig(datasets=["halueval_qa"], models=["smollm2-135m"], limit=n, detectors=list(detectors))
         print(f"scale: model run, {n} items", file=sys.stderr, flush=True)
         res = run_flow(cfg, tmp / f"model{n}")
         gen = res["stage_s"].get("generate", 0.0)
@@ -112,7 +113,7 @@ def part_model(sizes: list[int], tmp: Path) -> dict[str, Any]:
                    generate_s_per_1k_answer_tokens=round(1000 * gen / res["tokens"]["answer"], 4)
                    if res["tokens"]["answer"] else None)
         runs.append(res)
-    return {"sizes": sizes, "model": "smollm2-135m (embedded, CPU fp32)", "detectors": ["perplexity", "ln_entropy"],
+    return {"sizes": sizes, "model": "smollm2-135m (embedded, CPU fp32)", "detectors": detectors,
             "runs": runs, "growth_whole_run": exponents(sizes, [r["wall_s"] for r in runs]),
             "growth_cpu": exponents(sizes, [r["cpu_s"] for r in runs]),
             "growth_stages": growth(sizes, runs, "stage_s")}
@@ -195,6 +196,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--parts", default="model,flow,report")
     parser.add_argument("--model-sizes", default="50,200")
+    parser.add_argument("--model-detectors", default="perplexity,ln_entropy")
     parser.add_argument("--flow-sizes", default="50,200,1000,5000")
     parser.add_argument("--report-sizes", default="1000,10000,100000")
     parser.add_argument("--detectors", type=int, default=17)
@@ -205,7 +207,7 @@ def main() -> None:
                            "omp_threads": os.environ.get("OMP_NUM_THREADS")}
     with tempfile.TemporaryDirectory() as tmp:
         if "model" in parts:
-            out["model"] = part_model(sizes["model"], Path(tmp))
+            out["model"] = part_model(sizes["model"], args.model_detectors.split(","), Path(tmp))
         if "flow" in parts:
             out["flow"] = part_flow(sizes["flow"], Path(tmp))
         if "report" in parts:
