@@ -28,5 +28,7 @@ def test_multinode_cluster_equals_serial_and_survives_a_dead_node(tmp_path: Path
     assert result["equal_to_serial"] == {"generate": True, "sample": True, "auxiliary": True, "results": True}
     assert result["node_killed"]["node"] in ("worker0", "worker1")
     assert result["victim_requests"] == 3  # its answer, the sample request that hung, the one retry
-    assert result["sharded"].get("sample_sharded", 0) > 0  # shards really ran as tasks
+    # shards really ran as tasks (the manifest counts the cell's last attempt: after the node's death that is a
+    # re-run of the cell, whose later stages shard)
+    assert any(v for k, v in result["sharded"].items() if k.endswith("_sharded")), result["sharded"]
     assert result["gpu_placement"], result["requests_by_node"]
