@@ -122,7 +122,7 @@ def check(items: int = 12, shard_size: int = 3, port: int = 6390, workdir: Path 
                                    "--out", str(tmp / "ray"), "--executor", "ray", "--ray-address", cluster.address,
                                    "--device", "cuda"],
                                   capture_output=True, text=True, timeout=900,
-                                  env={**os.environ, **env, "HALDET_RAY_SHARD_SIZE": str(shard_size)})
+                                  env={**cluster.env, "HALDET_RAY_SHARD_SIZE": str(shard_size)})
             out["ray_run_s"] = round(time.perf_counter() - start, 2)
             done.set()
             watcher.join(timeout=5)

@@ -5,7 +5,9 @@ worker nodes joined with `ray start --address`, each node its own raylet process
 under it, SIGKILL), as a machine that dies would be.
 
 Every process of the cluster carries the cluster's own temp dir on its command line, so `stop` ends exactly
-these processes and nothing else on the machine (never `ray stop`, which ends every Ray on the machine).
+these processes and nothing else on the machine (never `ray stop`, which ends every Ray on the machine). Its
+nodes and drivers (`env`) run without token authentication and never read `~/.ray/auth_token` (which a local
+`ray.init` elsewhere on the machine may have written, and which made `ray start --address` fail to join).
 """
 
 from __future__ import annotations
@@ -42,7 +44,8 @@ class LocalCluster:
     def __init__(self, workers: list[tuple[int, int]], *, port: int = 6390, env: dict[str, str] | None = None):
         self.port = port
         self.temp_dir = Path(tempfile.mkdtemp(prefix="haldet-ray-"))
-        self.env = {**os.environ, **(env or {}), "RAY_USAGE_STATS_ENABLED": "0"}
+        self.env = {**os.environ, **(env or {}), "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled",
+                    "RAY_AUTH_TOKEN_PATH": str(self.temp_dir / "no_auth_token")}
         self.ray = str(Path(sys.executable).with_name("ray"))
         self.head = Node("head", port + 1, 0, 0)
         self.workers = [Node(f"worker{i}", port + 2 + i, c, g, {f"node_worker{i}": 1.0})
