@@ -1,8 +1,8 @@
 """`haldet run --executor ray --ray-address ...` on a real multi-node Ray cluster on this machine
 (haldet.testing.ray_cluster: `ray start --head`, worker nodes joined with `ray start --address`, each its own raylet
-process): two GPU worker nodes declaring logical GPUs (`--num-gpus 2`, standing in for real ones) and one CPU-only
-worker node. The run uses `--device cuda`, so every cell and shard task asks for `num_gpus=1` and may only land on
-the GPU nodes. The target model is the mock OpenAI endpoint (tests/mock_openai.py), so answers are deterministic.
+process): two GPU worker nodes declaring logical GPUs (`--num-gpus 2`, standing in for real ones; 1 CPU each) and
+one CPU-only worker node with 4 CPUs (the most attractive node for any task that did not ask for a GPU). The run
+uses `--device cuda`, so every cell and shard task asks for `num_gpus=1` and may only land on the GPU nodes. The target model is the mock OpenAI endpoint (tests/mock_openai.py), so answers are deterministic.
 
 Checks, printed as JSON (`ok` is true when all hold):
   - `equal_to_serial`: every generate/sample/auxiliary record and every result row of the Ray run equals the serial
@@ -89,7 +89,7 @@ def check(items: int = 12, shard_size: int = 3, port: int = 6390, workdir: Path 
         server.plans[victim] = ["ok:", "hang", "ok:"]  # its answer; its first sample request never returns
 
         start = time.perf_counter()
-        with LocalCluster([(1, 2), (1, 2), (1, 0)], port=port, env=env) as cluster:
+        with LocalCluster([(1, 2), (1, 2), (4, 0)], port=port, env=env) as cluster:
             out["cluster_start_s"] = round(time.perf_counter() - start, 2)
             gpu_nodes, cpu_node = cluster.workers[:2], cluster.workers[2]
             seen: Counter[str] = Counter()
