@@ -2,7 +2,8 @@
 (haldet.testing.ray_cluster: `ray start --head`, worker nodes joined with `ray start --address`, each its own raylet
 process): two GPU worker nodes declaring logical GPUs (`--num-gpus 2`, standing in for real ones; 1 CPU each) and
 one CPU-only worker node with 4 CPUs (the most attractive node for any task that did not ask for a GPU). The run
-uses `--device cuda`, so every cell and shard task asks for `num_gpus=1` and may only land on the GPU nodes. The target model is the mock OpenAI endpoint (tests/mock_openai.py), so answers are deterministic.
+uses `--device cuda`, so every cell and shard task asks for `num_gpus=1` and may only land on the GPU nodes. The
+target model is the mock OpenAI endpoint (tests/mock_openai.py), so answers are deterministic.
 
 Checks, printed as JSON (`ok` is true when all hold):
   - `equal_to_serial`: every generate/sample/auxiliary record and every result row of the Ray run equals the serial
