@@ -154,7 +154,8 @@ def main() -> None:
     parser.add_argument("--shard-size", type=int, default=3)
     parser.add_argument("--port", type=int, default=6390)
     args = parser.parse_args()
-    result = check(args.items, args.shard_size, args.port)
+    with tempfile.TemporaryDirectory(prefix="haldet-ray-bench-") as tmp:
+        result = check(args.items, args.shard_size, args.port, Path(tmp))
     result.update(cpu_count=os.cpu_count(), loadavg=os.getloadavg(), python=sys.version.split()[0])
     print(json.dumps(result, indent=2))
 
