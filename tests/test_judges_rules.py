@@ -256,3 +256,12 @@ def test_plugin_judge_from_the_registry_comes_first() -> None:
     assert cascade.fingerprint()[1] == "test:always_correct"
     with pytest.raises(HaldetError, match="unknown judge"):
         Cascade.from_config(JudgeConfig(extra=["nope"]))
+
+
+def test_short_answer_without_a_usable_reference_is_undecided_not_a_crash() -> None:
+    """A row whose reference normalises to nothing (HaluEval-QA has one within its first 1,000 rows): matching the
+    known wrong answer still labels it; anything else has nothing to compare with."""
+    judge = ShortAnswerJudge()
+    item = inst("short_answer", references=["."], incorrect=["Paris"])
+    assert category(judge, item, "It is Paris.") == "hallucination"
+    assert category(judge, item, "It is London.") == "undecided"

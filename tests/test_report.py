@@ -144,3 +144,17 @@ def test_scores_read_with_the_recorded_key(tmp_path):
     s = cell.scores[row["detector"]]
     ok = np.isfinite(s)
     assert auroc(cell.labels[ok], s[ok]) == pytest.approx(row["value"], abs=1e-12)
+
+
+def test_score_logs_are_read_whole_and_a_corrupt_line_is_named(tmp_path: Path) -> None:
+    """The one-call parse of a log keeps every complete record and drops a cut last line; a corrupt line in the
+    middle still gives the error naming its line number."""
+    from haldet.errors import HaldetError
+    from haldet.report.rundata import read_records
+
+    log = tmp_path / "det.jsonl"
+    log.write_bytes(b'{"id": "a", "value": 1.5}\n\n{"id": "b", "value": null}\n{"id": "c", "val')
+    assert read_records(log) == [{"id": "a", "value": 1.5}, {"id": "b", "value": None}]
+    log.write_bytes(b'{"id": "a", "value": 1.5}\n{"id": "b", "value": nul}\n{"id": "c", "value": 2}\n')
+    with pytest.raises(HaldetError, match="corrupt record at line 2"):
+        read_records(log)

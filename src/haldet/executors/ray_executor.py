@@ -14,7 +14,8 @@ by the cell itself afterwards (the ordinary serial path).
 Cluster: `--ray-address` / `$RAY_ADDRESS` joins an existing cluster (`ray start --head` on one machine,
 `ray start --address HEAD:6379` on the others; every node needs haldet, the models and the run directory on a shared
 filesystem); without one a local cluster is started with the machine's CPUs. Each cell and shard task declares
-`num_cpus=1` and, for a model on a GPU (`--device cuda`), `num_gpus=1`.
+`num_cpus=1` and, for a model on a GPU (`--device cuda`), `num_gpus=1`; GPU cells shard their stages only when
+the cluster has more GPUs than cells (`can_shard`).
 """
 
 from __future__ import annotations
@@ -49,6 +50,16 @@ def resources(config: RunConfig) -> dict[str, Any]:
     return {"num_cpus": 1, "num_gpus": 1 if config.device.startswith("cuda") else 0}
 
 
+def can_shard(config: RunConfig, cluster: dict[str, float]) -> bool:
+    """Whether a cell may hand its stages to shard tasks. A cell on a GPU holds its GPU while it waits for its
+    shards, which need GPUs of their own: with no more GPUs in the cluster than cells, every GPU could be held by
+    a waiting cell and no shard could ever start. Such cells then compute their stages themselves (cells still
+    run in parallel, one per GPU)."""
+    if not resources(config)["num_gpus"]:
+        return True
+    return cluster.get("GPU", 0) > len(config.models) * len(config.datasets)
+
+
 def connect(address: str | None) -> Any:
     ray = import_ray()
     if not ray.is_initialized():
@@ -68,14 +79,17 @@ def ray_cells(config: RunConfig, out: Path, previous: dict[tuple[Any, Any], Any]
     """Every cell as a Ray task; yields each `CellResult` as it finishes (the driver writes results/manifest)."""
     shard_size = shard_size or int(os.environ.get("HALDET_RAY_SHARD_SIZE") or SHARD_SIZE)
     ray = connect(address)
+    shard_size = shard_size if can_shard(config, ray.cluster_resources()) else 0
     task = ray.remote(max_retries=TASK_RETRIES)(_cell_task).options(**resources(config))
     cfg = config.canonical()
     pending = {task.remote(cfg, str(out), dataset, model, previous.get((dataset, model)), shard_size,
                            len(config.models) * len(config.datasets) == 1): (dataset, model)
                for model in config.models for dataset in config.datasets}
     total = len(pending)
-    notify(f"ray: {total} cell(s) submitted ({ray.cluster_resources().get('CPU', 0):g} CPUs in the cluster); "
-           "each cell's result is written as it finishes")
+    have = ray.cluster_resources()
+    shards = f"stage shards of {shard_size} items" if shard_size else "no stage shards: no more GPUs than cells"
+    notify(f"ray: {total} cell(s) submitted ({have.get('CPU', 0):g} CPUs, {have.get('GPU', 0):g} GPUs in the "
+           f"cluster; {shards}); each cell's result is written as it finishes")
     while pending:
         done, _ = ray.wait(list(pending), num_returns=1, timeout=PROGRESS_SECONDS)
         if not done:
@@ -105,7 +119,7 @@ def _cell_task(cfg: dict[str, Any], out: str, dataset: str, model: str, previous
     from haldet.store import RunStore
 
     config = RunConfig.model_validate(cfg)
-    token = SHARD_RUNNER.set(ShardRunner(cfg, out, dataset, model, shard_size))
+    token = SHARD_RUNNER.set(ShardRunner(cfg, out, dataset, model, shard_size) if shard_size else None)
     try:
         return guarded_cell(config, RunStore(Path(out)), dataset, model, no_progress, {}, previous,
                             raise_errors=single)

@@ -147,6 +147,9 @@ class ShortAnswerJudge(Judge):
                 return label(Category.HALLUCINATION, f"{why_neg} (vs {best_pos:.2f} for the other side)")
             return Undecided(f"rule:short_answer: the evidence ties ({best_pos:.2f}) between a reference and a "
                              "known wrong answer")
+        if not refs:  # a row whose reference normalises to nothing (a HaluEval-QA row past the first 200 has one)
+            return Undecided("rule:short_answer: the item has no usable reference answer and nothing matched the "
+                             "known wrong answers")
         ref = ref or refs[0]
         return Undecided(f"rule:short_answer: low word overlap with every reference (best token F1 {best_pos:.2f} "
                          f"with {ref!r}); a paraphrase needs a semantic judge")
