@@ -24,8 +24,10 @@ $(STAMP): pyproject.toml Makefile
 run: setup
 	$(BIN)/haldet run
 
+# Two test processes of one torch thread each (pytest-xdist): the suite is CPU-bound and torch's own threads
+# scale worse than two processes on two cores.
 test: setup browser
-	$(BIN)/python -m pytest -q
+	OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n 2
 
 # Headless Chromium for the HTML report test (Debian package `chromium`); a no-op when already installed.
 browser:

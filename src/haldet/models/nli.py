@@ -452,9 +452,13 @@ def load_pair_model(kind: str, name: str, *, fallback: str | None = None,
     kind: "nli" (`llm:<model>` for the prompted backend), "similarity" (`bi:<model>` or an embedding alias for
     a bi-encoder), "bertscore". Models are loaded once per process.
     """
+    from haldet.models.provenance import locate
+
     failed_key = (kind, name, json.dumps(kw, sort_keys=True, default=str))
     try:
-        if failed_key in _FAILED:  # tried once in this process: do not retry (or repeat the notice) for every use
+        # tried once in this process: do not retry (or repeat the notice) for every use, unless its files have
+        # appeared since (a download finished, a local copy was made): then the requested model is what runs
+        if failed_key in _FAILED and locate(name) is None:
             raise _FAILED[failed_key]
         model = _build(kind, name, **kw)
         return model, {"requested": name, "loaded": name, "used": model.id}
