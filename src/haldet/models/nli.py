@@ -96,6 +96,23 @@ class PairModel:
 KNOWN_LABELS: dict[str, tuple[str, ...]] = {"potsawee/deberta-v3-large-mnli": ("entailment", "contradiction")}
 
 
+def _sequence_classifier(name: str, what: str, device: str) -> tuple[Any, Any, Any]:
+    """Tokenizer, sequence-classification model (in eval mode, on its device) and that device; a model that
+    cannot be loaded is one error naming it as `what`."""
+    import torch
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    local = _local_only(name)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(name, local_files_only=local)
+        model = AutoModelForSequenceClassification.from_pretrained(name, local_files_only=local)
+    except (OSError, ValueError) as exc:
+        raise _load_error(name, exc, what) from None
+    placed = torch.device(_device(device))
+    model.to(placed).eval()
+    return tokenizer, model, placed
+
+
 class HFEntailment(PairModel):
     """An HF sequence-classification NLI model; label order read from its config (id2label), or for a checkpoint
     with generic labels from `KNOWN_LABELS`."""
@@ -106,19 +123,9 @@ class HFEntailment(PairModel):
 
     def __init__(self, name: str, *, batch_size: int = 16, max_length: int = 512, device: str = "auto") -> None:
         super().__init__(name, batch_size=batch_size)
-        import torch
-        from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
         self.id = f"hf-nli:{name}"
         self.max_length = max_length
-        local = _local_only(name)
-        try:
-            self.tokenizer = AutoTokenizer.from_pretrained(name, local_files_only=local)
-            self.model = AutoModelForSequenceClassification.from_pretrained(name, local_files_only=local)
-        except (OSError, ValueError) as exc:
-            raise _load_error(name, exc, "NLI model") from None
-        self.device = torch.device(_device(device))
-        self.model.to(self.device).eval()
+        self.tokenizer, self.model, self.device = _sequence_classifier(name, "NLI model", device)
         self.index = self._label_index(self.model.config.id2label, name)
 
     @staticmethod
@@ -242,19 +249,9 @@ class HFSupport(PairModel):
 
     def __init__(self, name: str, *, batch_size: int = 16, max_length: int = 512, device: str = "auto") -> None:
         super().__init__(name, batch_size=batch_size)
-        import torch
-        from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
         self.id = f"hf-support:{name}"
         self.max_length = max_length
-        local = _local_only(name)
-        try:
-            self.tokenizer = AutoTokenizer.from_pretrained(name, local_files_only=local)
-            self.model = AutoModelForSequenceClassification.from_pretrained(name, local_files_only=local)
-        except (OSError, ValueError) as exc:
-            raise _load_error(name, exc, "fact-checking classifier") from None
-        self.device = torch.device(_device(device))
-        self.model.to(self.device).eval()
+        self.tokenizer, self.model, self.device = _sequence_classifier(name, "fact-checking classifier", device)
         self.column = self.support_column(self.model.config.id2label, name)
 
     @staticmethod
