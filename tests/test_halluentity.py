@@ -92,6 +92,29 @@ def suite_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict
     return out, rows, cells
 
 
+def test_unit_level_risk_coverage_curve_ends_at_the_hallucination_rate(suite_run) -> None:
+    """Every suite detector's risk-coverage curve (manifest) is over its pooled test units: at full coverage the risk
+    is the share of hallucinated units among those with a score, and with one unit kept it is that unit's label."""
+    out, _, cells = suite_run
+    manifest = json.loads((out / "manifest.json").read_text())
+    drawn = 0
+    for cell, entry in zip(cells, manifest["cells"], strict=True):
+        for run, saved in zip(cell.detectors, entry["detectors"], strict=True):
+            test = run.unit_scores["test"]
+            kept = (test.y >= 0) & np.isfinite(test.s)
+            curve = saved["curves"]["risk_coverage"]
+            if not kept.any():  # no scored binary unit: an empty curve, not a made-up one
+                assert curve == {"coverage": [], "risk": []}
+                continue
+            drawn += 1
+            assert curve["coverage"][0] == pytest.approx(1 / kept.sum()) and curve["coverage"][-1] == 1.0
+            assert curve["risk"][-1] == pytest.approx(round(float(test.y[kept].mean()), 6))
+            # one unit kept: the least suspicious (ties averaged), so the order of the scores is what it follows
+            y, s = test.y[kept], test.s[kept]
+            assert curve["risk"][0] == pytest.approx(round(float(y[s == s.min()].mean()), 6))
+    assert drawn >= 4  # the fixture's detectors score its test entities
+
+
 def test_suite_runs_end_to_end_on_the_fixture(suite_run) -> None:
     out, rows, cells = suite_run
     cell = cells[0]

@@ -20,6 +20,7 @@ from haldet.config import RunConfig, digest
 from haldet.detectors.base import Detector, UnitScores
 from haldet.errors import HaldetError
 from haldet.evaluation.metrics import MetricValue
+from haldet.evaluation.rejection import risk_coverage
 from haldet.evaluation.splits import SPLITS, grouped_split, stratified_split
 from haldet.evaluation.units import UnitData
 from haldet.flow.scoring import DetectorRun, ResponseScoring, json_float
@@ -218,7 +219,9 @@ class SuiteProtocol(Protocol):
                 part: {**{i: float(v[0]) for i, v in zip(ids, scores.values, strict=True)},
                        **{i: float("nan") for i in split[part] if i in unscored}}
                 for part, (ids, scores) in scored.items()}
-        run.unit_scores["test"] = data["evaluated"]
+        run.unit_scores["test"] = test = data["evaluated"]
+        kept = (test.y >= 0) & np.isfinite(test.s)  # binary-labelled units with a score, as the response level's
+        run.curves["risk_coverage"] = risk_coverage(test.y[kept], test.s[kept]).sampled()
         ev = self.config.evaluation
         metrics = self.suite.unit_metrics(level, data["evaluated"], data["val"], n_boot=ev.bootstrap, ci=ev.ci,
                                           seed=ev.bootstrap_seed, detector=detector)
