@@ -119,8 +119,8 @@ class FeatureConfig(Section):
     layers: Literal["all"] | list[int] = "all"  # hidden-state indices (0 = embeddings, -1 = last layer)
     # poolings of the `hidden` group: mean / last answer token, and the mean over the first / last N answer tokens
     # (`select_tokens` = N; computed only when a selected detector reads them, e.g. saplma pooling: last_n)
-    pooling: list[Literal["mean", "last", "first_n", "last_n"]] = Field(  # type: ignore[arg-type]
-        default_factory=lambda: ["mean", "last", "first_n", "last_n"])
+    pooling: list[Literal["mean", "last", "first_n", "last_n"]] = Field(
+        default_factory=lambda: ["mean", "last", "first_n", "last_n"])  # type: ignore[arg-type]
     select_tokens: int = Field(4, ge=1)
     dtype: Literal["float16", "float32"] = "float16"
     groups: list[Literal["hidden", "sep", "ccs", "prism", "icr"]] = Field(
@@ -407,7 +407,8 @@ def _suggestion(error: Any) -> str:
     if error["type"] == "extra_forbidden":
         section: Any = RunConfig
         for part in loc[:-1]:
-            field = section.model_fields.get(part) if isinstance(section, type) else None
+            field = section.model_fields.get(part) if isinstance(section, type) and issubclass(section, BaseModel) \
+                else None
             annotation = field.annotation if field is not None else None
             if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
                 return ""

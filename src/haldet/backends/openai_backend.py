@@ -88,7 +88,7 @@ class OpenAIBackend(Backend):
 
     def fingerprint(self) -> dict[str, Any]:
         c = self.config
-        fp = {"backend": self.kind, "model": self.model, "base_url": c.base_url, "logprobs": c.logprobs,
+        fp: dict[str, Any] = {"backend": self.kind, "model": self.model, "base_url": c.base_url, "logprobs": c.logprobs,
               "top_logprobs": c.top_logprobs if c.logprobs else None, "seed": c.seed}
         if self.chat_template_kwargs:
             fp["chat_template_kwargs"] = self.chat_template_kwargs

@@ -236,7 +236,7 @@ def run_config(opts: RunOptions) -> RunConfig:
     )
     from haldet.flow.layers import resolve_config
 
-    config = resolve_config(opts.config_file, suite=opts.suite, **overrides)
+    config = resolve_config(opts.config_file, None, suite=opts.suite, **overrides)  # type: ignore[arg-type]
     for name in config.datasets if opts.split else []:
         config.dataset_params.setdefault(name, {})["split"] = opts.split
     return config
@@ -320,7 +320,7 @@ def config_suffix(config: RunConfig, width: int = 80) -> str:
     return readable if exact else f"{readable}-{digest(values, 8)}"
 
 
-def _dotted(data: dict[str, Any], key: str) -> Any:
+def _dotted(data: Any, key: str) -> Any:
     for part in key.split("."):
         data = data.get(part) if isinstance(data, dict) else None
     return data

@@ -86,7 +86,7 @@ class _LayerChoice:
         fixed = self.params.get("layer")
         direction = DIRECTIONS[self.params.get("direction", "learned")]
         if direction is not None:
-            self.layer, self.sign = int(fixed), direction
+            self.layer, self.sign = int(fixed), direction  # type: ignore[arg-type]
             self.choice_note = (f"layer {self.layer}, fixed: hallucinated when the raw score is "
                                 f"{self.params['direction']} the threshold")
             self.meta["layer_choice"] = self.choice_note

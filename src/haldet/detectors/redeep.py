@@ -74,7 +74,7 @@ class ReDeEP(Detector):
         if self.problem is not None:
             return
         X = np.stack([values[i] for i in ok]).astype(np.float64)  # [n, L, H + 1]
-        y = labels[ok]
+        y = labels[ok]  # type: ignore[index]
         n, n_layers, width = X.shape
         self.shape = (n_layers, width)
         head_corr = _pearson(X[:, :, :-1].reshape(n, -1), y)

@@ -36,7 +36,7 @@ class Saplma(ProbeDetector):
 
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)
-        self.signal = pooled_signal(self.name, self.params["pooling"])
+        self.signal = pooled_signal(self.name, self.params["pooling"])  # type: ignore[misc]
 
     def signals(self) -> frozenset[Signal]:
         return frozenset({self.signal})

@@ -105,7 +105,7 @@ class SFT(Detector):
         self._lm = None
         backend, model, words = self._model()
         pad = backend.tokenizer.pad_token_id or 0
-        data = [(self._encode(backend, train.instances[i], responses[i]), int(labels[i])) for i in keep]
+        data = [(self._encode(backend, train.instances[i], responses[i]), int(labels[i])) for i in keep]  # type: ignore[index]
         params = [p for p in model.parameters() if p.requires_grad]
         opt = torch.optim.AdamW(params, lr=float(self.params["lr"]))
         rng = random.Random(int(self.params["seed"]))

@@ -56,7 +56,8 @@ def fmt(value: Any, digits: int = 3) -> str:
     if isinstance(value, int | np.integer):
         return str(value)
     if isinstance(value, float | np.floating):
-        return "–" if not math.isfinite(value) else f"{value:.{digits}g}" if abs(value) < 1e4 else f"{value:.4g}"
+        number = float(value)
+        return "–" if not math.isfinite(number) else f"{number:.{digits}g}" if abs(number) < 1e4 else f"{number:.4g}"
     return str(value)
 
 

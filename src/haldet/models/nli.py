@@ -281,7 +281,7 @@ class LLMSupport(LLMEntailment):
 
     kind = "support"
     width = 1
-    columns = ("supported",)
+    columns = ("supported",)  # type: ignore[assignment]
     words = ("yes", "no")
     prompt = SUPPORT_PROMPT
     id_prefix = "llm-support"

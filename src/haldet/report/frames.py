@@ -94,7 +94,7 @@ def load_frames(root: Path | str) -> RunFrames:
         judged = _newest(cell_store.root / "annotate.jsonl")
         cell_labels = {}
         for item_id, rec in judged.items():
-            cell_labels[item_id] = {"label": BINARY.get(rec.get("category")), "category": rec.get("category"),
+            cell_labels[item_id] = {"label": BINARY.get(str(rec.get("category"))), "category": rec.get("category"),
                                     "label_source": f"judge {rec.get('judge', '')}".strip(),
                                     "reasoning": rec.get("reasoning", "")}
         for item_id, inst in given.items():
@@ -105,7 +105,7 @@ def load_frames(root: Path | str) -> RunFrames:
         labels += [{"dataset": dataset, "model": model, "id": i, **lab} for i, lab in cell_labels.items()]
         for item_id, rec in _newest(cell_store.root / "generate.jsonl").items():
             lab = cell_labels.get(item_id, {})
-            inst = given.get(item_id)
+            inst = given.get(item_id)  # type: ignore[assignment]
             question, context = (inst.question, inst.context) if inst is not None else (None, None)
             items.append({"dataset": dataset, "model": model, "id": item_id, "split": part.get(item_id),
                           "question": question, "context": context, "prompt": rec.get("prompt"),

@@ -11,7 +11,7 @@ and cells without a result are lines under the table.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,7 +77,7 @@ def results_table(rows: list[dict[str, Any]], title: str = "haldet results (test
 
 
 def print_results(console: Console, rows: list[dict[str, Any]], title: str = "haldet results (test split)",
-                  failed: list[tuple[str, str, str]] | None = None, notes: list[Text] | list[str] | None = None,
+                  failed: list[tuple[str, str, str]] | None = None, notes: Sequence[Text | str] | None = None,
                   metrics: list[str] | tuple[str, ...] = ()) -> None:
     """The results table on `console`: the columns that fit a terminal, every column when the output is a file or
     a pipe (a log keeps every number); no value is ever cut (`haldet.util.tables`). `notes`: lines said under

@@ -128,7 +128,7 @@ class GenerateStage(Stage):
                  for item, out, _ in done]
         evidence_of = {item.id: ev for item, (_, _, ev) in zip(items, done, strict=True)}
         for stage in readers:
-            self._store_read(stage, items, lambda part, s=stage: s.from_decoding(
+            self._store_read(stage, items, lambda part, s=stage: s.from_decoding(  # type: ignore[misc]
                 part, [evidence_of[i.id] for i in part], seconds.get(s.name, 0.0)))
 
     def _given_readers(self) -> list[DecodingReader]:
@@ -170,7 +170,7 @@ class GenerateStage(Stage):
                      for item in batch]
             for stage in readers:
                 # the pass is the generate stage's (its seconds are charged there): the reading adds no time
-                self._store_read(stage, items, lambda part, s=stage: s.from_given(part, [found[i.id] for i in part],
+                self._store_read(stage, items, lambda part, s=stage: s.from_given(part, [found[i.id] for i in part],  # type: ignore[misc]
                                                                                   0.0))
         return records
 

@@ -66,11 +66,11 @@ class Reader(Protocol):
 def cache_arg(model: Any, cache: Any) -> dict[str, Any]:
     """The KV cache as the keyword this transformers names it: `cache` since transformers 5.x (where
     `past_key_values` is deprecated and warns on every call), `past_key_values` before."""
-    return {_cache_keyword(type(model)): cache}
+    return {_cache_keyword(type(model)): cache}  # type: ignore[arg-type]
 
 
 @functools.cache
-def _cache_keyword(model_class: type) -> str:
+def _cache_keyword(model_class: Any) -> str:
     import inspect
 
     return "cache" if "cache" in inspect.signature(model_class.forward).parameters else "past_key_values"

@@ -68,7 +68,7 @@ def label_statistics(instances: Sequence[Instance]) -> list[dict[str, Any]]:
     for metric, values in per_item.items():
         for stat, fn in (("mean", statistics.fmean), ("median", statistics.median), ("min", min), ("max", max)):
             rows.append(_row(PER_RESPONSE, statistic=stat, metric=metric,
-                             value=float(fn(values)) if values else None, n=len(values)))
+                             value=float(fn(values)) if values else None, n=len(values)))  # type: ignore[call-overload, arg-type]
     return rows
 
 
@@ -95,7 +95,7 @@ def proxy_correlation(unit_rows: Sequence[dict[str, Any]]) -> list[dict[str, Any
             common = sorted(set(by_model[a]) & set(by_model[b]))
             x = np.array([by_model[a][k] for k in common])
             y = np.array([by_model[b][k] for k in common])
-            r = pearson(x, y)
+            r = pearson(x, y)  # type: ignore[assignment]
             name = detector + (f"[{variant}]" if variant else "")
             rows.append({"dataset": dataset, "model": ACROSS_MODELS, "detector": name,
                          "level": level, "table": CORRELATION, "model_a": a, "model_b": b, "metric": "pearson",

@@ -113,7 +113,7 @@ def build_sets(out: Path, *, tasks: Sequence[str], cfg: BuildConfig, trials: int
                 finish(bar)
             write_items(folder / f"{task}.jsonl", items)
             reports[f"seed-{trial_cfg.seed}/{task}"] = asdict(report)
-    sources = {k: {"path": str(v), "sha256": file_sha256(Path(v))}
+    sources: dict[str, dict[str, Any]] = {k: {"path": str(v), "sha256": file_sha256(Path(v))}
                for k, v in (("pages", pages), ("medicines", medicines)) if v}
     if taxonomy:
         files = taxonomy_files(taxonomy)

@@ -177,7 +177,7 @@ def _worker_votes(row: dict[str, Any]) -> list[list[Any]] | None:
     if row.get("workerId") is None and row.get("response-level-labels-bin") is None:
         return None
     workers = _string_list(row, "workerId")
-    raw = row.get("response-level-labels-bin")
+    raw: Any = row.get("response-level-labels-bin")
     raw = raw.tolist() if hasattr(raw, "tolist") else raw
     if not isinstance(raw, list) or len(raw) != len(workers) or any(str(v) not in ("0", "1") for v in raw):
         raise BadRow("response-level-labels-bin", f"must hold one vote '0' or '1' per worker ({len(workers)})")

@@ -44,7 +44,7 @@ class RAGTruthQA(RAGTruth):
     """One item per RAGTruth QA response, labelled by its human spans, in the release's own train/test split."""
 
     source = "RAGTruth release files, QA task (github.com/ParticleMedia/RAGTruth, dataset/)"
-    split_order = ("all",)
+    split_order = ("all",)  # type: ignore[assignment]
     params: ClassVar[dict[str, Any]] = {**RAGTruth.params, "keep_quality": ["good"]}
 
     def _join(self, responses: list[dict[str, Any]], infos: list[dict[str, Any]], origin: str) -> Source:
