@@ -334,6 +334,18 @@ def model_slug(model: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in model.strip("/"))[-80:]
 
 
+def _write_csv(path: Path, rows: list[dict[str, Any]]) -> list[str]:
+    """Rows as CSV, atomically; the columns are every key in first-seen order (returned)."""
+    columns: list[str] = []
+    for row in rows:
+        columns += [c for c in row if c not in columns]
+    with atomic_path(path) as tmp, open(tmp, "w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(rows)
+    return columns
+
+
 class RunStore:
     """A run directory: the manifest, the results, and one `CellStore` per (dataset, model)."""
 
@@ -378,27 +390,14 @@ class RunStore:
     def write_results(self, rows: list[dict[str, Any]]) -> None:
         """`results.json` (list of row objects), `results.csv` and `results.parquet` with the same columns."""
         atomic_write_text(self.root / "results.json", json.dumps(rows, indent=2, default=_json_default))
-        columns: list[str] = []
-        for row in rows:
-            columns += [c for c in row if c not in columns]
-        with atomic_path(self.root / "results.csv") as tmp, open(tmp, "w", newline="") as fh:
-            writer = csv.DictWriter(fh, fieldnames=columns)
-            writer.writeheader()
-            writer.writerows(rows)
+        columns = _write_csv(self.root / "results.csv", rows)
         write_parquet(self.root / "results.parquet", rows, columns)
 
     def write_unit_scores(self, rows: list[dict[str, Any]]) -> None:
         """`unit_scores.csv`: one row per scored unit of a suite run (empty cells = no label / invalid score); not
         written when no cell scored units."""
-        if not rows:
-            return
-        columns: list[str] = []
-        for row in rows:
-            columns += [c for c in row if c not in columns]
-        with atomic_path(self.root / "unit_scores.csv") as tmp, open(tmp, "w", newline="") as fh:
-            writer = csv.DictWriter(fh, fieldnames=columns)
-            writer.writeheader()
-            writer.writerows(rows)
+        if rows:
+            _write_csv(self.root / "unit_scores.csv", rows)
 
     def read_results(self) -> list[dict[str, Any]]:
         path = self.root / "results.json"

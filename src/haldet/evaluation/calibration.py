@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from haldet.evaluation.metrics import MetricValue, stratified_indices
+from haldet.evaluation.metrics import MetricValue, scored_items, stratified_indices
 
 CALIBRATIONS = ("none", "platt", "isotonic")
 CALIBRATION_METRICS = ("ece", "brier")
@@ -112,15 +112,9 @@ def evaluate_calibrated(labels: np.ndarray, probabilities: np.ndarray, *, n_boot
                         seed: int = 42, bins: int = ECE_BINS, note: str = "") -> list[MetricValue]:
     """ECE and Brier on the test items with a probability, CIs from the stratified bootstrap draws every metric
     uses (the same seed gives the same resamples)."""
-    labels = np.asarray(labels, dtype=int)
-    probabilities = np.asarray(probabilities, dtype=np.float64)
-    valid = np.isfinite(probabilities)
-    coverage = float(valid.mean()) if len(probabilities) else 0.0
-    y, p = labels[valid], probabilities[valid]
+    y, p, coverage, why = scored_items(labels, probabilities)
     n, n_pos = len(y), int(y.sum())
-    if n_pos == 0 or n_pos == n:
-        why = ("no test item has a valid score" if n == 0 else
-               f"test items with a valid score are all one class ({n_pos} positive of {n})")
+    if why:
         return [MetricValue(m, None, None, None, n, n_pos, coverage, why) for m in CALIBRATION_METRICS]
     point = calibration_on_resamples(y, p, np.arange(n)[None, :], bins)
     boots = calibration_on_resamples(y, p, stratified_indices(y, n_boot, seed), bins) if n_boot > 0 else {}

@@ -191,20 +191,28 @@ def metrics_on_resamples(y: np.ndarray, s: np.ndarray, idx: np.ndarray,
     return {m: np.concatenate(v) if v else np.empty(0) for m, v in out.items()}
 
 
+def scored_items(labels: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray, float, str]:
+    """The labels and values of the items with a finite value, the share of items that have one (coverage), and why
+    no metric is defined on them ('' when one is: both classes present)."""
+    labels = np.asarray(labels, dtype=int)
+    values = np.asarray(values, dtype=np.float64)
+    valid = np.isfinite(values)
+    coverage = float(valid.mean()) if len(values) else 0.0
+    y, v = labels[valid], values[valid]
+    n, n_pos = len(y), int(y.sum())
+    why = ("no test item has a valid score" if n == 0 else
+           f"test items with a valid score are all one class ({n_pos} positive of {n})" if n_pos in (0, n) else "")
+    return y, v, coverage, why
+
+
 def evaluate(labels: np.ndarray, scores: np.ndarray, *, n_boot: int = 1000, ci: float = 0.95,
              seed: int = 42) -> list[MetricValue]:
     """All metrics on the items with a finite score; CIs from a stratified bootstrap (positives and negatives
     resampled separately, so every resample has both classes)."""
-    labels = np.asarray(labels, dtype=int)
-    scores = np.asarray(scores, dtype=np.float64)
-    valid = np.isfinite(scores)
-    coverage = float(valid.mean()) if len(scores) else 0.0
-    y, s = labels[valid], scores[valid]
+    y, s, coverage, why = scored_items(labels, scores)
     n, n_pos = len(y), int(y.sum())
-    if n_pos == 0 or n_pos == n:
-        note = ("no test item has a valid score" if n == 0 else
-                f"test items with a valid score are all one class ({n_pos} positive of {n})")
-        return [MetricValue(m, None, None, None, n, n_pos, coverage, note) for m in METRICS]
+    if why:
+        return [MetricValue(m, None, None, None, n, n_pos, coverage, why) for m in METRICS]
     point = {m: f(y, s) for m, f in METRIC_FUNCS.items()}
     boots: dict[str, np.ndarray] = {}
     if n_boot > 0:

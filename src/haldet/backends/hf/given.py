@@ -135,12 +135,7 @@ def _one_pass(backend: LoadedModel, decoder: list[Any], requests: list[TokenRequ
             batch[:] = [rows[g] for g in group]
             pooled.clear()
             pooled.update({row: {name: {} for name in poolings} for row in range(len(batch))})
-            width = max(len(r[1]) for r in batch)
-            ids_t = torch.full((len(batch), width), backend.tokenizer.pad_token_id, dtype=torch.long)
-            mask = torch.zeros((len(batch), width), dtype=torch.long)
-            for row, (_, ids, _, _) in enumerate(batch):
-                ids_t[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
-                mask[row, : len(ids)] = 1
+            ids_t, mask = tokens.right_padded([r[1] for r in batch], backend.tokenizer.pad_token_id)
             with torch.inference_mode():
                 last = base(input_ids=ids_t.to(device), attention_mask=mask.to(device), use_cache=False,
                             output_hidden_states=False).last_hidden_state

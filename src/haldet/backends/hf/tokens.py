@@ -20,6 +20,19 @@ from haldet.backends.hf.loading import LoadedModel, attention_hooks
 from haldet.errors import HaldetError
 
 
+def right_padded(sequences: Sequence[Sequence[int]], pad_id: int) -> tuple[Any, Any]:
+    """Token ids padded on the right to the longest sequence, and the attention mask (1 = a real token)."""
+    import torch
+
+    width = max(len(ids) for ids in sequences)
+    ids_t = torch.full((len(sequences), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(sequences), width), dtype=torch.long)
+    for row, ids in enumerate(sequences):
+        ids_t[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+        mask[row, : len(ids)] = 1
+    return ids_t, mask
+
+
 def encode_response(backend: LoadedModel, text: str) -> tuple[list[int], list[tuple[int, int]]]:
     """Ids and character offsets of a given response; needs a fast tokenizer (offset mapping)."""
     tok = backend.tokenizer
@@ -119,12 +132,7 @@ def token_pass(backend: LoadedModel, requests: list[TokenRequest], *, top_k: int
         step = max(1, batch_size)
         for begin in range(0, len(rows), step):
             batch = rows[begin : begin + step]
-            width = max(len(r[1]) for r in batch)
-            ids_t = torch.full((len(batch), width), backend.tokenizer.pad_token_id, dtype=torch.long)
-            mask = torch.zeros((len(batch), width), dtype=torch.long)
-            for row, (_, ids, _, _) in enumerate(batch):
-                ids_t[row, : len(ids)] = torch.tensor(ids, dtype=torch.long)
-                mask[row, : len(ids)] = 1
+            ids_t, mask = right_padded([r[1] for r in batch], backend.tokenizer.pad_token_id)
             captured.clear()
             diagonals.clear()
             with torch.inference_mode():
