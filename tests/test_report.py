@@ -158,3 +158,7 @@ def test_score_logs_are_read_whole_and_a_corrupt_line_is_named(tmp_path: Path) -
     log.write_bytes(b'{"id": "a", "value": 1.5}\n{"id": "b", "value": nul}\n{"id": "c", "value": 2}\n')
     with pytest.raises(HaldetError, match="corrupt record at line 2"):
         read_records(log)
+    # two values on one line parse as valid JSON inside the joined array: still that line's error, not 3 records
+    log.write_bytes(b'{"id": "a", "value": 1.5}\n{"id": "b", "value": 2}, {"id": "c", "value": 3}\n')
+    with pytest.raises(HaldetError, match="corrupt record at line 2"):
+        read_records(log)

@@ -118,7 +118,9 @@ def read_records(path: Path) -> list[dict[str, Any]]:
         return []
     lines = [raw for raw in path.read_bytes().split(b"\n")[:-1] if raw.strip()]
     try:
-        return list(json.loads(b"[" + b",".join(lines) + b"]"))
+        records = list(json.loads(b"[" + b",".join(lines) + b"]"))
+        if len(records) == len(lines):  # a line holding two values (`{...}, {...}`) is no record: read line by line
+            return records
     except json.JSONDecodeError:
         pass
     out = []
