@@ -17,8 +17,8 @@ request (the last one repeats); keys without a plan use `default`. Actions:
 With `"logprobs": true` in the request, each choice carries per-token log-probs of its content split into
 whitespace-led words: token i gets log p = -(i + 1) / 10, its top alternatives are itself and "<token>~" one nat
 lower; `top_first[key]` replaces the first position's alternatives (e.g. {"True": log 0.8, "False": log 0.2}).
-`max_n` caps the number of choices returned (a server ignoring `n`). `requests` keeps every body, `calls`
-counts per key.
+`max_n` caps the number of choices returned (a server ignoring `n`); `ignore_logprobs` answers without log-probs
+whatever was asked (a server without them). `requests` keeps every body, `calls` counts per key.
 
 Usage (tests/ is on sys.path): `from mock_openai import FakeOpenAI`; `with FakeOpenAI() as srv: ... srv.base_url`.
 """
@@ -75,6 +75,7 @@ class FakeOpenAI:
         self.content, self.key_of, self.default = content, key_of, default
         self.slow_seconds, self.hang_seconds, self.usage = slow_seconds, hang_seconds, usage
         self.max_n: int | None = None
+        self.ignore_logprobs = False
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -128,7 +129,7 @@ class FakeOpenAI:
                         content = server.content(action.split(":", 1)[1], body, j + int(body.get("seed") or 0))
                     choice: dict[str, Any] = {"index": j, "finish_reason": "stop",
                                               "message": {"role": "assistant", "content": content}}
-                    if body.get("logprobs"):
+                    if body.get("logprobs") and not server.ignore_logprobs:
                         choice["logprobs"] = {"content": server.logprobs(key, content)}
                     choices.append(choice)
                 p, c = server.usage
@@ -179,6 +180,7 @@ class FakeOpenAI:
             self.requests.clear()
             self.clients.clear()
             self.max_n = None
+            self.ignore_logprobs = False
 
     def close(self) -> None:
         self.httpd.shutdown()

@@ -25,6 +25,7 @@ from haldet.errors import HaldetError
 
 T = TypeVar("T")
 RETRY_AFTER_CAP = 60.0
+OPENAI_BASE_URL = "https://api.openai.com/v1"  # where the client goes when no base URL is given
 
 
 # --- accounting -----------------------------------------------------------------------------------------------

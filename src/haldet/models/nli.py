@@ -16,6 +16,10 @@ One interface, `PairModel.compute(pairs) -> [N, width]`, with these backends:
   names supported/entailment/consistent, or column 1 of an unnamed 2-way head (MiniCheck's convention); a causal LM
   (Bespoke-MiniCheck-7B style) is asked whether the document supports the claim, and the next-token probabilities
   of "Yes" and "No", renormalised over the two, give P(supported).
+- `EndpointSupport` (kind "support", name `openai:<model>` with a `base_url`): the same Yes/No question asked of a
+  checker served behind an OpenAI-compatible endpoint (Bespoke-MiniCheck-7B under vLLM), read from the first
+  generated token's top log-probs. It may abstain (`PairModel.abstains`): a pair without a usable answer is NaN
+  with `why(pair)`, never stored, so it is asked again next time.
 
 `PairCache` runs a model over the pairs of many items at once: it drops duplicates, answers pairs already
 computed (in this process or, with a cell directory, in an earlier run: `pairs/<model>.jsonl`), and batches
@@ -28,6 +32,7 @@ numbers, so the manifest shows it.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import logging
@@ -37,6 +42,17 @@ from typing import Any
 
 import numpy as np
 
+from haldet.backends.openai_client import (
+    OPENAI_BASE_URL,
+    CallFailed,
+    ChatReply,
+    OpenAIEndpoint,
+    Usage,
+    api_key,
+    gather_closing,
+    run_coroutine,
+)
+from haldet.backends.structured import ClientSettings
 from haldet.errors import HaldetError
 from haldet.store import StageLog, model_slug
 from haldet.util.assets import hub_reachable
@@ -86,9 +102,16 @@ class PairModel:
         """[len(pairs), width] float64 for one batch (callers batch; see `PairCache`)."""
         raise NotImplementedError
 
+    abstains = False    # may return NaN rows (a pair it could not score); `why(pair)` then says why
+    remote = False      # served behind an endpoint: no local files to fingerprint
+
     def prepare(self, pairs: Sequence[Pair]) -> None:
         """Called by `PairCache` with every pair it is about to compute (before batching them into `compute`
         calls): a model whose work is per text rather than per pair does that work once here."""
+
+    def why(self, pair: Pair) -> str:
+        """Why an abstaining model gave `pair` no value in its last `compute` ("" when it gave one)."""
+        return ""
 
 
 # checkpoints whose config leaves the labels generic (LABEL_0, ...): their documented order. SelfCheckGPT's own NLI
@@ -290,6 +313,104 @@ class LLMSupport(LLMEntailment):
         return super().compute(pairs)[:, :1]
 
 
+ENDPOINT_PREFIX = "openai:"
+# detector parameters that reach an `openai:` checker (the names of the endpoint settings elsewhere in haldet)
+ENDPOINT_SETTINGS = ("base_url", "api_key_env", "timeout", "concurrency", "retries", "backoff", "top_logprobs")
+
+
+def yes_no_support(top: dict[str, float] | None) -> tuple[float | None, str]:
+    """(P(Yes) / (P(Yes) + P(No)), "") from one position's top log-probs {token: log p} (tokens compared without
+    case or surrounding spaces, variants summed), or (None, why) when there are none or neither word is among them."""
+    if not top:
+        return None, "no top log-probs for the first generated token"
+    mass = {"yes": 0.0, "no": 0.0}
+    for token, logprob in top.items():
+        word = token.strip().lower()
+        if word in mass:
+            mass[word] += float(np.exp(logprob))
+    total = mass["yes"] + mass["no"]
+    if total <= 0.0:
+        shown = ", ".join(repr(t) for t in list(top)[:5])
+        return None, f"neither Yes nor No among the first token's {len(top)} top alternatives ({shown})"
+    return mass["yes"] / total, ""
+
+
+class EndpointSupport(PairModel):
+    """A causal-LM fact checker behind an OpenAI-compatible endpoint (`openai:<model>` at `base_url`): the
+    `SUPPORT_PROMPT` question as one user turn, temperature 0, one generated token with its `top_logprobs`
+    alternatives; P(supported) = P(Yes) / (P(Yes) + P(No)) over them (`yes_no_support`). A reply without log-probs,
+    or with neither word among the alternatives, is NaN with the reason. A request that still fails after its
+    retries, or an endpoint the circuit breaker gives up on, is an error naming the endpoint: the pairs of earlier
+    `compute` calls are already kept by `PairCache`, so a rerun asks only the rest."""
+
+    kind = "support"
+    columns = ("supported",)
+    abstains = True
+    remote = True
+    prompt = SUPPORT_PROMPT
+
+    def __init__(self, name: str, *, base_url: str | None = None, api_key_env: str = "OPENAI_API_KEY",
+                 timeout: float = 60.0, concurrency: int = 8, retries: int = 4, backoff: float = 1.0,
+                 top_logprobs: int = 5, batch_size: int = 8) -> None:
+        super().__init__(name, batch_size=batch_size)
+        option = "detector_params (checker / base_url)"
+        self.settings = ClientSettings(model=name, base_url=base_url, api_key_env=api_key_env, timeout=timeout,
+                                       concurrency=max(1, int(concurrency)), retries=max(0, int(retries)),
+                                       backoff=backoff, max_tokens=1, temperature=0.0, option=option,
+                                       where=f"fact checker {name} at {base_url or OPENAI_BASE_URL}")
+        api_key(name, base_url, api_key_env, option)  # no key for a remote API: one error now, before any pair
+        self.top_logprobs = int(top_logprobs)
+        self.id = f"endpoint-support:{name}@{base_url or OPENAI_BASE_URL}"
+        self.pairs_per_call = max(self.batch_size, 8 * self.settings.concurrency)  # requests in flight per call
+        self.usage = Usage()
+        self._why: dict[str, str] = {}
+
+    def why(self, pair: Pair) -> str:
+        return self._why.get(pair_id(*pair), "")
+
+    def compute(self, pairs: Sequence[Pair]) -> np.ndarray:
+        replies = run_coroutine(self._ask(pairs))
+        failed = [r for r in replies if isinstance(r, CallFailed)]
+        if failed:
+            raise HaldetError(f"{self.settings.where} gave no answer to {len(failed)} of {len(pairs)} requests: "
+                              f"{failed[-1].error}", where=self.settings.option,
+                              hint="start the server or correct base_url (it usually ends in /v1); the pairs "
+                                   "answered in earlier batches are kept and not asked again")
+        out = np.full((len(pairs), 1), np.nan)
+        for row, (pair, reply) in enumerate(zip(pairs, replies, strict=True)):
+            assert isinstance(reply, ChatReply)
+            choice = reply.choices[0]
+            if not choice.top_logprobs:
+                value, why = None, "the endpoint returned no log-probs (serve the checker with log-probs enabled)"
+            else:
+                value, why = yes_no_support(choice.top_logprobs[0])
+            if value is None:
+                self._why[pair_id(*pair)] = why
+            else:
+                out[row, 0] = value
+                self._why.pop(pair_id(*pair), None)
+        return out
+
+    async def _ask(self, pairs: Sequence[Pair]) -> list[ChatReply | CallFailed]:
+        """Each pair's reply, or its `CallFailed`, with at most `concurrency` requests in flight."""
+        s = self.settings
+        client = OpenAIEndpoint(s.model, base_url=s.base_url, api_key_env=s.api_key_env, timeout=s.timeout,
+                                breaker_after=s.breaker_after, where=s.where, option=s.option)
+        limit = asyncio.Semaphore(s.concurrency)
+
+        async def one(premise: str, hypothesis: str) -> ChatReply | CallFailed:
+            messages = [{"role": "user", "content": self.prompt.format(premise=premise, hypothesis=hypothesis)}]
+            async with limit:
+                try:
+                    return await client.call(messages, attempts=s.retries + 1, backoff=s.backoff, usage=self.usage,
+                                             temperature=0.0, max_tokens=1, logprobs=True,
+                                             top_logprobs=self.top_logprobs)
+                except CallFailed as exc:
+                    return exc
+
+        return await gather_closing((one(p, h) for p, h in pairs), client)
+
+
 class CrossEncoderSimilarity(PairModel):
     """sentence-transformers cross-encoder similarity (STS-B models give one value in [0, 1])."""
 
@@ -423,10 +544,14 @@ def _build(kind: str, name: str, **kw: Any) -> PairModel:
         elif kind == "bertscore":
             _LOADED[key] = BERTScorePairs(name, **kw)
         elif kind == "support":
-            if name.startswith("llm:"):
-                _LOADED[key] = LLMSupport(name[4:], **kw)
+            local = {k: v for k, v in kw.items() if k not in ENDPOINT_SETTINGS}  # e.g. a local fallback's
+            if name.startswith(ENDPOINT_PREFIX):
+                _LOADED[key] = EndpointSupport(name.removeprefix(ENDPOINT_PREFIX), batch_size=kw.get("batch_size", 8),
+                                               **{k: v for k, v in kw.items() if k in ENDPOINT_SETTINGS})
+            elif name.startswith("llm:"):
+                _LOADED[key] = LLMSupport(name[4:], **local)
             else:
-                _LOADED[key] = HFSupport(name, **kw)
+                _LOADED[key] = HFSupport(name, **local)
         else:
             raise ValueError(f"unknown pair-model kind {kind!r}")
         _LOADED[key].id += model_suffix(name, _LOADED[key])
@@ -438,6 +563,8 @@ def model_suffix(name: str, model: PairModel) -> str:
     cache is filed under `id`, so another revision or truncation never answers from it)."""
     from haldet.models.provenance import locate
 
+    if model.remote:  # its id names the endpoint already; no files here
+        return ""
     length = getattr(model, "max_length", None)
     return f"@{locate(name) or 'unlocated'}" + (f":ml{length}" if length is not None else "")
 
@@ -490,7 +617,8 @@ PREPARE_BLOCK = 4096  # pairs handed to `PairModel.prepare` at once (bounds what
 
 
 class PairCache:
-    """Computes pairs once: process memory, then `<cell>/pairs/<model>.jsonl`, then the model (batched)."""
+    """Computes pairs once: process memory, then `<cell>/pairs/<model>.jsonl`, then the model (batched). The NaN
+    rows of an abstaining model are returned as they are and never kept, so they are asked again next time."""
 
     def __init__(self, root: Path | None = None) -> None:
         self.root = root
@@ -509,6 +637,7 @@ class PairCache:
             self._read.add(model.id)
         ids = [pair_id(a, b) for a, b in pairs]
         todo: dict[str, Pair] = {}
+        abstained: dict[str, np.ndarray] = {}  # NaN rows of an abstaining model (`PairModel.abstains`)
         for pid, pair in zip(ids, pairs, strict=True):
             if pid not in memo:
                 todo.setdefault(pid, pair)
@@ -524,15 +653,16 @@ class PairCache:
                     model.prepare([todo[k] for k in order[start:prepared]])
                 chunk = order[start : start + step]
                 values = model.compute([todo[k] for k in chunk])
-                if values.shape != (len(chunk), model.width) or not np.all(np.isfinite(values)):
+                answered = np.isfinite(values).all(axis=-1) if values.ndim == 2 else np.zeros(0, dtype=bool)
+                if values.shape != (len(chunk), model.width) or not (model.abstains or answered.all()):
                     raise RuntimeError(f"{model.id} returned {values.shape} values, some non-finite")
-                for k, v in zip(chunk, values, strict=True):
-                    memo[k] = v
+                for k, v, ok in zip(chunk, values, answered, strict=True):
+                    (memo if ok else abstained)[k] = v  # an abstention is never kept: asked again next time
                 if disk is not None:
-                    disk.append({"id": k, "key": model.id, "v": [round(float(x), 7) for x in v]} for k, v in
-                                zip(chunk, values, strict=True))
+                    disk.append({"id": k, "key": model.id, "v": [round(float(x), 7) for x in v]} for k, v, ok in
+                                zip(chunk, values, answered, strict=True) if ok)
                 if progress is not None:
                     progress(len(chunk))
         if not ids:
             return np.zeros((0, model.width))
-        return np.stack([memo[k] for k in ids])
+        return np.stack([memo[k] if k in memo else abstained[k] for k in ids])

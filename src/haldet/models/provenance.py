@@ -61,8 +61,16 @@ def locate(name: str) -> str | None:
     return "hub:latest" if hub_reachable() else None
 
 
-def pair_model_identity(kind: str, name: str, fallback: str | None, max_length: int | None = None) -> dict[str, Any]:
-    """The requested pair model, the one that will run, whether that is a substitute, and its fingerprint."""
+def pair_model_identity(kind: str, name: str, fallback: str | None, max_length: int | None = None,
+                        base_url: str | None = None) -> dict[str, Any]:
+    """The requested pair model, the one that will run, whether that is a substitute, and its fingerprint. An
+    `openai:<model>` checker is the endpoint model name at its base URL (nothing local to fingerprint)."""
+    if name.startswith("openai:"):
+        from haldet.backends.openai_client import OPENAI_BASE_URL
+
+        url = base_url or OPENAI_BASE_URL
+        return {"kind": kind, "requested": name, "used": name, "substitute": False, "fingerprint": f"endpoint:{url}",
+                "base_url": url}
     fingerprint = locate(name)
     used: str | None = name
     if fingerprint is None and fallback and fallback != name:
@@ -106,7 +114,8 @@ def resolve_auxiliary(det: Any) -> dict[str, dict[str, Any]]:
         owner, _, leaf = param.rpartition(".")
         params = det.params.get(owner) or {} if owner else det.params
         if params.get(leaf):
-            out[param] = pair_model_identity(kind, str(params[leaf]), params.get("fallback"), params.get("max_length"))
+            out[param] = pair_model_identity(kind, str(params[leaf]), params.get("fallback"), params.get("max_length"),
+                                             params.get("base_url"))
     return out
 
 

@@ -2,14 +2,20 @@
 document + sentence -> P(the document supports the sentence).
 
 The checker is an auxiliary model of kind "support" (`haldet.models.nli`): a sequence-classification checkpoint
-(MiniCheck's roberta/deberta heads; hub id or local path) or, with `llm:<model>`, a causal LM asked Yes/No
-(Bespoke-MiniCheck-7B; hub id, local path or an embedded alias). Its identity (requested, loaded, fingerprint) keys
-the scores and lands in the manifest; a checker that cannot be loaded is an error naming it (or, only when the
-`fallback` parameter names one, the recorded substitute).
+(MiniCheck's roberta/deberta heads; hub id or local path); with `llm:<model>`, a causal LM asked Yes/No
+(Bespoke-MiniCheck-7B; hub id, local path or an embedded alias); or with `openai:<model>`, the same question asked
+of a checker served behind an OpenAI-compatible endpoint (`base_url`, `api_key_env`, `timeout`, `concurrency`,
+`retries`, `backoff`: the endpoint settings' names elsewhere), read from the first generated token's
+`top_logprobs` alternatives. Its identity (requested, loaded, fingerprint; an endpoint's model name and base URL)
+keys the scores and lands in the manifest; a checker that cannot be loaded, or an endpoint that does not answer,
+is an error naming it (or, only when the `fallback` parameter names one, a local checker that cannot be loaded
+gives way to the recorded substitute). An endpoint reply without log-probs, or without Yes or No among the first
+token's alternatives, makes the sentence NaN with that reason (never 0.5).
 
 As MiniCheck does, a long document is cut into chunks of about `chunk_words` words (at sentence boundaries where
-possible) and a sentence's support is the highest over the chunks. Score = 1 - P(supported), higher = less
-faithful; `decision_threshold` 0.5 is the checker's own binary verdict (unsupported = Unfaithful).
+possible) and a sentence's support is the highest over the chunks (NaN when a chunk got no answer). Score =
+1 - P(supported), higher = less faithful; `decision_threshold` 0.5 is the checker's own binary verdict
+(unsupported = Unfaithful).
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ import numpy as np
 from haldet.detectors._consistency import cache_for, pair_model
 from haldet.detectors.base import Detector, Scores, register
 from haldet.detectors.unit import UnitScores
+from haldet.models.nli import ENDPOINT_PREFIX, ENDPOINT_SETTINGS
 from haldet.signals import Signal, SignalView
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
@@ -60,7 +67,10 @@ class MiniCheck(Detector):
     decision_threshold: ClassVar[float] = 0.5  # P(supported) < 0.5: Unfaithful
     defaults: ClassVar[dict[str, Any]] = {"checker": "llm:bespokelabs/Bespoke-MiniCheck-7B", "fallback": None,
                                           "chunk_words": 400, "batch_size": 8, "max_length": 2048,
-                                          "device": "auto"}
+                                          "device": "auto",
+                                          # an `openai:<model>` checker's endpoint (vLLM serving the checker, ...)
+                                          "base_url": None, "api_key_env": "OPENAI_API_KEY", "timeout": 60.0,
+                                          "concurrency": 8, "retries": 4, "backoff": 1.0, "top_logprobs": 5}
 
     def score(self, items: SignalView) -> Scores:
         values, reasons = self._check(items, [[r] for r in items.get(Signal.RESPONSE)])
@@ -87,12 +97,26 @@ class MiniCheck(Detector):
                 else:
                     wanted.append((i, u, [(p, text.strip()) for p in pieces]))
         if wanted:
+            checker = str(self.params["checker"])
+            endpoint = checker.startswith(ENDPOINT_PREFIX)
             model = pair_model(self, "support", "checker", batch_size=self.params["batch_size"],
-                               max_length=self.params["max_length"])
+                               max_length=self.params["max_length"],
+                               **({k: self.params[k] for k in ENDPOINT_SETTINGS} if endpoint else {}))
+            usage = getattr(model, "usage", None)
+            calls_before = usage.calls if usage is not None else 0
             pairs = [p for _, _, ps in wanted for p in ps]
             support = cache_for(self).scores(model, pairs, self.progress("minicheck pairs", len(set(pairs))))[:, 0]
+            if usage is not None:  # what this scoring asked of the endpoint (answers already kept are not asked)
+                self.meta["checker_requests"] = usage.calls - calls_before
             at = 0
             for i, u, ps in wanted:
-                values[i][u] = 1.0 - float(np.max(support[at : at + len(ps)]))
+                per_chunk = support[at : at + len(ps)]
                 at += len(ps)
+                missing = np.flatnonzero(~np.isfinite(per_chunk))
+                if missing.size:
+                    k = int(missing[0])
+                    where = f" (chunk {k + 1} of {len(ps)})" if len(ps) > 1 else ""
+                    reasons[i][u] = f"checker {checker}: {model.why(ps[k]) or 'no support probability'}{where}"
+                else:
+                    values[i][u] = 1.0 - float(np.max(per_chunk))
         return values, reasons
