@@ -172,7 +172,8 @@ def test_minicheck_endpoint_without_usable_logprobs_is_nan_with_the_reason() -> 
     with FakeOpenAI(content=text_content, key_of=_pair_key, default="ok:Yes") as srv:
         srv.ignore_logprobs = True  # a server that sends no log-probs
         got = _endpoint(srv).score(_view(DOC, claim, [(0, len(claim))]))
-        assert np.isnan(got.values[0]) and got.reasons[0].startswith("checker openai:mc: the endpoint returned no log-probs")
+        assert np.isnan(got.values[0])
+        assert got.reasons[0].startswith("checker openai:mc: the endpoint returned no log-probs")
         srv.ignore_logprobs = False
         srv.top_first[f"{DOC}|{claim}"] = {"Sure": math.log(0.7), "The": math.log(0.3)}
         got = _endpoint(srv).score(_view(DOC, claim, [(0, len(claim))]))
