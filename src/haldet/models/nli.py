@@ -353,7 +353,7 @@ class EndpointSupport(PairModel):
                  timeout: float = 60.0, concurrency: int = 8, retries: int = 4, backoff: float = 1.0,
                  top_logprobs: int = 5, batch_size: int = 8) -> None:
         super().__init__(name, batch_size=batch_size)
-        option = "detector_params (checker / base_url)"
+        option = "detector_params (checker, base_url)"
         self.settings = ClientSettings(model=name, base_url=base_url, api_key_env=api_key_env, timeout=timeout,
                                        concurrency=max(1, int(concurrency)), retries=max(0, int(retries)),
                                        backoff=backoff, max_tokens=1, temperature=0.0, option=option,

@@ -107,7 +107,7 @@ class MiniCheck(Detector):
             pairs = [p for _, _, ps in wanted for p in ps]
             support = cache_for(self).scores(model, pairs, self.progress("minicheck pairs", len(set(pairs))))[:, 0]
             if usage is not None:  # what this scoring asked of the endpoint (answers already kept are not asked)
-                self.meta["checker_requests"] = usage.calls - calls_before
+                self.meta["checker_requests"] = self.meta.get("checker_requests", 0) + usage.calls - calls_before
             at = 0
             for i, u, ps in wanted:
                 per_chunk = support[at : at + len(ps)]
