@@ -1,6 +1,9 @@
 """VeriGray's fine-tuned verifier baselines: the Lynx and ANAH-v2 reply parsers on known replies, and the
 MiniCheck-style checker on a tiny randomly initialised 2-way classifier built here (its scores equal the head's
-softmax computed directly, max over document chunks), plus the clear error for a checker that cannot be loaded."""
+softmax computed directly, max over document chunks), plus the clear error for a checker that cannot be loaded;
+and the same checker behind the OpenAI endpoint mock: P(Yes) over Yes/No from chosen first-token log-probs, NaN with
+the reason without usable log-probs, an error for an unreachable endpoint, the endpoint in the identity, and the
+conformance suite on that path."""
 
 from __future__ import annotations
 
