@@ -91,6 +91,8 @@ class PairModel:
     kind = ""           # "nli", "similarity" or "bertscore"
     width = 1           # values per pair
     columns: tuple[str, ...] = ("score",)
+    abstains = False    # may return NaN rows (a pair it could not score); `why(pair)` then says why
+    remote = False      # served behind an endpoint: no local files to fingerprint
 
     def __init__(self, name: str, *, batch_size: int = 16) -> None:
         self.name = name
@@ -101,9 +103,6 @@ class PairModel:
     def compute(self, pairs: Sequence[Pair]) -> np.ndarray:
         """[len(pairs), width] float64 for one batch (callers batch; see `PairCache`)."""
         raise NotImplementedError
-
-    abstains = False    # may return NaN rows (a pair it could not score); `why(pair)` then says why
-    remote = False      # served behind an endpoint: no local files to fingerprint
 
     def prepare(self, pairs: Sequence[Pair]) -> None:
         """Called by `PairCache` with every pair it is about to compute (before batching them into `compute`
