@@ -17,7 +17,7 @@ from haldet.suites.base import DATA, get_suite
 from haldet.suites.report import suite_markdown
 from haldet.suites.triviaplus.analysis import DetectorScores, RougeBins, auroc_spread, rouge_bin_rows, rouge_binned
 from haldet.suites.triviaplus.gold import Rouge, normalise_question, rouge_bin
-from haldet.suites.triviaplus.suite import T12, T12_SPREAD, rouge_table
+from haldet.suites.triviaplus.suite import rouge_table
 
 DATA_DIR = Path(__file__).parent / "fixtures" / "datasets"
 
@@ -88,6 +88,8 @@ def test_without_any_ground_truth_the_table_is_one_line_saying_so() -> None:
     assert "dataset_params.triviaplus.gold_answers" in rows[0]["note"]
     text = suite_markdown(get_suite("triviaplus"), [{**r, "dataset": "triviaplus", "model": "m"} for r in rows])
     assert "Table 12 not computed" in text and "0.000" not in text
+    html = get_suite("triviaplus").html_section([{**r, "dataset": "ragtruth_qa", "model": "m"} for r in rows])
+    assert "<h3>Table 12 (AUROC by ROUGE bin" in html and "ragtruth_qa: Table 12 not computed: 0 of 2" in html
 
 
 def _twin(tmp_path: Path, gold_column: dict[int, object] | None = None) -> Path:
@@ -115,6 +117,8 @@ def test_gold_answers_join_by_normalised_question_and_source_and_a_column_wins(t
         triviaplus_rows.gold_answers()[2]["answer"][0]}
     assert all(a == (None, None) for q, answers in by_q.items() for a in answers if "railway" not in q
                and "Orla" not in q)
+    with pytest.raises(HaldetError, match="field 'gold_answer': must be an answer string"):
+        get_adapter("triviaplus", _twin(tmp_path / "bad", {0: 7}), None).load(limit=None)
     assert normalise_question(" What do we know about  Saint Orla’s fair ? ") == \
         normalise_question("what do we know about saint orla s fair")
 

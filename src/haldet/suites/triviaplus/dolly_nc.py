@@ -155,7 +155,7 @@ def _gold(row: dict[str, Any]) -> dict[str, Any]:
             try:
                 found = answer_list(row[field], field)
             except ValueError as exc:
-                raise BadRow(field, str(exc)) from None
+                raise BadRow(field, str(exc).removeprefix(f"{field} ")) from None
             if found:
                 return {"gold_answers": found, "gold_origin": f"msmarco.json {field}"}
     return {}

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from haldet.datasets.base import read_table
+from haldet.datasets.base import BadRow, read_table
 from haldet.datasets.formats import LINE
 from haldet.errors import HaldetError
 
@@ -52,10 +52,14 @@ def answer_list(value: Any, field: str) -> list[str]:
 
 
 def gold_of_row(row: Mapping[str, Any]) -> list[str] | None:
-    """The answers in a release-format row's own gold column (None when it has none or it is empty)."""
+    """The answers in a release-format row's own gold column (None when it has none or it is empty); BadRow
+    naming the column when its value is no answer string or list."""
     for column in GOLD_COLUMNS:
         if row.get(column) is not None:
-            return answer_list(row[column], column) or None
+            try:
+                return answer_list(row[column], column) or None
+            except ValueError as exc:
+                raise BadRow(column, str(exc).removeprefix(f"{column} ")) from None
     return None
 
 

@@ -112,6 +112,19 @@ class TriviaPlusSuite(Suite):
         return [check_regime(r) for r in ([wanted] if isinstance(wanted, str) else wanted)]
 
     # --- hooks of the suite runner ------------------------------------------------------------------------------
+    def html_section(self, rows: list[dict[str, Any]]) -> str:
+        """Every TRIVIA+ table of suite_tables.md (Tables 3-6, 8-12, the measured label noise) in the HTML report,
+        with the reason when Table 12 could not be computed (the HTML tables carry no note column)."""
+        from html import escape
+
+        from haldet.suites.report import html_tables
+
+        tables = html_tables(self, rows)
+        why = sorted({f"{r['dataset']}: {r['note']}" for r in rows if r.get("table") == T12
+                      and r.get("detector") == DATA and r.get("note")})
+        notes = "".join(f"<p class=muted>{escape(n)}</p>" for n in why)
+        return f"<h2 id=triviaplus>{escape(self.title)}</h2>\n{tables}{notes}" if tables else ""
+
     def prepare_instances(self, instances: list[Instance], backend: Any, config: Any) -> list[Instance]:
         """Fit each article into the token budget by the `long_context` policy; the record lands in
         `meta["long_context"]`, and an item the policy cannot feed gets `meta["unscorable"]` (NaN everywhere)."""
