@@ -129,6 +129,7 @@ class TriviaPlusSuite(Suite):
         """Fit each article into the token budget by the `long_context` policy; the record lands in
         `meta["long_context"]`, and an item the policy cannot feed gets `meta["unscorable"]` (NaN everywhere)."""
         opts = self.options(config)
+        Rouge(str(opts["rouge_type"]))  # a bad Table 12 rouge_type stops the run here, before any scoring
         instances = with_vote_noise(instances, float(opts["vote_noise_rate"]), int(opts["vote_noise_seed"]))
         policy = opts["long_context"]
         if policy not in POLICIES:
