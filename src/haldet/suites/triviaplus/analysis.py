@@ -211,16 +211,16 @@ def rouge_bin_rows(binned: RougeBins, items: Mapping[str, Instance],
     return rows
 
 
-def auroc_spread(bin_rows: Sequence[Mapping[str, object]]) -> list[dict[str, object]]:
+def auroc_spread(bin_rows: Sequence[Mapping[str, Any]]) -> list[dict[str, object]]:
     """Per detector of `rouge_bin_rows`, max - min of its AUROC across the bins where it is defined (the paper's
     Delta, claimed <= 0.05); None with the reason when fewer than two bins have one."""
-    out = []
+    out: list[dict[str, object]] = []
     for detector in dict.fromkeys(str(r["detector"]) for r in bin_rows):
         mine = [r for r in bin_rows if r["detector"] == detector]
-        values = [float(r["auroc"]) for r in mine if r.get("auroc") is not None]  # type: ignore[arg-type]
+        values = [float(r["auroc"]) for r in mine if r.get("auroc") is not None]
         spread = max(values) - min(values) if len(values) >= 2 else None
         out.append({"detector": detector, "spread": spread, "n_bins": len(values),
-                    "n": sum(int(r["n"]) for r in mine),  # type: ignore[call-overload]
+                    "n": sum(int(r["n"]) for r in mine),
                     "note": f"over {len(values)} bins: " + ", ".join(str(r["rouge_bin"]) for r in mine
                                                                     if r.get("auroc") is not None)
                     if spread is not None else f"no spread: {len(values)} bin(s) with an AUROC, two needed"})
