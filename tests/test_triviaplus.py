@@ -131,10 +131,13 @@ def test_threshold_from_validation_and_the_labelled_test_variant() -> None:
 
 def test_suite_end_to_end_on_the_embedded_model(tmp_path: Path, cli) -> None:
     """The suite on the fixture through the real CLI: a probe trained on a noisy regime is evaluated on the clean
-    test labels; Tables 3-6 and the measured label noise land in results.json."""
+    test labels; Tables 3-6, Table 12 (from a gold-answers file) and the measured label noise land in results.json."""
+    gold = tmp_path / "gold.jsonl"
+    gold.write_text("".join(json.dumps(r) + "\n" for r in triviaplus_rows.gold_answers()))
     cfg = tmp_path / "cfg.yaml"
     cfg.write_text("detectors: [perplexity, saplma]\nevaluation: {bootstrap: 50}\n"
                    "features: {layers: [-1]}\n"
+                   f"dataset_params: {{triviaplus: {{gold_answers: {gold}}}}}\n"
                    "suite_params: {triviaplus: {train_labels: [clean, rf], context_tokens: 96}}\n")
     out = tmp_path / "run"
     res = cli("run", "--suite", "triviaplus", "--dataset", "triviaplus", "--config", str(cfg), "--data-dir",
@@ -165,6 +168,15 @@ def test_suite_end_to_end_on_the_embedded_model(tmp_path: Path, cli) -> None:
     assert gen and all(g.get("provided") for g in gen)
     assert "suite_tables.md" in {p.name for p in out.iterdir()}
     assert "Table 6" in (out / "suite_tables.md").read_text()
+    # Table 12: the six test answers in the ROUGE-L bins worked out in triviaplus_rows.gold_answers()
+    t12 = {(r["detector"], r["rouge_bin"], r["metric"]): r for r in rows if r.get("table") == "Table 12"}
+    rate = {b: t12[("perplexity", b, "halluc_rate")]["value"] for b in ("[0, 0.01)", "[0.01, 0.1)", "[0.1, 1]")}
+    assert rate == pytest.approx({"[0, 0.01)": 2 / 3, "[0.01, 0.1)": 0.0, "[0.1, 1]": 0.5})
+    assert t12[("perplexity", "[0.01, 0.1)", "auroc")]["value"] is None  # one item, one class
+    aurocs = [t12[("perplexity", b, "auroc")]["value"] for b in ("[0, 0.01)", "[0.1, 1]")]
+    (spread,) = [r for r in rows if r.get("table") == "Table 12 spread" and r["detector"] == "perplexity"]
+    assert None not in aurocs and spread["value"] == pytest.approx(max(aurocs) - min(aurocs))
+    assert "Table 12" in (out / "suite_tables.md").read_text()
 
 
 def test_halueval_pairs_companion_keeps_both_answers_of_a_question_in_one_part() -> None:

@@ -82,6 +82,21 @@ def rows() -> list[dict[str, Any]]:
     return out
 
 
+def gold_answers() -> list[dict[str, Any]]:
+    """Ground-truth answers in the shape of a user's gold-answers file (question, answer, optional source) for the
+    two test articles, the questions written differently from the release's (case, punctuation, spacing) as the
+    source datasets write them; a second railway answer belongs to another source. Their ROUGE-L bins
+    (hand-checked): railway answers 0, 0, 0.18; fair answers 0.056, 0, 0.19, so [0, 0.01) holds labels 0, 1, 1,
+    [0.01, 0.1) one 0 and [0.1, 1] a 0 and a 1."""
+    return [
+        {"question": "what do we know about the QUARRY LINE railway", "answer": "fourteen", "source": "drop"},
+        {"question": "What do we know about the Quarry Line railway?", "answer": "seven", "source": "trivia"},
+        {"question": "What do we know about  Saint Orla's fair ?",
+         "answer": ["A summer market held on the green beside the old chapel with music stalls and games for the "
+                    "village children"]},
+    ]
+
+
 def write(path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     data = rows()

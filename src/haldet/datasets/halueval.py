@@ -133,7 +133,9 @@ class HaluEvalQAPairs(HaluEvalQA):
                 context=require(row, "knowledge"), question=require(row, "question"),
                 response=str(require(row, field)), response_label=category, split=part,
                 meta={"generator": "HaluEval (prompted ChatGPT)", "domain": "HotpotQA",
-                      "context_chars": len(str(row["knowledge"]))}))
+                      "context_chars": len(str(row["knowledge"])),
+                      # the question's ground truth (TRIVIA+'s Table 12 bins answers by ROUGE against it)
+                      "gold_answers": [str(row["right_answer"])], "gold_origin": "HaluEval right_answer"}))
         return out
 
 

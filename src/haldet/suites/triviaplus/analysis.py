@@ -1,4 +1,4 @@
-"""TRIVIA+'s tables from one detector's validation and test scores (paper Tables 3-6 and appendix A.7).
+"""TRIVIA+'s tables from one detector's validation and test scores (paper Tables 3-6 and appendix A.7, 8-12).
 
 Every thresholded number uses the threshold with the best F1 on the validation split, under the same label set
 the numbers are computed against (what a user holding only those labels could do); the paper's "best F1 on the
@@ -17,6 +17,7 @@ import numpy as np
 from haldet.evaluation.metrics import aupr, auroc
 from haldet.evaluation.thresholds import at_threshold, best_f1_threshold, predict
 from haldet.schema import Instance
+from haldet.suites.triviaplus.gold import ROUGE_BINS, Rouge, rouge_bin
 from haldet.suites.triviaplus.protocol import CLEAN, detection_rate_test, length_stratum, strata_outcomes
 
 
@@ -145,3 +146,82 @@ def hallucination_type_test(ds: DetectorScores, items: Mapping[str, Instance]) -
         return {"detector": ds.detector, "note": "no threshold"}
     out = detection_rate_test(predict(s[pos], threshold), kinds, "contradicted", "not-mentioned")
     return {"detector": ds.detector, **out}
+
+
+@dataclass
+class RougeBins:
+    """Table 12's binning of the labelled test items: each item with a ground-truth answer by the ROUGE of its
+    answer against the best of them; `missing` the labelled test items without one; `rouge_type` what scored them."""
+
+    bins: dict[str, str]
+    scores: dict[str, float]
+    missing: list[str]
+    rouge_type: str
+
+    def note(self) -> str:
+        """What binned the items, and how many test items had no ground truth to bin by."""
+        total = len(self.bins) + len(self.missing)
+        lack = f"; {len(self.missing)} of {total} test items have no ground-truth answer" if self.missing else ""
+        return f"{self.rouge_type} F vs the best ground-truth answer{lack}"
+
+
+def rouge_binned(items: Mapping[str, Instance], ids: Sequence[str], rouge: Rouge) -> RougeBins:
+    """Bin the clean-labelled items of `ids` by ROUGE F of the answer against `meta["gold_answers"]`."""
+    bins: dict[str, str] = {}
+    scores: dict[str, float] = {}
+    missing: list[str] = []
+    for i in ids:
+        inst = items[i]
+        if label_of(inst, CLEAN) is None:
+            continue
+        golds = inst.meta.get("gold_answers")
+        if not golds:
+            missing.append(i)
+            continue
+        scores[i] = rouge.score(inst.response or "", golds)
+        bins[i] = rouge_bin(scores[i])
+    return RougeBins(bins, scores, missing, rouge.rouge_type)
+
+
+def rouge_bin_rows(binned: RougeBins, items: Mapping[str, Instance],
+                   detectors: Sequence[DetectorScores]) -> list[dict[str, object]]:
+    """Table 12: per detector and ROUGE bin holding items, the bin's N and hallucination rate (clean labels) and
+    the detector's AUROC over the bin's items with a valid score (coverage = their share; NaN scores left out)."""
+    note = binned.note()
+    names = [name for _, _, name in ROUGE_BINS if name in binned.bins.values()]
+    members = {name: [i for i, b in binned.bins.items() if b == name] for name in names}
+    rows: list[dict[str, object]] = []
+    for ds in detectors:
+        for name in names:
+            ids = members[name]
+            y = np.array([label_of(items[i], CLEAN) for i in ids], dtype=int)
+            s = np.array([ds.test.get(i, np.nan) for i in ids], dtype=np.float64)
+            finite = np.isfinite(s)
+            yf, sf = y[finite], s[finite]
+            row: dict[str, object] = {"detector": ds.detector, "rouge_bin": name, "n": len(ids),
+                                      "n_pos": int(y.sum()), "halluc_rate": float(y.mean()),
+                                      "coverage": float(finite.mean()), "note": note}
+            if 0 < yf.sum() < len(yf):
+                row["auroc"] = auroc(yf, sf)
+            else:
+                row["auroc"] = None
+                row["note"] = note + ("; no AUROC: the scored items of the bin hold one class" if len(yf)
+                                      else "; no AUROC: no item of the bin has a valid score")
+            rows.append(row)
+    return rows
+
+
+def auroc_spread(bin_rows: Sequence[Mapping[str, Any]]) -> list[dict[str, object]]:
+    """Per detector of `rouge_bin_rows`, max - min of its AUROC across the bins where it is defined (the paper's
+    Delta, claimed <= 0.05); None with the reason when fewer than two bins have one."""
+    out: list[dict[str, object]] = []
+    for detector in dict.fromkeys(str(r["detector"]) for r in bin_rows):
+        mine = [r for r in bin_rows if r["detector"] == detector]
+        values = [float(r["auroc"]) for r in mine if r.get("auroc") is not None]
+        spread = max(values) - min(values) if len(values) >= 2 else None
+        out.append({"detector": detector, "spread": spread, "n_bins": len(values),
+                    "n": sum(int(r["n"]) for r in mine),
+                    "note": f"over {len(values)} bins: " + ", ".join(str(r["rouge_bin"]) for r in mine
+                                                                    if r.get("auroc") is not None)
+                    if spread is not None else f"no spread: {len(values)} bin(s) with an AUROC, two needed"})
+    return out

@@ -10,6 +10,11 @@ Each row is one labelled answer: `article` (context), `question`, `answer` (the 
 the clean response label (`response_level_label_binary`, 1 = unfaithful), the 3-way label
 (`response_level_label`: -1 not mentioned, 0 faithful, 1 contradicted) and the four noisy binary columns.
 The release's `split` column (train / valid / test) is kept: the suite never re-splits.
+
+The release has no ground-truth answer of the source question (Table 12 bins answers by ROUGE against it): an
+optional `gold_answers` / `gold_answer` / `ground_truth` column, or `dataset_params.triviaplus.gold_answers: PATH`
+(a file of question -> answers, `gold.GoldAnswers`), lands in `meta["gold_answers"]` with its origin in
+`meta["gold_origin"]`.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from typing import Any, ClassVar
 from haldet.datasets.base import BadRow, DatasetAdapter, Source, register, require
 from haldet.errors import HaldetError
 from haldet.schema import Category, Instance, SpanLabel
+from haldet.suites.triviaplus.gold import GoldAnswers, gold_of_row
 from haldet.suites.triviaplus.protocol import CLEAN, REGIME_COLUMNS, domain_of
 
 SPLITS = {"train": "train", "valid": "val", "validation": "val", "val": "val", "dev": "val", "test": "test"}
@@ -102,10 +108,15 @@ class TriviaPlus(DatasetAdapter):
     source = "TRIVIA+ release parquet (github.com/Wenbo11/TriviaPlus; not redistributable, bring your own copy)"
     license = "see the TRIVIA+ release (no redistribution)"
     required_fields = REQUIRED
-    params: ClassVar[dict[str, Any]] = {}
+    params: ClassVar[dict[str, Any]] = {"gold_answers": None}  # a question -> ground-truth answers file
 
     split_order = ("all",)  # one file holds every split; `Instance.split` keeps each row's own
     file_split = "all"
+
+    def __init__(self, data_dir: Any = None, **options: Any) -> None:
+        super().__init__(data_dir, **options)
+        path = self.options.get("gold_answers")
+        self.gold_file = GoldAnswers(path) if path else None  # read (and checked) once, before any row
 
     # --- where the rows come from -----------------------------------------------------------------------
     def hub_rows(self) -> Source:
@@ -166,9 +177,21 @@ class TriviaPlus(DatasetAdapter):
                 "sentences_unaligned": [s for s, sp in zip(sentences, spans, strict=True) if sp is None]}
         if worker_votes is not None:
             meta["worker_votes"] = worker_votes
+        meta.update(self._gold(row, question))
         return self.instance(SPLITS[raw_split], index, context=article, question=question, response=answer,
                              units=units, response_label=_category(labels[CLEAN]), split=SPLITS[raw_split],
                              label_variants={r: _category(v) for r, v in labels.items() if r != CLEAN}, meta=meta)
+
+
+    def _gold(self, row: dict[str, Any], question: str) -> dict[str, Any]:
+        """`gold_answers` and `gold_origin` of the row: its own gold column first, then the gold-answers file."""
+        own = gold_of_row(row)
+        if own:
+            return {"gold_answers": own, "gold_origin": "column"}
+        if self.gold_file is None:
+            return {}
+        found = self.gold_file.lookup(question, str(row.get("source") or ""))
+        return {"gold_answers": found, "gold_origin": str(self.gold_file.path)} if found else {}
 
 
 def _worker_votes(row: dict[str, Any]) -> list[list[Any]] | None:

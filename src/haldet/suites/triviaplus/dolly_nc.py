@@ -9,7 +9,9 @@ model comes from their `msmarco_<model>_answers` names.
 
 One item per (question, model) answer. A response is a hallucination when any of its claim triplets is labelled
 Neutral (not in the passages) or Contradiction (the strictest-claim rule the TRIVIA+ paper applies everywhere);
-an answer without claims (RefChecker's abstentions) is faithful. The release has no split: items are cut 60/20/20
+an answer without claims (RefChecker's abstentions) is faithful. MS MARCO's own answers of the question
+(`wellFormedAnswers`, `answers`), when msmarco.json carries them, are the item's `meta["gold_answers"]` (Table 12).
+The release has no split: items are cut 60/20/20
 into train / validation / test by question (seeded), so one question's answers never cross parts.
 """
 
@@ -26,6 +28,7 @@ from haldet.errors import HaldetError
 from haldet.evaluation.splits import grouped_split
 from haldet.schema import Category, Instance
 from haldet.suites.triviaplus.dataset import interleaved_order
+from haldet.suites.triviaplus.gold import answer_list
 
 CLAIM_LABELS = {"Entailment": "faithful", "Neutral": "not-mentioned", "Contradiction": "contradicted"}
 INSTRUCTION = "Answer the question using only the passages in the context."
@@ -106,7 +109,8 @@ class DollyNC(DatasetAdapter):
                     raise HaldetError(f"answer id {row.get('id')!r} has no question in the questions file",
                                       where=f"{path}, line {row.get(LINE, '?')}",
                                       hint="use the msmarco.json built from the same RefChecker release")
-                rows.append({**row, "model": model, "question": q["question"], "context": q["context"],
+                gold = {k: q[k] for k in ("wellFormedAnswers", "answers") if q.get(k) is not None}
+                rows.append({**row, "model": model, "question": q["question"], "context": q["context"], **gold,
                              "_file": path.name})
         return Source(f"{folder} ({len(answers)} answer files)", "all", rows)
 
@@ -132,6 +136,7 @@ class DollyNC(DatasetAdapter):
                  else "faithful")
         part = self._parts[index]
         model = str(row["model"])
+        gold = _gold(row)
         return self.instance(part, f"{require(row, 'id')}.{model}", instruction=INSTRUCTION, context=text,
                              question=str(require(row, "question")), response=str(require(row, "response")),
                              response_label=Category.CORRECT if three == "faithful" else Category.HALLUCINATION,
@@ -139,4 +144,18 @@ class DollyNC(DatasetAdapter):
                              meta={"generator": model, "domain": "MS-MARCO", "source_name": "msmarco",
                                    "context_chars": len(text), "label_3way": three, "question_id": str(row["id"]),
                                    "claims": [{"triplet": c.get("triplet"), "label": c.get("human_label")}
-                                              for c in claims]})
+                                              for c in claims], **gold})
+
+
+def _gold(row: dict[str, Any]) -> dict[str, Any]:
+    """MS MARCO's own answers of the question, carried into msmarco.json (its well-formed rewrites first, then the
+    extracted answers; "No Answer Present." is none), as `gold_answers` for Table 12; {} when it has none."""
+    for field in ("wellFormedAnswers", "answers"):
+        if row.get(field) is not None:
+            try:
+                found = answer_list(row[field], field)
+            except ValueError as exc:
+                raise BadRow(field, str(exc).removeprefix(f"{field} ")) from None
+            if found:
+                return {"gold_answers": found, "gold_origin": f"msmarco.json {field}"}
+    return {}

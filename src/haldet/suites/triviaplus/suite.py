@@ -12,7 +12,10 @@ Protocol (seed triviaplus.txt, sections 4-5; haldet's protocol where they differ
 - thresholds (F1, precision, recall, accuracy) come from the validation split; the paper's best-F1-on-test is
   only the labelled variant `tune_on=test`;
 - strata: context length (<1K, 1K-5K, >5K characters), domain and generator, with counts, coverage and Fisher's
-  exact test of each stratum's share of correct predictions against the rest.
+  exact test of each stratum's share of correct predictions against the rest;
+- Table 12: AUROC per ROUGE bin of the answer against the source question's ground-truth answer, when the items
+  carry one (`meta["gold_answers"]`: a release-format gold column, a user's gold-answers file, HaluEval's right
+  answer, MS MARCO's answers); without any, one line saying so instead of the table.
 """
 
 from __future__ import annotations
@@ -24,16 +27,20 @@ from haldet.evaluation.metrics import MetricValue
 from haldet.evaluation.thresholds import at_threshold
 from haldet.evaluation.units import UnitData, unit_metrics
 from haldet.schema import Category, Instance
-from haldet.suites.base import Suite, TableLayout, register
+from haldet.suites.base import DATA, Suite, TableLayout, register
 from haldet.suites.triviaplus.analysis import (
     RATE_TABLES,
     DetectorScores,
+    auroc_spread,
     hallucination_rates,
     hallucination_type_test,
     label_of,
     main_row,
+    rouge_bin_rows,
+    rouge_binned,
     strata_rows,
 )
+from haldet.suites.triviaplus.gold import Rouge
 from haldet.suites.triviaplus.protocol import (
     CLEAN,
     REGIME_COLUMNS,
@@ -48,6 +55,13 @@ NOISY = (*(r for r in REGIME_COLUMNS if r != CLEAN), *VOTE_REGIMES)
 MARGIN_TOKENS = 512  # room left in the window beside the article: prompt template, question, answer, a judge's reply
 T4, T4_TEST, T3, T5, T6, T11, NOISE = ("Table 4", "Table 4 (tuned on test)", "Table 3 / A.7", "Table 5", "Table 6",
                                        "Table 11", "label noise")
+T12, T12_SPREAD = "Table 12", "Table 12 spread"
+GOLD_HOW = {  # where a dataset's ground-truth answers come from, for the line that stands in for a missing Table 12
+    "triviaplus": "the release has no such column: add a gold_answer column to the file or pass "
+                  "dataset_params.triviaplus.gold_answers: FILE (docs/suites.md, TRIVIA+, Table 12)",
+    "dolly_nc": "msmarco.json carries no MS MARCO answers (answers / wellFormedAnswers) for them",
+    "ragtruth_qa": "the RAGTruth release carries no ground-truth answer",
+}
 _THRESHOLDED = ("f1", "precision", "recall", "accuracy")
 MAIN = ("auroc", "aupr", *_THRESHOLDED)
 
@@ -81,11 +95,15 @@ class TriviaPlusSuite(Suite):
                     metrics=("rate_contradicted", "rate_not_mentioned", "fisher_p")),
         *(TableLayout(f"{name} (hallucination rate by {dim} on the test split, Wilson 95% CI)", table=name,
                       line=("stratum",), metrics=("rate", "ci_low", "ci_high")) for dim, name in RATE_TABLES.items()),
+        TableLayout("Table 12 (AUROC by ROUGE bin of the answer against the ground-truth answer; test split, clean "
+                    "labels)", table=T12, line=("detector", "rouge_bin"), metrics=("halluc_rate", "auroc")),
+        TableLayout("Table 12, AUROC spread across ROUGE bins (max - min; the paper: <= 0.05)", table=T12_SPREAD,
+                    metrics=("spread",)),
         TableLayout("Measured label noise (disagreement with the clean labels)", table=NOISE,
                     line=("eval_labels", "split"), metrics=("n_items", "disagree", "share")),
     )
     params: ClassVar[dict[str, Any]] = {"train_labels": [CLEAN], "long_context": "truncate", "context_tokens": None,
-                                        "vote_noise_rate": 0.15, "vote_noise_seed": 0}
+                                        "vote_noise_rate": 0.15, "vote_noise_seed": 0, "rouge_type": "rougeL"}
     settings: ClassVar[dict[str, Any]] = {"verdict": {"max_new_tokens": 256}}
 
     # --- options -----------------------------------------------------------------------------------------------
@@ -94,10 +112,24 @@ class TriviaPlusSuite(Suite):
         return [check_regime(r) for r in ([wanted] if isinstance(wanted, str) else wanted)]
 
     # --- hooks of the suite runner ------------------------------------------------------------------------------
+    def html_section(self, rows: list[dict[str, Any]]) -> str:
+        """Every TRIVIA+ table of suite_tables.md (Tables 3-6, 8-12, the measured label noise) in the HTML report,
+        with the reason when Table 12 could not be computed (the HTML tables carry no note column)."""
+        from html import escape
+
+        from haldet.suites.report import html_tables
+
+        tables = html_tables(self, rows)
+        why = sorted({f"{r['dataset']}: {r['note']}" for r in rows if r.get("table") == T12
+                      and r.get("detector") == DATA and r.get("note")})
+        notes = "".join(f"<p class=muted>{escape(n)}</p>" for n in why)
+        return f"<h2 id=triviaplus>{escape(self.title)}</h2>\n{tables}{notes}" if tables else ""
+
     def prepare_instances(self, instances: list[Instance], backend: Any, config: Any) -> list[Instance]:
         """Fit each article into the token budget by the `long_context` policy; the record lands in
         `meta["long_context"]`, and an item the policy cannot feed gets `meta["unscorable"]` (NaN everywhere)."""
         opts = self.options(config)
+        Rouge(str(opts["rouge_type"]))  # a bad Table 12 rouge_type stops the run here, before any scoring
         instances = with_vote_noise(instances, float(opts["vote_noise_rate"]), int(opts["vote_noise_seed"]))
         policy = opts["long_context"]
         if policy not in POLICIES:
@@ -147,10 +179,12 @@ class TriviaPlusSuite(Suite):
 
     def extra_rows(self, instances: list[Instance], split: dict[str, list[str]], runs: list[Any],
                    config: Any) -> list[dict[str, Any]]:
-        """Tables 3, 5, 6, 11, the tune-on-test variant of Table 4 and the measured label noise, as tidy rows."""
+        """Tables 3, 5, 6, 8-12, the tune-on-test variant of Table 4 and the measured label noise, as tidy rows."""
         items = {i.id: i for i in instances}
         regimes = self.regimes(config)
+        rouge = Rouge(str(self.options(config)["rouge_type"]))
         rows: list[dict[str, Any]] = []
+        primaries: list[DetectorScores] = []
         for run in runs:
             scores = run.unit_scores.get("items")
             if run.error or not scores:
@@ -162,6 +196,7 @@ class TriviaPlusSuite(Suite):
                 rows += _metric_rows({**base, "table": T6}, main_row(ds, items), MAIN)
             if not primary:
                 continue
+            primaries.append(ds)
             rows += _metric_rows({**base, "table": T4_TEST}, main_row(ds, items, tune_on="test"), MAIN)
             for eval_labels in (CLEAN, *NOISY):
                 if any(label_of(items[i], eval_labels) is not None for i in split["test"]):
@@ -186,6 +221,7 @@ class TriviaPlusSuite(Suite):
         for r in hallucination_rates(items, split["test"]):  # Tables 8-10: the rate and its interval's ends
             rows += _metric_rows({"detector": "", "level": "response", "table": r["table"], "dimension": r["dimension"],
                                   "stratum": r["stratum"]}, r, ("rate", "ci_low", "ci_high"))
+        rows += rouge_table(rouge_binned(items, split["test"], rouge), items, primaries)
         splits = {i: part for part, ids in split.items() for i in ids}
         for d in label_disagreement(labels, splits):
             rows += _metric_rows({"detector": "", "level": "response", "table": NOISE, "eval_labels": d["regime"],
@@ -193,6 +229,28 @@ class TriviaPlusSuite(Suite):
                                                          "share": d["share"], "n": d["n"]},
                                  ("n_items", "disagree", "share"))
         return rows
+
+
+def rouge_table(binned: Any, items: dict[str, Instance], detectors: list[DetectorScores]) -> list[dict[str, Any]]:
+    """Table 12 and its spread as tidy rows; without any ground-truth answer among the test items, one data line
+    saying so (no AUROC, no rate) in their place."""
+    base = {"level": "response", "ci_low": None, "ci_high": None}
+    if not binned.bins:
+        total = len(binned.missing)
+        datasets = {items[i].dataset for i in binned.missing}
+        how = (GOLD_HOW.get(datasets.pop(), "its release carries none") if len(datasets) == 1
+               else "no item carries one")
+        return [{**base, "table": T12, "detector": DATA, "rouge_bin": "—", "metric": metric, "value": None,
+                 "n": total, "note": f"Table 12 not computed: 0 of {total} test items have a ground-truth answer "
+                                     f"to bin by ({how})"} for metric in ("halluc_rate", "auroc")]
+    bins = rouge_bin_rows(binned, items, detectors)
+    out = []
+    for r in bins:
+        out += _metric_rows({"detector": r["detector"], "rouge_bin": r["rouge_bin"], "table": T12, **base}, r,
+                            ("halluc_rate", "auroc"))
+    for r in auroc_spread(bins):
+        out += _metric_rows({"detector": r["detector"], "table": T12_SPREAD, **base}, r, ("spread",))
+    return out
 
 
 def with_vote_noise(instances: list[Instance], rate: float, seed: int) -> list[Instance]:
