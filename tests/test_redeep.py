@@ -42,6 +42,35 @@ def test_scores_match_their_definitions_on_a_tiny_llama(tiny) -> None:
     assert np.allclose(x[:, :-1], float(expected), atol=1e-5)
 
 
+def test_scores_on_the_embedded_smollm2() -> None:
+    """The same known answer on the real embedded checkpoint (SmolLM2-135M: 30 layers, 9 query heads over 3
+    key/value heads, BPE tokens): with every context token pooled, each head's ECS is the cosine of the mean context
+    state with the answer states; each layer's PKS is a Jensen-Shannon divergence, in [0, ln 2]."""
+    import math
+
+    from haldet.backends.hf.backend import HFBackend
+
+    smol = HFBackend("smollm2-135m", device="cpu")
+    context = "Canberra is the capital of Australia. Sydney is its largest city."
+    prompt = f"Context: {context}\nQuestion: What is the capital of Australia?\nAnswer:"
+    answer = smol.encode_text(" The capital is Sydney.")
+    x = smol.redeep_features(prompt, answer, context, top_ratio=1.0, max_tokens=256)
+    assert x.shape == (30, 9 + 1)
+    ids = smol.encode_prompt(prompt)
+    enc = smol.tokenizer(prompt, add_special_tokens=False, return_offsets_mapping=True)
+    shift, a, b = len(ids) - len(enc["input_ids"]), prompt.index(context), prompt.index(context) + len(context)
+    pos = [k + shift for k, (s, e) in enumerate(enc["offset_mapping"]) if e > s and s < b and e > a]
+    with torch.no_grad():
+        last = smol.model(input_ids=torch.tensor([ids + answer]), output_hidden_states=True).hidden_states[-1][0]
+    pooled = last[pos[0] : pos[-1] + 1].float().mean(0)
+    expected = torch.nn.functional.cosine_similarity(last[len(ids):].float(), pooled.unsqueeze(0), dim=-1).mean()
+    assert np.allclose(x[:, :-1], float(expected), atol=1e-4)
+    assert (x[:, -1] >= 0).all() and (x[:, -1] <= math.log(2) + 1e-6).all() and (x[:, -1] > 1e-4).any()
+    n = len(ids) + len(answer)
+    assert smol.redeep_features(prompt, answer, context, top_ratio=0.1, max_tokens=n - 1).startswith(
+        f"{n} tokens exceed redeep.max_tokens = {n - 1}")
+
+
 def test_items_it_cannot_process_get_the_reason(tiny) -> None:
     answer = tiny.encode_text("the capital is sydney .")
     too_long = tiny.redeep_features(PROMPT, answer, CONTEXT, top_ratio=0.1, max_tokens=16)
