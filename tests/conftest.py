@@ -36,3 +36,13 @@ if os.environ.get("HALDET_GOLDEN_DIR"):  # record golden outputs of every in-pro
     # CLI subprocesses inherit the variable; this path makes them load the same hook at start-up
     os.environ["PYTHONPATH"] = os.pathsep.join(
         [str(Path(__file__).parent / "golden_site"), *filter(None, [os.environ.get("PYTHONPATH")])])
+
+
+@pytest.fixture(scope="session")
+def tiny_smol_llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random Llama with the embedded SmolLM2's tokenizer (tests/tiny_llama.py), built once per worker: a
+    second real model beside the embedded one, or a fast stand-in where a run needs many model passes."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from tiny_llama import build_tiny_llama_with_embedded_tokenizer
+
+    return build_tiny_llama_with_embedded_tokenizer(tmp_path_factory.mktemp("tiny_smol_llama"))

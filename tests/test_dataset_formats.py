@@ -185,6 +185,22 @@ def test_cli_data_file_split_and_formats() -> None:
     assert isinstance(both.exception, HaldetError) and "one --dataset" in both.exception.hint
 
 
+def test_data_file_with_several_datasets_from_a_config_file_is_refused(tmp_path: Path) -> None:
+    """A suite's own datasets take the file as the first one (tests/test_redeep.py runs it); datasets listed by a
+    config file are not guessed between."""
+    from typer.testing import CliRunner
+
+    from haldet.cli import app
+
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text("datasets: [gsm8k, svamp]\n")
+    result = CliRunner().invoke(app, ["run", "--config", str(cfg), "--data-file", str(ORIGINALS / "mbpp" /
+                                                                                      "mbpp.jsonl")])
+    err = result.exception
+    assert isinstance(err, HaldetError) and "the run has 2 datasets (gsm8k, svamp)" in err.message
+    assert err.where == "--data-file" and "one --dataset" in (err.hint or "")
+
+
 def test_id_columns_are_optional(tmp_path: Path) -> None:
     (tmp_path / "xsum").mkdir()
     (tmp_path / "xsum" / "test.jsonl").write_text('{"document": "A long article.", "summary": "Short."}\n')

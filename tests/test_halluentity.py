@@ -302,3 +302,42 @@ def test_proxy_correlation_is_pearson_over_common_units() -> None:
     const = [{**r, "score": 1.0} for r in rows if r["model"] == "m2"]
     (undefined,) = proxy_correlation([r for r in rows if r["model"] == "m1"] + const)
     assert undefined["value"] is None and "constant" in undefined["note"]
+
+
+def test_proxy_correlation_from_a_real_two_model_run(tmp_path: Path, tiny_smol_llama: Path) -> None:
+    """Tables 7/8 from two real proxy models on the same items: the embedded SmolLM2-135M and a tiny random Llama
+    with the same tokenizer (tests/tiny_llama.py), each teacher-forcing the fixture's biographies. Each row's r is
+    Pearson's r recomputed here from the two cells' stored entity scores (their score logs), over the units both
+    scored; the table reaches suite_tables.md and the HTML report."""
+    from typer.testing import CliRunner
+
+    from haldet.cli import app
+
+    out = tmp_path / "run"
+    result = CliRunner().invoke(app, [
+        "run", "--suite", "halluentity", "--data-dir", str(FIX), "--model", "smollm2-135m",
+        "--model", str(tiny_smol_llama), "--detector", "likelihood,entropy", "--min-per-class", "0",
+        "--out", str(out)])
+    assert result.exit_code == 0, result.output[-3000:]
+    folders = {p.name: p for p in (out / "halluentity").iterdir() if p.is_dir()}
+    assert len(folders) == 2 and "smollm2-135m" in folders
+    tiny_folder = next(p for name, p in folders.items() if name != "smollm2-135m")
+    folder_of = {"smollm2-135m": folders["smollm2-135m"], str(tiny_smol_llama): tiny_folder}
+    rows = [r for r in json.loads((out / "results.json").read_text()) if r.get("table") == "Tables 7/8"]
+    assert {r["detector"] for r in rows} == {"likelihood", "entropy"}
+    for row in rows:
+        assert {row["model_a"], row["model_b"]} == {"smollm2-135m", str(tiny_smol_llama)}
+        stored = []
+        for model in (row["model_a"], row["model_b"]):
+            log = folder_of[model] / "scores" / f"{row['detector']}@entity.jsonl"
+            stored.append({(rec["id"], k): v for rec in map(json.loads, log.open())
+                           for k, v in enumerate(rec["values"]) if v is not None})
+        common = sorted(set(stored[0]) & set(stored[1]))
+        a = np.array([stored[0][k] for k in common])
+        b = np.array([stored[1][k] for k in common])
+        assert row["n"] == len(common) > 10
+        assert row["value"] == pytest.approx(float(np.corrcoef(a, b)[0, 1]), abs=1e-9)
+        assert -1 < row["value"] < 1  # two different models: neither identical nor mirrored scores
+    md = (out / "suite_tables.md").read_text()
+    assert "Tables 7/8" in md and f"| likelihood | {tiny_smol_llama} | smollm2-135m |" in md
+    assert "Tables 7/8" in (out / "report.html").read_text()

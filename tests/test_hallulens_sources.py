@@ -15,8 +15,10 @@ from haldet.suites.hallulens.sources import Species, load_taxonomy
 
 FIX = Path(__file__).parent / "fixtures" / "hallulens"
 ITIS = FIX / "itis"
+# the fixture mirrors the ITIS download (itisMySQLTables): no header line, '|' between fields, Latin-1 text
+# (the hybrid sign of "Mentha \u00d7piperita" is the single byte 0xD7 in `longnames`)
 EXPECTED = [Species("Escherichia coli", "Enterobacteriaceae", "bacteria"),
-            Species("Helianthus annuus", "Asteraceae", "plant"),
+            Species("Helianthus annuus", "Asteraceae", "plant"), Species("Mentha \u00d7piperita", "Lamiaceae", "plant"),
             Species("Panthera leo", "Felidae", "animal"), Species("Panthera tigris", "Felidae", "animal")]
 
 
@@ -29,8 +31,16 @@ def test_itis_tables_give_binomial_species_with_family_and_domain(spec: str) -> 
 def test_itis_tables_with_header_and_extension(tmp_path: Path) -> None:
     (tmp_path / "hierarchy.txt").write_text("hierarchy_string|TSN|Parent_TSN|level|ChildrenCount\n"
                                             + (ITIS / "hierarchy").read_text())
-    (tmp_path / "longnames.txt").write_text("tsn|completename\n" + (ITIS / "longnames").read_text())
+    (tmp_path / "longnames.txt").write_bytes(b"tsn|completename\n" + (ITIS / "longnames").read_bytes())
     assert load_taxonomy(tmp_path) == EXPECTED
+
+
+def test_itis_release_bytes_and_a_utf8_copy_read_the_same(tmp_path: Path) -> None:
+    raw = (ITIS / "longnames").read_bytes()
+    assert b"Mentha \xd7piperita" in raw  # the release's Latin-1 byte, not UTF-8's two
+    shutil.copy(ITIS / "hierarchy", tmp_path / "hierarchy")
+    (tmp_path / "longnames").write_text(raw.decode("latin-1"), encoding="utf-8")  # as `iconv -t UTF-8` leaves it
+    assert load_taxonomy(tmp_path) == load_taxonomy(ITIS) == EXPECTED
 
 
 def test_itis_folder_without_longnames_is_a_clear_error(tmp_path: Path) -> None:

@@ -27,3 +27,24 @@ def build_tiny_llama(path: Path, *, zero_mlp_layer: int | None = None, seed: int
             model.model.layers[zero_mlp_layer].mlp.down_proj.weight.zero_()
     model.save_pretrained(path)
     return path
+
+
+def build_tiny_llama_with_embedded_tokenizer(path: Path, *, seed: int = 0, layers: int = 2) -> Path:
+    """A tiny randomly initialised Llama (GQA: 4 query heads over 2 key/value heads) carrying the embedded
+    SmolLM2-135M's own tokenizer and chat template, saved with save_pretrained: prompts render and tokenise exactly
+    as on the embedded model, while a pass costs milliseconds. Its window is the embedded model's (8192)."""
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    from haldet.backends.hf.loading import converted_gguf_dir
+    from haldet.util.assets import MODEL_ALIASES
+
+    tokenizer = AutoTokenizer.from_pretrained(converted_gguf_dir(MODEL_ALIASES["smollm2-135m"]()))
+    tokenizer.save_pretrained(path)
+    torch.manual_seed(seed)
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=8192,
+                         bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+                         pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=True)
+    LlamaForCausalLM(config).save_pretrained(path)
+    return path

@@ -30,13 +30,13 @@ MODELS = ["claude", "gemma", "mixtral_8x7b"]
 SPLITS = ["train", "train", "train", "train", "valid", "valid", "test", "test", "train", "train"]
 
 
-def _article(i: int) -> str:
+def _article(i: int, length: int) -> str:
     _, name, kind, year, person, count = TOPICS[i]
     facts = (f"{name} is a {kind} first recorded in {year}. It was founded by {person}. "
              f"Today it counts {count} members or parts, according to the latest survey. ")
-    body = FILLER * (LENGTHS[i] // len(FILLER) + 1)
-    cut = LENGTHS[i] // 2
-    return (body[:cut] + "\n\n" + facts + "\n\n" + body[: LENGTHS[i] - cut - len(facts)]).strip()
+    body = FILLER * (length // len(FILLER) + 1)
+    cut = length // 2
+    return (body[:cut] + "\n\n" + facts + "\n\n" + body[: max(0, length - cut - len(facts))]).strip()
 
 
 def _answers(i: int) -> list[tuple[list[str], list[str]]]:
@@ -53,12 +53,14 @@ def _answers(i: int) -> list[tuple[list[str], list[str]]]:
     ]
 
 
-def rows() -> list[dict[str, Any]]:
+def rows(lengths: list[int] = LENGTHS, splits: list[str] = SPLITS) -> list[dict[str, Any]]:
+    """The rows; `lengths` and `splits` (one per article of TOPICS) change the articles' lengths in characters and
+    their split (a test that needs other strata or a cheaper run)."""
     rng = random.Random(15)
     out = []
     for i in range(len(TOPICS)):
         source, name = TOPICS[i][0], TOPICS[i][1]
-        article = _article(i)
+        article = _article(i, lengths[i])
         for j, (sentences, votes) in enumerate(_answers(i)):
             clean = int(any(v in ("contradicts", "not-mentioned") for v in votes))
             three = 1 if "contradicts" in votes else (-1 if "not-mentioned" in votes else 0)
@@ -68,7 +70,7 @@ def rows() -> list[dict[str, Any]]:
                                         ("15pct_noise_dissenting_workers", 0.15),
                                         ("15pct_noise_random_flipping", 0.15))}
             out.append({
-                "source": source, "split": SPLITS[i],
+                "source": source, "split": splits[i],
                 "model": MODELS[j], "article": article, "question": f"What do we know about {name}?",
                 "answer": " ".join(sentences), "workerId": workers,
                 "response-level-labels-bin": [str(clean)] * 3,
@@ -97,9 +99,9 @@ def gold_answers() -> list[dict[str, Any]]:
     ]
 
 
-def write(path: Path) -> Path:
+def write(path: Path, data: list[dict[str, Any]] | None = None) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
-    data = rows()
+    data = rows() if data is None else data
     if path.suffix == ".parquet":
         import pyarrow as pa
         import pyarrow.parquet as pq

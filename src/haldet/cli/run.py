@@ -237,9 +237,27 @@ def run_config(opts: RunOptions) -> RunConfig:
     from haldet.flow.layers import resolve_config
 
     config = resolve_config(opts.config_file, None, suite=opts.suite, **overrides)  # type: ignore[arg-type]
+    if opts.data_file is not None and len(config.datasets) > 1:
+        config = _one_dataset_for_the_file(config, opts)
     for name in config.datasets if opts.split else []:
         config.dataset_params.setdefault(name, {})["split"] = opts.split
     return config
+
+
+def _one_dataset_for_the_file(config: RunConfig, opts: RunOptions) -> RunConfig:
+    """--data-file is one dataset's data: under a suite (no --dataset), the suite's own dataset, its first (the
+    companions read other release files); any other run with several datasets is refused before any work."""
+    from haldet.suites.base import get_suite
+
+    suite_datasets = list(get_suite(config.suite).datasets) if config.suite else []
+    if not split_names(opts.dataset) and suite_datasets and config.datasets == suite_datasets:
+        console.print(f"--data-file {opts.data_file} is read as {suite_datasets[0]}, the suite's own dataset (its "
+                      f"companions {', '.join(suite_datasets[1:])} need their own files: --dataset NAME --data-file "
+                      "FILE, or --data-dir)", highlight=False, soft_wrap=True)
+        return config.model_copy(update={"datasets": suite_datasets[:1]})
+    raise HaldetError(f"--data-file holds one dataset's data, but the run has {len(config.datasets)} datasets "
+                      f"({', '.join(config.datasets)})", where="--data-file",
+                      hint="name exactly one --dataset, or use --data-dir DIR with DIR/<dataset>/ folders")
 
 
 def _responses_config(opts: RunOptions) -> RunConfig:

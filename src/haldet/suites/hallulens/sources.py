@@ -7,7 +7,8 @@
 - **Taxonomy** (ITIS-like): a table file with `name` (the scientific name, "Genus epithet"), `family`, and the
   domain as `domain` (animal / plant / bacteria) or ITIS's `kingdom` (Animalia / Plantae / Bacteria); or the ITIS
   release tables themselves (`load_itis`): `hierarchy` (hierarchy_string|TSN|Parent_TSN|level|ChildrenCount) and
-  `longnames` (tsn|completename), pipe-delimited as in the ITIS download, given as their folder, as the
+  `longnames` (tsn|completename), pipe-delimited, no header line, Latin-1 text, as in the ITIS download
+  (itisMySQLTables; layout checked against its load script, docs/suites.md), given as their folder, as the
   `hierarchy` file (with `longnames` beside it) or as both files separated by a comma.
 - **Medicine file** (a drug list such as the A-Z medicine dataset): `name` ("Augmentin 625 Duo Tablet").
 
@@ -193,11 +194,21 @@ def taxonomy_files(spec: str | Path) -> list[Path]:
     return list(tables.values()) if tables else [Path(spec)]
 
 
+def _itis_line(raw: bytes) -> str:
+    """One line of an ITIS table: the release writes Latin-1 (ISO-8859-1; its load scripts declare latin1), a copy
+    converted to UTF-8 reads the same."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return raw.decode("latin-1")
+
+
 def _pipe_rows(path: Path, width: int, header: str) -> Iterator[tuple[int, list[str]]]:
     """(line number, first `width` fields) of a pipe-delimited ITIS table; a header line (`header` as its first
     field) is skipped; a line with fewer fields is an error naming it."""
-    with path.open(encoding="utf-8", errors="replace") as fh:
-        for lineno, line in enumerate(fh, start=1):
+    with path.open("rb") as fh:
+        for lineno, raw in enumerate(fh, start=1):
+            line = _itis_line(raw)
             if not line.strip():
                 continue
             fields = line.rstrip("\r\n").split("|")
