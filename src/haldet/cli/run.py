@@ -172,11 +172,12 @@ def run_benchmark(opts: RunOptions) -> None:
     print_cells(cells)
     failed = [(c.dataset, c.model, c.error) for c in cells if c.error]
     if config.suite:
+        from haldet.report.learned import learned_markdown
         from haldet.suites.base import get_suite
         from haldet.suites.report import cells_without_values, print_suite_results
 
         tables = print_suite_results(config.suite, rows, target, out_console, as_json=opts.as_json,
-                                     header=preset_line)
+                                     header=preset_line, footer=learned_markdown([cell_entry(c) for c in cells]))
         if opts.responses is not None and not opts.as_json:
             print_scored(cells, target)
         _write_run_reports(target, also=[tables])

@@ -2,7 +2,9 @@
 answer, reasons, then gives a verdict HALLUCINATION or NO HALLUCINATION. Score 1 for HALLUCINATION, 0 otherwise.
 
 `llm_judge` asks zero-shot; `llm_judge_fs` adds three validation items the zero-shot judge got wrong (seeded), with
-their training labels (the paper's FS). The verdicts come from the `verdict` stage (`haldet.stages.verdict`),
+their training labels (the paper's FS); `llm_judge_po` starts from the FS prompt and has an LLM rewrite the judge's
+instructions from its training mistakes, keeping a rewrite only when it judges validation better (the paper's PO;
+`haldet.stages.prompt_optimizer`). The verdicts come from the `verdict` stage (`haldet.stages.verdict`),
 asked of the run's model or of `verdict.model` at `verdict.base_url`; the judge that answered is recorded.
 An unparsable reply or a failed call is NaN with its reason, never 0.5.
 """
@@ -16,6 +18,7 @@ from typing import Any, ClassVar
 from haldet.detectors.base import Detector, Scores, register
 from haldet.schema import Instance, SpanLabel
 from haldet.signals import Signal, SignalView
+from haldet.stages.prompt_optimizer import Optimize
 from haldet.stages.verdict import Ask, Example, VerdictPrompt, get_prompt, register_prompt
 
 HALLUCINATION, FAITHFUL = "HALLUCINATION", "NO HALLUCINATION"
@@ -61,7 +64,7 @@ def _faithfulness_messages(instance: Instance, answer: str, examples: Sequence[E
 FAITHFULNESS = register_prompt(VerdictPrompt(
     name="faithfulness", version="faith-v1", labels=(FAITHFUL, HALLUCINATION),
     scores={FAITHFUL: 0.0, HALLUCINATION: 1.0}, messages=_faithfulness_messages, parse=parse_faithfulness,
-    templates=TEMPLATES))
+    templates=TEMPLATES, instructions="faithfulness_system"))
 
 
 @register("llm_judge")
@@ -94,6 +97,13 @@ class LLMJudgeDetector(Detector):
         self.meta["judge"] = sorted(j for j in judges if j)
         return out
 
+    def optimized(self, items: SignalView) -> dict[str, Any] | None:
+        """The optimisation outcome the verdicts were asked under (an optimised ask's records carry it)."""
+        for verdicts in items.get(Signal.VERDICT):
+            if (rec := (verdicts or {}).get(self.ask.name)) is not None and rec.get("po"):
+                return dict(rec["po"])
+        return None
+
 
 @register("llm_judge_fs")
 class FewShotLLMJudge(LLMJudgeDetector):
@@ -101,3 +111,34 @@ class FewShotLLMJudge(LLMJudgeDetector):
 
     trains = True  # its demonstrations depend on the split and the training labels
     defaults: ClassVar[dict[str, Any]] = {"prompt": "faithfulness", "shots": 3, "seed": 42}
+
+
+@register("llm_judge_po")
+class OptimizedLLMJudge(LLMJudgeDetector):
+    """The prompt-optimised judge: the few-shot judge whose instructions an LLM rewrote on training mistakes, kept
+    when better on validation (`rounds`, `feedback` mistakes per round, `objective`, the optimiser
+    `optimizer_model` at `optimizer_base_url`, default the judge itself). The final instructions and every trial are
+    in the detector's meta (`optimized_prompt`, `prompt_optimization`), hence in the manifest and the reports."""
+
+    trains = True  # the instructions and demonstrations depend on the split and the training labels
+    defaults: ClassVar[dict[str, Any]] = {"prompt": "faithfulness", "shots": 3, "seed": 42, "rounds": 3,
+                                          "feedback": 4, "objective": "balanced_accuracy", "optimizer_model": None,
+                                          "optimizer_base_url": None, "optimizer_max_new_tokens": 512}
+
+    @property
+    def ask(self) -> Ask:
+        get_prompt(self.params["prompt"])
+        p = self.params
+        settings = Optimize(rounds=int(p["rounds"]), feedback=int(p["feedback"]), objective=str(p["objective"]),
+                            model=p["optimizer_model"], base_url=p["optimizer_base_url"],
+                            max_new_tokens=int(p["optimizer_max_new_tokens"]))
+        return Ask(p["prompt"], int(p["shots"]), int(p["seed"]), settings.check())
+
+    def score(self, items: SignalView) -> Scores:
+        out = super().score(items)
+        outcome = self.optimized(items)
+        if outcome is not None:
+            self.meta["optimized_prompt"] = outcome["instructions"]
+            self.meta["prompt_optimization"] = {k: outcome.get(k) for k in (
+                "objective", "val_score", "optimizer", "judge", "n_train", "n_val", "trials")}
+        return out

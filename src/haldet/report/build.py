@@ -16,6 +16,7 @@ from typing import Any
 from haldet.errors import HaldetError
 from haldet.report.deployment import ensemble_pairs, pairs_markdown
 from haldet.report.html import build_html
+from haldet.report.learned import learned_markdown
 from haldet.report.rundata import RunData, load_run, merge_runs, preset_lines, skipped_in_runs, skipped_lines
 from haldet.report.tables import all_latex, all_markdown
 from haldet.store import RunStore, atomic_write_text
@@ -41,6 +42,8 @@ def write_reports(out: Path, runs: Sequence[RunData], *, title: str | None = Non
         "".join(f"{line}  \n" for line in header) + "No result rows.\n"
     pairs = pairs_markdown(ensemble_pairs(runs, rows, n_boot), n_boot) if rows else ""
     markdown += "\n" + pairs if pairs else ""
+    learned = learned_markdown([c for r in runs for c in r.cells()])
+    markdown += "\n" + learned if learned else ""
     if skipped:
         markdown += "\n## Detectors not run\n\n" + "".join(f"- {line}\n" for line in skipped)
     atomic_write_text(out / "tables.md", markdown)

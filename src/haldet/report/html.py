@@ -30,6 +30,7 @@ from haldet.evaluation.aggregate import (
 from haldet.evaluation.compare import paired_bootstrap
 from haldet.evaluation.metrics import MAX_ORIENTATION, MAX_ORIENTATION_NOTE, auroc
 from haldet.report.deployment import deployment_section
+from haldet.report.learned import learned_html
 from haldet.report.marks import COVERAGE_NOTE, SUBSET_NOTE, Marks, coverage_suffix, detector_marks
 from haldet.report.rundata import RunData, preset_lines, skipped_in_runs, skipped_lines
 from haldet.report.svg import EVIDENCE_COLOURS, Curve, Point, heatmap, roc_grid, roc_plot, scatter_logx
@@ -353,7 +354,8 @@ def build_html(runs: Sequence[RunData], rows: Sequence[Mapping[str, Any]], *, ti
                  roc_section(runs, rows, n_boot), deployment_section(runs, rows, n_boot)]
     else:
         body.append("<p>No result rows: every cell failed or no detector ran (see failures).</p>")
-    body += [suite_sections(runs, rows), failures_section(runs), metadata_section(runs)]
+    body += [suite_sections(runs, rows), learned_html([c for r in runs for c in r.cells()]), failures_section(runs),
+             metadata_section(runs)]
     return ("<!DOCTYPE html>\n<html lang=en><head><meta charset=utf-8>"
             f"<meta name=viewport content=\"width=device-width, initial-scale=1\"><title>{_e(title)}</title>"
             f"<link rel=icon href=\"data:,\"><style>{CSS}</style></head><body>" + "\n".join(body)

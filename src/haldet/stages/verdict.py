@@ -25,7 +25,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from haldet.backends.structured import CallFailure, ClientSettings, Request, StructuredClient
@@ -34,7 +34,11 @@ from haldet.errors import HaldetError
 from haldet.schema import Instance, SpanLabel
 from haldet.signals import Signal
 from haldet.stages.base import STAGES, Item, Stage
+from haldet.stages.prompt_optimizer import TEMPLATES as OPTIMIZER_TEMPLATES
+from haldet.stages.prompt_optimizer import Mistake, Optimize, optimize_instructions
 from haldet.text.templates import override_digest, template_text
+
+OPTIMIZED_FILE = "verdict_po.json"  # optimised instructions and their trials, by optimisation key
 
 
 @dataclass(frozen=True)
@@ -63,6 +67,8 @@ class VerdictPrompt:
     max_new_tokens: int = 384
     level: str = "response"
     templates: tuple[str, ...] = ()  # names in haldet.text.templates.PROMPT_TEMPLATES
+    # the template of `templates` holding the instructions a prompt optimiser may rewrite ("" = not optimisable)
+    instructions: str = ""
 
 
 PROMPTS: dict[str, VerdictPrompt] = {}
@@ -82,23 +88,39 @@ def get_prompt(name: str) -> VerdictPrompt:
 
 @dataclass(frozen=True)
 class Ask:
-    """One prompt asked of every item: `shots` > 0 adds that many misclassified validation examples."""
+    """One prompt asked of every item: `shots` > 0 adds that many misclassified validation examples; `optimize`
+    rewrites the prompt's instructions on training mistakes first (`haldet.stages.prompt_optimizer`)."""
 
     prompt: str
     shots: int = 0
     seed: int = 42
+    optimize: Optimize | None = None
 
     @property
     def name(self) -> str:
-        return self.prompt if not self.shots else f"{self.prompt}@{self.shots}shot"
+        name = self.prompt if not self.shots else f"{self.prompt}@{self.shots}shot"
+        if self.optimize is not None:  # the settings in the name: two optimised judges never share records
+            name += "+po" if self.optimize == Optimize() else f"+po-{digest(asdict(self.optimize))[:8]}"
+        return name
 
     def check(self) -> VerdictPrompt:
-        """The prompt, after checking the ask fits it (few-shot demonstrations exist at response level only)."""
+        """The prompt, after checking the ask fits it (few-shot demonstrations and prompt optimisation exist at
+        response level only, the latter for prompts that name their instructions)."""
         prompt = get_prompt(self.prompt)
-        if self.shots and prompt.level != "response":
-            raise HaldetError(f"few-shot asks need a response-level prompt; {self.prompt!r} is {prompt.level}-level",
-                              where="detector_params", hint="set shots: 0")
+        if (self.shots or self.optimize) and prompt.level != "response":
+            raise HaldetError(f"few-shot and optimised asks need a response-level prompt; {self.prompt!r} is "
+                              f"{prompt.level}-level", where="detector_params", hint="set shots: 0")
+        if self.optimize is not None:
+            self.optimize.check()
+            if not prompt.instructions:
+                raise HaldetError(f"prompt {self.prompt!r} names no instructions template to optimise",
+                                  where="detector_params", hint="optimise a prompt such as 'faithfulness'")
         return prompt
+
+    @property
+    def learned(self) -> bool:
+        """Whether the ask depends on the split and training labels (demonstrations, an optimised prompt)."""
+        return bool(self.shots) or self.optimize is not None
 
 
 def asks_of(detectors: Sequence[Any]) -> list[Ask]:
@@ -108,7 +130,7 @@ def asks_of(detectors: Sequence[Any]) -> list[Ask]:
     asks |= {Ask(a.prompt) for a in asks if a.shots}
     for ask in asks:
         ask.check()
-    return sorted(asks, key=lambda a: (a.shots, a.prompt))
+    return sorted(asks, key=lambda a: (a.optimize is not None, a.shots, a.prompt, a.name))
 
 
 @STAGES.register("verdict")
@@ -121,6 +143,8 @@ class VerdictStage(Stage):
         self.asks = list(asks) if asks is not None else asks_of(ctx.detectors)
         self.failures: dict[str, dict[str, str]] = {}  # ask name -> item id -> last error
         self._examples: dict[Ask, list[Item]] = {}
+        self._instructions: dict[Ask, str] = {}  # an optimised ask's instructions (a candidate while optimising)
+        self._optimized: dict[Ask, dict[str, Any]] = {}  # an optimised ask's outcome (final prompt, trials)
         self._current = self.asks[0] if self.asks else Ask("")
 
     # --- who answers -----------------------------------------------------------------------------------------
@@ -141,9 +165,10 @@ class VerdictStage(Stage):
         labels = self.ctx.labels or {}
         examples = [(e.id, labels.get(e.id)) for e in self._examples.get(ask, [])] if ask.shots else []
         response = item.generation.response if item.generation is not None else None
+        optimized = [self._instructions.get(ask)] if ask.optimize is not None else []
         return stage_key(self.name, self.judge_id(), ask.name, prompt.version, examples, item.prompt, response,
                          cfg.temperature, self.max_new_tokens(prompt),
-                         *override_digest(prompt.templates, self.ctx.config.templates))
+                         *override_digest(prompt.templates, self.ctx.config.templates), *optimized)
 
     def max_new_tokens(self, prompt: VerdictPrompt) -> int:
         return self.ctx.config.verdict.max_new_tokens or prompt.max_new_tokens
@@ -152,32 +177,45 @@ class VerdictStage(Stage):
         return digest([self.ask_key(ask, item) for ask in self.asks])
 
     def records(self, items: Sequence[Item]) -> dict[str, dict[str, Any]]:
-        """Per item, {"id", "asks": {ask name: record}} over the asks with a current record."""
+        """Per item, {"id", "asks": {ask name: record}} over the asks with a current record. A learned ask's choices
+        (demonstrations, optimised instructions) are read back from the stored verdicts when this stage instance
+        did not make them (the loader's), so its records are found; an optimised ask's record carries the outcome
+        (`po`: final instructions, validation score, trials)."""
         out: dict[str, dict[str, Any]] = {item.id: {"id": item.id, "asks": {}} for item in items}
         log = self.ctx.store.log(self.name)
         for ask in self.asks:
-            if ask.shots and ask not in self._examples:
-                continue  # examples not chosen yet: its records are read after `ensure`
+            if ask.learned and not self._recall(ask, items):
+                continue  # not asked yet under this split and these labels
             for item_id, rec in log.read({item.id: self.ask_key(ask, item) for item in items}).items():
+                if ask in self._optimized:
+                    rec = {**rec, "po": self._optimized[ask]}
                 out[item_id]["asks"][ask.name] = rec
         return out
 
+    def _recall(self, ask: Ask, items: Sequence[Item]) -> bool:
+        """Restore a learned ask's choices from the stored verdicts and outcomes (no model call); False when they
+        cannot be known without asking (no split or labels yet, or the prompt not optimised yet)."""
+        if self.ctx.split is None or self.ctx.labels is None:
+            return False
+        if ask.shots and ask not in self._examples:
+            self._examples[ask] = self._choose_examples(ask, items)
+        if ask.optimize is not None and ask not in self._optimized:
+            stored = (self.ctx.store.read_json(OPTIMIZED_FILE) or {}).get(self._optimization_key(ask, items))
+            if stored is None:
+                return False
+            self._optimized[ask], self._instructions[ask] = stored, stored["instructions"]
+        return True
+
     def ensure(self, items: Sequence[Item]) -> dict[str, dict[str, Any]]:
-        """Each ask in turn (zero-shot before few-shot), computing only the items lacking its record."""
+        """Each ask in turn (zero-shot before few-shot before optimised), computing only the items lacking its
+        record; an optimised ask first runs (or reads back) its optimisation on the training and validation items."""
         computed = 0
         for ask in self.asks:
             if ask.shots:
                 self._examples[ask] = self._choose_examples(ask, items)
-            keys = {item.id: self.ask_key(ask, item) for item in items}
-            log = self.ctx.store.log(self.name)
-            todo = [item for item in items if item.id not in log.read(keys)]
-            if todo:
-                with self.ctx.store.lock(self.name):
-                    done = log.read(keys)
-                    todo = [item for item in items if item.id not in done]
-                    computed += len(todo)
-                    self._current = ask
-                    self._compute_missing(todo, {})
+            if ask.optimize is not None:
+                computed += self._optimize(ask, items)
+            computed += self._ask_missing(ask, items)
         counts = self.ctx.counts.stage(self.name)
         counts.computed = computed
         n_failed = sum(len(v) for v in self.failures.values())
@@ -185,22 +223,110 @@ class VerdictStage(Stage):
             counts.failed = n_failed
         return self.records(items)
 
+    def _ask_missing(self, ask: Ask, items: Sequence[Item]) -> int:
+        """Ask `ask` of the items lacking its current record (under the stage lock); returns how many were asked."""
+        keys = {item.id: self.ask_key(ask, item) for item in items}
+        log = self.ctx.store.log(self.name)
+        if set(log.read(keys)) >= set(keys):  # every item has its record: no lock taken
+            return 0
+        with self.ctx.store.lock(self.name):
+            done = log.read(keys)
+            todo = [item for item in items if item.id not in done]
+            self._current = ask
+            self._compute_missing(todo, {})
+        return len(todo)
+
     def _choose_examples(self, ask: Ask, items: Sequence[Item]) -> list[Item]:
         """`ask.shots` validation items whose zero-shot verdict disagrees with their label (seeded)."""
-        split, labels = self.ctx.split, self.ctx.labels
-        if split is None or labels is None:
-            raise HaldetError(f"few-shot verdicts ({ask.name}) need the split and training labels",
-                              hint="run them through `haldet run`, which splits before the evidence stages")
+        split, labels = self._split_and_labels(ask)
         zero = Ask(ask.prompt)
         log = self.ctx.store.log(self.name)
         val = [item for item in items if item.id in set(split["val"])]
         verdicts = log.read({item.id: self.ask_key(zero, item) for item in val})
         prompt = get_prompt(ask.prompt)
-        wrong = [item for item in sorted(val, key=lambda it: it.id) if item.id in verdicts
-                 and verdicts[item.id].get("label") in prompt.scores
-                 and int(prompt.scores[verdicts[item.id]["label"]] >= 0.5) != labels[item.id]]
+        wrong = [item for item in sorted(val, key=lambda it: it.id) if item.id in verdicts and item.id in labels
+                 and _predicted(prompt, verdicts[item.id]) not in (None, labels[item.id])]
         random.Random(ask.seed).shuffle(wrong)
         return wrong[: ask.shots]
+
+    def _split_and_labels(self, ask: Ask) -> tuple[dict[str, list[str]], dict[str, int]]:
+        split, labels = self.ctx.split, self.ctx.labels
+        if split is None or labels is None:
+            raise HaldetError(f"verdicts of {ask.name} need the split and training labels",
+                              hint="run them through `haldet run`, which splits before the evidence stages")
+        return split, labels
+
+    # --- prompt optimisation ---------------------------------------------------------------------------------
+    def _optimization_key(self, ask: Ask, items: Sequence[Item]) -> str:
+        """Everything the optimised instructions depend on: the ask and its settings, the optimiser, the
+        demonstrations, and each training / validation item's zero-shot key (judge, prompt, answer, wording) with
+        its label. Test items and their labels are not in it: they never reach the loop."""
+        split, labels = self._split_and_labels(ask)
+        zero = Ask(ask.prompt)
+        parts = {part: sorted((it.id, labels.get(it.id), self.ask_key(zero, it)) for it in items
+                              if it.id in set(split[part]) and it.id in labels) for part in ("train", "val")}
+        if ask.shots and ask not in self._examples:
+            self._examples[ask] = self._choose_examples(ask, items)
+        examples = [(e.id, labels.get(e.id)) for e in self._examples.get(ask, [])]
+        return digest([ask.name, asdict(ask.optimize or Optimize()), self.optimizer_id(ask), examples, parts,
+                       *override_digest(OPTIMIZER_TEMPLATES, self.ctx.config.templates)])
+
+    def optimizer_id(self, ask: Ask) -> dict[str, Any]:
+        opt = ask.optimize or Optimize()
+        if opt.model is None:
+            return {"same_as_judge": self.judge_id()}
+        return {"backend": "openai", "model": opt.model, "base_url": opt.base_url}
+
+    def _optimize(self, ask: Ask, items: Sequence[Item]) -> int:
+        """The ask's optimised instructions: read back when stored under the same key, else the loop on the
+        training and validation items (their verdicts cached like any other), its outcome stored
+        (`verdict_po.json`, one entry per key) before any test item is asked. Returns the verdicts it asked."""
+        if self._recall(ask, items):
+            return 0
+        split, labels = self._split_and_labels(ask)
+        opt = ask.optimize or Optimize()
+        prompt = ask.check()
+        by_id = {item.id: item for item in items}
+        train = {i: labels[i] for i in split["train"] if i in by_id and i in labels}
+        val = {i: labels[i] for i in split["val"] if i in by_id and i in labels}
+        if not train or not val:
+            raise HaldetError(f"{ask.name} needs labelled training and validation items to optimise its prompt "
+                              f"(found {len(train)} and {len(val)})", where="detector llm_judge_po",
+                              hint="run more items (--limit), or leave the optimised judge out")
+        key = self._optimization_key(ask, items)
+        texts = {name: template_text(name, self.ctx.config.templates) for name in OPTIMIZER_TEMPLATES}
+        initial = template_text(prompt.instructions, self.ctx.config.templates).strip()
+
+        asked = 0
+
+        def judge(instructions: str, ids: Sequence[str]) -> dict[str, tuple[int | None, str]]:
+            nonlocal asked
+            self._instructions[ask] = instructions
+            subset = [by_id[i] for i in ids]
+            asked += self._ask_missing(ask, subset)
+            recs = self.ctx.store.log(self.name).read({it.id: self.ask_key(ask, it) for it in subset})
+            return {i: (_predicted(prompt, rec), str(rec.get("reply") or "")) for i, rec in recs.items()}
+
+        def mistake(item_id: str, reply: str) -> Mistake:
+            item = by_id[item_id]
+            return Mistake(item.instance, item.generation.response if item.generation else "", reply,
+                           _label_word(prompt, train[item_id]))
+
+        def rewrite(chat: list[dict[str, str]]) -> str | None:
+            reply = self._ask([chat], opt.max_new_tokens, model=opt.model, base_url=opt.base_url)[0]
+            return None if isinstance(reply, CallFailure) else reply
+
+        advance = self.ctx.progress(f"verdict: optimising the {ask.prompt} prompt [{self.ctx.dataset} | "
+                                    f"{self.ctx.model}]", opt.rounds)
+        outcome = optimize_instructions(initial, judge=judge, rewrite=rewrite, mistake=mistake, train=train,
+                                        val=val, settings=opt, seed=ask.seed, texts=texts, progress=advance)
+        record = {**outcome.record(), "optimizer": opt.model or self.judge_name(), "judge": self.judge_name(),
+                  "n_train": len(train), "n_val": len(val), "key": key}
+        with self.ctx.store.lock(self.name):
+            self.ctx.store.write_json(OPTIMIZED_FILE, {**(self.ctx.store.read_json(OPTIMIZED_FILE) or {}),
+                                                       key: record})
+        self._optimized[ask], self._instructions[ask] = record, record["instructions"]
+        return asked
 
     # --- asking ----------------------------------------------------------------------------------------------
     def items_per_batch(self) -> int:
@@ -213,6 +339,8 @@ class VerdictStage(Stage):
         examples = [Example(it.instance, it.generation.response if it.generation else "",
                             _label_word(prompt, labels.get(it.id))) for it in self._examples.get(ask, [])]
         texts = {name: template_text(name, self.ctx.config.templates) for name in prompt.templates}
+        if ask.optimize is not None:
+            texts[prompt.instructions] = self._instructions[ask]
         chats: list[list[dict[str, str]]] = []
         owners: list[int] = []  # batch index of each chat
         for b, item in enumerate(batch):
@@ -246,10 +374,16 @@ class VerdictStage(Stage):
             out.append(rec)
         return out
 
-    def _ask(self, chats: list[list[dict[str, str]]], max_new_tokens: int) -> list[str | CallFailure]:
+    def _ask(self, chats: list[list[dict[str, str]]], max_new_tokens: int, *, model: str | None = None,
+             base_url: str | None = None) -> list[str | CallFailure]:
         """Each chat's raw reply (parsed later: an unparsable one is stored as such), or its failure after the
-        retries, through the structured-LLM client: the run's own backend, or the configured endpoint."""
+        retries, through the structured-LLM client: the run's own backend, or the configured endpoint (`model` at
+        `base_url` instead of the judge's: a prompt optimiser of its own)."""
         cfg = self.ctx.config.verdict
+        option, role = "verdict.model", "verdict model"
+        if model is not None:
+            cfg = cfg.model_copy(update={"model": model, "base_url": base_url})
+            option, role = "detector_params.llm_judge_po.optimizer_model", "prompt optimiser"
         if cfg.model is None:
             settings = ClientSettings(model=self.ctx.model, backend="hf", retries=0, max_tokens=max_new_tokens,
                                       temperature=cfg.temperature, batch_size=cfg.batch_size,
@@ -259,10 +393,16 @@ class VerdictStage(Stage):
             settings = ClientSettings(model=cfg.model, base_url=cfg.base_url, api_key_env=cfg.api_key_env,
                                       timeout=cfg.timeout, concurrency=cfg.concurrency, retries=cfg.retries,
                                       backoff=cfg.backoff, max_tokens=max_new_tokens, temperature=cfg.temperature,
-                                      option="verdict.model", where=f"verdict model {cfg.model}")
+                                      option=option, where=f"{role} {cfg.model}")
             client = StructuredClient(settings, correction=str)
         outcomes = client.ask([Request(chat, str) for chat in chats])  # `str` never refuses: no correction turn
         return [o if isinstance(o, CallFailure) else o.text for o in outcomes]
+
+
+def _predicted(prompt: VerdictPrompt, rec: Mapping[str, Any]) -> int | None:
+    """The binary verdict of a record (1 = the label scored as hallucinated), None without a verdict."""
+    label = rec.get("label")
+    return None if label not in prompt.scores else int(prompt.scores[label] >= 0.5)
 
 
 def _label_word(prompt: VerdictPrompt, label: int | None) -> str:

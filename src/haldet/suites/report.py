@@ -182,14 +182,15 @@ def cells_without_values(suite: Suite, rows: list[dict[str, Any]]) -> list[str]:
 
 
 def print_suite_results(name: str, rows: list[dict[str, Any]], target: Path, console: Console, *,
-                        as_json: bool = False, header: str = "") -> Path:
+                        as_json: bool = False, header: str = "", footer: str = "") -> Path:
     """The suite's tables on the terminal, each with the reason for its empty cells under it (or the rows as JSON),
-    and `suite_tables.md` in the run directory (returned); `header`: a line above them (the run's preset)."""
+    and `suite_tables.md` in the run directory (returned); `header`: a line above them (the run's preset);
+    `footer`: Markdown below them in the file (the prompts the run learned)."""
     suite = get_suite(name)
     path = target / "suite_tables.md"
     atomic_write_text(path, f"# {suite.title or suite.name}\n\n" + (f"{header}\n\n" if header else "")
                       + suite_markdown(suite, rows)
-                      + "\n" + breakdown_markdown(rows))
+                      + "\n" + breakdown_markdown(rows) + (f"\n{footer}" if footer else ""))
     if as_json:
         console.print_json(json.dumps(rows, default=str))
         return path

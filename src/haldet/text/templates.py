@@ -28,6 +28,8 @@ PROMPT_TEMPLATES = {
     "judge_examples": "judge_examples.json",    # the judge's few-shot calibration examples
     "faithfulness_system": "faithfulness_system.txt",  # TRIVIA+ LLM judge and few-shot judge (verdict stage)
     "faithfulness_user": "faithfulness_user.j2",        # its user turn (Jinja2: context, question, answer)
+    "po_optimizer_system": "po_optimizer_system.txt",   # TRIVIA+ PO: the optimiser rewriting the judge's
+    "po_optimizer_user": "po_optimizer_user.j2",        # instructions (Jinja2: instructions, mistakes)
     "verigray_classify": "verigray_classify.txt",       # VeriGray's 7-way sentence classifier (Jinja2)
     "verigray_lynx": "verigray_lynx.j2",                # Lynx-style PASS/FAIL sentence verifier (Jinja2)
     "verigray_anah": "verigray_anah.j2",                # ANAH-v2-style sentence annotator (Jinja2)
