@@ -106,6 +106,24 @@ def test_rates_per_decile_and_place_group_and_kendall_tau() -> None:
     assert "<td>9</td><td>4</td><td>0.00 ± 0.00</td><td>100.00 ± 0.00</td>" in html
 
 
+def test_kendall_tau_of_a_metric_every_model_ties_is_undefined_with_the_reason() -> None:
+    """Three models with the same MixedEntities FAR: tau-b has no value, so the row says why (no number), and
+    table.md and report.html show it as n/a (report.html used to stop on formatting the missing value)."""
+    from haldet.suites.hallulens.evaluate import breakdown_markdown
+    from haldet.suites.hallulens.rates import kendall_between_tasks
+    from haldet.suites.hallulens.report import html_report
+
+    means = {m: {("nonexistent", "mixed"): 0.5, ("nonexistent", "generated"): g}
+             for m, g in (("m1", 0.1), ("m2", 0.2), ("m3", 0.3))}
+    (row,) = kendall_between_tasks(means)
+    assert row["tau"] is None and row["p"] is None
+    assert row["note"] == "undefined: every model has the same nonexistent/mixed = 0.5"
+    md = breakdown_markdown({"models": {}, "kendall": [row]})
+    assert "| nonexistent/mixed | nonexistent/generated | n/a | n/a | 3 | undefined: every model" in md
+    html = html_report({"models": {}, "kendall": [row]}, ["model"], [["m1"]])
+    assert "<td>n/a</td><td>n/a</td><td>3</td><td>undefined: every model has the same" in html
+
+
 def test_places_are_grouped_in_thirds_of_frequency(tmp_path: Path) -> None:
     from haldet.suites.hallulens.sources import load_places
 
