@@ -215,3 +215,36 @@ def test_generated_entities_combining_step_with_three_generators() -> None:
     assert items[0].meta["place_group"] == "middle"
     assert report.dropped == {"name exists (existence check)": 1}
     assert any(n.startswith("existence check: offline") for n in report.notes)
+
+
+def test_build_reads_the_itis_download_into_mixed_entities(tmp_path: Path) -> None:
+    """`haldet hallulens build --taxonomy FOLDER` on ITIS tables as downloaded (the fixture plus a second genus of
+    Felidae, Felis catus, so that Felidae has sibling genera): MixedEntities swaps each species' genus for its
+    sibling, so the animal names can only be Felis leo, Felis tigris or Panthera catus; the domains whose families
+    hold one genus say so in the build report."""
+    from typer.testing import CliRunner
+
+    from haldet.cli import app
+    from haldet.suites.hallulens.sets import read_items
+    from mock_openai import FakeOpenAI
+
+    itis = tmp_path / "itis"
+    shutil.copytree(ITIS, itis)
+    with (itis / "hierarchy").open("a", encoding="latin-1") as f:
+        f.write("202423-914154-179913-180539-180578-180600|180600|180578|5|1\n"
+                "202423-914154-179913-180539-180578-180600-183798|183798|180600|6|0\n")
+    with (itis / "longnames").open("a", encoding="latin-1") as f:
+        f.write("180600|Felis\n183798|Felis catus\n")
+    with FakeOpenAI() as srv:  # no generated names asked for: the generator is never called
+        result = CliRunner().invoke(app, [
+            "hallulens", "build", "--out", str(tmp_path / "set"), "--task", "nonexistent", "--taxonomy", str(itis),
+            "--generator-backend", "openai", "--generator-model", "gen", "--generator-base-url", srv.base_url,
+            "--trials", "1", "--mixed-per-domain", "2", "--generated", "0,0,0", "--retries", "0"])
+        assert not srv.requests
+    assert result.exit_code == 0, result.output
+    items = read_items(tmp_path / "set" / "seed-42" / "nonexistent.jsonl")
+    animals = [it for it in items if it.domain == "animal"]
+    assert len(animals) == 2 and {it.name for it in animals} <= {"Felis leo", "Felis tigris", "Panthera catus"}
+    assert {it.domain for it in items} == {"animal"}
+    report = json.loads((tmp_path / "set" / "build.json").read_text())["reports"]["seed-42/nonexistent"]
+    assert any("plant: 0 of 2 names (taxonomy too small)" in n for n in report["notes"])
