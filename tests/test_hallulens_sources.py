@@ -217,11 +217,15 @@ def test_generated_entities_combining_step_with_three_generators() -> None:
     assert any(n.startswith("existence check: offline") for n in report.notes)
 
 
-def test_build_reads_the_itis_download_into_mixed_entities(tmp_path: Path) -> None:
-    """`haldet hallulens build --taxonomy FOLDER` on ITIS tables as downloaded (the fixture plus a second genus of
-    Felidae, Felis catus, so that Felidae has sibling genera): MixedEntities swaps each species' genus for its
-    sibling, so the animal names can only be Felis leo, Felis tigris or Panthera catus; the domains whose families
-    hold one genus say so in the build report."""
+def test_build_reads_the_itis_download_and_combines_three_generators(tmp_path: Path) -> None:
+    """`haldet hallulens build --taxonomy FOLDER --places FILE` with three endpoint generators (the mock), end to
+    end: the ITIS tables as downloaded (the fixture plus a second genus of Felidae, Felis catus, so that Felidae has
+    sibling genera) give MixedEntities names that can only be Felis leo, Felis tigris or Panthera catus, and the
+    domains whose families hold one genus say so; the GeneratedEntities business name comes from the combining step
+    (two models brainstorm, the third blends their lists), carries its place's frequency group, and the build report
+    says the existence check was offline."""
+    import json as _json
+
     from typer.testing import CliRunner
 
     from haldet.cli import app
@@ -235,16 +239,31 @@ def test_build_reads_the_itis_download_into_mixed_entities(tmp_path: Path) -> No
                 "202423-914154-179913-180539-180578-180600-183798|183798|180600|6|0\n")
     with (itis / "longnames").open("a", encoding="latin-1") as f:
         f.write("180600|Felis\n183798|Felis catus\n")
-    with FakeOpenAI() as srv:  # no generated names asked for: the generator is never called
+    places = tmp_path / "places.csv"
+    places.write_text("place,group\nLisbon,middle\n")
+
+    def names(arg: str, body: dict, j: int) -> str:
+        text = body["messages"][-1]["content"]
+        blended = "First list:" in text
+        return _json.dumps({"names": [f"Quorvex {'Blend' if blended else body['model']}{k}" for k in range(2)]})
+
+    with FakeOpenAI(content=names, key_of=lambda body: "all", default="ok:-") as srv:
         result = CliRunner().invoke(app, [
             "hallulens", "build", "--out", str(tmp_path / "set"), "--task", "nonexistent", "--taxonomy", str(itis),
-            "--generator-backend", "openai", "--generator-model", "gen", "--generator-base-url", srv.base_url,
-            "--trials", "1", "--mixed-per-domain", "2", "--generated", "0,0,0", "--retries", "0"])
-        assert not srv.requests
+            "--places", str(places), "--generator-backend", "openai", "--generator-base-url", srv.base_url,
+            "--generator-model", "gen_a", "--generator-model", "gen_b", "--generator-model", "gen_c",
+            "--trials", "1", "--mixed-per-domain", "2", "--generated", "1,0,0", "--retries", "0"])
+        asked = [b["model"] for b in srv.requests]
     assert result.exit_code == 0, result.output
+    assert sorted(asked) == ["gen_a", "gen_b", "gen_c"]  # two brainstorms, one combining call
     items = read_items(tmp_path / "set" / "seed-42" / "nonexistent.jsonl")
     animals = [it for it in items if it.domain == "animal"]
     assert len(animals) == 2 and {it.name for it in animals} <= {"Felis leo", "Felis tigris", "Panthera catus"}
-    assert {it.domain for it in items} == {"animal"}
+    (business,) = [it for it in items if it.domain == "business"]
+    assert business.name.startswith("Quorvex Blend") and business.generator == "openai:gen_c"
+    assert business.meta["brainstormed_by"] == ["openai:gen_a", "openai:gen_b"]
+    assert business.meta["place_group"] == "middle"
+    assert {it.domain for it in items} == {"animal", "business"}
     report = json.loads((tmp_path / "set" / "build.json").read_text())["reports"]["seed-42/nonexistent"]
     assert any("plant: 0 of 2 names (taxonomy too small)" in n for n in report["notes"])
+    assert any(n.startswith("existence check: offline") for n in report["notes"])
