@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from haldet.config import JudgeConfig
-from haldet.suites.hallulens.build import BuildConfig
+from haldet.suites.hallulens.build import PLACES, BuildConfig
 from haldet.suites.hallulens.evaluate import Target, evaluate
 from haldet.suites.hallulens.llm import StructuredLLM
 from haldet.suites.hallulens.prompts import Prompts
@@ -112,7 +112,8 @@ def test_build_and_evaluate_through_an_endpoint(server: FakeOpenAI, tmp_path: Pa
     set_dir = tmp_path / "set"
     cfg = BuildConfig(seed=7, qa_size=10, long_size=1, long_deciles=[9], qa_min_tokens=80, qa_max_tokens=200,
                       long_min_tokens=100, long_max_tokens=200, mixed_per_domain=1,
-                      generated={"business": 1, "event": 0, "product": 1}, names_per_call=2)
+                      generated={"business": 1, "event": 0, "product": 1}, names_per_call=2,
+                      place_groups={p: ("low", "middle", "high")[k % 3] for k, p in enumerate(PLACES)})
     kwargs: dict[str, Any] = dict(tasks=["precisewikiqa", "longwiki", "nonexistent"], cfg=cfg, trials=2,
                                   prompts=Prompts(), pages=str(FIX / "pages.jsonl"),
                                   taxonomy=str(FIX / "taxonomy.csv"), medicines=str(FIX / "medicines.csv"))
@@ -208,3 +209,20 @@ def test_build_and_evaluate_through_an_endpoint(server: FakeOpenAI, tmp_path: Pa
                                    "openai:target", "--task-judge", "longwiky=judge_lw"])
     assert "not TASK=MODEL with a known task" in str(bad.exception)  # one HaldetError (exit 2 via the entry point)
     assert "Fig. 4: PreciseWikiQA per h-score decile" in (out / "report.html").read_text()
+    # Fig. 9: the business name's place carries its frequency group into the false acceptance per group
+    (business,) = [it for it in nonexistent if it.domain == "business"]
+    group = business.meta["place_group"]
+    by_group = saved["models"]["openai:target"]["nonexistent"]["by_place_group"]
+    assert group in ("low", "middle", "high") and by_group[group]["n"] == 1 and by_group[group]["far"]["mean"] == 1.0
+    assert "Fig. 9: GeneratedEntities false acceptance" in (out / "table.md").read_text()
+    assert "Fig. 9: GeneratedEntities false acceptance" in (out / "report.html").read_text()
+    # Kendall's tau needs 3 models: three endpoint models that answer alike tie on every metric, so each tau is
+    # undefined and says why, in results.json, table.md and report.html (all written; answers and judge cached)
+    three = evaluate(set_dir, tmp_path / "eval3", targets=[Target(f"openai:target{k}", base_url=srv.base_url)
+                                                           for k in (1, 2, 3)],
+                     judge=llm(srv, "judge", out / "judge_cache.jsonl"), prompts=Prompts(), limit=6,
+                     tasks=["precisewikiqa", "nonexistent"])
+    assert three["kendall"] and all(r["n_models"] == 3 and r["tau"] is None and r["note"].startswith(
+        "undefined: every model has the same") for r in three["kendall"])
+    assert "Kendall's tau" in (tmp_path / "eval3" / "table.md").read_text()
+    assert "<td>n/a</td><td>n/a</td><td>3</td>" in (tmp_path / "eval3" / "report.html").read_text()

@@ -106,6 +106,24 @@ def test_rates_per_decile_and_place_group_and_kendall_tau() -> None:
     assert "<td>9</td><td>4</td><td>0.00 ± 0.00</td><td>100.00 ± 0.00</td>" in html
 
 
+def test_kendall_tau_of_a_metric_every_model_ties_is_undefined_with_the_reason() -> None:
+    """Three models with the same MixedEntities FAR: tau-b has no value, so the row says why (no number), and
+    table.md and report.html show it as n/a (report.html used to stop on formatting the missing value)."""
+    from haldet.suites.hallulens.evaluate import breakdown_markdown
+    from haldet.suites.hallulens.rates import kendall_between_tasks
+    from haldet.suites.hallulens.report import html_report
+
+    means = {m: {("nonexistent", "mixed"): 0.5, ("nonexistent", "generated"): g}
+             for m, g in (("m1", 0.1), ("m2", 0.2), ("m3", 0.3))}
+    (row,) = kendall_between_tasks(means)
+    assert row["tau"] is None and row["p"] is None
+    assert row["note"] == "undefined: every model has the same nonexistent/mixed = 0.5"
+    md = breakdown_markdown({"models": {}, "kendall": [row]})
+    assert "| nonexistent/mixed | nonexistent/generated | n/a | n/a | 3 | undefined: every model" in md
+    html = html_report({"models": {}, "kendall": [row]}, ["model"], [["m1"]])
+    assert "<td>n/a</td><td>n/a</td><td>3</td><td>undefined: every model has the same" in html
+
+
 def test_places_are_grouped_in_thirds_of_frequency(tmp_path: Path) -> None:
     from haldet.suites.hallulens.sources import load_places
 
@@ -197,3 +215,55 @@ def test_generated_entities_combining_step_with_three_generators() -> None:
     assert items[0].meta["place_group"] == "middle"
     assert report.dropped == {"name exists (existence check)": 1}
     assert any(n.startswith("existence check: offline") for n in report.notes)
+
+
+def test_build_reads_the_itis_download_and_combines_three_generators(tmp_path: Path) -> None:
+    """`haldet hallulens build --taxonomy FOLDER --places FILE` with three endpoint generators (the mock), end to
+    end: the ITIS tables as downloaded (the fixture plus a second genus of Felidae, Felis catus, so that Felidae has
+    sibling genera) give MixedEntities names that can only be Felis leo, Felis tigris or Panthera catus, and the
+    domains whose families hold one genus say so; the GeneratedEntities business name comes from the combining step
+    (two models brainstorm, the third blends their lists), carries its place's frequency group, and the build report
+    says the existence check was offline."""
+    import json as _json
+
+    from typer.testing import CliRunner
+
+    from haldet.cli import app
+    from haldet.suites.hallulens.sets import read_items
+    from mock_openai import FakeOpenAI
+
+    itis = tmp_path / "itis"
+    shutil.copytree(ITIS, itis)
+    with (itis / "hierarchy").open("a", encoding="latin-1") as f:
+        f.write("202423-914154-179913-180539-180578-180600|180600|180578|5|1\n"
+                "202423-914154-179913-180539-180578-180600-183798|183798|180600|6|0\n")
+    with (itis / "longnames").open("a", encoding="latin-1") as f:
+        f.write("180600|Felis\n183798|Felis catus\n")
+    places = tmp_path / "places.csv"
+    places.write_text("place,group\nLisbon,middle\n")
+
+    def names(arg: str, body: dict, j: int) -> str:
+        text = body["messages"][-1]["content"]
+        blended = "First list:" in text
+        return _json.dumps({"names": [f"Quorvex {'Blend' if blended else body['model']}{k}" for k in range(2)]})
+
+    with FakeOpenAI(content=names, key_of=lambda body: "all", default="ok:-") as srv:
+        result = CliRunner().invoke(app, [
+            "hallulens", "build", "--out", str(tmp_path / "set"), "--task", "nonexistent", "--taxonomy", str(itis),
+            "--places", str(places), "--generator-backend", "openai", "--generator-base-url", srv.base_url,
+            "--generator-model", "gen_a", "--generator-model", "gen_b", "--generator-model", "gen_c",
+            "--trials", "1", "--mixed-per-domain", "2", "--generated", "1,0,0", "--retries", "0"])
+        asked = [b["model"] for b in srv.requests]
+    assert result.exit_code == 0, result.output
+    assert sorted(asked) == ["gen_a", "gen_b", "gen_c"]  # two brainstorms, one combining call
+    items = read_items(tmp_path / "set" / "seed-42" / "nonexistent.jsonl")
+    animals = [it for it in items if it.domain == "animal"]
+    assert len(animals) == 2 and {it.name for it in animals} <= {"Felis leo", "Felis tigris", "Panthera catus"}
+    (business,) = [it for it in items if it.domain == "business"]
+    assert business.name.startswith("Quorvex Blend") and business.generator == "openai:gen_c"
+    assert business.meta["brainstormed_by"] == ["openai:gen_a", "openai:gen_b"]
+    assert business.meta["place_group"] == "middle"
+    assert {it.domain for it in items} == {"animal", "business"}
+    report = json.loads((tmp_path / "set" / "build.json").read_text())["reports"]["seed-42/nonexistent"]
+    assert any("plant: 0 of 2 names (taxonomy too small)" in n for n in report["notes"])
+    assert any(n.startswith("existence check: offline") for n in report["notes"])

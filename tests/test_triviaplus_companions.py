@@ -148,3 +148,58 @@ def test_hallucination_rate_tables_carry_wilson_intervals_and_reach_the_report()
                "stratum": r["stratum"]} for r in rows for m in ("rate", "ci_low", "ci_high")]
     text = suite_markdown(get_suite("triviaplus"), report)
     assert "Table 10" in text and "| COVID | 0.144 | 0.095 | 0.212 | 139 |" in text
+
+
+def test_companions_sft_and_another_models_samples_through_one_suite_run(tmp_path: Path, tiny_smol_llama: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """`haldet run --suite triviaplus` on TRIVIA+, RAGTruth-QA and Dolly (NC) from their release files, with `sft`
+    (LoRA on a tiny random Llama carrying SmolLM2's tokenizer and chat template) and `selfcheck_bertscore` whose
+    samples come from another model (`sample.model`: an endpoint, the mock): every dataset gets its Table 4 and
+    Tables 8-10 in suite_tables.md and report.html; the RAGTruth test part is its release's test split; SFT is fitted
+    on TRIVIA+'s training answers and scores every test answer, and declines the companions' fewer than 10 training
+    answers with that reason; the samples are the endpoint's, and the model that drew them keys the scores."""
+    from typer.testing import CliRunner
+
+    from haldet.cli import app
+    from mock_openai import FakeOpenAI, text_content
+
+    monkeypatch.setenv("OPENAI_API_KEY", "test")
+    out, cfg = tmp_path / "run", tmp_path / "cfg.yaml"
+    with FakeOpenAI(content=text_content, default="ok:The answer is in the passage.|It is not known.") as srv:
+        cfg.write_text(f"detector_params: {{sft: {{model: {tiny_smol_llama}, epochs: 1, max_length: 48}}, "
+                       "selfcheck_bertscore: {model: minilm}}\n"
+                       f"sample: {{model: 'openai:sampler', base_url: '{srv.base_url}', k: 2, max_new_tokens: 8}}\n"
+                       "evaluation: {bootstrap: 20}\n")
+        result = CliRunner().invoke(app, [
+            "run", "--suite", "triviaplus", "--data-dir", str(DATA), "--dataset", "triviaplus,ragtruth_qa,dolly_nc",
+            "--model", str(tiny_smol_llama), "--detector", "perplexity,sft,selfcheck_bertscore", "--config",
+            str(cfg), "--min-per-class", "0", "--out", str(out)])
+        asked = {b["model"] for b in srv.requests}
+    assert result.exit_code == 0, result.output[-3000:]
+    assert asked == {"sampler"}
+    rows = json.loads((out / "results.json").read_text())
+    md, html = (out / "suite_tables.md").read_text(), (out / "report.html").read_text()
+    for dataset in ("triviaplus", "ragtruth_qa", "dolly_nc"):
+        assert {r.get("table") for r in rows if r["dataset"] == dataset} >= {None, "Table 8", "Table 9", "Table 10"}
+        for title in ("Table 4 (clean test labels", "Table 10 (hallucination rate by generator"):
+            assert f"{title}" in md and f": {dataset} | " in md and title in html
+    ragtruth, _ = get_adapter("ragtruth_qa", DATA, None).load(limit=None)
+    (main,) = [r for r in rows if r["dataset"] == "ragtruth_qa" and r["detector"] == "perplexity"
+               and r.get("table") is None and r["metric"] == "auroc"]
+    assert main["n"] == sum(i.meta["release_split"] == "test" for i in ragtruth) > 0
+    cells = {c["dataset"]: c for c in json.loads((out / "manifest.json").read_text())["cells"]}
+    cell_dir = {d: next((out / d).iterdir()) for d in cells}
+    sft = [json.loads(line) for line in (cell_dir["triviaplus"] / "scores" / "sft@response@clean.jsonl").open()]
+    tp_items, _ = get_adapter("triviaplus", DATA / "triviaplus" / "triviaplus_fixture.parquet").load(limit=None)
+    assert {s["id"] for s in sft} == {i.id for i in tp_items if i.split != "train"}
+    assert all(s["values"][0] is not None and not s["reasons"][0] for s in sft)
+    (det,) = [d for d in cells["triviaplus"]["detectors"] if d["name"] == "sft"]
+    assert det["identity"]["models"]["model"]["used"] == str(tiny_smol_llama) and det["fit_s"] > 0
+    for dataset in ("ragtruth_qa", "dolly_nc"):
+        declined = [json.loads(line) for line in (cell_dir[dataset] / "scores" / "sft@response@clean.jsonl").open()]
+        assert declined and all("valid training items (need at least 10)" in s["reasons"][0] for s in declined)
+    samples = [json.loads(line) for line in (cell_dir["dolly_nc"] / "sample.jsonl").open()]
+    assert samples and all(s["sample_model"] == "openai:sampler" and sorted(s["samples"]) ==
+                           ["It is not known.", "The answer is in the passage."] for s in samples)
+    (sc,) = [d for d in cells["dolly_nc"]["detectors"] if d["name"] == "selfcheck_bertscore"]
+    assert sc["identity"]["samples_model"] == "openai:sampler"

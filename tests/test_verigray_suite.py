@@ -44,11 +44,29 @@ def reply_of(arg: str, body: dict[str, Any], j: int) -> str:
     return text_content(arg, body, j)
 
 
+def tiny_checker(path: Path) -> Path:
+    """A MiniCheck-style 2-way sequence classifier (randomly initialised, MiniLM's tokenizer) saved as a local
+    checkpoint: `minicheck` loads it by path like a hub checkpoint."""
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
+
+    from haldet.util.assets import resolve_embedding
+
+    tok = AutoTokenizer.from_pretrained(resolve_embedding("minilm"))
+    torch.manual_seed(5)
+    BertForSequenceClassification(BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=1,
+                                             num_attention_heads=2, intermediate_size=64, num_labels=2)
+                                  ).save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
 @pytest.fixture(scope="module")
 def suite_run(tmp_path_factory: pytest.TempPathFactory) -> Any:
     import haldet as pipeline
 
     items, _ = get_adapter("verigray", FIX).load()
+    checker = tiny_checker(tmp_path_factory.mktemp("tiny-minicheck"))
     with FakeOpenAI(content=reply_of, key_of=sentence_of, default="ok:no idea") as srv:
         for inst in items:
             for unit in inst.units:
@@ -58,7 +76,8 @@ def suite_run(tmp_path_factory: pytest.TempPathFactory) -> Any:
         out = tmp_path_factory.mktemp("verigray")
         config = load_config(None, base=get_suite("verigray").config_base(), data_dir=str(FIX),
                              detectors=["likelihood", "llmcheck_hidden", "llmcheck_attention", "verigray_llm", "lynx",
-                                        "anah_v2"],
+                                        "anah_v2", "minicheck"],
+                             detector_params={"minicheck": {"checker": str(checker)}},
                              verdict__model="fake-7way", verdict__base_url=srv.base_url, verdict__retries=0,
                              evaluation__split=(0.34, 0.33, 0.33), evaluation__bootstrap=50)
         rows, cells = pipeline.run(config, out)
@@ -79,11 +98,28 @@ def test_suite_runs_with_document_grouped_split(suite_run) -> None:
     doc = {i.id: i.meta["document_id"] for i in items}
     assert [len({doc[i] for i in split[p]}) for p in ("train", "val", "test")] == [2, 2, 2]
     assert {r["detector"] for r in rows} == {"likelihood", "llmcheck_hidden", "llmcheck_attention", "verigray_llm",
-                                             "lynx", "anah_v2", "(data)"}
+                                             "lynx", "anah_v2", "minicheck", "(data)"}
     from haldet.suites.report import suite_markdown
 
-    table = suite_markdown(get_suite("verigray"), rows)
+    table = suite_markdown(get_suite("verigray"), rows)  # suite_tables.md of a run
     assert "Table 4: verigray | smollm2-135m (sentence level)" in table and "| BAcc | Rec | Prec | F1 |" in table
+    for name in ("minicheck", "lynx", "anah_v2"):  # the fine-tuned verifiers' Table 4 rows
+        assert re.search(rf"^\| {name} \| [0-9.]+ \|", table, re.M), name
+    for fig in ("Fig. 2 (class share", "Fig. 3 (transition", "Fig. 6 (transition"):
+        assert fig in table
+
+
+def test_minicheck_scores_every_test_sentence_with_the_named_checker(suite_run) -> None:
+    """MiniCheck through the whole suite run on a local checkpoint: every protocol-1 test sentence scored (the
+    same sentences as the white-box rows), its verdict at P(supported) < 0.5 needs no fitted threshold, and the
+    checker that made the numbers is the one named."""
+    _, rows, cells, _, _ = suite_run
+    (mc,) = [r for r in rows if r["detector"] == "minicheck" and r["metric"] == "bacc"]
+    (ref,) = [r for r in rows if r["detector"] == "likelihood" and r["metric"] == "bacc"]
+    assert mc["coverage"] == 1.0 and mc["n"] == ref["n"] > 0 and not mc["note"].startswith("threshold ")
+    (det,) = [d for d in cells[0].detectors if d.name == "minicheck"]
+    checker = det.meta["checker"]
+    assert checker["loaded"] == checker["requested"] and checker["requested"].endswith("tiny-minicheck0")
 
 
 def test_classifier_rows_match_its_known_answers(suite_run) -> None:
@@ -129,6 +165,9 @@ def test_html_report_has_table4_and_selective_risk_curve(suite_run) -> None:
     assert "Selective risk vs coverage" in section and "<polyline" in section
     assert "Per-class F1 of the 7-way classifiers" in section and "Balanced accuracy by generator" in section
     assert "Fig. 3 (transition probabilities" in section and "Data analyses" in section
+    assert "Fig. 2 (class share per generator" in section and "Fig. 6 (transition probabilities" in section
+    for name in ("minicheck", "lynx", "anah_v2"):
+        assert f"<td>{name}</td>" in section or f">{name}<" in section, name
 
 
 def test_prompted_verifiers_read_their_replies_through_the_endpoint(suite_run) -> None:

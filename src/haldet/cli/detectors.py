@@ -11,17 +11,19 @@ from haldet.cli.console import origin_column, print_json, print_table
 app = typer.Typer(help="List registered detectors.")
 
 
+def needs(cls: Any) -> list[str]:
+    """What a detector needs beside the run's model: its auxiliary models (kind and default) and verdict prompt."""
+    models = [f"{kind} ({param}={cls.defaults.get(param, '')})" if cls.defaults.get(param) else kind
+              for param, kind in getattr(cls, "auxiliary", {}).items()]
+    ask = getattr(cls, "ask", None)
+    return models + ([f"verdict prompt {ask.name}"] if ask is not None and hasattr(ask, "name") else [])
+
+
 @app.command("list")
 def detectors_list(as_json: Annotated[bool, typer.Option("--json", help="A JSON list of objects.")] = False) -> None:
     """Every registered detector: family, required signals, the levels it scores, the models it needs beside the
     run's (auxiliary models, verdict prompts), whether it trains, named variants."""
     from haldet.detectors.base import DETECTORS
-
-    def needs(cls: Any) -> list[str]:
-        models = [f"{kind} ({param}={cls.defaults.get(param, '')})" if cls.defaults.get(param) else kind
-                  for param, kind in getattr(cls, "auxiliary", {}).items()]
-        ask = getattr(cls, "ask", None)
-        return models + ([f"verdict prompt {ask.name}"] if ask is not None and hasattr(ask, "name") else [])
 
     infos: list[dict[str, Any]] = [
         {"name": name, "family": str(cls.family()), "requires": sorted(s.value for s in cls.requires),

@@ -231,7 +231,7 @@ def evaluate(
         out_console.print(table)
     if not judge_model and not task_judges:
         console.print("no --judge-model: only rule judges decided; undecided items are listed as failed")
-    console.print(f"results: {out / 'results.json'}, {out / 'table.md'}")
+    console.print(f"results: {out / 'results.json'}, {out / 'table.md'}, {out / 'report.html'}")
     failures = [f"{model_name} {task_name}: {failed} item(s) not judged (<model>/seed-*/{task_name}.failed.jsonl; "
                 "a rerun retries them)"
                 for model_name, per_task in results["models"].items() for task_name, res in per_task.items()

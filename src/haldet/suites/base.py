@@ -59,10 +59,13 @@ class Suite:
     protocol: ClassVar[str] = "provided"          # "provided" | "generate"
     levels: ClassVar[tuple[str, ...]] = ("response",)
     detectors: ClassVar[tuple[str, ...]] = ()
-    optional: ClassVar[tuple[str, ...]] = ()      # the paper's detectors that need a model beside the run's
+    optional: ClassVar[tuple[str, ...]] = ()      # the paper's detectors run only when named (--detector):
+                                                  # a model beside the run's, or a costly pass of their own
     metrics: ClassVar[tuple[str, ...]] = UNIT_METRICS
     tables: ClassVar[tuple[TableLayout, ...]] = ()
     splits: ClassVar[str] = "grouped"             # "grouped" | "given" | "none" (every item a test item)
+    outputs: ClassVar[tuple[tuple[str, str], ...]] = ()  # (title, what writes it) of tables a command of the
+                                                         # suite's own writes, not a run
     settings: ClassVar[dict[str, Any]] = {}       # RunConfig defaults (e.g. {"limit": None, "tokens": {...}})
 
     def __init__(self) -> None:
@@ -141,7 +144,8 @@ class Suite:
         return {"name": cls.name, "title": cls.title, "paper": cls.paper, "datasets": list(cls.datasets),
                 "protocol": cls.protocol, "levels": list(cls.levels), "detectors": list(cls.detectors),
                 "optional_detectors": list(cls.optional), "tables": [t.title for t in cls.tables],
-                "splits": cls.splits, "description": cls.description}
+                "other_outputs": [{"table": t, "written_by": w} for t, w in cls.outputs],
+                "splits": cls.splits, "params": dict(cls.params), "description": cls.description}
 
 
 SUITES: Registry[type[Suite]] = Registry("suite", "haldet.suites", in_suites=True)

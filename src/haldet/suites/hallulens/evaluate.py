@@ -34,6 +34,7 @@ from haldet.suites.hallulens.rates import (
     far_by_place_group,
     far_rates,
     kendall_between_tasks,
+    kendall_cells,
     longwiki_rates,
     mean_sd,
     qa_rates,
@@ -335,7 +336,7 @@ def breakdown_markdown(results: dict[str, Any]) -> str:
                      + "\n".join(f"| {m} | {g} | {v['n']} | {_cell(v['far'])} |" for m, g, v in places))
     if results.get("kendall"):
         parts.append("\n\n### Kendall's tau between the models' rankings on two tasks\n\n"
-                     "| metric A | metric B | tau | p | models |\n|---|---|---|---|---|\n"
-                     + "\n".join(f"| {r['a']} | {r['b']} | {r['tau']:.3f} | {r['p']:.3g} | {r['n_models']} |"
-                                 for r in results["kendall"]))
+                     "| metric A | metric B | tau | p | models | note |\n|---|---|---|---|---|---|\n"
+                     + "\n".join("| " + " | ".join([r["a"], r["b"], *kendall_cells(r)[:2], str(r["n_models"]),
+                                                     kendall_cells(r)[2]]) + " |" for r in results["kendall"]))
     return "".join(parts)

@@ -173,6 +173,20 @@ def kendall_between_tasks(means: dict[str, dict[tuple[str, str], float]]) -> lis
                 continue
             res = kendalltau([means[m][a] for m in models], [means[m][b] for m in models])
             tau, p = float(res.statistic), float(res.pvalue)
-            out.append({"a": "/".join(a), "b": "/".join(b), "tau": tau, "p": p, "n_models": len(models),
-                        "models": models})
+            row: dict[str, Any] = {"a": "/".join(a), "b": "/".join(b), "tau": tau, "p": p, "n_models": len(models),
+                                   "models": models}
+            if math.isnan(tau):  # tau-b has no value when one metric ties every model: say so, never a number
+                tied = [f"{'/'.join(k)} = {means[models[0]][k]:.4g}" for k in (a, b)
+                        if len({means[m][k] for m in models}) == 1]
+                row.update(tau=None, p=None, note="undefined: every model has the same "
+                           + (" and ".join(tied) if tied else "ranks (all tied)"))
+            out.append(row)
     return out
+
+
+def kendall_cells(row: dict[str, Any]) -> tuple[str, str, str]:
+    """The tau, p and note cells of one Kendall row in table.md and report.html ("n/a" and the reason when
+    undefined)."""
+    if row.get("tau") is None:
+        return "n/a", "n/a", str(row.get("note", ""))
+    return f"{row['tau']:.3f}", f"{row['p']:.3g}", str(row.get("note", ""))

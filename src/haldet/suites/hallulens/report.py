@@ -10,6 +10,7 @@ from html import escape
 from typing import Any
 
 from haldet.report.svg import Series, line_plot
+from haldet.suites.hallulens.rates import kendall_cells
 
 
 def _table(header: Sequence[str], body: Sequence[Sequence[str]]) -> str:
@@ -52,7 +53,7 @@ def html_report(results: dict[str, Any], header: Sequence[str], rows: Sequence[S
                   _table(["model", "place group", "items", "FAR"], places)]
     if results.get("kendall"):
         parts += ["<h2>Kendall's tau between the models' rankings on two tasks</h2>",
-                  _table(["metric A", "metric B", "tau", "p", "models"],
-                         [[r["a"], r["b"], f"{r['tau']:.3f}", f"{r['p']:.3g}", str(r["n_models"])]
+                  _table(["metric A", "metric B", "tau", "p", "models", "note"],
+                         [[r["a"], r["b"], *kendall_cells(r)[:2], str(r["n_models"]), kendall_cells(r)[2]]
                           for r in results["kendall"]])]
     return "\n".join([*parts, "</body></html>"])

@@ -12,6 +12,11 @@ from __future__ import annotations
 from haldet.suites.base import Suite, TableLayout, register
 
 METRICS = ("auroc", "aupr", "f1_opt", "precision_opt", "recall_opt")
+RATES = ("Table 2 (false refusal, hallucination and correct rates; false acceptance rate; mean ± sd over trials)",
+         "Fig. 4 (PreciseWikiQA rates per h-score decile)",
+         "Fig. 9 (GeneratedEntities false acceptance per place-frequency group; sets built with --places)",
+         "Kendall's tau-b between the models' rankings on two tasks (3 or more models)")
+OUTPUTS = tuple((t, "`haldet hallulens evaluate`: OUT/table.md, OUT/report.html") for t in RATES)
 
 
 @register("hallulens")
@@ -25,6 +30,7 @@ class HalluLensSuite(Suite):
     levels = ("response",)
     detectors = ("perplexity", "likelihood", "entropy")
     tables = (TableLayout("Response level", metrics=METRICS),)
+    outputs = OUTPUTS
 
 
 @register("hallulens_longwiki")
@@ -39,3 +45,4 @@ class HalluLensLongWikiSuite(Suite):
     detectors = ("likelihood", "entropy")
     tables = (TableLayout("Response level", metrics=METRICS, level="response"),
               TableLayout("Claim level", metrics=METRICS, level="claim"))
+    outputs = OUTPUTS
