@@ -77,7 +77,8 @@ class TriviaPlusSuite(Suite):
     protocol = "provided"
     levels = ("response",)
     detectors = ("llm_judge", "llm_judge_fs", "selfcheck_bertscore", "perplexity", "saplma")
-    optional = ("sft", "redeep")  # a LoRA-tuned classifier model; an every-layer attention pass
+    # a prompt-optimisation loop, a LoRA-tuned classifier model, an every-layer attention pass: named to run
+    optional = ("llm_judge_po", "sft", "redeep")
     splits = "given"
     metrics = ("auroc", "aupr", "f1_opt", "precision_opt", "recall_opt", "accuracy_opt", "threshold")
     tables = (
