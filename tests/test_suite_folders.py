@@ -57,7 +57,7 @@ def test_suites_show_names_each_detector_its_levels_needs_and_every_table() -> N
     assert shown.exit_code == 0, shown.output
     info = json.loads(shown.output)
     details = {d["name"]: d for d in info["detector_details"]}
-    assert info["optional_detectors"] == ["sft", "redeep"] and details["sft"]["runs"] == "--detector"
+    assert info["optional_detectors"] == ["llm_judge_po", "sft", "redeep"] and details["sft"]["runs"] == "--detector"
     assert details["sft"]["needs"] == ["causal_lm (model=smollm2-135m)"] and details["sft"]["trains"]
     assert details["redeep"]["suite_levels"] == ["response"] and details["redeep"]["family"] == "white"
     assert details["perplexity"]["runs"] == "default"
