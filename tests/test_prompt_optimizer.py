@@ -96,6 +96,14 @@ def test_the_loop_keeps_only_a_rewrite_better_on_validation_and_stops_when_nothi
     assert outcome.trials[-1].note.startswith("no training item judged wrong") and len(outcome.trials) == 3
 
 
+def test_no_answer_from_the_optimiser_is_not_an_optimisation() -> None:
+    outcome, _ = _loop(0, [None, None, None])
+    assert outcome.unreached and outcome.instructions == "Judge faithfulness."
+    assert outcome.note.startswith("no rewrite beat the starting instructions")
+    outcome, _ = _loop(0, [None, f"<INSTRUCTIONS>{RULE}</INSTRUCTIONS>"])
+    assert not outcome.unreached and outcome.note == "" and outcome.instructions == RULE
+
+
 def test_the_loop_is_seeded() -> None:
     shown = {seed: [t.mistakes_shown for t in _loop(seed, [None, None, None])[0].trials] for seed in (0, 0, 1, 2, 3)}
     assert _loop(0, [None] * 3)[0].trials[1].mistakes_shown == shown[0][1]
@@ -182,6 +190,19 @@ def test_optimised_judge_through_the_stage(tmp_path: Path) -> None:
         trained = {**labels, "d/x/00": 0}
         stage3 = VerdictStage(_ctx(tmp_path / "c", srv, trained))
         assert stage3._optimization_key(stage3.asks[-1], items) != stage2._optimization_key(stage2.asks[-1], items)
+
+
+def test_an_unreachable_optimiser_is_an_error_naming_it(tmp_path: Path) -> None:
+    items = _items()
+    labels = {it.id: int(i % 2 == 0) for i, it in enumerate(items)}
+    with FakeOpenAI(content=_po_content, key_of=_answer, default="ok:x") as srv:
+        srv.plans[""] = ["500"]  # the optimiser's requests carry no <ANSWER>: every one fails
+        ctx = _ctx(tmp_path, srv, labels, optimizer_model="rewriter-y", optimizer_base_url=srv.base_url)
+        with pytest.raises(HaldetError, match="prompt optimiser rewriter-y gave no answer") as err:
+            VerdictStage(ctx).ensure(items)
+        assert srv.base_url in str(err.value.where)
+        assert not (tmp_path / "d" / "m" / OPTIMIZED_FILE).exists()  # nothing stored: asked again next time
+        assert any(b["model"] == "rewriter-y" for b in srv.requests)
 
 
 def test_optimised_judge_needs_training_and_validation_items(tmp_path: Path) -> None:

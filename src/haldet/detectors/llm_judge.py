@@ -139,6 +139,8 @@ class OptimizedLLMJudge(LLMJudgeDetector):
         outcome = self.optimized(items)
         if outcome is not None:
             self.meta["optimized_prompt"] = outcome["instructions"]
+            if outcome.get("note"):  # shown in the result rows' note column
+                self.meta["note"] = outcome["note"]
             self.meta["prompt_optimization"] = {k: outcome.get(k) for k in (
                 "objective", "val_score", "optimizer", "judge", "n_train", "n_val", "trials")}
         return out

@@ -32,6 +32,7 @@ from haldet.schema import Instance
 OBJECTIVES = ("balanced_accuracy", "accuracy", "f1")
 CONTEXT_CHARS = 1500  # document characters an optimiser sees per mistake (the start; the judge saw all of it)
 REPLY_CHARS = 600     # characters of the judge's reasoning shown per mistake (its end, where the verdict is)
+CALL_FAILED = "the optimiser call failed after its retries"
 TEMPLATES = ("po_optimizer_system", "po_optimizer_user")
 
 
@@ -154,9 +155,23 @@ class Outcome:
     objective: str
     trials: list[Trial]
 
+    @property
+    def unreached(self) -> bool:
+        """Every round that asked the optimiser got no answer: nothing was learned, and saying the starting prompt
+        was optimised would be false."""
+        asked = [t for t in self.trials[1:] if t.mistakes_shown]
+        return bool(asked) and all(t.note == CALL_FAILED for t in asked)
+
+    @property
+    def note(self) -> str:
+        """Said beside the numbers when no rewrite won: the judge ran with the starting (few-shot) instructions."""
+        if self.trials and self.trials[0].instructions == self.instructions:
+            return "no rewrite beat the starting instructions on validation: the few-shot prompt was used as is"
+        return ""
+
     def record(self) -> dict[str, Any]:
         return {"instructions": self.instructions, "val_score": self.val_score, "objective": self.objective,
-                "trials": [asdict(t) for t in self.trials]}
+                "note": self.note, "trials": [asdict(t) for t in self.trials]}
 
 
 def optimize_instructions(initial: str, *, judge: Judge, rewrite: Rewrite, mistake: Callable[[str, str], Mistake],
@@ -192,7 +207,7 @@ def optimize_instructions(initial: str, *, judge: Judge, rewrite: Rewrite, mista
                                            [mistake(i, verdicts[i][1]) for i in shown], texts))
         progress(1)
         if reply is None:
-            trial.note = "the optimiser call failed after its retries"
+            trial.note = CALL_FAILED
             continue
         candidate, why = parse_instructions(reply)
         if candidate is None:

@@ -320,7 +320,14 @@ class VerdictStage(Stage):
                                     f"{self.ctx.model}]", opt.rounds)
         outcome = optimize_instructions(initial, judge=judge, rewrite=rewrite, mistake=mistake, train=train,
                                         val=val, settings=opt, seed=ask.seed, texts=texts, progress=advance)
-        record = {**outcome.record(), "optimizer": opt.model or self.judge_name(), "judge": self.judge_name(),
+        optimizer = opt.model or self.judge_name()
+        if outcome.unreached:  # nothing stored: the next run asks again
+            raise HaldetError(f"the prompt optimiser {optimizer} gave no answer in any round of {ask.name}",
+                              where=(f"detector_params.llm_judge_po.optimizer_model ({opt.base_url})" if opt.model
+                                     else f"the judge ({self.judge_name()})"),
+                              hint="start the endpoint or correct optimizer_base_url (it usually ends in /v1); the "
+                                   "verdicts asked so far are kept")
+        record = {**outcome.record(), "optimizer": optimizer, "judge": self.judge_name(),
                   "n_train": len(train), "n_val": len(val), "key": key}
         with self.ctx.store.lock(self.name):
             self.ctx.store.write_json(OPTIMIZED_FILE, {**(self.ctx.store.read_json(OPTIMIZED_FILE) or {}),
