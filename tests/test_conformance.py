@@ -43,12 +43,9 @@ def small_models(tmp_path_factory) -> dict[str, str]:
                         label2id={"ENTAILMENT": 0, "NEUTRAL": 1, "CONTRADICTION": 2})
     BertForSequenceClassification(config).save_pretrained(path)
     tok.save_pretrained(path)
-    support = tmp_path_factory.mktemp("tiny-minicheck")  # a MiniCheck-style 2-way head (label 1 = supported)
-    BertForSequenceClassification(BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=1,
-                                             num_attention_heads=2, intermediate_size=64, num_labels=2)
-                                  ).save_pretrained(support)
-    tok.save_pretrained(support)
-    from tiny_llama import build_tiny_llama
+    from tiny_llama import build_tiny_checker, build_tiny_llama
+
+    support = build_tiny_checker(tmp_path_factory.mktemp("tiny-minicheck"))  # a 2-way head (label 1 = supported)
 
     llama = build_tiny_llama(tmp_path_factory.mktemp("tiny-llama"))
     return {"nli": str(path), "similarity": "minilm", "bertscore": "minilm", "support": str(support),

@@ -45,20 +45,10 @@ def reply_of(arg: str, body: dict[str, Any], j: int) -> str:
 
 
 def tiny_checker(path: Path) -> Path:
-    """A MiniCheck-style 2-way sequence classifier (randomly initialised, MiniLM's tokenizer) saved as a local
-    checkpoint: `minicheck` loads it by path like a hub checkpoint."""
-    import torch
-    from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
+    """A MiniCheck-style checkpoint `minicheck` loads by path (tests/tiny_llama.py)."""
+    from tiny_llama import build_tiny_checker
 
-    from haldet.util.assets import resolve_embedding
-
-    tok = AutoTokenizer.from_pretrained(resolve_embedding("minilm"))
-    torch.manual_seed(5)
-    BertForSequenceClassification(BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=1,
-                                             num_attention_heads=2, intermediate_size=64, num_labels=2)
-                                  ).save_pretrained(path)
-    tok.save_pretrained(path)
-    return path
+    return build_tiny_checker(path, seed=5)
 
 
 @pytest.fixture(scope="module")

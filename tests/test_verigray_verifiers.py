@@ -50,19 +50,9 @@ def test_chunks_cut_between_sentences() -> None:
 
 @pytest.fixture(scope="module")
 def tiny_checker(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    import torch
-    from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
+    from tiny_llama import build_tiny_checker
 
-    from haldet.util.assets import resolve_embedding
-
-    path = tmp_path_factory.mktemp("tiny-minicheck")
-    tok = AutoTokenizer.from_pretrained(resolve_embedding("minilm"))
-    torch.manual_seed(3)
-    BertForSequenceClassification(BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=1,
-                                             num_attention_heads=2, intermediate_size=64, num_labels=2)
-                                  ).save_pretrained(path)
-    tok.save_pretrained(path)
-    return path
+    return build_tiny_checker(tmp_path_factory.mktemp("tiny-minicheck"), seed=3)
 
 
 ID = "verigray/test/x"

@@ -1,5 +1,5 @@
-"""A tiny randomly initialised Llama with a word-level tokenizer, saved to a folder the hf backend loads: the real
-white-box code paths (attention, feed-forward, LoRA) on a model that runs in milliseconds."""
+"""Tiny randomly initialised models saved to folders the loaders read like hub checkpoints: Llamas for the real
+white-box code paths (attention, feed-forward, LoRA) and a MiniCheck-style classifier, each running in milliseconds."""
 
 from __future__ import annotations
 
@@ -47,4 +47,21 @@ def build_tiny_llama_with_embedded_tokenizer(path: Path, *, seed: int = 0, layer
                          bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
                          pad_token_id=tokenizer.pad_token_id, tie_word_embeddings=True)
     LlamaForCausalLM(config).save_pretrained(path)
+    return path
+
+
+def build_tiny_checker(path: Path, *, seed: int = 5) -> Path:
+    """A MiniCheck-style 2-way sequence classifier (randomly initialised, MiniLM's tokenizer) saved as a local
+    checkpoint: `minicheck` loads it by path like a hub checkpoint."""
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
+
+    from haldet.util.assets import resolve_embedding
+
+    tok = AutoTokenizer.from_pretrained(resolve_embedding("minilm"))
+    torch.manual_seed(seed)
+    BertForSequenceClassification(BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=1,
+                                             num_attention_heads=2, intermediate_size=64, num_labels=2)
+                                  ).save_pretrained(path)
+    tok.save_pretrained(path)
     return path
