@@ -219,7 +219,8 @@ def test_fs_and_po_judges_in_a_whole_triviaplus_run(tmp_path: Path, cli) -> None
     """`haldet run --suite triviaplus` with the three judges on the endpoint mock, whose judge is right on every
     answer under the optimiser's rule and says 'faithful' otherwise: the few-shot judge's verdicts reach its scores
     (they once never did), the optimised judge ranks the test answers perfectly, and its final prompt is in the
-    manifest, suite_tables.md, tables.md and report.html; the optimiser never saw a test answer."""
+    manifest, suite_tables.md, tables.md and report.html; the optimiser never saw a test answer. A verdict that failed
+    in the first run is asked in the second, and the scores follow (they once kept the first run's NaN)."""
     import json
 
     from haldet.datasets.base import get_adapter
@@ -236,6 +237,7 @@ def test_fs_and_po_judges_in_a_whole_triviaplus_run(tmp_path: Path, cli) -> None
         verdict = HALLUCINATION if RULE in system and truth.get(_answer(body)) else FAITHFUL
         return f"<RESPONSE>{verdict}</RESPONSE>"
 
+    failing = sorted(test_answers)[0]  # the first run's judge calls on this test answer all fail
     with FakeOpenAI(content=content, key_of=_answer, default="ok:x") as srv:
         cfg = tmp_path / "cfg.yaml"
         cfg.write_text(json.dumps({
@@ -244,10 +246,21 @@ def test_fs_and_po_judges_in_a_whole_triviaplus_run(tmp_path: Path, cli) -> None
             "detector_params": {"llm_judge_po": {"rounds": 2}},
             "suite_params": {"triviaplus": {"context_tokens": 64}}}))
         out = tmp_path / "run"
-        res = cli("run", "--suite", "triviaplus", "--dataset", "triviaplus", "--config", str(cfg), "--data-dir",
-                  str(fixture.parent.parent), "--out", str(out))
+        args = ("run", "--suite", "triviaplus", "--dataset", "triviaplus", "--config", str(cfg), "--data-dir",
+                str(fixture.parent.parent), "--out", str(out), "--allow-failures")
+        srv.plans[failing] = ["500"]
+        res = cli(*args)
         assert res.returncode == 0, res.stderr[-3000:]
+        first = {r["detector"]: r for r in json.loads((out / "results.json").read_text())
+                 if r.get("table") is None and r["metric"] == "auroc"}
+        srv.plans.pop(failing)  # the endpoint answers now: the second run asks only what failed, and re-scores
+        n = len(srv.requests)
+        res = cli(*args)
+        assert res.returncode == 0, res.stderr[-3000:]
+        assert len(srv.requests) - n == 3  # one verdict per judge for the answer that failed
         optimizer = [b for b in srv.requests if b["messages"][0]["content"].startswith("You improve")]
+    n_test = len(test_answers)
+    assert all(first[d]["coverage"] == pytest.approx((n_test - 1) / n_test) for d in first)
     rows = [r for r in json.loads((out / "results.json").read_text()) if r.get("table") is None]
     auroc = {r["detector"]: r for r in rows if r["metric"] == "auroc"}
     assert auroc["llm_judge_fs"]["coverage"] == 1.0  # its verdicts are read (all 'faithful': no AUROC to speak of)

@@ -27,7 +27,7 @@ from haldet.flow.scoring import DetectorRun, make_detector, score_detector
 from haldet.signals import Signal, SignalView
 from haldet.stages.base import CellContext, Item, OtherSampler, Progress
 from haldet.stages.generate import GenerateStage, attach_generations
-from haldet.stages.loader import EvidenceLoader, ensure_stages, evidence_key, needed_stages
+from haldet.stages.loader import EvidenceLoader, ensure_stages, evidence_gaps, evidence_key, needed_stages
 from haldet.store import RunStore
 from haldet.text.prompts import PromptBuilder, demo_pool_size, given_response_prompts, render_prompts
 
@@ -172,6 +172,7 @@ def run_cell(config: RunConfig, store: RunStore, dataset: str, model: str, progr
         ctx.split, ctx.labels = split, train  # few-shot verdict demonstrations come from these labels
         # only the evidence stages the selected detectors read, only for items lacking a current record
         stage_records = ensure_stages(ctx, evaluated, needed_stages(ctx.signals or ()))
+        gaps = evidence_gaps(ctx, evaluated, stage_records)
         if r == 0:
             stage_records[GenerateStage.name] = {i.id: gen_records[i.id] for i in evaluated}
             result.evidence = {name: stage_stats(name, recs, wall_seconds=ctx.timings.get(name),
@@ -182,7 +183,8 @@ def run_cell(config: RunConfig, store: RunStore, dataset: str, model: str, progr
                           generations=[i.generation for i in evaluated if i.generation is not None],
                           loader=EvidenceLoader(ctx, evaluated),
                           labels=np.array([train.get(i.id, -1) for i in evaluated]))
-        _score_all(CellScoring(protocol, ctx, evaluated, split, unscored, result, previous), view, (regime, train),
+        _score_all(CellScoring(protocol, ctx, evaluated, split, unscored, result, previous, gaps), view,
+                   (regime, train),
                    first_pass=r == 0)
     result.extra_rows = protocol.extra_rows(all_items, split, result.detectors)
     return _finish(result, ctx)
@@ -200,6 +202,7 @@ class CellScoring:
     unscored: dict[str, Any]
     result: CellResult
     previous: dict[str, Any]
+    gaps: dict[str, list[str]] = field(default_factory=dict)  # stage -> items it holds no full record for
 
 
 def _score_all(cs: CellScoring, view: SignalView, train_labels: tuple[str, dict[str, int]], *,
@@ -220,7 +223,7 @@ def _score_all(cs: CellScoring, view: SignalView, train_labels: tuple[str, dict[
                 continue
             try:
                 detector = make_detector(name, config)
-                ev_key = evidence_key(ctx, cs.items, needed_stages(detector.signals()))
+                ev_key = evidence_key(ctx, cs.items, needed_stages(detector.signals()), cs.gaps)
                 run = score_detector(name, level, protocol, ctx.store, view, cs.split, ev_key,
                                      progress=ctx.progress, train_labels=train_labels, detector=detector,
                                      unscored=cs.unscored)

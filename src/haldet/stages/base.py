@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextvars
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -156,6 +156,10 @@ class Stage:
         self.ctx.store.log(f"{self.name}.failed").append(
             [{"id": rec["id"], "key": keys[rec["id"]], "error": rec["failed"]} for rec in failed])
         self.ctx.counts.stage(self.name).add_failed(len(failed))
+
+    def incomplete(self, items: Sequence[Item], records: Mapping[str, Any]) -> set[str]:
+        """The items `records` (this stage's `ensure` result) holds no full record for."""
+        return {item.id for item in items if item.id not in records}
 
     def records(self, items: Sequence[Item]) -> dict[str, dict[str, Any]]:
         """The current-key record of each item that has one."""

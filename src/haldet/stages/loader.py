@@ -8,7 +8,7 @@ stored float16 and returned as float32; a missing or invalid value is None (dete
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -32,12 +32,24 @@ def ensure_stages(ctx: CellContext, items: Sequence[Item], stages: Iterable[str]
     return {name: stage_class(name)(ctx).ensure(items) for name in stages}
 
 
-def evidence_key(ctx: CellContext, items: Sequence[Item], stages: Iterable[str]) -> str:
-    """One hash over every item's key in every stage a detector reads: score caches follow any change."""
+def evidence_gaps(ctx: CellContext, items: Sequence[Item], records: Mapping[str, Mapping[str, Any]]
+                  ) -> dict[str, list[str]]:
+    """Per stage, the items it holds no full record for (a call that failed after its retries): part of the evidence
+    key, so scores computed while evidence was missing are not reused once a later run has it."""
+    gaps = {name: sorted(stage_class(name)(ctx).incomplete(items, recs)) for name, recs in records.items()}
+    return {name: ids for name, ids in gaps.items() if ids}
+
+
+def evidence_key(ctx: CellContext, items: Sequence[Item], stages: Iterable[str],
+                 gaps: Mapping[str, list[str]] | None = None) -> str:
+    """One hash over every item's key in every stage a detector reads, and the items any of them still lacks
+    (`evidence_gaps`): score caches follow any change. Without gaps the key is the keys' hash alone."""
     primary = providers()[PRIMARY].name
     names = [primary, *[s for s in stages if s != primary]]
     classes = [stage_class(n)(ctx) for n in names]
-    return digest(sorted((item.id, [stage.key(item) for stage in classes]) for item in items))
+    keys = sorted((item.id, [stage.key(item) for stage in classes]) for item in items)
+    missing = {name: (gaps or {})[name] for name in names if (gaps or {}).get(name)}
+    return digest([keys, missing]) if missing else digest(keys)
 
 
 class EvidenceLoader:

@@ -192,6 +192,11 @@ class VerdictStage(Stage):
                 out[item_id]["asks"][ask.name] = rec
         return out
 
+    def incomplete(self, items: Sequence[Item], records: Mapping[str, Any]) -> set[str]:
+        """Items lacking the verdict of any ask (every item has a record here, its asks filled as answered)."""
+        names = {ask.name for ask in self.asks}
+        return {item.id for item in items if names - set((records.get(item.id) or {}).get("asks") or {})}
+
     def _recall(self, ask: Ask, items: Sequence[Item]) -> bool:
         """Restore a learned ask's choices from the stored verdicts and outcomes (no model call); False when they
         cannot be known without asking (no split or labels yet, or the prompt not optimised yet)."""
