@@ -310,6 +310,8 @@ def test_cli_detectors_list_json() -> None:
     assert rows["minicheck"]["levels"] == ["response", "sentence", "claim", "span"]
     assert rows["minicheck"]["needs"] == ["support (checker=llm:bespokelabs/Bespoke-MiniCheck-7B)"]
     assert rows["lynx"]["needs"] == ["verdict prompt verigray_lynx"] and rows["likelihood"]["needs"] == []
+    # the judges build their ask from their parameters: the default one is named
+    assert rows["llm_judge_po"]["needs"] == ["verdict prompt faithfulness@3shot+po"]
     wide = CliRunner().invoke(app, ["detectors", "list"], terminal_width=60)
     assert "lexical_similarity" in wide.output
 

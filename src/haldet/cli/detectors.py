@@ -16,6 +16,8 @@ def needs(cls: Any) -> list[str]:
     models = [f"{kind} ({param}={cls.defaults.get(param, '')})" if cls.defaults.get(param) else kind
               for param, kind in getattr(cls, "auxiliary", {}).items()]
     ask = getattr(cls, "ask", None)
+    if isinstance(ask, property):  # built from the parameters (the LLM judges): the default instance's
+        ask = cls().ask
     return models + ([f"verdict prompt {ask.name}"] if ask is not None and hasattr(ask, "name") else [])
 
 
