@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 import haldet
 from haldet.evaluation.metrics import auroc
-from haldet.store import RunStore
+from haldet.store import KEYS, RUN_FORMAT, RunStore, ScoreLog
 from haldet.testing.synthetic_run import DATASET, MODEL, write_synthetic_run
 
 FLIP = {"hallucination": "correct", "correct": "hallucination"}
@@ -136,9 +136,34 @@ def real_run(tmp_path_factory):
 
 @pytest.mark.slow
 def test_every_reader_keeps_the_runs_labels_on_a_real_run(real_run, tmp_path, monkeypatch):
+    manifest = RunStore(real_run).read_manifest()
+    assert manifest["run_format"] == RUN_FORMAT
+    cell = manifest["cells"][0]
+    assert [d["log"] for d in cell["detectors"]] == ["scores/perplexity.jsonl"]
+    keys = json.loads((RunStore(real_run).cell(cell["dataset"], cell["model"]).root / KEYS).read_text())["annotate"]
+    split = json.loads((RunStore(real_run).cell(cell["dataset"], cell["model"]).root / "split.json").read_text())
+    assert set(split["test"]) <= set(keys)  # every evaluated item's label key is recorded
     (dataset, model, _), value = next(iter(auroc_rows(real_run).items()))
     before = haldet.load_scores(real_run, dataset, model)
     assert finite_auroc(before["label"].to_numpy(), before["perplexity"].to_numpy()) == pytest.approx(value)
     assert append_second_judge(real_run, dataset, model) > 0
     seen = check_every_reader(real_run, tmp_path, monkeypatch)
     print(f"perplexity AUROC: results.json {value:.3f}, load_scores with a second judge {seen['perplexity']:.3f}")
+
+
+@pytest.mark.parametrize(("log", "stem"), [(ScoreLog("perplexity"), "perplexity"),
+                                           (ScoreLog.of("perplexity", "sentence", "x", suite=False), "perplexity"),
+                                           (ScoreLog.of("ccp", "sentence", "", suite=True), "ccp@sentence"),
+                                           (ScoreLog.of("saplma", "response", "noisy", suite=True),
+                                            "saplma@response@noisy")])
+def test_score_log_names_are_built_and_parsed_by_one_type(log, stem):
+    """The names the protocols write are the names the readers parse back (the manifest records the path)."""
+    from haldet.config import RunConfig
+    from haldet.flow.protocol import Protocol
+
+    assert log.stem == stem and log.name == f"scores/{stem}" and log.path == f"scores/{stem}.jsonl"
+    assert ScoreLog.parse(log.path) == ScoreLog.parse(log.name) == ScoreLog.parse(stem) == \
+        (log if log.spelled else ScoreLog(log.detector))
+    assert log.calibrated == f"scores/{stem}.calibrated.json"
+    if not log.spelled:
+        assert Protocol(RunConfig()).score_log(log.detector, "response", "") == log.name

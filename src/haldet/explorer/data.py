@@ -26,7 +26,8 @@ import pyarrow.compute as pc
 
 from haldet.errors import HaldetError
 from haldet.evaluation.thresholds import best_f1_threshold
-from haldet.store import RunStore, ScoreLog, read_json
+from haldet.store import KEYS, RunStore, ScoreLog, read_json
+from haldet.store.names import SCORES
 from haldet.store.reader import CellReader, run_format
 from haldet.store.records import decode, read_table
 
@@ -99,8 +100,8 @@ class Cell:
 
     # ---- loading ----------------------------------------------------------------------------------------------
     def _files(self) -> list[Path]:
-        files = [self.root / "split.json", *(self.root / f"{s}.jsonl" for s in EVIDENCE_STAGES)]
-        scores = self.root / "scores"
+        files = [self.root / "split.json", self.root / KEYS, *(self.root / f"{s}.jsonl" for s in EVIDENCE_STAGES)]
+        scores = self.root / SCORES
         return files + (sorted([*scores.glob("*.jsonl"), *scores.glob("*.calibrated.json")]) if scores.is_dir()
                         else [])
 

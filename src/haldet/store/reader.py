@@ -102,20 +102,17 @@ class CellReader:
         return table.select(fields.names), offsets
 
     def _label_keys(self) -> dict[str, str] | None:
+        """The keys of the labels the run evaluated; None: every record counts (`format1_labels`)."""
         keys = self.used_keys(LABEL_STAGE)
-        if keys is None and self.run_format >= 2:
-            return {}  # not labelled by the judges (yet): a suite's labels ship with its data
-        return keys  # run_format 1: None, every record (the newest per item wins)
+        if keys is None and self.run_format < 2:
+            return format1_labels()
+        return {} if keys is None else keys  # none recorded: not labelled by the judges (yet), or labels from data
 
     def detector_logs(self) -> list[tuple[ScoreLog, Mapping[str, Any]]]:
         """Each detector entry of the manifest with its score log."""
         out = []
         for det in self.entry.get("detectors") or []:
-            if det.get("log"):
-                log = ScoreLog.parse(str(det["log"]))
-            else:  # run_format 1: the log name the protocol builds
-                log = ScoreLog.of(str(det.get("name")), str(det.get("level") or RESPONSE),
-                                  str(det.get("train_labels") or ""), suite=self.suite)
+            log = ScoreLog.parse(str(det["log"])) if det.get("log") else format1_log(det, suite=self.suite)
             out.append((log, det))
         return out
 
@@ -158,6 +155,21 @@ class CellReader:
         if key is None or not isinstance(stored, dict) or stored.get("key") != key:
             return None
         return stored
+
+
+# Compatibility: how a run of an older format is read. Each fallback names the format it serves; retire it with that
+# format. (A score log without a recorded key, `_most_covering`, is no compatibility case: a cell still running has
+# recorded no keys yet.)
+def format1_labels() -> None:
+    """run_format 1 recorded no label keys: every label record counts, the newest per item winning (a second
+    judge's labels added later to the same log then show; runs of format 2 never read labels this way)."""
+    return None
+
+
+def format1_log(det: Mapping[str, Any], *, suite: bool) -> ScoreLog:
+    """run_format 1 named no score log per detector entry: the name the protocol built from the entry."""
+    return ScoreLog.of(str(det.get("name")), str(det.get("level") or RESPONSE), str(det.get("train_labels") or ""),
+                       suite=suite)
 
 
 def _most_covering(table: pa.Table) -> str | None:
