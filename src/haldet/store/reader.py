@@ -88,7 +88,7 @@ class CellReader:
         """Each evaluated item's label record (category, judge, reasoning, ...) under the run's judge key."""
         keys = self._label_keys()
         return {rec["id"]: rec for rec in read_records(self.store.log(LABEL_STAGE).path)
-                if keys is None or keys.get(rec.get("id")) == rec.get("key")}
+                if keys is None or keys.get(str(rec.get("id"))) == rec.get("key")}
 
     def label_table(self, fields: pa.Schema) -> tuple[pa.Table, np.ndarray]:
         """`labels` as Arrow columns (`fields`, with `id` first) and each record's byte offset in the log."""
@@ -160,7 +160,7 @@ class CellReader:
 # Compatibility: how a run of an older format is read. Each fallback names the format it serves; retire it with that
 # format. (A score log without a recorded key, `_most_covering`, is no compatibility case: a cell still running has
 # recorded no keys yet.)
-def format1_labels() -> None:
+def format1_labels() -> dict[str, str] | None:
     """run_format 1 recorded no label keys: every label record counts, the newest per item winning (a second
     judge's labels added later to the same log then show; runs of format 2 never read labels this way)."""
     return None
