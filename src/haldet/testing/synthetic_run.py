@@ -4,7 +4,8 @@ benchmark read (any number of items and detectors, no model needed).
 Item i of `synth_qa` x `synth-model`: label hallucination when i % 3 == 0 (else correct); split val when i % 5 == 0,
 train when i % 5 == 1, else test; detector `det<k>` scores `label + 0.1 * k + noise` under the manifest's key, NaN
 with reason "no answer tokens" for every 50th item, plus a newer record for item 3 under another key (other settings)
-that readers must ignore.
+that readers must ignore. Written in the current run format: the manifest names each detector's score log and the
+cell records its labels' keys (`keys.json`).
 """
 
 from __future__ import annotations
