@@ -150,7 +150,7 @@ def test_score_logs_are_read_whole_and_a_corrupt_line_is_named(tmp_path: Path) -
     """The one-call parse of a log keeps every complete record and drops a cut last line; a corrupt line in the
     middle still gives the error naming its line number."""
     from haldet.errors import HaldetError
-    from haldet.report.rundata import read_records
+    from haldet.store.records import read_records
 
     log = tmp_path / "det.jsonl"
     log.write_bytes(b'{"id": "a", "value": 1.5}\n\n{"id": "b", "value": null}\n{"id": "c", "val')

@@ -252,10 +252,10 @@ def _detector_link(explorer: Explorer, row: Mapping[str, Any]) -> str | None:
     if cell is None:
         return None
     name, level, trained = str(row.get("detector")), str(row.get("level") or "response"), row.get("train_labels")
-    for stem in ([f"{name}@{level}@{trained}"] if trained else []) + [f"{name}@{level}", name]:
-        if (cell.root / "scores" / f"{stem}.jsonl").exists():
-            return "/detector?" + urlencode({"run": run.index, "dataset": cell.dataset, "model": cell.model,
-                                             "name": stem})
+    log = cell.reader.log_of(name, level, str(trained or ""))
+    if (cell.root / log.path).exists():
+        return "/detector?" + urlencode({"run": run.index, "dataset": cell.dataset, "model": cell.model,
+                                         "name": log.stem})
     return None
 
 

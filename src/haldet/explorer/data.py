@@ -2,36 +2,34 @@
 (split, label, judge, question excerpt, every detector's score and calibrated probability) and one item's stored
 records.
 
-Reads follow the reports' rules (haldet.report.rundata): an item's label is its newest `annotate.jsonl` record (a
-suite's labels ship with its data and are read from the dataset, as the run read them); a detector's scores are
-the records under the score key the manifest recorded for it, else (a run in progress, an old run) the key covering
-the most items; its calibrated probabilities (`scores/<log>.calibrated.json`, written when the run calibrated) only
-when stored under that same recorded key. Evidence records (generate, sample, auxiliary, verdict, features) are the
-newest per item.
+Every record is read through the run directory's one reader (`haldet.store.reader`), as the reports read it: an
+item's label is the judges' label the run evaluated (a suite's labels ship with its data and are read from the
+dataset, reloaded as the run loads it); a detector's scores are the records under the score key the manifest
+recorded for it, else (a run in progress, an old run) the key covering the most items; its calibrated
+probabilities only when stored under that recorded key. Other evidence records are the newest per item.
 A cell is re-read when one of its files changes, so a run in progress shows what is stored so far.
 """
 
 from __future__ import annotations
 
-import io
-import json
 import math
 import re
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.json as pa_json
 
 from haldet.errors import HaldetError
 from haldet.evaluation.thresholds import best_f1_threshold
-from haldet.store import RunStore, read_json
+from haldet.store import KEYS, RunStore, ScoreLog, read_json
+from haldet.store.names import SCORES
+from haldet.store.reader import CellReader, run_format
+from haldet.store.records import decode, read_table
 
 BINARY = {"hallucination": 1, "correct": 0}
 SPLITS = ("train", "val", "test")
@@ -42,76 +40,6 @@ ID_FIELDS = pa.schema([("id", pa.string())])
 GENERATE_FIELDS = pa.schema([("id", pa.string()), ("prompt", pa.string()), ("response", pa.string()),
                              ("provided", pa.bool_())])
 ANNOTATE_FIELDS = pa.schema([("id", pa.string()), ("category", pa.string()), ("judge", pa.string())])
-SCORE_FIELDS = pa.schema([("id", pa.string()), ("key", pa.string()), ("value", pa.float64()), ("reason", pa.string()),
-                          ("values", pa.list_(pa.float64())), ("reasons", pa.list_(pa.string()))])
-
-
-def read_lines(path: Path) -> list[tuple[bytes, int]]:
-    """Complete lines of a JSONL file with their byte offsets (a cut last line, written in flight, is no record)."""
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return []
-    lines = data.split(b"\n")[:-1]  # the last part is b"" or a line still being written
-    offsets = accumulate((len(raw) + 1 for raw in lines), initial=0)
-    return [(raw, offset) for raw, offset in zip(lines, offsets, strict=False) if raw.strip()]  # offsets: one more
-
-
-def _decode(raw: bytes, path: Path, offset: int) -> dict[str, Any]:
-    try:
-        rec = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise HaldetError(f"corrupt record at byte {offset}: {exc.msg}", where=str(path),
-                          hint="delete that line (or the file) and rerun the run to recompute it") from None
-    if not isinstance(rec, dict):
-        raise HaldetError(f"record at byte {offset} is not a JSON object", where=str(path))
-    return rec
-
-
-def read_records(path: Path) -> list[tuple[dict[str, Any], int]]:
-    """Every complete record of a JSONL log with its byte offset, parsed in one pass (one JSON array); a corrupt
-    line is then found and named by parsing line by line."""
-    lines = read_lines(path)
-    if not lines:
-        return []
-    try:
-        records = json.loads(b"[" + b",".join(raw for raw, _ in lines) + b"]")
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        records = None
-    if records is None or not all(isinstance(r, dict) for r in records):
-        records = [_decode(raw, path, offset) for raw, offset in lines]
-    return [(rec, offset) for rec, (_, offset) in zip(records, lines, strict=True)]
-
-
-def read_table(path: Path, fields: pa.Schema) -> tuple[pa.Table, np.ndarray]:
-    """The named fields of every complete record of a JSONL log as columns (missing fields null), and each
-    record's byte offset. Parsed by Arrow's JSON reader; a log it cannot read (a corrupt line, a field of another
-    type) is read line by line, which names a corrupt line."""
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return fields.empty_table(), np.zeros(0, dtype=np.int64)
-    data = data[: data.rfind(b"\n") + 1]  # a line still being written is no record
-    ends = np.flatnonzero(np.frombuffer(data, dtype=np.uint8) == 10)
-    starts = np.r_[0, ends[:-1] + 1] if len(ends) else np.zeros(0, dtype=np.int64)
-    offsets = starts[ends > starts]  # blank lines are no records
-    if not len(offsets):
-        return fields.empty_table(), offsets
-    try:
-        table = pa_json.read_json(io.BytesIO(data), read_options=pa_json.ReadOptions(block_size=1 << 26),
-                                  parse_options=pa_json.ParseOptions(explicit_schema=fields,
-                                                                     unexpected_field_behavior="ignore"))
-        if table.num_rows == len(offsets):
-            return table, offsets
-    except (pa.ArrowInvalid, pa.ArrowTypeError):
-        pass
-    records = read_records(path)
-    try:
-        table = pa.Table.from_pylist([{f: r.get(f) for f in fields.names} for r, _ in records], schema=fields)
-    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
-        raise HaldetError(f"a record has a field of an unexpected type ({exc})", where=str(path),
-                          hint="restore the file from the run that wrote it") from None
-    return table, np.array([offset for _, offset in records], dtype=np.int64)
 
 
 def question_excerpt(prompt: str, limit: int = EXCERPT) -> str:
@@ -161,7 +89,9 @@ class Cell:
 
     def __init__(self, run: RunSource, dataset: str, model: str, entry: dict[str, Any]) -> None:
         self.run, self.dataset, self.model, self.entry = run, dataset, model, entry
-        self.root = RunStore(run.root).cell(dataset, model).root
+        self.reader = CellReader(RunStore(run.root).cell(dataset, model), entry, run_format(run.manifest),
+                                 suite=bool((run.manifest.get("config") or {}).get("suite")))
+        self.root = self.reader.root
         self._lock = threading.Lock()
         self._signature: tuple[Any, ...] | None = None
         self._offsets: dict[str, tuple[tuple[Any, ...], dict[str, int]]] = {}
@@ -170,8 +100,8 @@ class Cell:
 
     # ---- loading ----------------------------------------------------------------------------------------------
     def _files(self) -> list[Path]:
-        files = [self.root / "split.json", *(self.root / f"{s}.jsonl" for s in EVIDENCE_STAGES)]
-        scores = self.root / "scores"
+        files = [self.root / "split.json", self.root / KEYS, *(self.root / f"{s}.jsonl" for s in EVIDENCE_STAGES)]
+        scores = self.root / SCORES
         return files + (sorted([*scores.glob("*.jsonl"), *scores.glob("*.calibrated.json")]) if scores.is_dir()
                         else [])
 
@@ -232,11 +162,11 @@ class Cell:
         annotate = self.root / "annotate.jsonl"
         category = ["" for _ in self.ids]
         judge = ["" for _ in self.ids]
-        if annotate.exists():
-            table, _ = read_table(annotate, ANNOTATE_FIELDS)
+        if annotate.exists():  # the labels the run evaluated
+            table, _ = self.reader.label_table(ANNOTATE_FIELDS)
             for n, cat, by in zip(self._positions(table).tolist(), table["category"].to_pylist(),
                                   table["judge"].to_pylist(), strict=True):
-                if n >= 0:  # newest record wins (append-only log)
+                if n >= 0:  # a repeated id: the newest record wins (append-only log)
                     category[n], judge[n] = cat or "", by or ""
         elif self.provided:  # labels that ship with the data (suites): the instances the run read
             self.load_instances()
@@ -262,47 +192,27 @@ class Cell:
             self.instances_note = f"the dataset could not be reloaded here ({message.splitlines()[0][:300]})"
 
     def _load_scores(self) -> list[ScoreColumn]:
-        folder = self.root / "scores"
-        if not folder.is_dir():
-            return []
-        recorded: dict[str, list[dict[str, Any]]] = {}
-        for d in self.entry.get("detectors") or []:
-            recorded.setdefault(str(d.get("name")), []).append(d)
         out = []
-        for path in sorted(folder.glob("*.jsonl")):
-            name = path.stem
-            detector, _, rest = name.partition("@")
-            level = rest.partition("@")[0] or "response"
-            table, _ = read_table(path, SCORE_FIELDS)
-            keys = {str(d.get("key")) for d in recorded.get(detector, []) if d.get("key")}
-            column = self._column(name, detector, level, keys, table)
-            self._calibrated(column, folder / f"{name}.calibrated.json", keys)
+        for log in self.reader.score_logs():
+            read = self.reader.scores(log)
+            column = self._column(log, read.key, read.table)
+            calibrated = self.reader.calibrated(log, self.reader.recorded_key(log))
+            if calibrated is not None and calibrated.get("key") == column.key:  # made from the scores shown
+                probs = calibrated.get("probabilities") or {}
+                column.probabilities = np.array([math.nan if probs.get(i) is None else float(probs[i])
+                                                 for i in self.ids])
+                column.calibration = str(calibrated.get("method") or "calibrated")
             out.append(column)
         return out
 
-    def _calibrated(self, column: ScoreColumn, path: Path, recorded: set[str]) -> None:
-        """The column's calibrated probabilities (`scores/<log>.calibrated.json`), read only when they were made
-        from the scores shown: their key is the column's and one the manifest recorded for the detector."""
-        if not path.exists() or column.key is None or column.key not in recorded:
-            return
-        stored = read_json(path)
-        if not isinstance(stored, dict) or stored.get("key") != column.key:
-            return
-        probs = stored.get("probabilities") or {}
-        column.probabilities = np.array([math.nan if probs.get(i) is None else float(probs[i]) for i in self.ids])
-        column.calibration = str(stored.get("method") or "calibrated")
-
-    def _column(self, name: str, detector: str, level: str, keys: set[str], table: pa.Table) -> ScoreColumn:
+    def _column(self, log: ScoreLog, key: str | None, table: pa.Table) -> ScoreColumn:
+        """One log's scores under the key read (`table`: its records under that key) in cell order."""
         values = np.full(len(self.ids), np.nan)
-        column = ScoreColumn(name, detector, level, None, values)
+        column = ScoreColumn(log.stem, log.detector, log.level, key, values)
         if not table.num_rows:
             return column
         at = self._positions(table)
-        encoded = pc.fill_null(table["key"], "").combine_chunks().dictionary_encode()
-        codes, names = encoded.indices.to_numpy(), encoded.dictionary.to_pylist()
-        code = _pick_key(codes, at, names, keys)
-        column.key = names[code]
-        rows = np.flatnonzero((codes == code) & (at >= 0))
+        rows = np.flatnonzero(at >= 0)
         unit_rows = table["values"].is_valid().to_numpy(zero_copy_only=False)
         if not unit_rows[rows].any():  # one value per item
             vals = pc.fill_null(table["value"], np.nan).to_numpy()
@@ -341,7 +251,7 @@ class Cell:
         stat = self._stat(path)
         cached = self._offsets.get(stage)
         if cached is None or cached[0] != stat:
-            table, offsets = read_table(path, ID_FIELDS)
+            table, offsets = self.reader.label_table(ID_FIELDS) if stage == "annotate" else read_table(path, ID_FIELDS)
             cached = self._offsets[stage] = (stat, dict(zip(table["id"].to_pylist(), offsets.tolist(), strict=True)))
         return path, cached[1]
 
@@ -356,14 +266,14 @@ class Cell:
         return self
 
     def record(self, stage: str, item_id: str) -> dict[str, Any] | None:
-        """The newest record of one item in one stage log."""
+        """One item's record in one stage log: the label the run evaluated, else the newest record."""
         path, index = self._index(stage)
         offset = index.get(item_id)
         if offset is None:
             return None
         with open(path, "rb") as fh:
             fh.seek(offset)
-            return _decode(fh.readline().rstrip(b"\n"), path, offset)
+            return decode(fh.readline().rstrip(b"\n"), path, offset)
 
     def order(self, column: str) -> np.ndarray:
         """Each item's rank by this column's score (1 = highest, most suspected; NaN scores rank last)."""
@@ -405,20 +315,6 @@ class Cell:
     def search(self, text: str) -> np.ndarray:
         needle = text.lower()
         return np.fromiter((needle in s for s in self._search), dtype=bool, count=len(self._search))
-
-
-def _pick_key(codes: np.ndarray, at: np.ndarray, names: list[str], recorded: set[str]) -> int:
-    """The score key to read (as its code): one the manifest recorded (a log may also hold records of older
-    settings), else the key covering the most items, ties to the newest."""
-    if len(names) == 1:
-        return 0
-    known = at >= 0
-    pairs = np.unique(codes[known].astype(np.int64) * (int(at.max()) + 1) + at[known])
-    coverage = np.bincount(pairs // (int(at.max()) + 1), minlength=len(names))
-    last = np.zeros(len(names), dtype=np.int64)
-    last[codes] = np.arange(len(codes))  # the newest record of each key
-    candidates = [c for c in range(len(names)) if names[c] in recorded and coverage[c]] or list(range(len(names)))
-    return max(candidates, key=lambda c: (coverage[c], last[c]))
 
 
 class RunSource:
@@ -481,17 +377,11 @@ class RunSource:
 
 
 def load_instances(manifest: dict[str, Any], dataset: str) -> list[Any]:
-    """The instances a run's cell evaluated, loaded with the run's recorded data settings."""
+    """The instances a run's cell evaluated, loaded with the run's recorded data settings as the run loads them."""
     from haldet.config import RunConfig
-    from haldet.datasets.base import get_adapter
-    from haldet.text.prompts import demo_pool_size
+    from haldet.flow.cell import load_instances as load
 
-    config = RunConfig.model_validate(manifest.get("config") or {})
-    adapter = get_adapter(dataset, config.data_dir, config.dataset_params.get(dataset))
-    n_pool = demo_pool_size(config.prompt.n_shots) if config.limit is not None else 0
-    loaded, _ = adapter.load(limit=None if config.limit is None else config.limit + n_pool,
-                             seed=config.data_seed, on_bad_row="skip")
-    return loaded[: config.limit] if config.limit is not None else loaded
+    return load(RunConfig.model_validate(manifest.get("config") or {}), dataset)[0]
 
 
 class Explorer:

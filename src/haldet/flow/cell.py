@@ -18,12 +18,13 @@ import numpy as np
 
 from haldet.backends.base import Backend, Capability
 from haldet.config import RunConfig, digest
-from haldet.datasets.base import DATASETS, get_adapter
+from haldet.datasets.base import DATASETS, LoadReport, get_adapter
 from haldet.detectors.base import DETECTORS
 from haldet.errors import HaldetError, is_storage_error
 from haldet.evaluation.cost import stage_stats
 from haldet.flow.protocol import Protocol, protocol_for
 from haldet.flow.scoring import DetectorRun, make_detector, score_detector
+from haldet.schema import Instance
 from haldet.signals import Signal, SignalView
 from haldet.stages.base import CellContext, Item, OtherSampler, Progress
 from haldet.stages.generate import GenerateStage, attach_generations
@@ -94,6 +95,19 @@ def _reads(name: str, config: RunConfig | None) -> frozenset[Signal]:
     return make_detector(name, config).signals()
 
 
+def load_instances(config: RunConfig, dataset: str) -> tuple[list[Instance], list[Instance], LoadReport]:
+    """A cell's instances, its few-shot demo pool and the load report, loaded as the run loads them (the readers of
+    a stored run reload a suite's items, whose labels ship with the data, through this too). The demos come from
+    the rows of the same seeded order past the evaluated limit: never an evaluated item."""
+    adapter = get_adapter(dataset, config.data_dir, config.dataset_params.get(dataset))
+    n_pool = demo_pool_size(config.prompt.n_shots) if config.limit is not None else 0
+    loaded, report = adapter.load(limit=None if config.limit is None else config.limit + n_pool,
+                                  seed=config.data_seed, on_bad_row=config.on_bad_row)
+    if config.limit is None:
+        return loaded, [], report
+    return loaded[: config.limit], loaded[config.limit :], report
+
+
 def prepare_cell(config: RunConfig, store: RunStore, dataset: str, model: str, progress: Progress,
                  backends: dict[str, Backend]) -> tuple[CellResult, CellContext, list[Item]]:
     """Load a cell's items and render their prompts exactly as the run does (also used by `haldet annotate` and the
@@ -101,11 +115,7 @@ def prepare_cell(config: RunConfig, store: RunStore, dataset: str, model: str, p
     adapter = get_adapter(dataset, config.data_dir, config.dataset_params.get(dataset))
     result = CellResult(dataset=dataset, scenario=adapter.scenario, model=model)
     start = time.perf_counter()
-    # few-shot demos come from the rows of the same seeded order past the evaluated limit: never an evaluated item
-    n_pool = demo_pool_size(config.prompt.n_shots) if config.limit is not None else 0
-    loaded, report = adapter.load(limit=None if config.limit is None else config.limit + n_pool,
-                                  seed=config.data_seed, on_bad_row=config.on_bad_row)
-    instances, pool = (loaded[: config.limit], loaded[config.limit :]) if config.limit is not None else (loaded, [])
+    instances, pool, report = load_instances(config, dataset)
     if not instances:
         raise HaldetError(f"dataset {dataset!r} gave no items", where=f"{report.origin} (split {report.split})",
                           hint=f"check the file(s) with `haldet datasets show {dataset}`; pick another split with "

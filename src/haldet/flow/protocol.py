@@ -28,6 +28,7 @@ from haldet.schema import Category, Instance
 from haldet.signals import SignalView
 from haldet.stages.annotate import AnnotateStage, labels_of
 from haldet.stages.base import CellContext, Item
+from haldet.store import ScoreLog
 from haldet.suites.base import Suite, get_suite
 from haldet.util.limits import cut_off_summary
 
@@ -58,7 +59,9 @@ class Protocol(ResponseScoring):
         result.data["generation"] = cut_off_summary(
             self.config, [(item.instance, item.generation.finish_reason if item.generation else "") for item in items])
         annotate = AnnotateStage(ctx)
-        labels = labels_of(annotate.ensure(items))
+        records = annotate.ensure(items)
+        ctx.store.record_keys(annotate.name, records)  # the labels this run evaluates: what readers show
+        labels = labels_of(records)
         result.annotation = annotate.summary(labels)  # per judge, failures, judge tokens/cost
         result.annotation["usage"] = accumulate_usages((previous.get("annotation") or {}).get("usage"),
                                                        result.annotation["usage"])  # summed over reruns
@@ -123,7 +126,9 @@ class SuiteProtocol(Protocol):
         """Labels that ship with the data (response labels, or implied by the units); with the `generate`
         protocol the judges label each answer first (the response label of its instance)."""
         if self.suite.protocol == "generate":
-            labels = labels_of(AnnotateStage(ctx).ensure(items))
+            records = AnnotateStage(ctx).ensure(items)
+            ctx.store.record_keys(AnnotateStage.name, records)  # the labels this run evaluates: what readers show
+            labels = labels_of(records)
             for item in items:
                 label = labels.get(item.id)
                 if label is not None and label.category in (Category.CORRECT, Category.HALLUCINATION):
@@ -175,7 +180,7 @@ class SuiteProtocol(Protocol):
         return digest([name, identity, level, evidence_key, trained])
 
     def score_log(self, name: str, level: str, train_labels: str) -> str:
-        return f"scores/{name}@{level}" + (f"@{train_labels}" if train_labels else "")
+        return ScoreLog.of(name, level, train_labels, suite=True).name
 
     def fitted_name(self, name: str, level: str) -> str:
         return f"{name}@{level}"

@@ -69,7 +69,7 @@ def cell_entry(c: CellResult) -> dict[str, Any]:
                            "fit_s": d.fit_seconds, "score_s": d.score_seconds,
                            "timing_known": d.name not in c.untimed, "cached": d.cached, "error": d.error,
                            **({"train_labels": d.train_labels} if d.train_labels else {}),
-                           "identity": d.identity, "meta": d.meta,
+                           "identity": d.identity, "meta": d.meta, **({"log": d.log} if d.log else {}),
                            **({"curves": d.curves} if d.curves else {})} for d in c.detectors]}
 
 

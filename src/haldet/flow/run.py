@@ -27,7 +27,7 @@ from haldet.judges.cascade import Cascade
 from haldet.presets import load_preset
 from haldet.signals import Signal
 from haldet.stages.base import Progress, no_progress
-from haldet.store import RunStore, clean_stale_temps
+from haldet.store import RUN_FORMAT, RunStore, clean_stale_temps
 from haldet.suites.base import get_suite
 from haldet.text.templates import check_overrides
 from haldet.util.locking import notify
@@ -149,7 +149,7 @@ def _locked_run(config: RunConfig, store: RunStore, update: bool, progress: Prog
         if manifest.get("status") == "running":  # we hold the lock, so its writer is gone
             notify(f"the previous run in {store.root} stopped without finishing (killed?); resuming from what it "
                    "wrote")
-        manifest.update({"config": config.canonical(), "config_hash": config.hash(),
+        manifest.update({"run_format": RUN_FORMAT, "config": config.canonical(), "config_hash": config.hash(),
                          "preset": load_preset(config.preset, where="preset").record() if config.preset else None,
                          "versions": library_versions(),
                          "runtime": runtime_info(),

@@ -29,7 +29,7 @@ from haldet.evaluation.metrics import MetricValue, evaluate
 from haldet.evaluation.rejection import risk_coverage
 from haldet.schema import Instance
 from haldet.signals import Signal, SignalView, access_of
-from haldet.store import CellStore
+from haldet.store import CellStore, ScoreLog
 
 
 @dataclass
@@ -57,6 +57,7 @@ class DetectorRun:
     probabilities: dict[str, float | None] = field(default_factory=dict)  # calibrated P(hallucination), test ids
     reads: frozenset[Any] = frozenset()  # the signals this instance read (an ensemble: its members' union)
     scope: str = "test"  # the items its metrics pool: "test", or "all" (evaluation.evaluate_on, training-free only)
+    log: str = ""  # its score log's file in the cell (`scores/<detector>.jsonl`; the manifest records it)
 
 
 def make_detector(name: str, config: RunConfig) -> Detector:
@@ -90,7 +91,7 @@ class ResponseScoring:
         return ("train", *self.scored_parts) if self.scope(detector) == "all" else self.scored_parts
 
     def score_log(self, name: str, level: str, train_labels: str) -> str:
-        return f"scores/{name}"
+        return ScoreLog.of(name, level, train_labels, suite=False).name
 
     def fitted_name(self, name: str, level: str) -> str:
         return name
@@ -173,6 +174,7 @@ def score_detector(name: str, level: str, protocol: ResponseScoring, store: Cell
     run.key = protocol.score_key(name, run.identity, level, evidence_key,
                                  (split, train_labels[1]) if detector.trains else None)
     log_name = protocol.score_log(name, level, run.train_labels)
+    run.log = f"{log_name}.jsonl"
     with store.lock(log_name):  # a second process waits, then reads these scores instead of recomputing
         scored = _score_or_reuse(run, detector, protocol, store, log_name, view, split)
     run.metrics = protocol.evaluate(run, detector, view, split, scored, unscored or {})

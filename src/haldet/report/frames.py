@@ -8,20 +8,25 @@
 - `scores`: one row per detector, level, item and unit (unit 0 = the response at response level), with the reason
   of a NaN score; a suite's units come with their text and label (`unit_text`, `unit_label`). Scores are those the
   run recorded in its manifest (their score key), as the reports read them.
+Every record is read through the run directory's one reader (`haldet.store.reader`): labels are those the run
+evaluated, under its judge's keys, whatever other judges `haldet annotate --compare-with` added to the same log.
 
 `RunFrames.table()` joins items with one column per detector: the view to sort and read a run's answers by.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from haldet.errors import HaldetError
-from haldet.report.rundata import RunData, load_run, read_records
+from haldet.report.rundata import RunData, load_run
 from haldet.schema import Instance
 from haldet.store import RunStore
+from haldet.store.names import ScoreLog
+from haldet.store.reader import CellReader, RunReader
 
 if TYPE_CHECKING:
     import pandas
@@ -85,13 +90,15 @@ def load_frames(root: Path | str) -> RunFrames:
     labels: list[dict[str, Any]] = []
     scores: list[dict[str, Any]] = []
     suite = (run.manifest.get("config") or {}).get("suite")
-    for cell in [*run.cells(), *_running(run, notes)]:
+    reader = RunReader(root)
+    for dataset, model in reader.running():
+        notes.append(f"{dataset} | {model} is still running: its items so far, no scores yet")
+    for cell in [*run.cells(), *({"dataset": d, "model": m} for d, m in reader.running())]:
         dataset, model = str(cell.get("dataset")), str(cell.get("model"))
-        cell_store = store.cell(dataset, model)
-        split = cell_store.read_json("split.json") or {}
-        part = {i: name for name in ("train", "val", "test") for i in split.get(name) or []}
+        cell_reader = reader.cell(dataset, model, cell)
+        part = cell_reader.parts()
         given = _given(run, dataset, notes) if suite else {}
-        judged = _newest(cell_store.root / "annotate.jsonl")
+        judged = cell_reader.labels()
         cell_labels = {}
         for item_id, rec in judged.items():
             cell_labels[item_id] = {"label": BINARY.get(str(rec.get("category"))), "category": rec.get("category"),
@@ -103,7 +110,7 @@ def load_frames(root: Path | str) -> RunFrames:
                 cell_labels.setdefault(item_id, {"label": BINARY[category], "category": category,
                                                  "label_source": "data", "reasoning": ""})
         labels += [{"dataset": dataset, "model": model, "id": i, **lab} for i, lab in cell_labels.items()]
-        for item_id, rec in _newest(cell_store.root / "generate.jsonl").items():
+        for item_id, rec in cell_reader.records("generate").items():
             lab = cell_labels.get(item_id, {})
             inst = given.get(item_id)  # type: ignore[assignment]
             question, context = (inst.question, inst.context) if inst is not None else (None, None)
@@ -113,37 +120,22 @@ def load_frames(root: Path | str) -> RunFrames:
                           "provided": bool(rec.get("provided")), "n_tokens": rec.get("n_tokens"),
                           "finish_reason": rec.get("finish_reason"), "label": lab.get("label"),
                           "label_source": lab.get("label_source"), "reasoning": lab.get("reasoning")})
-        for det in cell.get("detectors") or []:
-            scores += _score_rows(cell_store.root, dataset, model, det, part, given, suite=bool(suite))
+        for log, det in cell_reader.detector_logs():
+            scores += _score_rows(cell_reader, log, dataset, model, det, part, given)
     frame = pandas.DataFrame
     return RunFrames(run.root, run.manifest, frame(run.rows), frame(items, columns=ITEM_COLUMNS),
                      frame(labels, columns=LABEL_COLUMNS), frame(scores, columns=SCORE_COLUMNS), notes)
 
 
-def _running(run: RunData, notes: list[str]) -> list[dict[str, Any]]:
-    """Cells of the run's config not in its manifest yet whose folder exists (a run in progress): their items and
-    labels so far; their scores are read once the cell finishes and records its score keys."""
-    config = run.manifest.get("config") or {}
-    done = {(c.get("dataset"), c.get("model")) for c in run.cells()}
-    out = []
-    for model in config.get("models") or []:
-        for dataset in config.get("datasets") or []:
-            if (dataset, model) not in done and RunStore(run.root).cell(dataset, model).root.is_dir():
-                notes.append(f"{dataset} | {model} is still running: its items so far, no scores yet")
-                out.append({"dataset": dataset, "model": model})
-    return out
-
-
-def _score_rows(cell_root: Path, dataset: str, model: str, det: dict[str, Any], part: dict[str, str],
-                given: dict[str, Instance], *, suite: bool) -> list[dict[str, Any]]:
+def _score_rows(cell: CellReader, log: ScoreLog, dataset: str, model: str, det: Mapping[str, Any],
+                part: dict[str, str], given: dict[str, Instance]) -> list[dict[str, Any]]:
     """One row per item and unit of a detector's score log, under the key the run recorded."""
     name, level, train = str(det.get("name")), str(det.get("level") or "response"), str(det.get("train_labels") or "")
-    log = f"{name}@{level}" + (f"@{train}" if train else "") if suite else name
     base = {"dataset": dataset, "model": model, "detector": name, "level": level, "train_labels": train}
     out = []
-    for item_id, rec in _newest(cell_root / "scores" / f"{log}.jsonl", key=det.get("key")).items():
-        values = rec["values"] if "values" in rec else [rec.get("value")]
-        reasons = rec["reasons"] if "reasons" in rec else [rec.get("reason", "")]
+    for item_id, rec in cell.scores(log).by_id().items():
+        values = rec["values"] if rec.get("values") is not None else [rec.get("value")]
+        reasons = rec["reasons"] if rec.get("reasons") is not None else [rec.get("reason") or ""]
         units = given[item_id].units_of(level) if item_id in given and level != "response" else []
         for unit, (value, reason) in enumerate(zip(values, reasons, strict=True)):
             text, label = (units[unit].text, units[unit].binary) if unit < len(units) else (None, None)
@@ -155,20 +147,14 @@ def _score_rows(cell_root: Path, dataset: str, model: str, det: dict[str, Any], 
 
 def _given(run: RunData, dataset: str, notes: list[str]) -> dict[str, Instance]:
     """A suite's items, whose labels (and units) ship with the data: the run's dataset loaded again with its
-    recorded settings."""
+    recorded settings, as the run loads it."""
     from haldet.config import RunConfig
-    from haldet.datasets.base import get_adapter
+    from haldet.flow.cell import load_instances
 
     config = RunConfig.model_validate(run.manifest["config"])
     try:
-        adapter = get_adapter(dataset, config.data_dir, config.dataset_params.get(dataset))
-        instances, _ = adapter.load(limit=config.limit, seed=config.data_seed, on_bad_row=config.on_bad_row)
+        instances, _, _ = load_instances(config, dataset)
     except HaldetError as exc:
         notes.append(f"{dataset}: the labels that ship with its data are not shown: {exc.message}")
         return {}
     return {inst.id: inst for inst in instances}
-
-
-def _newest(path: Path, key: str | None = None) -> dict[str, dict[str, Any]]:
-    """The newest complete record per id of a JSONL log (files are append-only), under `key` when given."""
-    return {rec["id"]: rec for rec in read_records(path) if key is None or rec.get("key") == key}

@@ -4,7 +4,8 @@ benchmark read (any number of items and detectors, no model needed).
 Item i of `synth_qa` x `synth-model`: label hallucination when i % 3 == 0 (else correct); split val when i % 5 == 0,
 train when i % 5 == 1, else test; detector `det<k>` scores `label + 0.1 * k + noise` under the manifest's key, NaN
 with reason "no answer tokens" for every 50th item, plus a newer record for item 3 under another key (other settings)
-that readers must ignore.
+that readers must ignore. Written in the current run format: the manifest names each detector's score log and the
+cell records its labels' keys (`keys.json`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from haldet.evaluation.metrics import auroc
-from haldet.store import RunStore
+from haldet.store import RUN_FORMAT, RunStore, ScoreLog
 
 DATASET, MODEL = "synth_qa", "synth-model"
 NAN_REASON = "no answer tokens"
@@ -61,6 +62,7 @@ def write_synthetic_run(root: Path, n_items: int = 60, n_detectors: int = 3, see
         cell.log("auxiliary").append({"id": ids[i], "key": "x", "verbalized": f"Confidence {i % 10}",
                                       "verbalized_value": (i % 10) / 10, "self_eval_text": None, "p_true": None}
                                      for i in part)
+    cell.record_keys("annotate", {i: {"key": "a"} for i in ids})  # the labels the run evaluated
     splits = {s: [ids[i] for i in range(n_items) if split_of(i) == s] for s in ("train", "val", "test")}
     cell.write_json("split.json", {"seed": seed, "fractions": [0.2, 0.2, 0.6], **splits})
     labels = np.array([label_of(i) for i in range(n_items)])
@@ -71,17 +73,20 @@ def write_synthetic_run(root: Path, n_items: int = 60, n_detectors: int = 3, see
         name = f"det{k}"
         values = np.array([score_of(k, i, float(rng.normal(0, 0.6))) for i in range(n_items)])
         scores[name] = values
-        log = cell.log(f"scores/{name}")
+        score_log = ScoreLog(name)
+        log = cell.log(score_log.name)
         log.append({"id": ids[i], "key": f"key{k}", "value": None if math.isnan(v) else float(v),
                     "reason": NAN_REASON if math.isnan(v) else ""} for i, v in enumerate(values))
         log.append([{"id": ids[3], "key": "stale", "value": 999.0, "reason": ""}])  # newer, other settings
-        detectors.append({"name": name, "family": "gray", "level": "response", "key": f"key{k}", "error": ""})
+        detectors.append({"name": name, "family": "gray", "level": "response", "key": f"key{k}", "error": "",
+                          "log": score_log.path})
         ok = test & np.isfinite(values)
         rows.append({"dataset": DATASET, "scenario": "qa_open", "model": MODEL, "detector": name, "family": "gray",
                      "metric": "auroc", "level": "response", "value": auroc(labels[ok], values[ok]),
                      "ci_low": None, "ci_high": None, "n": int(ok.sum()), "n_pos": int(labels[ok].sum()),
                      "coverage": float(ok.sum() / test.sum())})
-    store.write_manifest({"status": "done", "config": {"datasets": [DATASET], "models": [MODEL], "limit": n_items},
+    store.write_manifest({"run_format": RUN_FORMAT, "status": "done",
+                          "config": {"datasets": [DATASET], "models": [MODEL], "limit": n_items},
                           "cells": [{"dataset": DATASET, "model": MODEL, "scenario": "qa_open", "error": "",
                                      "labels": {"hallucination": int(labels.sum()),
                                                 "correct": int(n_items - labels.sum())},
