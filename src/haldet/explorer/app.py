@@ -30,6 +30,7 @@ from haldet.evaluation.compare import paired_bootstrap
 from haldet.evaluation.metrics import auroc
 from haldet.evaluation.thresholds import at_threshold
 from haldet.explorer.data import SPLITS, Cell, Explorer
+from haldet.explorer.security import LOOPBACK_NAMES, protect
 from haldet.version import __version__
 
 HERE = Path(__file__).parent
@@ -61,8 +62,10 @@ def fmt(value: Any, digits: int = 3) -> str:
     return str(value)
 
 
-def create_app(explorer: Explorer) -> FastAPI:
+def create_app(explorer: Explorer, hosts: Sequence[str] = LOOPBACK_NAMES) -> FastAPI:
+    """The app over `explorer`, answering only requests whose Host is one of `hosts` (explorer/security.py)."""
     app = FastAPI(title="haldet view", docs_url=None, redoc_url=None, openapi_url=None)
+    protect(app, hosts)
     templates = Jinja2Templates(directory=str(HERE / "templates"))
     templates.env.filters["fmt"] = fmt
     templates.env.globals.update(version=__version__, explorer=explorer)
