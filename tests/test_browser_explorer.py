@@ -1,7 +1,8 @@
 """`haldet view` in a real headless Chromium (Debian's, driven by Playwright; no browser download): the CLI serves
 on a free loopback port and prints the URL; the overview filters; an items page opens an item whose shown label and
-score are the stored ones; the threshold slider moves the confusion counts to the values computed here; a
-screenshot is not blank; Ctrl-C stops the server cleanly."""
+score are the stored ones; the detector x metric view; the threshold slider moves the confusion counts to the values computed here; a
+screenshot is not blank; Ctrl-C stops the server cleanly. All of it under the explorer's content security policy:
+a blocked script or style would show as a console error, and the test requires none."""
 
 from __future__ import annotations
 
@@ -57,7 +58,11 @@ def test_explorer_in_chromium(served):
         errors: list[str] = []
         page.on("pageerror", lambda exc: errors.append(str(exc)))
         page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
-        page.goto(url)
+        first = page.goto(url)
+        assert "script-src 'self'" in first.headers["content-security-policy"]  # the pages below work under it
+        page.click("#view-pivot")
+        assert page.locator("#pivot tbody tr").count() == 2  # one row per detector
+        page.click("#view-rows")
         page.select_option("#result-filters select[name=detector]", "det1")
         page.click("#result-filters button[type=submit]")
         assert page.locator("#results tbody tr").count() == 1
@@ -76,6 +81,8 @@ def test_explorer_in_chromium(served):
         png = page.screenshot(full_page=True)
         page.goto(f"{url}detector?run=0&dataset={DATASET}&model={MODEL}&name=det0")
         slider = page.locator("section#panel-0 input.threshold")
+        assert page.locator("#panel-0 svg.roc text.tick").count() == 10  # tick values on both axes
+        assert page.locator("#panel-0 svg.hist text.tick").count() == 5
         data = page.evaluate("JSON.parse(document.querySelector('#panel-0 script.curve-data').textContent)")
         test = np.array([ids.index(i) for i in truth["splits"]["test"]])
         val = np.array([ids.index(i) for i in truth["splits"]["val"]])

@@ -25,6 +25,11 @@ from haldet.testing.synthetic_run import DATASET, MODEL, NAN_REASON, write_synth
 
 FIXTURES = Path(__file__).parent / "fixtures"
 CELL = {"run": 0, "dataset": DATASET, "model": MODEL}
+LOCAL = "http://127.0.0.1"  # the explorer answers only the hosts it was started for
+
+
+def local_client(explorer: Explorer) -> TestClient:
+    return TestClient(create_app(explorer), raise_server_exceptions=False, base_url=LOCAL)
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +41,7 @@ def synth(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def client(synth):
-    return TestClient(create_app(Explorer([synth[0]])), raise_server_exceptions=False)
+    return local_client(Explorer([synth[0]]))
 
 
 def text(html: str) -> str:
@@ -147,7 +152,7 @@ def test_bad_run_paths_and_in_progress_runs(tmp_path, synth):
     RunStore(run).write_manifest({"status": "running", "config": {"datasets": [DATASET], "models": [MODEL]}})
     RunStore(run).cell(DATASET, MODEL).log("generate").append(
         [{"id": f"{DATASET}/test/1", "key": "g", "prompt": "Question: half way?", "response": "so far"}])
-    client = TestClient(create_app(Explorer([run])), raise_server_exceptions=False)
+    client = local_client(Explorer([run]))
     assert "No result rows yet" in client.get("/").text
     page = client.get("/items", params=CELL).text
     assert "1 of 1 items" in page and "half way?" in page
@@ -167,7 +172,7 @@ def test_a_merged_report_and_its_runs(tmp_path, synth):
     other = tmp_path / "other"
     write_synthetic_run(other, n_items=30, n_detectors=1, seed=3)
     report_runs([synth[0], other], tmp_path / "merged", n_boot=10)
-    client = TestClient(create_app(Explorer([tmp_path / "merged", synth[0]])), raise_server_exceptions=False)
+    client = local_client(Explorer([tmp_path / "merged", synth[0]]))
     page = client.get("/", params={"detector": "det1"}).text
     body = page.split('id="results"')[1].split("</table>")[0]
     assert body.count("<tr>") == 3 and ">run<" in body  # header, the report's det1 row, the run's own
@@ -189,7 +194,7 @@ def test_suite_run_shows_units_with_their_labels_and_scores(tmp_path):
                                  "provided": True} for i in instances)
     cell.log("scores/u@sentence").append({"id": i.id, "key": "k", "values": [0.1 * (k + 1) for k in range(
         len(i.units_of("sentence")))], "reasons": ["" for _ in i.units_of("sentence")]} for i in instances)
-    client = TestClient(create_app(Explorer([run.root])), raise_server_exceptions=False)
+    client = local_client(Explorer([run.root]))
     inst = instances[0]
     page = client.get(f"/item/{inst.id}").text
     units = page.split('id="units"')[1].split("</table>")[0]
@@ -223,7 +228,7 @@ def test_a_real_run_agrees_with_its_results_and_the_report_reader():
     root = FIXTURES / "run_fixture"
     before = digest_tree(root)
     explorer = Explorer([root])
-    client = TestClient(create_app(explorer), raise_server_exceptions=False)
+    client = local_client(explorer)
     rows = [r for r in json.loads((root / "results.json").read_text()) if r["metric"] == "auroc"]
     cell = explorer.cell(0, "halueval_qa", "smollm2-135m")
     reference = load_run(root).cell_scores("halueval_qa", "smollm2-135m")
@@ -268,7 +273,7 @@ def test_a_corrupt_stored_record_is_a_page_naming_the_file(tmp_path):
     path = RunStore(root).cell(DATASET, MODEL).root / "scores" / "det0.jsonl"
     data = path.read_bytes()
     path.write_bytes(data.replace(b'"value":', b'"value":}', 1))  # the first line no longer parses
-    reply = TestClient(create_app(Explorer([root])), raise_server_exceptions=False).get("/items", params=CELL)
+    reply = local_client(Explorer([root])).get("/items", params=CELL)
     assert reply.status_code == 422
     assert "corrupt record at byte 0" in reply.text and "det0.jsonl" in reply.text and "Traceback" not in reply.text
 
@@ -277,7 +282,7 @@ def test_cells_are_read_once_until_their_files_change(tmp_path):
     root = tmp_path / "run"
     write_synthetic_run(root, n_items=20, n_detectors=1)
     explorer = Explorer([root])
-    client = TestClient(create_app(explorer), raise_server_exceptions=False)
+    client = local_client(explorer)
     cell = explorer.cell(0, DATASET, MODEL)
     client.get("/")  # re-reads the manifest
     assert client.get("/items", params=CELL).status_code == 200
@@ -292,7 +297,7 @@ def test_view_warns_when_not_on_loopback(monkeypatch, capsys):
     from haldet.cli.view import view
 
     served = []
-    monkeypatch.setattr(serve_module, "serve", lambda runs, host, port, on_ready: served.append((host, port)))
+    monkeypatch.setattr(serve_module, "serve", lambda runs, host, port, on_ready, **_: served.append((host, port)))
     view([FIXTURES / "run_fixture"], host="0.0.0.0", port=0)
     view([FIXTURES / "run_fixture"], host="127.0.0.1", port=0)
     err = capsys.readouterr().err
@@ -311,7 +316,7 @@ def test_calibrated_probabilities_show_only_under_the_recorded_key(tmp_path):
     # det1's probabilities were made from scores under other settings: not the ones shown, never displayed
     (scores / "det1.calibrated.json").write_text(json.dumps({"key": "stale", "method": "isotonic",
                                                              "probabilities": {i: 0.777 for i in test_ids}}))
-    client = TestClient(create_app(Explorer([root])), raise_server_exceptions=False)
+    client = local_client(Explorer([root]))
     item = test_ids[3]
     rows = client.get(f"/item/{item}").text.split('id="scores"')[1].split("</table>")[0]
     det0, det1 = (text(r) for r in rows.split('<tr data-detector="')[1:])
@@ -323,3 +328,68 @@ def test_calibrated_probabilities_show_only_under_the_recorded_key(tmp_path):
     shown = dict(re.findall(r'data-id="([^"]+)">.*?data-p="([^"]+)"', page, flags=re.S))
     assert {i: float(p) for i, p in shown.items()} == probs
     assert "0.777" not in page
+
+
+def test_foreign_host_is_refused(client):
+    """DNS rebinding: a page on another site that resolves its own name to 127.0.0.1 sends that name as Host."""
+    for host in ("evil.example", "evil.example:8000", "127.0.0.1.evil.example"):
+        reply = client.get("/", headers={"Host": host})
+        assert reply.status_code == 400, host
+        assert "det0" not in reply.text and "<html" not in reply.text.lower()
+    for host in ("127.0.0.1", "127.0.0.1:8123", "localhost:8123", "[::1]:8123"):
+        assert client.get("/", headers={"Host": host}).status_code == 200, host
+
+
+def test_allowed_hosts_follow_the_bind_address():
+    from haldet.explorer.security import allowed_hosts
+
+    assert allowed_hosts("127.0.0.1") == ["127.0.0.1", "localhost", "[::1]"]
+    assert allowed_hosts("::1") == ["127.0.0.1", "localhost", "[::1]"]
+    assert allowed_hosts("10.1.2.3", ["Box.Lab"])[-2:] == ["10.1.2.3", "box.lab"]
+    assert "evil.example" not in allowed_hosts("0.0.0.0")
+
+
+def test_protective_headers_on_every_page(client):
+    for path in ("/", f"/items?run=0&dataset={DATASET}&model={MODEL}", "/static/explorer.js", "/no-such-page"):
+        reply = client.get(path)
+        assert reply.headers["x-content-type-options"] == "nosniff", path
+        assert reply.headers["x-frame-options"] == "DENY", path
+        policy = reply.headers["content-security-policy"]
+        assert "script-src 'self'" in policy and "frame-ancestors 'none'" in policy and "unsafe" not in policy, path
+
+
+def test_pivot_view_is_detector_by_metric(client, synth):
+    """One row per detector and one column per metric, each value the stored row's (hand-read from results.json)."""
+    import json as _json
+
+    stored = _json.loads((synth[0] / "results.json").read_text())
+    reply = client.get("/", params={"view": "pivot"})
+    assert reply.status_code == 200
+    body = reply.text.split('id="pivot"', 1)[1].split("</table>", 1)[0]
+    detectors = sorted({r["detector"] for r in stored})
+    assert body.count("<tr>") - 1 == len(detectors)  # header + one row per detector
+    header = re.findall(r"<th>([^<]+)</th>", body.split("</thead>")[0])
+    metrics = list(dict.fromkeys(r["metric"] for r in stored))
+    assert header[6:7] == ["auroc"] and sorted(header[6:]) == sorted(metrics)
+    for row in stored:
+        if row["metric"] == "auroc":
+            line = next(tr for tr in body.split("<tr>") if f">{row['detector']}</a>" in tr)
+            cell = re.search(r'class="c-value m-auroc"[^>]*>([^<]+)', line).group(1)
+            assert cell == f"{row['value']:.3g}"
+    assert client.get("/", params={"view": "wide"}).status_code == 400
+
+
+def test_histogram_axis_suits_the_range():
+    from haldet.explorer.charts import histogram_axis
+
+    perplexity = np.r_[np.linspace(4, 12, 95), [150, 300, 450, 600, 630]]  # spans two decades, all positive
+    axis, edges = histogram_axis(perplexity)
+    assert axis == "log" and edges[0] == 4 and np.isclose(edges[-1], 630)
+    assert np.allclose(edges[1:] / edges[:-1], (630 / 4) ** (1 / 30))  # equal ratios
+    outliers = np.r_[np.linspace(-1, 1, 98), [-500.0, 500.0]]  # two far outliers, values of both signs
+    axis, edges = histogram_axis(outliers)
+    counts = np.histogram(outliers, bins=edges)[0]
+    assert axis == "quantile" and counts.max() - counts.min() <= 2  # equal counts, not one bar of 98
+    axis, edges = histogram_axis(np.linspace(0, 1, 50))
+    assert axis == "linear" and np.allclose(np.diff(edges), 1 / 30)
+    assert histogram_axis(np.array([0.3, 0.3]))[0] == "linear"

@@ -18,6 +18,10 @@ def view(
     host: Annotated[str, typer.Option(help="Address to listen on. Anything but loopback exposes the runs' "
                                            "prompts, answers and labels to the network.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on (default 0: a free port).", min=0, max=65535)] = 0,
+    allow_host: Annotated[list[str] | None, typer.Option(
+        help="Another host name the browser may use to reach the explorer (e.g. a machine name behind an SSH "
+             "tunnel); repeatable. Requests naming any other host are refused (400), which stops DNS "
+             "rebinding.")] = None,
 ) -> None:
     """Explore runs in the browser: the results table (sortable, filterable), each cell's items (labels, scores,
     ranks; filter by label, split, a detector's false positives/negatives, text), one item's prompt, answer, units,
@@ -45,5 +49,5 @@ def view(
         console.print(line, highlight=False)
 
     with suppress(KeyboardInterrupt):  # Ctrl-C is how it stops: no "interrupted run" message
-        serve(run_dirs, host=host, port=port, on_ready=ready)
+        serve(run_dirs, host=host, port=port, on_ready=ready, allow_hosts=allow_host or ())
     console.print("haldet view stopped", highlight=False)

@@ -27,9 +27,10 @@ from starlette.exceptions import HTTPException
 
 from haldet.errors import HaldetError
 from haldet.evaluation.compare import paired_bootstrap
-from haldet.evaluation.metrics import auroc
-from haldet.evaluation.thresholds import at_threshold
+from haldet.explorer.charts import curves
 from haldet.explorer.data import SPLITS, Cell, Explorer
+from haldet.explorer.pivot import pivot
+from haldet.explorer.security import LOOPBACK_NAMES, protect
 from haldet.version import __version__
 
 HERE = Path(__file__).parent
@@ -39,7 +40,6 @@ RESULT_COLUMNS = ("run", "dataset", "model", "detector", "family", "level", "met
                   "n", "n_pos", "coverage", "note")
 FILTER_COLUMNS = ("dataset", "model", "detector", "family", "level", "metric")
 MAX_PER_PAGE = 500
-CURVE_POINTS = 400
 
 
 class BadRequest(HTTPException):
@@ -61,8 +61,10 @@ def fmt(value: Any, digits: int = 3) -> str:
     return str(value)
 
 
-def create_app(explorer: Explorer) -> FastAPI:
+def create_app(explorer: Explorer, hosts: Sequence[str] = LOOPBACK_NAMES) -> FastAPI:
+    """The app over `explorer`, answering only requests whose Host is one of `hosts` (explorer/security.py)."""
     app = FastAPI(title="haldet view", docs_url=None, redoc_url=None, openapi_url=None)
+    protect(app, hosts)
     templates = Jinja2Templates(directory=str(HERE / "templates"))
     templates.env.filters["fmt"] = fmt
     templates.env.globals.update(version=__version__, explorer=explorer)
@@ -102,7 +104,8 @@ def create_app(explorer: Explorer) -> FastAPI:
 
     @app.get("/", response_class=HTMLResponse)
     def overview(request: Request, sort: str = "", desc: bool = False, dataset: str = "", model: str = "",
-                 detector: str = "", family: str = "", level: str = "", metric: str = "") -> Response:
+                 detector: str = "", family: str = "", level: str = "", metric: str = "",
+                 view: str = "rows") -> Response:
         for run in explorer.runs:
             run.refresh()
         rows = explorer.rows()
@@ -116,13 +119,19 @@ def create_app(explorer: Explorer) -> FastAPI:
             if sort not in columns:
                 raise BadRequest(f"cannot sort by {sort!r}: choose one of {', '.join(columns)}")
             shown.sort(key=lambda r: _sort_key(r.get(sort)), reverse=desc)
+        if view not in ("rows", "pivot"):
+            raise BadRequest(f"unknown view {view!r}: choose rows or pivot")
+
         def sort_link(col: str) -> str:
             return "/?" + urlencode({**{k: v for k, v in chosen.items() if v}, "sort": col,
-                                     "desc": 0 if (sort == col and desc) else 1})
+                                     "desc": 0 if (sort == col and desc) else 1, "view": view})
 
+        metrics, table = pivot(shown)
         return page(request, "overview.html", rows=shown, n_rows=len(rows), columns=columns, options=options,
                     chosen=chosen, sort=sort, desc=desc, cells=list(explorer.cells()), sort_link=sort_link,
-                    detector_link=lambda row: _detector_link(explorer, row))
+                    detector_link=lambda row: _detector_link(explorer, row), view=view, metrics=metrics,
+                    table=table, view_link=lambda v: "/?" + urlencode({**{k: x for k, x in chosen.items() if x},
+                                                                       "view": v}))
 
     @app.get("/items", response_class=HTMLResponse)
     def items(request: Request, dataset: str, model: str, run: int = 0, det: list[str] | None = Query(None),
@@ -228,7 +237,7 @@ def create_app(explorer: Explorer) -> FastAPI:
         if not 10 <= n_boot <= 10000:
             raise BadRequest(f"n_boot must be between 10 and 10000 (got {n_boot})")
         names = [name] + ([vs] if vs else [])
-        panels = [_curves(cell, _column(cell, c).name, split) for c in names]
+        panels = [curves(cell, _column(cell, c).name, split) for c in names]
         paired = None
         mask = (cell.split == split) & (cell.labels >= 0)
         if vs and mask.any():
@@ -323,46 +332,3 @@ def _highlight(answer: str, units: Sequence[Mapping[str, Any]]) -> str:
         at = u["end"]
     parts.append(html.escape(answer[at:]))
     return "".join(parts)
-
-
-def _curves(cell: Cell, name: str, split: str) -> dict[str, Any]:
-    """ROC and precision-recall points, per-label histograms and the confusion counts at up to CURVE_POINTS
-    thresholds (every count exact: the slider moves over these thresholds) of one column on one split."""
-    column = cell.columns[name]
-    part = (cell.split == split) & (cell.labels >= 0)
-    n_part = int(part.sum())
-    mask = part & np.isfinite(column.values)
-    y, s = cell.labels[mask].astype(int), column.values[mask]
-    threshold = cell.threshold(name)
-    panel: dict[str, Any] = {"name": name, "column": column, "n": len(s), "n_part": n_part,
-                             "n_pos": int(y.sum()), "threshold": threshold, "auroc": None, "data": None,
-                             "confusion": None}
-    if not len(s):
-        return panel
-    order = np.argsort(-s, kind="stable")
-    s_desc, y_desc = s[order], y[order]
-    last = np.r_[s_desc[1:] != s_desc[:-1], True]
-    tp, fp = np.cumsum(y_desc)[last], np.cumsum(1 - y_desc)[last]
-    values = s_desc[last]
-    pos, neg = int(y.sum()), int(len(y) - y.sum())
-    keep = np.unique(np.linspace(0, len(values) - 1, min(len(values), CURVE_POINTS)).round().astype(int))
-    if threshold.value is not None:  # the lowest score >= the threshold in use is always a slider stop
-        keep = np.union1d(keep, [int(np.searchsorted(-values, -threshold.value, side="right") - 1)])
-    keep = keep[keep >= 0]
-    lo, hi = float(s.min()), float(s.max())
-    edges = np.linspace(lo, hi if hi > lo else lo + 1, 31)
-    panel["auroc"] = auroc(y, s) if 0 < pos < len(y) else None
-    panel["data"] = {
-        "name": name, "pos": pos, "neg": neg,
-        "thresholds": values[keep].tolist(), "tp": tp[keep].tolist(), "fp": fp[keep].tolist(),
-        "roc": [[0.0, 0.0]] + [[float(f / neg) if neg else 0.0, float(t / pos) if pos else 0.0]
-                               for t, f in zip(tp[keep], fp[keep], strict=True)],
-        "pr": [[float(t / pos) if pos else 0.0, float(t / (t + f))] for t, f in zip(tp[keep], fp[keep], strict=True)],
-        "edges": edges.tolist(),
-        "hist_pos": np.histogram(s[y == 1], bins=edges)[0].tolist(),
-        "hist_neg": np.histogram(s[y == 0], bins=edges)[0].tolist(),
-        "start": None if threshold.value is None else float(threshold.value),
-    }
-    if threshold.value is not None:
-        panel["confusion"] = at_threshold(y, s, threshold.value)
-    return panel

@@ -38,19 +38,21 @@ def bind(host: str, port: int) -> socket.socket:
 
 
 def serve(runs: Sequence[Path], host: str = LOOPBACK, port: int = 0,
-          on_ready: Callable[[str], None] = print) -> None:
-    """Serve the explorer over `runs` until interrupted; `on_ready` gets progress lines, then the URL."""
+          on_ready: Callable[[str], None] = print, allow_hosts: Sequence[str] = ()) -> None:
+    """Serve the explorer over `runs` until interrupted; `on_ready` gets progress lines, then the URL. Requests
+    must name this host (or a loopback name, or one of `allow_hosts`) in their Host header."""
     import uvicorn
 
     from haldet.explorer.app import create_app
     from haldet.explorer.data import Explorer
+    from haldet.explorer.security import allowed_hosts
 
     explorer = Explorer(runs)
     sock = bind(host, port)
     for cell in explorer.cells():  # read every cell's logs once now, so the first page a user opens is fast
         on_ready(f"reading {cell.run.name}: {cell.dataset} x {cell.model}")
         cell.preload()
-    app = create_app(explorer)
+    app = create_app(explorer, allowed_hosts(host, allow_hosts))
     actual = sock.getsockname()[1]
     shown = f"[{host}]" if ":" in host else host
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
