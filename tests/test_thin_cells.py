@@ -51,7 +51,8 @@ def test_a_thin_row_is_marked_and_never_averaged() -> None:
     assert "e | m: thin test split" in marks.lines()[0]
     # the caveat belongs to cell (e, m, x): it marks that cell, not the detector's name nor its other datasets
     assert marks.label("m", "x", dataset="e") == " [1]" and marks.cell_label("m", "x", "e") == " [1]"
-    assert marks.label("m", "x") == "" and marks.label("m", "x", dataset="d") == "" and marks.cell_label("m", "x", "d") == ""
+    assert marks.label("m", "x") == "" and marks.label("m", "x", dataset="d") == ""
+    assert marks.cell_label("m", "x", "d") == ""
 
 
 def test_a_run_too_thin_to_rank_says_so_and_exits_1(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
