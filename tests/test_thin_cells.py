@@ -48,7 +48,11 @@ def test_a_thin_row_is_marked_and_never_averaged() -> None:
     fr = frame(rows)
     assert fr.values[("m", "x", "d")] == 0.9 and fr.values[("m", "x", "e")] is None
     marks = detector_marks(rows)
-    assert marks.label("m", "x") == " [1]" and "e | m: thin test split" in marks.lines()[0]
+    assert "e | m: thin test split" in marks.lines()[0]
+    # the caveat belongs to cell (e, m, x): it marks that cell, not the detector's name nor its other datasets
+    assert marks.label("m", "x", dataset="e") == " [1]" and marks.cell_label("m", "x", "e") == " [1]"
+    assert marks.label("m", "x") == "" and marks.label("m", "x", dataset="d") == ""
+    assert marks.cell_label("m", "x", "d") == ""
 
 
 def test_a_run_too_thin_to_rank_says_so_and_exits_1(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -67,3 +71,50 @@ def test_a_run_too_thin_to_rank_says_so_and_exits_1(monkeypatch: pytest.MonkeyPa
     allowed = run("--allow-failures")
     assert allowed.exit_code == 0 and "thin test split" in " ".join(allowed.output.split())
     assert run("--min-per-class", "0", "--update").exit_code == 0
+
+
+def test_a_merged_report_keeps_each_cells_caveat_on_that_cell() -> None:
+    """`haldet report RUN_A RUN_B`: run a's thin halueval_qa cell must not mark run b's responses rows of the same
+    detector names (seen before: perplexity and entropy of b marked with a's thin note), in the terminal table,
+    tables.md/.tex and report.html."""
+    from haldet.evaluation.aggregate import dataset_table
+    from haldet.report.html import results_section
+    from haldet.report.tables import table_latex, table_markdown
+    from haldet.report.terminal import results_parts
+
+    thin = "thin test split: 2 correct and 2 hallucination labelled item(s), fewer than min_per_class = 5"
+    rows = []
+    for det in ("perplexity", "entropy"):
+        base = {"model": "smollm2-135m", "detector": det, "family": "gray", "metric": "auroc", "n": 4, "n_pos": 2,
+                "coverage": 1.0}
+        rows += [{**base, "run": "a", "dataset": "halueval_qa", "scenario": "qa", "value": 1.0, "thin": thin,
+                  "note": thin},
+                 {**base, "run": "b", "dataset": "responses", "scenario": "responses", "value": 0.62, "n": 40}]
+    table, _ = results_parts(rows, width=200)
+    names = {(r[0], r[1]): r for r in zip(*[[str(c) for c in col._cells] for col in table.columns], strict=True)}
+    for det in ("perplexity", "entropy"):
+        assert names[("halueval_qa", f"{det} [1]")]  # run a's thin cell is marked ...
+        assert ("responses", det) in names  # ... run b's row of the same detector is not
+    md = table_markdown(dataset_table(rows), detector_marks(rows))
+    line = next(x for x in md.splitlines() if x.startswith("| perplexity"))
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert cells == ["perplexity", "— [1]", "**62.00**", "**62.00†**"]
+    assert "a: halueval_qa | smollm2-135m: thin test split" in md
+    tex = table_latex(dataset_table(rows), marks=detector_marks(rows))
+    assert r"--\textsuperscript{1}" in tex and r"perplexity\textsuperscript" not in tex
+    html = results_section(rows)
+    assert html.count("<sup>1</sup>") == 2  # the two thin cells' detector names, not the responses rows
+
+
+def test_the_python_api_warns_on_a_thin_cell_and_the_note_says_it(monkeypatch: pytest.MonkeyPatch,
+                                                                   tmp_path: Path) -> None:
+    """`haldet.run(config, limit=...)` on a cell too thin to rank: a ThinCellWarning (the CLI's message), and the
+    caveat in every row's `note` (the column a reader looks at), not only in the `thin` column."""
+    import haldet
+
+    monkeypatch.setattr(pipeline, "make_backend", lambda model, config: TenBackend(model))
+    config = haldet.load_config(None, datasets=["gsm8k"], data_dir=str(FIX), detectors=["perplexity"], limit=3)
+    with pytest.warns(haldet.ThinCellWarning, match=r"gsm8k \| smollm2-135m: thin test split"):
+        rows, _ = haldet.run(config, tmp_path / "r")
+    assert rows and all(r["thin"].startswith("thin test split") and r["note"].startswith(r["thin"])
+                        for r in rows)

@@ -36,7 +36,8 @@ if TYPE_CHECKING:
 
     from haldet.report.frames import RunFrames
 
-__all__ = ["Detector", "HaldetError", "RunConfig", "Scores", "Signal", "SignalView", "UnitScores", "__version__",
+__all__ = ["Detector", "HaldetError", "RunConfig", "Scores", "Signal", "SignalView", "ThinCellWarning", "UnitScores",
+           "__version__",
            "check_detector", "load_config", "load_results", "load_run", "load_scores", "register", "run",
            "score_responses"]
 
@@ -44,9 +45,12 @@ __all__ = ["Detector", "HaldetError", "RunConfig", "Scores", "Signal", "SignalVi
 def run(config: Any, out: str | Path, **options: Any) -> tuple[list[dict[str, Any]], list[Any]]:
     """Run a config (a `RunConfig`) into the run directory `out`, as `haldet run` does: returns the result rows and
     the per-cell results. `options`: update, progress, on_cell, executor ("serial" | "ray"), ray_address."""
+    from haldet.flow.results import warn_thin
     from haldet.flow.run import run as run_config
 
-    return run_config(config, Path(out), **options)
+    rows, cells = run_config(config, Path(out), **options)
+    warn_thin(cells)  # a cell too thin to rank detectors: warned here as the CLI prints it
+    return rows, cells
 
 
 def load_results(run_dir: str | Path) -> pandas.DataFrame:
@@ -122,10 +126,10 @@ def __getattr__(name: str) -> Any:
         from haldet.flow.layers import resolve_config
 
         return resolve_config
-    if name == "HaldetError":
-        from haldet.errors import HaldetError
+    if name in ("HaldetError", "ThinCellWarning"):
+        from haldet import errors
 
-        return HaldetError
+        return getattr(errors, name)
     if name == "check_detector":
         from haldet.testing.conformance import check_detector
 

@@ -97,3 +97,9 @@ def storage_error(exc: OSError) -> HaldetError:
     what = exc.strerror or str(exc) or type(exc).__name__
     hint = _STORAGE_HINTS.get(exc.errno or 0, "check the path and its permissions, then run the same command again")
     return HaldetError(f"cannot read or write a file: {what}", where=str(path) if path else "", hint=hint)
+
+
+class ThinCellWarning(UserWarning):
+    """A cell whose test split holds too few labelled answers of a class to rank detectors: its numbers exist (and
+    say so in their `note`), but the Python API warns, as the CLI prints it and exits 1, so no caller reads them
+    as a ranking by accident."""

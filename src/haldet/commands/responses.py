@@ -100,6 +100,7 @@ def score_responses(data: Any, *, model: str | Sequence[str] = "smollm2-135m",
                     limit: int | None = None, config_file: str | Path | None = None, progress: bool = True,
                     **settings: Any) -> RunFrames:
     """Score your responses with `detectors`, reading them teacher-forced with `model`: see `haldet.score_responses`."""
+    from haldet.flow.results import warn_thin
     from haldet.flow.run import run
 
     models = [model] if isinstance(model, str) else list(model)
@@ -127,7 +128,8 @@ def score_responses(data: Any, *, model: str | Sequence[str] = "smollm2-135m",
         from haldet.util.progress import progress_factory
 
         with progress_factory(Console(stderr=True)) as make:
-            run(config, root, update=True, progress=make)
+            _, cells = run(config, root, update=True, progress=make)
     else:
-        run(config, root, update=True)
+        _, cells = run(config, root, update=True)
+    warn_thin(cells)
     return load_frames(root)

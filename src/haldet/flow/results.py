@@ -3,9 +3,12 @@ cost and provenance) and its manifest entry."""
 
 from __future__ import annotations
 
+import warnings
+from collections.abc import Iterable
 from typing import Any
 
 from haldet.detectors.base import DETECTORS
+from haldet.errors import ThinCellWarning
 from haldet.evaluation.cost import DEFAULT_N, detector_cost
 from haldet.evaluation.metrics import max_orientation_row
 from haldet.flow.cell import CellResult
@@ -19,6 +22,7 @@ def result_rows(cell: CellResult, cost_n: int = DEFAULT_N, *, max_orientation: b
     this cell (haldet.evaluation.cost). `max_orientation`: each AUROC row gets an `auroc_max_orientation` row
     beside it (`report.max_orientation`; never ranked)."""
     rows = []
+    thin = str(cell.data.get("thin") or "")
     for run in cell.detectors:
         timed = run.name not in cell.untimed
         reads = run.reads or DETECTORS.get(run.name, where="--detector").requires  # an ensemble: its members'
@@ -34,17 +38,26 @@ def result_rows(cell: CellResult, cost_n: int = DEFAULT_N, *, max_orientation: b
                 "detector": run.name, "family": run.family, "metric": m.metric, "level": run.level,
                 "value": m.value, "ci_low": m.ci_low, "ci_high": m.ci_high, "n": m.n, "n_pos": m.n_pos,
                 "coverage": m.coverage, "fit_s": round(run.fit_seconds, 4), "score_s": round(run.score_seconds, 4),
-                "note": "; ".join(n for n in (m.note, str(run.meta.get("note") or "")) if n), "scope": run.scope,
+                "note": "; ".join(n for n in (thin, m.note, str(run.meta.get("note") or "")) if n),
+                "scope": run.scope,
                 **cost,
                 **provenance_columns(run.name, run.identity),
                 **({"train_labels": run.train_labels} if run.train_labels else {}),
-                **({"thin": cell.data["thin"]} if cell.data.get("thin") else {}),
+                **({"thin": thin} if thin else {}),
             })
     if max_orientation:
         rows = [out for row in rows for out in ([row, max_orientation_row(row)] if row["metric"] == "auroc"
                                                 else [row])]
     base = {"dataset": cell.dataset, "scenario": cell.scenario, "model": cell.model}
     return rows + [{**base, **row} for row in cell.extra_rows]
+
+
+def warn_thin(cells: Iterable[CellResult]) -> None:
+    """A `ThinCellWarning` per cell too thin to rank detectors: what the CLI prints, for callers of the Python API."""
+    for cell in cells:
+        if cell.data.get("thin") and not cell.error:
+            warnings.warn(f"{cell.dataset} | {cell.model}: {cell.data['thin']}",
+                          ThinCellWarning, stacklevel=3)
 
 
 def unit_score_rows(cell: CellResult) -> list[dict[str, Any]]:

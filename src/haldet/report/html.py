@@ -86,9 +86,9 @@ def _by_metric(rows: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str, str], 
     return out
 
 
-def _sup(marks: Marks, model: str, detector: str) -> str:
-    """A detector's footnote references as a superscript ('' when none)."""
-    return marks.label(model, detector, "<sup>{}</sup>")
+def _sup(marks: Marks, model: str, detector: str, dataset: str | None = None, run: str | None = None) -> str:
+    """A detector's footnote references as a superscript ('' when none); one cell's when `dataset` is given."""
+    return marks.label(model, detector, "<sup>{}</sup>", dataset=dataset, run=run)
 
 
 def _footnotes(marks: Marks, *notes: str) -> str:
@@ -105,7 +105,8 @@ def results_section(rows: Sequence[Mapping[str, Any]]) -> str:
         au = m.get("auroc", {})
         ci = (f' <span class="muted">[{_pct(au.get("ci_low"), 1)}, {_pct(au.get("ci_high"), 1)}]</span>'
               if au.get("ci_low") is not None else "")
-        body.append([_e(model), _e(dataset), _e(au.get("scenario", "")), _e(det) + _sup(marks, model, det),
+        sup = _sup(marks, model, det, dataset, str(au.get("run") or ""))
+        body.append([_e(model), _e(dataset), _e(au.get("scenario", "")), _e(det) + sup,
                      _e(au.get("family", "")),
                      _pct(au.get("value")) + ci,
                      *([_pct(m.get(MAX_ORIENTATION, {}).get("value"))] if oriented else []),

@@ -73,17 +73,20 @@ def tex_escape(text: str) -> str:
     return "".join(_TEX.get(ch, ch) for ch in str(text))
 
 
-def table_cells(table: Table, bold: Callable[[str], str], dagger: str,
-           subset: str = SUBSET_MARK) -> list[tuple[str, str, str, list[str]]]:
-    """(model, family, label, formatted values) per row, in table order."""
+def table_cells(table: Table, bold: Callable[[str], str], dagger: str, subset: str = SUBSET_MARK,
+                marks: Marks | None = None, ref: str = " [{}]") -> list[tuple[str, str, str, list[str]]]:
+    """(model, family, label, formatted values) per row, in table order. With `marks`, a dataset column's value
+    (or its dash: a thin cell has no value in the tables) carries that cell's own caveats (`ref` formats them)."""
     best = _best(table)
     out = []
     for r in table.rows:
         vals = []
         for col in table.columns:
             agg = r.values.get(col.key)
+            own = (marks.cell_label(r.model, r.detector, col.key, ref)
+                   if marks is not None and r.kind == "detector" and col.kind == "dataset" else "")
             if agg is None or agg.value is None:
-                vals.append("—")
+                vals.append("—" + own)
                 continue
             text = _pct(agg.value) + (dagger if agg.partial else "")
             top = best.get((r.model, col.key))
@@ -91,7 +94,7 @@ def table_cells(table: Table, bold: Callable[[str], str], dagger: str,
                 text = bold(text) + (subset if top[1] else "")
             if r.kind == "detector":
                 text += coverage_suffix(agg.coverage)
-            vals.append(text)
+            vals.append(text + own)
         out.append((r.model, r.family, r.detector, vals))
     return out
 
@@ -107,7 +110,7 @@ def table_markdown(table: Table, marks: Marks | None = None) -> str:
              f"{DAGGER_MD} = mean over fewer datasets than the column holds)", "",
              "| " + " | ".join(header) + " |", "|" + "|".join(["---"] + ["---:"] * len(table.columns)) + "|"]
     model = family = None
-    for m, fam, label, vals in table_cells(table, lambda s: f"**{s}**", DAGGER_MD):
+    for m, fam, label, vals in table_cells(table, lambda s: f"**{s}**", DAGGER_MD, marks=marks):
         if m != model:
             lines.append(f"| **{m}** |" + " |" * len(table.columns))
             model, family = m, None
@@ -130,7 +133,8 @@ def table_latex(table: Table, label: str = "", marks: Marks | None = None) -> st
     lines += [r"\begin{tabular}{l" + "r" * n + "}", r"\toprule",
               " & ".join(["Method", *[tex_escape(c.label) for c in table.columns]]) + r" \\", r"\midrule"]
     model = family = None
-    for m, fam, det, vals in table_cells(table, lambda s: rf"\textbf{{{s}}}", DAGGER_TEX, r"\S{}"):
+    for m, fam, det, vals in table_cells(table, lambda s: rf"\textbf{{{s}}}", DAGGER_TEX, r"\S{}", marks=marks,
+                                         ref=r"\textsuperscript{{{}}}"):
         if m != model:
             if model is not None:
                 lines.append(r"\midrule")
@@ -141,7 +145,7 @@ def table_latex(table: Table, label: str = "", marks: Marks | None = None) -> st
             family = fam
         name = rf"\textit{{{FAMILY_AVG}}}" if det == FAMILY_AVG else tex_escape(det) + (
             marks.label(m, det, r"\textsuperscript{{{}}}") if marks else "")
-        vals = [(v if v != "—" else "--").replace("%", r"\%") for v in vals]
+        vals = [v.replace("—", "--").replace("%", r"\%") for v in vals]
         lines.append(" & ".join([name, *vals]) + r" \\")
     lines += [r"\bottomrule", r"\end{tabular}"]
     lines += [r"\par\footnotesize " + tex_escape(t).replace(tex_escape(SUBSET_MARK), r"\S{}")

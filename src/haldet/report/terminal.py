@@ -162,7 +162,8 @@ def judge_lines(cells: list[dict[str, Any]], llm_judge: str | None) -> list[Text
 
 def _detector(metrics: dict[str, dict[str, Any]], marks: Any) -> str:
     au = metrics.get("auroc") or next(iter(metrics.values()))
-    return str(au["detector"]) + marks.label(str(au["model"]), str(au["detector"]))
+    return str(au["detector"]) + marks.label(str(au["model"]), str(au["detector"]), dataset=str(au["dataset"]),
+                                             run=str(au.get("run") or ""))
 
 
 def _width(cols: dict[str, Col], cells: dict[Any, dict[str, dict[str, Any]]]) -> int:
