@@ -1,8 +1,8 @@
 """`haldet view` in a real headless Chromium (Debian's, driven by Playwright; no browser download): the CLI serves
 on a free loopback port and prints the URL; the overview filters; an items page opens an item whose shown label and
 score are the stored ones; the detector x metric view; the threshold slider moves the confusion counts to the
-values computed here; a screenshot is not blank; Ctrl-C stops the server cleanly. All of it under the explorer's content security policy:
-a blocked script or style would show as a console error, and the test requires none."""
+values computed here; a screenshot is not blank; Ctrl-C stops the server cleanly. All of it under the explorer's
+content security policy: a blocked script or style would show as a console error, and the test requires none."""
 
 from __future__ import annotations
 
