@@ -8,6 +8,7 @@ import typer
 import yaml
 
 from haldet.cli.console import out_console, print_json, print_table
+from haldet.config import RunConfig
 
 app = typer.Typer(help="The papers' settings as presets (`haldet run --preset NAME`); docs/replication.md lists "
                        "what each still differs in.")
@@ -51,7 +52,9 @@ def resolved_yaml(name: str, *, layer: bool = False) -> str:
             "# what still differs from the paper and why: docs/replication.md"]
     if layer:
         return "\n".join(h for h in head if h) + "\n" + preset.text
-    data = resolve_config(None, preset=name).canonical()
+    config = resolve_config(None, preset=name)
+    head += dataset_lines(config)
+    data = config.canonical()
     data.pop("preset", None)  # an edited copy is the user's own config, not the packaged preset
     body = yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
     if preset.hallulens_commands:
@@ -59,3 +62,26 @@ def resolved_yaml(name: str, *, layer: bool = False) -> str:
         head.append("# `haldet hallulens build|evaluate --preset " + name + "` defaults (not run settings):")
         head += [f"#   {line}" for line in commands.splitlines()]
     return "\n".join(h for h in head if h) + "\n" + body
+
+
+def dataset_sizes(config: RunConfig) -> list[tuple[str, str, int]]:
+    """(dataset, items: a number or "whole split", the answers' token limit) for each dataset the config runs."""
+    from haldet.datasets.base import DATASETS
+    from haldet.util.limits import FALLBACK_MAX_NEW_TOKENS, TASK_MAX_NEW_TOKENS
+
+    gen, out = config.generation, []
+    for name in config.datasets:
+        limit = config.limit_for(name)
+        task = str(getattr(DATASETS.get(name, where="datasets"), "task_type", ""))
+        tokens = (gen.max_new_tokens if gen.max_new_tokens is not None else gen.max_new_tokens_by_dataset.get(
+            name, {**TASK_MAX_NEW_TOKENS, **gen.max_new_tokens_by_task}.get(task, FALLBACK_MAX_NEW_TOKENS)))
+        out.append((name, "whole split" if limit is None else f"{limit:,}", tokens))
+    return out
+
+
+def dataset_lines(config: RunConfig) -> list[str]:
+    """The header lines of `presets show` naming each dataset with its size and generation length."""
+    sizes = dataset_sizes(config)
+    width = max(len(n) for n, _, _ in sizes)
+    return ([f"# datasets ({len(sizes)}): items per dataset (limit / limit_by_dataset), max new tokens per answer"]
+            + [f"#   {n:<{width}}  {items:>11}  {tokens} tokens" for n, items, tokens in sizes])

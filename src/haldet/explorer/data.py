@@ -488,10 +488,10 @@ def load_instances(manifest: dict[str, Any], dataset: str) -> list[Any]:
 
     config = RunConfig.model_validate(manifest.get("config") or {})
     adapter = get_adapter(dataset, config.data_dir, config.dataset_params.get(dataset))
-    n_pool = demo_pool_size(config.prompt.n_shots) if config.limit is not None else 0
-    loaded, _ = adapter.load(limit=None if config.limit is None else config.limit + n_pool,
-                             seed=config.data_seed, on_bad_row="skip")
-    return loaded[: config.limit] if config.limit is not None else loaded
+    limit = config.limit_for(dataset)
+    n_pool = demo_pool_size(config.prompt.n_shots) if limit is not None else 0
+    loaded, _ = adapter.load(limit=None if limit is None else limit + n_pool, seed=config.data_seed, on_bad_row="skip")
+    return loaded[:limit] if limit is not None else loaded
 
 
 class Explorer:

@@ -102,10 +102,11 @@ def prepare_cell(config: RunConfig, store: RunStore, dataset: str, model: str, p
     result = CellResult(dataset=dataset, scenario=adapter.scenario, model=model)
     start = time.perf_counter()
     # few-shot demos come from the rows of the same seeded order past the evaluated limit: never an evaluated item
-    n_pool = demo_pool_size(config.prompt.n_shots) if config.limit is not None else 0
-    loaded, report = adapter.load(limit=None if config.limit is None else config.limit + n_pool,
+    limit = config.limit_for(dataset)
+    n_pool = demo_pool_size(config.prompt.n_shots) if limit is not None else 0
+    loaded, report = adapter.load(limit=None if limit is None else limit + n_pool,
                                   seed=config.data_seed, on_bad_row=config.on_bad_row)
-    instances, pool = (loaded[: config.limit], loaded[config.limit :]) if config.limit is not None else (loaded, [])
+    instances, pool = (loaded[:limit], loaded[limit:]) if limit is not None else (loaded, [])
     if not instances:
         raise HaldetError(f"dataset {dataset!r} gave no items", where=f"{report.origin} (split {report.split})",
                           hint=f"check the file(s) with `haldet datasets show {dataset}`; pick another split with "

@@ -162,7 +162,8 @@ def _given(run: RunData, dataset: str, notes: list[str]) -> dict[str, Instance]:
     config = RunConfig.model_validate(run.manifest["config"])
     try:
         adapter = get_adapter(dataset, config.data_dir, config.dataset_params.get(dataset))
-        instances, _ = adapter.load(limit=config.limit, seed=config.data_seed, on_bad_row=config.on_bad_row)
+        instances, _ = adapter.load(limit=config.limit_for(dataset), seed=config.data_seed,
+                                    on_bad_row=config.on_bad_row)
     except HaldetError as exc:
         notes.append(f"{dataset}: the labels that ship with its data are not shown: {exc.message}")
         return {}
