@@ -85,3 +85,44 @@ def dataset_lines(config: RunConfig) -> list[str]:
     width = max(len(n) for n, _, _ in sizes)
     return ([f"# datasets ({len(sizes)}): items per dataset (limit / limit_by_dataset), max new tokens per answer"]
             + [f"#   {n:<{width}}  {items:>11}  {tokens} tokens" for n, items, tokens in sizes])
+
+
+@app.command("plan")
+def presets_plan(
+    name: Annotated[str, typer.Argument(help="A preset (see `haldet presets list`).")],
+    model: Annotated[str, typer.Option("--model", "-m", help="The model under test (its size is read from the "
+                                                             "name; nothing is loaded).")],
+    judge_model: Annotated[str | None, typer.Option(help="The judge model (default: the preset's).")] = None,
+    limit: Annotated[int | None, typer.Option(help="Cap every dataset at this many items.")] = None,
+    params: Annotated[float | None, typer.Option(help="Parameters of the model, e.g. 8e9, when its name does not "
+                                                      "say.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="The plan as JSON.")] = False,
+) -> None:
+    """What `haldet run --preset NAME --model M` will run, before any work: datasets and items, detectors and the
+    stages they need, the calls and tokens each endpoint gets, and the estimated GPU-hours and disk (with the
+    assumptions of the estimate). Loads no model and no data."""
+    from dataclasses import asdict
+
+    from haldet.flow.layers import resolve_config
+    from haldet.papers.plan import Assumptions, build_plan, plan_lines
+
+    config = resolve_config(None, preset=name, models=[model], judge__model=judge_model, limit=limit)
+    stages, verdicts = detector_stages(config)
+    plan = build_plan(name, config, model, stages, verdict_detectors=verdicts, given_answers=bool(config.suite),
+                      assumptions=Assumptions(params=params))
+    if as_json:
+        print_json(asdict(plan))
+        return
+    out_console.print("\n".join(plan_lines(plan)), markup=False, highlight=False, soft_wrap=True)
+
+
+def detector_stages(config: RunConfig) -> tuple[dict[str, list[str]], list[str]]:
+    """Each detector's stages (as the run plans them, from what the detector reads) and the detectors that ask the
+    verdict model."""
+    from haldet.flow.scoring import make_detector
+    from haldet.stages.plan import stage_order
+
+    stages: dict[str, list[str]] = {}
+    for det in config.detectors:
+        stages[det] = stage_order(make_detector(det, config).signals())
+    return stages, [d for d, s in stages.items() if "verdict" in s]
