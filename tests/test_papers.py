@@ -46,23 +46,24 @@ def test_hand_picked_values_equal_the_seed_texts() -> None:
     fam = {r.detector: r.printed for r in paper_rows("openhaldet")
            if r.model == "meta-llama/Llama-3.2-3B-Instruct" and r.dataset == "Avg." and "family" in r.detector}
     assert fam == {"gray-box family avg": "66.47", "black-box family avg": "66.07", "white-box family avg": "65.91"}
-    # halluentity.txt Table 2: "[13] microsoft/phi-2	<b>0.619</b>	<b>0.656</b>	<b>0.571</b>	<b>0.705</b>	0.775 ..."
+    # halluentity.txt Table 2 (tab-separated):
+    # "[13] microsoft/phi-2 <b>0.619</b> <b>0.656</b> <b>0.571</b> <b>0.705</b> 0.775 ..."
     assert _one("halluentity", table="Table 2", model="microsoft/phi-2", detector="unit_sar", metric="auroc") == "0.705"
-    # Table 3: "[6]	0.283	0.277	0.261	0.329	0.484	0.171	0.168	0.15	0.222 ..." (Precision_Opt of CCP: 0.15)
+    # Table 3: "[6] 0.283 0.277 0.261 0.329 0.484 0.171 0.168 0.15 0.222 ..." (CCP's Precision_Opt: 0.15)
     assert _one("halluentity", table="Table 3", model="BAAI/Aquila2-34B", detector="ccp",
                 metric="precision_opt_test") == "0.15"
-    # verigray.txt Table 4: "DeepSeek-R1	<b>78.6</b>	<b>64.0</b>	63.8	<b>63.9</b>	<b>34.4</b>"
+    # verigray.txt Table 4: "DeepSeek-R1 <b>78.6</b> <b>64.0</b> 63.8 <b>63.9</b> <b>34.4</b>"
     assert _one("verigray", paper_detector="DeepSeek-R1", metric="bacc") == "78.6"
-    # "LLM-Check (Hidden Score)	55.0	56.1	18.4	27.7	48.5"
+    # "LLM-Check (Hidden Score) 55.0 56.1 18.4 27.7 48.5"
     assert _one("verigray", detector="llmcheck_hidden", metric="rank_loss") == "48.5"
-    # triviaplus.txt Table 6: "RF	0.687	0.733	0.656	0.698	0.631	0.732"
+    # triviaplus.txt Table 6: "RF 0.687 0.733 0.656 0.698 0.631 0.732"
     assert _one("triviaplus", table="Table 6", detector="sft", metric="accuracy",
                 paper_detector="SFT", convention="trained on RF labels, evaluated on clean test labels") == "0.732"
-    # Table 4: "Dolly (NC) ... SFT	-	-	-	-": no numbers, so no rows
+    # Table 4: "Dolly (NC) ... SFT - - - -": no numbers, so no rows
     assert not [r for r in paper_rows("triviaplus") if r.dataset == "dolly_nc" and r.detector == "sft"]
-    # hallulens.txt Table 2: "GPT-40	4.13	45.15	52.59	0.13	84.89	71.03	75.8	42.31" (GPT-4o, printed GPT-40)
+    # hallulens.txt Table 2: "GPT-40 4.13 45.15 52.59 0.13 84.89 71.03 75.8 42.31" (GPT-4o printed as GPT-40)
     assert _one("hallulens", table="Table 2", model="GPT-4o", metric="f1_at_32") == "75.8"
-    # Table 3: "Llama-3.1-405B-Instruct	11.48	2.28	6.88"
+    # Table 3: "Llama-3.1-405B-Instruct 11.48 2.28 6.88"
     assert _one("hallulens", table="Table 3", model="Llama-3.1-405B-Instruct",
                 metric="false_acceptance_rate_generated_entities") == "2.28"
 
