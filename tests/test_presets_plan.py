@@ -103,3 +103,14 @@ def test_the_estimate_follows_the_model_size() -> None:
     assert large.gpu_hours == pytest.approx(10 * small.gpu_hours)  # linear in the parameters
     unknown = build_plan("openhaldet", config, "mystery", {"perplexity": ["generate"]})
     assert unknown.gpu_hours is None and "cannot be read from its name" in unknown.notes[0]
+
+
+def test_a_runs_items_follow_limit_by_dataset() -> None:
+    """The explorer loads a cell's items as the run did (`RunConfig.limit_for`), here on the packaged HaluEval QA."""
+    from haldet.explorer.data import load_instances
+
+    capped = {"config": {"datasets": ["halueval_qa"], "limit": 5, "limit_by_dataset": {"halueval_qa": 3}}}
+    assert len(load_instances(capped, "halueval_qa")) == 3
+    other = {"config": {"datasets": ["halueval_qa"], "limit": 5, "limit_by_dataset": {"xsum": 3}}}
+    first = load_instances(other, "halueval_qa")
+    assert len(first) == 5 and [i.id for i in first[:3]] == [i.id for i in load_instances(capped, "halueval_qa")]
