@@ -48,16 +48,18 @@ def report(
 
         paper_rows(paper)  # an unknown paper fails before anything is written
     written, rows = report_runs(run_dirs, out, n_boot=n_boot, metrics=wanted)
+    text = ""
     if paper:
         from haldet.papers.compare import report_paper
 
         text, files = report_paper(paper, run_dirs, rows, out)
         written.update(files)
-        out_console.print(text, markup=False, highlight=False, soft_wrap=True)
     if as_json:
         out_console.print_json(json.dumps(rows, default=str))
     else:
         print_results(out_console, rows, metrics=wanted)
+        if text:
+            out_console.print(text, markup=False, highlight=False, soft_wrap=True)
     console.print("written: " + ", ".join(str(p) for p in written.values()), highlight=False)
 
 
