@@ -18,7 +18,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
               "haldet.signals", "haldet.presets")),
     ("util and text", ("haldet.util", "haldet.text", "haldet.report.svg", "haldet.report.marks")),
     ("store", ("haldet.store",)),
-    ("evaluation", ("haldet.evaluation",)),
+    ("evaluation", ("haldet.evaluation", "haldet.papers")),
     ("backends", ("haldet.backends",)),
     ("auxiliary models", ("haldet.models",)),
     ("datasets", ("haldet.datasets",)),

@@ -265,6 +265,8 @@ class RunConfig(Section):
     models: list[str] = Field(default_factory=lambda: ["smollm2-135m"])
     detectors: list[str] = Field(default_factory=lambda: list(DEFAULT_DETECTORS))
     limit: int | None = Field(200, ge=1)
+    # a cap per dataset under `limit` (None: that dataset's whole split); `limit_for` gives an item count
+    limit_by_dataset: dict[str, int | None] = Field(default_factory=dict)
     data_seed: int = 42
     data_dir: str | None = None
     on_bad_row: Literal["skip", "fail"] = "fail"
@@ -309,6 +311,12 @@ class RunConfig(Section):
 
     def canonical(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
+
+    def limit_for(self, dataset: str) -> int | None:
+        """The items a run evaluates of `dataset`: the smaller of `limit` and the dataset's own cap in
+        `limit_by_dataset` (None where neither caps it: the whole split)."""
+        caps = [c for c in (self.limit, self.limit_by_dataset.get(dataset)) if c is not None]
+        return min(caps) if caps else None
 
     def hash(self) -> str:
         return digest(self.canonical())

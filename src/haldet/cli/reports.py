@@ -21,6 +21,9 @@ def report(
     n_boot: Annotated[int, typer.Option(help="Resamples of the paired bootstrap comparisons in the HTML.")] = 1000,
     as_json: Annotated[bool, typer.Option("--json", help="Print the merged result rows as JSON.")] = False,
     metrics: Annotated[list[str] | None, MetricsOption] = None,
+    paper: Annotated[str | None, typer.Option(help="Also put a paper's reported numbers beside ours "
+                                                   "(paper_NAME.md/.csv; docs/replication.md): openhaldet, "
+                                                   "halluentity, verigray, triviaplus, hallulens.")] = None,
 ) -> None:
     """Rebuild the reports from stored runs without recomputing anything: results.json/csv/parquet (merged over
     the runs; a cell present in several runs keeps the later run's rows), tables.md and tables.tex (Tables 2, 9
@@ -40,11 +43,23 @@ def report(
         from haldet.report.rundata import load_run, merge_runs
 
         check_metrics(wanted, merge_runs([load_run(d) for d in run_dirs]))
+    if paper:
+        from haldet.papers import paper_rows
+
+        paper_rows(paper)  # an unknown paper fails before anything is written
     written, rows = report_runs(run_dirs, out, n_boot=n_boot, metrics=wanted)
+    text = ""
+    if paper:
+        from haldet.papers.compare import report_paper
+
+        text, files = report_paper(paper, run_dirs, rows, out)
+        written.update(files)
     if as_json:
         out_console.print_json(json.dumps(rows, default=str))
     else:
         print_results(out_console, rows, metrics=wanted)
+        if text:
+            out_console.print(text, markup=False, highlight=False, soft_wrap=True)
     console.print("written: " + ", ".join(str(p) for p in written.values()), highlight=False)
 
 

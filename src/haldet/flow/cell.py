@@ -100,12 +100,13 @@ def load_instances(config: RunConfig, dataset: str) -> tuple[list[Instance], lis
     a stored run reload a suite's items, whose labels ship with the data, through this too). The demos come from
     the rows of the same seeded order past the evaluated limit: never an evaluated item."""
     adapter = get_adapter(dataset, config.data_dir, config.dataset_params.get(dataset))
-    n_pool = demo_pool_size(config.prompt.n_shots) if config.limit is not None else 0
-    loaded, report = adapter.load(limit=None if config.limit is None else config.limit + n_pool,
+    limit = config.limit_for(dataset)
+    n_pool = demo_pool_size(config.prompt.n_shots) if limit is not None else 0
+    loaded, report = adapter.load(limit=None if limit is None else limit + n_pool,
                                   seed=config.data_seed, on_bad_row=config.on_bad_row)
-    if config.limit is None:
+    if limit is None:
         return loaded, [], report
-    return loaded[: config.limit], loaded[config.limit :], report
+    return loaded[:limit], loaded[limit:], report
 
 
 def prepare_cell(config: RunConfig, store: RunStore, dataset: str, model: str, progress: Progress,

@@ -1,8 +1,9 @@
 """Generation length per item: task-fit limits instead of one number for every dataset.
 
-A 64-token limit fits short QA but cuts every worked GSM8K solution before its final answer. The paper configures
-the maximum generation length per experiment (2048 tokens in its profiling runs); on the embedded CPU models that
-would make every short answer pay for reasoning-length decoding, so the default is per task type, as below, and
+A 64-token limit fits short QA but cuts every worked GSM8K solution before its final answer. The OpenHalDet paper
+sets a maximum generation length of 2048 tokens (appendix G), which its preset uses (`generation.max_new_tokens`);
+on the embedded CPU models that would make every short answer pay for reasoning-length decoding, so without the
+preset the default is per task type, as below (these caps are haldet's, not the paper's), and
 every level can be overridden: `generation.max_new_tokens` (one number for everything, `--max-new-tokens`) wins
 over `generation.max_new_tokens_by_dataset` (per dataset name), which wins over
 `generation.max_new_tokens_by_task` (per task type, merged over `TASK_MAX_NEW_TOKENS`). Samples use the same
