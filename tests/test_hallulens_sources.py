@@ -99,9 +99,8 @@ def test_rates_per_decile_and_place_group_and_kendall_tau() -> None:
     assert summary["by_decile"]["9"]["hallucination"]["mean"] == 1.0 and summary["by_decile"]["9"]["n"] == 4
     md = breakdown_markdown({"models": {"m1": {"precisewikiqa": summary}}, "kendall": [row]})
     assert "Fig. 4: PreciseWikiQA per h-score decile" in md and "| m1 | 9 | 4 |" in md and "0.667" in md
-    from haldet.suites.hallulens.report import html_report
-
     from haldet.figures.render import FigureSet
+    from haldet.suites.hallulens.report import html_report
 
     figures = FigureSet(formats=("png",))
     html = html_report({"models": {"m1": {"precisewikiqa": summary}}, "kendall": [row]}, ["model"], [["m1"]],

@@ -129,7 +129,8 @@ def _name_points(fig: Figure, ax: Axes, data: list[tuple[float, float]], labels:
     for text, (cx, cy), box in zip(texts, centres, place_labels(centres, sizes, area, radius=radius,
                                                                 gap=LABEL_GAP), strict=True):
         bx, by, bw, bh = box
-        text.set_position(to_data.transform((bx, height - (by + bh))))
+        tx, ty = to_data.transform((bx, height - (by + bh)))
+        text.set_position((float(tx), float(ty)))
         if not beside((cx, cy), box, LABEL_GAP):
             ex, ey = min(max(cx, bx), bx + bw), min(max(cy, by), by + bh)
             (x0, y0), (x1, y1) = to_data.transform([(cx, height - cy), (ex, height - ey)])

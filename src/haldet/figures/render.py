@@ -12,6 +12,7 @@ import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from html import escape
+from typing import Any
 
 import matplotlib as mpl
 from matplotlib.figure import Figure
@@ -20,9 +21,10 @@ from haldet.figures.style import RC
 
 FORMATS = ("pdf", "png")
 PNG_DPI = 150  # slides and web pages; a paper takes the PDF (vectors, TrueType fonts: no Type 3)
-_SAVE = {"pdf": {"metadata": {"CreationDate": None, "ModDate": None, "Producer": None, "Creator": "haldet"}},
-         "png": {"dpi": PNG_DPI, "metadata": {"Software": None}},
-         "svg": {"metadata": {"Date": None}}}
+# no dates, no software versions: the same figure gives the same bytes
+_METADATA: dict[str, dict[str, Any]] = {"pdf": {"CreationDate": None, "ModDate": None, "Producer": None,
+                                                "Creator": "haldet"},
+                                        "png": {"Software": None}, "svg": {"Date": None}}
 
 
 @dataclass(frozen=True)
@@ -58,15 +60,14 @@ def _inline_svg(raw: bytes, title: str) -> str:
 def render(fig: Figure, name: str, title: str = "", formats: Sequence[str] = FORMATS) -> Rendered:
     """SVG plus each of `formats` ("pdf", "png") of `fig`, then the figure is cleared."""
     files: dict[str, bytes] = {}
-    meta = {"pdf": {"Title": title} if title else {}, "png": {"Title": title} if title else {}}
     with mpl.rc_context({**RC, "svg.hashsalt": name}):
         if fig.get_layout_engine() is not None:  # lay out once, not once per format (small multiples: seconds)
             fig.draw_without_rendering()
             fig.set_layout_engine("none")
         for fmt in ("svg", *formats):
             buf = io.BytesIO()
-            opts = _SAVE[fmt]
-            fig.savefig(buf, format=fmt, **{**opts, "metadata": {**opts["metadata"], **meta.get(fmt, {})}})
+            metadata = {**_METADATA[fmt], **({"Title": title} if title and fmt != "svg" else {})}
+            fig.savefig(buf, format=fmt, metadata=metadata, dpi=PNG_DPI if fmt == "png" else "figure")
             files[fmt] = buf.getvalue()
     fig.clear()
     return Rendered(name, title, _inline_svg(files.pop("svg"), title), files)

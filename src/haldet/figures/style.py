@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Literal
 
 import matplotlib as mpl
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -18,7 +18,7 @@ EVIDENCE_COLOURS = {"repeated generation": "#d62728", "auxiliary prompt": "#ff7f
 REFERENCE = "#999999"  # chance lines, the best detector's curve behind another's
 DPI = 100  # drawing resolution: label placement works in these pixels; the PNG is saved at render.PNG_DPI
 
-RC: dict[str, Any] = {
+RC: dict[Any, Any] = {
     "font.family": "DejaVu Sans", "font.size": 8, "axes.titlesize": 9, "axes.labelsize": 8, "legend.fontsize": 7,
     "xtick.labelsize": 7, "ytick.labelsize": 7, "axes.grid": False, "axes.spines.top": True,
     "svg.fonttype": "none", "pdf.fonttype": 42, "ps.fonttype": 42, "path.simplify": True,
@@ -37,7 +37,7 @@ def drawing() -> Iterator[None]:
         yield
 
 
-def new_figure(width: float, height: float, *, layout: str | None = "constrained") -> Figure:
+def new_figure(width: float, height: float, *, layout: Literal["constrained"] | None = "constrained") -> Figure:
     """A figure of `width` x `height` inches that belongs to no window (the Agg canvas draws it; nothing to close
     in pyplot, so a long report keeps no figures alive)."""
     fig = Figure(figsize=(width, height), dpi=DPI, layout=layout)
