@@ -84,10 +84,13 @@ def test_thin_known_answers() -> None:
 
 
 def test_png_and_pdf_have_the_figures_size_and_parse() -> None:
-    done = render(line_figure([Series("a", [(0.0, 0.1, "1"), (1.0, 0.3, "2")])], title="T"), "t", "Line T")
-    assert png_size(done.files["png"]) == (round(5.4 * PNG_DPI), round(3.4 * PNG_DPI))
+    fig = line_figure([Series("a", [(0.0, 0.1, "1"), (1.0, 0.3, "2")])], title="T")
+    width, height = fig.get_size_inches()
+    assert (width, height) == pytest.approx((0.62 + 3.2 + 0.2 + 0.45 + 0.055, 0.5 + 2.6 + 0.32))  # axes + margins
+    done = render(fig, "t", "Line T")
+    assert png_size(done.files["png"]) == (int(width * PNG_DPI), int(height * PNG_DPI))
     pdf = pdf_structure(done.files["pdf"])
-    assert pdf["pages"] == 1 and pdf["mediabox"] == pytest.approx([0, 0, 5.4 * 72, 3.4 * 72])
+    assert pdf["pages"] == 1 and pdf["mediabox"] == pytest.approx([0, 0, width * 72, height * 72])
     assert "Title" in pdf["info"] and "CreationDate" not in pdf["info"]
     assert b"/Title (Line T)" in done.files["pdf"]                     # the title, for a paper's figure list
 

@@ -16,7 +16,7 @@ from matplotlib.ticker import FixedLocator, NullLocator
 from haldet.figures.curves import thin
 from haldet.figures.data import Point, Series
 from haldet.figures.labels import beside, place_labels
-from haldet.figures.style import REFERENCE, colour_for, drawing, new_figure
+from haldet.figures.style import REFERENCE, colour_for, drawing, framed, legend_right, new_figure
 
 MISSING = "#eeeeee"
 # below chance towards purple, above towards green, white at chance (0.5)
@@ -67,9 +67,9 @@ def cost_scatter(points: Sequence[Point], *, title: str = "", xlabel: str = "Cos
     floor and the figure says which."""
     colours = colours or {}
     pts = [p for p in points if p.x is not None and p.y is not None and math.isfinite(p.x) and math.isfinite(p.y)]
+    low = [p.label for p in pts if p.x is not None and p.x < floor]
     with drawing():
-        fig = new_figure(5.6, 3.6)
-        ax = fig.add_subplot()
+        fig, ax = framed(3.4, 2.7, list(dict.fromkeys(p.group for p in pts)), bottom=0.62 if low else 0.5)
         ax.set_title(title, loc="left")
         ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
@@ -103,8 +103,7 @@ def cost_scatter(points: Sequence[Point], *, title: str = "", xlabel: str = "Cos
             mine = [(x, y) for p, x, y in zip(pts, xs, ys, strict=True) if p.group == g]
             ax.scatter([x for x, _ in mine], [y for _, y in mine], s=MARKER_AREA, color=colours.get(g, colour_for(k)),
                        alpha=0.85, edgecolors="#333333", linewidths=0.5, label=g, zorder=3)
-        fig.legend(loc="outside right upper", frameon=False)
-        low = [p.label for p in pts if p.x is not None and p.x < floor]
+        legend_right(fig, ax)
         if low:
             ax.set_xlabel(f"{xlabel}\nbelow {floor:g} s, drawn at the floor: {', '.join(low)}")
         _name_points(fig, ax, list(zip(xs, ys, strict=True)), [p.label for p in pts])
@@ -113,9 +112,7 @@ def cost_scatter(points: Sequence[Point], *, title: str = "", xlabel: str = "Cos
 
 def _name_points(fig: Figure, ax: Axes, data: list[tuple[float, float]], labels: list[str]) -> None:
     """Write each label where `place_labels` finds room, measured in the figure's pixels once the layout is fixed
-    (so nothing moves afterwards)."""
-    fig.draw_without_rendering()
-    fig.set_layout_engine("none")
+    (the layout is fixed, so nothing moves afterwards)."""
     renderer = fig.canvas.get_renderer()  # type: ignore[attr-defined]
     height = fig.bbox.height
     texts = [ax.text(x, y, label, fontsize=LABEL_SIZE, ha="left", va="bottom", zorder=4)
@@ -143,8 +140,7 @@ def line_figure(series: Sequence[Series], *, title: str = "", xlabel: str = "", 
     line has few points, their labels beside them. `reference` (e.g. perfect calibration) is drawn dashed grey."""
     ys = [y for s in [*series, *([reference] if reference else [])] for _, y, _ in s.points if math.isfinite(y)]
     with drawing():
-        fig = new_figure(5.4, 3.4)
-        ax = fig.add_subplot()
+        fig, ax = framed(3.2, 2.6, [s.name for s in [*([reference] if reference else []), *series]])
         if reference is not None:
             ax.plot([p[0] for p in reference.points], [p[1] for p in reference.points], ls="--", color=REFERENCE,
                     lw=0.9, label=reference.name)
@@ -163,7 +159,7 @@ def line_figure(series: Sequence[Series], *, title: str = "", xlabel: str = "", 
         ax.set_title(title, loc="left")
         ax.grid(True, color="#eeeeee", lw=0.6)
         if series:
-            fig.legend(loc="outside right upper", frameon=False)
+            legend_right(fig, ax)
         else:
             ax.text(0.5, 0.5, "no points", ha="center", va="center", transform=ax.transAxes)
     return fig

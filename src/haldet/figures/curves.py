@@ -13,7 +13,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
 from haldet.figures.data import ROC, Curve, CurveKind
-from haldet.figures.style import REFERENCE, colour_for, drawing, new_figure
+from haldet.figures.style import REFERENCE, colour_for, drawing, framed, legend_right, new_figure
 
 MAX_POINTS = 300
 FEW = 4  # up to this many curves share one plot
@@ -61,19 +61,18 @@ def curve_figure(curves: Sequence[Curve], *, kind: CurveKind = ROC, title: str =
 
 
 def _one_plot(curves: Sequence[Curve], kind: CurveKind, title: str, baseline: float | None) -> Figure:
-    fig = new_figure(5.0, 3.3)
-    ax = fig.add_subplot()
+    names = [f"{c.name} ({kind.value_name} {_value(c.value)})" for c in curves]
+    fig, ax = framed(2.6, 2.6, names)
     _reference(ax, kind, baseline, 0.8)
-    for k, c in enumerate(curves):
+    for k, (c, name) in enumerate(zip(curves, names, strict=True)):
         x, y = thin(c.x, c.y)
-        ax.plot(x, y, color=colour_for(k), lw=1.4, drawstyle=kind.drawstyle,
-                label=f"{c.name} ({kind.value_name} {_value(c.value)})")
+        ax.plot(x, y, color=colour_for(k), lw=1.4, drawstyle=kind.drawstyle, label=name)
     _square(ax, kind)
     ax.set_xlabel(kind.xlabel)
     ax.set_ylabel(kind.ylabel)
     ax.set_title(title, loc="left")
     if curves:
-        fig.legend(loc="outside right upper", frameon=False)
+        legend_right(fig, ax)
     else:
         ax.text(0.5, 0.5, "no scores with both classes", ha="center", va="center", transform=ax.transAxes)
     return fig
@@ -85,8 +84,9 @@ def _small_multiples(curves: Sequence[Curve], kind: CurveKind, title: str, basel
     than a grid of them, and a paper's small multiples need no ticks beyond the 0 and 1 of the first panel."""
     rows = math.ceil(len(curves) / columns)
     step_x, step_y = 1.0 + GAP, 1.0 + GAP + HEAD
-    fig = new_figure(1.55 * columns + 0.2, 1.75 * rows + 0.55)
-    ax = fig.add_subplot()
+    width, height = 1.55 * columns + 0.2, 1.75 * rows + 0.6
+    fig = new_figure(width, height, layout=None)
+    ax = fig.add_axes((0.02, 0.32 / height, 0.96, 1 - 0.62 / height))
     best = max(curves, key=lambda c: c.value if c.value is not None and math.isfinite(c.value) else -1.0)
     bx, by = thin(best.x, best.y)
     for k, c in enumerate(curves):
@@ -109,7 +109,8 @@ def _small_multiples(curves: Sequence[Curve], kind: CurveKind, title: str, basel
     ax.set_ylim(-(rows - 1) * step_y - 0.12, 1 + HEAD)
     ax.set_aspect("equal")
     ax.set_axis_off()
-    fig.suptitle(title, x=0.01, ha="left", fontsize=9)
+    fig.suptitle(title, x=0.01, y=1 - 0.06 / height, ha="left", va="top", fontsize=9)
     fig.supxlabel(f"x: {kind.xlabel}, y: {kind.ylabel} (0 to 1); dashed grey: the best detector, {best.name}; "
-                  f"{kind.value_name} in % beside each name", fontsize=6.5, x=0.01, ha="left")
+                  f"{kind.value_name} in % beside each name", fontsize=6.5, x=0.01, y=0.06 / height, ha="left",
+                  va="bottom")
     return fig
