@@ -209,6 +209,9 @@ def test_build_and_evaluate_through_an_endpoint(server: FakeOpenAI, tmp_path: Pa
                                    "openai:target", "--task-judge", "longwiky=judge_lw"])
     assert "not TASK=MODEL with a known task" in str(bad.exception)  # one HaldetError (exit 2 via the entry point)
     assert "Fig. 4: PreciseWikiQA per h-score decile" in (out / "report.html").read_text()
+    assert '<figure id="fig-hallulens-fig4-deciles"><svg ' in (out / "report.html").read_text()
+    assert sorted(p.name for p in (out / "figures").iterdir()) == ["hallulens-fig4-deciles.pdf",
+                                                                   "hallulens-fig4-deciles.png"]
     # Fig. 9: the business name's place carries its frequency group into the false acceptance per group
     (business,) = [it for it in nonexistent if it.domain == "business"]
     group = business.meta["place_group"]

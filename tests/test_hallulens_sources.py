@@ -99,10 +99,15 @@ def test_rates_per_decile_and_place_group_and_kendall_tau() -> None:
     assert summary["by_decile"]["9"]["hallucination"]["mean"] == 1.0 and summary["by_decile"]["9"]["n"] == 4
     md = breakdown_markdown({"models": {"m1": {"precisewikiqa": summary}}, "kendall": [row]})
     assert "Fig. 4: PreciseWikiQA per h-score decile" in md and "| m1 | 9 | 4 |" in md and "0.667" in md
+    from haldet.figures.render import FigureSet
     from haldet.suites.hallulens.report import html_report
 
-    html = html_report({"models": {"m1": {"precisewikiqa": summary}}, "kendall": [row]}, ["model"], [["m1"]])
-    assert "<polyline" in html and "0.667" in html
+    figures = FigureSet(formats=("png",))
+    html = html_report({"models": {"m1": {"precisewikiqa": summary}}, "kendall": [row]}, ["model"], [["m1"]],
+                       figures=figures)
+    assert '<figure id="fig-hallulens-fig4-deciles"><svg ' in html and "0.667" in html
+    (fig4,) = figures.rendered
+    assert fig4.title.startswith("HalluLens Fig. 4") and fig4.files["png"].startswith(b"\x89PNG")
     assert "<td>9</td><td>4</td><td>0.00 ± 0.00</td><td>100.00 ± 0.00</td>" in html
 
 

@@ -16,7 +16,8 @@ SRC = Path(__file__).parents[1] / "src" / "haldet"
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("core", ("haldet.version", "haldet.errors", "haldet.registry", "haldet.schema", "haldet.config",
               "haldet.signals", "haldet.presets")),
-    ("util and text", ("haldet.util", "haldet.text", "haldet.report.svg", "haldet.report.marks")),
+    ("util and text", ("haldet.util", "haldet.text")),
+    ("drawing", ("haldet.figures",)),
     ("store", ("haldet.store",)),
     ("evaluation", ("haldet.evaluation", "haldet.papers")),
     ("backends", ("haldet.backends",)),

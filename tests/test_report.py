@@ -40,8 +40,13 @@ def built(tmp_path_factory):
 
 def test_all_files_written(built):
     out, written, rows = built
+    figures = {f"figures/{kind}-{cell}.{fmt}" for kind, cell in [("heatmap", "smollm2-135m"), ("cost", "smollm2-135m"),
+                                                                 ("roc", "halueval_qa-smollm2-135m"),
+                                                                 ("pr", "halueval_qa-smollm2-135m")]
+               for fmt in ("pdf", "png")}  # triviaqa has no cached test scores in the fixture: no curves
     assert set(written) == {"results.json", "results.csv", "results.parquet", "tables.md", "tables.tex",
-                            "report.html"}
+                            "report.html", *figures}
+    assert all(written[n] == out / n and written[n].stat().st_size > 1000 for n in figures)
     stored = json.loads((FIXTURE / "results.json").read_text())
     assert len(rows) == len(stored) > 0
     table = pq.read_table(out / "results.parquet").to_pylist()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import math
+import json
 import re
 from pathlib import Path
 
@@ -11,9 +11,10 @@ import pytest
 
 from haldet.evaluation.cost import detector_cost, stage_stats
 from haldet.evaluation.metrics import evaluate
+from haldet.figures.charts import cost_scatter
+from haldet.figures.data import Point
 from haldet.report.build import write_reports
 from haldet.report.rundata import load_run
-from haldet.report.svg import Point, scatter_logx
 from haldet.report.tables import tex_escape
 from haldet.signals import Signal
 from haldet.stages.plan import stage_provides
@@ -75,7 +76,11 @@ def test_html_has_one_figure_set_per_backbone(reports):
     html = (reports / "report.html").read_text()
     assert html.count(">AUROC vs Cost@100: ") == len(MODELS)
     assert html.count(">AUROC (%) by scenario: ") == len(MODELS)
-    assert html.count("<polyline") == len(MODELS) * len(DATASETS) * len(DETS)  # one ROC curve per scored detector
+    # one ROC curve per scored detector, its legend giving the AUROC results.json holds
+    assert html.count(" (AUROC ") == len(MODELS) * len(DATASETS) * len(DETS)
+    for row in json.loads((reports / "results.json").read_text()):
+        if row["metric"] == "auroc":
+            assert f"{row['detector']} (AUROC {100 * row['value']:.1f})" in html
     # per-scenario panels when a backbone has several scenario columns (QA and Math here)
     assert "QA: smollm2-135m" in html and "Math: org/Other-Model_1" in html
     assert "<script" not in html and "https://" not in html.replace('xmlns="http://www.w3.org/2000/svg"', "")
@@ -113,14 +118,17 @@ def test_cost_table_numbers(reports):
 
 
 def test_scatter_log_axis_and_floor():
-    svg = scatter_logx([Point(0.5, 0.7, "a", "g"), Point(120.0, 0.8, "b", "h"), Point(0.0, 0.6, "c", "g"),
+    fig = cost_scatter([Point(0.5, 0.7, "a", "g"), Point(120.0, 0.8, "b", "h"), Point(0.0, 0.6, "c", "g"),
                         Point(None, 0.9, "d", "g")], title="t")
-    # decades from the floor (1e-4, where the zero cost is drawn) to 1000
-    for tick in ("0.0001", "0.001", "0.01", "0.1", ">1<", ">10<", ">100<", ">1000<"):
-        assert tick in svg, tick
-    assert svg.count("<circle") == 3 + 2  # three drawable points + legend markers for two groups
-    assert "drawn at the floor" in svg
-    assert not any(math.isnan(float(v)) for v in re.findall(r'cx="([^"]+)"', svg))
+    ax = fig.axes[0]
+    # decades from the floor (1e-4, where the zero cost is drawn) to 1000, on a log axis
+    assert ax.get_xscale() == "log" and ax.get_xlim() == pytest.approx((1e-4, 1e3))
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["1e-4", "0.001", "0.01", "0.1", "1", "10", "100", "1000"]
+    drawn = np.concatenate([c.get_offsets() for c in ax.collections])  # three drawable points, two groups
+    assert sorted(map(tuple, drawn.tolist())) == [(1e-4, 60.0), (0.5, 70.0), (120.0, 80.0)]
+    assert len(ax.collections) == 2 and [t.get_text() for t in fig.legends[0].get_texts()] == ["g", "h"]
+    assert "drawn at the floor: c" in ax.get_xlabel()
+    assert not np.isnan(drawn).any()
 
 
 def test_tex_escape():

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import re
 from itertools import combinations
 from pathlib import Path
@@ -14,22 +15,15 @@ import pytest
 from rich.console import Console
 
 from haldet.config import DEFAULT_DETECTORS, load_config, skipped_detectors
+from haldet.figures.charts import MARKER_AREA, cost_scatter
+from haldet.figures.curves import curve_figure
+from haldet.figures.data import Curve, Point
+from haldet.figures.render import FigureSet
 from haldet.report import html as html_module
 from haldet.report.build import write_reports
 from haldet.report.rundata import load_run
-from haldet.report.svg import POINT_R, Curve, Point, label_size, roc_grid, scatter_logx
 from haldet.report.terminal import print_results
 from test_report_html import make_run
-
-LABEL = re.compile(r'<text x="([-\d.]+)" y="([-\d.]+)" font-size="9">([^<]+)</text>')
-
-
-def label_boxes(svg: str) -> list[tuple[float, float, float, float]]:
-    out = []
-    for x, y, text in LABEL.findall(svg):
-        w, h = label_size(text)
-        out.append((float(x), float(y) + 2 - h, w, h))
-    return out
 
 
 def overlap(a: tuple[float, ...], b: tuple[float, ...]) -> bool:
@@ -41,27 +35,44 @@ def test_cost_scatter_labels_never_overlap_each_other_or_markers() -> None:
              "sar", "eigenscore", "ccs", "haloscope", "saplma", "mind", "prism", "icr_probe"]
     # a crowded cluster, as the default run's cheap white-box detectors are: near-equal cost and AUROC
     pts = [Point(0.01 * (1 + 0.05 * k), 0.55 + 0.004 * k, n, "g") for k, n in enumerate(names)]
-    svg = scatter_logx(pts, title="t")
-    boxes = label_boxes(svg)
-    assert len(boxes) == len(names)
+    fig = cost_scatter(pts, title="t")
+    ax = fig.axes[0]
+    renderer = fig.canvas.get_renderer()
+    # the drawn names, measured where matplotlib puts them (pixels of the figure)
+    texts = {t.get_text(): t.get_window_extent(renderer) for t in ax.texts}
+    assert set(texts) == set(names)
+    boxes = [(b.x0, b.y0, b.width, b.height) for b in texts.values()]
     assert [(a, b) for a, b in combinations(boxes, 2) if overlap(a, b)] == []
-    markers = [(float(x) - POINT_R, float(y) - POINT_R, 2 * POINT_R, 2 * POINT_R)
-               for x, y in re.findall(r'<circle cx="([\d.]+)" cy="([\d.]+)" r="5"', svg)]
+    r = math.sqrt(MARKER_AREA) / 2 * fig.dpi / 72
+    centres = ax.transData.transform(ax.collections[0].get_offsets())
+    assert len(centres) == len(names)
+    markers = [(x - r, y - r, 2 * r, 2 * r) for x, y in centres]
     assert not any(overlap(b, m) for b in boxes for m in markers)
-    assert svg.count('stroke="#888" stroke-width="0.6"') >= 1       # displaced labels are joined to their point
+    leaders = [ln for ln in ax.lines if ln.get_color() == "#888888"]
+    assert len(leaders) >= 1                                         # displaced labels are joined to their point
+    # a negative control: the names written at their points, unplaced, do overlap
+    plain = [ax.text(x, y, n).get_window_extent(renderer) for (x, y), n in zip(
+        ax.collections[0].get_offsets(), names, strict=True)]
+    assert any(overlap((a.x0, a.y0, a.width, a.height), (b.x0, b.y0, b.width, b.height))
+               for a, b in combinations(plain, 2))
 
 
 def test_many_roc_curves_become_small_multiples(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     curves = [Curve(f"det{k}", [0, 0.2 + 0.02 * k, 1], [0, 0.6, 1], 0.7 + 0.01 * k) for k in range(14)]
-    svg = roc_grid(curves, title="cell")
-    assert svg.count('width="150" height="150"') == 14                 # one panel per detector
-    assert all(f">det{k} (" in svg for k in range(14)) and "best detector, det13" in svg
+    fig = curve_figure(curves, title="cell")
+    ax = fig.axes[0]
+    assert len(ax.patches) == 14                                       # one panel (frame) per detector
+    assert {t.get_text() for t in ax.texts} >= {f"det{k} ({70 + k}.0)" for k in range(14)}
+    assert "the best detector, det13" in fig.get_supxlabel()
     run = load_run(make_run(tmp_path / "run"))
     rows = [dict(r) for r in run.rows]
+    grid_note = "dashed grey: the best detector"
     few = html_module.roc_section([run], rows, n_boot=20)
-    assert 'width="150" height="150"' not in few                        # three curves share one plot
+    assert grid_note not in few and few.count("<figure") == 2 * 6        # three curves share one plot (ROC, PR)
     monkeypatch.setattr(html_module, "FEW_CURVES", 2)
-    assert html_module.roc_section([run], rows, n_boot=20).count('width="150" height="150"') == 3 * 6
+    figures = FigureSet(formats=())
+    assert html_module.roc_section([run], rows, n_boot=20, figures=figures).count(grid_note) == 2 * 6
+    assert [r.name for r in figures.rendered][:2] == ["roc-halueval_qa-smollm2-135m", "pr-halueval_qa-smollm2-135m"]
 
 
 def test_fit_time_is_a_dash_for_detectors_that_do_not_train(tmp_path: Path) -> None:

@@ -152,7 +152,8 @@ def test_html_report_has_table4_and_selective_risk_curve(suite_run) -> None:
     html = write_reports(out, [load_run(out)], write_results=False)["report.html"].read_text()
     section = html[html.index("<h2 id=verigray>"):]
     assert "L_rank (binary)" in section and "verigray_llm" in section and "likelihood" in section
-    assert "Selective risk vs coverage" in section and "<polyline" in section
+    assert "Selective risk vs coverage" in section and '<figure id="fig-verigray-selective"><svg ' in section
+    assert (out / "figures" / "verigray-selective.pdf").read_bytes().startswith(b"%PDF-")
     assert "Per-class F1 of the 7-way classifiers" in section and "Balanced accuracy by generator" in section
     assert "Fig. 3 (transition probabilities" in section and "Data analyses" in section
     assert "Fig. 2 (class share per generator" in section and "Fig. 6 (transition probabilities" in section

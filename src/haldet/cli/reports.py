@@ -28,9 +28,10 @@ def report(
     """Rebuild the reports from stored runs without recomputing anything: results.json/csv/parquet (merged over
     the runs; a cell present in several runs keeps the later run's rows), tables.md and tables.tex (Tables 2, 9
     and 11 layouts), and report.html (self-contained: summary, scenario x detector heatmap, AUROC vs Cost@100
-    on a log axis, ROC curves per dataset, paired comparisons, run metadata). See docs/reports.md.
+    on a log axis, ROC and precision-recall curves per dataset, paired comparisons, run metadata), and every
+    plot of it as PDF and PNG in figures/ for a paper. See docs/reports.md.
     """
-    from haldet.report.build import report_runs
+    from haldet.report.build import listing, report_runs
     from haldet.report.terminal import print_results
 
     if out is None:
@@ -60,7 +61,7 @@ def report(
         print_results(out_console, rows, metrics=wanted)
         if text:
             out_console.print(text, markup=False, highlight=False, soft_wrap=True)
-    console.print("written: " + ", ".join(str(p) for p in written.values()), highlight=False)
+    console.print("written: " + ", ".join(listing(written)), highlight=False)
 
 
 def compare(

@@ -378,7 +378,7 @@ def print_cells(cells: Iterable[Any]) -> None:
 def _write_run_reports(target: Path, also: Iterable[Path] = (), metrics: list[str] | None = None) -> None:
     """tables.md, tables.tex and report.html into the run directory; a report failure never loses results.
     `also`: reports already written (a suite's tables), listed with them; `metrics`: extra metric tables."""
-    from haldet.report.build import write_reports
+    from haldet.report.build import listing, write_reports
     from haldet.report.rundata import load_run
     from haldet.store import RunStore
 
@@ -391,5 +391,5 @@ def _write_run_reports(target: Path, also: Iterable[Path] = (), metrics: list[st
     except Exception as exc:  # a report bug must not turn a finished run into a failure; results are on disk
         console.print(f"[red]reports not written ({type(exc).__name__}: {exc});[/red] the results are saved; "
                       f"retry with `haldet report {target}`", highlight=False)
-    if paths := [*written.values(), *also]:
-        console.print("reports: " + ", ".join(str(p) for p in paths), highlight=False, soft_wrap=True)
+    if paths := [*listing(written), *map(str, also)]:
+        console.print("reports: " + ", ".join(paths), highlight=False, soft_wrap=True)

@@ -5,6 +5,9 @@ Files (in the run directory after `haldet run`, or in `--out DIR` for `haldet re
     tables.md                                      Tables 2, 9 and 11 and the per-backbone summary (Markdown)
     tables.tex                                     Tables 2, 9 and 11 (LaTeX, booktabs)
     report.html                                    self-contained HTML with plots (inline SVG, no script)
+    figures/NAME.pdf, figures/NAME.png             every plot of report.html, for a paper (listed in the run's
+                                                   manifest under "figures"; `--out DIR` has no manifest: the
+                                                   files are in the listing `write_reports` returns)
 """
 
 from __future__ import annotations
@@ -14,20 +17,55 @@ from pathlib import Path
 from typing import Any
 
 from haldet.errors import HaldetError
+from haldet.figures.render import FigureSet
 from haldet.report.deployment import ensemble_pairs, pairs_markdown
 from haldet.report.html import build_html
 from haldet.report.learned import learned_markdown
 from haldet.report.rundata import RunData, load_run, merge_runs, preset_lines, skipped_in_runs, skipped_lines
 from haldet.report.tables import all_latex, all_markdown
-from haldet.store import RunStore, atomic_write_text
+from haldet.store import RunStore, atomic_path, atomic_write_text
 
 REPORT_FILES = ("tables.md", "tables.tex", "report.html")
+FIGURES = "figures"
+FIGURE_SUFFIXES = (".pdf", ".png")
+
+
+def save_figures(out: Path, figures: FigureSet) -> dict[str, Path]:
+    """Every rendered file into `out/figures/` (files of figures this report no longer draws are removed); a run
+    directory's manifest lists the figures under "figures" (name, title, files relative to the run)."""
+    folder = out / FIGURES
+    written: dict[str, Path] = {}
+    for name, data in figures.files():
+        with atomic_path(folder / name) as tmp:
+            tmp.write_bytes(data)
+        written[f"{FIGURES}/{name}"] = folder / name
+    for old in sorted(folder.iterdir()) if folder.is_dir() else []:
+        if old.suffix in FIGURE_SUFFIXES and f"{FIGURES}/{old.name}" not in written:
+            old.unlink()
+    store = RunStore(out)
+    manifest = store.read_manifest()
+    if manifest is not None:
+        manifest["figures"] = [{"name": r.name, "title": r.title, "files": [f"{FIGURES}/{f}" for f in r.file_names()]}
+                               for r in figures.rendered]
+        store.write_manifest(manifest)
+    return written
+
+
+def listing(written: dict[str, Path]) -> list[str]:
+    """The written paths for a terminal line: the figure files counted per format, not named one by one."""
+    figs = [p for n, p in written.items() if n.startswith(f"{FIGURES}/")]
+    lines = [str(p) for n, p in written.items() if not n.startswith(f"{FIGURES}/")]
+    if figs:
+        counts = ", ".join(f"{sum(p.suffix == s for p in figs)} {s[1:].upper()}" for s in FIGURE_SUFFIXES)
+        lines.append(f"{figs[0].parent}/ ({counts})")
+    return lines
 
 
 def write_reports(out: Path, runs: Sequence[RunData], *, title: str | None = None, n_boot: int = 1000,
                   write_results: bool = True, metrics: Sequence[str] = ()) -> dict[str, Path]:
-    """Merged results (optional), Markdown, LaTeX and HTML reports in `out`; returns name -> path. `metrics`: more
-    metrics (beyond AUROC) that get their own Table 2 layout in tables.md and tables.tex."""
+    """Merged results (optional), Markdown, LaTeX and HTML reports and the figures in `out`; returns name -> path
+    (figure files as "figures/NAME.pdf"). `metrics`: more metrics (beyond AUROC) that get their own Table 2 layout
+    in tables.md and tables.tex."""
     if not runs:
         raise HaldetError("no run to report on", hint="pass one or more run directories")
     rows: list[dict[str, Any]] = merge_runs(runs) if len(runs) > 1 else [dict(r) for r in runs[0].rows]
@@ -49,8 +87,10 @@ def write_reports(out: Path, runs: Sequence[RunData], *, title: str | None = Non
     atomic_write_text(out / "tables.md", markdown)
     atomic_write_text(out / "tables.tex", all_latex(rows, metrics=metrics) if rows else "% no result rows\n")
     name = title or ("haldet report: " + ", ".join(r.name for r in runs))
-    atomic_write_text(out / "report.html", build_html(runs, rows, title=name, n_boot=n_boot))
+    figures = FigureSet()
+    atomic_write_text(out / "report.html", build_html(runs, rows, title=name, n_boot=n_boot, figures=figures))
     written.update({n: out / n for n in REPORT_FILES})
+    written.update(save_figures(out, figures))
     return written
 
 

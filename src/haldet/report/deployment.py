@@ -13,8 +13,10 @@ from typing import Any
 
 from haldet.evaluation.aggregate import scenario_group
 from haldet.evaluation.compare import ScenarioPair, best_single_vs_ensemble
+from haldet.figures.charts import line_figure
+from haldet.figures.data import Series
+from haldet.figures.render import FigureSet
 from haldet.report.rundata import RunData
-from haldet.report.svg import Series, line_plot
 
 # the new result rows, in the order the reports show them; lower is better for the last three
 DEPLOY_METRICS = ("prr", "prr_50", "rej_auc", "aurc", "ece", "brier")
@@ -103,8 +105,10 @@ def _with_ci(row: Mapping[str, Any] | None) -> str:
     return _v(row.get("value")) + ci
 
 
-def deployment_section(runs: Sequence[RunData], rows: Sequence[Mapping[str, Any]], n_boot: int) -> str:
-    """The HTML section: metric table, risk-coverage curves, reliability diagrams, ensembles."""
+def deployment_section(runs: Sequence[RunData], rows: Sequence[Mapping[str, Any]], n_boot: int,
+                       figures: FigureSet | None = None) -> str:
+    """The HTML section: metric table, risk-coverage (rejection) curves, reliability diagrams, ensembles."""
+    figures = figures if figures is not None else FigureSet(formats=())
     by_key: dict[tuple[str, str, str], dict[str, Mapping[str, Any]]] = {}
     for r in rows:
         if r.get("metric") in DEPLOY_METRICS:
@@ -130,7 +134,9 @@ def deployment_section(runs: Sequence[RunData], rows: Sequence[Mapping[str, Any]
                                                        e["curves"]["risk_coverage"]["risk"], strict=True)])
               for name, e in dets if (e["curves"].get("risk_coverage") or {}).get("coverage")]
         if rc:
-            risk_figs.append(line_plot(rc, title=f"{ds} | {model}", xlabel="coverage", ylabel="selective risk"))
+            risk_figs.append(figures.add(f"risk-coverage-{ds}-{model}", line_figure(
+                rc, title=f"{ds} | {model}", xlabel="coverage", ylabel="selective risk"),
+                f"Risk-coverage: {ds} | {model}"))
         rel = [Series(f"{name} ({e['curves']['calibration']['method']})",
                       [(c, o, str(n)) for c, o, n in zip(e["curves"]["reliability"]["confidence"],
                                                          e["curves"]["reliability"]["observed"],
@@ -138,9 +144,11 @@ def deployment_section(runs: Sequence[RunData], rows: Sequence[Mapping[str, Any]
                        if c is not None and o is not None])
                for name, e in dets if e["curves"].get("reliability")]
         if rel:
-            rel_figs.append(line_plot([Series("perfectly calibrated", [(0.0, 0.0, ""), (1.0, 1.0, "")]), *rel],
-                                      title=f"{ds} | {model}", xlabel="mean predicted P(hallucination)",
-                                      ylabel="observed hallucination rate"))
+            rel_figs.append(figures.add(f"reliability-{ds}-{model}", line_figure(
+                rel, title=f"{ds} | {model}", xlabel="mean predicted P(hallucination)",
+                ylabel="observed hallucination rate",
+                reference=Series("perfectly calibrated", [(0.0, 0.0, ""), (1.0, 1.0, "")])),
+                f"Reliability: {ds} | {model}"))
     if risk_figs:
         out += ["<h3>Risk-coverage curves</h3><p class=muted>Selective risk (share of hallucinated answers among "
                 "those kept) when the least suspicious share of test answers is kept (ties in expectation).</p>",

@@ -2,9 +2,11 @@
 
 Sections: per-backbone summary, results (AUROC with CI, AUPR, FPR@95, N, positives, coverage, Cost@N), the
 Table 2 layout, a scenario x detector heatmap, AUROC vs Cost@N on a log axis coloured by evidence type (the
-paper's Figure 2), ROC curves per dataset from the cached test scores, paired comparisons against the best
-detector of each cell, rejection/calibration metrics with risk-coverage curves, reliability diagrams and ensembles
-(`report.deployment`), failures, and the run metadata (config, versions, stage timings, evidence cost).
+paper's Figure 2), ROC and precision-recall curves per dataset from the cached test scores, paired comparisons
+against the best detector of each cell, rejection/calibration metrics with risk-coverage curves, reliability
+diagrams and ensembles (`report.deployment`), failures, and the run metadata (config, versions, stage timings,
+evidence cost). Every figure is drawn by `haldet.figures` into the `FigureSet` passed in, which also keeps its PDF
+and PNG for the report's figures/ folder.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from html import escape
 from typing import Any
 
 import numpy as np
-from sklearn.metrics import roc_curve
+from sklearn.metrics import precision_recall_curve, roc_curve
 
 from haldet.errors import HaldetError
 from haldet.evaluation.aggregate import (
@@ -28,12 +30,16 @@ from haldet.evaluation.aggregate import (
     scenario_table,
 )
 from haldet.evaluation.compare import paired_bootstrap
-from haldet.evaluation.metrics import MAX_ORIENTATION, MAX_ORIENTATION_NOTE, auroc
+from haldet.evaluation.metrics import MAX_ORIENTATION, MAX_ORIENTATION_NOTE, aupr, auroc
+from haldet.figures.charts import cost_scatter, heatmap
+from haldet.figures.curves import MAX_POINTS, curve_figure
+from haldet.figures.data import PR, ROC, Curve, Point
+from haldet.figures.render import FigureSet
+from haldet.figures.style import EVIDENCE_COLOURS
 from haldet.report.deployment import deployment_section
 from haldet.report.learned import learned_html
 from haldet.report.marks import COVERAGE_NOTE, SUBSET_NOTE, Marks, coverage_suffix, detector_marks
 from haldet.report.rundata import RunData, preset_lines, skipped_in_runs, skipped_lines
-from haldet.report.svg import EVIDENCE_COLOURS, Curve, Point, heatmap, roc_grid, roc_plot, scatter_logx
 from haldet.report.tables import table_cells
 from haldet.version import __version__
 
@@ -44,7 +50,8 @@ table{border-collapse:collapse;font-size:12px;margin:8px 0}
 th,td{border:1px solid #ddd;padding:3px 7px;text-align:right}th{background:#f2f2f2}
 td.l,th.l{text-align:left}tr.fam td{background:#f7f7f7;font-style:italic}
 tr.model td{background:#e8eef7;font-weight:bold}
-.muted{color:#777}.err{color:#b00}.figs{display:flex;flex-wrap:wrap;gap:16px}
+.muted{color:#777}.err{color:#b00}.figs{display:flex;flex-wrap:wrap;gap:16px;align-items:flex-start}
+figure{margin:0}
 pre{background:#f6f6f6;padding:8px;overflow:auto;font-size:11px;max-height:400px}
 """
 MAX_CURVES = 18
@@ -133,7 +140,8 @@ def summary_section(rows: Sequence[Mapping[str, Any]]) -> str:
             "(family columns: mean over the family's detectors).</p>" + _table(header, body, left=1))
 
 
-def scenario_section(rows: Sequence[Mapping[str, Any]]) -> str:
+def scenario_section(rows: Sequence[Mapping[str, Any]], figures: FigureSet | None = None) -> str:
+    figures = figures if figures is not None else FigureSet(formats=())
     table = scenario_table(rows)
     marks = detector_marks(rows)
     cells = table_cells(table, lambda v: f"<b>{v}</b>", "†")
@@ -156,9 +164,11 @@ def scenario_section(rows: Sequence[Mapping[str, Any]]) -> str:
     for model in table.models():
         det_rows = [r for r in table.rows if r.model == model and r.kind == "detector"]
         cols = [c for c in table.columns if any(c.key in r.values for r in det_rows)]
-        heat.append(heatmap([r.detector for r in det_rows], [c.label for c in cols],
-                            [[r.values[c.key].value if c.key in r.values else None for c in cols]
-                             for r in det_rows], title=f"AUROC (%) by scenario: {model}"))
+        title = f"AUROC (%) by scenario: {model}"
+        heat.append(figures.add(f"heatmap-{model}", heatmap(
+            [r.detector for r in det_rows], [c.label for c in cols],
+            [[r.values[c.key].value if c.key in r.values else None for c in cols] for r in det_rows],
+            title=title), title))
     return ("<h2 id=scenarios>AUROC by scenario (Table 2 layout)</h2><p class=muted>QA averages every qa_* "
             "dataset; multi-dataset scenarios average their datasets; Overall is the mean over datasets; "
             "† = mean over fewer datasets than the column holds; the best detector per backbone in bold.</p>"
@@ -166,15 +176,17 @@ def scenario_section(rows: Sequence[Mapping[str, Any]]) -> str:
             + "<h3>Scenario x detector heatmap</h3><div class=figs>" + "".join(heat) + "</div>")
 
 
-def cost_section(rows: Sequence[Mapping[str, Any]]) -> str:
+def cost_section(rows: Sequence[Mapping[str, Any]], figures: FigureSet | None = None) -> str:
+    figures = figures if figures is not None else FigureSet(formats=())
     entries = cost_table(rows)
     n = next((e["cost_n"] for e in entries if e.get("cost_n")), 100)
     figs = []
     for model in dict.fromkeys(e["model"] for e in entries):
         pts = [Point(e.get("cost_at_n"), e.get("auroc"), str(e["detector"]), str(e.get("evidence") or "unknown"))
                for e in entries if e["model"] == model]
-        figs.append(scatter_logx(pts, title=f"AUROC vs Cost@{n}: {model} (all datasets)",
-                                 xlabel=f"Cost@{n} (s, log scale)", colours=EVIDENCE_COLOURS))
+        title = f"AUROC vs Cost@{n}: {model} (all datasets)"
+        figs.append(figures.add(f"cost-{model}", cost_scatter(pts, title=title, xlabel=f"Cost@{n} (s, log scale)",
+                                                              colours=EVIDENCE_COLOURS), title))
         by_group: dict[str, dict[str, list[Mapping[str, Any]]]] = {}
         for r in rows:
             if r.get("metric") == "auroc" and r["model"] == model:
@@ -185,8 +197,9 @@ def cost_section(rows: Sequence[Mapping[str, Any]]) -> str:
                 gpts = [Point(mean_of(_f(m.get("cost_at_n")) for m in ms).value,
                               mean_of(_f(m.get("value")) for m in ms).value, det,
                               str(ms[0].get("evidence") or "unknown")) for det, ms in dets.items()]
-                figs.append(scatter_logx(gpts, title=f"{group}: {model}", xlabel=f"Cost@{n} (s, log scale)",
-                                         colours=EVIDENCE_COLOURS))
+                figs.append(figures.add(f"cost-{group}-{model}", cost_scatter(
+                    gpts, title=f"{group}: {model}", xlabel=f"Cost@{n} (s, log scale)", colours=EVIDENCE_COLOURS),
+                    f"AUROC vs Cost@{n}, {group}: {model}"))
     marks = detector_marks(rows)
     body = [[_e(e["model"]), _e(e["detector"]) + _sup(marks, e["model"], e["detector"]), _e(e["family"]),
              _e(e.get("evidence") or "—"), _pct(e.get("auroc")) + coverage_suffix(e.get("coverage")),
@@ -227,7 +240,25 @@ def _f(v: Any) -> float | None:
     return v if math.isfinite(v) else None
 
 
-def roc_section(runs: Sequence[RunData], rows: Sequence[Mapping[str, Any]], n_boot: int) -> str:
+def cell_curves(labels: np.ndarray, scores: Mapping[str, np.ndarray]) -> tuple[list[Curve], list[Curve]]:
+    """ROC and precision-recall curves (sklearn's points) of each detector on the items it scored validly, with
+    its AUROC and AUPR; a detector whose valid items hold one class only has neither."""
+    roc, pr = [], []
+    for det, s in list(scores.items())[:MAX_CURVES]:
+        ok = np.isfinite(s)
+        y = labels[ok]
+        if len(set(y.tolist())) < 2:
+            continue
+        fpr, tpr, _ = roc_curve(y, s[ok])
+        roc.append(Curve(det, fpr.tolist(), tpr.tolist(), auroc(y, s[ok])))
+        precision, recall, _ = precision_recall_curve(y, s[ok])
+        pr.append(Curve(det, recall.tolist(), precision.tolist(), aupr(y, s[ok])))
+    return roc, pr
+
+
+def roc_section(runs: Sequence[RunData], rows: Sequence[Mapping[str, Any]], n_boot: int,
+                figures: FigureSet | None = None) -> str:
+    figures = figures if figures is not None else FigureSet(formats=())
     wanted = {(str(r["dataset"]), str(r["model"])) for r in rows}
     dets_by_cell: dict[tuple[str, str], list[str]] = {}
     for r in rows:
@@ -235,7 +266,7 @@ def roc_section(runs: Sequence[RunData], rows: Sequence[Mapping[str, Any]], n_bo
             dets_by_cell.setdefault((str(r["dataset"]), str(r["model"])), [])
             if r["detector"] not in dets_by_cell[(str(r["dataset"]), str(r["model"]))]:
                 dets_by_cell[(str(r["dataset"]), str(r["model"]))].append(str(r["detector"]))
-    figs, comparisons = [], []
+    figs, pr_figs, comparisons = [], [], []
     seen: set[tuple[str, str]] = set()
     for run in reversed(runs):  # a cell in several runs: the later run's scores, as in the merged table
         for cell in run.cells():
@@ -246,17 +277,14 @@ def roc_section(runs: Sequence[RunData], rows: Sequence[Mapping[str, Any]], n_bo
             data = run.cell_scores(key[0], key[1], dets_by_cell.get(key))
             if data is None or len(set(data.labels.tolist())) < 2:
                 continue
-            curves = []
-            for det, s in list(data.scores.items())[:MAX_CURVES]:
-                ok = np.isfinite(s)
-                y = data.labels[ok]
-                if len(set(y.tolist())) < 2:
-                    continue
-                fpr, tpr, _ = roc_curve(y, s[ok])
-                curves.append(Curve(det, fpr.tolist(), tpr.tolist(), auroc(y, s[ok])))
-            draw = roc_plot if len(curves) <= FEW_CURVES else roc_grid  # many curves: small multiples
-            figs.append(draw(curves, title=f"{key[0]} | {key[1]} (N={len(data.ids)}, pos={int(data.labels.sum())})"))
-            best = max(curves, key=lambda c: c.auc or 0.0, default=None)
+            curves, pr_curves = cell_curves(data.labels, data.scores)
+            title = f"{key[0]} | {key[1]} (N={len(data.ids)}, pos={int(data.labels.sum())})"
+            figs.append(figures.add(f"roc-{key[0]}-{key[1]}", curve_figure(
+                curves, kind=ROC, title=title, few=FEW_CURVES), f"ROC: {title}"))
+            pr_figs.append(figures.add(f"pr-{key[0]}-{key[1]}", curve_figure(
+                pr_curves, kind=PR, title=title, few=FEW_CURVES, baseline=float(data.labels.mean())),
+                f"Precision-recall: {title}"))
+            best = max(curves, key=lambda c: c.value or 0.0, default=None)
             if best is None:
                 continue
             cache: dict[Any, Any] = {}
@@ -269,8 +297,13 @@ def roc_section(runs: Sequence[RunData], rows: Sequence[Mapping[str, Any]], n_bo
                 comparisons.append([_e(key[0]), _e(key[1]), _e(best.name), _e(c.name), _e(cmp.n),
                                     _pct(cmp.diff), ci, _p(cmp.p_value, n_boot), _e(cmp.note)])
     out = ("<h2 id=roc>ROC curves per dataset</h2><p class=muted>Test-split scores as cached by the run "
-           "(scores/&lt;detector&gt;.jsonl); items with an invalid score are left out of that detector's curve."
+           "(scores/&lt;detector&gt;.jsonl); items with an invalid score are left out of that detector's curve; "
+           f"a curve of more than {MAX_POINTS} points is drawn through {MAX_POINTS} of them, evenly spaced along it."
            "</p><div class=figs>" + ("".join(figs) or "<p>no cell has cached test scores</p>") + "</div>")
+    if pr_figs:
+        out += ("<h3>Precision-recall curves</h3><p class=muted>Precision (share of hallucinations among the answers "
+                "flagged) against recall; dashed: the share of hallucinations, a random detector's precision; AUPR "
+                "is the average precision.</p><div class=figs>" + "".join(pr_figs) + "</div>")
     out += ("<h3>Paired comparison with the best detector of each cell</h3><p class=muted>AUROC difference "
             f"(best minus other, %) on items both scored, stratified paired bootstrap ({n_boot} resamples), "
             "95% CI and two-sided bootstrap p.</p>")
@@ -323,7 +356,8 @@ def metadata_section(runs: Sequence[RunData]) -> str:
     return "".join(parts)
 
 
-def suite_sections(runs: Sequence[RunData], rows: Sequence[Mapping[str, Any]]) -> str:
+def suite_sections(runs: Sequence[RunData], rows: Sequence[Mapping[str, Any]],
+                   figures: FigureSet | None = None) -> str:
     """Each hosted benchmark's own tables and plots (`Suite.html_section`) for the runs made with `--suite`."""
     from haldet.suites.base import get_suite
 
@@ -332,16 +366,19 @@ def suite_sections(runs: Sequence[RunData], rows: Sequence[Mapping[str, Any]]) -
     parts = []
     for name in names:
         suite = get_suite(name)
-        parts.append(suite.html_section([dict(r) for r in rows if r.get("dataset") in suite.datasets]))
+        parts.append(suite.html_section([dict(r) for r in rows if r.get("dataset") in suite.datasets],
+                                        figures=figures))
     return "\n".join(p for p in parts if p)
 
 
 def build_html(runs: Sequence[RunData], rows: Sequence[Mapping[str, Any]], *, title: str = "haldet report",
-               n_boot: int = 1000) -> str:
-    """The whole report as one HTML string (rows: the merged tidy results of `runs`)."""
+               n_boot: int = 1000, figures: FigureSet | None = None) -> str:
+    """The whole report as one HTML string (rows: the merged tidy results of `runs`). Its figures are drawn into
+    `figures` (by default one that keeps only the SVG the page embeds)."""
+    figures = figures if figures is not None else FigureSet(formats=())
     nav = " · ".join(f'<a href="#{a}">{t}</a>' for a, t in [
         ("summary", "summary"), ("results", "results"), ("scenarios", "scenarios"), ("cost", "cost"),
-        ("roc", "ROC"), ("deploy", "rejection/calibration/ensembles"), ("failures", "failures"),
+        ("roc", "ROC/PR"), ("deploy", "rejection/calibration/ensembles"), ("failures", "failures"),
         ("metadata", "metadata")])
     body = [f"<h1>{_e(title)}</h1>",
             f"<p class=muted>runs: {_e(', '.join(r.name for r in runs))} · haldet {_e(__version__)} · "
@@ -351,12 +388,13 @@ def build_html(runs: Sequence[RunData], rows: Sequence[Mapping[str, Any]], *, ti
     if skipped:  # said first: a reader looking for a paper's detector learns at once that it was left out
         body.append("<p class=muted>" + "<br>".join(_e(line) for line in skipped_lines(skipped)) + "</p>")
     if rows:
-        body += [summary_section(rows), results_section(rows), scenario_section(rows), cost_section(rows),
-                 roc_section(runs, rows, n_boot), deployment_section(runs, rows, n_boot)]
+        body += [summary_section(rows), results_section(rows), scenario_section(rows, figures),
+                 cost_section(rows, figures), roc_section(runs, rows, n_boot, figures),
+                 deployment_section(runs, rows, n_boot, figures)]
     else:
         body.append("<p>No result rows: every cell failed or no detector ran (see failures).</p>")
-    body += [suite_sections(runs, rows), learned_html([c for r in runs for c in r.cells()]), failures_section(runs),
-             metadata_section(runs)]
+    body += [suite_sections(runs, rows, figures), learned_html([c for r in runs for c in r.cells()]),
+             failures_section(runs), metadata_section(runs)]
     return ("<!DOCTYPE html>\n<html lang=en><head><meta charset=utf-8>"
             f"<meta name=viewport content=\"width=device-width, initial-scale=1\"><title>{_e(title)}</title>"
             f"<link rel=icon href=\"data:,\"><style>{CSS}</style></head><body>" + "\n".join(body)

@@ -23,13 +23,16 @@ the user's config file and flags lie:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from haldet.errors import HaldetError, unknown_keys
 from haldet.evaluation.metrics import MetricValue
 from haldet.evaluation.units import UNIT_METRICS, UnitData, unit_metrics
 from haldet.registry import Registry
 from haldet.schema import LEVELS, Instance, SpanLabel
+
+if TYPE_CHECKING:  # annotations only: matplotlib loads when a report draws
+    from haldet.figures.render import FigureSet
 
 DATA = "(data)"  # the `detector` of a suite's rows that describe the data (label statistics), not a detector
 ACROSS_MODELS = "(across models)"  # the `model` of rows comparing the cells of a run (e.g. proxy correlation)
@@ -129,8 +132,9 @@ class Suite:
         """Per-unit tags of the pooled test units (e.g. POS, sentence position) for breakdowns; {} by default."""
         return {}
 
-    def html_section(self, rows: list[dict[str, Any]]) -> str:
-        """The suite's own part of the HTML report (its tables and plots from the result rows); empty by default."""
+    def html_section(self, rows: list[dict[str, Any]], figures: FigureSet | None = None) -> str:
+        """The suite's own part of the HTML report (its tables and plots from the result rows); empty by default.
+        Plots are drawn into `figures` (`figures.add`), which embeds them and keeps their PDF and PNG files."""
         return ""
 
     def unit_metrics(self, level: str, test: UnitData, val: UnitData | None, *, n_boot: int, ci: float,

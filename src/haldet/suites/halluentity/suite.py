@@ -10,7 +10,7 @@ validation items (the paper's tune-on-test F1_Opt is reported as `f1_opt_test`).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from haldet.evaluation.breakdowns import breakdown_metrics, unit_attributes
 from haldet.evaluation.metrics import MetricValue
@@ -28,6 +28,9 @@ from haldet.suites.halluentity.analysis import (
     label_statistics,
     proxy_correlation,
 )
+
+if TYPE_CHECKING:  # annotations only: matplotlib loads when a report draws
+    from haldet.figures.render import FigureSet
 
 HALLUENTITY_METRICS = ("auroc", "aupr", "f1_opt", "precision_opt", "recall_opt")
 
@@ -81,12 +84,15 @@ class HalluEntitySuite(Suite):
         coverage = out[0].coverage
         return out + breakdown_metrics(test, threshold, coverage)
 
-    def html_section(self, rows: list[dict[str, Any]]) -> str:
+    def html_section(self, rows: list[dict[str, Any]], figures: FigureSet | None = None) -> str:
         """Tables 2/3 and the tune-on-test variant, then FPR/FNR by position in the sentence (the paper's Figure 5,
         right) per detector, at the validation threshold."""
-        from haldet.report.svg import Series, line_plot
+        from haldet.figures.charts import line_figure  # matplotlib: loaded when a report draws, not with the suite
+        from haldet.figures.data import Series
+        from haldet.figures.render import FigureSet
         from haldet.suites.report import html_tables
 
+        figures = figures if figures is not None else FigureSet(formats=())
         rows = [r for r in rows if r.get("level") == "entity"]
         data = [r for r in rows if r.get("table") in self.DATA_TABLES]
         rows = [r for r in rows if r.get("table") not in self.DATA_TABLES]
@@ -104,9 +110,10 @@ class HalluEntitySuite(Suite):
                 if pts:
                     series.append(Series(det, pts))
             if series:
-                parts.append("<div class=figs>" + line_plot(series, title=f"{kind.upper()} by position in sentence",
-                                                            xlabel="first / middle / last words",
-                                                            ylabel=kind.upper()) + "</div>")
+                title = f"{kind.upper()} by position in sentence"
+                parts.append("<div class=figs>" + figures.add(f"halluentity-{kind}-position", line_figure(
+                    series, title=title, xlabel="first / middle / last words", ylabel=kind.upper()),
+                    f"HalluEntity: {title}") + "</div>")
         if data:
             parts += ["<h3>Label statistics and proxy-model correlation</h3>", html_tables(self, data)]
         return "\n".join(parts)

@@ -26,7 +26,7 @@ from typing import Any
 from haldet.backends.structured import CallFailure, Request
 from haldet.config import JudgeConfig, digest
 from haldet.errors import HaldetError
-from haldet.store import StageLog, atomic_write_text, read_json
+from haldet.store import StageLog, atomic_path, atomic_write_text, read_json
 from haldet.suites.hallulens.build import Item
 from haldet.suites.hallulens.judges import HalluLensJudges, Judgement
 from haldet.suites.hallulens.llm import StructuredLLM
@@ -249,9 +249,14 @@ def evaluate(set_dir: Path, out: Path, *, targets: Sequence[Target], judge: Stru
         results["task_judges"][t]["judge"] = llm.usage_report()
     atomic_write_text(out / "results.json", json.dumps(_no_nan(results), indent=2, allow_nan=False) + "\n")
     atomic_write_text(out / "table.md", table_markdown(results) + "\n")
+    from haldet.figures.render import FigureSet  # matplotlib: loaded once the numbers are in
     from haldet.suites.hallulens.report import html_report
 
-    atomic_write_text(out / "report.html", html_report(_no_nan(results), *table_rows(results)))
+    figures = FigureSet()
+    atomic_write_text(out / "report.html", html_report(_no_nan(results), *table_rows(results), figures=figures))
+    for name, data in figures.files():  # the report's plots as PDF and PNG for a paper
+        with atomic_path(out / "figures" / name) as tmp:
+            tmp.write_bytes(data)
     return results
 
 

@@ -1,6 +1,7 @@
 """`OUT/report.html` of `haldet hallulens evaluate`: the Table 2-shaped rates, Fig. 4 (PreciseWikiQA rates per
 h-score decile, as a plot and a table), Fig. 9 (GeneratedEntities false acceptance per place-frequency group) and
-Kendall's tau between the models' rankings on two tasks; one self-contained page, the same numbers as `table.md`."""
+Kendall's tau between the models' rankings on two tasks; one self-contained page, the same numbers as `table.md`.
+The Fig. 4 plot is drawn into the `FigureSet` passed in, which keeps its PDF and PNG for `OUT/figures/`."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ from collections.abc import Sequence
 from html import escape
 from typing import Any
 
-from haldet.report.svg import Series, line_plot
+from haldet.figures.charts import line_figure
+from haldet.figures.data import Series
+from haldet.figures.render import FigureSet
 from haldet.suites.hallulens.rates import kendall_cells
 
 
@@ -27,7 +30,9 @@ def _pct(stat: dict[str, Any] | None) -> str:
     return f"{100 * mean:.2f}" + (f" ± {100 * sd:.2f}" if isinstance(sd, float) and not math.isnan(sd) else "")
 
 
-def html_report(results: dict[str, Any], header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+def html_report(results: dict[str, Any], header: Sequence[str], rows: Sequence[Sequence[str]],
+                figures: FigureSet | None = None) -> str:
+    figures = figures if figures is not None else FigureSet(formats=())
     parts = ["<!doctype html><html><head><meta charset=utf-8><title>HalluLens</title><style>"
              "body{font-family:sans-serif;margin:1.5em}table{border-collapse:collapse;margin:.5em 0}"
              "td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}</style></head><body>",
@@ -43,8 +48,9 @@ def html_report(results: dict[str, Any], header: Sequence[str], rows: Sequence[S
                  for d, v in deciles.items()]
     if body:
         parts += ["<h2>Fig. 4: PreciseWikiQA per h-score decile</h2>",
-                  line_plot(series, title="Hallucination rate by decile (0 = least known)",
-                            xlabel="decile / 9", ylabel="H") if series else "",
+                  figures.add("hallulens-fig4-deciles", line_figure(
+                      series, title="Hallucination rate by decile (0 = least known)", xlabel="decile / 9",
+                      ylabel="H"), "HalluLens Fig. 4: hallucination rate by h-score decile") if series else "",
                   _table(["model", "decile", "items", "FR", "H", "C"], body)]
     places = [[m, g, str(v["n"]), _pct(v["far"])] for m, t in results["models"].items()
               for g, v in t.get("nonexistent", {}).get("by_place_group", {}).items()]

@@ -21,7 +21,7 @@ Protocol (seed triviaplus.txt, sections 4-5; haldet's protocol where they differ
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from haldet.evaluation.metrics import MetricValue
 from haldet.evaluation.thresholds import at_threshold
@@ -50,6 +50,9 @@ from haldet.suites.triviaplus.protocol import (
     noisy_from_votes,
 )
 from haldet.text.long_context import POLICIES, fit_context
+
+if TYPE_CHECKING:  # annotations only: matplotlib loads when a report draws
+    from haldet.figures.render import FigureSet
 
 NOISY = (*(r for r in REGIME_COLUMNS if r != CLEAN), *VOTE_REGIMES)
 MARGIN_TOKENS = 512  # room left in the window beside the article: prompt template, question, answer, a judge's reply
@@ -114,7 +117,7 @@ class TriviaPlusSuite(Suite):
         return [check_regime(r) for r in ([wanted] if isinstance(wanted, str) else wanted)]
 
     # --- hooks of the suite runner ------------------------------------------------------------------------------
-    def html_section(self, rows: list[dict[str, Any]]) -> str:
+    def html_section(self, rows: list[dict[str, Any]], figures: FigureSet | None = None) -> str:
         """Every TRIVIA+ table of suite_tables.md (Tables 3-6, 8-12, the measured label noise) in the HTML report,
         with the reason when Table 12 could not be computed (the HTML tables carry no note column)."""
         from html import escape

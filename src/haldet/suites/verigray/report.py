@@ -10,11 +10,14 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from html import escape
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from haldet.report.svg import Series, line_plot
+from haldet.figures.data import Series
 from haldet.suites.verigray.evaluate import split_metric
 from haldet.suites.verigray.labels import CLASSES
+
+if TYPE_CHECKING:
+    from haldet.figures.render import FigureSet
 
 TABLE4_COLUMNS = (("bacc", "BAcc"), ("recall", "Hallu. Rec."), ("precision", "Hallu. Prec."), ("f1", "Hallu. F1"),
                   ("rank_loss", "L_rank (binary)"), ("rank_loss_continuous", "L_rank (scores)"),
@@ -75,8 +78,12 @@ def _html_table(header: Sequence[str], body: Sequence[Sequence[str]]) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
 
 
-def html_section(rows: Sequence[Row]) -> str:
-    """The suite's part of the HTML report."""
+def html_section(rows: Sequence[Row], figures: FigureSet | None = None) -> str:
+    """The suite's part of the HTML report; its plot is drawn into `figures` (by default, the page's SVG only)."""
+    from haldet.figures.charts import line_figure  # matplotlib: loaded when a report draws, not with the suite
+    from haldet.figures.render import FigureSet
+
+    figures = figures if figures is not None else FigureSet(formats=())
     header, body = table4(rows)
     parts = ["<h2 id=verigray>VeriGray (sentence level, test split)</h2>",
              "<p class=muted>Protocol 1 drops Ambiguous, No-Fact and Out-Dependent sentences; L_rank (binary) is the "
@@ -91,8 +98,9 @@ def html_section(rows: Sequence[Row]) -> str:
             for (model, det), m in f1]))
     series = selective_series(rows)
     if series:
-        parts.append("<h3>Selective prediction</h3><div class=figs>" + line_plot(
-            series, title="Selective risk vs coverage", xlabel="coverage", ylabel="selective risk") + "</div>")
+        title = "Selective risk vs coverage"
+        parts.append("<h3>Selective prediction</h3><div class=figs>" + figures.add("verigray-selective", line_figure(
+            series, title=title, xlabel="coverage", ylabel="selective risk"), f"VeriGray: {title}") + "</div>")
     groups = {str(r.get("group") or split_metric(str(r["metric"]))[1]) for r in rows}
     generators = sorted(g.split("=", 1)[1] for g in groups if g.startswith("generator="))
     if generators:

@@ -14,7 +14,7 @@ validation balanced accuracy. A detector declaring `graded` scores 6 - class deg
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -26,6 +26,9 @@ from haldet.suites.verigray.analysis import FIG2, FIG3, FIG6, POLARITIES, analys
 from haldet.suites.verigray.evaluate import DetectorOutput, Sentences, evaluate, metric_name
 from haldet.suites.verigray.labels import CLASSES
 from haldet.suites.verigray.report import TABLE4_COLUMNS, html_section
+
+if TYPE_CHECKING:  # annotations only: matplotlib loads when a report draws
+    from haldet.figures.render import FigureSet
 
 TOP = len(CLASSES) - 1
 CORE_METRICS = ("auroc", "aupr")  # the core's rows (with CIs) already hold these at group "all"
@@ -75,12 +78,12 @@ class VeriGraySuite(Suite):
         (Figs. 3 and 6), over every item of the cell."""
         return analysis_rows(instances)
 
-    def html_section(self, rows: list[dict[str, Any]]) -> str:
+    def html_section(self, rows: list[dict[str, Any]], figures: FigureSet | None = None) -> str:
         from haldet.suites.report import html_tables
 
         mine = [r for r in rows if r.get("level") == "sentence"]
         analyses = [r for r in mine if r.get("table") in (FIG2, FIG3, FIG6)]
-        return "\n".join([html_section([r for r in mine if not r.get("table")]),
+        return "\n".join([html_section([r for r in mine if not r.get("table")], figures),
                           "<h3>Data analyses (Figs. 2, 3, 6; 95% Wilson intervals)</h3>" if analyses else "",
                           html_tables(self, analyses)])
 

@@ -1,0 +1,47 @@
+"""What a figure is drawn from: plain records of points and curves, free of matplotlib, so a suite can build them
+when it loads and the drawing library is imported only when a report draws."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Curve:
+    """One detector's curve: x and y as its kind says (ROC: FPR, TPR; PR: recall, precision) and its area."""
+
+    name: str
+    x: Sequence[float]
+    y: Sequence[float]
+    value: float | None
+
+
+@dataclass(frozen=True)
+class CurveKind:
+    xlabel: str
+    ylabel: str
+    value_name: str
+    drawstyle: str  # PR curves are steps (precision holds until the next threshold), ROC curves straight lines
+
+
+ROC = CurveKind("false-positive rate", "true-positive rate", "AUROC", "default")
+PR = CurveKind("recall", "precision", "AUPR", "steps-post")
+
+
+@dataclass(frozen=True)
+class Point:
+    """A detector on the cost plot: x = cost (s), y = value (0-1), its name and its group (colour)."""
+
+    x: float | None
+    y: float | None
+    label: str
+    group: str
+
+
+@dataclass(frozen=True)
+class Series:
+    """One line of a `line_figure`: points (x, y, label written beside the marker, "" for none)."""
+
+    name: str
+    points: Sequence[tuple[float, float, str]]
