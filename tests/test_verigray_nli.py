@@ -9,7 +9,9 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from haldet.models.nli import PairCache, PairModel, load_pair_model
+from haldet.models.pairs.base import PairModel
+from haldet.models.pairs.cache import PairCache
+from haldet.models.pairs.loader import load_pair_model
 from haldet.suites.verigray.nli import unfaithful_prediction, unfaithful_score, verify
 
 

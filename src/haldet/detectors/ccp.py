@@ -28,7 +28,7 @@ from haldet.detectors._consistency import cache_for, pair_model
 from haldet.detectors.base import register
 from haldet.detectors.unit import AGGREGATES, UnitDetector
 from haldet.errors import HaldetError
-from haldet.models.nli import CONTRADICTION, ENTAILMENT, NEUTRAL
+from haldet.models.pairs.base import CONTRADICTION, ENTAILMENT, NEUTRAL
 from haldet.signals import Signal, SignalView
 
 

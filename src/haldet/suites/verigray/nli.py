@@ -1,5 +1,5 @@
 """NLI sentence verifiers: does the source document entail a summary sentence? (document = premise, sentence =
-hypothesis), through the NLI backends of `haldet.models.nli` (an HF MNLI model, or `llm:<model>` prompted entailment).
+hypothesis), through the NLI backends of `haldet.models.pairs` (an HF MNLI model, or `llm:<model>` prompted entailment).
 
 Variants (`verify`):
 - "document": the whole document is the premise (the NLI model truncates what does not fit).
@@ -18,7 +18,8 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from haldet.models.nli import ENTAILMENT, NEUTRAL, PairCache, PairModel
+from haldet.models.pairs.base import ENTAILMENT, NEUTRAL, PairModel
+from haldet.models.pairs.cache import PairCache
 from haldet.text.sentences import split_many
 
 VARIANTS = {"document": "whole document as the premise",
