@@ -25,7 +25,8 @@ import numpy as np
 import torch
 
 from haldet.backends.base import AnswerEvidence, EvidenceRequest, FollowUp, ForwardOutput, Reply, pooling_window
-from haldet.backends.hf.decode import Pool, Prefilled, cache_arg, copy_rows, fork, merge
+from haldet.backends.hf.kv_cache import cache_arg, copy_rows
+from haldet.backends.hf.pool import Pool, Prefilled, fork, merge
 from haldet.backends.hf.states import icr_features
 
 READ_ATTENTION = "haldet_sdpa_reading"  # attention implementation name: SDPA output, attention rows on the side
