@@ -12,8 +12,10 @@ import json
 from pathlib import Path
 from typing import Any, ClassVar
 
-from haldet.datasets.base import BadRow, DatasetAdapter, Source, read_table, register, require, row_where
-from haldet.datasets.formats import read_raw
+from haldet.datasets.adapter import DatasetAdapter, Source
+from haldet.datasets.base import register
+from haldet.datasets.formats import read_raw, read_table
+from haldet.datasets.rows import BadRow, require, row_where
 from haldet.errors import HaldetError
 from haldet.schema import Instance
 
