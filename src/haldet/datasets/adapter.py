@@ -9,7 +9,7 @@ attributes (registered with `@register` from `haldet.datasets.base`).
 from __future__ import annotations
 
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -141,9 +141,6 @@ class DatasetAdapter:
     def hub_configs(self) -> list[str | None]:
         """Hub configs loaded and concatenated (several for per-language datasets)."""
         return [self.hub_config]
-
-    def hub_source(self) -> str:
-        return f"{self.hub_id}" + (f" ({self.hub_config})" if self.hub_config else "")
 
     # --- shared machinery ----------------------------------------------------------------------------
     def offline_available(self) -> bool:
@@ -396,9 +393,6 @@ class DatasetAdapter:
     def hub_source_configs(self) -> list[str] | str | None:
         configs = [c for c in self.hub_configs() if c]
         return configs[0] if len(configs) == 1 else (configs or None)
-
-    def iter_info(self) -> Iterator[tuple[str, Any]]:
-        yield from self.info(self.data_dir).items()
 
 
 def check_data_dir(data_dir: str | Path | None) -> None:

@@ -44,9 +44,6 @@ class RAGTruth(DatasetAdapter):
         f"source_info.jsonl: {f}" for f in SOURCE_FIELDS)
     params: ClassVar[dict[str, Any]] = {"release_url": RELEASE}
 
-    def hub_source(self) -> str:
-        return self.options["release_url"]
-
     def _local_pair(self) -> tuple[Path, Path]:
         """The release's two files, recognised by their content among the local files (any names): responses
         carry `response` and `source_id`, sources `source_info` and `source_id`. With --data-file, the other

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from haldet.models.pairs.base import ENTAILMENT, NEUTRAL, PairModel
+from haldet.models.pairs.base import NEUTRAL, PairModel
 from haldet.models.pairs.cache import PairCache
 from haldet.text.sentences import split_many
 
@@ -61,12 +61,3 @@ def _grow(model: PairModel, cache: PairCache, parts: list[str], probs: np.ndarra
         chosen, best = trial, grown
     return best
 
-
-def unfaithful_prediction(probs: np.ndarray) -> np.ndarray:
-    """The paper's mapping of an NLI verdict: 1 (Unfaithful) unless entailment is the most probable class."""
-    return (np.argmax(probs, axis=1) != ENTAILMENT).astype(np.float64)
-
-
-def unfaithful_score(probs: np.ndarray) -> np.ndarray:
-    """Continuous score, higher = less faithful."""
-    return 1.0 - probs[:, ENTAILMENT]
