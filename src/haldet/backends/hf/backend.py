@@ -2,7 +2,8 @@
 
 Generation is greedy, left-padded and length-bucketed: prompts are sorted by token length and batched, so a
 batch wastes little compute on padding; outputs are returned in input order. Decoding runs haldet's own loop
-(`haldet.backends.hf.decode`, docs/speed.md) or, with `decoder="transformers"`, `model.generate` (the reference).
+(`lean`, over `haldet.backends.hf.decode`, docs/speed.md) or, with `decoder="transformers"`, `model.generate`
+(`reference`).
 Sampling draws K answers per prompt over K rows per prompt, each row with its own seeded generator
 (`haldet.backends.hf.sampling`), so samples are reproducible whatever the batch composition; the prompt is read once
 and its KV cache repeated for the K rows. Where the weights come from is `loading`; the teacher-forced passes are
