@@ -25,7 +25,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from haldet.models.nli import PairModel, load_pair_model
+from haldet.models.pairs.base import PairModel
+from haldet.models.pairs.loader import load_pair_model
 from haldet.util.assets import package_dir, resolve_embedding
 
 ARCH = {"large": {"hidden_size": 1024, "num_hidden_layers": 24, "num_attention_heads": 16, "intermediate_size": 4096},

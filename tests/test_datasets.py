@@ -11,15 +11,10 @@ from typing import Any
 
 import pytest
 
-from haldet.datasets.base import (
-    DATASETS,
-    BadRow,
-    DatasetAdapter,
-    get_adapter,
-    number_string,
-    read_table,
-    register,
-)
+from haldet.datasets.adapter import DatasetAdapter
+from haldet.datasets.base import DATASETS, get_adapter, register
+from haldet.datasets.formats import read_table
+from haldet.datasets.rows import BadRow, number_string
 from haldet.errors import HaldetError
 from haldet.schema import Instance
 

@@ -14,7 +14,7 @@ import torch
 
 from haldet.backends.hf import decode as decode_module
 from haldet.backends.hf.backend import KV_POOL_BYTES, HFBackend
-from haldet.backends.hf.decode import common_prefix, prefill_group
+from haldet.backends.hf.pool import common_prefix, prefill_group
 from haldet.errors import HaldetError
 from haldet.text.confidence import confidence_complete, confidence_statement, parse_confidence
 from haldet.util.threads import available_cores, cgroup_cpu_limit, thread_count
@@ -278,7 +278,8 @@ def test_sliding_window_models_decode_as_generate_does():
     loop uses plain left padding (no shared prefix, no rows joining a running pool) and equals `generate`."""
     from transformers import Gemma3ForCausalLM, Gemma3TextConfig
 
-    from haldet.backends.hf.decode import decode, mergeable
+    from haldet.backends.hf.decode import decode
+    from haldet.backends.hf.kv_cache import mergeable
 
     torch.manual_seed(0)
     config = Gemma3TextConfig(vocab_size=300, hidden_size=64, intermediate_size=128, num_hidden_layers=4,

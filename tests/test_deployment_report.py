@@ -15,7 +15,7 @@ from haldet.evaluation.rejection import risk_coverage
 from haldet.report.deployment import deployment_section
 from haldet.report.rundata import RunData
 from haldet.report.tables import all_markdown
-from haldet.report.terminal import results_table
+from terminal_table import results_table
 
 
 @dataclass

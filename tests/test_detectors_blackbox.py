@@ -19,7 +19,7 @@ from haldet.detectors.sar import sentence_sar, token_sar
 from haldet.detectors.self_eval import parse_verdict
 from haldet.detectors.selfcheck_nli import expand_option
 from haldet.detectors.semantic_entropy import cluster_ids
-from haldet.models.nli import PairModel
+from haldet.models.pairs.base import PairModel
 from haldet.schema import Generation, Instance
 from haldet.signals import Signal, SignalView
 

@@ -8,8 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from haldet.models import nli
-from haldet.models.nli import NLI_COLUMNS, PairCache, PairModel, load_pair_model
+from haldet.models.pairs import cache, loader, similarity
+from haldet.models.pairs.base import NLI_COLUMNS, PairModel
+from haldet.models.pairs.cache import PairCache
+from haldet.models.pairs.loader import load_pair_model
 from haldet.util.assets import resolve_embedding
 
 PAIRS = [("Paris is the capital of France.", "Paris is in France."),
@@ -82,7 +84,7 @@ def test_pair_cache_dedupes_and_persists(tmp_path: Path) -> None:
     assert model.calls == [("a", "bb"), ("ccc", "d")] or sorted(model.calls) == sorted({("a", "bb"), ("ccc", "d")})
     assert len(model.calls) == 2
     assert out[:, 0] == pytest.approx([1 / 3, 3 / 4, 1 / 3, 1 / 3])
-    nli._MEMORY.clear()   # a new process: the values come back from <cell>/pairs/<model>.jsonl
+    cache._MEMORY.clear()   # a new process: the values come back from <cell>/pairs/<model>.jsonl
     again = Counting("count-a")
     assert PairCache(tmp_path).scores(again, pairs)[:, 0] == pytest.approx(out[:, 0], abs=1e-6)
     assert again.calls == []
@@ -119,7 +121,7 @@ def test_bi_encoder_similarity() -> None:
 def test_bi_encoder_embeds_each_text_once_across_pair_batches(monkeypatch: pytest.MonkeyPatch) -> None:
     """SAR asks every ordered pair of an item's samples: the pair cache batches them, and each distinct text is
     embedded once (not once per batch it appears in), with the same cosines as embedding the pair alone."""
-    nli._LOADED.clear()   # a fresh model instance: no embeddings kept from other tests
+    loader._LOADED.clear()   # a fresh model instance: no embeddings kept from other tests
     model, _ = load_pair_model("similarity", "minilm", batch_size=2)
     encoded: list[str] = []
     encode = model.model.encode
@@ -136,7 +138,7 @@ def test_bi_encoder_embeds_each_text_once_across_pair_batches(monkeypatch: pytes
     for (a, b), value in zip(pairs, out[:, 0], strict=True):
         alone = encode([a, b], normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False)
         assert value == pytest.approx(max(0.0, float(alone[0] @ alone[1])), abs=1e-6)
-    nli._LOADED.clear()
+    loader._LOADED.clear()
 
 
 def test_bertscore_embeds_each_sentence_once_across_many_pairs(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -165,7 +167,7 @@ def test_bi_encoder_keeps_a_bounded_number_of_embeddings(monkeypatch: pytest.Mon
     """A long multi-cell process does not keep every text's embedding: past the bound the kept ones are dropped
     (and a batch that needs some of them embeds them again)."""
     model, _ = load_pair_model("similarity", "minilm")
-    monkeypatch.setattr(nli, "MAX_KEPT_EMBEDDINGS", 3)
+    monkeypatch.setattr(similarity, "MAX_KEPT_EMBEDDINGS", 3)
     model.embeddings.clear()
     first = model.compute([("one", "two")])
     model.compute([("three", "four")])   # 2 kept + 2 new > 3: dropped
@@ -181,7 +183,7 @@ def test_llm_support_is_yes_over_yes_and_no(llm_nli) -> None:
     renormalised over Yes/No after its prompt, equal to the next-token distribution computed directly."""
     import torch
 
-    from haldet.models.nli import SUPPORT_PROMPT, LLMSupport
+    from haldet.models.pairs.support import SUPPORT_PROMPT, LLMSupport
 
     checker = object.__new__(LLMSupport)  # the already loaded backend, no second load
     checker.backend, checker.max_length, checker.name = llm_nli.backend, 1024, "smollm2-135m"

@@ -10,10 +10,10 @@ import pytest
 import torch
 
 from haldet.detectors import sep as sep_module
-from haldet.detectors._probes import MIN_TRAIN, train_mlp
 from haldet.detectors.base import DETECTORS
 from haldet.detectors.ccs import ccs_loss
 from haldet.detectors.eigenscore import eigenscore
+from haldet.detectors.probe_training import MIN_TRAIN, train_mlp
 from haldet.detectors.sep import best_split_threshold
 from haldet.evaluation.metrics import auroc
 from haldet.schema import Generation, Instance
@@ -304,7 +304,7 @@ def test_binary_auroc_is_sklearns_value_bit_for_bit():
     """The probes' searches compare AUROCs with `>`: the fast AUROC must be sklearn's float exactly, ties included."""
     from sklearn.metrics import roc_auc_score
 
-    from haldet.detectors._probes import binary_auroc
+    from haldet.detectors.probe_training import binary_auroc
 
     rng = np.random.default_rng(3)
     checked = 0
@@ -323,7 +323,7 @@ def test_haloscope_trains_each_distinct_pseudo_labelling_once(planted, monkeypat
     """38 quantiles of tens of wild items repeat pseudo-labels; a repeat trains the same seeded classifier, so it is
     trained once, and the choice equals trying every quantile (first best validation AUROC wins)."""
     from haldet.detectors import haloscope as hs
-    from haldet.detectors._probes import safe_auroc
+    from haldet.detectors.probe_training import safe_auroc
 
     train, val, _ = splits(planted.subset(range(50), with_labels=True))
     calls = []

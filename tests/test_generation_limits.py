@@ -108,7 +108,7 @@ def test_a_too_short_limit_is_reported_and_fails_unless_allowed(scripted: None, 
 def test_a_cell_without_result_is_a_line_of_the_table() -> None:
     from rich.console import Console
 
-    from haldet.report.terminal import results_table
+    from terminal_table import results_table
 
     console = Console(width=250, record=True)
     console.print(results_table([], failed=[("gsm8k", "smollm2-135m", "no usable label (correct or hallucination)")]))

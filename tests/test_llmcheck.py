@@ -5,7 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from haldet.backends.hf.llmcheck import ALPHA, attention_score, choose_layer, hidden_score
+from haldet.backends.hf.llmcheck import ALPHA, choose_layer, hidden_score
+
+
+def log_diagonal(attn: np.ndarray) -> np.ndarray:
+    """The reference the token pass's `attn_logdiag` is checked against: [T] sum over heads of log A[t, t] for one
+    layer's attention [H, T, T] (any floating array type)."""
+    diag = np.diagonal(np.asarray(attn, dtype=np.float64), axis1=-2, axis2=-1)
+    return np.log(np.clip(diag, 1e-30, None)).sum(axis=0)
 
 
 def test_hidden_score_is_mean_log_eigenvalue_of_the_centred_states() -> None:
@@ -17,11 +24,6 @@ def test_hidden_score_is_mean_log_eigenvalue_of_the_centred_states() -> None:
     assert hidden_score(states + 7.0) == pytest.approx(hidden_score(states))
 
 
-def test_attention_score_sums_heads_of_mean_log_diagonal() -> None:
-    log_diag = np.log(np.array([[0.5, 0.25], [1.0, 0.5]]))
-    assert attention_score(log_diag) == pytest.approx((np.log(0.5) + np.log(0.25)) / 2 + np.log(0.5) / 2)
-
-
 def test_layer_and_direction_are_chosen_on_validation() -> None:
     y = np.array([1, 1, 0, 0, -1])
     scores = np.array([[0.5, -3.0, 1.0], [0.5, -2.0, 0.0], [0.5, 2.0, 1.0], [0.5, 3.0, 0.0], [9.0, 9.0, 9.0]])
@@ -31,7 +33,7 @@ def test_layer_and_direction_are_chosen_on_validation() -> None:
 
 
 def test_unit_scores_from_layer_arrays() -> None:
-    from haldet.backends.hf.llmcheck import log_diagonal, unit_hidden_scores
+    from haldet.backends.hf.llmcheck import unit_hidden_scores
 
     attn = np.array([[[1.0, 0.0], [0.5, 0.5]], [[1.0, 0.0], [0.75, 0.25]]])  # [H=2, T=2, T=2]
     assert log_diagonal(attn) == pytest.approx([0.0, np.log(0.5) + np.log(0.25)])
@@ -48,7 +50,6 @@ def test_token_pass_layers_part_matches_a_separate_forward() -> None:
 
     from haldet.backends.base import TokenRequest
     from haldet.backends.hf.backend import HFBackend
-    from haldet.backends.hf.llmcheck import log_diagonal
 
     backend = HFBackend("smollm2-135m")
     prompt = backend.encode_prompt("Summarise: the river flooded forty homes on Tuesday.\n")

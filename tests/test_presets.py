@@ -22,8 +22,8 @@ from haldet.flow.results import result_rows
 from haldet.flow.scoring import DetectorRun, make_detector
 from haldet.presets import load_preset, preset_names
 from haldet.report.tables import all_markdown, table_cells
-from haldet.report.terminal import results_table
 from haldet.suites.base import get_suite
+from terminal_table import results_table
 
 PAPERS = ("halluentity", "hallulens", "openhaldet", "triviaplus", "verigray")
 

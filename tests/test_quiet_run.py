@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from haldet.errors import HaldetError
-from haldet.models import nli
+from haldet.models.pairs import loader
 
 
 class Stub:
@@ -29,11 +29,11 @@ def test_substitute_notice_once_in_words(monkeypatch: pytest.MonkeyPatch, caplog
                               "'https://huggingface.co' to load the files")
         return Stub(name)
 
-    monkeypatch.setattr(nli, "_build", build)
-    monkeypatch.setattr(nli, "_FAILED", {})
-    monkeypatch.setattr(nli, "hub_reachable", lambda: False)
+    monkeypatch.setattr(loader, "_build", build)
+    monkeypatch.setattr(loader, "_FAILED", {})
+    monkeypatch.setattr(loader, "hub_reachable", lambda: False)
     with caplog.at_level(logging.WARNING, logger="haldet"):
-        metas = [nli.load_pair_model("nli", "roberta-large-mnli", fallback="llm:smollm2-135m")[1] for _ in range(3)]
+        metas = [loader.load_pair_model("nli", "roberta-large-mnli", fallback="llm:smollm2-135m")[1] for _ in range(3)]
     notices = [r.getMessage() for r in caplog.records]
     assert len(notices) == 1, notices
     assert "'llm:smollm2-135m' runs instead" in notices[0] and "roberta-large-mnli" in notices[0]

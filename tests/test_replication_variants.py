@@ -12,7 +12,7 @@ import pytest
 from haldet.detectors.ccp import CCP, claim_score
 from haldet.detectors.llmcheck import LLMCheckAttention, LLMCheckHidden
 from haldet.errors import HaldetError
-from haldet.models.nli import HFEntailment
+from haldet.models.pairs.entailment import HFEntailment
 from haldet.suites.verigray.suite import detector_output
 
 

@@ -11,7 +11,7 @@ from haldet.evaluation.aggregate import scenario_table
 from haldet.report.html import cost_section, results_section, scenario_section
 from haldet.report.marks import coverage_suffix, detector_marks
 from haldet.report.tables import all_latex, all_markdown
-from haldet.report.terminal import results_table
+from terminal_table import results_table
 
 DETECTORS = ["verbalized", "self_eval", "selfcheck_bertscore", "selfcheck_nli", "lexical_similarity", "perplexity",
              "ln_entropy", "sar", "semantic_entropy", "eigenscore", "saplma", "mind", "haloscope", "icr_probe"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,12 @@ from haldet.signals import Signal
 from haldet.stages.base import DecodingReader, Stage
 from haldet.stages.counts import StageCounts, StageTally
 from haldet.stages.loader import needed_stages
-from haldet.stages.plan import plan, providers, stage_order, stage_provides
+from haldet.stages.plan import plan, providers, stage_provides
+
+
+def stage_order(signals: Iterable[Signal]) -> list[str]:
+    """Names of the planned stages, in order (the primary stage first)."""
+    return [cls.name for cls in plan(signals)]
 
 
 def _requires(*names: str) -> set[Signal]:

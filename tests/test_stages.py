@@ -142,13 +142,14 @@ def test_shared_prompt_cache_samples_equal_the_uncached_path(backend, prompts):
     `num_return_sequences` generation with the same per-row seeds."""
     from transformers import GenerationConfig, LogitsProcessorList
 
+    from haldet.backends.hf.reference import left_pad
     from haldet.backends.hf.sampling import row_seed, sampler_class
 
     k, seeds = 3, [5, 6]
     cached = backend.sample(prompts, k=k, temperature=1.0, top_p=0.9, seeds=seeds, max_new_tokens=8, batch_size=6)
     encoded = [backend.encode_prompt(p) for p in prompts]
     order = sorted(range(len(prompts)), key=lambda i: len(encoded[i]))
-    ids, mask = backend._left_pad([encoded[i] for i in order])
+    ids, mask = left_pad(backend, [encoded[i] for i in order])
     config = GenerationConfig(do_sample=True, temperature=1.0, top_p=1.0, top_k=0, num_return_sequences=k,
                               max_new_tokens=8, output_logits=True, return_dict_in_generate=True,
                               pad_token_id=backend.tokenizer.pad_token_id, eos_token_id=sorted(backend.stop_ids))
@@ -160,7 +161,7 @@ def test_shared_prompt_cache_samples_equal_the_uncached_path(backend, prompts):
     logprobs = torch.log_softmax(torch.stack(out.logits, 1).float(), -1).gather(-1, new[..., None])[..., 0]
     for pos, i in enumerate(order):
         for j in range(k):
-            ref = backend._finish(new[pos * k + j].tolist(), logprobs[pos * k + j].tolist())
+            ref = backend.finish(new[pos * k + j].tolist(), logprobs[pos * k + j].tolist())
             assert cached[i][j].token_ids == ref.token_ids
             np.testing.assert_allclose(cached[i][j].token_logprobs, ref.token_logprobs, atol=1e-4)
 

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from haldet.suites.verigray.classifier import OPTIONS, load_template, messages, parse_reply, template_digest
+from haldet.suites.verigray.classifier import OPTIONS, messages, parse_reply
 from haldet.suites.verigray.labels import AMBIGUOUS, CONTRADICTING, EXPLICIT, FABRICATED, IMPLICIT, NO_FACT
+from haldet.text.templates import template_text
 
 
 @pytest.mark.parametrize(("reply", "grade"), [
@@ -37,12 +38,11 @@ def test_letters_cover_the_seven_classes() -> None:
 
 
 def test_prompt_shows_document_summary_sentence_and_options(tmp_path: Path) -> None:
-    template = load_template()
+    template = template_text("verigray_classify")  # as the verdict prompt reads it
     msg = messages(template, document="DOC TEXT", summary="SUMMARY TEXT", sentence="THE SENTENCE")
     content = msg[0]["content"]
     assert msg[0]["role"] == "user" and "DOC TEXT" in content and "SUMMARY TEXT" in content
     assert content.endswith("THE SENTENCE") and all(f"\n{letter}. " in content for letter in OPTIONS)
     (tmp_path / "verigray_classify.txt").write_text("Judge {{ sentence }} against {{ document }}.")
-    custom = load_template(str(tmp_path))
+    custom = template_text("verigray_classify", folder=tmp_path)
     assert messages(custom, document="D", summary="S", sentence="X")[0]["content"] == "Judge X against D."
-    assert template_digest(custom) != template_digest(template)

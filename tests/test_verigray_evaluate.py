@@ -5,7 +5,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from haldet.suites.verigray.evaluate import DetectorOutput, Sentences, classes_to_outputs, evaluate
+from haldet.suites.verigray.evaluate import DetectorOutput, Sentences, evaluate
+from haldet.suites.verigray.labels import CLASSES, IMPLICIT
+from haldet.suites.verigray.metrics import FLOAT
+
+
+def classes_to_outputs(detector: str, classes: np.ndarray) -> DetectorOutput:
+    """A 7-way classifier's outputs: binary = predicted degree below Implicitly-Supported (the paper's threshold),
+    score = 6 - degree (less faithful class = higher score); unparsable replies stay NaN."""
+    classes = np.asarray(classes, dtype=FLOAT)
+    binary = np.where(np.isfinite(classes), (classes < IMPLICIT).astype(FLOAT), np.nan)
+    return DetectorOutput(detector, scores=(len(CLASSES) - 1) - classes, binary=binary, classes=classes)
 
 
 def sentences(degree: list[int], split: list[str], generator: list[str] | None = None) -> Sentences:

@@ -9,8 +9,10 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from haldet.models.nli import PairCache, PairModel, load_pair_model
-from haldet.suites.verigray.nli import unfaithful_prediction, unfaithful_score, verify
+from haldet.models.pairs.base import PairModel
+from haldet.models.pairs.cache import PairCache
+from haldet.models.pairs.loader import load_pair_model
+from haldet.suites.verigray.nli import verify
 
 
 class Overlap(PairModel):
@@ -46,12 +48,6 @@ def test_infuse_grows_the_premise_while_neutral_falls() -> None:
     assert ("A cat sat. The dog ran. Birds fly south.", HYP) in model.calls
     assert len(model.calls) == 5  # three singles, two grown premises
     assert verify(model, PairCache(), [DOC], [HYP], variant="document")[0] == pytest.approx([0.75, 0.2, 0.05])
-
-
-def test_binary_mapping_and_score() -> None:
-    probs = np.array([[0.6, 0.3, 0.1], [0.3, 0.5, 0.2], [0.2, 0.1, 0.7]])
-    assert unfaithful_prediction(probs).tolist() == [0.0, 1.0, 1.0]
-    assert unfaithful_score(probs) == pytest.approx([0.4, 0.7, 0.8])
 
 
 def test_prompted_entailment_on_the_embedded_model() -> None:

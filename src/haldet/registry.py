@@ -7,21 +7,57 @@ dataset, judge or detector is one file plus one decorator and nothing else. A re
 like any plugin, so the core never imports a suite. Third-party packages register through
 entry points in the group named like the package (`haldet.detectors`, `haldet.datasets`, `haldet.judges`): the
 entry point's value is a module (its decorators run on import) or a class (registered under the entry point's
-name). `origin(name)` says which distribution a plugin came from.
+name). `origin(name)` says which distribution a plugin came from, `where(name)` the file and line that define it
+(`haldet detectors show NAME`, `haldet datasets show NAME --where`).
 """
 
 from __future__ import annotations
 
 import importlib
+import inspect
 import pkgutil
 from collections.abc import Callable, Iterator
-from typing import Generic, TypeVar
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Generic, TypeVar
 
 from haldet.errors import HaldetError, UnknownNameError
 
 T = TypeVar("T")
 
 SUITE_FOLDERS = "haldet.suites"  # each sub-package is one suite's folder; imported by name only
+
+
+@dataclass(frozen=True)
+class Location:
+    """Where a registered name is defined: the source file and the 1-based line of its `class` (or `def`)."""
+
+    file: Path
+    line: int
+
+    def __str__(self) -> str:
+        """`file:line`, the file relative to the working directory when it lies below it (an editor opens it)."""
+        try:
+            shown = self.file.relative_to(Path.cwd())
+        except ValueError:
+            shown = self.file
+        return f"{shown}:{self.line}"
+
+
+def locate(obj: Any) -> Location | None:
+    """The file and the line of the `class`/`def` statement (past its decorators) of a class or function; None for
+    an object without Python source (a builtin, a class made at run time)."""
+    target = inspect.unwrap(obj)
+    try:
+        file = inspect.getsourcefile(target)
+        lines, first = inspect.getsourcelines(target)
+    except (OSError, TypeError):
+        return None
+    if file is None:
+        return None
+    offset = next((i for i, text in enumerate(lines) if text.lstrip().startswith(("class ", "def ", "async def "))),
+                  0)
+    return Location(Path(file).resolve(), max(first, 1) + offset)
 
 
 class Registry(Generic[T]):
@@ -82,6 +118,10 @@ class Registry(Generic[T]):
         """'built-in' or 'plugin <distribution>'."""
         self.load_builtins()
         return self._origins.get(name, "built-in")
+
+    def where(self, name: str) -> Location | None:
+        """The file and line defining the object registered as `name` (None when it has no Python source)."""
+        return locate(self.get(name, where=f"{self.kind} name"))
 
     def get(self, name: str, *, where: str = "") -> T:
         self.load_builtins()

@@ -1,4 +1,5 @@
-"""`haldet datasets list|show`: the registered dataset adapters, and a dataset loaded as the run would see it."""
+"""`haldet datasets list|show`: the registered dataset adapters, and a dataset loaded as the run would see it (or,
+with `--where`, the file and line that define its adapter)."""
 
 from __future__ import annotations
 
@@ -61,11 +62,26 @@ def datasets_show(
                                                      "e.g. languages=eng_Latn,deu_Latn for belebele.")] = None,
     prompt: Annotated[bool, typer.Option("--prompt", help="Also print each item's user prompt.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print unified instances as JSON.")] = False,
+    where: Annotated[bool, typer.Option("--where", help="Show where the adapter is defined (file:line of its class) "
+                                        "and what `datasets list` shows of it, and load nothing.")] = False,
 ) -> None:
-    """Load a dataset through its adapter and show unified instances (what the run evaluates, same order)."""
-    from haldet.datasets.base import get_adapter
+    """Load a dataset through its adapter and show unified instances (what the run evaluates, same order); the
+    first line (on stderr) names the file and line that define the adapter."""
+    from haldet.datasets.base import DATASETS, get_adapter
     from haldet.text.prompts import PromptBuilder
 
+    found = DATASETS.where(name) if name in DATASETS else None
+    defined = str(found) if found is not None else "(no Python source)"
+    if where:
+        cls = DATASETS.get(name, where="dataset name")
+        info = {**cls.info(local_data(data_dir, data_file, None)), "origin": DATASETS.origin(name)}
+        if as_json:
+            print_json({**info, "file": None if found is None else str(found.file),
+                        "line": None if found is None else found.line}, default=str)
+            return
+        rows = ([key, str(value)] for key, value in {"defined": defined, **info}.items())
+        print_table(f"dataset {name}", ("field", "value"), rows, no_wrap={"value"})
+        return
     options = {**_dataset_options(option), **({"split": split} if split else {})}
     adapter = get_adapter(name, local_data(data_dir, data_file, None), options, where="dataset name")
     if formats:
@@ -73,7 +89,7 @@ def datasets_show(
             out_console.print(f"{fmt.name}: {fmt.describe}", highlight=False)
         return
     instances, report = adapter.load(limit=limit, seed=seed, on_bad_row=on_bad_row)
-    console.print(f"{name}: {len(instances)} items; {report.summary()}", highlight=False)
+    console.print(f"{name} ({defined}): {len(instances)} items; {report.summary()}", highlight=False)
     for reason in report.skipped:
         console.print(f"  skipped {reason}", highlight=False)
     dumped = [inst.model_dump(mode="json") for inst in instances]

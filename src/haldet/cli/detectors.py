@@ -1,4 +1,5 @@
-"""`haldet detectors list`: every registered detector (built-in and from plugin packages)."""
+"""`haldet detectors list|show`: every registered detector (built-in and from plugin packages), and one detector with
+the file and line that define it."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import typer
 
 from haldet.cli.console import origin_column, print_json, print_table
 
-app = typer.Typer(help="List registered detectors.")
+app = typer.Typer(help="List registered detectors, or show one and where it is defined.")
 
 
 def needs(cls: Any) -> list[str]:
@@ -21,22 +22,45 @@ def needs(cls: Any) -> list[str]:
     return models + ([f"verdict prompt {ask.name}"] if ask is not None and hasattr(ask, "name") else [])
 
 
+def describe(name: str, cls: Any, origin: str) -> dict[str, Any]:
+    """What `detectors list` shows of one detector (also the head of `detectors show`)."""
+    return {"name": name, "family": str(cls.family()), "requires": sorted(s.value for s in cls.requires),
+            "levels": list(getattr(cls, "levels", ("response",))), "needs": needs(cls),
+            "trains": cls.trains, "variants": sorted(cls.variants), "defaults": cls.defaults,
+            "version": cls.version, "origin": origin}
+
+
 @app.command("list")
 def detectors_list(as_json: Annotated[bool, typer.Option("--json", help="A JSON list of objects.")] = False) -> None:
     """Every registered detector: family, required signals, the levels it scores, the models it needs beside the
     run's (auxiliary models, verdict prompts), whether it trains, named variants."""
     from haldet.detectors.base import DETECTORS
 
-    infos: list[dict[str, Any]] = [
-        {"name": name, "family": str(cls.family()), "requires": sorted(s.value for s in cls.requires),
-         "levels": list(getattr(cls, "levels", ("response",))), "needs": needs(cls),
-         "trains": cls.trains, "variants": sorted(cls.variants), "defaults": cls.defaults,
-         "version": cls.version, "origin": DETECTORS.origin(name)}
-        for name, cls in DETECTORS
-    ]
+    infos = [describe(name, cls, DETECTORS.origin(name)) for name, cls in DETECTORS]
     if as_json:
         print_json(infos, default=str)
         return
     cols = ("name", "family", "requires", "levels", "needs", "trains", "variants", *origin_column(infos))
     rows = ([", ".join(v) if isinstance(v := info[c], list) else str(v) for c in cols] for info in infos)
     print_table("detectors", cols, rows, no_wrap={"name"})  # a name must stay copyable, never cut with an ellipsis
+
+
+@app.command("show")
+def detectors_show(
+    name: Annotated[str, typer.Argument(help="Detector name (see `haldet detectors list`).")],
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object.")] = False,
+) -> None:
+    """One detector: where it is defined (file:line of its class), then what `detectors list` shows of it, its
+    defaults and version."""
+    from haldet.detectors.base import DETECTORS
+
+    cls = DETECTORS.get(name, where="detector name")
+    info = describe(name, cls, DETECTORS.origin(name))
+    found = DETECTORS.where(name)
+    if as_json:
+        print_json({**info, "file": None if found is None else str(found.file),
+                    "line": None if found is None else found.line}, default=str)
+        return
+    shown = {"defined": str(found) if found is not None else "(no Python source)", **info}
+    rows = ([key, ", ".join(v) if isinstance(v := value, list) else str(v)] for key, value in shown.items())
+    print_table(f"detector {name}", ("field", "value"), rows, no_wrap={"value"})

@@ -9,7 +9,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from haldet.datasets.base import BadRow, DatasetAdapter, register, require, require_json
+from haldet.datasets.adapter import DatasetAdapter
+from haldet.datasets.base import register
+from haldet.datasets.rows import BadRow, require, require_json
 from haldet.schema import Instance
 
 

@@ -10,8 +10,10 @@ import re
 from pathlib import Path
 from typing import Any
 
-from haldet.datasets.base import BadRow, DatasetAdapter, register, require
+from haldet.datasets.adapter import DatasetAdapter
+from haldet.datasets.base import register
 from haldet.datasets.formats import RawFile
+from haldet.datasets.rows import BadRow, require
 from haldet.schema import Instance
 from haldet.util.assets import package_dir
 

@@ -265,3 +265,14 @@ def _key_lines(path: Path, key: str, n: int) -> list[int | None]:
         return [None] * n
     lines = _array_lines(text, match.end() - 1)
     return lines if len(lines) == n else [None] * n
+
+
+def read_table(path: Path) -> list[dict[str, Any]]:
+    """Rows of a flat data file, read by content (JSON lines, JSON list, CSV/TSV, Parquet, gzipped or not);
+    each row carries its 1-based file line under `formats.LINE`."""
+    raw = read_raw(path)
+    rows = raw.rows()
+    if rows is None:
+        raise HaldetError("a data file must hold a list of row objects", where=str(path),
+                          hint="use JSON lines, a JSON list of objects, CSV with a header, or Parquet")
+    return rows

@@ -12,7 +12,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-from haldet.datasets.base import DatasetAdapter, register, require
+from haldet.datasets.adapter import DatasetAdapter
+from haldet.datasets.base import register
+from haldet.datasets.rows import require
 from haldet.schema import Category, Instance
 from haldet.util.assets import package_dir
 

@@ -8,7 +8,9 @@ from __future__ import annotations
 import re
 from typing import Any, ClassVar
 
-from haldet.datasets.base import BadRow, DatasetAdapter, SkipRow, number_string, register, require
+from haldet.datasets.adapter import DatasetAdapter
+from haldet.datasets.base import register
+from haldet.datasets.rows import BadRow, SkipRow, number_string, require
 from haldet.schema import Instance
 
 _CALC = re.compile(r"<<[^<>]*>>")  # GSM8K's calculator annotations, dropped from the shown solution

@@ -11,15 +11,10 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from haldet.config import digest
-from haldet.datasets.base import (
-    BadRow,
-    DatasetAdapter,
-    Source,
-    mcq_options,
-    register,
-    require,
-)
+from haldet.datasets.adapter import DatasetAdapter, Source
+from haldet.datasets.base import register
 from haldet.datasets.formats import Format, RawFile, records, with_line
+from haldet.datasets.rows import BadRow, mcq_options, require
 from haldet.errors import HaldetError
 from haldet.schema import Instance
 

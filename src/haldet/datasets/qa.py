@@ -6,8 +6,10 @@ import json
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from haldet.datasets.base import ABSTAIN_REFERENCE, BadRow, DatasetAdapter, register, require
+from haldet.datasets.adapter import DatasetAdapter
+from haldet.datasets.base import register
 from haldet.datasets.formats import SPLIT_WORDS, Format, RawFile, records, with_line
+from haldet.datasets.rows import ABSTAIN_REFERENCE, BadRow, require
 from haldet.schema import Instance
 
 Parts = list[tuple[str | None, list[dict[str, Any]]]] | None

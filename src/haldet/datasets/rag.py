@@ -12,8 +12,10 @@ import json
 from pathlib import Path
 from typing import Any, ClassVar
 
-from haldet.datasets.base import BadRow, DatasetAdapter, Source, read_table, register, require, row_where
-from haldet.datasets.formats import read_raw
+from haldet.datasets.adapter import DatasetAdapter, Source
+from haldet.datasets.base import register
+from haldet.datasets.formats import read_raw, read_table
+from haldet.datasets.rows import BadRow, require, row_where
 from haldet.errors import HaldetError
 from haldet.schema import Instance
 
@@ -41,9 +43,6 @@ class RAGTruth(DatasetAdapter):
     required_fields = tuple(f"response.jsonl: {f}" for f in RESPONSE_FIELDS) + tuple(
         f"source_info.jsonl: {f}" for f in SOURCE_FIELDS)
     params: ClassVar[dict[str, Any]] = {"release_url": RELEASE}
-
-    def hub_source(self) -> str:
-        return self.options["release_url"]
 
     def _local_pair(self) -> tuple[Path, Path]:
         """The release's two files, recognised by their content among the local files (any names): responses

@@ -13,8 +13,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from haldet.datasets.base import DatasetAdapter, Source, register, require
+from haldet.datasets.adapter import DatasetAdapter, Source
+from haldet.datasets.base import register
 from haldet.datasets.formats import LINE, Format, RawFile
+from haldet.datasets.rows import require
 from haldet.errors import HaldetError
 from haldet.schema import Instance
 

@@ -11,7 +11,9 @@ from typing import Any
 import numpy as np
 
 from haldet.detectors.base import Detector
-from haldet.models.nli import Pair, PairCache, PairModel, load_pair_model
+from haldet.models.pairs.base import Pair, PairModel
+from haldet.models.pairs.cache import PairCache
+from haldet.models.pairs.loader import load_pair_model
 
 
 def nonempty(samples: Any) -> list[str] | None:

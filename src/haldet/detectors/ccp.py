@@ -24,11 +24,12 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from haldet.backends.hf.loading import load_tokenizer
 from haldet.detectors._consistency import cache_for, pair_model
 from haldet.detectors.base import register
 from haldet.detectors.unit import AGGREGATES, UnitDetector
 from haldet.errors import HaldetError
-from haldet.models.nli import CONTRADICTION, ENTAILMENT, NEUTRAL
+from haldet.models.pairs.base import CONTRADICTION, ENTAILMENT, NEUTRAL
 from haldet.signals import Signal, SignalView
 
 
@@ -82,7 +83,6 @@ class CCP(UnitDetector):
         return self.params["context"] == "sentence"
 
     def token_scores(self, items: SignalView) -> list[np.ndarray | str]:
-        from haldet.backends.hf.backend import HFBackend
         from haldet.text.linguistics import analyse, sentence_start
 
         if self.params["context"] not in ("sentence", "response"):
@@ -106,7 +106,9 @@ class CCP(UnitDetector):
                 out[i] = "no token-pass evidence (offsets, top-k) for this item"
                 continue
             name = self.params["tokenizer"] or gen.model
-            tok = tokenizers.setdefault(name, HFBackend(name).tokenizer)
+            if name not in tokenizers:
+                tokenizers[name] = load_tokenizer(name)
+            tok = tokenizers[name]
             entail, contradict = np.zeros(np.shape(ids)), np.zeros(np.shape(ids))  # neutral unless the NLI says
             pairs = []
             for t, ((a, _b), row) in enumerate(zip(np.asarray(offsets), np.asarray(ids), strict=True)):

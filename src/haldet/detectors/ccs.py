@@ -21,17 +21,15 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from haldet.detectors._probes import (
+from haldet.detectors.base import Detector, Scores, register
+from haldet.detectors.probe import layer_row, probe_scores, stack
+from haldet.detectors.probe_training import (
     Standardizer,
-    layer_row,
-    probe_scores,
     resolve_device,
     safe_auroc,
     small_model_threads,
-    stack,
     training_problem,
 )
-from haldet.detectors.base import Detector, Scores, register
 from haldet.signals import Signal, SignalView
 
 

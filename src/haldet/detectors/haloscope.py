@@ -29,19 +29,16 @@ from typing import Any, ClassVar
 import numpy as np
 from sklearn.linear_model import LogisticRegression
 
-from haldet.detectors._probes import (
+from haldet.detectors.base import Detector, Scores, register
+from haldet.detectors.probe import layer_row, pooled_signal, probe_scores, stack
+from haldet.detectors.probe_training import (
     Standardizer,
     TrainedMLP,
     has_both_classes,
-    layer_row,
-    pooled_signal,
-    probe_scores,
     safe_auroc,
-    stack,
     train_mlp,
     training_problem,
 )
-from haldet.detectors.base import Detector, Scores, register
 from haldet.signals import Signal, SignalView
 
 

@@ -19,7 +19,7 @@ from haldet.detectors.base import Detector, Scores, register
 from haldet.schema import Instance, SpanLabel
 from haldet.signals import Signal, SignalView
 from haldet.stages.prompt_optimizer import Optimize
-from haldet.stages.verdict import Ask, Example, VerdictPrompt, get_prompt, register_prompt
+from haldet.stages.verdict_prompts import Ask, Example, VerdictPrompt, get_prompt, register_prompt
 
 HALLUCINATION, FAITHFUL = "HALLUCINATION", "NO HALLUCINATION"
 

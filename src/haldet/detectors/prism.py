@@ -14,8 +14,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from haldet.detectors._probes import ProbeDetector, TrainedMLP, train_mlp
 from haldet.detectors.base import register
+from haldet.detectors.probe import ProbeDetector
+from haldet.detectors.probe_training import TrainedMLP, train_mlp
 from haldet.signals import Signal
 
 

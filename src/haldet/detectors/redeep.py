@@ -16,8 +16,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from haldet.detectors._probes import training_problem
 from haldet.detectors.base import Detector, Scores, register
+from haldet.detectors.probe_training import training_problem
 from haldet.signals import Signal, SignalView
 
 

@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from haldet.backends.hf.loading import load_tokenizer
 from haldet.detectors._consistency import pair_scores, sample_logliks
 from haldet.detectors.base import Detector, Scores, register
 from haldet.signals import Signal, SignalView
@@ -118,8 +119,6 @@ class TokenSAR(Detector):
     }
 
     def score(self, items: SignalView) -> Scores:
-        from haldet.backends.hf.backend import HFBackend
-
         out = Scores.empty(len(items))
         tokenizers: dict[str, Any] = {}
         prepared: list[tuple[int, np.ndarray, list[tuple[str, str]]]] = []
@@ -131,7 +130,7 @@ class TokenSAR(Detector):
                 continue
             name = self.params["tokenizer"] or gen.model
             if name not in tokenizers:
-                tokenizers[name] = HFBackend(name).tokenizer
+                tokenizers[name] = load_tokenizer(name)
             tok = tokenizers[name]
             pieces = [tok.decode(ids[:t] + ids[t + 1:], skip_special_tokens=True).strip() for t in range(len(ids))]
             pieces.append(tok.decode(ids, skip_special_tokens=True).strip())

@@ -9,7 +9,7 @@ import numpy as np
 
 from haldet.detectors._consistency import nonempty, pair_scores
 from haldet.detectors.base import Detector, Scores, register
-from haldet.models.nli import CONTRADICTION, ENTAILMENT
+from haldet.models.pairs.base import CONTRADICTION, ENTAILMENT
 from haldet.signals import Signal, SignalView
 from haldet.text.sentences import split_many, splitter_id
 

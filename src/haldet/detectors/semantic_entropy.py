@@ -8,7 +8,7 @@ import numpy as np
 
 from haldet.detectors._consistency import pair_scores, sample_logliks
 from haldet.detectors.base import Detector, Scores, register
-from haldet.models.nli import CONTRADICTION, ENTAILMENT, NEUTRAL
+from haldet.models.pairs.base import CONTRADICTION, ENTAILMENT, NEUTRAL
 from haldet.signals import Signal, SignalView
 
 

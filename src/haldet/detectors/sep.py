@@ -24,16 +24,9 @@ from typing import Any, ClassVar
 import numpy as np
 from sklearn.linear_model import LogisticRegression
 
-from haldet.detectors._probes import (
-    Standardizer,
-    has_both_classes,
-    layer_row,
-    probe_scores,
-    safe_auroc,
-    stack,
-    training_problem,
-)
 from haldet.detectors.base import DETECTORS, Detector, Scores, register
+from haldet.detectors.probe import layer_row, probe_scores, stack
+from haldet.detectors.probe_training import Standardizer, has_both_classes, safe_auroc, training_problem
 from haldet.signals import Signal, SignalView
 
 

@@ -79,7 +79,7 @@ class PairSimilarity:
         if not pairs:
             return []
         if self._encoder is None:
-            from haldet.models.nli import load_pair_model
+            from haldet.models.pairs.loader import load_pair_model
 
             self._encoder, _ = load_pair_model("similarity", self.encoder_name)
         return [float(v) for v in self._encoder.compute(list(pairs))[:, 0]]

@@ -155,10 +155,6 @@ def is_refusal(text: str) -> bool:
     return bool(_REFUSAL.search(normalize(text)))
 
 
-def is_hedge(text: str) -> bool:
-    return bool(_HEDGE.search(normalize(text)))
-
-
 def is_abstention(text: str) -> bool:
     """A refusal, or a hedge with nothing else said ("I'm not sure." / "Hmm, not certain, sorry")."""
     if is_refusal(text):

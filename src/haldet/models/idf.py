@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from haldet.backends.hf.loading import load_tokenizer
 from haldet.errors import HaldetError
 from haldet.store import model_slug
 from haldet.util.assets import cache_dir, file_sha256, package_dir
@@ -117,11 +118,9 @@ def document_frequencies(tokenize: Callable[[list[str]], list[list[int]]], docs:
 @lru_cache(maxsize=4)
 def idf_table(tokenizer_name: str, corpus: str = "halueval") -> IDFTable:
     """The IDF of every id of `tokenizer_name` (a model alias/id/path; only its tokenizer is loaded) over `corpus`."""
-    from haldet.backends.hf.backend import HFBackend
-
     files = corpus_files(corpus)
     fingerprint = str(corpus_identity(corpus)["fingerprint"])
-    tokenizer = HFBackend(tokenizer_name).tokenizer
+    tokenizer = load_tokenizer(tokenizer_name)
     path = cache_dir() / "idf" / f"{model_slug(tokenizer_name)}-{fingerprint}-{IDF_VERSION}.npz"
     if path.exists():
         data = np.load(path, allow_pickle=False)

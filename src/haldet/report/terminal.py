@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rich.console import Console, Group
+from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
@@ -64,16 +64,6 @@ ORIENTED_FOOTNOTE = f"* max-or. = {MAX_ORIENTATION}: max(AUROC, 1 - AUROC), {MAX
 
 METRIC_HEADER = {"prr": "PRR", "prr_50": "PRR@50", "rej_auc": "RejAUC", "aurc": "AURC", "ece": "ECE",
                  "brier": "Brier", "aupr": "AUPR", "fpr95": "FPR@95"}
-
-
-def results_table(rows: list[dict[str, Any]], title: str = "haldet results (test split)",
-                  failed: list[tuple[str, str, str]] | None = None, width: int | None = None,
-                  metrics: list[str] | tuple[str, ...] = ()) -> Group:
-    """The table plus its footnotes, at most `width` columns wide (default: the terminal's width).
-    `failed`: (dataset, model, why) of cells without results, a line each so none goes unseen. `metrics`: further
-    metric columns (values only), shown whatever the width."""
-    table, notes = results_parts(rows, title, failed, width, metrics)
-    return Group(table, *notes)
 
 
 def print_results(console: Console, rows: list[dict[str, Any]], title: str = "haldet results (test split)",

@@ -66,11 +66,6 @@ def _ordered(chosen: dict[str, type[Stage]]) -> list[type[Stage]]:
     return order
 
 
-def stage_order(signals: Iterable[Signal]) -> list[str]:
-    """Names of the planned stages, in order (the primary stage first)."""
-    return [cls.name for cls in plan(signals)]
-
-
 def stage_provides() -> dict[str, frozenset[Signal]]:
     """Every signal-providing stage in run order -> the signals it provides: the map that layers below the stages
     (`haldet.evaluation.cost`) are handed, since they may not import the stages."""

@@ -3,11 +3,11 @@ classifier detectors), asked once per item and cached like every other evidence.
 
 Detectors never call a model, so a detector that *is* a prompted LLM (TRIVIA+'s LLM-as-a-judge and its few-shot
 variant, VeriGray's 7-way classifier) declares an `Ask`: which registered `VerdictPrompt` and how many few-shot
-examples. This stage asks every ask of the selected detectors, through the run's own backend (the default) or
-an OpenAI-compatible endpoint (`verdict.model` / `verdict.base_url`), and stores the raw reply with the parsed
-label. An unparsable reply is stored as such (label None, reason); a call that fails after its retries writes no
-record at all (it is listed in the stage's failures and asked again on the next run), so a failure never becomes
-a label.
+examples (`haldet.stages.verdict_prompts`). This stage asks every ask of the selected detectors, through the run's
+own backend (the default) or an OpenAI-compatible endpoint (`verdict.model` / `verdict.base_url`), and stores the
+raw reply with the parsed label. An unparsable reply is stored as such (label None, reason); a call that fails
+after its retries writes no record at all (it is listed in the stage's failures and asked again on the next run),
+so a failure never becomes a label.
 
 A prompt of a unit level (`VerdictPrompt.level`, e.g. "sentence") is asked once per unit of that kind
 (`Instance.units_of`), the unit passed to `messages`; its record holds one verdict per unit, in order.
@@ -24,113 +24,22 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict
 from typing import Any
 
 from haldet.backends.structured import CallFailure, ClientSettings, Request, StructuredClient
 from haldet.config import digest, stage_key
 from haldet.errors import HaldetError
-from haldet.schema import Instance, SpanLabel
+from haldet.schema import SpanLabel
 from haldet.signals import Signal
 from haldet.stages.base import STAGES, Item, Stage
 from haldet.stages.prompt_optimizer import TEMPLATES as OPTIMIZER_TEMPLATES
 from haldet.stages.prompt_optimizer import Mistake, Optimize, optimize_instructions
+from haldet.stages.verdict_prompts import Ask, Example, VerdictPrompt, asks_of, get_prompt
 from haldet.text.templates import override_digest, template_text
 
 OPTIMIZED_FILE = "verdict_po.json"  # optimised instructions and their trials, by optimisation key
-
-
-@dataclass(frozen=True)
-class Example:
-    """A labelled demonstration for a few-shot prompt: the item, its answer and its (training) label."""
-
-    instance: Instance
-    response: str
-    label: str
-
-
-@dataclass(frozen=True)
-class VerdictPrompt:
-    """A classification prompt: `messages(instance, response, examples, unit, texts)` builds the chat (`unit` is the
-    unit asked about at a unit level, else None; `texts` the prompt's `templates` by name, as the run config's
-    `templates:` gives them or packaged), `parse(reply)` returns (label, "") with a label of `labels`, or (None, why)
-    when the reply states none; `scores` maps labels to a detector score (higher = more likely hallucinated). Bump
-    `version` when the packaged wording or parsing changes (it is in the key; replaced texts are keyed themselves)."""
-
-    name: str
-    version: str
-    labels: tuple[str, ...]
-    scores: dict[str, float]
-    messages: Callable[[Instance, str, Sequence[Example], SpanLabel | None, Mapping[str, str]], list[dict[str, str]]]
-    parse: Callable[[str], tuple[str | None, str]]
-    max_new_tokens: int = 384
-    level: str = "response"
-    templates: tuple[str, ...] = ()  # names in haldet.text.templates.PROMPT_TEMPLATES
-    # the template of `templates` holding the instructions a prompt optimiser may rewrite ("" = not optimisable)
-    instructions: str = ""
-
-
-PROMPTS: dict[str, VerdictPrompt] = {}
-
-
-def register_prompt(prompt: VerdictPrompt) -> VerdictPrompt:
-    PROMPTS[prompt.name] = prompt
-    return prompt
-
-
-def get_prompt(name: str) -> VerdictPrompt:
-    if name not in PROMPTS:
-        raise HaldetError(f"unknown verdict prompt {name!r}", where="detector_params",
-                          hint=f"registered prompts: {', '.join(sorted(PROMPTS)) or '(none)'}")
-    return PROMPTS[name]
-
-
-@dataclass(frozen=True)
-class Ask:
-    """One prompt asked of every item: `shots` > 0 adds that many misclassified validation examples; `optimize`
-    rewrites the prompt's instructions on training mistakes first (`haldet.stages.prompt_optimizer`)."""
-
-    prompt: str
-    shots: int = 0
-    seed: int = 42
-    optimize: Optimize | None = None
-
-    @property
-    def name(self) -> str:
-        name = self.prompt if not self.shots else f"{self.prompt}@{self.shots}shot"
-        if self.optimize is not None:  # the settings in the name: two optimised judges never share records
-            name += "+po" if self.optimize == Optimize() else f"+po-{digest(asdict(self.optimize))[:8]}"
-        return name
-
-    def check(self) -> VerdictPrompt:
-        """The prompt, after checking the ask fits it (few-shot demonstrations and prompt optimisation exist at
-        response level only, the latter for prompts that name their instructions)."""
-        prompt = get_prompt(self.prompt)
-        if (self.shots or self.optimize) and prompt.level != "response":
-            raise HaldetError(f"few-shot and optimised asks need a response-level prompt; {self.prompt!r} is "
-                              f"{prompt.level}-level", where="detector_params", hint="set shots: 0")
-        if self.optimize is not None:
-            self.optimize.check()
-            if not prompt.instructions:
-                raise HaldetError(f"prompt {self.prompt!r} names no instructions template to optimise",
-                                  where="detector_params", hint="optimise a prompt such as 'faithfulness'")
-        return prompt
-
-    @property
-    def learned(self) -> bool:
-        """Whether the ask depends on the split and training labels (demonstrations, an optimised prompt)."""
-        return bool(self.shots) or self.optimize is not None
-
-
-def asks_of(detectors: Sequence[Any]) -> list[Ask]:
-    """The asks the given detector instances read, plus the zero-shot ask of every few-shot one (its wrong
-    validation verdicts pick the demonstrations); zero-shot asks first."""
-    asks = {d.ask for d in detectors if getattr(d, "ask", None) is not None}
-    asks |= {Ask(a.prompt) for a in asks if a.shots}
-    for ask in asks:
-        ask.check()
-    return sorted(asks, key=lambda a: (a.optimize is not None, a.shots, a.prompt, a.name))
 
 
 @STAGES.register("verdict")

@@ -189,7 +189,7 @@ class _AnyAsk(dict):  # type: ignore[type-arg]
 
 @signal_maker(Signal.VERDICT)
 def _verdict(rng: np.random.Generator, y: np.ndarray) -> list[Any]:
-    from haldet.stages.verdict import PROMPTS
+    from haldet.stages.verdict_prompts import PROMPTS
 
     out = []
     for v in y:

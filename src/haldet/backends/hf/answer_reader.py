@@ -6,7 +6,7 @@ computed. `AnswerReader` keeps them instead (`decode(reader=...)`): every layer'
 (from the prefill: the SEP token-before-generation state, the ICR context) and of each answer token (from its
 step: mean/last/second-to-last pooling, ICR), the entropy of each choosing distribution, and, for ICR, each
 answer token's head-averaged attention row (`reading_attention`: the SDPA kernel still computes the output, so
-answers are unchanged). When a row ends, its cache (prompt + answer, as decoded) is copied once (`decode.fork`)
+answers are unchanged). When a row ends, its cache (prompt + answer, as decoded) is copied once (`pool.fork`)
 and continued by branches in one packed pass: the CCS/PRISM statements (their last token's states) and the
 follow-up questions of the answered conversation (verbalized confidence, self-evaluation: first reply position's
 log-probs, then a greedy reply while it is wanted). A row cut by the token limit feeds its last token once more
@@ -25,7 +25,8 @@ import numpy as np
 import torch
 
 from haldet.backends.base import AnswerEvidence, EvidenceRequest, FollowUp, ForwardOutput, Reply, pooling_window
-from haldet.backends.hf.decode import Pool, Prefilled, cache_arg, copy_rows, fork, merge
+from haldet.backends.hf.kv_cache import cache_arg, copy_rows
+from haldet.backends.hf.pool import Pool, Prefilled, fork, merge
 from haldet.backends.hf.states import icr_features
 
 READ_ATTENTION = "haldet_sdpa_reading"  # attention implementation name: SDPA output, attention rows on the side

@@ -2,7 +2,8 @@
 
 Generation is greedy, left-padded and length-bucketed: prompts are sorted by token length and batched, so a
 batch wastes little compute on padding; outputs are returned in input order. Decoding runs haldet's own loop
-(`haldet.backends.hf.decode`, docs/speed.md) or, with `decoder="transformers"`, `model.generate` (the reference).
+(`lean`, over `haldet.backends.hf.decode`, docs/speed.md) or, with `decoder="transformers"`, `model.generate`
+(`reference`).
 Sampling draws K answers per prompt over K rows per prompt, each row with its own seeded generator
 (`haldet.backends.hf.sampling`), so samples are reproducible whatever the batch composition; the prompt is read once
 and its KV cache repeated for the K rows. Where the weights come from is `loading`; the teacher-forced passes are
@@ -12,14 +13,11 @@ and its KV cache repeated for the K rows. Where the weights come from is `loadin
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from haldet.backends.base import (
     AnswerEvidence,
@@ -34,7 +32,7 @@ from haldet.backends.base import (
     TokenRequest,
     role_based_chat,
 )
-from haldet.backends.hf import tokens
+from haldet.backends.hf import lean, reference, tokens
 from haldet.backends.hf.forward import forward as forward_pass
 from haldet.backends.hf.loading import (
     check_attention,
@@ -43,12 +41,11 @@ from haldet.backends.hf.loading import (
     int8_dynamic,
     load_error,
     load_kwargs,
+    load_tokenizer,
     placement,
     resolve_dtype,
     resolve_model_path,
 )
-from haldet.backends.hf.sampling import row_seed, sampler_class
-from haldet.backends.hf.states import layer_index
 from haldet.config import HFModelConfig
 from haldet.errors import HaldetError
 from haldet.util.assets import file_sha256
@@ -83,7 +80,6 @@ class HFBackend(Backend):
         self.fast_numerics = fast_numerics
         self.decode_rows = decode_rows  # rows the lean loop decodes together (continuous batching)
         import torch
-        from transformers import AutoTokenizer
 
         torch.set_num_threads(thread_count())
         source, gguf = resolve_model_path(name)
@@ -105,13 +101,7 @@ class HFBackend(Backend):
         self._config: Any = None
         self.stop_ids: set[int] = set()
         self.load_seconds = 0.0
-        try:
-            self.tokenizer = AutoTokenizer.from_pretrained(load_from)
-        except OSError as exc:
-            raise load_error(name, exc) from None
-        self.tokenizer.padding_side = "left"
-        if self.tokenizer.pad_token_id is None:
-            self.tokenizer.pad_token = self.tokenizer.eos_token
+        self.tokenizer = load_tokenizer(name, load_from=load_from)
 
     @property
     def model(self) -> Any:
@@ -218,56 +208,11 @@ class HFBackend(Backend):
                        batch_size: int, progress: Any = None) -> list[GenOutput]:
         """Greedy answers, each row ending at a stop token or as soon as `until(text so far)` holds."""
         if self.decoder == "transformers":
-            outs = self._generate_transformers(prompts, max_new_tokens=max_new_tokens, batch_size=batch_size,
-                                               progress=progress)
-            return [_cut_until(self, o, until) for o in outs] if until is not None else outs
-        import torch
-
-        from haldet.backends.hf.decode import decode
-
-        encoded = [self.encode_prompt(p) for p in prompts]
-        order = sorted(range(len(prompts)), key=lambda i: len(encoded[i]))
-        results: list[GenOutput | None] = [None] * len(prompts)
-        with torch.inference_mode():
-            out = decode(self.model, [encoded[i] for i in order], max_new_tokens=max_new_tokens,
-                         stop_ids=sorted(self.stop_ids), pad_id=self.tokenizer.pad_token_id,
-                         row_done=self._until_done(until) if until is not None else None,
-                         prefill_batch=batch_size, pool_rows=self.pool_rows(encoded, max_new_tokens),
-                         on_prompt_done=(lambda _: progress(1)) if progress is not None else None)
-        for row, item in enumerate(order):
-            results[item] = self._finish_until(out.tokens[row], out.logprobs[row], until)
-        return [r for r in results if r is not None]
-
-    def _generate_transformers(self, prompts: list[str], *, max_new_tokens: int, batch_size: int,
-                               progress: Any = None, candidates: Sequence[int] | None = None) -> list[GenOutput]:
-        """The reference path (`decoder="transformers"`): `model.generate` with every step's full logits kept."""
-        import torch
-        from transformers import GenerationConfig
-
-        model = self.model
-        encoded = [self.encode_prompt(p) for p in prompts]
-        order = sorted(range(len(prompts)), key=lambda i: len(encoded[i]))
-        results: list[GenOutput | None] = [None] * len(prompts)
-        config = GenerationConfig(do_sample=False, max_new_tokens=max_new_tokens, output_logits=True,
-                                  return_dict_in_generate=True, pad_token_id=self.tokenizer.pad_token_id,
-                                  eos_token_id=sorted(self.stop_ids))
-        for start in range(0, len(order), batch_size):
-            batch = order[start : start + batch_size]
-            input_ids, attention = self._left_pad([encoded[i] for i in batch])
-            with torch.inference_mode():
-                out = model.generate(input_ids=input_ids, attention_mask=attention, generation_config=config)
-            new_tokens = out.sequences[:, input_ids.shape[1]:]
-            logits = torch.stack(out.logits, dim=1).float()  # [batch, steps, vocab]
-            logprobs = torch.log_softmax(logits, dim=-1).gather(-1, new_tokens.unsqueeze(-1)).squeeze(-1)
-            first = torch.log_softmax(logits[:, 0], dim=-1)[:, list(candidates)] if candidates else None
-            for row, item in enumerate(batch):
-                res = self._finish(new_tokens[row].tolist(), logprobs[row].tolist())
-                if first is not None:
-                    res.extra["candidate_logprobs"] = [float(x) for x in first[row]]
-                results[item] = res
-            if progress is not None:
-                progress(len(batch))
-        return [r for r in results if r is not None]
+            outs = reference.generate(self, prompts, max_new_tokens=max_new_tokens, batch_size=batch_size,
+                                      progress=progress)
+            return [reference.cut_until(self, o, until) for o in outs] if until is not None else outs
+        return lean.generate_until(self, prompts, until, max_new_tokens=max_new_tokens, batch_size=batch_size,
+                                   progress=progress)
 
     def sample(self, prompts: list[str], *, k: int, temperature: float, top_p: float, seeds: Sequence[int],
                max_new_tokens: int, batch_size: int, progress: Any = None,
@@ -279,97 +224,10 @@ class HFBackend(Backend):
             raise HaldetError(f"sampling needs temperature > 0 and 0 < top_p <= 1 (got {temperature}, {top_p})",
                               where="sample.temperature / sample.top_p")
         if self.decoder == "transformers":
-            return self._sample_transformers(prompts, k=k, temperature=temperature, top_p=top_p, seeds=seeds,
-                                             max_new_tokens=max_new_tokens, batch_size=batch_size, progress=progress)
-        import torch
-
-        from haldet.backends.hf.decode import decode
-
-        encoded = [self.encode_prompt(p) for p in prompts]
-        order = sorted(range(len(prompts)), key=lambda i: len(encoded[i]))
-        results: list[list[GenOutput] | None] = [None] * len(prompts)
-        # row i * k + j is sample j of prompt order[i]; each row draws from its own seeded generator
-        sampler = sampler_class()([row_seed(seeds[i], j) for i in order for j in range(k)], temperature, top_p,
-                                   self.device)
-        with torch.inference_mode():
-            # the K rows of a prompt share its prefill; log-probs are the model's own (raw logits, temperature 1)
-            out = decode(self.model, [encoded[i] for i in order], max_new_tokens=max_new_tokens,
-                         stop_ids=sorted(self.stop_ids), pad_id=self.tokenizer.pad_token_id, choose=sampler.draw,
-                         repeat=k, prefill_batch=max(1, batch_size // k),
-                         pool_rows=max(self.pool_rows(encoded, max_new_tokens), k),
-                         on_prompt_done=(lambda _: progress(1)) if progress is not None else None,
-                         hidden_layer=layer_index(hidden[0], self.layer_count() + 1) if hidden else None,
-                         hidden_pooling=hidden[1] if hidden else "mean")
-        for pos, item in enumerate(order):
-            rows = range(pos * k, (pos + 1) * k)
-            outs = [self._finish(out.tokens[r], out.logprobs[r]) for r in rows]
-            for r, o in zip(rows, outs, strict=True):
-                o.extra["sanitised_logits"] = sampler.sanitised_rows[r]
-                if out.states is not None:
-                    o.extra["hidden"] = out.states[r].cpu().numpy()
-            results[item] = outs
-        return [r for r in results if r is not None]
-
-    def _sample_transformers(self, prompts: list[str], *, k: int, temperature: float, top_p: float,
-                             seeds: Sequence[int], max_new_tokens: int, batch_size: int,
-                             progress: Any = None) -> list[list[GenOutput]]:
-        """The reference path (`decoder="transformers"`): `model.generate` with the seeded sampler as a processor."""
-        import torch
-        from transformers import GenerationConfig, LogitsProcessorList
-
-        from haldet.backends.hf.decode import cache_arg
-
-        model = self.model
-        encoded = [self.encode_prompt(p) for p in prompts]
-        order = sorted(range(len(prompts)), key=lambda i: len(encoded[i]))
-        results: list[list[GenOutput] | None] = [None] * len(prompts)
-        # temperature/top-p are applied by the seeded sampler itself; the built-in warpers are switched off
-        config = GenerationConfig(do_sample=True, temperature=1.0, top_p=1.0, top_k=0,
-                                  max_new_tokens=max_new_tokens, output_logits=True, return_dict_in_generate=True,
-                                  pad_token_id=self.tokenizer.pad_token_id, eos_token_id=sorted(self.stop_ids))
-        per_call = max(1, batch_size // k)
-        sampler_cls = sampler_class()
-        for begin in range(0, len(order), per_call):
-            batch = order[begin : begin + per_call]
-            input_ids, attention = self._left_pad([encoded[i] for i in batch])
-            row_seeds = [row_seed(seeds[i], j) for i in batch for j in range(k)]
-            sampler = sampler_cls(row_seeds, temperature, top_p, self.device)
-            with torch.inference_mode():
-                cache = self._prompt_cache(input_ids, attention, k)
-                out = model.generate(input_ids=input_ids.repeat_interleave(k, dim=0),
-                                     attention_mask=attention.repeat_interleave(k, dim=0), **cache_arg(model, cache),
-                                     generation_config=config, logits_processor=LogitsProcessorList([sampler]))
-            new_tokens = out.sequences[:, input_ids.shape[1]:]
-            # the model's own log-probs (raw logits, temperature 1): the sequence likelihood detectors want
-            logits = torch.stack(out.logits, dim=1).float()
-            logprobs = torch.log_softmax(logits, dim=-1).gather(-1, new_tokens.unsqueeze(-1)).squeeze(-1)
-            for pos, item in enumerate(batch):
-                rows = range(pos * k, (pos + 1) * k)
-                outs = [self._finish(new_tokens[r].tolist(), logprobs[r].tolist()) for r in rows]
-                for r, o in zip(rows, outs, strict=True):
-                    o.extra["sanitised_logits"] = sampler.sanitised_rows[r]
-                results[item] = outs
-            if progress is not None:
-                progress(len(batch))
-        return [r for r in results if r is not None]
-
-    def _prompt_cache(self, input_ids: Any, attention: Any, k: int) -> Any:
-        """KV cache of the left-padded prompts minus their last token, computed once and repeated for K rows each:
-        the K samples of a prompt read it once (generate then starts at the last prompt token). Positions are the
-        ones generate derives from the attention mask, so the continuation is the same as without the cache."""
-        from transformers import DynamicCache
-
-        from haldet.backends.hf.decode import cache_arg
-
-        if input_ids.shape[1] < 2:
-            return None
-        cache = DynamicCache(config=self.model.config)
-        head, mask = input_ids[:, :-1], attention[:, :-1]
-        positions = (mask.long().cumsum(-1) - 1).masked_fill(mask == 0, 0)
-        self.model(input_ids=head, attention_mask=mask, position_ids=positions, **cache_arg(self.model, cache),
-                   use_cache=True, logits_to_keep=1)
-        cache.batch_repeat_interleave(k)
-        return cache
+            return reference.sample(self, prompts, k=k, temperature=temperature, top_p=top_p, seeds=seeds,
+                                    max_new_tokens=max_new_tokens, batch_size=batch_size, progress=progress)
+        return lean.sample(self, prompts, k=k, temperature=temperature, top_p=top_p, seeds=seeds,
+                           max_new_tokens=max_new_tokens, batch_size=batch_size, progress=progress, hidden=hidden)
 
     def candidate_logprobs(self, prompts: list[str], candidates: Sequence[int], *, max_new_tokens: int,
                            batch_size: int, progress: Any = None) -> list[GenOutput]:
@@ -377,41 +235,16 @@ class HFBackend(Backend):
         each prompt; the text is the greedy first token only (the verdict word): with the probabilities at hand
         nothing further is read. The `transformers` decoder decodes the whole greedy reply as before."""
         if self.decoder == "transformers":
-            outs = self._generate_transformers(prompts, max_new_tokens=max_new_tokens, batch_size=batch_size,
-                                               progress=progress, candidates=candidates)
-            return [replace(self._finish(o.token_ids[:1], o.token_logprobs[:1]), extra=o.extra) for o in outs]
-        import torch
-
-        from haldet.backends.hf.decode import prefill, prefill_group
-
-        encoded = [self.encode_prompt(p) for p in prompts]
-        order = sorted(range(len(prompts)), key=lambda i: len(encoded[i]))
-        results: list[GenOutput | None] = [None] * len(prompts)
-        wanted = list(candidates)
-        in_order = [encoded[i] for i in order]
-        start = 0
-        while start < len(order):
-            batch = order[start : start + prefill_group(in_order, start, batch_size)]
-            start += len(batch)
-            seqs = [encoded[i] for i in batch]
-            with torch.inference_mode():
-                state = prefill(self.model, seqs, capacity=max(len(s) for s in seqs),
-                                pad_id=self.tokenizer.pad_token_id)
-                logp = torch.log_softmax(state.logits, dim=-1)
-                first = logp.argmax(dim=-1)
-            for row, item in enumerate(batch):
-                token = int(first[row])
-                res = self._finish([token], [float(logp[row, token])])
-                res.extra["candidate_logprobs"] = [float(x) for x in logp[row, wanted]]
-                results[item] = res
-            if progress is not None:
-                progress(len(batch))
-        return [r for r in results if r is not None]
+            outs = reference.generate(self, prompts, max_new_tokens=max_new_tokens, batch_size=batch_size,
+                                      progress=progress, candidates=candidates)
+            return [replace(self.finish(o.token_ids[:1], o.token_logprobs[:1]), extra=o.extra) for o in outs]
+        return lean.candidate_logprobs(self, prompts, candidates, max_new_tokens=max_new_tokens, batch_size=batch_size,
+                                       progress=progress)
 
     def shares_heads(self) -> bool:
         """The lean loop on a full-attention model: `paired_replies` reads two prompts' common head once (padding
         between a head and its tails would shift a sliding window). Read from the config: no weights loaded."""
-        from haldet.backends.hf.decode import mergeable
+        from haldet.backends.hf.kv_cache import mergeable
 
         return self.decoder == "haldet" and mergeable(self.model_config)
 
@@ -431,38 +264,12 @@ class HFBackend(Backend):
             raise HaldetError("this model cannot read evidence while decoding (the reference decoder, sliding-window "
                               "layers, or a non-SDPA attention)", where=f"model {self.name}",
                               hint="compute the evidence with its own pass")
-        import torch
-
-        from haldet.backends.hf.answer_reader import AnswerReader, reading_attention
-        from haldet.backends.hf.decode import decode
-
-        encoded = [self.encode_prompt(p) for p in prompts]
-        rows = self.pool_rows(encoded, max_new_tokens, states=request.icr)
-        reader = AnswerReader(self.model, request, stop_ids=sorted(self.stop_ids), head=self.head_logits,
-                              text=self._text, pool_rows=rows)
-        if max(len(e) for e in encoded) + max_new_tokens + reader.room > self.window():
-            return self.generate(prompts, max_new_tokens=max_new_tokens, batch_size=batch_size,
-                                 progress=progress), None
-        order = sorted(range(len(prompts)), key=lambda i: len(encoded[i]))
-        with torch.inference_mode(), reading_attention(self.model) if request.icr else contextlib.nullcontext():
-            out = decode(self.model, [encoded[i] for i in order], max_new_tokens=max_new_tokens,
-                         stop_ids=sorted(self.stop_ids), pad_id=self.tokenizer.pad_token_id, prefill_batch=batch_size,
-                         pool_rows=rows, on_prompt_done=(lambda _: progress(1)) if progress is not None else None,
-                         reader=reader)
-            reader.flush()
-        answers: list[GenOutput | None] = [None] * len(prompts)
-        evidence: list[AnswerEvidence | None] = [None] * len(prompts)
-        for row, item in enumerate(order):
-            answers[item] = answer = self._finish(out.tokens[row], out.logprobs[row])
-            evidence[item] = found = reader.evidence[row]
-            found.output.token_logprobs = (np.asarray(answer.token_logprobs, dtype=np.float64)
-                                           if answer.token_ids else None)
-            found.seconds = {stage: total / len(prompts) for stage, total in reader.seconds.items()}
-        return [a for a in answers if a is not None], [e for e in evidence if e is not None]
+        return lean.generate_with_evidence(self, prompts, request, max_new_tokens=max_new_tokens, batch_size=batch_size,
+                                           progress=progress)
 
     def reply_output(self, reply: Reply, until: Callable[[str], bool] | None = None) -> GenOutput:
         """A follow-up's reply as `generate_until` would return it, with its candidates' log-probs."""
-        res = self._finish_until(reply.tokens, reply.logprobs, until)
+        res = self.finish_until(reply.tokens, reply.logprobs, until)
         res.extra["candidate_logprobs"] = list(reply.candidate_logprobs)
         return res
 
@@ -487,40 +294,8 @@ class HFBackend(Backend):
         if not self.shares_heads():
             raise HaldetError("this model cannot read a shared head once (the reference decoder, or sliding-window "
                               "layers)", where=f"model {self.name}", hint="ask the two prompts apart")
-        import torch
-
-        from haldet.backends.hf.decode import common_prefix, decode
-
-        pairs = [(self.encode_prompt(a), self.encode_prompt(b)) for a, b in zip(first, second, strict=True)]
-        shared = [common_prefix(pair) for pair in pairs]
-        order = sorted(range(len(pairs)), key=lambda i: shared[i])
-        wanted = list(candidates)
-        first_logp: dict[int, Any] = {}
-
-        def on_first(rows: Any, logits: Any) -> None:  # row 2p + 1 asks item order[p] the second question
-            for row, logp in zip(rows.tolist(), torch.log_softmax(logits, dim=-1), strict=True):
-                if row % 2:
-                    first_logp[row] = logp[wanted]
-
-        answer_done = self._until_done(until)
-
-        def row_done(row: int, tokens: list[int]) -> bool:  # the second question's row: its first token only
-            return bool(row % 2) or answer_done(row, tokens)
-
-        with torch.inference_mode():
-            out = decode(self.model, [pairs[i][0][: shared[i]] for i in order], max_new_tokens=max_new_tokens,
-                         stop_ids=sorted(self.stop_ids), pad_id=self.tokenizer.pad_token_id, repeat=2,
-                         tails=[[pairs[i][0][shared[i]:], pairs[i][1][shared[i]:]] for i in order],
-                         row_done=row_done, on_first=on_first, prefill_batch=batch_size,
-                         pool_rows=self.pool_rows([p for pair in pairs for p in pair], max_new_tokens))
-        answers: list[GenOutput | None] = [None] * len(pairs)
-        verdicts: list[GenOutput | None] = [None] * len(pairs)
-        for pos, item in enumerate(order):
-            answers[item] = self._finish_until(out.tokens[2 * pos], out.logprobs[2 * pos], until)
-            verdict = self._finish(out.tokens[2 * pos + 1][:1], out.logprobs[2 * pos + 1][:1])
-            verdict.extra["candidate_logprobs"] = [float(x) for x in first_logp[2 * pos + 1]]
-            verdicts[item] = verdict
-        return [a for a in answers if a is not None], [v for v in verdicts if v is not None]
+        return lean.paired_replies(self, first, second, until, candidates=candidates, max_new_tokens=max_new_tokens,
+                                   batch_size=batch_size)
 
     def _text_config(self) -> Any:
         config = self.model.config
@@ -606,48 +381,26 @@ class HFBackend(Backend):
         return read_given(self, requests, evidence, top_k=top_k, entropies=entropies, attention=attention,
                           layers=layers, batch_size=batch_size, token_budget=token_budget, progress=progress)
 
-    def _left_pad(self, seqs: list[list[int]]) -> tuple[Any, Any]:
-        import torch
-
-        width = max(len(s) for s in seqs)
-        pad = self.tokenizer.pad_token_id
-        ids = torch.full((len(seqs), width), pad, dtype=torch.long)
-        mask = torch.zeros((len(seqs), width), dtype=torch.long)
-        for row, seq in enumerate(seqs):
-            ids[row, width - len(seq):] = torch.tensor(seq, dtype=torch.long)
-            mask[row, width - len(seq):] = 1
-        return ids.to(self.device), mask.to(self.device)
-
-    def _text(self, ids: Sequence[int]) -> str:
+    def answer_text(self, ids: Sequence[int]) -> str:
         return str(self.tokenizer.decode(list(ids), skip_special_tokens=True)).strip()
 
-    def _until_done(self, until: Callable[[str], bool]) -> Callable[[int, list[int]], bool]:
+    def until_done(self, until: Callable[[str], bool]) -> Callable[[int, list[int]], bool]:
         """A decoding row's stop test: `until` holds for its text so far."""
-        return lambda row, tokens: until(self._text(tokens))
+        return lambda row, tokens: until(self.answer_text(tokens))
 
-    def _finish_until(self, token_ids: list[int], logprobs: list[float],
+    def finish_until(self, token_ids: list[int], logprobs: list[float],
                       until: Callable[[str], bool] | None) -> GenOutput:
-        """`_finish` for a reply that may have ended because `until` held: that is a stop, not the token limit."""
-        res = self._finish(token_ids, logprobs)
+        """`finish` for a reply that may have ended because `until` held: that is a stop, not the token limit."""
+        res = self.finish(token_ids, logprobs)
         if until is not None and res.finish_reason == "length" and until(res.text):
             res.finish_reason = "stop"
         return res
 
-    def _finish(self, token_ids: list[int], logprobs: list[float]) -> GenOutput:
+    def finish(self, token_ids: list[int], logprobs: list[float]) -> GenOutput:
         """Cut at the first stop token (excluded); the remaining ids are exactly the answer's tokens."""
         cut = next((i for i, t in enumerate(token_ids) if t in self.stop_ids), None)
         finish = "length" if cut is None else "stop"
         ids = token_ids if cut is None else token_ids[:cut]
         lps = logprobs[: len(ids)]
-        return GenOutput(text=self._text(ids), token_ids=ids, token_logprobs=[float(x) for x in lps],
+        return GenOutput(text=self.answer_text(ids), token_ids=ids, token_logprobs=[float(x) for x in lps],
                          finish_reason=finish)
-
-
-def _cut_until(backend: HFBackend, out: GenOutput, until: Callable[[str], bool]) -> GenOutput:
-    """A full greedy answer cut after its first token at which `until(text so far)` holds (the reference path)."""
-    for n in range(1, len(out.token_ids) + 1):
-        if until(backend._text(out.token_ids[:n])):
-            cut = backend._finish(out.token_ids[:n], out.token_logprobs[:n])
-            cut.finish_reason = "stop"
-            return cut
-    return out

@@ -32,11 +32,6 @@ def hidden_score(states: np.ndarray, alpha: float = ALPHA) -> float:
     return float(np.mean(np.log(eig + alpha)))
 
 
-def attention_score(log_diag: np.ndarray) -> float:
-    """log_diag: [H, m] log A[t, t] of each head at the sentence's m tokens (one layer)."""
-    return float(np.asarray(log_diag, dtype=np.float64).mean(axis=1).sum())
-
-
 def choose_layer(scores: np.ndarray, y: np.ndarray) -> tuple[int, float, float]:
     """(layer, sign, validation AUROC): the layer column of `scores` [n, L] and the sign (+1 or -1) whose signed
     score best separates y = 1 (hallucinated) from y = 0; units with y < 0 (no binary label) are ignored. Layers
@@ -52,12 +47,6 @@ def choose_layer(scores: np.ndarray, y: np.ndarray) -> tuple[int, float, float]:
         if not np.isfinite(best[2]) or value > best[2]:
             best = (layer, sign, value)
     return best
-
-
-def log_diagonal(attn: np.ndarray) -> np.ndarray:
-    """[T] sum over heads of log A[t, t] for one layer's attention [H, T, T] (any floating array type)."""
-    diag = np.diagonal(np.asarray(attn, dtype=np.float64), axis1=-2, axis2=-1)
-    return np.log(np.clip(diag, 1e-30, None)).sum(axis=0)
 
 
 def unit_hidden_scores(states: np.ndarray, spans: list[tuple[int, int]], alpha: float = ALPHA) -> np.ndarray:

@@ -13,11 +13,12 @@ import json
 import os
 import shutil
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol
 
+from haldet.backends.base import GenOutput
 from haldet.errors import HaldetError
 from haldet.util.assets import MODEL_ALIASES, cache_dir, check_alias, file_sha256
 
@@ -49,6 +50,30 @@ class LoadedModel(Protocol):
     def attention_modules(self) -> list[Any]: ...
 
     def answer_log_softmax(self, last_hidden: Any, ids: list[int], start: int) -> Any: ...
+
+
+class DecodingModel(LoadedModel, Protocol):
+    """What the two decoders (`lean`, `reference`) read of the `hf` backend besides a teacher-forced pass's needs."""
+
+    stop_ids: set[int]
+
+    def encode_prompt(self, prompt: str) -> list[int]: ...
+
+    def pool_rows(self, encoded: Sequence[Sequence[int]], max_new_tokens: int, *, states: bool = False) -> int: ...
+
+    def answer_text(self, ids: Sequence[int]) -> str: ...
+
+    def finish(self, token_ids: list[int], logprobs: list[float]) -> GenOutput: ...
+
+    def finish_until(self, token_ids: list[int], logprobs: list[float],
+                     until: Callable[[str], bool] | None) -> GenOutput: ...
+
+    def until_done(self, until: Callable[[str], bool]) -> Callable[[int, list[int]], bool]: ...
+
+    def head_logits(self, last_hidden: Any) -> Any: ...
+
+    def generate(self, prompts: list[str], *, max_new_tokens: int, batch_size: int,
+                 progress: Any = None) -> list[GenOutput]: ...
 
 
 @contextmanager
@@ -215,3 +240,22 @@ def int8_dynamic(model: Any, device: Any) -> Any:
     with warnings.catch_warnings():  # torch marks its quantized tensor constructors deprecated; they still work
         warnings.filterwarnings("ignore", category=UserWarning, message=".*quantiz.*deprecated")
         return torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
+
+
+def load_tokenizer(name: str, *, load_from: str | None = None) -> Any:
+    """The tokenizer of model `name` (alias, hub id, local folder or GGUF file) as `HFBackend` sets it up: left
+    padding, and the EOS token as padding where the model names none. Loads no weights: for a detector or an
+    auxiliary model that only counts or splits tokens. `load_from`: the folder `name` resolves to, when known."""
+    from transformers import AutoTokenizer
+
+    if load_from is None:
+        source, gguf = resolve_model_path(name)
+        load_from = str(converted_gguf_dir(gguf)) if gguf is not None else source
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(load_from)
+    except OSError as exc:
+        raise load_error(name, exc) from None
+    tokenizer.padding_side = "left"
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from haldet.datasets.base import BadRow, DatasetAdapter, SkipRow, register, require
+from haldet.datasets.adapter import DatasetAdapter
+from haldet.datasets.base import register
+from haldet.datasets.rows import BadRow, SkipRow, require
 from haldet.schema import Category, Instance, SpanLabel
 
 _LABELS = {"hallucination": Category.HALLUCINATION, "correct": Category.CORRECT}

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
@@ -69,11 +68,6 @@ class Prompts:
     def request(self, key: str, parse: Callable[[str], Any], prefill: str = "", **fields: Any) -> Request[Any]:
         """A structured call with the prompt `key` rendered with `fields` and that prompt's reply budget."""
         return Request(self.user(key, **fields), parse, prefill=prefill, max_tokens=BUDGETS.get(key))
-
-
-@lru_cache(maxsize=4)
-def default_prompts() -> Prompts:
-    return Prompts()
 
 
 # --- reply models -------------------------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from haldet.datasets.base import read_table
+from haldet.datasets.formats import read_table
 from haldet.errors import HaldetError
 
 DOC_FIELDS = ("document", "markdown", "text")

@@ -19,8 +19,10 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from haldet.datasets.base import BadRow, DatasetAdapter, Source, register, require
+from haldet.datasets.adapter import DatasetAdapter, Source
+from haldet.datasets.base import register
 from haldet.datasets.formats import Format, RawFile
+from haldet.datasets.rows import BadRow, require
 from haldet.errors import HaldetError
 from haldet.schema import UNIT_KINDS, Category, Instance, SpanLabel
 from haldet.text.units import align_sequential

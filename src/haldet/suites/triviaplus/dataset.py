@@ -25,7 +25,9 @@ import re
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from haldet.datasets.base import BadRow, DatasetAdapter, Source, register, require
+from haldet.datasets.adapter import DatasetAdapter, Source
+from haldet.datasets.base import register
+from haldet.datasets.rows import BadRow, require
 from haldet.errors import HaldetError
 from haldet.schema import Category, Instance, SpanLabel
 from haldet.suites.triviaplus.gold import GoldAnswers, gold_of_row

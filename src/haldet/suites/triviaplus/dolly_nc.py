@@ -22,8 +22,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-from haldet.datasets.base import BadRow, DatasetAdapter, Source, read_table, register, require
-from haldet.datasets.formats import LINE, read_raw
+from haldet.datasets.adapter import DatasetAdapter, Source
+from haldet.datasets.base import register
+from haldet.datasets.formats import LINE, read_raw, read_table
+from haldet.datasets.rows import BadRow, require
 from haldet.errors import HaldetError
 from haldet.evaluation.splits import grouped_split
 from haldet.schema import Category, Instance

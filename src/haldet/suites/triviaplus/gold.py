@@ -16,8 +16,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from haldet.datasets.base import BadRow, read_table
-from haldet.datasets.formats import LINE
+from haldet.datasets.formats import LINE, read_table
+from haldet.datasets.rows import BadRow
 from haldet.errors import HaldetError
 
 GOLD_COLUMNS = ("gold_answers", "gold_answer", "ground_truth", "ground_truth_answer")  # in a release-format row

@@ -17,8 +17,10 @@ import random
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from haldet.datasets.base import BadRow, SkipRow, Source, register, require
+from haldet.datasets.adapter import Source
+from haldet.datasets.base import register
 from haldet.datasets.rag import RAGTruth
+from haldet.datasets.rows import BadRow, SkipRow, require
 from haldet.errors import HaldetError
 from haldet.schema import Category, Instance, SpanLabel
 from haldet.suites.triviaplus.dataset import interleaved_order

@@ -17,7 +17,6 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from haldet.config import digest
 from haldet.suites.verigray.labels import (
     ALIASES,
     AMBIGUOUS,
@@ -29,9 +28,7 @@ from haldet.suites.verigray.labels import (
     NO_FACT,
     OUT_DEPENDENT,
 )
-from haldet.text.templates import read_template, template_folder
 
-TEMPLATE = "verigray_classify.txt"
 OPTIONS = {"A": EXPLICIT, "B": IMPLICIT, "C": CONTRADICTING, "D": FABRICATED, "E": OUT_DEPENDENT,
            "F": AMBIGUOUS, "G": NO_FACT}
 _THINK = re.compile(r"<think>.*?(</think>|$)", re.S | re.I)
@@ -47,12 +44,6 @@ def _name_patterns() -> list[tuple[re.Pattern[str], int]]:
              g) for n, g in names]
 
 
-def load_template(template_dir: str | None = None) -> str:
-    """The packaged prompt, or `template_dir/verigray_classify.txt` when that file exists."""
-    return read_template(TEMPLATE, template_folder(template_dir, what="VeriGray classifier", option="template_dir",
-                                                   names=(TEMPLATE,)))
-
-
 def render(template: str, *, document: str, summary: str, sentence: str) -> str:
     import jinja2
 
@@ -64,11 +55,6 @@ def render(template: str, *, document: str, summary: str, sentence: str) -> str:
 def messages(template: str, *, document: str, summary: str, sentence: str) -> list[dict[str, str]]:
     """The chat messages for one sentence (one user turn)."""
     return [{"role": "user", "content": render(template, document=document, summary=summary, sentence=sentence)}]
-
-
-def template_digest(template: str) -> str:
-    """Goes into the cache key of the replies."""
-    return digest([TEMPLATE, template])
 
 
 def parse_reply(text: str) -> tuple[int | None, str]:

@@ -22,7 +22,9 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from haldet.datasets.base import BadRow, DatasetAdapter, register, require
+from haldet.datasets.adapter import DatasetAdapter
+from haldet.datasets.base import register
+from haldet.datasets.rows import BadRow, require
 from haldet.errors import HaldetError
 from haldet.schema import Category, Instance, SpanLabel
 from haldet.suites.verigray.labels import CLASSES, UnknownLabel, parse_annotation

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from haldet.suites.verigray.labels import CLASSES, IMPLICIT
+from haldet.suites.verigray.labels import CLASSES
 from haldet.suites.verigray.metrics import (
     FLOAT,
     best_binary_ranking_loss,
@@ -53,14 +53,6 @@ class DetectorOutput:
     binary: np.ndarray | None = None
     classes: np.ndarray | None = None
     note: str = ""  # how `binary` was decided when the detector gave it (e.g. a fixed threshold)
-
-
-def classes_to_outputs(detector: str, classes: np.ndarray) -> DetectorOutput:
-    """A 7-way classifier's outputs: binary = predicted degree below Implicitly-Supported (the paper's threshold),
-    score = 6 - degree (less faithful class = higher score); unparsable replies stay NaN."""
-    classes = np.asarray(classes, dtype=FLOAT)
-    binary = np.where(np.isfinite(classes), (classes < IMPLICIT).astype(FLOAT), np.nan)
-    return DetectorOutput(detector, scores=(len(CLASSES) - 1) - classes, binary=binary, classes=classes)
 
 
 def _row(detector: str, metric: str, value: float, *, n: int, group: str = "all", coverage: float | None = None,

@@ -1,7 +1,7 @@
 """MiniCheck-style sentence fact checker (Tang et al. 2024; VeriGray's "Fine-tuned LLMs" baseline MiniCheck 7B):
 document + sentence -> P(the document supports the sentence).
 
-The checker is an auxiliary model of kind "support" (`haldet.models.nli`): a sequence-classification checkpoint
+The checker is an auxiliary model of kind "support" (`haldet.models.pairs`): a sequence-classification checkpoint
 (MiniCheck's roberta/deberta heads; hub id or local path); with `llm:<model>`, a causal LM asked Yes/No
 (Bespoke-MiniCheck-7B; hub id, local path or an embedded alias); or with `openai:<model>`, the same question asked
 of a checker served behind an OpenAI-compatible endpoint (`base_url`, `api_key_env`, `timeout`, `concurrency`,
@@ -28,7 +28,7 @@ import numpy as np
 from haldet.detectors._consistency import cache_for, pair_model
 from haldet.detectors.base import Detector, Scores, register
 from haldet.detectors.unit import UnitScores
-from haldet.models.nli import ENDPOINT_PREFIX, ENDPOINT_SETTINGS
+from haldet.models.pairs.support import ENDPOINT_PREFIX, ENDPOINT_SETTINGS
 from haldet.signals import Signal, SignalView
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")

@@ -1,5 +1,5 @@
 """NLI sentence verifiers: does the source document entail a summary sentence? (document = premise, sentence =
-hypothesis), through the NLI backends of `haldet.models.nli` (an HF MNLI model, or `llm:<model>` prompted entailment).
+hypothesis), through the NLI backends of `haldet.models.pairs` (an HF MNLI model, or `llm:<model>` prompted entailment).
 
 Variants (`verify`):
 - "document": the whole document is the premise (the NLI model truncates what does not fit).
@@ -18,7 +18,8 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from haldet.models.nli import ENTAILMENT, NEUTRAL, PairCache, PairModel
+from haldet.models.pairs.base import NEUTRAL, PairModel
+from haldet.models.pairs.cache import PairCache
 from haldet.text.sentences import split_many
 
 VARIANTS = {"document": "whole document as the premise",
@@ -60,12 +61,3 @@ def _grow(model: PairModel, cache: PairCache, parts: list[str], probs: np.ndarra
         chosen, best = trial, grown
     return best
 
-
-def unfaithful_prediction(probs: np.ndarray) -> np.ndarray:
-    """The paper's mapping of an NLI verdict: 1 (Unfaithful) unless entailment is the most probable class."""
-    return (np.argmax(probs, axis=1) != ENTAILMENT).astype(np.float64)
-
-
-def unfaithful_score(probs: np.ndarray) -> np.ndarray:
-    """Continuous score, higher = less faithful."""
-    return 1.0 - probs[:, ENTAILMENT]

@@ -1,6 +1,6 @@
 """NLI verifier (InFusE-style baseline of VeriGray, Zhang et al. 2024): does the item's source document (its
 context) entail each unit of the response? Document = premise, unit text = hypothesis, through the NLI backends of
-`haldet.models.nli` (an HF MNLI model, or `llm:<model>` prompted entailment; which one ran is recorded in `meta`).
+`haldet.models.pairs` (an HF MNLI model, or `llm:<model>` prompted entailment; which one ran is recorded in `meta`).
 
 The premise is the item's context (the source document); an item without one is checked against its question.
 Score per unit: max(P(neutral), P(contradiction)) - P(entailment), in [-1, 1], higher = less faithful. It is
@@ -19,7 +19,7 @@ import numpy as np
 from haldet.detectors._consistency import cache_for, pair_model
 from haldet.detectors.base import Detector, Scores, register
 from haldet.detectors.unit import UnitScores
-from haldet.models.nli import CONTRADICTION, ENTAILMENT, NEUTRAL
+from haldet.models.pairs.base import CONTRADICTION, ENTAILMENT, NEUTRAL
 from haldet.signals import Signal, SignalView
 from haldet.suites.verigray.nli import VARIANTS, verify
 

@@ -27,7 +27,7 @@ import jinja2
 
 from haldet.detectors.base import register
 from haldet.schema import Instance, SpanLabel
-from haldet.stages.verdict import Ask, Example, VerdictPrompt, register_prompt
+from haldet.stages.verdict_prompts import Ask, Example, VerdictPrompt, register_prompt
 from haldet.suites.verigray.verigray_llm import SentenceVerdicts
 
 _THINK = re.compile(r"<think>.*?(</think>|$)", re.S | re.I)

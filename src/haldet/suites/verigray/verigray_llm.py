@@ -22,7 +22,7 @@ from haldet.detectors.base import Detector, Scores, register
 from haldet.detectors.unit import UnitScores
 from haldet.schema import Instance, SpanLabel
 from haldet.signals import Signal, SignalView
-from haldet.stages.verdict import Ask, Example, VerdictPrompt, register_prompt
+from haldet.stages.verdict_prompts import Ask, Example, VerdictPrompt, register_prompt
 from haldet.suites.verigray.classifier import messages, parse_reply
 from haldet.suites.verigray.labels import CLASSES, IMPLICIT
 
