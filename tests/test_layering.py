@@ -28,7 +28,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("scoring path", ("haldet.flow.scoring",)),
     ("testing", ("haldet.testing",)),
     ("suites", ("haldet.suites",)),
-    ("run flow", ("haldet.flow", "haldet.executors")),
+    ("run flow", ("haldet.flow",)),
     ("commands and reports", ("haldet.commands", "haldet.report", "haldet.explorer")),
     ("cli", ("haldet.cli", "haldet.__main__")),
     ("public API", ("haldet",)),

@@ -33,7 +33,7 @@ from haldet.util.memory import release_memory
 from haldet.util.progress import stored as mark_stored
 
 Progress = Callable[[str, int], Callable[[int], None]]  # (description, total) -> advance(n)
-# Set by an executor that computes item shards elsewhere (haldet.executors.ray_executor): (stage, items) -> None.
+# Set by an executor that computes item shards elsewhere (haldet.flow.ray_executor): (stage, items) -> None.
 ShardRunner = Callable[["Stage", list["Item"]], None]
 SHARD_RUNNER: contextvars.ContextVar[ShardRunner | None] = contextvars.ContextVar("haldet_shard_runner", default=None)
 
