@@ -170,7 +170,7 @@ def test_scope_all_scores_training_free_detectors_everywhere_and_trained_ones_on
 def test_hallulens_commands_take_preset_defaults_under_the_flags() -> None:
     import typer
 
-    from haldet.cli import hallulens
+    from haldet.suites.hallulens import commands as hallulens
 
     group = typer.main.get_command(hallulens.app)
     build = group.commands["build"]  # type: ignore[attr-defined]

@@ -204,6 +204,12 @@ class JudgeConfig(Section):
     extra: list[str] = Field(default_factory=list)  # registered plugin judges (@register), tried first
 
 
+# The backend of every LLM haldet asks (a run's LLM judge, a suite's generator and judge): one default, the judge
+# config's, so every command's `--*-backend` flag agrees.
+DEFAULT_LLM_BACKEND: str = JudgeConfig.model_fields["backend"].default
+LLM_BACKEND_HELP = "openai (any OpenAI-compatible endpoint) or hf (a local model: alias, hub id or path)."
+
+
 class EndpointConfig(Section):
     """Target models behind an OpenAI-compatible endpoint (model spec `openai:NAME`; docs/backends.md)."""
 

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 import yaml
 
-from haldet.cli.console import out_console, print_json, print_table
+from haldet.util.console import out_console, print_json, print_table
 
 app = typer.Typer(help="The papers' settings as presets (`haldet run --preset NAME`); docs/replication.md lists "
                        "what each still differs in.")

@@ -12,7 +12,6 @@ from typing import Annotated, Any
 
 import typer
 
-from haldet.cli.console import console, exit_on_failures, out_console, progress_bars
 from haldet.cli.options import (
     AllowFailures,
     DataFile,
@@ -25,6 +24,7 @@ from haldet.cli.options import (
 )
 from haldet.config import RunConfig, digest, load_config, skipped_detectors, split_names
 from haldet.errors import HaldetError
+from haldet.util.console import console, exit_on_failures, out_console, progress_bars
 
 # what `default_out` gives, in words, for `--out`'s help (keep the two together; `default_out` is below)
 DEFAULT_OUT_HELP = ("runs/<datasets>__<models> under the current directory, e.g. runs/halueval_qa__smollm2-135m for "

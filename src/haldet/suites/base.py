@@ -17,7 +17,8 @@ the user's config file and flags lie:
         detectors = ("likelihood", "entropy")
         tables = (TableLayout("Table 2", metrics=("auroc", "aupr")),)
 
-`haldet run --suite my_suite` then runs it (`haldet suites list` shows every suite).
+`haldet run --suite my_suite` then runs it (`haldet suites list` shows every suite). A suite folder with a
+`commands.py` module (a typer `app`) adds the command group `haldet <folder> ...` (`haldet.suites.groups`).
 """
 
 from __future__ import annotations
@@ -100,6 +101,10 @@ class Suite:
         """How a run's items are split (default: `splits`; a suite may decide from the run's detectors)."""
         return self.splits
 
+    def check_data(self, instances: list[Instance], config: Any, where: str) -> None:
+        """Refuse, before any work, data the suite cannot evaluate under `config` (one `HaldetError` naming
+        `where` the data came from). Default: accept."""
+
     def prepare_instances(self, instances: list[Instance], backend: Any, config: Any) -> list[Instance]:
         """The loaded instances as the suite feeds them to the model (e.g. a long context fitted to the window,
         with the policy recorded in `meta`); an instance it cannot feed gets `meta["unscorable"]` = the reason
@@ -159,3 +164,4 @@ def get_suite(name: str, where: str = "--suite") -> Suite:
         return SUITES.get(name, where=where)()
     except ValueError as exc:
         raise HaldetError(str(exc), where=f"suite {name}", hint="fix the suite class's attributes") from None
+
