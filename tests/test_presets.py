@@ -17,7 +17,7 @@ from haldet.evaluation.aggregate import backbone_summary, cost_table, dataset_ta
 from haldet.evaluation.metrics import MAX_ORIENTATION, MAX_ORIENTATION_NOTE, MetricValue
 from haldet.flow import cell as pipeline
 from haldet.flow.layers import resolve_config
-from haldet.flow.protocol import SuiteProtocol
+from haldet.flow.protocol import SuiteProcedure
 from haldet.flow.results import result_rows
 from haldet.flow.scoring import DetectorRun, make_detector
 from haldet.presets import load_preset, preset_names
@@ -159,11 +159,11 @@ def test_max_orientation_never_ranked_bolded_or_aggregated() -> None:
 # --- evaluation scope ---------------------------------------------------------------------------------------------
 def test_scope_all_scores_training_free_detectors_everywhere_and_trained_ones_on_test() -> None:
     config = RunConfig(suite="halluentity", evaluation={"evaluate_on": "all"})
-    protocol = SuiteProtocol(config, get_suite("halluentity"))
+    protocol = SuiteProcedure(config, get_suite("halluentity"))
     free, trained = make_detector("likelihood", config), make_detector("saplma", config)
     assert protocol.scope(free) == "all" and protocol.parts_scored(free) == ("train", "val", "test")
     assert protocol.scope(trained) == "test" and protocol.parts_scored(trained) == ("val", "test")
-    test_only = SuiteProtocol(RunConfig(suite="halluentity"), get_suite("halluentity"))
+    test_only = SuiteProcedure(RunConfig(suite="halluentity"), get_suite("halluentity"))
     assert test_only.scope(free) == "test" and test_only.parts_scored(free) == ("val", "test")
 
 

@@ -1,10 +1,10 @@
 """Suites: neighbouring benchmarks hosted on the same store, stages, detectors and reports.
 
-A suite is one class with one decorator. It names its datasets (registered adapters), its protocol (`provided`:
-the responses ship with the data and are teacher-forced through the proxy model; `generate`: answers are
-generated and judged as in the main benchmark), the levels it evaluates (`response`, `entity`, `sentence`,
-`claim`, ...), its default detectors, its metrics and its table layouts, how items are split (`grouped`: a
-seeded 60/20/20 split of items, never of units, grouped by `group_of`; `given`: the dataset's own
+A suite is one class with one decorator. It names its datasets (registered adapters), where its answers come from
+(`answer_source`: `provided`, the responses ship with the data and are teacher-forced through the proxy model;
+`generate`, answers are generated and judged as in the main benchmark), the levels it evaluates (`response`,
+`entity`, `sentence`, `claim`, ...), its default detectors, its metrics and its table layouts, how items are split
+(`grouped`: a seeded 60/20/20 split of items, never of units, grouped by `group_of`; `given`: the dataset's own
 `Instance.split`; `none`: every item is a test item, for runs that fit nothing), and run settings under which
 the user's config file and flags lie:
 
@@ -57,7 +57,7 @@ class Suite:
     paper: ClassVar[str] = ""                     # where its protocol is defined (seed file or citation)
     description: ClassVar[str] = ""
     datasets: ClassVar[tuple[str, ...]] = ()
-    protocol: ClassVar[str] = "provided"          # "provided" | "generate"
+    answer_source: ClassVar[str] = "provided"     # "provided" | "generate"
     levels: ClassVar[tuple[str, ...]] = ("response",)
     detectors: ClassVar[tuple[str, ...]] = ()
     optional: ClassVar[tuple[str, ...]] = ()      # the paper's detectors run only when named (--detector):
@@ -71,9 +71,9 @@ class Suite:
 
     def __init__(self) -> None:
         bad = [lv for lv in self.levels if lv not in LEVELS]
-        if bad or self.protocol not in ("provided", "generate") or self.splits not in SPLIT_POLICIES:
-            raise ValueError(f"suite {self.name!r}: levels must be among {LEVELS} (got {bad}), protocol provided|"
-                             f"generate (got {self.protocol!r}), splits {'|'.join(SPLIT_POLICIES)} (got "
+        if bad or self.answer_source not in ("provided", "generate") or self.splits not in SPLIT_POLICIES:
+            raise ValueError(f"suite {self.name!r}: levels must be among {LEVELS} (got {bad}), answer_source provided|"
+                             f"generate (got {self.answer_source!r}), splits {'|'.join(SPLIT_POLICIES)} (got "
                              f"{self.splits!r})")
 
     def config_base(self) -> dict[str, Any]:
@@ -147,7 +147,7 @@ class Suite:
     @classmethod
     def info(cls) -> dict[str, Any]:
         return {"name": cls.name, "title": cls.title, "paper": cls.paper, "datasets": list(cls.datasets),
-                "protocol": cls.protocol, "levels": list(cls.levels), "detectors": list(cls.detectors),
+                "protocol": cls.answer_source, "levels": list(cls.levels), "detectors": list(cls.detectors),
                 "optional_detectors": list(cls.optional), "tables": [t.title for t in cls.tables],
                 "other_outputs": [{"table": t, "written_by": w} for t, w in cls.outputs],
                 "splits": cls.splits, "params": dict(cls.params), "description": cls.description}

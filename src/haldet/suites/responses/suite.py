@@ -47,7 +47,7 @@ class ResponsesSuite(Suite):
     description = ("Responses you bring (a file or a DataFrame), teacher-forced through the model; scores for every "
                    "item, metrics where labelled.")
     datasets = ("responses",)
-    protocol = "provided"
+    answer_source = "provided"
     levels = ("response",)
     detectors = ("perplexity",)
     splits = "grouped"

@@ -74,7 +74,7 @@ class TriviaPlusSuite(Suite):
                    "regimes, length strata; LLM-as-a-judge, SelfCheck and proxy-model detectors.")
     # + its Table 4 companions as given responses: HaluEval's prompted hallucinations, RAGTruth-QA, Dolly (NC)
     datasets = ("triviaplus", "halueval_qa_pairs", "ragtruth_qa", "dolly_nc")
-    protocol = "provided"
+    answer_source = "provided"
     levels = ("response",)
     detectors = ("llm_judge", "llm_judge_fs", "selfcheck_bertscore", "perplexity", "saplma")
     # a prompt-optimisation loop, a LoRA-tuned classifier model, an every-layer attention pass: named to run
