@@ -382,9 +382,10 @@ def read_config_file(path: Path) -> dict[str, Any]:
     return loaded
 
 
-def load_config(path: Path | None = None, base: dict[str, Any] | None = None, **overrides: Any) -> RunConfig:
-    """Read a YAML/JSON config file (optional) and apply CLI overrides (None = not given). `base` (a suite's
-    settings, and a preset over them) lies under both: the file and the flags override it, key by key."""
+def compose_config(path: Path | None = None, base: dict[str, Any] | None = None, **overrides: Any) -> RunConfig:
+    """The layers given, composed and validated: `base` < the YAML/JSON config file (optional) < the overrides (None
+    = not given), key by key. It adds no layer of its own: a run's config, with the suite's settings and the
+    preset a file or flag names, is `haldet.flow.layers.load_config` (`haldet.load_config`)."""
     data: dict[str, Any] = json.loads(json.dumps(base or {}))
     if path is not None:
         data = merge_layers(data, read_config_file(path))

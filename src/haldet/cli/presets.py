@@ -42,7 +42,7 @@ def presets_show(
 def resolved_yaml(name: str, *, layer: bool = False) -> str:
     """The text `presets show` prints: a commented header, then the YAML (loading it with --config gives the same
     settings as --preset NAME)."""
-    from haldet.flow.layers import resolve_config
+    from haldet.flow.layers import load_config
     from haldet.presets import load_preset
 
     preset = load_preset(name, where="haldet presets show")
@@ -51,7 +51,7 @@ def resolved_yaml(name: str, *, layer: bool = False) -> str:
             "# what still differs from the paper and why: docs/replication.md"]
     if layer:
         return "\n".join(h for h in head if h) + "\n" + preset.text
-    data = resolve_config(None, preset=name).canonical()
+    data = load_config(None, preset=name).canonical()
     data.pop("preset", None)  # an edited copy is the user's own config, not the packaged preset
     body = yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
     if preset.hallulens_commands:

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from haldet.config import RunConfig, load_config
+from haldet.config import RunConfig, compose_config
 from haldet.datasets.base import get_adapter
 from haldet.errors import HaldetError
 from haldet.report.frames import RunFrames, load_frames
@@ -46,7 +46,7 @@ def base_config(data_file: Path, models: Sequence[str], detectors: Sequence[str]
                 config_file: Path | None = None, **settings: Any) -> RunConfig:
     """The suite's settings under the config file under the given values (`settings`: any `RunConfig` field,
     `section__field` for a section's, e.g. evaluation__bootstrap=200)."""
-    return load_config(config_file, base=get_suite(SUITE).config_base(), datasets=[DATASET], models=list(models),
+    return compose_config(config_file, base=get_suite(SUITE).config_base(), datasets=[DATASET], models=list(models),
                        detectors=list(detectors), data_dir=str(data_file), limit=limit, **settings)
 
 

@@ -143,32 +143,32 @@ def run_cell(config: RunConfig, store: RunStore, dataset: str, model: str, progr
     evidence and detectors took when they were computed (cost accounting), instead of a cache-read zero.
     """
     previous = previous or {}
-    procedure = procedure_for(config)
+    protocol = procedure_for(config)
     progress(f"{dataset} | {model}: loading the data and the model", 0)
     result, ctx, all_items = prepare_cell(config, store, dataset, model, progress, backends)
     progress(f"{dataset} | {model}: {len(all_items)} items from {result.data['origin']} "
              f"(split {result.data['split']})", 0)
     ctx.backend.reset_usage()  # a remote model's calls and cost are reported per cell
-    items = procedure.scorable(all_items, result)
+    items = protocol.scorable(all_items, result)
     gen_records = GenerateStage(ctx).ensure(items)
     items = [item for item in items if item.id in gen_records]  # failed remote calls: no answer, not evaluated
     if not items:  # nothing to label or score: the cell ends here, its failures listed (outcome summary)
         result.error = "no item got an answer from the model (see generate.failed.jsonl)"
         return _finish(result, ctx)
     attach_generations(items, gen_records)
-    labels = procedure.label(ctx, items, all_items, result, previous)
-    if not labels and procedure.needs_labels:  # nothing to evaluate a detector on: say why instead of an empty table
+    labels = protocol.label(ctx, items, all_items, result, previous)
+    if not labels and protocol.needs_labels:  # nothing to evaluate a detector on: say why instead of an empty table
         result.error = no_usable_labels(result)
         return _finish(result, ctx)
-    split, recorded = procedure.split(all_items, labels)
+    split, recorded = protocol.split(all_items, labels)
     ev = config.evaluation
     ctx.store.write_json("split.json", {"seed": ev.split_seed, "fractions": list(ev.split), **recorded, **split})
     result.split_sizes = {k: len(v) for k, v in split.items()}
-    if procedure.needs_labels and (why := thin_split(split, labels, ev.min_per_class)):
+    if protocol.needs_labels and (why := thin_split(split, labels, ev.min_per_class)):
         result.data["thin"] = why
-    evaluated = procedure.evaluated(items, labels)
-    unscored = procedure.unscored(all_items, items)
-    for r, (regime, train) in enumerate(procedure.training_labels(all_items, labels)):
+    evaluated = protocol.evaluated(items, labels)
+    unscored = protocol.unscored(all_items, items)
+    for r, (regime, train) in enumerate(protocol.training_labels(all_items, labels)):
         ctx.split, ctx.labels = split, train  # few-shot verdict demonstrations come from these labels
         # only the evidence stages the selected detectors read, only for items lacking a current record
         stage_records = ensure_stages(ctx, evaluated, needed_stages(ctx.signals or ()))
@@ -183,10 +183,10 @@ def run_cell(config: RunConfig, store: RunStore, dataset: str, model: str, progr
                           generations=[i.generation for i in evaluated if i.generation is not None],
                           loader=EvidenceLoader(ctx, evaluated),
                           labels=np.array([train.get(i.id, -1) for i in evaluated]))
-        _score_all(CellScoring(procedure, ctx, evaluated, split, unscored, result, previous, gaps), view,
+        _score_all(CellScoring(protocol, ctx, evaluated, split, unscored, result, previous, gaps), view,
                    (regime, train),
                    first_pass=r == 0)
-    result.extra_rows = procedure.extra_rows(all_items, split, result.detectors)
+    result.extra_rows = protocol.extra_rows(all_items, split, result.detectors)
     return _finish(result, ctx)
 
 
@@ -195,7 +195,7 @@ class CellScoring:
     """What every detector of a cell is scored with: the protocol, the cell's context, the evaluated items, the
     split, the unscorable items (NaN units), and where the runs go (the result, and the earlier manifest entry)."""
 
-    procedure: Procedure
+    protocol: Procedure
     ctx: CellContext
     items: list[Item]
     split: dict[str, list[str]]
@@ -209,13 +209,13 @@ def _score_all(cs: CellScoring, view: SignalView, train_labels: tuple[str, dict[
                first_pass: bool) -> None:
     """Every selected detector at every level of the protocol it scores (trained ones only after the first
     training-label set), through the one scoring path; a detector bug or bad parameter is reported, no number."""
-    procedure, ctx, result = cs.procedure, cs.ctx, cs.result
-    config = procedure.config
+    protocol, ctx, result = cs.protocol, cs.ctx, cs.result
+    config = protocol.config
     names = [n for n in config.detectors if first_pass or DETECTORS.get(n, where="--detector").trains]
     advance = ctx.progress(f"detectors [{ctx.dataset} | {ctx.model}]", len(names))
     for name in names:
         cls = DETECTORS.get(name, where="--detector")
-        for level in procedure.levels:
+        for level in protocol.levels:
             if level not in cls.levels:  # e.g. a response-level detector in an entity-level suite
                 if first_pass:
                     result.data.setdefault("not_scored", []).append(
@@ -224,7 +224,7 @@ def _score_all(cs: CellScoring, view: SignalView, train_labels: tuple[str, dict[
             try:
                 detector = make_detector(name, config)
                 ev_key = evidence_key(ctx, cs.items, needed_stages(detector.signals()), cs.gaps)
-                run = score_detector(name, level, procedure, ctx.store, view, cs.split, ev_key,
+                run = score_detector(name, level, protocol, ctx.store, view, cs.split, ev_key,
                                      progress=ctx.progress, train_labels=train_labels, detector=detector,
                                      unscored=cs.unscored)
             except (ValueError, RuntimeError) as exc:  # a detector bug or bad parameter: reported, no number

@@ -113,7 +113,7 @@ class TriviaPlusSuite(Suite):
         wanted = self.options(config)["train_labels"] or [CLEAN]
         return [check_regime(r) for r in ([wanted] if isinstance(wanted, str) else wanted)]
 
-    # --- hooks of the suite runner ------------------------------------------------------------------------------
+    # --- hooks the run flow calls ----------------------------------------------------------------------------------
     def html_section(self, rows: list[dict[str, Any]]) -> str:
         """Every TRIVIA+ table of suite_tables.md (Tables 3-6, 8-12, the measured label noise) in the HTML report,
         with the reason when Table 12 could not be computed (the HTML tables carry no note column)."""
