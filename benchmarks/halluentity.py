@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 import haldet as pipeline
-from haldet.config import load_config
+from haldet.config import compose_config
 from haldet.suites.base import get_suite
 
 FIXTURE = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "datasets" / "halluentity" / "train.jsonl"
@@ -36,7 +36,7 @@ def _stage_bytes(cell: Path) -> int:
 
 
 def _run(data_dir: Path, out: Path, detectors: list[str]) -> dict[str, object]:
-    config = load_config(None, base=get_suite("halluentity").config_base(), data_dir=str(data_dir),
+    config = compose_config(None, base=get_suite("halluentity").config_base(), data_dir=str(data_dir),
                          detectors=detectors, evaluation__bootstrap=0)
     _, cells = pipeline.run(config, out)
     cell = cells[0]

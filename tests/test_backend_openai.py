@@ -88,25 +88,25 @@ def test_retries_recover_and_exhausted_calls_store_nothing(server: FakeOpenAI) -
 
 
 def test_hidden_state_detector_refused_before_any_request(tmp_path: Path, server: FakeOpenAI) -> None:
-    import haldet as pipeline
+    import haldet
 
     server.reset()
     config = RunConfig(models=["openai:mock-model"], detectors=["perplexity", "saplma"], limit=4,
                        endpoint=EndpointConfig(base_url=server.base_url))
     with pytest.raises(SignalUnavailableError) as err:
-        pipeline.run(config, tmp_path / "run")
+        haldet.run(config, tmp_path / "run")
     assert "saplma (hidden_last)" in err.value.message and "perplexity" in err.value.hint
     assert server.requests == [] and not (tmp_path / "run" / "manifest.json").exists()
     no_lp = config.model_copy(update={"detectors": ["perplexity"], "endpoint": EndpointConfig(
         base_url=server.base_url, logprobs=False)})
     with pytest.raises(SignalUnavailableError, match="token_logprobs"):
-        pipeline.run(no_lp, tmp_path / "run")
+        haldet.run(no_lp, tmp_path / "run")
     with pytest.raises(HaldetError, match="HALDET_TEST_NO_SUCH_KEY"):
         OpenAIBackend("openai:gpt-4o-mini", EndpointConfig(api_key_env="HALDET_TEST_NO_SUCH_KEY"))
     hosted = RunConfig(models=["openai:gpt-4o-mini"], detectors=["perplexity"],
                        endpoint=EndpointConfig(api_key_env="HALDET_TEST_NO_SUCH_KEY"))
     with pytest.raises(HaldetError, match="HALDET_TEST_NO_SUCH_KEY"):  # before the run directory is touched
-        pipeline.run(hosted, tmp_path / "hosted")
+        haldet.run(hosted, tmp_path / "hosted")
     assert not (tmp_path / "hosted").exists()
 
 

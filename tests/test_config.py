@@ -2,7 +2,7 @@
 
 import pytest
 
-from haldet.config import RunConfig, load_config, split_names, stage_key
+from haldet.config import RunConfig, compose_config, split_names, stage_key
 from haldet.errors import HaldetError
 
 
@@ -92,7 +92,7 @@ def test_stage_key_covers_every_part():
 def test_yaml_plus_flags(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text("datasets: [halueval_qa]\nlimit: 10\ngeneration:\n  max_new_tokens: 12\n")
-    cfg = load_config(path, limit=5, detectors=["perplexity"], generation__batch_size=3)
+    cfg = compose_config(path, limit=5, detectors=["perplexity"], generation__batch_size=3)
     assert (cfg.limit, cfg.generation.max_new_tokens, cfg.generation.batch_size) == (5, 12, 3)
     assert cfg.detectors == ["perplexity"]
 
@@ -112,10 +112,10 @@ def test_bad_config_files_name_the_problem(tmp_path, text, match):
     path = tmp_path / "bad.yaml"
     path.write_text(text)
     with pytest.raises(HaldetError, match=match) as info:
-        load_config(path)
+        compose_config(path)
     assert str(path) in info.value.message
 
 
 def test_unreadable_config(tmp_path):
     with pytest.raises(HaldetError, match="cannot read config file"):
-        load_config(tmp_path / "missing.yaml")
+        compose_config(tmp_path / "missing.yaml")

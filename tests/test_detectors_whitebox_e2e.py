@@ -1,5 +1,5 @@
 """The white-box detectors on real evidence: the embedded SmolLM2-135M on packaged HaluEval-QA, through the
-pipeline (generate, sample, features, annotate, split, fit, score), then a rerun that reuses fitted states."""
+run flow (generate, sample, features, annotate, split, fit, score), then a rerun that reuses fitted states."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from haldet import run
-from haldet.config import load_config
+from haldet.config import compose_config
 
 pytestmark = pytest.mark.slow
 
@@ -21,7 +21,7 @@ def first(tmp_path_factory):
     out = tmp_path_factory.mktemp("wb") / "run"
     # kept lean for a 2-core machine: 60 items, 2 short samples per item (EigenScore and SEP's semantic entropy
     # need >= 2), fewer CCS epochs, a coarser HaloScope threshold grid
-    config = load_config(limit=60, detectors=WHITE_BOX, generation__max_new_tokens=24,
+    config = compose_config(limit=60, detectors=WHITE_BOX, generation__max_new_tokens=24,
                          sample__max_new_tokens=12, sample__k=2,
                          detector_params={"ccs": {"epochs": 300}, "haloscope": {"n_quantiles": 9}})
     rows, cells = run(config, out)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from haldet.config import load_config
+from haldet.config import compose_config
 from haldet.errors import HaldetError, did_you_mean
 
 
@@ -33,7 +33,7 @@ def test_unknown_names_suggest_before_any_work(kwargs: dict, needle: str, monkey
     monkeypatch.setattr(transformers.AutoConfig, "from_pretrained", no_hub)
     monkeypatch.setattr(transformers.AutoModelForCausalLM, "from_pretrained", no_hub)
     with pytest.raises(HaldetError) as err:
-        validate_names(load_config(None, **kwargs))
+        validate_names(compose_config(None, **kwargs))
     assert needle in err.value.message
 
 
@@ -52,7 +52,7 @@ def test_model_alias_check_lets_hub_ids_and_paths_through(tmp_path: Path) -> Non
 ])
 def test_config_key_and_choice_suggestions(kwargs: dict, needle: str) -> None:
     with pytest.raises(HaldetError) as err:
-        load_config(None, **kwargs)
+        compose_config(None, **kwargs)
     assert needle in err.value.message
 
 

@@ -71,12 +71,12 @@ def records(run: Path, stage: str) -> list[dict[str, Any]]:
 
 def test_ray_equals_serial_on_a_two_dataset_matrix(tmp_path: Path, cluster: None, server: FakeOpenAI,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    import haldet as pipeline
+    import haldet
 
     monkeypatch.setenv("HALDET_RAY_SHARD_SIZE", "2")  # 4 items per cell -> 2 generate shard tasks per cell
     cfg = config(server, ["halueval_qa", "halueval_dialogue"], limit=4)
-    rows_s, _ = pipeline.run(cfg, tmp_path / "serial")
-    rows_r, cells_r = pipeline.run(cfg, tmp_path / "ray", executor="ray")
+    rows_s, _ = haldet.run(cfg, tmp_path / "serial")
+    rows_r, cells_r = haldet.run(cfg, tmp_path / "ray", executor="ray")
     assert [c.error for c in cells_r] == ["", ""]
     assert sum(c.counts.get("generate_sharded", 0) for c in cells_r) == 8  # really computed by shard tasks
     for stage in STAGES:
@@ -93,7 +93,7 @@ def test_a_worker_killed_mid_shard_is_retried_without_duplicates(tmp_path: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """Shard = 3 items, sample batches of 1 item: the third item's sample request hangs; the worker that sent it is
     killed after the first two items' samples were written. Ray re-runs the shard, which asks only for the third."""
-    import haldet as pipeline
+    import haldet
     from haldet.datasets.base import get_adapter
     from haldet.text.prompts import PromptBuilder
 
@@ -120,7 +120,7 @@ def test_a_worker_killed_mid_shard_is_retried_without_duplicates(tmp_path: Path,
 
     watcher = threading.Thread(target=kill_the_asker, daemon=True)
     watcher.start()
-    rows, cells = pipeline.run(cfg, tmp_path / "run", executor="ray")
+    rows, cells = haldet.run(cfg, tmp_path / "run", executor="ray")
     watcher.join(timeout=5)
     assert killed, "the hanging request's worker was not found"
     assert cells[0].error == "" and rows

@@ -10,10 +10,10 @@ from typing import Any, ClassVar
 import pytest
 from typer.testing import CliRunner
 
+import haldet.flow.cell
 from haldet.backends.base import Backend, GenOutput, role_based_chat
 from haldet.cli import app
 from haldet.config import RunConfig
-from haldet.flow import cell as pipeline
 from haldet.schema import Instance
 from haldet.util.limits import TASK_MAX_NEW_TOKENS, cut_off_summary, max_new_tokens
 
@@ -77,7 +77,7 @@ class ScriptedBackend(Backend):
 @pytest.fixture
 def scripted(monkeypatch: pytest.MonkeyPatch) -> None:
     ScriptedBackend.calls = []
-    monkeypatch.setattr(pipeline, "make_backend", lambda model, config: ScriptedBackend(model))
+    monkeypatch.setattr(haldet.flow.cell, "make_backend", lambda model, config: ScriptedBackend(model))
 
 
 def _run(tmp_path: Path, *extra: str) -> Any:

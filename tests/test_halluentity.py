@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from haldet.config import load_config
+from haldet.config import compose_config
 from haldet.datasets.base import get_adapter
 from haldet.detectors.unit import unit_token_index
 from haldet.errors import HaldetError
@@ -84,11 +84,11 @@ def test_scoring_views_never_show_unit_labels() -> None:
 
 @pytest.fixture(scope="module")
 def suite_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict], list]:
-    import haldet as pipeline
+    import haldet
 
     out = tmp_path_factory.mktemp("halluentity")
-    config = load_config(None, base=get_suite("halluentity").config_base(), data_dir=str(FIX))
-    rows, cells = pipeline.run(config, out)
+    config = compose_config(None, base=get_suite("halluentity").config_base(), data_dir=str(FIX))
+    rows, cells = haldet.run(config, out)
     return out, rows, cells
 
 
@@ -186,11 +186,11 @@ def test_given_responses_are_teacher_forced_with_offsets(suite_run) -> None:
 
 
 def test_rerun_reads_every_score_from_the_cache(suite_run) -> None:
-    import haldet as pipeline
+    import haldet
 
     out, rows, _ = suite_run
-    config = load_config(None, base=get_suite("halluentity").config_base(), data_dir=str(FIX))
-    rows2, cells2 = pipeline.run(config, out)
+    config = compose_config(None, base=get_suite("halluentity").config_base(), data_dir=str(FIX))
+    rows2, cells2 = haldet.run(config, out)
     assert all(d.cached for d in cells2[0].detectors if not d.error)
     assert [(r["detector"], r["metric"], r["value"]) for r in rows2] == [
         (r["detector"], r["metric"], r["value"]) for r in rows]
@@ -226,14 +226,14 @@ def test_preset_run_records_preset_and_evaluates_every_item(suite_run, tmp_path:
     entities of all items, saying scope all; the test-scope run pooled the test items' only."""
     import shutil
 
-    import haldet as pipeline
+    import haldet
     from haldet.presets import load_preset
 
     out, rows, _ = suite_run
     copy = tmp_path / "run"
     shutil.copytree(out, copy)
-    config = pipeline.load_config(None, preset="halluentity", data_dir=str(FIX), detectors=["likelihood"])
-    rows_all, _ = pipeline.run(config, copy, update=True)
+    config = haldet.load_config(None, preset="halluentity", data_dir=str(FIX), detectors=["likelihood"])
+    rows_all, _ = haldet.run(config, copy, update=True)
     manifest = json.loads((copy / "manifest.json").read_text())
     assert manifest["preset"] == {"name": "halluentity", "hash": load_preset("halluentity").hash,
                                   "file": "haldet/presets/halluentity.yaml"}

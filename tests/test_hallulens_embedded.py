@@ -18,10 +18,11 @@ import pytest
 from haldet.config import JudgeConfig
 from haldet.suites.hallulens import prompts as prompt_module
 from haldet.suites.hallulens.build import BuildConfig, Item
-from haldet.suites.hallulens.evaluate import Target, evaluate
+from haldet.suites.hallulens.evaluate import evaluate
 from haldet.suites.hallulens.llm import StructuredLLM
 from haldet.suites.hallulens.prompts import Prompts
 from haldet.suites.hallulens.sets import build_sets, read_items, write_items
+from haldet.suites.hallulens.target import Target
 
 FIX = Path(__file__).parent / "fixtures" / "hallulens"
 

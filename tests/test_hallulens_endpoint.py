@@ -15,10 +15,11 @@ import pytest
 
 from haldet.config import JudgeConfig
 from haldet.suites.hallulens.build import PLACES, BuildConfig
-from haldet.suites.hallulens.evaluate import Target, evaluate
+from haldet.suites.hallulens.evaluate import evaluate
 from haldet.suites.hallulens.llm import StructuredLLM
 from haldet.suites.hallulens.prompts import Prompts
 from haldet.suites.hallulens.sets import build_sets, read_items
+from haldet.suites.hallulens.target import Target
 from mock_openai import FakeOpenAI
 
 FIX = Path(__file__).parent / "fixtures" / "hallulens"

@@ -41,8 +41,7 @@ def test_run_accepts_threads_and_names_the_default_directory(monkeypatch: pytest
 
 
 def test_one_default_llm_backend_everywhere() -> None:
-    from haldet.cli.options import DEFAULT_LLM_BACKEND
-    from haldet.config import JudgeConfig
+    from haldet.config import DEFAULT_LLM_BACKEND, JudgeConfig
 
     assert JudgeConfig().backend == DEFAULT_LLM_BACKEND
     for args, flag in ((("hallulens", "build"), "--generator-backend"), (("hallulens", "evaluate"), "--judge-backend"),

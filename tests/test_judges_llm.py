@@ -14,7 +14,7 @@ import pytest
 from haldet.config import JudgeConfig
 from haldet.errors import HaldetError
 from haldet.judges.base import JudgeFailure
-from haldet.judges.llm import JudgePrompts, LLMJudge, MalformedOutput, load_templates, parse_judge_output
+from haldet.judges.llm import JudgePrompts, LLMJudge, MalformedOutput, load_judge_templates, parse_judge_output
 from haldet.schema import Category, Generation, Instance, Label
 from mock_openai import FakeOpenAI
 
@@ -56,7 +56,7 @@ def test_parse_judge_output_validates_schema() -> None:
 
 
 def test_prompt_has_rules_calibration_examples_and_the_item(tmp_path: Path) -> None:
-    builder = JudgePrompts(load_templates(None))
+    builder = JudgePrompts(load_judge_templates(None))
     inst, gen = item(0, "It was Marlowe.")
     msgs = builder.messages(inst, gen)
     assert [m["role"] for m in msgs] == ["system"] + ["user", "assistant"] * 3 + ["user"]
@@ -67,7 +67,7 @@ def test_prompt_has_rules_calibration_examples_and_the_item(tmp_path: Path) -> N
     assert msgs[-1]["content"].endswith("Model answer: It was Marlowe.")
     # a user template overrides the packaged one and changes the digest
     (tmp_path / "judge_system.txt").write_text("Grade strictly. Reply with JSON {reasoning, category}.")
-    custom = JudgePrompts(load_templates(str(tmp_path)))
+    custom = JudgePrompts(load_judge_templates(str(tmp_path)))
     assert custom.messages(inst, gen)[0]["content"].startswith("Grade strictly")
     assert custom.digest != builder.digest
     mcq = Instance(id="m/test/1", dataset="m", scenario="qa_mcq", task_type="mcq", question="Capital of France?",

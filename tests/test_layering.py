@@ -1,8 +1,10 @@
 """Layers with no cycles, counting every import: module level, function bodies and `TYPE_CHECKING` blocks alike.
 
-The package is layered bottom-up (`LAYERS`, also in docs/developing.md): a module may import only from its own layer or
-the layers below it, and no set of modules imports itself back (a cycle), even within a layer. Plugins and suites
-are found by name (the registries import them with importlib), which is not an import edge.
+The package is layered bottom-up (`LAYERS`; docs/developing.md's layer table is generated from it: `python
+tests/test_layering.py` rewrites it): a module may import only from its own layer or the layers below it, and no set
+of modules imports itself back (a cycle), even within a layer. Each folder (a sub-package) lies in exactly one layer,
+and nothing outside a suite's folder imports it. Plugins and suites are found by name (the registries and the CLI
+import them with importlib), which is not an import edge.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import ast
 from pathlib import Path
 
 SRC = Path(__file__).parents[1] / "src" / "haldet"
+DOCS = Path(__file__).parents[1] / "docs" / "developing.md"
 
 # bottom first; a module belongs to the layer of its longest matching prefix
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
@@ -26,10 +29,9 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("judges", ("haldet.judges",)),
     ("stages", ("haldet.stages",)),
     ("detectors", ("haldet.detectors",)),
-    ("scoring path", ("haldet.flow.scoring",)),
-    ("testing", ("haldet.testing",)),
     ("suites", ("haldet.suites",)),
-    ("run flow", ("haldet.flow", "haldet.executors")),
+    ("run flow", ("haldet.flow",)),
+    ("testing", ("haldet.testing",)),
     ("commands and reports", ("haldet.commands", "haldet.report", "haldet.explorer")),
     ("cli", ("haldet.cli", "haldet.__main__")),
     ("public API", ("haldet",)),
@@ -70,9 +72,13 @@ def import_graph(src: Path = SRC) -> dict[str, set[str]]:
     return graph
 
 
-def layer_of(module: str) -> int:
+# the suites' shared core, which any layer above the suites may import; everything else under suites/ is a folder
+SUITE_CORE = ("haldet.suites", "haldet.suites.base", "haldet.suites.report", "haldet.suites.groups")
+
+
+def layer_of(module: str, layers: list[tuple[str, tuple[str, ...]]] = LAYERS) -> int:
     best, rank = -1, -1
-    for i, (_, prefixes) in enumerate(LAYERS):
+    for i, (_, prefixes) in enumerate(layers):
         for prefix in prefixes:
             if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > best:
                 best, rank = len(prefix), i
@@ -121,6 +127,59 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+def suite_intrusions(graph: dict[str, set[str]]) -> list[str]:
+    """Imports into a suite's folder (`haldet.suites.<x>.*`) from a module outside that folder."""
+    def folder(module: str) -> str | None:
+        parts = module.split(".")
+        return ".".join(parts[:3]) if module not in SUITE_CORE and parts[:2] == ["haldet", "suites"] else None
+
+    return sorted(f"{m} -> {t}" for m, targets in graph.items() for t in targets
+                  if (f := folder(t)) and folder(m) != f)
+
+
+def split_folders(modules: set[str], layers: list[tuple[str, tuple[str, ...]]] = LAYERS) -> list[str]:
+    """Folders (the package's sub-packages, nested ones counted with their top folder) whose modules lie in more
+    than one layer, each with the layers it spans."""
+    packages = {".".join(m.split(".")[:2]) for m in modules if m.count(".") >= 2}
+    found = []
+    for package in sorted(packages):
+        spans = sorted({layer_of(m, layers) for m in modules
+                        if (m == package or m.startswith(package + "."))})
+        if len(spans) > 1:
+            found.append(f"{package}: {', '.join(layers[i][0] for i in spans)}")
+    return found
+
+
+def layer_table(layers: list[tuple[str, tuple[str, ...]]] = LAYERS, src: Path = SRC) -> str:
+    """docs/developing.md's layer table: one row per layer, bottom first, naming its folders (`util/`) and modules."""
+    def shown(prefix: str) -> str:
+        rel = prefix.split(".")[1:]
+        if not rel:
+            return "`haldet/__init__`"
+        return f"`{'/'.join(rel)}/`" if (src.joinpath(*rel) / "__init__.py").exists() else f"`{'/'.join(rel)}`"
+
+    rows = [f"| {name} | {', '.join(shown(p) for p in prefixes)} |" for name, prefixes in layers]
+    return "\n".join(["| layer | folders and modules |", "|---|---|", *rows])
+
+
+TABLE_START = "<!-- the layer table, generated from LAYERS: python tests/test_layering.py -->"
+TABLE_END = "<!-- end of the layer table -->"
+
+
+def documented_table(text: str) -> str:
+    """The layer table between the markers of a docs page ('' when the markers are missing)."""
+    if TABLE_START not in text or TABLE_END not in text:
+        return ""
+    return text.split(TABLE_START, 1)[1].split(TABLE_END, 1)[0].strip()
+
+
+def write_table(path: Path = DOCS) -> None:
+    text = path.read_text()
+    before, rest = text.split(TABLE_START, 1)
+    after = rest.split(TABLE_END, 1)[1]
+    path.write_text(f"{before}{TABLE_START}\n{layer_table()}\n{TABLE_END}{after}")
+
+
 def test_every_module_has_a_layer() -> None:
     for module in import_graph():
         layer_of(module)
@@ -151,3 +210,40 @@ def test_the_checks_see_hidden_imports_and_fail_on_a_bad_edge(tmp_path: Path) ->
     real = import_graph()
     real["haldet.flow.cell"] = real["haldet.flow.cell"] | {"haldet.flow.run"}  # run imports cell: now a cycle
     assert any("haldet.flow.run" in c and "haldet.flow.cell" in c for c in cycles(real))
+
+
+def test_nothing_outside_a_suite_folder_imports_it() -> None:
+    assert suite_intrusions(import_graph()) == []
+
+
+def test_every_folder_is_one_layer() -> None:
+    assert split_folders(set(import_graph())) == []
+
+
+def test_the_docs_layer_table_is_generated_from_layers() -> None:
+    assert documented_table(DOCS.read_text()) == layer_table(), "run `python tests/test_layering.py`"
+
+
+def test_the_suite_folder_and_layer_checks_fail_on_a_bad_module() -> None:
+    """Negative controls: a command importing a suite folder's module, and one suite folder importing another, are
+    reported (a folder importing itself and anything importing the suites' core are not); a folder whose module is
+    put in another layer is reported; a docs table missing a row differs from the generated one."""
+    planted = {"haldet.cli.x": {"haldet.suites.lens.evaluate", "haldet.suites.base"},
+               "haldet.suites.lens.commands": {"haldet.suites.lens.evaluate", "haldet.util.console"},
+               "haldet.suites.other.suite": {"haldet.suites.lens.sets", "haldet.suites.report"},
+               "haldet.flow.cell": {"haldet.suites.groups"}}
+    assert suite_intrusions(planted) == ["haldet.cli.x -> haldet.suites.lens.evaluate",
+                                         "haldet.suites.other.suite -> haldet.suites.lens.sets"]
+    real = import_graph()
+    assert suite_intrusions({**real, "haldet.commands.responses": {"haldet.suites.responses.suite"}}) == [
+        "haldet.commands.responses -> haldet.suites.responses.suite"]
+    split = [(name, (*prefixes, "haldet.flow.scoring") if name == "detectors" else prefixes)
+             for name, prefixes in LAYERS]
+    assert split_folders(set(real), split) == ["haldet.flow: detectors, run flow"]
+    assert "`flow/scoring`" in layer_table(split)
+    docs = DOCS.read_text().replace("| cli |", "| the cli |")
+    assert documented_table(docs) != layer_table()
+
+
+if __name__ == "__main__":  # rewrite docs/developing.md's layer table from LAYERS
+    write_table()

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+import haldet.flow.cell
 from haldet.cli.presets import resolved_yaml
 from haldet.cli.run import RunOptions, run_config
 from haldet.config import RunConfig
@@ -15,9 +16,8 @@ from haldet.detectors.base import DETECTORS
 from haldet.errors import HaldetError
 from haldet.evaluation.aggregate import backbone_summary, cost_table, dataset_table, scenario_table
 from haldet.evaluation.metrics import MAX_ORIENTATION, MAX_ORIENTATION_NOTE, MetricValue
-from haldet.flow import cell as pipeline
-from haldet.flow.layers import resolve_config
-from haldet.flow.protocol import SuiteProtocol
+from haldet.flow.layers import load_config
+from haldet.flow.protocol import SuiteProcedure
 from haldet.flow.results import result_rows
 from haldet.flow.scoring import DetectorRun, make_detector
 from haldet.presets import load_preset, preset_names
@@ -31,7 +31,7 @@ PAPERS = ("halluentity", "hallulens", "openhaldet", "triviaplus", "verigray")
 @pytest.mark.parametrize("name", PAPERS)
 def test_each_preset_loads_and_validates(name: str) -> None:
     assert tuple(preset_names()) == PAPERS
-    config = resolve_config(None, preset=name)
+    config = load_config(None, preset=name)
     preset = load_preset(name)
     assert config.preset == name and len(preset.hash) == 16 and preset.paper == f"seeds/{name}.txt"
     for det in config.detectors:  # every named detector exists and takes every parameter the preset gives it
@@ -43,7 +43,7 @@ def test_each_preset_loads_and_validates(name: str) -> None:
 
 
 def test_presets_hold_the_papers_values() -> None:
-    oh = resolve_config(None, preset="openhaldet")
+    oh = load_config(None, preset="openhaldet")
     assert oh.judge.kind == "llm" and oh.judge.few_shot and oh.report.max_orientation
     assert (oh.sample.k, oh.sample.temperature, oh.sample.top_p) == (5, 1.0, 0.9)
     variants = {n: p.get("variant") for n, p in oh.detector_params.items() if "variant" in p}
@@ -51,16 +51,16 @@ def test_presets_hold_the_papers_values() -> None:
                         "mind": "paper", "ln_entropy": "paper", "haloscope": "label_guided"}
     assert oh.detector_params["prism"]["checkpoint_on"] == "internal" and oh.evaluation.evaluate_on == "test"
     assert oh.detector_params["saplma"]["pooling"] == "mean" and oh.chat_template_kwargs == {"enable_thinking": False}
-    he = resolve_config(None, preset="halluentity")
+    he = load_config(None, preset="halluentity")
     assert he.evaluation.evaluate_on == "all" and he.limit is None and he.tokens.top_k == 10
     assert he.detector_params["ccp"]["nli_model"] == "microsoft/deberta-base-mnli"
-    vg = resolve_config(None, preset="verigray")
+    vg = load_config(None, preset="verigray")
     assert vg.evaluation.evaluate_on == "all" and vg.verdict.temperature == 0.6
     params = vg.detector_params
     assert (params["llmcheck_hidden"]["layer"], params["llmcheck_attention"]["layer"]) == (20, 21)
     assert (params["llmcheck_hidden"]["threshold"], params["llmcheck_attention"]["threshold"]) == (6.3, -174.0)
     assert (params["ccp"]["aggregate"], params["ccp"]["threshold"]) == ("claim", -0.001)
-    tp = resolve_config(None, preset="triviaplus")
+    tp = load_config(None, preset="triviaplus")
     assert (tp.sample.k, tp.sample.temperature) == (3, 1.0)
     assert tp.detector_params["selfcheck_nli"] == {"variant": "selfcheckgpt",
                                                    "nli_model": "potsawee/deberta-v3-large-mnli"}
@@ -73,9 +73,9 @@ def test_presets_show_round_trips(name: str, tmp_path: Path) -> None:
     shown = tmp_path / f"{name}.yaml"
     shown.write_text(resolved_yaml(name))
     assert shown.read_text().startswith(f"# preset {name} (hash {load_preset(name).hash}")
-    from_file = resolve_config(shown)
+    from_file = load_config(shown)
     assert from_file.preset is None  # an edited copy is the user's own config
-    assert from_file.model_copy(update={"preset": name}) == resolve_config(None, preset=name)
+    assert from_file.model_copy(update={"preset": name}) == load_config(None, preset=name)
 
 
 def test_flags_and_config_file_override_a_preset_key_by_key(tmp_path: Path) -> None:
@@ -103,8 +103,8 @@ def test_unknown_preset_and_suite_conflict_are_one_clear_error() -> None:
 
 
 # --- the orientation column --------------------------------------------------------------------------------------
-def _cell(dataset: str, aurocs: dict[str, float]) -> pipeline.CellResult:
-    cell = pipeline.CellResult(dataset=dataset, scenario="qa_open", model="m")
+def _cell(dataset: str, aurocs: dict[str, float]) -> haldet.flow.cell.CellResult:
+    cell = haldet.flow.cell.CellResult(dataset=dataset, scenario="qa_open", model="m")
     for name, value in aurocs.items():
         run = DetectorRun(name=name, family=str(DETECTORS.get(name).family()), n_scored=10)
         run.metrics = [MetricValue("auroc", value, value - 0.1, value + 0.1, 10, 4, 1.0)]
@@ -159,18 +159,18 @@ def test_max_orientation_never_ranked_bolded_or_aggregated() -> None:
 # --- evaluation scope ---------------------------------------------------------------------------------------------
 def test_scope_all_scores_training_free_detectors_everywhere_and_trained_ones_on_test() -> None:
     config = RunConfig(suite="halluentity", evaluation={"evaluate_on": "all"})
-    protocol = SuiteProtocol(config, get_suite("halluentity"))
+    protocol = SuiteProcedure(config, get_suite("halluentity"))
     free, trained = make_detector("likelihood", config), make_detector("saplma", config)
     assert protocol.scope(free) == "all" and protocol.parts_scored(free) == ("train", "val", "test")
     assert protocol.scope(trained) == "test" and protocol.parts_scored(trained) == ("val", "test")
-    test_only = SuiteProtocol(RunConfig(suite="halluentity"), get_suite("halluentity"))
+    test_only = SuiteProcedure(RunConfig(suite="halluentity"), get_suite("halluentity"))
     assert test_only.scope(free) == "test" and test_only.parts_scored(free) == ("val", "test")
 
 
 def test_hallulens_commands_take_preset_defaults_under_the_flags() -> None:
     import typer
 
-    from haldet.cli import hallulens
+    from haldet.suites.hallulens import commands as hallulens
 
     group = typer.main.get_command(hallulens.app)
     build = group.commands["build"]  # type: ignore[attr-defined]

@@ -13,7 +13,7 @@ import pytest
 from haldet.cli.presets import dataset_sizes, resolved_yaml
 from haldet.config import RunConfig
 from haldet.datasets.base import DATASETS
-from haldet.flow.layers import resolve_config
+from haldet.flow.layers import load_config
 from haldet.papers.plan import SPLITS, build_plan, model_size
 from haldet.schema import Instance
 from haldet.util.limits import max_new_tokens
@@ -23,7 +23,7 @@ PAPER17 = {"arc_challenge", "commonsenseqa", "triviaqa", "truthfulqa", "squad_v2
 
 
 def test_openhaldet_preset_is_the_whole_matrix() -> None:
-    config = resolve_config(None, preset="openhaldet")
+    config = load_config(None, preset="openhaldet")
     assert set(config.datasets) == PAPER17 and len(config.datasets) == 17 and len(config.detectors) == 17
     assert all(DATASETS.get(name) for name in config.datasets)  # registered names
     # Table 12's N (test answers, 20% of the items): TriviaQA 1,964 of 10,000; HotpotQA 996 of 5,000; XSum 200 of
@@ -45,7 +45,7 @@ def test_limit_for_takes_the_smaller_cap() -> None:
     assert config.limit_for("other") == 24
     whole = RunConfig(limit=None, limit_by_dataset={"xsum": 10})
     assert (whole.limit_for("xsum"), whole.limit_for("gsm8k")) == (10, None)
-    flag = resolve_config(None, preset="openhaldet", limit=24)  # --limit caps every dataset of the preset
+    flag = load_config(None, preset="openhaldet", limit=24)  # --limit caps every dataset of the preset
     assert {flag.limit_for(d) for d in flag.datasets} == {24}
 
 
@@ -55,7 +55,7 @@ def test_presets_show_lists_datasets_sizes_and_lengths() -> None:
     assert len(lines) == 17 and text.count("2048 tokens") == 17
     assert any(line.split()[1:3] == ["triviaqa", "10,000"] for line in lines)
     assert any(line.split()[1:4] == ["truthfulqa", "whole", "split"] for line in lines)
-    default = dict((n, t) for n, _, t in dataset_sizes(resolve_config(None, preset="halluentity")))
+    default = dict((n, t) for n, _, t in dataset_sizes(load_config(None, preset="halluentity")))
     assert default == {"halluentity": 512}  # long_form task limit: the preset sets none
 
 
@@ -81,7 +81,7 @@ def plans() -> dict[str, object]:
 def test_plan_prints_without_a_model_and_counts_the_presets_items(name: str, plans: dict) -> None:
     assert plans["loaded"] == []  # no model library, no dataset library
     out = {"plan": plans["plans"][name]}
-    plan, config = out["plan"], resolve_config(None, preset=name)
+    plan, config = out["plan"], load_config(None, preset=name)
     want = {d: config.limit_for(d) or SPLITS[d][0] for d in config.datasets}
     assert {d["dataset"]: d["items"] for d in plan["datasets"]} == want
     assert plan["gpu_hours"] > 0 and plan["disk_gb"] > 0 and plan["assumptions"]
@@ -97,7 +97,7 @@ def test_plan_prints_without_a_model_and_counts_the_presets_items(name: str, pla
 def test_the_estimate_follows_the_model_size() -> None:
     assert model_size("meta-llama/Llama-3.2-3B-Instruct") == (3.21e9, 28, 3072)
     assert model_size("org/Thing-1.5B")[0] == pytest.approx(1.5e9) and model_size("mystery") is None
-    config = resolve_config(None, preset="openhaldet")
+    config = load_config(None, preset="openhaldet")
     small = build_plan("openhaldet", config, "x-3B", {"perplexity": ["generate"]})
     large = build_plan("openhaldet", config, "x-30B", {"perplexity": ["generate"]})
     assert large.gpu_hours == pytest.approx(10 * small.gpu_hours)  # linear in the parameters

@@ -10,7 +10,7 @@ import pytest
 
 from haldet.config import RunConfig
 from haldet.errors import HaldetError
-from haldet.judges.llm import load_templates as judge_templates
+from haldet.judges.llm import load_judge_templates
 from haldet.schema import Generation, Instance
 from haldet.stages.auxiliary import SELF_EVAL_INSTRUCTION, VERBALIZED_INSTRUCTION, AuxiliaryStage
 from haldet.stages.base import CellContext, Item
@@ -70,6 +70,6 @@ def test_answer_prompt_and_judge_templates_replaced_by_name() -> None:
     custom = PromptBuilder(templates={"answer_user": "Q: {{ question }} | C: {{ context }}"})
     assert custom.user_message(inst) == "Q: Who? | C: Doc."
     assert custom.fingerprint() != PromptBuilder().fingerprint()  # the rendered prompt and its key change
-    judge = judge_templates(None, {"judge_system": "Grade strictly."})
+    judge = load_judge_templates(None, {"judge_system": "Grade strictly."})
     assert judge["judge_system.txt"] == "Grade strictly."
     assert judge["judge_user.txt"] == packaged_template("judge_user.txt")

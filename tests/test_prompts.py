@@ -1,6 +1,6 @@
 """Prompt builder: the rendered user turn per task type (appendix C.3 routing), chat serialisation (role-based
 fallback and a real chat template), few-shot demos drawn away from evaluated items, template overrides, and the
-pipeline rendering prompts with demos."""
+cell flow rendering prompts with demos."""
 
 from __future__ import annotations
 
@@ -181,8 +181,8 @@ def test_bad_template_inputs_are_clear_errors(tmp_path: Path) -> None:
     _load_templates.cache_clear()
 
 
-# --- pipeline -------------------------------------------------------------------------------------------
-def test_pipeline_renders_demos_from_rows_past_the_evaluated_limit(tmp_path: Path) -> None:
+# --- the cell flow --------------------------------------------------------------------------------------
+def test_the_cell_flow_renders_demos_from_rows_past_the_evaluated_limit(tmp_path: Path) -> None:
     from haldet.flow.cell import prepare_cell
     from haldet.store import RunStore
 

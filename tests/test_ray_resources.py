@@ -4,7 +4,7 @@ while it waits for its shards, so with no more GPUs than cells every GPU could b
 from __future__ import annotations
 
 from haldet.config import RunConfig
-from haldet.executors.ray_executor import can_shard, resources
+from haldet.flow.ray_executor import can_shard, resources
 
 
 def test_gpu_tasks_ask_for_a_gpu_and_shard_only_with_spare_gpus() -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from haldet.config import DEFAULT_DETECTORS, load_config, skipped_detectors
+from haldet.config import DEFAULT_DETECTORS, compose_config, skipped_detectors
 from haldet.figures.charts import MARKER_AREA, cost_scatter
 from haldet.figures.curves import curve_figure
 from haldet.figures.data import Curve, Point
@@ -90,8 +90,8 @@ def test_fit_time_is_a_dash_for_detectors_that_do_not_train(tmp_path: Path) -> N
 
 
 def test_default_run_names_the_detectors_it_left_out(tmp_path: Path) -> None:
-    assert set(skipped_detectors(load_config(None).detectors)) == {"selfcheck_nli", "semantic_entropy", "sep"}
-    assert skipped_detectors(load_config(None, detectors=["perplexity"]).detectors) == {}
+    assert set(skipped_detectors(compose_config(None).detectors)) == {"selfcheck_nli", "semantic_entropy", "sep"}
+    assert skipped_detectors(compose_config(None, detectors=["perplexity"]).detectors) == {}
     root = make_run(tmp_path / "run")
     manifest = json.loads((root / "manifest.json").read_text())
     manifest["config"]["detectors"] = list(DEFAULT_DETECTORS)

@@ -1,4 +1,4 @@
-"""The matrix runner: a failing cell is reported and the others finish; results and manifest after every cell;
+"""A run over the matrix of cells: a failing cell is reported and the others finish; results and manifest after each;
 cost columns on every row; cached detectors keep the timings they took when computed."""
 
 from __future__ import annotations
@@ -8,18 +8,18 @@ import json
 import pytest
 
 import haldet
+import haldet.flow.cell
 from haldet.config import RunConfig
 from haldet.evaluation.cost import stage_stats
 from haldet.evaluation.metrics import MetricValue
-from haldet.flow import cell as pipeline
 from haldet.flow.results import result_rows
 from haldet.flow.scoring import DetectorRun
 
 
-def _fake_cell(dataset: str, model: str, *, cached: bool = False) -> pipeline.CellResult:
+def _fake_cell(dataset: str, model: str, *, cached: bool = False) -> haldet.flow.cell.CellResult:
     gen = {f"{dataset}/t/{i}": {"id": f"{dataset}/t/{i}", "n_tokens": 8, "seconds": 0.1} for i in range(10)}
     sample = {k: {"id": k, "samples": ["a", "b", "c"], "logliks": [[-1.0, 4]] * 3, "seconds": 0.9} for k in gen}
-    cell = pipeline.CellResult(dataset=dataset, scenario="qa_open", model=model)
+    cell = haldet.flow.cell.CellResult(dataset=dataset, scenario="qa_open", model=model)
     cell.evidence = {"generate": stage_stats("generate", gen), "sample": stage_stats("sample", sample)}
     for name, fam in (("perplexity", "gray"), ("lexical_similarity", "black")):
         run = DetectorRun(name=name, family=fam, fit_seconds=0.0 if cached else 0.25, score_seconds=0.0 if cached
@@ -37,7 +37,7 @@ def test_failing_cell_reported_others_finish(tmp_path, monkeypatch):
             raise RuntimeError("CUDA out of memory (simulated)")
         return _fake_cell(dataset, model)
 
-    monkeypatch.setattr(pipeline, "run_cell", fake_run_cell)
+    monkeypatch.setattr(haldet.flow.cell, "run_cell", fake_run_cell)
     config = RunConfig(datasets=["halueval_qa", "halueval_dialogue", "halueval_summarization"],
                        models=["smollm2-135m"], detectors=["perplexity", "lexical_similarity"])
     rows, cells = haldet.run(config, tmp_path / "run",
@@ -61,7 +61,7 @@ def test_single_cell_failure_raises(tmp_path, monkeypatch):
     def boom(*args, **kwargs):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(pipeline, "run_cell", boom)
+    monkeypatch.setattr(haldet.flow.cell, "run_cell", boom)
     with pytest.raises(RuntimeError, match="boom"):
         haldet.run(RunConfig(datasets=["halueval_qa"], detectors=["perplexity"]), tmp_path / "run")
 
@@ -82,7 +82,7 @@ def test_cached_detector_keeps_previous_timings():
     cell = _fake_cell("halueval_qa", "m", cached=True)
     previous = {"detectors": [{"name": "perplexity", "key": "key-perplexity", "fit_s": 1.5, "score_s": 0.2},
                               {"name": "lexical_similarity", "key": "other-key", "fit_s": 9.0, "score_s": 9.0}]}
-    found = [pipeline.carry_timings(run, previous) for run in cell.detectors]
+    found = [haldet.flow.cell.carry_timings(run, previous) for run in cell.detectors]
     ppl, lex = cell.detectors
     assert found == [True, False]
     assert (ppl.fit_seconds, ppl.score_seconds) == (1.5, 0.2)

@@ -18,7 +18,7 @@ from haldet.datasets.base import get_adapter
 from haldet.errors import HaldetError
 from haldet.evaluation.metrics import evaluate
 from haldet.evaluation.units import UnitData
-from haldet.flow.protocol import SuiteProtocol
+from haldet.flow.protocol import SuiteProcedure
 from haldet.schema import Category
 from haldet.stages.base import Item
 from haldet.suites.base import get_suite
@@ -105,17 +105,17 @@ def test_unit_levels_come_from_the_units_given(tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "r.jsonl", ROWS)
     config = responses_config(path, base_config(path, ["smollm2-135m"], ["likelihood"]))
     assert config.suite_params["responses"]["levels"] == ["response", "entity"]
-    assert SuiteProtocol(config, get_suite("responses")).levels == ("response", "entity")
+    assert SuiteProcedure(config, get_suite("responses")).levels == ("response", "entity")
 
 
 def test_every_item_is_a_test_item_unless_a_detector_is_fitted(tmp_path: Path) -> None:
     path = write_jsonl(tmp_path / "r.jsonl", [{"question": f"q{i}", "response": "a", "label": i % 2}
                                               for i in range(10)])
     items = [Item(instance=inst, prompt="") for inst in load(path)]
-    free = SuiteProtocol(base_config(path, ["m"], ["perplexity"]), get_suite("responses"))
+    free = SuiteProcedure(base_config(path, ["m"], ["perplexity"]), get_suite("responses"))
     split, recorded = free.split(items, {})
     assert split == {"train": [], "val": [], "test": sorted(i.id for i in items)} and recorded == {"grouped": "none"}
-    trained = SuiteProtocol(base_config(path, ["m"], ["perplexity", "saplma"]), get_suite("responses"))
+    trained = SuiteProcedure(base_config(path, ["m"], ["perplexity", "saplma"]), get_suite("responses"))
     split, _ = trained.split(items, {})
     assert [len(split[p]) for p in ("train", "val", "test")] == [6, 2, 2]
 

@@ -159,11 +159,11 @@ def test_every_reader_keeps_the_runs_labels_on_a_real_run(real_run, tmp_path, mo
 def test_score_log_names_are_built_and_parsed_by_one_type(log, stem):
     """The names the protocols write are the names the readers parse back (the manifest records the path)."""
     from haldet.config import RunConfig
-    from haldet.flow.protocol import Protocol
+    from haldet.flow.protocol import Procedure
 
     assert log.stem == stem and log.name == f"scores/{stem}" and log.path == f"scores/{stem}.jsonl"
     assert ScoreLog.parse(log.path) == ScoreLog.parse(log.name) == ScoreLog.parse(stem) == \
         (log if log.spelled else ScoreLog(log.detector))
     assert log.calibrated == f"scores/{stem}.calibrated.json"
     if not log.spelled:
-        assert Protocol(RunConfig()).score_log(log.detector, "response", "") == log.name
+        assert Procedure(RunConfig()).score_log(log.detector, "response", "") == log.name

@@ -148,19 +148,19 @@ def test_damaged_shard_is_detected_invalidated_and_recomputed(tmp_path: Path, mo
 
 def test_failed_run_is_recorded_in_the_manifest(tmp_path: Path, monkeypatch: Any) -> None:
     import haldet
-    from haldet.flow import cell as pipeline
+    import haldet.flow.cell
 
     def boom(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("model exploded")
 
-    monkeypatch.setattr(pipeline, "run_cell", boom)
+    monkeypatch.setattr(haldet.flow.cell, "run_cell", boom)
     config = RunConfig(datasets=["halueval_qa"], detectors=["perplexity"], limit=2)
     with pytest.raises(RuntimeError):
         haldet.run(config, tmp_path / "run")
     manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
     assert manifest["status"] == "failed" and manifest["error"] == "RuntimeError: model exploded"
 
-    monkeypatch.setattr(pipeline, "run_cell", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt()))
+    monkeypatch.setattr(haldet.flow.cell, "run_cell", lambda *a, **k: (_ for _ in ()).throw(KeyboardInterrupt()))
     with pytest.raises(KeyboardInterrupt):
         haldet.run(config, tmp_path / "run")
     manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())

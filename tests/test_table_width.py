@@ -13,12 +13,12 @@ from rich.console import Console
 from rich.table import Table
 from typer.testing import CliRunner
 
-import haldet.cli.console  # noqa: F401  (the module, for monkeypatching its consoles)
+import haldet.util.console  # noqa: F401  (the module, for monkeypatching its consoles)
 from haldet.cli import app
 from haldet.report.terminal import print_results
 from haldet.util.tables import fit, print_tables
 
-CONSOLE_MODULE = sys.modules["haldet.cli.console"]
+CONSOLE_MODULE = sys.modules["haldet.util.console"]
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+import haldet.flow.cell
 from haldet.backends.base import Backend, GenOutput, role_based_chat
 from haldet.cli import app
 from haldet.evaluation.aggregate import frame
-from haldet.flow import cell as pipeline
 from haldet.flow.cell import thin_split
 from haldet.report.marks import detector_marks
 
@@ -56,7 +56,7 @@ def test_a_thin_row_is_marked_and_never_averaged() -> None:
 
 
 def test_a_run_too_thin_to_rank_says_so_and_exits_1(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setattr(pipeline, "make_backend", lambda model, config: TenBackend(model))
+    monkeypatch.setattr(haldet.flow.cell, "make_backend", lambda model, config: TenBackend(model))
 
     def run(*extra: str) -> Any:
         return CliRunner().invoke(app, ["run", "--dataset", "gsm8k", "--data-dir", str(FIX), "--limit", "3",

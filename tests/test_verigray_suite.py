@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from haldet.config import load_config
+from haldet.config import compose_config
 from haldet.datasets.base import get_adapter
 from haldet.suites.base import get_suite
 from haldet.suites.verigray.classifier import OPTIONS
@@ -53,7 +53,7 @@ def tiny_checker(path: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def suite_run(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    import haldet as pipeline
+    import haldet
 
     items, _ = get_adapter("verigray", FIX).load()
     checker = tiny_checker(tmp_path_factory.mktemp("suite-minicheck", numbered=False))  # one name, any test order
@@ -64,13 +64,13 @@ def suite_run(tmp_path_factory: pytest.TempPathFactory) -> Any:
                 srv.plans[unit.text] = [f"ok:The facts check out as follows.\nOption: {LETTER[degree]}"]
         srv.plans[GARBLED] = ["ok:I would rather not say."]
         out = tmp_path_factory.mktemp("verigray")
-        config = load_config(None, base=get_suite("verigray").config_base(), data_dir=str(FIX),
+        config = compose_config(None, base=get_suite("verigray").config_base(), data_dir=str(FIX),
                              detectors=["likelihood", "llmcheck_hidden", "llmcheck_attention", "verigray_llm", "lynx",
                                         "anah_v2", "minicheck"],
                              detector_params={"minicheck": {"checker": str(checker)}},
                              verdict__model="fake-7way", verdict__base_url=srv.base_url, verdict__retries=0,
                              evaluation__split=(0.34, 0.33, 0.33), evaluation__bootstrap=50)
-        rows, cells = pipeline.run(config, out)
+        rows, cells = haldet.run(config, out)
         n_requests = len(srv.requests)
     return out, rows, cells, items, n_requests
 
@@ -202,13 +202,13 @@ def test_preset_fixed_thresholds_on_a_copy_of_the_run(suite_run, tmp_path: Path)
     scores against sign * threshold, with no validation threshold."""
     import shutil
 
-    import haldet as pipeline
+    import haldet
 
     out = tmp_path / "run"
     shutil.copytree(suite_run[0], out)
-    config = pipeline.load_config(None, preset="verigray", data_dir=str(FIX), evaluation__split=(0.34, 0.33, 0.33),
+    config = haldet.load_config(None, preset="verigray", data_dir=str(FIX), evaluation__split=(0.34, 0.33, 0.33),
                                   detectors=["llmcheck_hidden", "llmcheck_attention"], evaluation__bootstrap=0)
-    rows, cells = pipeline.run(config, out, update=True)
+    rows, cells = haldet.run(config, out, update=True)
     assert json.loads((out / "manifest.json").read_text())["preset"]["name"] == "verigray"
     detectors = {d.name: d for d in cells[0].detectors}
     assert detectors["llmcheck_hidden"].meta["layer_choice"].startswith("layer 20,")

@@ -123,9 +123,9 @@ def __getattr__(name: str) -> Any:
 
         return RunConfig
     if name == "load_config":  # suite settings < preset < file < keyword overrides, as `haldet run` resolves them
-        from haldet.flow.layers import resolve_config
+        from haldet.flow.layers import load_config
 
-        return resolve_config
+        return load_config
     if name in ("HaldetError", "ThinCellWarning"):
         from haldet import errors
 

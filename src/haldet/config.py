@@ -204,6 +204,12 @@ class JudgeConfig(Section):
     extra: list[str] = Field(default_factory=list)  # registered plugin judges (@register), tried first
 
 
+# The backend of every LLM haldet asks (a run's LLM judge, a suite's generator and judge): one default, the judge
+# config's, so every command's `--*-backend` flag agrees.
+DEFAULT_LLM_BACKEND: str = JudgeConfig.model_fields["backend"].default
+LLM_BACKEND_HELP = "openai (any OpenAI-compatible endpoint) or hf (a local model: alias, hub id or path)."
+
+
 class EndpointConfig(Section):
     """Target models behind an OpenAI-compatible endpoint (model spec `openai:NAME`; docs/backends.md)."""
 
@@ -384,9 +390,10 @@ def read_config_file(path: Path) -> dict[str, Any]:
     return loaded
 
 
-def load_config(path: Path | None = None, base: dict[str, Any] | None = None, **overrides: Any) -> RunConfig:
-    """Read a YAML/JSON config file (optional) and apply CLI overrides (None = not given). `base` (a suite's
-    settings, and a preset over them) lies under both: the file and the flags override it, key by key."""
+def compose_config(path: Path | None = None, base: dict[str, Any] | None = None, **overrides: Any) -> RunConfig:
+    """The layers given, composed and validated: `base` < the YAML/JSON config file (optional) < the overrides (None
+    = not given), key by key. It adds no layer of its own: a run's config, with the suite's settings and the
+    preset a file or flag names, is `haldet.flow.layers.load_config` (`haldet.load_config`)."""
     data: dict[str, Any] = json.loads(json.dumps(base or {}))
     if path is not None:
         data = merge_layers(data, read_config_file(path))

@@ -2,7 +2,7 @@
 `provides`, planned by `haldet.stages.plan`).
 
 Detectors never call the model: they declare `requires` (a set of `Signal`) and read those signals from a
-`SignalView`. The runner computes only the stages that the selected detectors' signals need.
+`SignalView`. The cell flow computes only the stages that the selected detectors' signals need.
 A training view carries labels; a scoring view never does, so a detector cannot see test labels.
 """
 

@@ -174,6 +174,7 @@ class OpenAIBackend(Backend):
                 except CallFailed as exc:
                     self.usage.failures += 1
                     return [GenOutput(text="", token_ids=[], token_logprobs=[], finish_reason="error",
+                                      extra={"attempts": exc.attempts},
                                       error=f"{exc.error} (after {exc.attempts} attempt(s))")]
             return self._outputs(reply)
 

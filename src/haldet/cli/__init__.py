@@ -4,13 +4,15 @@ User errors (`HaldetError`) and file-system errors (`OSError`: read-only or full
 printed as one message and exit with status 2, without a traceback.
 
 Where a command lives: `run` in `cli.run`; `report`, `compare` in `cli.reports`; `annotate` in `cli.annotate`;
-`view` in `cli.view`;
-`sample`, `auxiliary`, `features`, `inspect` in `cli.stages`; the groups `datasets`, `detectors`, `suites`,
-`presets`, `hallulens` in the module of that name. All of them print through `cli.console` and never import this module.
+`view` in `cli.view`; `sample`, `auxiliary`, `features`, `inspect` in `cli.stages`; the groups `datasets`,
+`detectors`, `suites`, `presets` in the module of that name; a suite's own group (`hallulens`) in its folder's
+`commands.py`, found by `haldet.suites.groups.command_groups` and imported by name. All of them print through
+`haldet.util.console` and never import this module.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import signal
 import sys
@@ -19,10 +21,11 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperGroup
 
-from haldet.cli import annotate, datasets, detectors, hallulens, presets, reports, run, stages, suites, view
-from haldet.cli.console import console, print_error
+from haldet.cli import annotate, datasets, detectors, presets, reports, run, stages, suites, view
 from haldet.cli.options import Threads
 from haldet.errors import HaldetError, storage_error
+from haldet.suites.groups import command_groups
+from haldet.util.console import console, print_error
 from haldet.version import __version__
 
 
@@ -66,7 +69,8 @@ app.add_typer(datasets.app, name="datasets")
 app.add_typer(detectors.app, name="detectors")
 app.add_typer(suites.app, name="suites")
 app.add_typer(presets.app, name="presets")
-app.add_typer(hallulens.app, name="hallulens")
+for group, module in command_groups().items():  # a suite's own commands, by its folder's name
+    app.add_typer(importlib.import_module(module).app, name=group)
 # registration order is the order of `haldet --help`
 for command in (run.run, reports.report, reports.compare, annotate.annotate, stages.sample, stages.auxiliary,
                 stages.features, stages.inspect, view.view):

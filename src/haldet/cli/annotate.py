@@ -7,9 +7,9 @@ from typing import Annotated
 
 import typer
 
-from haldet.cli.console import exit_on_failures, out_console, print_json, progress_bars
 from haldet.cli.options import AllowFailures, JudgeBackendHelp, RunDirArg
 from haldet.config import split_names
+from haldet.util.console import exit_on_failures, out_console, print_json, progress_bars
 
 JudgeKind = typer.Option(help="rule | exec | llm | cascade (default: the run's; cascade = rule and execution "
                                 "judges where they apply, the LLM judge for the rest when --judge-model is set).")

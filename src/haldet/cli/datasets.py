@@ -9,9 +9,9 @@ from typing import Annotated, Any
 
 import typer
 
-from haldet.cli.console import console, origin_column, out_console, print_json, print_table
 from haldet.cli.options import DataFile, SplitOption, local_data
 from haldet.errors import HaldetError
+from haldet.util.console import console, origin_column, out_console, print_json, print_table
 
 app = typer.Typer(help="List and inspect dataset adapters.")
 

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from haldet.cli.console import origin_column, print_json, print_table
+from haldet.util.console import origin_column, print_json, print_table
 
 app = typer.Typer(help="List registered detectors, or show one and where it is defined.")
 

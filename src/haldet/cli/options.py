@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from haldet.config import JudgeConfig
+from haldet.config import DEFAULT_LLM_BACKEND, LLM_BACKEND_HELP
 from haldet.errors import HaldetError
 
 # One flag for every "finished, but with failures" outcome (cells without a result, items a stage could not
@@ -19,11 +19,8 @@ AllowFailures = typer.Option("--allow-failures", help="Exit 0 even when some cel
 Threads = typer.Option(help="CPU threads for torch (default: the cores this process may use, from its affinity and "
                             "cgroup quota; docs/speed.md).")
 
-# The backend of every LLM haldet asks (the run's LLM judge, HalluLens's generator and judge): one default, the
-# config's (`judge.backend`), so `run`, `annotate`, `hallulens build` and `hallulens evaluate` agree.
-DEFAULT_LLM_BACKEND: str = JudgeConfig.model_fields["backend"].default
-LLMBackendHelp = "openai (any OpenAI-compatible endpoint) or hf (a local model: alias, hub id or path)."
-JudgeBackendHelp = f"LLM judge backend: {LLMBackendHelp} Default: {DEFAULT_LLM_BACKEND}."  # where the flag is optional
+# where the judge's backend flag is optional (`run`, `annotate`): its help names the one default
+JudgeBackendHelp = f"LLM judge backend: {LLM_BACKEND_HELP} Default: {DEFAULT_LLM_BACKEND}."
 
 DataFile = typer.Option(help="One data file of the (single) dataset, in its hub schema or an original release "
                              "format (see `haldet datasets show NAME --formats`).")

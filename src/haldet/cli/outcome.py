@@ -13,9 +13,6 @@ from typing import Any
 
 from haldet.stages.counts import StageTally
 
-EXIT_FAILURES = 1
-ALLOW_HINT = "rerun to retry only the failed items, or pass --allow-failures to accept a partial result"
-
 
 def _cell_error(cell: Any) -> list[str]:
     return [f"cell failed: {cell.error}"] if cell.error else []

@@ -7,8 +7,8 @@ from typing import Annotated
 import typer
 import yaml
 
-from haldet.cli.console import out_console, print_json, print_table
 from haldet.config import RunConfig
+from haldet.util.console import out_console, print_json, print_table
 
 app = typer.Typer(help="The papers' settings as presets (`haldet run --preset NAME`); docs/replication.md lists "
                        "what each still differs in.")
@@ -43,7 +43,7 @@ def presets_show(
 def resolved_yaml(name: str, *, layer: bool = False) -> str:
     """The text `presets show` prints: a commented header, then the YAML (loading it with --config gives the same
     settings as --preset NAME)."""
-    from haldet.flow.layers import resolve_config
+    from haldet.flow.layers import load_config
     from haldet.presets import load_preset
 
     preset = load_preset(name, where="haldet presets show")
@@ -52,7 +52,7 @@ def resolved_yaml(name: str, *, layer: bool = False) -> str:
             "# what still differs from the paper and why: docs/replication.md"]
     if layer:
         return "\n".join(h for h in head if h) + "\n" + preset.text
-    config = resolve_config(None, preset=name)
+    config = load_config(None, preset=name)
     head += dataset_lines(config)
     data = config.canonical()
     data.pop("preset", None)  # an edited copy is the user's own config, not the packaged preset
@@ -103,10 +103,10 @@ def presets_plan(
     assumptions of the estimate). Loads no model and no data."""
     from dataclasses import asdict
 
-    from haldet.flow.layers import resolve_config
+    from haldet.flow.layers import load_config
     from haldet.papers.plan import Assumptions, build_plan, plan_lines
 
-    config = resolve_config(None, preset=name, models=[model], judge__model=judge_model, limit=limit)
+    config = load_config(None, preset=name, models=[model], judge__model=judge_model, limit=limit)
     stages, verdicts = detector_stages(config)
     plan = build_plan(name, config, model, stages, verdict_detectors=verdicts, given_answers=bool(config.suite),
                       assumptions=Assumptions(params=params))

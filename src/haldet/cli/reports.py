@@ -8,10 +8,10 @@ from typing import Annotated
 
 import typer
 
-from haldet.cli.console import console, out_console, print_json, print_table
 from haldet.cli.options import MetricsOption, check_metrics
 from haldet.config import split_names
 from haldet.errors import HaldetError
+from haldet.util.console import console, out_console, print_json, print_table
 
 
 def report(

@@ -12,7 +12,6 @@ from typing import Annotated, Any
 
 import typer
 
-from haldet.cli.console import console, exit_on_failures, out_console, progress_bars
 from haldet.cli.options import (
     AllowFailures,
     DataFile,
@@ -23,8 +22,9 @@ from haldet.cli.options import (
     check_metrics,
     local_data,
 )
-from haldet.config import RunConfig, digest, load_config, skipped_detectors, split_names
+from haldet.config import RunConfig, compose_config, digest, skipped_detectors, split_names
 from haldet.errors import HaldetError
+from haldet.util.console import console, exit_on_failures, out_console, progress_bars
 
 # what `default_out` gives, in words, for `--out`'s help (keep the two together; `default_out` is below)
 DEFAULT_OUT_HELP = ("runs/<datasets>__<models> under the current directory, e.g. runs/halueval_qa__smollm2-135m for "
@@ -145,7 +145,7 @@ def run_benchmark(opts: RunOptions) -> None:
     """The body of `haldet run`: config, run flow, per-cell summary, results (table, JSON or the suite's), reports,
     and the exit status from what failed."""
     from haldet.cli.outcome import run_problems
-    from haldet.flow import run as pipeline
+    from haldet.flow import run as flow_run
     from haldet.flow.results import cell_entry
     from haldet.report.rundata import skipped_lines
     from haldet.report.terminal import judge_lines, print_results
@@ -164,7 +164,7 @@ def run_benchmark(opts: RunOptions) -> None:
                       highlight=False, soft_wrap=True)  # a path is never broken across lines
     try:
         with progress_bars() as make:
-            rows, cells = pipeline.run(config, target, update=opts.update or opts.out is None, progress=make,
+            rows, cells = flow_run.run(config, target, update=opts.update or opts.out is None, progress=make,
                                        executor=opts.executor, ray_address=opts.ray_address)
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM: say what is kept and how to go on
         console.print(interrupted_message(target), highlight=False, soft_wrap=True)
@@ -235,9 +235,9 @@ def run_config(opts: RunOptions) -> RunConfig:
         judge__backend=opts.judge_backend, endpoint__base_url=opts.model_base_url, preset=opts.preset,
         evaluation__calibration=opts.calibration, evaluation__min_per_class=opts.min_per_class,
     )
-    from haldet.flow.layers import resolve_config
+    from haldet.flow.layers import load_config
 
-    config = resolve_config(opts.config_file, None, suite=opts.suite, **overrides)  # type: ignore[arg-type]
+    config = load_config(opts.config_file, None, suite=opts.suite, **overrides)  # type: ignore[arg-type]
     if opts.data_file is not None and len(config.datasets) > 1:
         config = _one_dataset_for_the_file(config, opts)
     for name in config.datasets if opts.split else []:
@@ -315,7 +315,7 @@ def config_suffix(config: RunConfig, width: int = 80) -> str:
     (paths, per-detector parameters, long lists), so two different configs never share a folder."""
     from haldet.flow.layers import layer_base
 
-    baseline = load_config(None, base=layer_base(config.suite, config.preset), datasets=config.datasets,
+    baseline = compose_config(None, base=layer_base(config.suite, config.preset), datasets=config.datasets,
                            models=config.models)
     changed = config.diff(baseline)
     if not changed:

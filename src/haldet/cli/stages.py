@@ -8,10 +8,10 @@ from typing import Annotated, Any
 
 import typer
 
-from haldet.cli.console import console, out_console, print_json, progress_bars
 from haldet.cli.options import RunDirArg
 from haldet.config import split_names
 from haldet.errors import HaldetError
+from haldet.util.console import console, out_console, print_json, progress_bars
 
 
 def _stage_command(run_dir: Path, stage: str, overrides: dict[str, dict[str, Any]], as_json: bool) -> None:

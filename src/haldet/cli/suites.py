@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 import typer
 
-from haldet.cli.console import out_console, print_json, print_table
+from haldet.util.console import out_console, print_json, print_table
 
 app = typer.Typer(help="List the hosted benchmarks (suites): HalluEntity, VeriGray, TRIVIA+, HalluLens; show one.")
 

@@ -8,8 +8,8 @@ from typing import Annotated
 
 import typer
 
-from haldet.cli.console import console
 from haldet.errors import HaldetError
+from haldet.util.console import console
 
 
 def view(

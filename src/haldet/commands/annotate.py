@@ -1,6 +1,6 @@
 """`haldet annotate RUN_DIR`: (re)label an existing run's answers, optionally compare two judges, and render
 the label and agreement tables. Command orchestration lives here, not in the stage (`haldet.stages.annotate`), so
-the stage never imports the pipeline."""
+the stage never imports the run flow."""
 
 from __future__ import annotations
 

@@ -15,14 +15,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from haldet.config import RunConfig, load_config
+from haldet.config import RunConfig, compose_config
 from haldet.datasets.base import get_adapter
 from haldet.errors import HaldetError
 from haldet.report.frames import RunFrames, load_frames
 from haldet.schema import UNIT_KINDS
 from haldet.store import atomic_write_text
 from haldet.suites.base import get_suite
-from haldet.suites.responses.suite import check_labels
 
 SUITE = DATASET = "responses"
 INPUT_FILE = "responses_input.jsonl"
@@ -34,7 +33,7 @@ def responses_config(data_file: Path, config: RunConfig, where: str | None = Non
     where = where or str(data_file)
     adapter = get_adapter(DATASET, data_file, config.dataset_params.get(DATASET))
     instances, _ = adapter.load(limit=config.limit, seed=config.data_seed, on_bad_row=config.on_bad_row)
-    check_labels(config, sum(1 for i in instances if i.units_of("response")[0].binary is not None), where=where)
+    get_suite(SUITE).check_data(instances, config, where=where)  # the suite through its registry, by name
     params = {k: dict(v) for k, v in config.suite_params.items()}
     if "levels" not in params.get(SUITE, {}):
         kinds = {u.kind for i in instances for u in i.units}
@@ -47,7 +46,7 @@ def base_config(data_file: Path, models: Sequence[str], detectors: Sequence[str]
                 config_file: Path | None = None, **settings: Any) -> RunConfig:
     """The suite's settings under the config file under the given values (`settings`: any `RunConfig` field,
     `section__field` for a section's, e.g. evaluation__bootstrap=200)."""
-    return load_config(config_file, base=get_suite(SUITE).config_base(), datasets=[DATASET], models=list(models),
+    return compose_config(config_file, base=get_suite(SUITE).config_base(), datasets=[DATASET], models=list(models),
                        detectors=list(detectors), data_dir=str(data_file), limit=limit, **settings)
 
 

@@ -95,7 +95,7 @@ class Detector:
                 + (f" ({'; '.join(guesses)})" if guesses else "") + f"; known: {sorted(self.defaults)}"
             )
         self.params: dict[str, Any] = {**self.defaults, **params}
-        # set by the runner before fit/score: the cell directory (per-run caches such as NLI pairs) and a
+        # set by the scoring path before fit/score: the cell directory (per-run caches such as NLI pairs) and a
         # progress factory (description, total) -> advance(n); `meta` is what the detector reports back
         # (models actually used, fallbacks taken), recorded in the manifest
         self.workdir: Path | None = None
@@ -129,7 +129,7 @@ class Detector:
     def score(self, items: SignalView) -> Scores:
         raise NotImplementedError
 
-    # runner-set attributes that are not part of the fitted state
+    # attributes the scoring path sets, not part of the fitted state
     _UNSAVED: ClassVar[frozenset[str]] = frozenset({"workdir", "progress"})
 
     def score_units(self, items: SignalView, level: str) -> UnitScores:

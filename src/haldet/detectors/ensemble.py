@@ -151,7 +151,7 @@ class Ensemble(Detector):
 
     # ------------------------------------------------------------------------------------------------ state
     def save(self, path: Path) -> None:
-        """The combiner and each member's fitted state (attributes without the runner-set ones)."""
+        """The combiner and each member's fitted state (attributes without those the scoring path sets)."""
         import torch
 
         from haldet.store import atomic_path

@@ -22,7 +22,7 @@ from haldet.datasets.base import DATASETS, LoadReport, get_adapter
 from haldet.detectors.base import DETECTORS
 from haldet.errors import HaldetError, is_storage_error
 from haldet.evaluation.cost import stage_stats
-from haldet.flow.protocol import Protocol, protocol_for
+from haldet.flow.protocol import Procedure, procedure_for
 from haldet.flow.scoring import DetectorRun, make_detector, score_detector
 from haldet.schema import Instance
 from haldet.signals import Signal, SignalView
@@ -139,7 +139,7 @@ def prepare_cell(config: RunConfig, store: RunStore, dataset: str, model: str, p
                       detectors=[make_detector(name, config) for name in config.detectors])
     ctx.sampler = other_sampler(config, model, builder, backends)
     ctx.timings["load_data"] = load_seconds
-    instances = protocol_for(config).prepare_instances(instances, ctx.backend)
+    instances = procedure_for(config).prepare_instances(instances, ctx.backend)
     prompts = given_response_prompts(config.tokens, instances, render_prompts(builder, ctx.backend, instances, pool))
     items = [Item(instance=inst, prompt=prompt) for inst, prompt in zip(instances, prompts, strict=True)]
     result.fingerprint = ctx.backend.fingerprint()
@@ -154,7 +154,7 @@ def run_cell(config: RunConfig, store: RunStore, dataset: str, model: str, progr
     evidence and detectors took when they were computed (cost accounting), instead of a cache-read zero.
     """
     previous = previous or {}
-    protocol = protocol_for(config)
+    protocol = procedure_for(config)
     progress(f"{dataset} | {model}: loading the data and the model", 0)
     result, ctx, all_items = prepare_cell(config, store, dataset, model, progress, backends)
     progress(f"{dataset} | {model}: {len(all_items)} items from {result.data['origin']} "
@@ -206,7 +206,7 @@ class CellScoring:
     """What every detector of a cell is scored with: the protocol, the cell's context, the evaluated items, the
     split, the unscorable items (NaN units), and where the runs go (the result, and the earlier manifest entry)."""
 
-    protocol: Protocol
+    protocol: Procedure
     ctx: CellContext
     items: list[Item]
     split: dict[str, list[str]]

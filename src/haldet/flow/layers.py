@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from haldet.config import RunConfig, load_config, merge_layers, read_config_file
+from haldet.config import RunConfig, compose_config, merge_layers, read_config_file
 from haldet.errors import HaldetError
 from haldet.presets import load_preset
 from haldet.suites.base import get_suite
@@ -27,7 +27,7 @@ def layer_base(suite: str | None, preset: str | None, where: str = "--preset") -
     return merge_layers(get_suite(name).config_base() if name else {}, settings)
 
 
-def resolve_config(path: Path | None = None, base: dict[str, Any] | None = None, **overrides: Any) -> RunConfig:
+def load_config(path: Path | None = None, base: dict[str, Any] | None = None, **overrides: Any) -> RunConfig:
     """The config of a run: `base` < suite settings < preset < file < overrides (None = not given). The suite and
     the preset come from the overrides (`suite=`, `preset=`), else from the file, else from `base`."""
     file = read_config_file(path) if path is not None else {}
@@ -35,4 +35,4 @@ def resolve_config(path: Path | None = None, base: dict[str, Any] | None = None,
     suite = overrides.get("suite") or file.get("suite") or base.get("suite")
     preset = overrides.get("preset") or file.get("preset") or base.get("preset")
     where = "--preset" if overrides.get("preset") else f"{path} (preset)" if file.get("preset") else "preset"
-    return load_config(path, base=merge_layers(base, layer_base(suite, preset, where=where)), **overrides)
+    return compose_config(path, base=merge_layers(base, layer_base(suite, preset, where=where)), **overrides)

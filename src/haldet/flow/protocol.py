@@ -1,7 +1,7 @@
 """The one parameter of the cell flow: what differs between OpenHalDet's protocol and a hosted benchmark's.
 
-`ResponseProtocol` is OpenHalDet's: answers generated and labelled by the judges, a stratified 60/20/20 split of
-labelled items, one score per answer on test, AUROC/AUPR/FPR@95 with a stratified bootstrap. `SuiteProtocol` wraps a
+`Procedure` is OpenHalDet's: answers generated and labelled by the judges, a stratified 60/20/20 split of
+labelled items, one score per answer on test, AUROC/AUPR/FPR@95 with a stratified bootstrap. `SuiteProcedure` wraps a
 suite (`haldet.suites.base.Suite`): labels that ship with the data (or its judges), its split (grouped or given), its
 levels and training-label sets, val and test scored (thresholds come from validation), pooled unit metrics and its
 own tables. The cell flow (`haldet.flow.cell`) and the scoring path (`haldet.flow.scoring`) are the same for both.
@@ -33,8 +33,8 @@ from haldet.suites.base import Suite, get_suite
 from haldet.util.limits import cut_off_summary
 
 
-class Protocol(ResponseScoring):
-    """OpenHalDet's protocol (the default; its scoring half is `ResponseScoring`); `SuiteProtocol` overrides what a
+class Procedure(ResponseScoring):
+    """OpenHalDet's protocol (the default; its scoring half is `ResponseScoring`); `SuiteProcedure` overrides what a
     hosted benchmark does differently."""
 
     needs_labels = True  # a cell without a usable response label ends with the reason (a suite may label units only)
@@ -87,7 +87,7 @@ class Protocol(ResponseScoring):
         return []
 
 
-class SuiteProtocol(Protocol):
+class SuiteProcedure(Procedure):
     """A hosted benchmark's protocol: everything it does differently is here or in the suite class."""
 
     scored_parts = ("val", "test")
@@ -108,7 +108,7 @@ class SuiteProtocol(Protocol):
         return {item.id: item.instance for item in all_items if item.id not in kept}
 
     def scorable(self, items: list[Item], result: Any) -> list[Item]:
-        if self.suite.protocol == "provided":
+        if self.suite.answer_source == "provided":
             missing = [i.id for i in items if i.instance.response is None]
             if missing:
                 dataset = items[0].instance.dataset
@@ -125,7 +125,7 @@ class SuiteProtocol(Protocol):
               previous: dict[str, Any]) -> dict[str, int]:
         """Labels that ship with the data (response labels, or implied by the units); with the `generate`
         protocol the judges label each answer first (the response label of its instance)."""
-        if self.suite.protocol == "generate":
+        if self.suite.answer_source == "generate":
             records = AnnotateStage(ctx).ensure(items)
             ctx.store.record_keys(AnnotateStage.name, records)  # the labels this run evaluates: what readers show
             labels = labels_of(records)
@@ -133,8 +133,9 @@ class SuiteProtocol(Protocol):
                 label = labels.get(item.id)
                 if label is not None and label.category in (Category.CORRECT, Category.HALLUCINATION):
                     item.instance = item.instance.model_copy(update={"response_label": label.category})
-        result.data["protocol"] = self.suite.protocol
-        result.data["input_format"] = self.config.tokens.input_format if self.suite.protocol == "provided" else "chat"
+        given = self.suite.answer_source == "provided"
+        result.data["protocol"] = self.suite.answer_source  # the manifest's key, kept for the runs already written
+        result.data["input_format"] = self.config.tokens.input_format if given else "chat"
         result.data["units"] = unit_counts(all_items, self.levels)
         binary = response_labels(all_items)
         result.label_counts = dict(Counter("hallucination" if v else "correct" for v in binary.values()))
@@ -244,9 +245,9 @@ ALL_ITEMS_NOTE = ("scope all: every item evaluated (train, val and test, as the 
                   "validation is applied to items that include validation")
 
 
-def protocol_for(config: RunConfig) -> Protocol:
+def procedure_for(config: RunConfig) -> Procedure:
     """OpenHalDet's protocol, or the configured suite's."""
-    return SuiteProtocol(config, get_suite(config.suite)) if config.suite else Protocol(config)
+    return SuiteProcedure(config, get_suite(config.suite)) if config.suite else Procedure(config)
 
 
 def response_labels(items: list[Item]) -> dict[str, int]:

@@ -1,11 +1,11 @@
-"""A whole run: check names and the run directory, hold its lock, run every (dataset, model) cell (serially here,
-or as Ray tasks through `haldet.executors.ray_executor`), and write results and the manifest after every cell, so a
-crash later keeps every finished cell. A run that raises is recorded in the manifest as "failed" with the reason."""
+"""A whole run: check names and the run directory, hold its lock, run every (dataset, model) cell through an
+executor (`haldet.flow.executors`: serially in this process or as Ray tasks), and write results and the manifest
+after every cell, so a crash later keeps every finished cell. A run that raises is recorded in the manifest as
+"failed" with the reason."""
 
 from __future__ import annotations
 
 import datetime as _dt
-import gc
 import shutil
 import time
 from collections.abc import Callable, Iterator
@@ -13,14 +13,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from haldet.backends.base import Backend
 from haldet.backends.select import check_model_names, check_signals
 from haldet.config import RunConfig
 from haldet.datasets.base import DATASETS, check_data_dir, get_adapter
 from haldet.detectors.base import DETECTORS
-from haldet.errors import HaldetError, UnknownNameError
-from haldet.executors.ray_executor import ray_cells
-from haldet.flow.cell import CellResult, guarded_cell
+from haldet.errors import HaldetError
+from haldet.flow.cell import CellResult
+from haldet.flow.executors import Executor, get_executor
 from haldet.flow.results import cell_entry, result_rows, unit_score_rows
 from haldet.flow.scoring import make_detector
 from haldet.judges.cascade import Cascade
@@ -33,8 +32,6 @@ from haldet.text.templates import check_overrides
 from haldet.util.locking import notify
 from haldet.util.threads import runtime_info
 from haldet.util.versions import library_versions
-
-EXECUTORS = ("serial", "ray")
 
 
 def check_run_dir(store: RunStore, config: RunConfig, *, update: bool) -> dict[str, Any]:
@@ -107,12 +104,11 @@ def run(config: RunConfig, out: Path, *, update: bool = False, progress: Progres
         on_cell: Callable[[CellResult], None] | None = None, executor: str = "serial",
         ray_address: str | None = None) -> tuple[list[dict[str, Any]], list[CellResult]]:
     """`executor`: serial (cells one after another in this process) or ray (cells and item shards of the evidence
-    stages as Ray tasks: `haldet.executors.ray_executor`); both write through the same keyed store.
+    stages as Ray tasks); both (`haldet.flow.executors`) write through the same keyed store.
 
     Holds the run's lock throughout (a second process on the same directory waits, then reuses what this one
     computed); a run that raises is recorded in the manifest as status "failed" with the reason."""
-    if executor not in EXECUTORS:
-        raise UnknownNameError("executor", executor, list(EXECUTORS), where="--executor")
+    cells_of = get_executor(executor)
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise HaldetError("the run directory is a file", where=str(out),
@@ -120,7 +116,7 @@ def run(config: RunConfig, out: Path, *, update: bool = False, progress: Progres
     validate_names(config)
     store = RunStore(out)
     with discarded_if_empty(out):
-        return _locked_run(config, store, update, progress, on_cell, executor, ray_address)
+        return _locked_run(config, store, update, progress, on_cell, cells_of, ray_address)
 
 
 @contextmanager
@@ -139,7 +135,7 @@ def discarded_if_empty(root: Path) -> Iterator[None]:
 
 
 def _locked_run(config: RunConfig, store: RunStore, update: bool, progress: Progress,
-                on_cell: Callable[[CellResult], None] | None, executor: str,
+                on_cell: Callable[[CellResult], None] | None, cells_of: Executor,
                 ray_address: str | None) -> tuple[list[dict[str, Any]], list[CellResult]]:
     with store.lock():
         cleaned = clean_stale_temps(store.root)
@@ -156,18 +152,15 @@ def _locked_run(config: RunConfig, store: RunStore, update: bool, progress: Prog
                          "created": manifest.get("created", _now()), "status": "running", "error": None})
         store.write_manifest(manifest)
         with store.recording_failure(manifest):
-            return _run_cells(config, store, manifest, progress, on_cell, executor, ray_address)
+            return _run_cells(config, store, manifest, progress, on_cell, cells_of, ray_address)
 
 
 def _run_cells(config: RunConfig, store: RunStore, manifest: dict[str, Any], progress: Progress,
-               on_cell: Callable[[CellResult], None] | None, executor: str,
+               on_cell: Callable[[CellResult], None] | None, cells_of: Executor,
                ray_address: str | None) -> tuple[list[dict[str, Any]], list[CellResult]]:
     started = time.perf_counter()
     previous = {(c.get("dataset"), c.get("model")): c for c in manifest.get("cells") or []}
-    if executor == "ray":
-        finished = ray_cells(config, store.root, previous, address=ray_address)
-    else:
-        finished = serial_cells(config, store, previous, progress)
+    finished = cells_of(config, store, previous, progress, address=ray_address)
     order = {(d, m): i for i, (m, d) in enumerate((m, d) for m in config.models for d in config.datasets)}
     cells: list[CellResult] = []
     rows: list[dict[str, Any]] = []
@@ -194,17 +187,3 @@ def _run_cells(config: RunConfig, store: RunStore, manifest: dict[str, Any], pro
     })
     store.write_manifest(manifest)
     return rows, cells
-
-
-def serial_cells(config: RunConfig, store: RunStore, previous: dict[tuple[Any, Any], Any],
-                 progress: Progress) -> Iterator[CellResult]:
-    """Every (dataset, model) cell in this process, model-major: each model is loaded once and released before
-    the next. A failing cell is reported and the others still run (a single cell's error is raised)."""
-    backends: dict[str, Backend] = {}
-    n_cells = len(config.models) * len(config.datasets)
-    for model in config.models:
-        for dataset in config.datasets:
-            yield guarded_cell(config, store, dataset, model, progress, backends, previous.get((dataset, model)),
-                               raise_errors=n_cells == 1)
-        backends.pop(model, None)
-        gc.collect()

@@ -66,7 +66,7 @@ def make_detector(name: str, config: RunConfig) -> Detector:
 
 
 class ResponseScoring:
-    """How OpenHalDet scores and evaluates (the scoring half of `haldet.flow.protocol.Protocol`): one score per
+    """How OpenHalDet scores and evaluates (the scoring half of `haldet.flow.protocol.Procedure`): one score per
     answer on the test part, cached in `scores/<detector>.jsonl` (value, reason), AUROC/AUPR/FPR@95 on the test labels
     with a stratified bootstrap. A suite's protocol overrides these methods (unit levels, val scored too)."""
 

@@ -78,7 +78,7 @@ def parse_judge_output(text: str) -> JudgeOutput:
 
 
 # --- prompt ---------------------------------------------------------------------------------------------------
-def load_templates(template_dir: str | None, overrides: dict[str, Any] | None = None) -> dict[str, str]:
+def load_judge_templates(template_dir: str | None, overrides: dict[str, Any] | None = None) -> dict[str, str]:
     """Packaged judge templates (by file name), each replaced by the run config's `templates:` entry of that name
     (judge_system, ...) or else by a file of the same name in `template_dir` when present."""
     folder = template_folder(template_dir, what="judge", option="judge.template_dir", names=TEMPLATE_FILES)
@@ -161,7 +161,7 @@ class LLMJudge(Judge):
                               hint="e.g. --judge-model gpt-4o-mini (OpenAI-compatible endpoint) or "
                                    "--judge-backend hf --judge-model smollm2-135m (local)")
         self.config = config
-        self.prompts = JudgePrompts(load_templates(config.template_dir, templates), few_shot=config.few_shot)
+        self.prompts = JudgePrompts(load_judge_templates(config.template_dir, templates), few_shot=config.few_shot)
         self.client = StructuredClient(
             ClientSettings.of_judge(config, option="--judge-model",
                                     where=f"judge {config.model} at {config.base_url or 'api.openai.com'}"),

@@ -33,7 +33,7 @@ from haldet.util.memory import release_memory
 from haldet.util.progress import stored as mark_stored
 
 Progress = Callable[[str, int], Callable[[int], None]]  # (description, total) -> advance(n)
-# Set by an executor that computes item shards elsewhere (haldet.executors.ray_executor): (stage, items) -> None.
+# Set by an executor that computes item shards elsewhere (haldet.flow.ray_executor): (stage, items) -> None.
 ShardRunner = Callable[["Stage", list["Item"]], None]
 SHARD_RUNNER: contextvars.ContextVar[ShardRunner | None] = contextvars.ContextVar("haldet_shard_runner", default=None)
 
@@ -67,7 +67,7 @@ class CellContext:
     progress: Progress = no_progress
     # the signals the selected detectors read: stages compute only those parts (None = everything configured)
     signals: frozenset[Signal] | None = None
-    # the cell's split and binary training labels, set by the runner once known (few-shot verdict examples)
+    # the cell's split and binary training labels, set by the cell flow once known (few-shot verdict examples)
     split: dict[str, list[str]] | None = None
     labels: dict[str, int] | None = None
     # the run's detector instances, set by the run flow: stages read what they ask of them (the verdict stage's

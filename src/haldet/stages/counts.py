@@ -19,7 +19,7 @@ class StageCounts:
     computed: int | None = None  # items computed by this process (0: all were cached)
     failed: int | None = None    # items whose evidence could not be obtained (`<stage>.failed.jsonl`)
     damaged: int | None = None   # records dropped with a damaged HDF5 shard, recomputed
-    sharded: int | None = None   # items computed by shard workers (haldet.executors)
+    sharded: int | None = None   # items computed by shard workers (haldet.flow.ray_executor)
 
     def add_failed(self, n: int) -> None:
         self.failed = (self.failed or 0) + n

@@ -1,10 +1,10 @@
 """Suites: neighbouring benchmarks hosted on the same store, stages, detectors and reports.
 
-A suite is one class with one decorator. It names its datasets (registered adapters), its protocol (`provided`:
-the responses ship with the data and are teacher-forced through the proxy model; `generate`: answers are
-generated and judged as in the main benchmark), the levels it evaluates (`response`, `entity`, `sentence`,
-`claim`, ...), its default detectors, its metrics and its table layouts, how items are split (`grouped`: a
-seeded 60/20/20 split of items, never of units, grouped by `group_of`; `given`: the dataset's own
+A suite is one class with one decorator. It names its datasets (registered adapters), where its answers come from
+(`answer_source`: `provided`, the responses ship with the data and are teacher-forced through the proxy model;
+`generate`, answers are generated and judged as in the main benchmark), the levels it evaluates (`response`,
+`entity`, `sentence`, `claim`, ...), its default detectors, its metrics and its table layouts, how items are split
+(`grouped`: a seeded 60/20/20 split of items, never of units, grouped by `group_of`; `given`: the dataset's own
 `Instance.split`; `none`: every item is a test item, for runs that fit nothing), and run settings under which
 the user's config file and flags lie:
 
@@ -17,7 +17,8 @@ the user's config file and flags lie:
         detectors = ("likelihood", "entropy")
         tables = (TableLayout("Table 2", metrics=("auroc", "aupr")),)
 
-`haldet run --suite my_suite` then runs it (`haldet suites list` shows every suite).
+`haldet run --suite my_suite` then runs it (`haldet suites list` shows every suite). A suite folder with a
+`commands.py` module (a typer `app`) adds the command group `haldet <folder> ...` (`haldet.suites.groups`).
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ class Suite:
     paper: ClassVar[str] = ""                     # where its protocol is defined (seed file or citation)
     description: ClassVar[str] = ""
     datasets: ClassVar[tuple[str, ...]] = ()
-    protocol: ClassVar[str] = "provided"          # "provided" | "generate"
+    answer_source: ClassVar[str] = "provided"     # "provided" | "generate"
     levels: ClassVar[tuple[str, ...]] = ("response",)
     detectors: ClassVar[tuple[str, ...]] = ()
     optional: ClassVar[tuple[str, ...]] = ()      # the paper's detectors run only when named (--detector):
@@ -73,9 +74,9 @@ class Suite:
 
     def __init__(self) -> None:
         bad = [lv for lv in self.levels if lv not in LEVELS]
-        if bad or self.protocol not in ("provided", "generate") or self.splits not in SPLIT_POLICIES:
-            raise ValueError(f"suite {self.name!r}: levels must be among {LEVELS} (got {bad}), protocol provided|"
-                             f"generate (got {self.protocol!r}), splits {'|'.join(SPLIT_POLICIES)} (got "
+        if bad or self.answer_source not in ("provided", "generate") or self.splits not in SPLIT_POLICIES:
+            raise ValueError(f"suite {self.name!r}: levels must be among {LEVELS} (got {bad}), answer_source provided|"
+                             f"generate (got {self.answer_source!r}), splits {'|'.join(SPLIT_POLICIES)} (got "
                              f"{self.splits!r})")
 
     def config_base(self) -> dict[str, Any]:
@@ -102,6 +103,10 @@ class Suite:
     def split_policy(self, config: Any) -> str:
         """How a run's items are split (default: `splits`; a suite may decide from the run's detectors)."""
         return self.splits
+
+    def check_data(self, instances: list[Instance], config: Any, where: str) -> None:
+        """Refuse, before any work, data the suite cannot evaluate under `config` (one `HaldetError` naming
+        `where` the data came from). Default: accept."""
 
     def prepare_instances(self, instances: list[Instance], backend: Any, config: Any) -> list[Instance]:
         """The loaded instances as the suite feeds them to the model (e.g. a long context fitted to the window,
@@ -146,7 +151,7 @@ class Suite:
     @classmethod
     def info(cls) -> dict[str, Any]:
         return {"name": cls.name, "title": cls.title, "paper": cls.paper, "datasets": list(cls.datasets),
-                "protocol": cls.protocol, "levels": list(cls.levels), "detectors": list(cls.detectors),
+                "protocol": cls.answer_source, "levels": list(cls.levels), "detectors": list(cls.detectors),
                 "optional_detectors": list(cls.optional), "tables": [t.title for t in cls.tables],
                 "other_outputs": [{"table": t, "written_by": w} for t, w in cls.outputs],
                 "splits": cls.splits, "params": dict(cls.params), "description": cls.description}
@@ -163,3 +168,4 @@ def get_suite(name: str, where: str = "--suite") -> Suite:
         return SUITES.get(name, where=where)()
     except ValueError as exc:
         raise HaldetError(str(exc), where=f"suite {name}", hint="fix the suite class's attributes") from None
+

@@ -41,7 +41,7 @@ class HalluEntitySuite(Suite):
     paper = "seeds/halluentity.txt (Yeh et al., 2025)"
     description = "Given ChatGPT biographies, entity labels; token scores from a proxy model, averaged per entity."
     datasets = ("halluentity",)
-    protocol = "provided"
+    answer_source = "provided"
     levels = ("entity",)
     detectors = ("likelihood", "entropy", "ccp", "unit_sar", "focus")
     tables = (TableLayout("Tables 2/3 (entity level)", metrics=HALLUENTITY_METRICS),

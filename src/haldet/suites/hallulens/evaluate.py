@@ -10,8 +10,8 @@ Layout of the output directory:
     OUT/<model>/seed-<s>/<task>.failed.jsonl    judge steps that failed after retries (rerun retries them)
     OUT/<model>/detection/<task>.jsonl          detection set: prompt, response, label (+ claim units for LongWiki)
 Target answers come from greedy decoding with the model's chat template and no system prompt (paper appendix C:
-temperature 0, top-p 1), through the local transformers backend or, for `openai:<model>`, any OpenAI-compatible
-endpoint.
+temperature 0, top-p 1), through the backend `haldet.backends.select` picks for the model (`target.Target`): the
+local transformers backend, vLLM, or for `openai:<model>` any OpenAI-compatible endpoint.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from haldet.backends.structured import CallFailure, Request
-from haldet.config import JudgeConfig, digest
+from haldet.backends.structured import CallFailure
+from haldet.config import digest
 from haldet.errors import HaldetError
 from haldet.store import StageLog, atomic_path, atomic_write_text, read_json
 from haldet.suites.hallulens.build import Item
@@ -41,6 +41,7 @@ from haldet.suites.hallulens.rates import (
     rates_by_decile,
 )
 from haldet.suites.hallulens.sets import MANIFEST, read_items, trial_dirs
+from haldet.suites.hallulens.target import Target
 from haldet.util.assets import file_sha256
 from haldet.util.versions import library_versions
 
@@ -50,43 +51,6 @@ ProgressFactory = Callable[[str, int], Callable[[int], None]]
 
 def slug(model: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", model).strip("_") or "model"
-
-
-class Target:
-    """A tested model: `openai:<name>` (endpoint from `base_url`) or a local hf id / alias / path."""
-
-    def __init__(self, spec: str, *, base_url: str | None = None, api_key_env: str = "OPENAI_API_KEY",
-                 concurrency: int = 8, backend: Any = None) -> None:
-        self.spec = spec
-        self.remote = spec.startswith("openai:")
-        self._backend = backend
-        if self.remote:
-            cfg = JudgeConfig(backend="openai", model=spec.split(":", 1)[1], base_url=base_url, json_mode=False,
-                              api_key_env=api_key_env, concurrency=concurrency)
-            self._llm = StructuredLLM(cfg, option="--model")
-
-    def fingerprint(self) -> Any:
-        if self.remote:
-            return ["openai", self.spec, self._llm.config.base_url]
-        return ["hf", self.spec, self.backend.fingerprint()]
-
-    @property
-    def backend(self) -> Any:
-        if self._backend is None:
-            from haldet.backends.hf.backend import HFBackend
-
-            self._backend = HFBackend(self.spec)
-        return self._backend
-
-    def answer(self, prompts: Sequence[str], max_new_tokens: int, progress: Callable[[int], None] | None) -> list[
-            str | CallFailure]:
-        if self.remote:
-            outs = self._llm.ask([Request([{"role": "user", "content": p}], str, max_tokens=max_new_tokens)
-                                  for p in prompts], progress)
-            return [o.value if not isinstance(o, CallFailure) else o for o in outs]
-        rendered = [self.backend.render_chat([{"role": "user", "content": p}]) for p in prompts]
-        outs = self.backend.generate(rendered, max_new_tokens=max_new_tokens, batch_size=8, progress=progress)
-        return [o.text.strip() for o in outs]
 
 
 def answer_items(target: Target, items: Sequence[Item], path: Path, max_new_tokens: int,

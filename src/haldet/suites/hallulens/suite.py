@@ -26,7 +26,7 @@ class HalluLensSuite(Suite):
     description = ("Answers judged by `haldet hallulens evaluate` (--data-dir OUT/<model>/detection); "
                    "refusing a non-existent entity is correct, accepting it a hallucination.")
     datasets = ("hallulens_precisewikiqa", "hallulens_nonexistent")
-    protocol = "provided"
+    answer_source = "provided"
     levels = ("response",)
     detectors = ("perplexity", "likelihood", "entropy")
     tables = (TableLayout("Response level", metrics=METRICS),)
@@ -40,7 +40,7 @@ class HalluLensLongWikiSuite(Suite):
     description = ("LongWiki answers judged by `haldet hallulens evaluate`; claim units sit at the offsets of "
                    "the sentence they were extracted from.")
     datasets = ("hallulens_longwiki",)
-    protocol = "provided"
+    answer_source = "provided"
     levels = ("response", "claim")
     detectors = ("likelihood", "entropy")
     tables = (TableLayout("Response level", metrics=METRICS, level="response"),

@@ -47,7 +47,7 @@ class ResponsesSuite(Suite):
     description = ("Responses you bring (a file or a DataFrame), teacher-forced through the model; scores for every "
                    "item, metrics where labelled.")
     datasets = ("responses",)
-    protocol = "provided"
+    answer_source = "provided"
     levels = ("response",)
     detectors = ("perplexity",)
     splits = "grouped"
@@ -70,10 +70,13 @@ class ResponsesSuite(Suite):
         """Every item is a test item when nothing is fitted; a seeded 60/20/20 item split when something is."""
         return "grouped" if trained_detectors(config) else "none"
 
+    def check_data(self, instances: list[Instance], config: Any, where: str) -> None:
+        """A trained detector on unlabelled responses: refused."""
+        check_labels(config, sum(1 for i in instances if i.units_of("response")[0].binary is not None), where=where)
+
     def prepare_instances(self, instances: list[Instance], backend: Any, config: Any) -> list[Instance]:
         """Refuse a trained detector on unlabelled responses before the model reads them."""
-        check_labels(config, sum(1 for i in instances if i.units_of("response")[0].binary is not None),
-                     where=f"dataset {self.datasets[0]} ({len(instances)} items)")
+        self.check_data(instances, config, where=f"dataset {self.datasets[0]} ({len(instances)} items)")
         return instances
 
     def unit_metrics(self, level: str, test: UnitData, val: UnitData | None, *, n_boot: int, ci: float,

@@ -77,7 +77,7 @@ class TriviaPlusSuite(Suite):
                    "regimes, length strata; LLM-as-a-judge, SelfCheck and proxy-model detectors.")
     # + its Table 4 companions as given responses: HaluEval's prompted hallucinations, RAGTruth-QA, Dolly (NC)
     datasets = ("triviaplus", "halueval_qa_pairs", "ragtruth_qa", "dolly_nc")
-    protocol = "provided"
+    answer_source = "provided"
     levels = ("response",)
     detectors = ("llm_judge", "llm_judge_fs", "selfcheck_bertscore", "perplexity", "saplma")
     # a prompt-optimisation loop, a LoRA-tuned classifier model, an every-layer attention pass: named to run
@@ -116,7 +116,7 @@ class TriviaPlusSuite(Suite):
         wanted = self.options(config)["train_labels"] or [CLEAN]
         return [check_regime(r) for r in ([wanted] if isinstance(wanted, str) else wanted)]
 
-    # --- hooks of the suite runner ------------------------------------------------------------------------------
+    # --- hooks the run flow calls ----------------------------------------------------------------------------------
     def html_section(self, rows: list[dict[str, Any]], figures: FigureSet | None = None) -> str:
         """Every TRIVIA+ table of suite_tables.md (Tables 3-6, 8-12, the measured label noise) in the HTML report,
         with the reason when Table 12 could not be computed (the HTML tables carry no note column)."""

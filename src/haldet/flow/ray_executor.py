@@ -3,10 +3,10 @@ tasks with declared resources (optional extra `ray`; docs/backends.md).
 
 Nothing here schedules or talks RPC itself: Ray places the tasks; every task writes through the same store contract
 as the serial run (per-item keyed records, appends under the cell's stage lock, HDF5 shards renamed into place), so
-a Ray run equals the serial run item for item. A cell task runs `haldet.flow.cell.guarded_cell` on a worker; when one
-of its
-evidence stages (generate, sample, auxiliary, features) has more than `shard_size` items to compute, the stage hands
-them to `ShardRunner`, which runs one Ray task per shard and waits. A shard task recomputes only what its items
+a Ray run equals the serial run item for item (`haldet.flow.executors` holds the serial executor and the signature
+both share). A cell task runs `haldet.flow.cell.guarded_cell` on a worker; when one of its evidence stages
+(generate, sample, auxiliary, features) has more than `shard_size` items to compute, the stage hands them to
+`ShardRunner`, which runs one Ray task per shard and waits. A shard task recomputes only what its items
 lack, so when a worker dies mid-shard Ray retries the task (`max_retries`) and the retry computes exactly the items
 the dead worker had not written: no duplicates, nothing lost. Whatever a shard still could not compute is computed
 by the cell itself afterwards (the ordinary serial path).
@@ -29,6 +29,10 @@ from typing import Any
 from haldet.config import RunConfig
 from haldet.errors import HaldetError
 from haldet.flow.cell import CellResult, guarded_cell, prepare_cell, scenario_of
+from haldet.stages.base import SHARD_RUNNER, Progress, no_progress
+from haldet.stages.generate import GenerateStage, attach_generations
+from haldet.stages.plan import stage_class
+from haldet.store import RunStore
 from haldet.util.locking import notify
 
 SHARD_SIZE = 32  # items per evidence-stage shard task (override: $HALDET_RAY_SHARD_SIZE)
@@ -74,10 +78,13 @@ def connect(address: str | None) -> Any:
     return ray
 
 
-def ray_cells(config: RunConfig, out: Path, previous: dict[tuple[Any, Any], Any], *,
-              address: str | None = None, shard_size: int | None = None) -> Iterator[Any]:
-    """Every cell as a Ray task; yields each `CellResult` as it finishes (the driver writes results/manifest)."""
-    shard_size = shard_size or int(os.environ.get("HALDET_RAY_SHARD_SIZE") or SHARD_SIZE)
+def ray_cells(config: RunConfig, store: RunStore, previous: dict[tuple[Any, Any], Any], progress: Progress, *,
+              address: str | None = None) -> Iterator[CellResult]:
+    """Every cell as a Ray task; yields each `CellResult` as it finishes (the driver writes results/manifest).
+    `progress` bars cannot cross to the workers: the driver prints a line per finished cell and every
+    `PROGRESS_SECONDS` instead."""
+    out = store.root
+    shard_size = int(os.environ.get("HALDET_RAY_SHARD_SIZE") or SHARD_SIZE)
     ray = connect(address)
     shard_size = shard_size if can_shard(config, ray.cluster_resources()) else 0
     task = ray.remote(max_retries=TASK_RETRIES)(_cell_task).options(**resources(config))
@@ -115,9 +122,6 @@ def ray_cells(config: RunConfig, out: Path, previous: dict[tuple[Any, Any], Any]
 def _cell_task(cfg: dict[str, Any], out: str, dataset: str, model: str, previous: dict[str, Any] | None,
                shard_size: int, single: bool) -> Any:
     """One cell on a Ray worker, its evidence stages sharded over further tasks."""
-    from haldet.stages.base import SHARD_RUNNER, no_progress
-    from haldet.store import RunStore
-
     config = RunConfig.model_validate(cfg)
     token = SHARD_RUNNER.set(ShardRunner(cfg, out, dataset, model, shard_size) if shard_size else None)
     try:
@@ -160,11 +164,6 @@ def _shard_task(cfg: dict[str, Any], out: str, dataset: str, model: str, stage_n
                 ids: list[str]) -> tuple[int, int]:
     """Compute one shard of a stage on a worker: only the items of `ids` that lack a current record.
     Returns (items computed, items that failed)."""
-    from haldet.stages.base import no_progress
-    from haldet.stages.generate import GenerateStage, attach_generations
-    from haldet.stages.plan import stage_class
-    from haldet.store import RunStore
-
     config = RunConfig.model_validate(cfg)
     _, ctx, items = prepare_cell(config, RunStore(Path(out)), dataset, model, no_progress, {})
     wanted = set(ids)

@@ -1,5 +1,7 @@
-"""`haldet hallulens build|evaluate`: construct the shared test sets, then evaluate models on them (the
-HalluLens suite's own protocol, `haldet.suites.hallulens`)."""
+"""`haldet hallulens build|evaluate`: construct the shared test sets, then evaluate models on them (HalluLens's own
+protocol, this folder's other modules). The suite's command group: the CLI finds it by this folder's name
+(`haldet.suites.groups.command_groups`) and imports nothing else of the folder; the suite's modules are imported
+when a command runs."""
 
 from __future__ import annotations
 
@@ -8,18 +10,18 @@ from typing import Annotated, Any
 
 import typer
 
-from haldet.cli.console import console, exit_on_failures, out_console, progress_bars
-from haldet.cli.options import DEFAULT_LLM_BACKEND, LLMBackendHelp
-from haldet.config import JudgeConfig, split_names
+from haldet.config import DEFAULT_LLM_BACKEND, LLM_BACKEND_HELP, JudgeConfig, RunConfig, split_names
 from haldet.errors import HaldetError
+from haldet.presets import load_preset
 from haldet.store import RunStore
+from haldet.util.console import console, exit_on_failures, out_console, progress_bars
 
 app = typer.Typer(help="HalluLens (PreciseWikiQA, LongWiki, NonExistentRefusal): build seeded shared test sets, "
                        "evaluate models with the HalluLens judges, Table 2-shaped rates. See docs/suites.md.")
 
 AllowFailures = typer.Option("--allow-failures", help="Exit 0 even when some items could not be answered or "
                                                       "judged; what was done is kept either way.")
-Backend = Annotated[str, typer.Option(help=LLMBackendHelp)]
+Backend = Annotated[str, typer.Option(help=LLM_BACKEND_HELP)]
 
 
 def _llm_config(backend: str, model: str | None, base_url: str | None, retries: int, max_tokens: int) -> JudgeConfig:
@@ -36,8 +38,6 @@ def preset_defaults(ctx: typer.Context, preset: str | None, command: str) -> dic
     option the command does not have is an error naming the preset file."""
     if not preset:
         return {}
-    from haldet.presets import load_preset
-
     found = load_preset(preset).hallulens_commands.get(command, {})
     unknown = sorted(set(found) - set(ctx.params))
     if unknown:
@@ -54,8 +54,6 @@ def preset_record(preset: str | None) -> dict[str, str] | None:
     """The preset's name, hash and file as the set's build.json / the results.json record it (None: no preset)."""
     if not preset:
         return None
-    from haldet.presets import load_preset
-
     return load_preset(preset).record()
 
 
@@ -173,6 +171,8 @@ def evaluate(
     out: Annotated[Path, typer.Option(help="Output folder (answers, judgements, rates, detection sets).")],
     model: Annotated[list[str], typer.Option(help="Tested model(s): hf id/alias/path, or openai:<name>.")],
     model_base_url: Annotated[str | None, typer.Option(help="Endpoint for openai:<name> models.")] = None,
+    device: Annotated[str | None, typer.Option(help="Where local tested models run: auto, cpu, cuda, cuda:1 ...")
+                      ] = None,
     task: Annotated[list[str] | None, typer.Option(help="Tasks to evaluate (default: all in the set).")] = None,
     judge_model: Annotated[str | None, typer.Option(help="LLM judge (without one only rule judges decide; "
                                                    "the rest is listed as failed).")] = None,
@@ -199,10 +199,11 @@ def evaluate(
     left out of the rates; a rerun retries exactly those."""
     from rich.table import Table
 
-    from haldet.suites.hallulens.evaluate import MAX_NEW_TOKENS, TASK_TITLES, Target, table_rows
+    from haldet.suites.hallulens.evaluate import MAX_NEW_TOKENS, TASK_TITLES, table_rows
     from haldet.suites.hallulens.evaluate import evaluate as run_eval
     from haldet.suites.hallulens.llm import StructuredLLM
     from haldet.suites.hallulens.prompts import Prompts
+    from haldet.suites.hallulens.target import Target
 
     given = preset_defaults(ctx, preset, "evaluate")
     k = int(given.get("k", k))
@@ -213,7 +214,8 @@ def evaluate(
     task_judges = {t: StructuredLLM(_llm_config(judge_backend, m, judge_base_url, retries, 256),
                                     cache=out / "judge_cache.jsonl", option="--task-judge")
                    for t, m in parse_task_judges(task_judge or [], TASK_TITLES).items()}
-    targets = [Target(m, base_url=model_base_url) for m in split_names(model)]
+    settings = RunConfig(**({"device": device} if device else {}))  # the backend settings of every tested model
+    targets = [Target(m, config=settings, base_url=model_base_url) for m in split_names(model)]
     budgets = {t: max_new_tokens for t in MAX_NEW_TOKENS} if max_new_tokens else None
     with RunStore(out).lock(), progress_bars() as make:  # one writer per folder: no answer or judgement twice
         results = run_eval(set_dir, out, targets=targets, judge=judge, tasks=split_names(task) or None,

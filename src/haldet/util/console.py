@@ -1,5 +1,6 @@
-"""What every command module shares for output: the two consoles, error lines, progress displays, the failure
-summary and the JSON/table printers. Command modules import this, never `haldet.cli` (which imports them)."""
+"""What every command shares for output: the two consoles, error lines, progress displays, the failure summary and
+the JSON/table printers. Below the suites so that a suite's own commands (`suites/<name>/commands.py`) print like
+haldet's; command modules import this, never `haldet.cli` (which imports them)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,9 @@ from typing import Any
 import typer
 from rich.console import Console
 from rich.table import Table
+
+EXIT_FAILURES = 1  # the exit status of a command that finished with failures it did not accept
+ALLOW_HINT = "rerun to retry only the failed items, or pass --allow-failures to accept a partial result"
 
 console = Console(stderr=True, emoji=False)  # model specs like openai:m: must not turn into emoji
 out_console = Console(emoji=False)
@@ -32,9 +36,7 @@ def progress_bars() -> Iterator[Callable[[str, int], Callable[[int], None]]]:
 
 
 def exit_on_failures(failures: list[str], allow: bool) -> None:
-    """The closing summary of what failed (`haldet.cli.outcome`); exit status 1 unless `--allow-failures`."""
-    from haldet.cli.outcome import ALLOW_HINT, EXIT_FAILURES
-
+    """The closing summary of what failed (e.g. `haldet.cli.outcome`'s); exit status 1 unless `--allow-failures`."""
     if not failures:
         return
     color = "yellow" if allow else "red"
