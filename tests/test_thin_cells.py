@@ -112,7 +112,7 @@ def test_the_python_api_warns_on_a_thin_cell_and_the_note_says_it(monkeypatch: p
     caveat in every row's `note` (the column a reader looks at), not only in the `thin` column."""
     import haldet
 
-    monkeypatch.setattr(pipeline, "make_backend", lambda model, config: TenBackend(model))
+    monkeypatch.setattr(haldet.flow.cell, "make_backend", lambda model, config: TenBackend(model))
     config = haldet.load_config(None, datasets=["gsm8k"], data_dir=str(FIX), detectors=["perplexity"], limit=3)
     with pytest.warns(haldet.ThinCellWarning, match=r"gsm8k \| smollm2-135m: thin test split"):
         rows, _ = haldet.run(config, tmp_path / "r")
