@@ -4,10 +4,10 @@ Confidence and Consistency"): the answer's own uncertainty multiplied by how muc
 U_CoCoA(y*) = u(y*) * (1/M) sum_i (1 - s(y*, y_i)) over the M non-empty samples y_i, with u the answer's
 confidence-based uncertainty (variants): "msp" -log P(y* | x) = -sum_t log p_t; "ppl" the log-perplexity
 -(1/T) sum_t log p_t; "entropy" the mean token entropy (1/T) sum_t H_t of the answer (ANSWER_ENTROPIES, from the
-generate stage's token pass). s is a lexical similarity, so the method runs without any model: ROUGE-L F1 (`similarity` "rougeL", default; rouge-score, stemmed) or the
-Jaccard similarity of word sets ("jaccard"), taken from the shared relation matrix of answer + samples
-(`haldet.detectors._relations`). The paper's default s is a cross-encoder similarity; the lexical choice is named
-in every score's identity."""
+generate stage's token pass). s is a lexical similarity, so the method runs without any model: ROUGE-L F1
+(`similarity` "rougeL", default; rouge-score, stemmed) or the Jaccard similarity of word sets ("jaccard"), taken
+from the shared relation matrix of answer + samples (`haldet.detectors._relations`). The paper's default s is a
+cross-encoder similarity; the lexical choice is part of every score's identity."""
 
 from __future__ import annotations
 
