@@ -165,6 +165,27 @@ def test_relation_matrices_are_kept_per_item(monkeypatch) -> None:  # type: igno
     assert _relations.jaccard("A b", "a C") == pytest.approx(1 / 3)
 
 
+def _binary_entropy_of_two_nodes(w: float, t: float) -> float:
+    # L = [[w, -w], [-w, w]] (eigenvalues 0, 2w): expm(-tL) = 1/2 [[1 + e, 1 - e], [1 - e, 1 + e]], e = exp(-2tw);
+    # unit diagonal gives off-diagonal c = (1 - e)/(1 + e) = tanh(tw); / 2 has eigenvalues (1 +- c)/2
+    p = (1 + math.tanh(t * w)) / 2
+    return -(p * math.log(p) + (1 - p) * math.log(1 - p))
+
+
+def test_kle_heat_kernel_entropy_by_hand(nli) -> None:  # type: ignore[no-untyped-def]
+    A, B = "Paris it is.", "It is Lyon."
+    nli({(A, B): [0.8, 0.1, 0.1], (B, A): [0.4, 0.2, 0.4]})
+    v = view(["r", "r"], {Signal.SAMPLES: [["a b", "a c"], ["x", "y", "z"]]})
+    values, _ = scores("kle", v, variant="jaccard")
+    assert values[0] == pytest.approx(_binary_entropy_of_two_nodes(1 / 3, 0.3))
+    assert values[1] == pytest.approx(math.log(3))  # no edges: K = I/3, the maximum entropy
+    assert scores("kle", v, variant="jaccard", scale=True)[0][1] == pytest.approx(1.0)
+    # f_AB = 0.8 + 0.5 * 0.1, f_BA = 0.4 + 0.5 * 0.2: W_AB = 0.675
+    w = view(["r"], {Signal.SAMPLES: [[A, B]]})
+    assert scores("kle", w, nli_model="table", fallback=None)[0][0] == pytest.approx(
+        _binary_entropy_of_two_nodes(0.675, 0.3))
+
+
 # ------------------------------------------------------------------------------------------------ n-gram
 def test_selfcheck_ngram_unigram_of_samples_and_answer() -> None:
     # counts over "a b a" + "a c": a 3, b 1, c 1 (N = 5); the answer's tokens: a, b, a
