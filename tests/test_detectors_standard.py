@@ -247,7 +247,7 @@ def test_mahalanobis_needs_correct_training_answers_and_picks_a_layer_on_validat
     det.fit(few, None)
     out = det.score(few.subset(range(3), with_labels=False))
     assert np.isnan(out.values).all() and "only 5 valid training answers judged correct" in out.reasons[0]
-    train = _hidden_view(CORRECT + [(5.0, 5.0), (4.0, 6.0)], [0] * 12 + [1] * 2)
+    train = _hidden_view([*CORRECT, (5.0, 5.0), (4.0, 6.0)], [0] * 12 + [1] * 2)
     val = _hidden_view([(0.5, 0.5), (-0.5, 1.0), (6.0, 6.0), (5.0, 4.0)], [0, 0, 1, 1])
     chosen = DETECTORS.get("mahalanobis")(layer="val")
     chosen.fit(train, val)
