@@ -81,7 +81,7 @@ def test_msp_is_the_negative_sequence_log_probability() -> None:
 
 def test_min_token_probability() -> None:
     v = view(["a b", "c"], {}, logprobs=[[-0.1, math.log(0.25)], [0.0]])
-    values, _ = scores("min_token_prob", v)
+    values, _ = scores("min_probability", v)
     assert values.tolist() == pytest.approx([0.75, 0.0])
 
 

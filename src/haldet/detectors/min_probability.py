@@ -1,4 +1,4 @@
-"""Minimum token probability (a common gray-box baseline, e.g. uqlm's "min_probability" scorer and the token-level
+"""Minimum token probability (a common gray-box baseline, e.g. uqlm's scorer of the same name and the token-level
 "Min" aggregation of Manakul et al. 2023): an answer is as doubtful as its least likely token."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from haldet.detectors.msp import answer_logprobs
 from haldet.signals import Signal, SignalView
 
 
-@register("min_token_prob")
+@register("min_probability")
 class MinTokenProbability(Detector):
     """s = 1 - min_t p(y_t | y_<t, x) over the answer tokens (in [0, 1]; higher = a less likely weakest token)."""
 
