@@ -180,10 +180,10 @@ def test_kle_heat_kernel_entropy_by_hand(nli) -> None:  # type: ignore[no-untype
     assert values[0] == pytest.approx(_binary_entropy_of_two_nodes(1 / 3, 0.3))
     assert values[1] == pytest.approx(math.log(3))  # no edges: K = I/3, the maximum entropy
     assert scores("kle", v, variant="jaccard", scale=True)[0][1] == pytest.approx(1.0)
-    # f_AB = 0.8 + 0.5 * 0.1, f_BA = 0.4 + 0.5 * 0.2: W_AB = 0.675
+    # f_AB = 0.8 + 0.5 * 0.1, f_BA = 0.4 + 0.5 * 0.2: W_AB = f_AB + f_BA = 1.35
     w = view(["r"], {Signal.SAMPLES: [[A, B]]})
     assert scores("kle", w, nli_model="table", fallback=None)[0][0] == pytest.approx(
-        _binary_entropy_of_two_nodes(0.675, 0.3))
+        _binary_entropy_of_two_nodes(1.35, 0.3))
 
 
 # ------------------------------------------------------------------------------------------------ n-gram

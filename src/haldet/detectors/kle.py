@@ -2,9 +2,10 @@
 Uncertainty Quantification for LLMs from Semantic Similarities"): the von Neumann entropy of a heat kernel over the
 samples' semantic graph, a semantic entropy that also counts how close the meanings are.
 
-Graph over the m non-empty samples: variant "nli" (the paper's) W_jk = (f_jk + f_kj) / 2 with
-f_jk = P(entailment | s_j, s_k) + 0.5 P(neutral | s_j, s_k) (the paper's weights w = (1, 0.5, 0) on the NLI
-output, here its probabilities); variant "jaccard" (offline) W = the word-set Jaccard similarities. Laplacian
+Graph over the m non-empty samples: variant "nli" (the paper's) W_jk = f_jk + f_kj, both directions summed,
+with f_jk = P(entailment | s_j, s_k) + 0.5 P(neutral | s_j, s_k) (the paper's weights w = (1, 0.5, 0) on the NLI
+output, here its probabilities, as lm-polygraph 0.7.0 computes them); variant "jaccard" (offline) W = the
+word-set Jaccard similarities. Laplacian
 L = D - W, heat kernel K = expm(-t L) (t = `t`, 0.3 as lm-polygraph's default), scaled to unit diagonal and divided
 by m (unit trace: a density matrix), KLE = -tr(K log K) = -sum_i mu_i log mu_i over K's eigenvalues (natural log;
 0 log 0 = 0). `scale` divides by log m (lm-polygraph's default; off here, as in the paper).
@@ -40,7 +41,7 @@ def heat_kernel_entropy(W: np.ndarray, t: float) -> float:
 @register("kle")
 class KernelLanguageEntropy(GraphDetector):
     variants: ClassVar[dict[str, str]] = {
-        "nli": "W = symmetrised P(entailment) + 0.5 P(neutral) from the NLI model (the paper's graph)",
+        "nli": "W = P(entailment) + 0.5 P(neutral), both directions summed, from the NLI model (the paper's graph)",
         "jaccard": "W = Jaccard similarity of the samples' word sets (no model)",
     }
     defaults: ClassVar[dict[str, Any]] = {**GraphDetector.defaults, "variant": "nli", "t": 0.3, "scale": False}
@@ -50,6 +51,6 @@ class KernelLanguageEntropy(GraphDetector):
             W = relation
         else:
             f = relation[..., ENTAILMENT] + 0.5 * relation[..., NEUTRAL]
-            W = (f + f.T) / 2.0
+            W = f + f.T
         value = heat_kernel_entropy(W, float(self.params["t"]))
         return value / np.log(len(W)) if self.params["scale"] else value
