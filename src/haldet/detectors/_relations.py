@@ -83,6 +83,8 @@ def relation_matrices(det: Detector, kind: str, groups: Sequence[Sequence[str]],
     NLI detectors carry `nli_model`, `fallback`, `batch_size`, `max_length` and `device` parameters."""
     if kind not in KINDS:
         raise ValueError(f"unknown relation kind {kind!r}; known: {', '.join(KINDS)}")
+    if not groups:
+        return []  # nothing to relate: no model is loaded
     settings = _settings(det, kind)
     keys = [(kind, settings, tuple(g)) for g in groups]
     missing = [k for k in dict.fromkeys(keys) if k not in _MEMORY]
