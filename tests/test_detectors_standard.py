@@ -153,6 +153,21 @@ def test_graph_measures_with_nli_weights_and_the_pairs_asked_once(nli) -> None: 
     assert sorted(model.seen) == sorted([(A, B), (B, A)])  # four detectors, each ordered pair asked once
 
 
+def test_graph_nli_reuses_the_pairs_semantic_entropy_asked(nli) -> None:  # type: ignore[no-untyped-def]
+    """With the question in the NLI texts (semantic entropy's input), the graph methods ask the model nothing new."""
+    A, B, C = "Q? Paris", "Q? Lyon", "Q? Paris."
+    table = {(x, y): [0.6, 0.3, 0.1] for x in (A, B, C) for y in (A, B, C) if x != y}
+    model = nli(table)
+    v = view(["r"], {Signal.SAMPLES: [["Paris", "Lyon", "Paris."]], Signal.SAMPLE_LOGLIKS: [None]})
+    scores("semantic_entropy", v, nli_model="table", fallback=None)
+    asked = len(model.seen)
+    assert asked == 6  # every ordered pair of three distinct texts, once
+    for name in ("eigv", "ecc", "deg"):
+        scores(name, v, variant="nli_entail", include_question=True, nli_model="table", fallback=None)
+    scores("kle", v, include_question=True, nli_model="table", fallback=None)
+    assert len(model.seen) == asked
+
+
 def test_relation_matrices_are_kept_per_item(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     _relations.clear_memory()
     calls = []
