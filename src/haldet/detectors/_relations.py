@@ -59,38 +59,44 @@ def _remember(key: tuple[Any, ...], value: np.ndarray) -> None:
         _MEMORY.popitem(last=False)
 
 
-def _lexical(kind: str, texts: Sequence[str], use_stemmer: bool) -> np.ndarray:
+def _lexical(kind: str, texts: Sequence[str], use_stemmer: bool, rows: int | None = None) -> np.ndarray:
     n = len(texts)
     out = np.full((n, n), np.nan)
     score: Any = jaccard
     if kind == "rougeL":
-        from rouge_score import rouge_scorer
+        from rouge_score import rouge_scorer, tokenizers
 
-        scorer = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=use_stemmer)
+        from haldet.detectors.lexical_similarity import _OnceTokenizer
+
+        scorer = rouge_scorer.RougeScorer(["rougeL"], tokenizer=_OnceTokenizer(
+            tokenizers.DefaultTokenizer(use_stemmer=use_stemmer)))  # each text tokenised once per matrix
         score = lambda a, b: scorer.score(a, b)["rougeL"].fmeasure  # noqa: E731
     for i in range(n):
         if not texts[i]:
             continue
         out[i, i] = 1.0
         for j in range(i + 1, n):
-            if texts[j]:
+            if texts[j] and (rows is None or i < rows):
                 out[i, j] = out[j, i] = 1.0 if texts[i] == texts[j] else float(score(texts[i], texts[j]))
     return out
 
 
-def relation_matrices(det: Detector, kind: str, groups: Sequence[Sequence[str]], label: str = "") -> list[np.ndarray]:
+def relation_matrices(det: Detector, kind: str, groups: Sequence[Sequence[str]], label: str = "",
+                      rows: int | None = None) -> list[np.ndarray]:
     """One relation matrix of `kind` per group of texts (see the module docstring), from memory when known.
-    NLI detectors carry `nli_model`, `fallback`, `batch_size`, `max_length` and `device` parameters."""
+    NLI detectors carry `nli_model`, `fallback`, `batch_size`, `max_length` and `device` parameters.
+    `rows` (lexical kinds): only the entries of the first `rows` texts' rows and columns are computed (the others
+    stay NaN), e.g. 1 when only the answer's relations to its samples are read."""
     if kind not in KINDS:
         raise ValueError(f"unknown relation kind {kind!r}; known: {', '.join(KINDS)}")
     if not groups:
         return []  # nothing to relate: no model is loaded
     settings = _settings(det, kind)
-    keys = [(kind, settings, tuple(g)) for g in groups]
+    keys = [(kind, settings, tuple(g), None if kind == "nli" else rows) for g in groups]
     missing = [k for k in dict.fromkeys(keys) if k not in _MEMORY]
     if kind != "nli":
         for key in missing:
-            _remember(key, _lexical(kind, key[2], *(settings or (False,))))
+            _remember(key, _lexical(kind, key[2], *(settings or (False,)), rows))
     elif missing:
         pairs = list(dict.fromkeys((a, b) for key in missing for a in key[2] for b in key[2]
                                    if a and b and a != b))

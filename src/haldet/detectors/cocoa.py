@@ -74,7 +74,7 @@ class CoCoA(Detector):
                 out.invalid(i, why)
             else:
                 todo.append((i, u, [resp.strip(), *samples]))
-        matrices = relation_matrices(self, self.params["similarity"], [t for _, _, t in todo])
+        matrices = relation_matrices(self, self.params["similarity"], [t for _, _, t in todo], rows=1)
         for (i, u, _), relation in zip(todo, matrices, strict=True):
             out.set(i, u * float(np.mean(1.0 - relation[0, 1:])))
         return out
