@@ -98,15 +98,14 @@ def weights(relation: np.ndarray, similarity: str) -> np.ndarray:
 
 class GraphDetector(Detector):
     """Scores an item from the graph of its non-empty samples; subclasses give `statistic(relation)` and may
-    narrow `variants` (the similarity). Fewer than `min_samples` non-empty samples is invalid."""
+    narrow `variants` (the similarity). Fewer than `min_samples` non-empty samples is invalid. `include_question`
+    (NLI variants only) puts the question before each sample, semantic entropy's NLI input, so the two share pairs."""
 
     requires = frozenset({Signal.SAMPLES})
     auxiliary: ClassVar[dict[str, str]] = {"nli_model": "nli"}
     variants: ClassVar[dict[str, str]] = SIMILARITIES
     defaults: ClassVar[dict[str, Any]] = {"variant": "jaccard", "min_samples": 2, "include_question": False,
                                           **NLI_DEFAULTS}
-    # with the conformance suite's random NLI stand-in every pair may get the same hard decision
-    constant_with_stand_in = "a random stand-in NLI model may link every pair or none"
 
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)
