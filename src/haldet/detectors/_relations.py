@@ -96,7 +96,7 @@ def relation_matrices(det: Detector, kind: str, groups: Sequence[Sequence[str]],
     missing = [k for k in dict.fromkeys(keys) if k not in _MEMORY]
     if kind != "nli":
         for key in missing:
-            _remember(key, _lexical(kind, key[2], *(settings or (False,)), rows))
+            _remember(key, _lexical(kind, key[2], bool(settings and settings[0]), rows))
     elif missing:
         pairs = list(dict.fromkeys((a, b) for key in missing for a in key[2] for b in key[2]
                                    if a and b and a != b))
