@@ -1,0 +1,40 @@
+"""Maximum sequence probability (MSP; the standard sequence-likelihood baseline of the uncertainty literature, e.g.
+Fadeeva et al. 2023, lm-polygraph): how unlikely the model found its own whole answer."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from haldet.detectors.base import Detector, Scores, register
+from haldet.signals import Signal, SignalView
+
+
+def answer_logprobs(value: object) -> tuple[np.ndarray | None, str]:
+    """The answer's token log-probabilities as float64, or None with why they cannot be scored (shared by the
+    token-probability detectors): no tokens, or a non-finite log-probability (a broken pass, never skipped)."""
+    if value is None:
+        return None, "token log-probabilities missing"
+    lp = np.asarray(value, dtype=np.float64).reshape(-1)
+    if lp.size == 0:
+        return None, "empty response"
+    if not np.all(np.isfinite(lp)):
+        return None, "non-finite token log-probability"
+    return lp, ""
+
+
+@register("msp")
+class MaximumSequenceProbability(Detector):
+    """s = -log P(y | x) = -sum_t log p(y_t | y_<t, x) over the answer tokens (no length normalisation: longer
+    answers score higher, as the method defines it; `perplexity` is the normalised form)."""
+
+    requires = frozenset({Signal.TOKEN_LOGPROBS})
+
+    def score(self, items: SignalView) -> Scores:
+        out = Scores.empty(len(items))
+        for i, value in enumerate(items.get(Signal.TOKEN_LOGPROBS)):
+            lp, why = answer_logprobs(value)
+            if lp is None:
+                out.invalid(i, why)
+            else:
+                out.set(i, float(-lp.sum()))
+        return out

@@ -1,0 +1,38 @@
+"""NumSemSets (Lin, Trivedi & Sun 2023, "Generating with Confidence"): the number of semantic sets among the
+samples, the connected components of the graph linking equivalent samples.
+
+Variant "nli" (the paper's): two samples are equivalent when the NLI model finds entailment more likely than
+contradiction in both directions. Variant "jaccard" (offline; haldet's lexical stand-in, not in the paper): two
+samples are equivalent when the Jaccard similarity of their word sets is at least `jaccard_threshold` (0.5).
+Sets are connected components (equivalence is made transitive), as lm-polygraph computes them."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+
+from haldet.detectors._graph import GraphDetector, num_sets
+from haldet.detectors.base import register
+from haldet.models.nli import CONTRADICTION, ENTAILMENT
+
+
+@register("num_sem_sets")
+class NumSemSets(GraphDetector):
+    """U_NumSet = number of connected components of the equivalence graph of the non-empty samples."""
+
+    variants: ClassVar[dict[str, str]] = {
+        "jaccard": "linked when the word-set Jaccard similarity >= jaccard_threshold (no model; not in the paper)",
+        "nli": "linked when P(entailment) > P(contradiction) in both directions (the paper's rule)",
+    }
+    defaults: ClassVar[dict[str, Any]] = {**GraphDetector.defaults, "jaccard_threshold": 0.5}
+    # with the conformance suite's random NLI stand-in every pair may get the same hard decision
+    constant_with_stand_in = "a random stand-in NLI model may link every pair or none"
+
+    def statistic(self, relation: np.ndarray) -> float:
+        if self.params["variant"] == "jaccard":
+            linked = relation >= float(self.params["jaccard_threshold"])
+        else:
+            forward = relation[..., ENTAILMENT] > relation[..., CONTRADICTION]
+            linked = forward & forward.T
+        return float(num_sets(linked))
