@@ -17,7 +17,7 @@ import pytest
 from haldet.detectors import _consistency, _relations
 from haldet.detectors._graph import degree, eccentricity, eigv, laplacian
 from haldet.detectors.base import DETECTORS
-from haldet.models.nli import PairModel
+from haldet.models.pairs.base import PairModel
 from haldet.schema import Generation, Instance
 from haldet.signals import Signal, SignalView
 

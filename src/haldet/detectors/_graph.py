@@ -28,7 +28,7 @@ import numpy as np
 from haldet.detectors._consistency import nonempty
 from haldet.detectors._relations import relation_matrices
 from haldet.detectors.base import Detector, Scores
-from haldet.models.nli import CONTRADICTION, ENTAILMENT
+from haldet.models.pairs.base import CONTRADICTION, ENTAILMENT
 from haldet.signals import Signal, SignalView
 
 SIMILARITIES: dict[str, str] = {

@@ -4,7 +4,7 @@ Several sample-based detectors read the same matrix: the graph-spectral family (
 one similarity, CoCoA with the answer's row of another. `relation_matrices(det, kind, groups)` returns one matrix
 per group of texts and keeps each in a process-wide memory keyed by (kind, the settings that change its numbers,
 the texts), so a second detector over the same items (or the same detector rescored) assembles nothing again.
-NLI pairs additionally go through the NLI pair cache (`haldet.models.nli.PairCache`: process memory, then the
+NLI pairs additionally go through the NLI pair cache (`haldet.models.pairs.cache.PairCache`: process memory, then the
 cell's `pairs/` log), so a pair any detector asked before is never sent to the model again.
 
 Kinds (entry [i, j] relates text i to text j; an entry that involves an empty text is NaN):
@@ -27,7 +27,7 @@ import numpy as np
 
 from haldet.detectors._consistency import pair_model, pair_scores
 from haldet.detectors.base import Detector
-from haldet.models.nli import ENTAILMENT
+from haldet.models.pairs.base import ENTAILMENT
 
 KINDS = ("jaccard", "rougeL", "nli")
 MAX_KEPT = 50_000  # matrices kept in process memory (oldest dropped first)

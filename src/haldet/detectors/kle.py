@@ -20,7 +20,7 @@ from scipy.linalg import expm
 
 from haldet.detectors._graph import GraphDetector
 from haldet.detectors.base import register
-from haldet.models.nli import ENTAILMENT, NEUTRAL
+from haldet.models.pairs.base import ENTAILMENT, NEUTRAL
 
 
 def von_neumann_entropy(K: np.ndarray) -> float:

@@ -20,8 +20,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from haldet.detectors._probes import MIN_TRAIN, layer_row, safe_auroc, stack, unfitted_scores
 from haldet.detectors.base import Detector, Scores, register
+from haldet.detectors.probe import layer_row, stack, unfitted_scores
+from haldet.detectors.probe_training import MIN_TRAIN, safe_auroc
 from haldet.signals import Signal, SignalView
 
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from haldet.detectors._graph import GraphDetector, num_sets
 from haldet.detectors.base import register
-from haldet.models.nli import CONTRADICTION, ENTAILMENT
+from haldet.models.pairs.base import CONTRADICTION, ENTAILMENT
 
 
 @register("num_sem_sets")
