@@ -120,9 +120,9 @@ def detector_stages(config: RunConfig) -> tuple[dict[str, list[str]], list[str]]
     """Each detector's stages (as the run plans them, from what the detector reads) and the detectors that ask the
     verdict model."""
     from haldet.flow.scoring import make_detector
-    from haldet.stages.plan import stage_order
+    from haldet.stages.plan import plan
 
     stages: dict[str, list[str]] = {}
     for det in config.detectors:
-        stages[det] = stage_order(make_detector(det, config).signals())
+        stages[det] = [stage.name for stage in plan(make_detector(det, config).signals())]
     return stages, [d for d, s in stages.items() if "verdict" in s]

@@ -18,7 +18,8 @@ import numpy as np
 
 from haldet.backends.base import Backend, Capability
 from haldet.config import RunConfig, digest
-from haldet.datasets.base import DATASETS, LoadReport, get_adapter
+from haldet.datasets.adapter import LoadReport
+from haldet.datasets.base import DATASETS, get_adapter
 from haldet.detectors.base import DETECTORS
 from haldet.errors import HaldetError, is_storage_error
 from haldet.evaluation.cost import stage_stats
