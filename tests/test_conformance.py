@@ -12,8 +12,7 @@ from typing import Any
 import pytest
 
 from haldet.detectors.base import DETECTORS
-from haldet.testing.conformance import (CHECKS, CannotRun, Case, applicable, check_detector, exemptions, light,
-                                        run_check)
+from haldet.testing.conformance import CHECKS, CannotRun, Case, applicable, check_detector, exemptions, light, run_check
 
 DOCS = Path(__file__).parents[1] / "docs"
 

@@ -13,8 +13,19 @@ import pytest
 from haldet.detectors.base import Detector, Scores
 from haldet.errors import HaldetError
 from haldet.signals import Signal, SignalView
-from haldet.testing.conformance import (FLOAT_RTOL, SPREAD_ATOL, CannotRun, Case, Spy, agree, applicable,
-                                        check_detector, run_check, run_through_runner, synthetic_view)
+from haldet.testing.conformance import (
+    FLOAT_RTOL,
+    SPREAD_ATOL,
+    CannotRun,
+    Case,
+    Spy,
+    agree,
+    applicable,
+    check_detector,
+    run_check,
+    run_through_runner,
+    synthetic_view,
+)
 
 
 class _Honest(Detector):
@@ -167,7 +178,8 @@ class _ReadsUnitLabels(_HonestUnits):
     def score_units(self, items: SignalView, level: str) -> Any:
         out = super().score_units(items, level)
         for k, inst in enumerate(items.instances):
-            out.values[k] = out.values[k] + np.array([float(u.category == "hallucination") for u in inst.units_of(level)])
+            hallucinated = [float(u.category == "hallucination") for u in inst.units_of(level)]
+            out.values[k] = out.values[k] + np.array(hallucinated)
         return out
 
 

@@ -16,11 +16,29 @@ A detector for which a property cannot hold declares it on its class, check name
 
 from __future__ import annotations
 
-from haldet.testing.conformance.checks import (CHECKS, FLOAT_RTOL, SPREAD_ATOL, CannotRun, Check, agree, applicable,
-                                               check_detector, exemptions, run_check)
+from haldet.testing.conformance.checks import (
+    CHECKS,
+    FLOAT_RTOL,
+    SPREAD_ATOL,
+    CannotRun,
+    Check,
+    agree,
+    applicable,
+    check_detector,
+    exemptions,
+    run_check,
+)
 from haldet.testing.conformance.harness import Case, Spy, light, run_through_runner, split_of
-from haldet.testing.conformance.synthetic import (SIGNAL_MAKERS, Maker, UndeclaredRead, signal_maker, synthetic_view,
-                                                  with_missing, with_units, without_gold)
+from haldet.testing.conformance.synthetic import (
+    SIGNAL_MAKERS,
+    Maker,
+    UndeclaredRead,
+    signal_maker,
+    synthetic_view,
+    with_missing,
+    with_units,
+    without_gold,
+)
 
 __all__ = ["CHECKS", "FLOAT_RTOL", "SIGNAL_MAKERS", "SPREAD_ATOL", "CannotRun", "Case", "Check", "Maker", "Spy",
            "UndeclaredRead", "agree", "applicable", "check_detector", "exemptions", "light", "run_check",

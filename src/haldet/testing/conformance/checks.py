@@ -26,8 +26,14 @@ import numpy as np
 from haldet.detectors.base import Detector
 from haldet.errors import HaldetError
 from haldet.testing.conformance.harness import N_MISSING, BareNaN, Case, run_through_runner, unit_level
-from haldet.testing.conformance.synthetic import (SIGNAL_MAKERS, UndeclaredRead, flip_unit_labels, with_missing,
-                                                  with_units, without_gold)
+from haldet.testing.conformance.synthetic import (
+    SIGNAL_MAKERS,
+    UndeclaredRead,
+    flip_unit_labels,
+    with_missing,
+    with_units,
+    without_gold,
+)
 
 FLOAT_RTOL = 1e-5  # relative to the score itself
 SPREAD_ATOL = 1e-6  # relative to the spread of the case's finite test scores
