@@ -100,6 +100,7 @@ def test_every_check_and_exemption_is_documented() -> None:
     the check's name (a new exemption fails here until it is documented)."""
     developing, detectors = (DOCS / "developing.md").read_text(), (DOCS / "detectors.md").read_text()
     assert [c for c in CHECKS if f"`{c}`" not in developing] == []
+    assert [c for c, check in CHECKS.items() if len(check.doc) < 30] == []  # each says what property it checks
     table = detectors.split("## Conformance exemptions", 1)[1].split("\n#", 1)[0]
     rows = {(m.group(1), m.group(2)) for m in re.finditer(r"^\| `(\w+)` \| `(\w+)` \|", table, re.MULTILINE)}
     declared = {(name, check) for name, cls in DETECTORS for check in exemptions(cls)}
