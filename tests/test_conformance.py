@@ -1,17 +1,20 @@
-"""The conformance suite over every registered detector and each of its variants (parametrized from the registry:
-a new detector is checked without touching this file), and negative controls it must reject."""
+"""The conformance suite over every registered detector and each of its variants, one test per (detector/variant,
+named check), parametrized from the registry (a new detector is checked without touching this file); an exempt
+check is reported as skipped with its reason. Negative controls: tests/test_conformance_controls.py."""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
-import numpy as np
 import pytest
 
-from haldet.detectors.base import DETECTORS, Detector, Scores
-from haldet.signals import Signal, SignalView
-from haldet.testing.conformance import check_detector, light
+from haldet.detectors.base import DETECTORS
+from haldet.testing.conformance import CHECKS, CannotRun, Case, applicable, check_detector, exemptions, light, run_check
+
+DOCS = Path(__file__).parents[1] / "docs"
 
 
 def _cases() -> list[tuple[str, dict[str, Any]]]:
@@ -23,6 +26,17 @@ def _cases() -> list[tuple[str, dict[str, Any]]]:
 
 
 CASES = _cases()
+
+
+def _case_id(name: str, params: dict[str, Any]) -> str:
+    return f"{name}-{params.get('variant', 'default')}"
+
+
+# one test per (detector/variant, check), e.g. `pytest tests/test_conformance.py -k "mind and order"`; a case's checks
+# share one xdist worker (`--dist loadgroup`), so its runs and fits are computed once
+CHECK_CASES = [pytest.param(name, params, check, id=f"{_case_id(name, params)}-{check}",
+                            marks=pytest.mark.xdist_group(_case_id(name, params)))
+               for name, params in CASES for check in applicable(DETECTORS.get(name))]
 
 
 @pytest.fixture(scope="session")
@@ -52,136 +66,49 @@ def small_models(tmp_path_factory) -> dict[str, str]:
             "causal_lm": str(llama)}
 
 
-@pytest.mark.parametrize(("name", "params"), CASES, ids=[f"{n}-{p.get('variant', 'default')}" for n, p in CASES])
-def test_detector_conforms(name: str, params: dict[str, Any], small_models: dict[str, str]) -> None:
+@pytest.fixture(scope="session")
+def conformance_cases() -> Iterator[dict[str, Case]]:
+    """The case under test: its checks run one after another, so a new case closes the previous one."""
+    cases: dict[str, Case] = {}
+    yield cases
+    for case in cases.values():
+        case.close()
+
+
+@pytest.mark.parametrize(("name", "params", "check"), CHECK_CASES)
+def test_conformance(name: str, params: dict[str, Any], check: str, small_models: dict[str, str],
+                     conformance_cases: dict[str, Case]) -> None:
     cls = DETECTORS.get(name)
-    problems = check_detector(cls, light(cls, params, small_models))
-    assert not problems, f"{name} {params}: " + "; ".join(problems)
+    reason = exemptions(cls).get(check)
+    if reason:
+        pytest.skip(f"exempt: {reason}")
+    key = _case_id(name, params)
+    if key not in conformance_cases:
+        for old in conformance_cases.values():
+            old.close()
+        conformance_cases.clear()
+        conformance_cases[key] = Case(cls, light(cls, params, small_models))
+    try:
+        problems = run_check(conformance_cases[key], check)
+    except CannotRun as exc:
+        pytest.skip(str(exc))
+    assert not problems, f"{key} {check}: " + "; ".join(problems)
 
 
-# ---------------------------------------------------------------------------------------------- negative controls
-class _Honest(Detector):
-    """Mean token NLL: a correct, training-free detector the cheats below start from."""
-
-    requires = frozenset({Signal.TOKEN_LOGPROBS})
-
-    def score(self, items: SignalView) -> Scores:
-        out = Scores.empty(len(items))
-        for i, lp in enumerate(items.get(Signal.TOKEN_LOGPROBS)):
-            if lp is None or len(lp) == 0:
-                out.invalid(i, "no tokens")
-            else:
-                out.set(i, float(-np.mean(lp)))
-        return out
-
-
-class _ReadsReferences(_Honest):
-    """Cheats: adds 1 when the answer misses the item's reference."""
-
-    def score(self, items: SignalView) -> Scores:
-        out = super().score(items)
-        for i, (inst, gen) in enumerate(zip(items.instances, items.generations, strict=True)):
-            if np.isfinite(out.values[i]) and not any(r.lower() in gen.response.lower() for r in inst.references):
-                out.values[i] += 1.0
-        return out
-
-
-class _HalfOnFailure(_Honest):
-    """Cheats: a missing item scores 0.5 instead of NaN."""
-
-    def score(self, items: SignalView) -> Scores:
-        out = super().score(items)
-        for i in np.flatnonzero(~np.isfinite(out.values)):
-            out.set(int(i), 0.5)
-        return out
-
-
-class _Constant(_Honest):
-    def score(self, items: SignalView) -> Scores:
-        return Scores(values=np.full(len(items), 0.5))
-
-
-class _ReadsUndeclared(_Honest):
-    def score(self, items: SignalView) -> Scores:
-        items.get(Signal.TOKEN_ENTROPIES)
-        return super().score(items)
-
-
-class _BatchNormalised(_Honest):
-    """Scores relative to the batch mean: depends on which items are scored together."""
-
-    def score(self, items: SignalView) -> Scores:
-        out = super().score(items)
-        out.values = out.values - np.nanmean(out.values)
-        return out
-
-
-class _Unseeded(_Honest):
-    trains = True
-
-    def fit(self, train: SignalView, val: SignalView | None) -> None:
-        self.shift = float(np.random.default_rng().random())
-
-    def score(self, items: SignalView) -> Scores:
-        out = super().score(items)
-        out.values = out.values + self.shift
-        return out
-
-
-class _BadVariant(_Honest):
-    variants: ClassVar[dict[str, str]] = {"a": "one", "b": "two"}
-    defaults: ClassVar[dict[str, Any]] = {"variant": "c"}
-
-    def __init__(self, **params: Any) -> None:
-        super().__init__(**{"variant": "a", **params})
-
-
-class _ReadsUnitLabels(_Honest):
-    """A unit-level cheat: each unit scores 1 when it is labelled hallucinated."""
-
-    levels: ClassVar[tuple[str, ...]] = ("response", "sentence")
-
-    def score_units(self, items: SignalView, level: str) -> Any:
-        from haldet.detectors.unit import UnitScores
-
-        values = [np.array([float(u.category == "hallucination") for u in inst.units_of(level)])
-                  for inst in items.instances]
-        return UnitScores(values, [[""] * len(v) for v in values])
-
-
-CONTROLS = [(_ReadsReferences, "references"), (_HalfOnFailure, "instead of NaN"), (_Constant, "a constant"),
-            (_ReadsUndeclared, "does not declare"), (_BatchNormalised, "which other items"),
-            (_Unseeded, "not deterministic"), (_BadVariant, "default variant"),
-            (_ReadsUnitLabels, "units' labels change")]
-
-
-def test_honest_control_conforms() -> None:
-    _Honest.name = "honest"
-    assert check_detector(_Honest) == []
-
-
-@pytest.mark.parametrize(("cls", "words"), CONTROLS, ids=[c.__name__ for c, _ in CONTROLS])
-def test_suite_rejects_cheating_detector(cls: type[Detector], words: str) -> None:
-    cls.name = cls.__name__.lower()
-    problems = check_detector(cls)
-    assert any(words in p for p in problems), problems
-
-
-def test_score_views_are_spied_in_the_runner(tmp_path: Path) -> None:
-    """The views come from run_detector: the test views carry no labels, the training view does."""
-    from haldet.testing.conformance import Spy, run_through_runner, synthetic_view
-
-    _Unseeded.name = "unseeded"
-    spy = Spy([], [])
-    run_through_runner(_Unseeded, {}, synthetic_view({Signal.TOKEN_LOGPROBS}), tmp_path, spy)
-    assert spy.score_views and all(v.labels is None for v in spy.score_views)
-    assert spy.fit_views[0].labels is not None and len(spy.fit_views[0]) == 36
+def test_every_check_and_exemption_is_documented() -> None:
+    """docs/developing.md names every check; docs/detectors.md lists every registered detector's exemptions with
+    the check's name (a new exemption fails here until it is documented)."""
+    developing, detectors = (DOCS / "developing.md").read_text(), (DOCS / "detectors.md").read_text()
+    assert [c for c in CHECKS if f"`{c}`" not in developing] == []
+    assert [c for c, check in CHECKS.items() if len(check.doc) < 30] == []  # each says what property it checks
+    table = detectors.split("## Conformance exemptions", 1)[1].split("\n#", 1)[0]
+    rows = {(m.group(1), m.group(2)) for m in re.finditer(r"^\| `(\w+)` \| `(\w+)` \|", table, re.MULTILINE)}
+    declared = {(name, check) for name, cls in DETECTORS for check in exemptions(cls)}
+    assert declared and rows == declared
 
 
 def test_developing_template_runs_as_written_and_conforms() -> None:
     """The detector template of docs/developing.md, executed verbatim, registers and passes the suite."""
-    import re
-
     text = (Path(__file__).parents[1] / "docs" / "developing.md").read_text()
     section = text.split("## Writing a detector", 1)[1]
     code = re.search(r"```python\n(.*?)```", section, re.DOTALL).group(1)  # type: ignore[union-attr]

@@ -84,7 +84,10 @@ class AuxiliaryConfig(Section):
     batch_size: int = Field(8, ge=1)
 
 
-FEATURE_GROUPS = ("hidden", "sep", "ccs", "prism", "icr")
+FeatureGroup = Literal["hidden", "sep", "ccs", "prism", "icr"]
+FEATURE_GROUPS: tuple[FeatureGroup, ...] = ("hidden", "sep", "ccs", "prism", "icr")
+Pooling = Literal["mean", "last", "first_n", "last_n"]
+POOLINGS: tuple[Pooling, ...] = ("mean", "last", "first_n", "last_n")
 
 
 class VerdictConfig(Section):
@@ -119,12 +122,10 @@ class FeatureConfig(Section):
     layers: Literal["all"] | list[int] = "all"  # hidden-state indices (0 = embeddings, -1 = last layer)
     # poolings of the `hidden` group: mean / last answer token, and the mean over the first / last N answer tokens
     # (`select_tokens` = N; computed only when a selected detector reads them, e.g. saplma pooling: last_n)
-    pooling: list[Literal["mean", "last", "first_n", "last_n"]] = Field(
-        default_factory=lambda: ["mean", "last", "first_n", "last_n"])  # type: ignore[arg-type]
+    pooling: list[Pooling] = Field(default_factory=lambda: list(POOLINGS))
     select_tokens: int = Field(4, ge=1)
     dtype: Literal["float16", "float32"] = "float16"
-    groups: list[Literal["hidden", "sep", "ccs", "prism", "icr"]] = Field(
-        default_factory=lambda: list(FEATURE_GROUPS))  # type: ignore[arg-type]
+    groups: list[FeatureGroup] = Field(default_factory=lambda: list(FEATURE_GROUPS))
     batch_size: int = Field(8, ge=1)
 
 

@@ -19,9 +19,12 @@ import os
 import threading
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import asdict, dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from haldet.errors import HaldetError
+
+if TYPE_CHECKING:
+    from openai.types.chat import ChatCompletionMessageParam
 
 T = TypeVar("T")
 RETRY_AFTER_CAP = 60.0
@@ -203,8 +206,8 @@ class OpenAIEndpoint:
 
         self.breaker.check()
         try:
-            resp = await self.client.chat.completions.create(model=self.model, messages=messages,  # type: ignore
-                                                             **params)
+            resp = await self.client.chat.completions.create(
+                model=self.model, messages=cast("list[ChatCompletionMessageParam]", messages), **params)
         except openai.APITimeoutError as exc:
             err = RetryableError("timeout", f"request timed out after {self.timeout:g}s")
             self.breaker.failure(err.kind, str(err))
@@ -336,7 +339,7 @@ def run_coroutine(coro: Coroutine[Any, Any, T]) -> T:
     thread.join()
     if "error" in box:
         raise box["error"]
-    return box["value"]  # type: ignore[no-any-return]
+    return box["value"]
 
 
 async def gather_closing(coros: Iterable[Awaitable[T]], endpoint: OpenAIEndpoint) -> list[T]:

@@ -237,7 +237,7 @@ def run_config(opts: RunOptions) -> RunConfig:
     )
     from haldet.flow.layers import load_config
 
-    config = load_config(opts.config_file, None, suite=opts.suite, **overrides)  # type: ignore[arg-type]
+    config = load_config(opts.config_file, None, suite=opts.suite, **overrides)
     if opts.data_file is not None and len(config.datasets) > 1:
         config = _one_dataset_for_the_file(config, opts)
     for name in config.datasets if opts.split else []:

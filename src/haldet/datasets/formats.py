@@ -116,7 +116,9 @@ def _array_lines(text: str, start: int) -> list[int | None]:
     line, counted = _line_at(text, pos), pos
     ws = re.compile(r"[\s,]*")
     while True:
-        pos = ws.match(text, pos).end()  # type: ignore[union-attr]
+        gap = ws.match(text, pos)
+        assert gap is not None  # the pattern matches the empty string
+        pos = gap.end()
         if pos >= len(text) or text[pos] == "]":
             return out
         line += text.count("\n", counted, pos)

@@ -54,7 +54,7 @@ class HaluEvalQA(_HaluEval):
     local_names = ("dataset_halueval_qa",)
     required_fields = ("knowledge", "question", "right_answer", "hallucinated_answer")
 
-    def row_to_instance(self, row: dict[str, Any], index: int, split: str) -> Instance:
+    def row_to_instance(self, row: dict[str, Any], index: int, split: str) -> Instance | list[Instance]:
         return self.instance(
             split,
             index,
@@ -124,7 +124,7 @@ class HaluEvalQAPairs(HaluEvalQA):
         self._parts = {index: pair_part(rank) for rank, (index, _) in enumerate(order)}
         return order
 
-    def row_to_instance(self, row: dict[str, Any], index: int, split: str) -> list[Instance]:  # type: ignore[override]
+    def row_to_instance(self, row: dict[str, Any], index: int, split: str) -> list[Instance]:
         part = self._parts[index]
         out = []
         for kind, field, category in (("right", "right_answer", Category.CORRECT),

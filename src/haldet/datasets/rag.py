@@ -39,7 +39,7 @@ class RAGTruth(DatasetAdapter):
     task_type = "rag"
     source = "RAGTruth release files (github.com/ParticleMedia/RAGTruth, dataset/)"
     license = "MIT"
-    split_order = ("test", "train")
+    split_order: ClassVar[tuple[str, ...]] = ("test", "train")
     required_fields = tuple(f"response.jsonl: {f}" for f in RESPONSE_FIELDS) + tuple(
         f"source_info.jsonl: {f}" for f in SOURCE_FIELDS)
     params: ClassVar[dict[str, Any]] = {"release_url": RELEASE}

@@ -11,7 +11,7 @@ import json
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 from haldet.datasets.adapter import DatasetAdapter, Source
 from haldet.datasets.base import register
@@ -43,7 +43,15 @@ class SummaryFiles(Sequence[dict[str, Any]]):
     def __len__(self) -> int:
         return len(self.paths)
 
-    def __getitem__(self, index: int) -> dict[str, Any]:  # type: ignore[override]
+    @overload
+    def __getitem__(self, index: int) -> dict[str, Any]: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[dict[str, Any]]: ...
+
+    def __getitem__(self, index: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
+        if isinstance(index, slice):
+            return [parse_summary_file(p) for p in self.paths[index]]
         return parse_summary_file(self.paths[index])
 
 

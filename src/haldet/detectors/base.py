@@ -85,6 +85,9 @@ class Detector:
     # auxiliary models that produce numbers: parameter name -> kind ("nli", "similarity", "bertscore"), plus
     # "sentences": "splitter" for detectors that split text into sentences (haldet.models.provenance resolves them)
     auxiliary: ClassVar[dict[str, str]] = {}
+    # conformance checks this detector is exempt from, check name -> why the property cannot hold for it
+    # (haldet.testing.conformance; an empty reason is refused; docs/detectors.md lists every exemption)
+    conformance_exemptions: ClassVar[dict[str, str]] = {}
 
     def __init__(self, **params: Any) -> None:
         unknown = set(params) - set(self.defaults)

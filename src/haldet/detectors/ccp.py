@@ -53,8 +53,9 @@ class CCP(UnitDetector):
     """Variants: `hard` (the method: each alternative's NLI class is the argmax), `soft` (expected counts: an
     alternative contributes p_k P(entail) to the numerator and p_k (P(entail) + P(contradict)) to the denominator)."""
 
-    # the conformance suite's random stand-in NLI model can call every pair neutral: every token then scores 0
-    constant_with_stand_in = "hard NLI labels of a random stand-in model may all be neutral"
+    conformance_exemptions: ClassVar[dict[str, str]] = {
+        "check_not_constant": "the conformance suite's random stand-in NLI model may call every pair neutral; hard "
+                              "labels then give every token, and so every claim, the same score"}
     variants: ClassVar[dict[str, str]] = {"hard": "argmax NLI class per alternative (Fadeeva et al.)",
                                           "soft": "NLI probabilities as expected entail/contradict counts"}
     requires = UnitDetector.requires | {Signal.RESPONSE, Signal.TOKEN_TOPK_IDS, Signal.TOKEN_TOPK_LOGPROBS}

@@ -83,10 +83,10 @@ class _LayerChoice:
         return None if threshold is None else self.sign * float(threshold)
 
     def fit(self, train: SignalView, val: SignalView | None) -> None:
-        fixed = self.params.get("layer")
+        fixed: Any = self.params.get("layer")  # an int when `direction` is fixed (checked when the detector is built)
         direction = DIRECTIONS[self.params.get("direction", "learned")]
         if direction is not None:
-            self.layer, self.sign = int(fixed), direction  # type: ignore[arg-type]
+            self.layer, self.sign = int(fixed), direction
             self.choice_note = (f"layer {self.layer}, fixed: hallucinated when the raw score is "
                                 f"{self.params['direction']} the threshold")
             self.meta["layer_choice"] = self.choice_note

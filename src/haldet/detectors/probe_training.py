@@ -122,15 +122,19 @@ class TrainedMLP:
         return net.to(device or torch.device("cpu")).eval()
 
     def predict(self, X: np.ndarray, device: str = "auto") -> np.ndarray:
-        """P(class 1 = hallucination) per row."""
+        """P(class 1 = hallucination) per row. Each row runs as its own batch of one in a fresh tensor: BLAS kernels
+        may round a row by its position in a batch (MKL's AVX-512 ones do), and an item's score must not depend on
+        the items scored with it (tests/test_conformance_isa.py)."""
         if len(X) == 0:
             return np.zeros(0)
         dev = resolve_device(device)
         net = self.module(dev)
+        p = np.empty(len(X))
         with torch.no_grad():
-            out = net(torch.as_tensor(X, dtype=torch.float32, device=dev))
-            p = torch.sigmoid(out[:, 0]) if self.n_out == 1 else torch.softmax(out, dim=1)[:, 1]
-        return p.double().cpu().numpy()
+            for i, row in enumerate(np.asarray(X, dtype=np.float32)):
+                out = net(torch.tensor(row[None], device=dev))
+                p[i] = float(torch.sigmoid(out[0, 0]) if self.n_out == 1 else torch.softmax(out, dim=1)[0, 1])
+        return p
 
 
 def _loss_fn(n_out: int, y: np.ndarray, class_weight: bool, device: torch.device) -> nn.Module:

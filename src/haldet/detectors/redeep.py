@@ -71,10 +71,10 @@ class ReDeEP(Detector):
         self.problem = training_problem(None if labels is None else labels[ok].astype(int))
         if self.problem is None and len(shapes) != 1:
             self.problem = f"training items carry ReDeEP evidence of several shapes {sorted(shapes)}"
-        if self.problem is not None:
+        if self.problem is not None or labels is None:  # no labels is a training problem
             return
         X = np.stack([values[i] for i in ok]).astype(np.float64)  # [n, L, H + 1]
-        y = labels[ok]  # type: ignore[index]
+        y = labels[ok]
         n, n_layers, width = X.shape
         self.shape = (n_layers, width)
         head_corr = _pearson(X[:, :, :-1].reshape(n, -1), y)

@@ -100,12 +100,12 @@ class SFT(Detector):
         labels = None if train.labels is None else np.asarray(train.labels)
         keep = [i for i, r in enumerate(responses) if r and (labels is None or np.isfinite(labels[i]))]
         self.problem = training_problem(None if labels is None else labels[keep].astype(int))
-        if self.problem is not None:
+        if self.problem is not None or labels is None:  # no labels is a training problem
             return
         self._lm = None
         backend, model, words = self._model()
         pad = backend.tokenizer.pad_token_id or 0
-        data = [(self._encode(backend, train.instances[i], responses[i]), int(labels[i])) for i in keep]  # type: ignore[index]
+        data = [(self._encode(backend, train.instances[i], responses[i]), int(labels[i])) for i in keep]
         params = [p for p in model.parameters() if p.requires_grad]
         opt = torch.optim.AdamW(params, lr=float(self.params["lr"]))
         rng = random.Random(int(self.params["seed"]))

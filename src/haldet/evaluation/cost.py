@@ -223,7 +223,7 @@ def detector_cost(requires: Iterable[Signal | str], evidence: Mapping[str, Mappi
         else:
             chosen = [stats["parts"].get(p, {}) for p in sorted(parts)]
             secs = [p.get("seconds_per_item") for p in chosen]
-            sec = None if any(s is None for s in secs) or not chosen else sum(secs)  # type: ignore[arg-type]
+            sec = None if any(s is None for s in secs) or not chosen else sum(secs)
             c = sum(p.get("calls_per_item", 0.0) for p in chosen)
             part_tokens = [p.get("tokens_per_item", 0.0) for p in chosen]
             t = None if any(x is None for x in part_tokens) else sum(part_tokens)

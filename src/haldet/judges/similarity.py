@@ -162,7 +162,11 @@ class ReferenceSimilarityJudge(Judge):
             on_done(index, self.decide(instance, generation.response.strip(), sims))
 
     def decide(self, instance: Instance, answer: str, sims: Similarities | None) -> Verdict:
-        return self.opening(instance, answer, sims) or self.by_thresholds(instance, answer, sims)  # type: ignore[arg-type]
+        opened = self.opening(instance, answer, sims)
+        if opened is not None:
+            return opened
+        assert sims is not None  # opening() decides every item without similarities
+        return self.by_thresholds(instance, answer, sims)
 
     def opening(self, instance: Instance, answer: str, sims: Similarities | None) -> Verdict | None:
         """The verdict no threshold changes (an empty answer; one the phrase rules left open on purpose), or None."""

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rich.console import Console
+from rich.console import Console, JustifyMethod
 from rich.table import Table
 from rich.text import Text
 
@@ -35,7 +35,7 @@ def _cov(value: Any) -> str:
 class Col:
     header: str
     cell: Callable[[dict[str, dict[str, Any]]], str]
-    justify: str = "right"
+    justify: JustifyMethod = "right"
 
 
 def _metric(name: str, digits: int = 3) -> Callable[[dict[str, dict[str, Any]]], str]:
@@ -118,7 +118,7 @@ def results_parts(rows: list[dict[str, Any]], title: str = "haldet results (test
     order = [*_ORDER[: _ORDER.index("AUROC") + 1], *extra, *_ORDER[_ORDER.index("AUROC") + 1 :]]
     chosen = [k for k in order if k in cols and (k not in _OPTIONAL or k not in extra)]
     for key in chosen:
-        table.add_column(cols[key].header, justify=cols[key].justify,  # type: ignore[arg-type]
+        table.add_column(cols[key].header, justify=cols[key].justify,
                          no_wrap=key != "detector")
     for by_metric in cells.values():
         table.add_row(*(cols[k].cell(by_metric) for k in chosen))

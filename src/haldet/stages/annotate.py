@@ -20,13 +20,20 @@ from typing import Any
 from haldet.config import JudgeConfig, stage_key
 from haldet.judges.base import JudgeFailure
 from haldet.judges.cascade import Cascade, Outcome
-from haldet.schema import Label
+from haldet.schema import Generation, Label
 from haldet.stages.base import STAGES, CellContext, Item, Stage
 from haldet.store import StageLog, atomic_write_text
 
 FAILED = "annotate.failed"
 _CHEAP_PREFIX = "rule:"
 _FLUSH_EVERY = 64
+
+
+def _generated(item: Item) -> Generation:
+    """The item's generation (annotation runs after the generate stage, so every item has one)."""
+    if item.generation is None:
+        raise RuntimeError(f"{item.id}: annotation before generation")
+    return item.generation
 
 
 @STAGES.register("annotate")
@@ -86,8 +93,7 @@ class AnnotateStage(Stage):
             advance(1)
 
         try:
-            self.cascade.judge_many([(item.instance, item.generation) for item in todo  # type: ignore[misc]
-                                     ], on_done)
+            self.cascade.judge_many([(item.instance, _generated(item)) for item in todo], on_done)
         finally:
             flush()
             self.ctx.timings[self.name] = self.ctx.timings.get(self.name, 0.0) + time.perf_counter() - start

@@ -128,8 +128,10 @@ class GenerateStage(Stage):
                  for item, out, _ in done]
         evidence_of = {item.id: ev for item, (_, _, ev) in zip(items, done, strict=True)}
         for stage in readers:
-            self._store_read(stage, items, lambda part, s=stage: s.from_decoding(  # type: ignore[misc]
-                part, [evidence_of[i.id] for i in part], seconds.get(s.name, 0.0)))
+            def decoded(part: list[Item], s: DecodingReader = stage) -> list[dict[str, Any]]:
+                return s.from_decoding(part, [evidence_of[i.id] for i in part], seconds.get(s.name, 0.0))
+
+            self._store_read(stage, items, decoded)
 
     def _given_readers(self) -> list[DecodingReader]:
         """The planned stages whose records the pass over given responses also yields (`reads_given`), when the
@@ -170,8 +172,10 @@ class GenerateStage(Stage):
                      for item in batch]
             for stage in readers:
                 # the pass is the generate stage's (its seconds are charged there): the reading adds no time
-                self._store_read(stage, items, lambda part, s=stage: s.from_given(part, [found[i.id] for i in part],  # type: ignore[misc]
-                                                                                  0.0))
+                def given(part: list[Item], s: DecodingReader = stage) -> list[dict[str, Any]]:
+                    return s.from_given(part, [found[i.id] for i in part], 0.0)
+
+                self._store_read(stage, items, given)
         return records
 
     def _store_read(self, stage: DecodingReader, items: list[Item],

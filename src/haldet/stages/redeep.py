@@ -45,8 +45,8 @@ class RedeepStage(Stage):
             gen = item.generation
             reason = item.instance.meta.get("unscorable")
             value: Any = reason or ("no answer" if gen is None or not gen.token_ids else None)
-            if value is None:
-                value = self.ctx.backend.redeep_features(item.prompt, list(gen.token_ids), item.instance.context,  # type: ignore[union-attr]
+            if value is None and gen is not None:
+                value = self.ctx.backend.redeep_features(item.prompt, list(gen.token_ids), item.instance.context,
                                                          top_ratio=cfg.top_ratio, max_tokens=cfg.max_tokens)
             scores = None if isinstance(value, str) else np.asarray(value, dtype=np.float32)
             out.append({"id": item.id, "scores": None if scores is None else scores.round(6).tolist(),

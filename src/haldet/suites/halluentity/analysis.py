@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from itertools import combinations
 from typing import Any
 
@@ -32,6 +32,9 @@ FIG2_POS, FIG2_NER, POSITION, FIG4, TABLE4, PER_RESPONSE, CORRELATION = (
     "Fig. 2 (POS)", "Fig. 2 (NER)", "position", "Fig. 4", "Table 4", "per response", "Tables 7/8")
 BIN_WIDTH = 0.05
 
+
+PER_RESPONSE_STATS: dict[str, Callable[[list[float]], float]] = {
+    "mean": statistics.fmean, "median": statistics.median, "min": min, "max": max}
 
 def _row(table: str, **cols: Any) -> dict[str, Any]:
     return {"detector": DATA, "level": "entity", "table": table, **cols}
@@ -63,12 +66,13 @@ def label_statistics(instances: Sequence[Instance]) -> list[dict[str, Any]]:
                  _row(FIG4, bin=name, metric="share", value=bins[b] / len(rates) if rates else None, n=len(rates))]
     groups = Counter(rate_group(inst, "entity") for inst, _ in rates)
     rows += [_row(TABLE4, rate_group=g, metric="n_items", value=groups[g], n=len(rates)) for g in RATE_GROUPS]
-    per_item = {"entities": [len(inst.units_of("entity")) for inst, _ in rates],
+    per_item: dict[str, list[float]] = {"entities": [len(inst.units_of("entity")) for inst, _ in rates],
                 "hallucinated_share": [r for _, r in rates]}
     for metric, values in per_item.items():
-        for stat, fn in (("mean", statistics.fmean), ("median", statistics.median), ("min", min), ("max", max)):
+        floats = [float(v) for v in values]
+        for stat, fn in PER_RESPONSE_STATS.items():
             rows.append(_row(PER_RESPONSE, statistic=stat, metric=metric,
-                             value=float(fn(values)) if values else None, n=len(values)))  # type: ignore[call-overload, arg-type]
+                             value=float(fn(floats)) if floats else None, n=len(floats)))
     return rows
 
 
@@ -95,10 +99,10 @@ def proxy_correlation(unit_rows: Sequence[dict[str, Any]]) -> list[dict[str, Any
             common = sorted(set(by_model[a]) & set(by_model[b]))
             x = np.array([by_model[a][k] for k in common])
             y = np.array([by_model[b][k] for k in common])
-            r = pearson(x, y)  # type: ignore[assignment]
+            corr = pearson(x, y)
             name = detector + (f"[{variant}]" if variant else "")
             rows.append({"dataset": dataset, "model": ACROSS_MODELS, "detector": name,
                          "level": level, "table": CORRELATION, "model_a": a, "model_b": b, "metric": "pearson",
-                         "value": r, "n": len(common),
-                         "note": "" if r is not None else "undefined: fewer than 2 common units or a constant score"})
+                         "value": corr, "n": len(common), "note": "" if corr is not None else
+                         "undefined: fewer than 2 common units or a constant score"})
     return rows

@@ -170,7 +170,7 @@ def parse_correctness(text: str) -> CorrectnessReply:
     except ValueError as exc:
         found = {m.upper() for m in _LABEL.findall(text)}
         if len(found) == 1:
-            return CorrectnessReply(reasoning="", verdict=found.pop())  # type: ignore[arg-type]
+            return CorrectnessReply.model_validate({"reasoning": "", "verdict": found.pop()})
         why = "names several verdicts" if found else str(exc)
         raise ValueError(f"no single verdict: {why}") from None
 

@@ -82,8 +82,8 @@ def parse_units(value: Any, response: str) -> list[SpanLabel]:
             if not 0 <= start <= end <= len(response):
                 raise BadRow(f"units[{k}]", f"offsets [{start}, {end}) are outside the response "
                                             f"({len(response)} characters)")
-        elif by_text[k] is not None:
-            start, end = by_text[k]  # type: ignore[misc]
+        elif (found := by_text[k]) is not None:
+            start, end = found
         else:
             raise BadRow(f"units[{k}]", f"text {unit.get('text')!r} not found in the response (after the units "
                                         "before it); give its start/end offsets instead")

@@ -56,9 +56,9 @@ def interleaved_order(parts: Sequence[str], seed: int) -> list[tuple[int, int | 
 
 
 def _binary(row: dict[str, Any], column: str) -> int:
-    value = row.get(column)
+    value: Any = row.get(column)  # a table cell of any type; int() refuses the wrong ones
     try:
-        out = int(value)  # type: ignore[arg-type]
+        out = int(value)
     except (TypeError, ValueError):
         raise BadRow(column, f"must be 0 or 1, not {value!r}") from None
     if out not in (0, 1) or (isinstance(value, float) and value != out):

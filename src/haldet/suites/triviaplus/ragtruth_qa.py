@@ -46,7 +46,7 @@ class RAGTruthQA(RAGTruth):
     """One item per RAGTruth QA response, labelled by its human spans, in the release's own train/test split."""
 
     source = "RAGTruth release files, QA task (github.com/ParticleMedia/RAGTruth, dataset/)"
-    split_order = ("all",)  # type: ignore[assignment]
+    split_order = ("all",)
     params: ClassVar[dict[str, Any]] = {**RAGTruth.params, "keep_quality": ["good"]}
 
     def _join(self, responses: list[dict[str, Any]], infos: list[dict[str, Any]], origin: str) -> Source:
@@ -79,7 +79,7 @@ class RAGTruthQA(RAGTruth):
                        else "train" for r in rows]
         return interleaved_order(self._parts, seed)
 
-    def row_to_instance(self, row: dict[str, Any], index: int, split: str) -> Instance:  # type: ignore[override]
+    def row_to_instance(self, row: dict[str, Any], index: int, split: str) -> Instance:
         quality = str(row.get("quality") or "good")
         if quality not in self.options["keep_quality"]:
             raise SkipRow(f"quality {quality!r}")

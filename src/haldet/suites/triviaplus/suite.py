@@ -265,7 +265,7 @@ def with_vote_noise(instances: list[Instance], rate: float, seed: int) -> list[I
     voted = [i for i in instances if i.meta.get("worker_votes") and label_of(i, CLEAN) is not None]
     if not voted:
         return instances
-    clean = {i.id: int(label_of(i, CLEAN)) for i in voted}  # type: ignore[arg-type]
+    clean = {i.id: label for i in voted if (label := label_of(i, CLEAN)) is not None}
     votes = {i.id: [(str(w), int(v)) for w, v in i.meta["worker_votes"]] for i in voted}
     built = {method: noisy_from_votes(clean, votes, method, rate, seed) for method in VOTE_REGIMES}
     records = {method: rec for method, (_, rec) in built.items()}

@@ -1,39 +1,21 @@
-"""The detector conformance suite (our `check_estimator`): one set of checks every registered detector passes.
+"""Synthetic evidence for the conformance checks: one maker per `Signal` and the views built from them.
 
-`check_detector(cls, params)` runs a detector the way the runner does (`score_detector` on a synthetic cell) and
-returns a list of problems (empty = conformant). Checks:
-
-- declarations: `version`, `defaults`, `variants` and `auxiliary` agree (the default variant exists, every
-  variant builds, model parameters are parameters); the instance's `signals()` are all it reads (the synthetic
-  view serves no other signal);
-- no test-label or gold access: the views `score` receives (spied inside `score_detector`) carry no labels, and
-  deleting/replacing the scored items' references, incorrect answers, source rows and their labels leaves every
-  score bit-identical;
-- permutation and subset invariance: a shuffled or partial view scores each item the same;
-- NaN with reasons and no constant fallbacks: items whose signals are missing score NaN with a reason (a detector
-  returning 0.5 on failure is rejected), a varied input does not give one value for every item, most items of a
-  clean synthetic cell get a finite score;
-- trained detectors: `fit` is deterministic and `save`/`load` round-trips to identical scores;
-- unit levels (`levels` beyond "response", `score_units`): one score per unit, aligned to the items' units; unit
-  labels never change a score; item order does not matter; missing evidence gives NaN with a reason.
-
-Synthetic evidence comes from one place, `SIGNAL_MAKERS`: one maker per `Signal`, returning per-item values that
-carry the label (so trained detectors can fit) and the value a missing item gets. A new signal type adds one
-`@signal_maker(Signal.X)` function here; a new detector needs nothing (the tests parametrize from the registry).
+Each maker returns per-item values that carry the label (so trained detectors can fit) and names the value an item
+whose evidence is missing gets. A new signal type adds one `@signal_maker(Signal.X)` function here; a new detector
+needs nothing. The views serve exactly the signals they are built for: reading any other raises `UndeclaredRead`,
+which is how the checks see a detector reading what it does not declare. The variants of a view (`with_missing`,
+`without_gold`, `with_units`, `flip_unit_labels`) change one thing each, so a check can say what an answer must not
+depend on.
 """
 
 from __future__ import annotations
 
-import json
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from haldet.detectors.base import Detector
 from haldet.schema import Generation, Instance
 from haldet.signals import Signal, SignalView
 
@@ -180,7 +162,7 @@ def _verbalized(rng: np.random.Generator, y: np.ndarray) -> list[Any]:
             else "I cannot say." for v in y]
 
 
-class _AnyAsk(dict):  # type: ignore[type-arg]
+class _AnyAsk(dict[str, Any]):
     """Verdicts of every ask of one prompt: the synthetic judge answers any ask name `<prompt>[@<k>shot]`."""
 
     def get(self, name: str, default: Any = None) -> Any:
@@ -239,13 +221,17 @@ def _redeep_features(rng: np.random.Generator, y: np.ndarray) -> list[Any]:
 
 
 # ---------------------------------------------------------------------------------------------------- views
+class UndeclaredRead(KeyError):
+    """A detector read a signal its `signals()` does not name (the synthetic view serves no other)."""
+
+
 def synthetic_view(signals: frozenset[Signal] | set[Signal], n: int = N_ITEMS, seed: int = 0) -> SignalView:
     """A labelled view of n items serving exactly `signals` (any other signal raises: undeclared reads fail).
     Instances carry references, incorrect answers and a source row, so gold access is observable."""
     unknown = sorted(set(signals) - set(SIGNAL_MAKERS))
     if unknown:
         raise KeyError(f"no synthetic maker for signal(s) {unknown}: add a @signal_maker in "
-                       "haldet/testing/conformance.py")
+                       "haldet/testing/conformance/synthetic.py")
     rng = np.random.default_rng(seed)
     y = (np.arange(n) % 5 < 2).astype(int)[rng.permutation(n)]  # 40% hallucinated, both classes everywhere
     values = {s: SIGNAL_MAKERS[s].make(np.random.default_rng([seed, list(Signal).index(s)]), y)
@@ -278,7 +264,7 @@ def _view(ids: list[str], instances: list[Instance], generations: list[Generatio
 
     def loader(signal: Signal, wanted: Any) -> list[Any]:
         if signal not in declared:
-            raise KeyError(f"read undeclared signal {signal!s}")
+            raise UndeclaredRead(f"read undeclared signal {signal!s}")
         return [values[signal][pos[i]] for i in wanted]
 
     return SignalView(ids=list(ids), instances=list(instances), generations=list(generations), loader=loader,
@@ -322,174 +308,6 @@ def _serves(view: SignalView, signal: Signal) -> bool:
     return True
 
 
-# ---------------------------------------------------------------------------------------------------- checks
-@dataclass
-class Spy:
-    """What `score_detector` handed the detector: the views `fit` and `score` received."""
-
-    fit_views: list[SignalView]
-    score_views: list[SignalView]
-
-
-def spying(cls: type[Detector], spy: Spy) -> type[Detector]:
-    """A subclass recording its fit/score views (a subclass, so the fitted state still pickles)."""
-
-    def fit(self: Any, train: SignalView, val: SignalView | None) -> None:
-        spy.fit_views += [train] + ([val] if val is not None else [])
-        cls.fit(self, train, val)
-
-    def score(self: Any, items: SignalView) -> Any:
-        spy.score_views.append(items)
-        return cls.score(self, items)
-
-    return type(cls.__name__, (cls,), {"fit": fit, "score": score, "__module__": cls.__module__})
-
-
-def split_of(view: SignalView) -> dict[str, list[str]]:
-    """60/20/20 by position (the synthetic labels are already shuffled)."""
-    n = len(view)
-    a, b = int(0.6 * n), int(0.8 * n)
-    return {"train": view.ids[:a], "val": view.ids[a:b], "test": view.ids[b:]}
-
-
-def run_through_runner(cls: type[Detector], params: dict[str, Any], view: SignalView, workdir: Path,
-                       spy: Spy | None = None) -> np.ndarray:
-    """Test scores of `cls(**params)` from the run's scoring path (`score_detector`), exactly as a run computes them
-    (in a fresh cell)."""
-    from haldet.config import RunConfig
-    from haldet.flow.scoring import ResponseScoring, score_detector
-    from haldet.store import CellStore
-
-    spy = spy or Spy([], [])
-    split = split_of(view)
-    assert view.labels is not None, "the runner's split needs a labelled view"
-    config = RunConfig(detectors=[cls.name], evaluation={"bootstrap": 0})
-    run = score_detector(cls.name, "response", ResponseScoring(config), CellStore(workdir), view, split,
-                         "synthetic-evidence", detector=spying(cls, spy)(**params))
-    if run.scores is None:
-        raise RuntimeError(f"the scoring path gave no scores: {run.error}")
-    return np.asarray(run.scores.values)
-
-
-def check_declarations(cls: type[Detector]) -> list[str]:
-    problems = []
-    if not isinstance(getattr(cls, "version", None), str) or not cls.version:
-        problems.append("no `version` string (bump it when the formula changes)")
-    if cls.variants:
-        default = cls.defaults.get("variant")
-        if default not in cls.variants:
-            problems.append(f"default variant {default!r} is not one of the variants {sorted(cls.variants)}")
-    elif "variant" in cls.defaults:
-        problems.append("a `variant` default without `variants` describing it")
-    for param in getattr(cls, "auxiliary", {}):
-        if param.split(".")[0] not in cls.defaults and param != "sentences":
-            problems.append(f"auxiliary model parameter {param!r} is not in `defaults`")
-    for variant in cls.variants or {}:
-        try:
-            det = cls(variant=variant)
-        except (ValueError, TypeError) as exc:
-            problems.append(f"variant {variant!r} does not build: {exc}")
-            continue
-        if not det.signals() or not set(det.signals()) <= set(SIGNAL_MAKERS):
-            problems.append(f"variant {variant!r} reads {sorted(det.signals())}: empty or without a synthetic maker")
-    return problems
-
-
-def _same(a: np.ndarray, b: np.ndarray) -> bool:
-    return a.shape == b.shape and bool(np.array_equal(a, b, equal_nan=True))
-
-
-def check_detector(cls: type[Detector], params: dict[str, Any] | None = None, *, seed: int = 0) -> list[str]:
-    """Every conformance problem of `cls(**params)` (empty list = conformant). See the module docstring."""
-    params = dict(params or {})
-    problems = [f"declarations: {p}" for p in check_declarations(cls)]
-    det = cls(**params)
-    signals = frozenset(det.signals())
-    view = synthetic_view(signals, seed=seed)
-    split = split_of(view)
-    test_ids = set(split["test"])
-    with tempfile.TemporaryDirectory(prefix="haldet-conformance-") as tmp:
-        root = Path(tmp)
-        spy = Spy([], [])
-        try:
-            base = run_through_runner(cls, params, view, root / "a", spy)
-        except KeyError as exc:
-            return [*problems, f"reads a signal it does not declare in signals(): {exc}"]
-        if any(v.labels is not None for v in spy.score_views):
-            problems.append("score() received a view with labels")
-        if cls.trains and not any(v.labels is not None for v in spy.fit_views):
-            problems.append("a training detector was fitted without labels")
-        if np.isfinite(base).sum() < len(base) / 2:
-            problems.append(f"only {int(np.isfinite(base).sum())}/{len(base)} clean synthetic items scored")
-        finite = base[np.isfinite(base)]
-        # a detector built on hard decisions of an auxiliary model says why the random stand-in may make it constant
-        if len(finite) > 2 and np.unique(finite).size == 1 and not getattr(cls, "constant_with_stand_in", ""):
-            problems.append(f"every item scored {finite[0]!r}: a constant, not a score")
-        blind = run_through_runner(cls, params, without_gold(view, test_ids), root / "b")
-        if not _same(base, blind):
-            problems.append("scores change when the scored items' references/incorrect/source/labels change")
-        problems += _direct_checks(cls, params, view, split, root / "c")
-    return problems
-
-
-def _fitted(cls: type[Detector], params: dict[str, Any], view: SignalView, split: dict[str, list[str]],
-            workdir: Path) -> Any:
-    det = cls(**params)
-    det.workdir = workdir
-    pos = {i: k for k, i in enumerate(view.ids)}
-    if cls.trains:
-        det.fit(view.subset([pos[i] for i in split["train"]], with_labels=True),
-                view.subset([pos[i] for i in split["val"]], with_labels=True))
-    return det
-
-
-def _direct_checks(cls: type[Detector], params: dict[str, Any], view: SignalView, split: dict[str, list[str]],
-                   workdir: Path) -> list[str]:
-    problems: list[str] = []
-    pos = {i: k for k, i in enumerate(view.ids)}
-    test = [pos[i] for i in split["test"]]
-    det = _fitted(cls, params, view, split, workdir)
-    scored = det.score(view.subset(test, with_labels=False))
-    base = np.asarray(scored.values)
-    bare = [r for v, r in zip(base, scored.reasons, strict=True) if not np.isfinite(v) and not str(r).strip()]
-    if bare:
-        problems.append(f"{len(bare)} NaN score(s) without a reason")
-    perm = np.random.default_rng(3).permutation(len(test))
-    shuffled = np.asarray(det.score(view.subset([test[k] for k in perm], with_labels=False)).values)
-    if not _same(shuffled, base[perm]):
-        problems.append("scores depend on the order of the items")
-    half = len(test) // 2
-    part = np.asarray(det.score(view.subset(test[half:], with_labels=False)).values)
-    if not np.allclose(part, base[half:], rtol=1e-5, atol=1e-6, equal_nan=True):
-        problems.append("an item's score depends on which other items are scored with it")
-    broken = with_missing(view, test[:3])
-    out = det.score(broken.subset(test, with_labels=False))
-    values = np.asarray(out.values)
-    if np.isfinite(values[:3]).any():
-        problems.append(f"items with missing evidence scored {values[:3].tolist()} instead of NaN with a reason")
-    elif not all(str(r).strip() for r in out.reasons[:3]):
-        problems.append("items with missing evidence got NaN without a reason")
-    if not np.allclose(values[3:], base[3:], rtol=1e-5, atol=1e-6, equal_nan=True):
-        problems.append("missing evidence on some items changed other items' scores")
-    if cls.trains:
-        again = np.asarray(_fitted(cls, params, view, split, workdir).score(
-            view.subset(test, with_labels=False)).values)
-        if not _same(again, base):
-            problems.append("fit is not deterministic under the configured seed")
-        path = workdir / "fitted.pt"
-        det.save(path)
-        loaded = cls(**params)
-        loaded.workdir = workdir
-        loaded.load(path)
-        if not _same(np.asarray(loaded.score(view.subset(test, with_labels=False)).values), base):
-            problems.append("save/load does not round-trip to identical scores")
-    try:
-        json.dumps(det.identity(), sort_keys=True)
-    except (TypeError, ValueError) as exc:
-        problems.append(f"identity() is not JSON: {exc}")
-    return problems + _unit_checks(det, view, test)
-
-
 # ---------------------------------------------------------------------------------------------------- unit levels
 def with_units(view: SignalView, level: str) -> SignalView:
     """The view's instances carrying their response and UNITS_PER_ITEM (two) units of kind `level` over it (the
@@ -510,7 +328,8 @@ def with_units(view: SignalView, level: str) -> SignalView:
     return _view(view.ids, instances, view.generations, {s: view.get(s) for s in declared}, view.labels, declared)
 
 
-def _flip_unit_labels(view: SignalView) -> SignalView:
+def flip_unit_labels(view: SignalView) -> SignalView:
+    """The view with every unit's label swapped (correct <-> hallucinated)."""
     from haldet.schema import Category
 
     flip = {Category.CORRECT: Category.HALLUCINATION, Category.HALLUCINATION: Category.CORRECT}
@@ -518,58 +337,3 @@ def _flip_unit_labels(view: SignalView) -> SignalView:
                                                    for u in inst.units]}) for inst in view.instances]
     declared = {s for s in SIGNAL_MAKERS if _serves(view, s)}
     return _view(view.ids, instances, view.generations, {s: view.get(s) for s in declared}, view.labels, declared)
-
-
-def _flat(scores: Any) -> np.ndarray:
-    return np.concatenate([np.asarray(v, dtype=np.float64) for v in scores.values]) if scores.values else np.zeros(0)
-
-
-def _unit_checks(det: Any, view: SignalView, test: list[int]) -> list[str]:
-    """At the first unit level the detector declares: one score per unit, aligned; no unit-label access; order
-    invariance; missing evidence -> NaN with a reason."""
-    problems: list[str] = []
-    # the first unit level only: levels share the unit machinery, and each check re-scores every item
-    for level in [lv for lv in getattr(det, "levels", ("response",)) if lv != "response"][:1]:
-        if not hasattr(det, "score_units"):
-            problems.append(f"declares level {level!r} but has no score_units()")
-            continue
-        units = with_units(view, level)
-        part = units.subset(test, with_labels=True)  # labels kept: a detector must not read them anyway
-        out = det.score_units(part, level)
-        if [len(v) for v in out.values] != [len(i.units_of(level)) for i in part.instances]:
-            problems.append(f"{level}: unit scores not aligned to the items' units")
-            continue
-        flat = _flat(out)
-        if np.isfinite(flat).sum() < len(flat) / 2:
-            problems.append(f"{level}: only {int(np.isfinite(flat).sum())}/{len(flat)} clean synthetic units scored")
-        if not _same(_flat(det.score_units(_flip_unit_labels(part), level)), flat):
-            problems.append(f"{level}: unit scores change when the units' labels change")
-        perm = np.random.default_rng(5).permutation(len(test))
-        shuffled = det.score_units(part.subset([int(k) for k in perm], with_labels=True), level)
-        if not _same(np.concatenate([np.asarray(shuffled.values[list(perm).index(k)]) for k in range(len(test))]),
-                     flat):
-            problems.append(f"{level}: unit scores depend on the order of the items")
-        broken = det.score_units(with_units(with_missing(view, test[:2]), level).subset(test, with_labels=True), level)
-        if np.isfinite(_flat(type(out)(broken.values[:2], broken.reasons[:2]))).any():
-            problems.append(f"{level}: units of items with missing evidence scored instead of NaN with a reason")
-    return problems
-
-
-def light(cls: type[Detector], params: dict[str, Any], models: dict[str, str]) -> dict[str, Any]:
-    """`params` with every auxiliary model parameter of kind k set to `models[k]` and no fallback: the suite's
-    way to run model-backed detectors on small local models."""
-    out = dict(params)
-    for param, kind in getattr(cls, "auxiliary", {}).items():
-        owner, _, leaf = param.rpartition(".")
-        if kind not in models:
-            continue
-        if owner:  # a model inside a dict parameter
-            out[owner] = {**cls.defaults.get(owner, {}), **out.get(owner, {}), leaf: models[kind], "fallback": None}
-        elif param in cls.defaults:
-            out[param] = models[kind]
-            if "fallback" in cls.defaults:
-                out["fallback"] = None
-    return out
-
-
-__all__ = ["SIGNAL_MAKERS", "Maker", "check_detector", "light", "signal_maker", "synthetic_view"]
