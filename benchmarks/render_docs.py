@@ -72,10 +72,12 @@ def scale_report(stored: dict[str, Any]) -> list[str]:
         rows.append([f"{r['items']:,}", _mb(r["run_bytes"]), f"{_n(rep['wall_s'])} / {_n(rep['cpu_s'])}",
                      f"{rep['peak_rss_mb']:,.0f} MB", _n(r["store_read_scores"]["cpu_s"], 2),
                      _n(r["bootstrap_cis"]["cpu_s"]), ratio,
-                     " / ".join(str(x) for x in r["bootstrap_cis"].get("loadavg", [])[:1] + rep.get("loadavg", [])[:1])])
+                     f"{r['bootstrap_cis'].get('loadavg', ['?'])[0]} / {rep.get('loadavg', ['?'])[0]}"])
+    runs = stored["data"]["report"]["runs"]
+    compared = (runs[0].get("bootstrap_old_vs_new") or {}).get("detectors", 0) if runs else 0
     head = ["items", "run bytes", "`haldet report` wall / CPU s", "its peak resident",
             "store reads (17 score logs) CPU s", "bootstrap CIs (17 detectors x 7 metrics) CPU s",
-            f"resampled metrics, former code / one pass, CPU s ({rows and stored['data']['report']['runs'][0].get('bootstrap_old_vs_new', {}).get('detectors', 0)} detectors alternated)",
+            f"resampled metrics, former code / one pass, CPU s ({compared} detectors alternated)",
             "load average (bootstrap / report)"]
     return _table(head, rows)
 

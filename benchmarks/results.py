@@ -15,7 +15,7 @@ import os
 import platform
 import subprocess
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +58,7 @@ def commit() -> str:
 def stamped(name: str, data: dict[str, Any], command: str) -> dict[str, Any]:
     return {"benchmark": name, "command": command, "machine": machine(),
             "loadavg": [round(x, 2) for x in os.getloadavg()], "commit": commit(),
-            "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), "data": data}
+            "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), "data": data}
 
 
 def load(name: str) -> dict[str, Any]:

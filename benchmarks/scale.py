@@ -50,7 +50,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from results import finish  # noqa: E402  (benchmarks/results.py: stored figures, --store and --check)
+from results import finish  # benchmarks/results.py: stored figures, --store and --check
 
 ROOT = Path(__file__).resolve().parents[1]
 FLOW_STAGES = ("load_data", "generate", "annotate", "split", "sample", "auxiliary", "features")
@@ -181,7 +181,6 @@ def old_vs_new(labels: np.ndarray, scores: dict[str, np.ndarray], n_compare: int
     process, so a load on the machine weighs on both alike; and whether their values are equal bit for bit."""
     sys.path.insert(0, str(ROOT / "tests"))
     import bootstrap_reference as ref
-
     from haldet.evaluation.bootstrap import stratified_draws
     from haldet.evaluation.metrics import METRICS, metrics_on_resamples, scored_items
 

@@ -147,10 +147,14 @@ class Block:
         return cp_d[:, ::-1], cn_d[:, ::-1]
 
     @cached_property
-    def running(self) -> tuple[np.ndarray, np.ndarray]:
-        """Running sums of the descending counts: positives and negatives scored at or above each rank."""
-        cp_d, cn_d = self.descending
-        return np.cumsum(cp_d, axis=1), np.cumsum(cn_d, axis=1)
+    def tps(self) -> np.ndarray:
+        """Running sums of the descending counts of positives: positives scored at or above each rank."""
+        return np.cumsum(self.descending[0], axis=1)
+
+    @cached_property
+    def fps(self) -> np.ndarray:
+        """The same for the negatives."""
+        return np.cumsum(self.descending[1], axis=1)
 
 
 Consumer = Callable[[Block], dict[str, np.ndarray]]

@@ -205,14 +205,13 @@ def detection_consumer(metrics: tuple[str, ...]) -> Consumer:
     """AUROC, AUPR and FPR@95 of a block's counts (descending, with running sums made once for all three)."""
     def consume(block: Block) -> dict[str, np.ndarray]:
         cp_d, cn_d = block.descending
-        tps, fps = block.running
         out = {}
         if "auroc" in metrics:
-            out["auroc"] = _auroc_descending(cp_d, cn_d, fps)
+            out["auroc"] = _auroc_descending(cp_d, cn_d, block.fps)
         if "aupr" in metrics:
-            out["aupr"] = _aupr_descending(cp_d, tps, fps)
+            out["aupr"] = _aupr_descending(cp_d, block.tps, block.fps)
         if "fpr95" in metrics:
-            out["fpr95"] = _fpr95_descending(cp_d, cn_d, tps, fps)
+            out["fpr95"] = _fpr95_descending(cp_d, cn_d, block.tps, block.fps)
         return out
     return consume
 
