@@ -126,8 +126,10 @@ PAGES = (ROOT / "docs" / "speed.md", ROOT / "docs" / "scale.md")
 
 
 def rendered(text: str) -> str:
-    return MARK.sub(lambda m: m.group(0).replace(m.group("body"), render(m.group("name"), m.group("file")), 1),
-                    text)
+    def table(m: re.Match[str]) -> str:
+        start, end = m.span("body")
+        return m.group(0)[: start - m.start()] + render(m.group("name"), m.group("file")) + m.group(0)[end - m.start():]
+    return MARK.sub(table, text)
 
 
 def differing(pages: tuple[Path, ...] = PAGES) -> list[str]:

@@ -10,7 +10,8 @@ threshold rules as scikit-learn (`tests/test_metrics_fast.py` checks equality on
 
 Beside them, every evaluation reports the rejection metrics of `haldet.evaluation.rejection` (PRR over the full range
 and up to 50% rejection, the rejection curve's area and the area under the risk-coverage curve) on the same
-resamples.
+resamples. All of them are read in one pass over each block of resamples (`haldet.evaluation.bootstrap`), the
+scores ranked once per detector.
 """
 
 from __future__ import annotations
