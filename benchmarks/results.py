@@ -71,22 +71,32 @@ def load(name: str) -> dict[str, Any]:
     return json.loads(path.read_text())
 
 
-def drift(stored: Any, now: Any, path: str = "") -> list[str]:
-    """Every figure named in NOISE that is in both and moved by more than its noise (relative to the stored one)."""
+def drift(stored: Any, now: Any, path: str = "", seen: list[str] | None = None) -> list[str]:
+    """Every figure named in NOISE that is in both and moved by more than its noise (relative to the stored one).
+    Lists of runs are matched by their "items" (a rerun at other sizes compares the sizes both have); `seen`
+    collects the figures compared."""
     out: list[str] = []
+    seen = [] if seen is None else seen
     if isinstance(stored, dict) and isinstance(now, dict):
-        for key in stored.keys() & now.keys():
+        for key in sorted(stored.keys() & now.keys()):
             here = f"{path}.{key}" if path else key
             old, new = stored[key], now[key]
             if key in NOISE and isinstance(old, (int, float)) and isinstance(new, (int, float)) and old:
+                seen.append(here)
                 if abs(new - old) / abs(old) > NOISE[key]:
                     out.append(f"{here}: stored {old}, now {new} ({(new - old) / old:+.0%}; noise "
                                f"±{NOISE[key]:.0%})")
             else:
-                out += drift(old, new, here)
-    elif isinstance(stored, list) and isinstance(now, list) and len(stored) == len(now):
-        for i, (old, new) in enumerate(zip(stored, now, strict=True)):
-            out += drift(old, new, f"{path}[{i}]")
+                out += drift(old, new, here, seen)
+    elif isinstance(stored, list) and isinstance(now, list):
+        if all(isinstance(r, dict) and "items" in r for r in stored + now):
+            by_items = {r["items"]: r for r in now}
+            for old in stored:
+                if old["items"] in by_items:
+                    out += drift(old, by_items[old["items"]], f"{path}[items={old['items']}]", seen)
+        elif len(stored) == len(now):
+            for i, (old, new) in enumerate(zip(stored, now, strict=True)):
+                out += drift(old, new, f"{path}[{i}]", seen)
     return out
 
 
@@ -94,7 +104,12 @@ def finish(name: str, data: dict[str, Any], store: str | None, check: str | None
     """After a benchmark: store its figures, and/or check them against stored ones (exit 1 on drift)."""
     if check:
         stored = load(check)
-        moved = drift(stored["data"], data)
+        seen: list[str] = []
+        moved = drift(stored["data"], data, seen=seen)
+        if not seen:
+            print(f"NOTHING TO CHECK: no figure of this run is in benchmarks/results/{check}.json (other parts or "
+                  "sizes?)", file=sys.stderr)
+            raise SystemExit(1)
         if moved:
             print(f"FIGURES DRIFTED from benchmarks/results/{check}.json (stored {stored['date']}, commit "
                   f"{stored['commit']}, load {stored['loadavg']}; now load {[round(x, 2) for x in os.getloadavg()]}):",
@@ -102,7 +117,7 @@ def finish(name: str, data: dict[str, Any], store: str | None, check: str | None
             for line in moved:
                 print("  " + line, file=sys.stderr)
             raise SystemExit(1)
-        print(f"figures within noise of benchmarks/results/{check}.json", file=sys.stderr)
+        print(f"{len(seen)} figures within noise of benchmarks/results/{check}.json", file=sys.stderr)
     if store:
         RESULTS.mkdir(exist_ok=True)
         (RESULTS / f"{store}.json").write_text(json.dumps(stamped(name, data, command), indent=2) + "\n")

@@ -51,4 +51,7 @@ def test_check_fails_on_drift_and_passes_within_noise(tmp_path: Path, monkeypatc
                        None, "demo", "demo")
     assert stop.value.code == 1
     err = capsys.readouterr().err
-    assert "FIGURES DRIFTED" in err and "runs[0].haldet_report.peak_rss_mb: stored 500.0, now 900.0" in err
+    assert "FIGURES DRIFTED" in err and "runs[items=100].haldet_report.peak_rss_mb: stored 500.0, now 900.0" in err
+    with pytest.raises(SystemExit):  # other sizes only: nothing compared is a failure too, not a pass
+        results.finish("demo", {"runs": [{"items": 7, "haldet_report": {"wall_s": 1.0}}]}, None, "demo", "demo")
+    assert "NOTHING TO CHECK" in capsys.readouterr().err
