@@ -79,7 +79,13 @@ def scale_report(stored: dict[str, Any]) -> list[str]:
             "store reads (17 score logs) CPU s", "bootstrap CIs (17 detectors x 7 metrics) CPU s",
             f"resampled metrics, former code / one pass, CPU s ({compared} detectors alternated)",
             "load average (bootstrap / report)"]
-    return _table(head, rows)
+    growth = stored["data"]["report"].get("growth_cpu") or {}
+    names = {"bootstrap_cis": "bootstrap CIs", "haldet_report": "`haldet report`", "store_read_scores": "store reads"}
+    slopes = [f"{label} {growth[k]['exponent']:.2f}" for k, label in names.items()
+              if (growth.get(k) or {}).get("exponent") is not None]
+    sizes = stored["data"]["report"]["sizes"]
+    tail = ["", f"Exponents (CPU, {sizes[-2]:,} to {sizes[-1]:,} items; 1.0 = linear): " + ", ".join(slopes) + "."]
+    return _table(head, rows) + (tail if slopes and len(sizes) > 1 else [])
 
 
 def scale_flow(stored: dict[str, Any]) -> list[str]:
