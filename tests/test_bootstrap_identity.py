@@ -66,14 +66,25 @@ def test_fpr95_window_fallback_equals_the_former_code(window: int, monkeypatch: 
         assert np.array_equal(got, ref.metrics_on_resamples(y, s, idx)["fpr95"]), name
 
 
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_auroc_alone_equals_the_former_code(name: str) -> None:
+    """AUROC alone on stratified draws (the report's paired comparisons) reads the positives' ranks instead of
+    counting them: the same values."""
+    y, s = case(name, 8)
+    idx = ref.draw_indices(y, 90, 5)
+    got = metrics_on_resamples(y, s, stratified_draws(y, 90, 5), ("auroc",))["auroc"]
+    assert np.array_equal(got, ref.metrics_on_resamples(y, s, idx)["auroc"])
+
+
 def test_auroc_float_path_equals_the_former_code(monkeypatch: pytest.MonkeyPatch) -> None:
     """Counts too large for the exact whole-number sum take the floating-point sum in ascending order."""
     monkeypatch.setattr(metrics_module, "_EXACT", 0.0)
     for name in ("distinct", "ties_mixed"):
         y, s = case(name, 6)
         idx = ref.draw_indices(y, 50, 4)
-        got = metrics_on_resamples(y, s, idx, ("auroc",))["auroc"]
-        assert np.array_equal(got, ref.metrics_on_resamples(y, s, idx)["auroc"]), name
+        for draws in (idx, stratified_draws(y, 50, 4)):
+            got = metrics_on_resamples(y, s, draws, ("auroc",))["auroc"]
+            assert np.array_equal(got, ref.metrics_on_resamples(y, s, idx)["auroc"]), name
 
 
 @pytest.mark.parametrize("name", ["distinct", "ties_mixed", "ties_pure"])

@@ -11,10 +11,19 @@ The draws themselves (`Draws`) are kept compact: per resample, positions among t
 in the smallest unsigned type that holds them (120 MB for 1,000 resamples of 60,000 items instead of 480 MB of
 int64 indices), drawn once per (labels, resamples, seed) in a process and shared by every detector of a cell. They
 are the same draws, in the same order, as one `rng.choice` of the positives then one of the negatives per resample.
+
+Each block allocates and frees a few arrays of about a megabyte. glibc's malloc serves those by mmap or returns the
+freed top of its heap to the system, so every block paid the kernel's zeroing of fresh pages again: half the
+bootstrap's time at 60,000 items. `_keep_heap` raises its two thresholds once (to the largest value glibc's own
+adaptive thresholds reach, 32 MB, and 64 MB kept at the heap's top), so blocks reuse the same memory; elsewhere it
+does nothing.
 """
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
@@ -140,6 +149,22 @@ class Block:
         both = np.bincount(flat.ravel(), minlength=idx.shape[0] * 2 * nb).reshape(idx.shape[0], 2, nb)
         return both[:, 1], both[:, 0]
 
+    @cached_property
+    def negatives_desc(self) -> np.ndarray:
+        """Per resample and rank (highest first), the count of negatives: alone when only it is read."""
+        if "descending" in self.__dict__ or self._class_ranks is None or self.draws is None:
+            return self.descending[1]
+        return self._per_row(self._class_ranks[1].take(self.draws.N[self.lo:self.hi]))
+
+    @property
+    def positive_ranks(self) -> np.ndarray | None:
+        """[rows, n_pos] each drawn positive's rank, offset by its row into the flat [rows x ranks] (stratified
+        draws only; None otherwise)."""
+        if self._class_ranks is None or self.draws is None:
+            return None
+        ranks = self._class_ranks[0].take(self.draws.P[self.lo:self.hi])
+        return ranks + (np.arange(self.rows, dtype=np.int64) * self.ranked.n_bins)[:, None]
+
     @property
     def counts(self) -> tuple[np.ndarray, np.ndarray]:
         """The same counts in ascending score order (reversed views)."""
@@ -174,9 +199,28 @@ def blocks(ranked: Ranked, draws: Draws | None = None, idx: np.ndarray | None = 
         yield Block(ranked, lo, hi, draws, None if idx is None else idx[lo:hi], class_ranks)
 
 
+_HEAP_KEPT = False
+
+
+def _keep_heap() -> None:
+    """glibc only: serve arrays up to 32 MB from the heap and keep up to 64 MB freed at its top (M_MMAP_THRESHOLD,
+    M_TRIM_THRESHOLD), so a block's arrays reuse the previous block's memory instead of fresh zeroed pages."""
+    global _HEAP_KEPT
+    if _HEAP_KEPT or not sys.platform.startswith("linux"):
+        return
+    _HEAP_KEPT = True
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.mallopt(-3, 32 << 20)  # M_MMAP_THRESHOLD
+        libc.mallopt(-1, 64 << 20)  # M_TRIM_THRESHOLD
+    except (OSError, AttributeError):  # another C library: its own allocator, nothing to tune
+        pass
+
+
 def one_pass(ranked: Ranked, consumers: list[Consumer], *, draws: Draws | None = None,
              idx: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """Every consumer's metrics on every resample, reading each block once; values per metric in resample order."""
+    _keep_heap()
     out: dict[str, list[np.ndarray]] = {}
     for block in blocks(ranked, draws, idx):
         for consume in consumers:
