@@ -14,9 +14,9 @@ are the same draws, in the same order, as one `rng.choice` of the positives then
 
 Each block allocates and frees a few arrays of about a megabyte. glibc's malloc serves those by mmap or returns the
 freed top of its heap to the system, so every block paid the kernel's zeroing of fresh pages again: half the
-bootstrap's time at 60,000 items. `_keep_heap` raises its two thresholds once (to the largest value glibc's own
-adaptive thresholds reach, 32 MB, and 64 MB kept at the heap's top), so blocks reuse the same memory; elsewhere it
-does nothing.
+bootstrap's time at 60,000 items in a fresh process. `_keep_heap` raises its two thresholds once (to the largest
+value glibc's own adaptive thresholds reach, 32 MB, and 64 MB kept at the heap's top), so blocks reuse the same
+memory; elsewhere it does nothing.
 """
 
 from __future__ import annotations
