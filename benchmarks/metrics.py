@@ -16,8 +16,9 @@ from collections.abc import Callable
 
 import numpy as np
 
+from haldet.evaluation.bootstrap import stratified_draws
 from haldet.evaluation.calibration import evaluate_calibrated
-from haldet.evaluation.metrics import DETECTION_METRICS, metrics_on_resamples, stratified_indices
+from haldet.evaluation.metrics import DETECTION_METRICS, metrics_on_resamples
 from haldet.evaluation.rejection import REJECTION_METRICS
 
 
@@ -34,7 +35,7 @@ def time_size(n: int, n_boot: int, repeat: int) -> dict[str, float]:
     rng = np.random.default_rng(n)
     y = (rng.random(n) < 0.4).astype(int)
     s = np.round(y + rng.normal(size=n), 2)
-    idx = stratified_indices(y, n_boot, seed=42)
+    idx = stratified_draws(y, n_boot, seed=42)
     p = 1 / (1 + np.exp(-s))
     return {"n": n,
             "detection_s": best_of(repeat, lambda: metrics_on_resamples(y, s, idx, DETECTION_METRICS)),

@@ -23,7 +23,15 @@ costs (model load, imports) make small sizes look dear, so the slope between the
 shows growth. Usage:
   python benchmarks/scale.py [--parts model,flow,report] [--model-sizes 50,200]
                              [--model-detectors perplexity,ln_entropy] [--flow-sizes 50,200,1000,5000]
-                             [--report-sizes 1000,10000,100000] [--detectors 17]
+                             [--report-sizes 1000,10000,100000] [--detectors 17] [--compare-old 3]
+                             [--store NAME] [--check NAME]
+
+`report` also times the resampled metrics of `--compare-old` detectors by the former per-metric code
+(tests/bootstrap_reference.py) and by the one pass, alternating in one process (a ratio valid under load), and
+checks that their values are equal. `haldet report`'s peak memory is that child's own (benchmarks/peak.py).
+`--store NAME` writes benchmarks/results/NAME.json (with the machine, load average, commit and date), from which
+benchmarks/render_docs.py regenerates the tables of docs/scale.md; `--check NAME` exits 1, naming each figure,
+when one drifted from the stored one by more than its noise (benchmarks/results.py says how much that is).
 """
 
 from __future__ import annotations
@@ -32,7 +40,6 @@ import argparse
 import json
 import math
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -41,6 +48,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from results import finish  # benchmarks/results.py: stored figures, --store and --check
 
 ROOT = Path(__file__).resolve().parents[1]
 FLOW_STAGES = ("load_data", "generate", "annotate", "split", "sample", "auxiliary", "features")
@@ -149,20 +159,50 @@ def part_flow(sizes: list[int], tmp: Path) -> dict[str, Any]:
 
 
 def timed_child(args: list[str]) -> dict[str, float]:
-    """Wall and CPU seconds and peak resident memory of a child process (rusage of the finished child)."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    start = time.perf_counter()
-    proc = subprocess.run(args, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
-    wall = time.perf_counter() - start
-    if proc.returncode:
-        raise SystemExit(f"{' '.join(args)} failed:\n{proc.stderr[-2000:]}")
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return {"wall_s": round(wall, 3), "cpu_s": round(after.ru_utime + after.ru_stime - before.ru_utime
-                                                      - before.ru_stime, 3),
-            "peak_rss_mb": round(after.ru_maxrss / 1024, 1)}  # the largest child so far: children grow in size
+    """Wall and CPU seconds and peak resident memory of this child alone, through benchmarks/peak.py (a small
+    launcher that reaps it with `os.wait4`): RUSAGE_CHILDREN would give the largest of every child so far, and a
+    child started from this (large) process directly would count this process's size until its exec."""
+    with tempfile.TemporaryDirectory() as tmp:
+        usage_file = Path(tmp) / "usage.json"
+        start = time.perf_counter()
+        proc = subprocess.run([sys.executable, str(Path(__file__).with_name("peak.py")), str(usage_file), "--",
+                               *args], capture_output=True, text=True,
+                              env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+        wall = time.perf_counter() - start
+        if proc.returncode:
+            raise SystemExit(f"{' '.join(args)} failed:\n{proc.stderr[-2000:]}")
+        usage = json.loads(usage_file.read_text())
+    return {"wall_s": round(wall, 3), "cpu_s": usage["cpu_s"], "peak_rss_mb": usage["peak_rss_mb"]}
 
 
-def part_report(sizes: list[int], n_detectors: int, tmp: Path) -> dict[str, Any]:
+def old_vs_new(labels: np.ndarray, scores: dict[str, np.ndarray], n_compare: int) -> dict[str, Any]:
+    """CPU seconds of the resampled metrics (1,000 resamples, every metric) by the former per-metric code
+    (tests/bootstrap_reference.py, a frozen copy) and by the one pass, alternating detector by detector in one
+    process, so a load on the machine weighs on both alike; and whether their values are equal bit for bit."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    import bootstrap_reference as ref
+    from haldet.evaluation.bootstrap import stratified_draws
+    from haldet.evaluation.metrics import METRICS, metrics_on_resamples, scored_items
+
+    old_s = new_s = 0.0
+    equal = True
+    for values in list(scores.values())[:n_compare]:
+        y, s, _, _ = scored_items(labels, values)
+        idx = ref.draw_indices(y, 1000, 42)
+        start = time.process_time()
+        want = ref.metrics_on_resamples(y, s, idx)
+        old_s += time.process_time() - start
+        del idx
+        start = time.process_time()
+        got = metrics_on_resamples(y, s, stratified_draws(y, 1000, 42))
+        new_s += time.process_time() - start
+        equal &= all(np.array_equal(got[m], want[m], equal_nan=True) for m in METRICS)
+    return {"detectors": min(n_compare, len(scores)), "old_cpu_s": round(old_s, 2), "new_cpu_s": round(new_s, 2),
+            "ratio": round(old_s / new_s, 2) if new_s else None, "bit_identical": bool(equal),
+            "loadavg": [round(x, 2) for x in os.getloadavg()]}
+
+
+def part_report(sizes: list[int], n_detectors: int, tmp: Path, n_compare: int = 3) -> dict[str, Any]:
     from haldet.evaluation.metrics import evaluate
     from haldet.report.rundata import load_run
     from haldet.testing.synthetic_run import DATASET, MODEL, write_synthetic_run
@@ -181,11 +221,15 @@ def part_report(sizes: list[int], n_detectors: int, tmp: Path) -> dict[str, Any]
         start, start_cpu = time.perf_counter(), time.process_time()
         for values in data.scores.values():
             evaluate(data.labels, values, n_boot=1000)
-        boot = {"wall_s": round(time.perf_counter() - start, 3), "cpu_s": round(time.process_time() - start_cpu, 3)}
+        boot = {"wall_s": round(time.perf_counter() - start, 3), "cpu_s": round(time.process_time() - start_cpu, 3),
+                "loadavg": [round(x, 2) for x in os.getloadavg()]}
         report = timed_child([sys.executable, "-m", "haldet", "report", str(root), "--out", str(tmp / f"rep{n}")])
+        report["loadavg"] = [round(x, 2) for x in os.getloadavg()]
+        versus = old_vs_new(data.labels, data.scores, n_compare) if n_compare else None
         runs.append({"items": n, "test_items": len(data.ids), "write_run_s": round(write_s, 2),
                      "run_bytes": sum(p.stat().st_size for p in root.rglob("*") if p.is_file()),
                      "store_read_scores": read, "bootstrap_cis": boot, "haldet_report": report,
+                     "bootstrap_old_vs_new": versus,
                      "cpu_s": {"store_read_scores": read["cpu_s"], "bootstrap_cis": boot["cpu_s"],
                                "haldet_report": report["cpu_s"]}})
     return {"sizes": sizes, "detectors": n_detectors, "n_boot": 1000, "runs": runs,
@@ -200,6 +244,11 @@ def main() -> None:
     parser.add_argument("--flow-sizes", default="50,200,1000,5000")
     parser.add_argument("--report-sizes", default="1000,10000,100000")
     parser.add_argument("--detectors", type=int, default=17)
+    parser.add_argument("--compare-old", type=int, default=3,
+                        help="detectors whose resampled metrics are also timed by the former code (0: none)")
+    parser.add_argument("--store", metavar="NAME", help="write the result to benchmarks/results/NAME.json")
+    parser.add_argument("--check", metavar="NAME",
+                        help="compare with benchmarks/results/NAME.json; exit 1 when a figure drifted past its noise")
     args = parser.parse_args()
     sizes = {k: [int(x) for x in getattr(args, f"{k}_sizes").split(",")] for k in ("model", "flow", "report")}
     parts = args.parts.split(",")
@@ -211,9 +260,10 @@ def main() -> None:
         if "flow" in parts:
             out["flow"] = part_flow(sizes["flow"], Path(tmp))
         if "report" in parts:
-            out["report"] = part_report(sizes["report"], args.detectors, Path(tmp))
+            out["report"] = part_report(sizes["report"], args.detectors, Path(tmp), args.compare_old)
     out["loadavg"] = os.getloadavg()
     print(json.dumps(out, indent=2))
+    finish("scale", out, args.store, args.check, " ".join(["python benchmarks/scale.py", *sys.argv[1:]]))
 
 
 if __name__ == "__main__":

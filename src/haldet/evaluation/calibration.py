@@ -10,7 +10,8 @@ cannot change; the probabilities are judged by:
                                                                          p = 1 falls in the last bin)
     Brier = mean((p - y)^2)                                              (y = 1 for a hallucination)
 
-on test, with the same stratified bootstrap resamples as every other metric.
+on test, with the same stratified bootstrap resamples as every other metric, in the same cache-sized blocks
+(`calibration_consumer` reads a block of `haldet.evaluation.bootstrap.one_pass` like the other metric families).
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from typing import Any
 
 import numpy as np
 
-from haldet.evaluation.metrics import MetricValue, scored_items, stratified_indices
+from haldet.evaluation.bootstrap import Block, Consumer, Ranked, one_pass, stratified_draws
+from haldet.evaluation.metrics import MetricValue, scored_items
 
 CALIBRATIONS = ("none", "platt", "isotonic")
 CALIBRATION_METRICS = ("ece", "brier")
@@ -93,6 +95,13 @@ def calibration_on_resamples(y: np.ndarray, p: np.ndarray, idx: np.ndarray,
     return {"ece": np.abs(sum_y - sum_p).sum(axis=1) / n, "brier": ((p[idx] - y[idx]) ** 2).mean(axis=1)}
 
 
+def calibration_consumer(y: np.ndarray, p: np.ndarray, bins: int = ECE_BINS) -> Consumer:
+    """ECE and Brier of a bootstrap block's resamples (the block's item indices; finite p only)."""
+    def consume(block: Block) -> dict[str, np.ndarray]:
+        return calibration_on_resamples(y, p, block.idx, bins)
+    return consume
+
+
 def reliability(y: np.ndarray, p: np.ndarray, bins: int = ECE_BINS) -> dict[str, list[Any]]:
     """The reliability diagram's bins: per bin, items, mean predicted probability and observed hallucination rate
     (None for an empty bin)."""
@@ -117,7 +126,8 @@ def evaluate_calibrated(labels: np.ndarray, probabilities: np.ndarray, *, n_boot
     if why:
         return [MetricValue(m, None, None, None, n, n_pos, coverage, why) for m in CALIBRATION_METRICS]
     point = calibration_on_resamples(y, p, np.arange(n)[None, :], bins)
-    boots = calibration_on_resamples(y, p, stratified_indices(y, n_boot, seed), bins) if n_boot > 0 else {}
+    boots = one_pass(Ranked.of(y, p), [calibration_consumer(y, p, bins)],
+                     draws=stratified_draws(y, n_boot, seed)) if n_boot > 0 else {}
     alpha = (1 - ci) / 2
     out = []
     for m in CALIBRATION_METRICS:

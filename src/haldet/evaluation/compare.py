@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from haldet.evaluation.metrics import auroc, metrics_on_resamples, stratified_indices
+from haldet.evaluation.bootstrap import stratified_draws
+from haldet.evaluation.metrics import auroc, metrics_on_resamples
 
 
 @dataclass
@@ -63,10 +64,10 @@ def paired_bootstrap(labels: np.ndarray, scores_a: np.ndarray, scores_b: np.ndar
         cache = _cache if _cache is not None else {}
         mask_key = (a, n_boot, seed, both.tobytes(), np.asarray(labels, dtype=int).tobytes())
         if mask_key not in cache:
-            idx = stratified_indices(y, n_boot, seed)
-            cache[mask_key] = (idx, metrics_on_resamples(y, sa, idx, ("auroc",))["auroc"])
-        idx, boot_a = cache[mask_key]
-        diffs = boot_a - metrics_on_resamples(y, sb, idx, ("auroc",))["auroc"]
+            draws = stratified_draws(y, n_boot, seed)
+            cache[mask_key] = (draws, metrics_on_resamples(y, sa, draws, ("auroc",))["auroc"])
+        draws, boot_a = cache[mask_key]
+        diffs = boot_a - metrics_on_resamples(y, sb, draws, ("auroc",))["auroc"]
         alpha = (1 - ci) / 2
         out.ci_low, out.ci_high = (float(q) for q in np.quantile(diffs, [alpha, 1 - alpha]))
         out.p_value = float(min(1.0, 2 * min((diffs <= 0).mean(), (diffs >= 0).mean())))
@@ -84,8 +85,8 @@ def paired_differences(labels: np.ndarray, scores_a: np.ndarray, scores_b: np.nd
         return cmp, np.empty(0)
     both = np.isfinite(sa) & np.isfinite(sb)
     y, sa, sb = y[both], sa[both], sb[both]
-    idx = stratified_indices(y, n_boot, seed)
-    boot = {name: metrics_on_resamples(y, s, idx, ("auroc",))["auroc"] for name, s in (("a", sa), ("b", sb))}
+    draws = stratified_draws(y, n_boot, seed)
+    boot = {name: metrics_on_resamples(y, s, draws, ("auroc",))["auroc"] for name, s in (("a", sa), ("b", sb))}
     return cmp, boot["a"] - boot["b"]
 
 

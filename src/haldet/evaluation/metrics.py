@@ -10,7 +10,8 @@ threshold rules as scikit-learn (`tests/test_metrics_fast.py` checks equality on
 
 Beside them, every evaluation reports the rejection metrics of `haldet.evaluation.rejection` (PRR over the full range
 and up to 50% rejection, the rejection curve's area and the area under the risk-coverage curve) on the same
-resamples.
+resamples. All of them are read in one pass over each block of resamples (`haldet.evaluation.bootstrap`), the
+scores ranked once per detector.
 """
 
 from __future__ import annotations
@@ -22,15 +23,12 @@ from typing import Any
 import numpy as np
 from sklearn.metrics import average_precision_score, roc_auc_score, roc_curve
 
-from haldet.evaluation.rejection import REJECTION_METRICS, rejection_metrics
+from haldet.evaluation.bootstrap import Block, Consumer, Draws, Ranked, one_pass, stratified_draws
+from haldet.evaluation.rejection import REJECTION_METRICS, rejection_consumer, rejection_metrics
 
 DETECTION_METRICS = ("auroc", "aupr", "fpr95")
 METRICS = DETECTION_METRICS + REJECTION_METRICS  # every row `evaluate` gives
 TPR_TARGET = 0.95
-_BLOCK = 128  # resamples per vectorised block at most
-_BLOCK_CELLS = 1 << 17  # resamples x distinct scores per block: keeps a block's arrays in cache, so large test
-# sets cost time in proportion to their size (a fixed 128-row block of 60,000 scores is 8x the cache, and cost
-# 1.3x per item what 6,000 scores did)
 
 
 def auroc(y: np.ndarray, s: np.ndarray) -> float:
@@ -97,39 +95,9 @@ def stratified_indices(y: np.ndarray, n_boot: int, seed: int) -> np.ndarray:
     """[n_boot, n] resampled indices: positives and negatives drawn with replacement separately, so every
     resample keeps the class counts (the draw order is that of the original per-resample loop).
 
-    Every detector of a cell is evaluated on the same test labels: the draws are made once per (labels, n_boot,
-    seed) in a process and returned read-only."""
-    y = np.asarray(y)
-    memo = (y.dtype.str, y.tobytes(), n_boot, seed)
-    if memo not in _INDICES:
-        if len(_INDICES) >= 16:
-            _INDICES.clear()
-        _INDICES[memo] = out = _draw_indices(y, n_boot, seed)
-        out.setflags(write=False)
-    return _INDICES[memo]
-
-
-_INDICES: dict[tuple[str, bytes, int, int], np.ndarray] = {}
-
-
-def _draw_indices(y: np.ndarray, n_boot: int, seed: int) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    pos, neg = np.flatnonzero(y == 1), np.flatnonzero(y == 0)
-    out = np.empty((n_boot, len(pos) + len(neg)), dtype=np.int64)
-    for b in range(n_boot):
-        out[b, : len(pos)] = rng.choice(pos, len(pos))
-        out[b, len(pos) :] = rng.choice(neg, len(neg))
-    return out
-
-
-def _bin_counts(y: np.ndarray, inv: np.ndarray, n_bins: int, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per resample (rows of idx) and per distinct score (`inv`: each item's rank among them, ascending), counts
-    of positives and negatives: one bincount over (row, class, bin), kept as whole numbers (exact in every sum the
-    metrics take)."""
-    cls = (np.asarray(y)[idx] == 1).astype(np.int64)
-    flat = (np.arange(idx.shape[0], dtype=np.int64)[:, None] * 2 + cls) * n_bins + inv[idx]
-    counts = np.bincount(flat.ravel(), minlength=idx.shape[0] * 2 * n_bins).reshape(idx.shape[0], 2, n_bins)
-    return counts[:, 1], counts[:, 0]
+    The draws are made once per (labels, n_boot, seed) in a process (`haldet.evaluation.bootstrap.stratified_draws`,
+    kept compact); this full int64 form is made from them on first use and returned read-only."""
+    return stratified_draws(y, n_boot, seed).indices
 
 
 def auroc_counts(cp: np.ndarray, cn: np.ndarray) -> np.ndarray:
@@ -139,56 +107,149 @@ def auroc_counts(cp: np.ndarray, cn: np.ndarray) -> np.ndarray:
     return (cp * (below + 0.5 * cn)).sum(axis=1) / (n_pos * n_neg)
 
 
+def _aupr_descending(cp_d: np.ndarray, tp: np.ndarray, fp: np.ndarray) -> np.ndarray:
+    precision = tp / np.maximum(tp + fp, 1)  # 0 before the first threshold (tp = fp = 0)
+    return (cp_d.astype(np.float64) * precision).sum(axis=1) / tp[:, -1]
+
+
 def aupr_counts(cp: np.ndarray, cn: np.ndarray) -> np.ndarray:
     """Average precision per row: sum over descending distinct thresholds of recall gain x precision."""
     cp_d, cn_d = cp[:, ::-1], cn[:, ::-1]
-    tp, fp = np.cumsum(cp_d, axis=1), np.cumsum(cn_d, axis=1)
-    denom = tp + fp
-    precision = np.divide(tp, denom, out=np.zeros(tp.shape), where=denom > 0)
-    return (cp_d * precision).sum(axis=1) / cp.sum(axis=1)
+    return _aupr_descending(cp_d, np.cumsum(cp_d, axis=1), np.cumsum(cn_d, axis=1))
+
+
+_EXACT = float(1 << 50)  # below this, sums of half-integers in floating point are exact
+
+
+def _auroc_descending(cp_d: np.ndarray, cn_d: np.ndarray, fps: np.ndarray) -> np.ndarray:
+    """`auroc_counts` from descending counts: the negatives below a rank are all negatives less those at or above
+    it. Each term cp * (below + cn / 2) is a half-integer, so while n_pos * n_neg stays below 2^50 every partial sum
+    `auroc_counts` takes in floating point is exact, and the whole-number sum of twice the terms, halved, is the
+    same value; larger counts take the floating-point sum in ascending score order, as `auroc_counts` does."""
+    n_pos, n_neg = cp_d.sum(axis=1), fps[:, -1]
+    twice = cp_d * (2 * (n_neg[:, None] - fps) + cn_d)
+    if float(n_pos.max(initial=0)) * float(n_neg.max(initial=0)) < _EXACT:
+        return (twice.sum(axis=1) / 2) / (n_pos * n_neg)
+    return (twice[:, ::-1] * 0.5).sum(axis=1) / (n_pos * n_neg)
+
+
+def _auroc_gathered(block: Block) -> np.ndarray | None:
+    """AUROC alone (the paired comparisons): each drawn positive reads its rank's 2 x negatives below + ties from
+    the negatives' counts, no count of positives per rank is made; the whole-number sum is `_auroc_descending`'s
+    exact one. None where that sum would not be exact or the draws are not stratified."""
+    ranks = block.positive_ranks
+    if ranks is None:
+        return None
+    n_pos = ranks.shape[1]
+    cn_d = block.negatives_desc
+    fps = np.cumsum(cn_d, axis=1)
+    n_neg = fps[:, -1]
+    if float(n_pos) * float(n_neg.max(initial=0)) >= _EXACT:
+        return None
+    twice = (2 * (n_neg[:, None] - fps) + cn_d).ravel().take(ranks).sum(axis=1)
+    return (twice / 2) / (n_pos * n_neg)
+
+
+def _tpr_count(n_pos: np.ndarray) -> np.ndarray:
+    """Per row, the fewest true positives t with t / n_pos >= TPR_TARGET in floating point (sklearn's test)."""
+    t = np.maximum(np.floor(TPR_TARGET * n_pos).astype(np.int64) - 1, 0)
+    while (low := t / n_pos < TPR_TARGET).any():
+        t = t + low
+    return t
+
+
+def _fpr95_flat(cp_d: np.ndarray, cn_d: np.ndarray, tps: np.ndarray, fps: np.ndarray) -> np.ndarray:
+    """FPR@95TPR per row as sklearn's roc_curve gives it. Its points are the distinct scores present in a row
+    (descending); an interior point is dropped when the next point moves the curve in the same direction (equal
+    counts of positives and negatives), the first and last are kept; the answer is the FPR (fps / fps[-1]) of the
+    first kept point whose TPR (tps / tps[-1]) reaches the target. The points of all rows are listed once, flat,
+    so no row is sorted. Counts are whole numbers, so the divisions are sklearn's own: the values are equal."""
+    rows, nb = cp_d.shape
+    a, b = np.ascontiguousarray(cp_d).ravel(), np.ascontiguousarray(cn_d).ravel()
+    flat = np.flatnonzero((a + b) > 0)  # every row's points, rows in order, descending scores within
+    row = flat // nb
+    start = np.searchsorted(row, np.arange(rows))
+    end = np.append(start[1:], len(flat)) - 1
+    pa, pb = a[flat], b[flat]
+    kept = np.ones(len(flat), dtype=bool)
+    kept[:-1] = (pa[:-1] != pa[1:]) | (pb[:-1] != pb[1:])
+    kept[start], kept[end] = True, True
+    tps_f, fps_f = tps.ravel(), fps.ravel()
+    hit = np.flatnonzero(kept & (tps_f[flat] >= _tpr_count(tps[:, -1])[row]))
+    first = hit[np.searchsorted(row[hit], np.arange(rows))]
+    return fps_f[flat[first]] / fps[:, -1]
+
+
+_WINDOW = 16  # ranks looked at after the first one reaching the target TPR
+
+
+def _fpr95_descending(cp_d: np.ndarray, cn_d: np.ndarray, tps: np.ndarray, fps: np.ndarray) -> np.ndarray:
+    """`_fpr95_flat`, looking only at the few ranks from the first one reaching the target: that rank is a point
+    (its positives reach the count), and the answer is the first kept point from there, almost always within a
+    handful of ranks. Rows where the window does not decide go through `_fpr95_flat`."""
+    rows, nb = cp_d.shape
+    j0 = (tps < _tpr_count(tps[:, -1])[:, None]).sum(axis=1)  # first rank reaching the target
+    cols = j0[:, None] + np.arange(_WINDOW)[None, :]
+    inside = cols < nb
+    cols = np.minimum(cols, nb - 1)
+    r = np.arange(rows)[:, None]
+    a, b = np.where(inside, cp_d[r, cols], 0), np.where(inside, cn_d[r, cols], 0)
+    present = (a + b) > 0
+    at = np.where(present, np.arange(_WINDOW)[None, :], _WINDOW)
+    after = np.minimum.accumulate(at[:, ::-1], axis=1)[:, ::-1]  # first point at or after each column
+    nxt = np.concatenate([after[:, 1:], np.full((rows, 1), _WINDOW)], axis=1)  # next point after each column
+    nxt_c = np.minimum(nxt, _WINDOW - 1)
+    has_next = nxt < _WINDOW
+    differs = (a != np.take_along_axis(a, nxt_c, axis=1)) | (b != np.take_along_axis(b, nxt_c, axis=1))
+    row_end = (j0 + _WINDOW >= nb)[:, None]  # the window reaches the row's end: no next point means last point
+    first_point = (j0 == 0) | (tps[r[:, 0], np.maximum(j0 - 1, 0)] + fps[r[:, 0], np.maximum(j0 - 1, 0)] == 0)
+    kept = present & ((has_next & differs) | (~has_next & row_end))
+    kept[:, 0] |= first_point  # j0 is always a point
+    undecided = present & ~has_next & ~row_end
+    k = np.argmax(kept | undecided, axis=1)
+    out = fps[r[:, 0], np.minimum(j0 + k, nb - 1)] / fps[:, -1]
+    redo = np.flatnonzero(~kept[r[:, 0], k])
+    if len(redo):
+        out[redo] = _fpr95_flat(cp_d[redo], cn_d[redo], tps[redo], fps[redo])
+    return out
 
 
 def _fpr95_rows(cp: np.ndarray, cn: np.ndarray) -> np.ndarray:
-    """FPR@95TPR per row as sklearn's roc_curve gives it, for all rows at once: each row's present bins moved to
-    the front (descending scores), cumulative counts, collinear points dropped before the origin is prepended
-    (endpoints kept), then the FPR (fps / fps[-1]) of the first kept point whose TPR (tps / tps[-1]) reaches the
-    target. Counts are whole numbers, so the divisions are sklearn's own: the values are equal, not close."""
-    rows = np.arange(cp.shape[0])[:, None]
     cp_d, cn_d = cp[:, ::-1], cn[:, ::-1]
-    present = (cp_d + cn_d) > 0
-    order = np.argsort(~present, axis=1, kind="stable")  # present bins first, in descending-score order
-    m = present.sum(axis=1)  # points per row
-    tps, fps = np.cumsum(cp_d[rows, order], axis=1), np.cumsum(cn_d[rows, order], axis=1)
-    col = np.arange(cp.shape[1])[None, :]
-    last = (m - 1)[:, None]
-    bend = np.zeros(cp.shape, dtype=bool)  # interior point where the curve changes direction
-    bend[:, 1:-1] = np.logical_or(np.diff(fps, 2, axis=1), np.diff(tps, 2, axis=1))
-    keep = (col <= last) & ((col == 0) | (col == last) | bend | (m[:, None] <= 2))
-    tpr = tps / np.take_along_axis(tps, last, axis=1)
-    first = np.argmax(keep & (tpr >= TPR_TARGET), axis=1)[:, None]
-    return (np.take_along_axis(fps, first, axis=1) / np.take_along_axis(fps, last, axis=1))[:, 0]
+    return _fpr95_descending(cp_d, cn_d, np.cumsum(cp_d, axis=1), np.cumsum(cn_d, axis=1))
 
 
-def metrics_on_resamples(y: np.ndarray, s: np.ndarray, idx: np.ndarray,
+def detection_consumer(metrics: tuple[str, ...]) -> Consumer:
+    """AUROC, AUPR and FPR@95 of a block's counts (descending, with running sums made once for all three)."""
+    def consume(block: Block) -> dict[str, np.ndarray]:
+        if metrics == ("auroc",) and (alone := _auroc_gathered(block)) is not None:
+            return {"auroc": alone}
+        cp_d, cn_d = block.descending
+        out = {}
+        if "auroc" in metrics:
+            out["auroc"] = _auroc_descending(cp_d, cn_d, block.fps)
+        if "aupr" in metrics:
+            out["aupr"] = _aupr_descending(cp_d, block.tps, block.fps)
+        if "fpr95" in metrics:
+            out["fpr95"] = _fpr95_descending(cp_d, cn_d, block.tps, block.fps)
+        return out
+    return consume
+
+
+def metrics_on_resamples(y: np.ndarray, s: np.ndarray, idx: np.ndarray | Draws,
                          metrics: tuple[str, ...] = METRICS) -> dict[str, np.ndarray]:
-    """Each metric on each resample (rows of `idx`, every row holding both classes), in blocks."""
-    out: dict[str, list[np.ndarray]] = {m: [] for m in metrics}
+    """Each metric on each resample (rows of item indices `idx`, or compact `Draws`; every row holding both
+    classes): the scores ranked once, every metric read from the same per-block counts."""
+    ranked = Ranked.of(y, s)
+    consumers = [detection_consumer(metrics)]
     rejection = tuple(m for m in metrics if m in REJECTION_METRICS)
-    _, inv = np.unique(s, return_inverse=True)
-    n_bins = int(inv.max()) + 1 if len(inv) else 1
-    block = max(1, min(_BLOCK, _BLOCK_CELLS // n_bins))
-    for start in range(0, idx.shape[0], block):
-        if rejection:
-            for m, v in rejection_metrics(y, s, idx[start : start + block], rejection).items():
-                out[m].append(v)
-        cp, cn = _bin_counts(y, inv, n_bins, idx[start : start + block])
-        if "auroc" in out:
-            out["auroc"].append(auroc_counts(cp, cn))
-        if "aupr" in out:
-            out["aupr"].append(aupr_counts(cp, cn))
-        if "fpr95" in out:
-            out["fpr95"].append(_fpr95_rows(cp, cn))
-    return {m: np.concatenate(v) if v else np.empty(0) for m, v in out.items()}
+    if rejection:
+        consumers.append(rejection_consumer(rejection))
+    if isinstance(idx, Draws):
+        got = one_pass(ranked, consumers, draws=idx)
+    else:
+        got = one_pass(ranked, consumers, idx=np.asarray(idx))
+    return {m: got.get(m, np.empty(0)) for m in metrics}
 
 
 def scored_items(labels: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray, float, str]:

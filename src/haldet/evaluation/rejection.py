@@ -20,7 +20,10 @@ oracle areas are the same in every resample).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
 
 import numpy as np
 
@@ -67,6 +70,7 @@ def area(curves: np.ndarray, max_rejection: float = 1.0) -> np.ndarray:
     return curves[:, curves.shape[1] - k :].mean(axis=1)
 
 
+@lru_cache(maxsize=64)  # the same few (n_correct, n) for every block of a bootstrap
 def oracle_area(n_correct: int, n: int, max_rejection: float = 1.0) -> float:
     """The oracle's area: it rejects every hallucinated answer first, so q(m) = min(m, n_correct) / m."""
     m = np.arange(n - n_points(n, max_rejection) + 1, n + 1)
@@ -91,9 +95,48 @@ def rejection_metrics(y: np.ndarray, s: np.ndarray, idx: np.ndarray,
     """Each rejection metric per row of `idx` (rows of resampled indices, or one row of all items). Every row has
     the same class counts (stratified resamples). `aurc` is the area under the risk-coverage curve (1 - rej_auc)."""
     y = np.asarray(y, dtype=int)
-    curves = rejection_curves(y, s, idx)
-    n = idx.shape[1]
-    n_correct = int((y[idx[0]] == 0).sum())
+    return _from_curves(rejection_curves(y, s, idx), int((y[idx[0]] == 0).sum()), metrics)
+
+
+def curves_from_counts(cp: np.ndarray, cn: np.ndarray) -> np.ndarray:
+    """[rows, n]: the rejection curves of rows of per-rank counts of hallucinated (`cp`) and correct (`cn`) items
+    (ranks ascending), equal bit for bit to `rejection_curves` of the same resamples: the kept items are the ranks
+    repeated by their counts, not a sort."""
+    rows, nb = cp.shape
+    total = cp + cn
+    n = int(total[0].sum())
+    at = np.repeat(np.arange(rows * nb), total.ravel())  # the rank (flat) of each kept position
+    before_total = (np.cumsum(total, axis=1) - total).ravel()[at].reshape(rows, n)
+    before_correct = (np.cumsum(cn, axis=1) - cn).ravel()[at].reshape(rows, n)
+    own_total, own_correct = total.ravel()[at].reshape(rows, n), cn.ravel()[at].reshape(rows, n)
+    m = np.arange(1, n + 1)[None, :]
+    return (before_correct + (m - before_total) * own_correct / own_total) / m
+
+
+def pure_curves(total_desc: np.ndarray, correct_desc: np.ndarray, tiled: np.ndarray | None = None) -> np.ndarray:
+    """`curves_from_counts` when each rank holds one class only (`correct_desc`, highest score first): the correct
+    answers among the m kept are all correct answers less those among the n - m rejected, a running sum of whole
+    numbers from the top, which is what the tie formula gives exactly."""
+    rows, nb = total_desc.shape
+    n = int(total_desc[0].sum())
+    if tiled is None:  # correct_desc once per row of the block, flat (int64: summed fast)
+        tiled = np.broadcast_to(correct_desc, (rows, nb)).ravel()
+    flags = np.repeat(tiled, total_desc.ravel()).reshape(rows, n)
+    rejected = np.zeros((rows, n + 1), dtype=np.int64)  # correct answers among the k highest-scored, k = 0..n
+    np.cumsum(flags, axis=1, out=rejected[:, 1:])
+    return (rejected[:, -1:] - rejected[:, n - 1 :: -1]) / _kept(n)
+
+
+@lru_cache(maxsize=8)
+def _kept(n: int) -> np.ndarray:
+    """[1, n]: the kept counts m = 1..n as floats (exact), the divisor of every curve of n items."""
+    out = np.arange(1, n + 1, dtype=np.float64)[None, :]
+    out.setflags(write=False)
+    return out
+
+
+def _from_curves(curves: np.ndarray, n_correct: int, metrics: tuple[str, ...]) -> dict[str, np.ndarray]:
+    n = curves.shape[1]
     out: dict[str, np.ndarray] = {}
     full = area(curves)
     for m in metrics:
@@ -104,6 +147,25 @@ def rejection_metrics(y: np.ndarray, s: np.ndarray, idx: np.ndarray,
         elif m == "aurc":
             out[m] = 1.0 - full
     return out
+
+
+def rejection_consumer(metrics: tuple[str, ...] = REJECTION_METRICS) -> Callable[[Any], dict[str, np.ndarray]]:
+    """The rejection metrics of a bootstrap block (`haldet.evaluation.bootstrap.Block`): its per-rank counts, the
+    scores ranked once (the class counts of the block's first resample, as `rejection_metrics` takes them)."""
+    tiled: dict[int, np.ndarray] = {}  # per block height: the ranks' classes repeated for every row
+
+    def consume(block: Any) -> dict[str, np.ndarray]:
+        cp_d, cn_d = block.descending
+        ranked = block.ranked
+        if ranked.pure:
+            rows = cp_d.shape[0]
+            if rows not in tiled:
+                tiled[rows] = np.tile(ranked.correct_desc, rows)
+            curves = pure_curves(cp_d + cn_d, ranked.correct_desc, tiled[rows])
+        else:
+            curves = curves_from_counts(*block.counts)
+        return _from_curves(curves, int(cn_d[0].sum()), metrics)
+    return consume
 
 
 def _harmonic(x: np.ndarray) -> np.ndarray:

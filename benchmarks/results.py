@@ -1,0 +1,124 @@
+"""Stored benchmark figures: what docs/speed.md and docs/scale.md print, and what a rerun is checked against.
+
+A benchmark run with `--store NAME` writes benchmarks/results/NAME.json: its figures under "data", with the machine
+(CPU model, cores, Python, numpy), the load average at the end, the commit and the date, so every number in the
+docs says where it came from (benchmarks/render_docs.py renders the tables from these files). `--check NAME`
+compares a fresh run with the stored figures and exits 1, naming each figure, when one moved by more than its noise:
+a relative tolerance per kind of figure (`NOISE`), wide for seconds because this machine is shared, narrow for
+memory and for old/new ratios measured alternately in one process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+RESULTS = Path(__file__).resolve().parent / "results"
+NOISE = {  # figure name -> relative drift still counted as noise
+    "wall_s": 0.35,      # wall seconds: other jobs on a shared 2-core machine
+    "cpu_s": 0.30,       # CPU seconds: caches and memory bandwidth are shared too
+    "peak_rss_mb": 0.10,
+    "ratio": 0.30,       # old / new, alternated in one process
+}
+
+
+def machine() -> dict[str, Any]:
+    model = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    import numpy
+
+    return {"cpu": model or platform.processor(), "cores": os.cpu_count(), "python": platform.python_version(),
+            "numpy": numpy.__version__, "omp_threads": os.environ.get("OMP_NUM_THREADS")}
+
+
+def commit() -> str:
+    root = RESULTS.parents[1]
+    try:
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--", "src"], capture_output=True,
+                               text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + ("+changes" if dirty else "")
+
+
+_STARTED = commit()  # the code measured: the commit when the benchmark started (imported this module)
+
+
+def stamped(name: str, data: dict[str, Any], command: str) -> dict[str, Any]:
+    return {"benchmark": name, "command": command, "machine": machine(),
+            "loadavg": [round(x, 2) for x in os.getloadavg()], "commit": _STARTED,
+            "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), "data": data}
+
+
+def load(name: str) -> dict[str, Any]:
+    path = RESULTS / f"{name}.json"
+    if not path.exists():
+        raise SystemExit(f"no stored figures {path}: run the benchmark with --store {name} first")
+    return json.loads(path.read_text())
+
+
+def drift(stored: Any, now: Any, path: str = "", seen: list[str] | None = None) -> list[str]:
+    """Every figure named in NOISE that is in both and moved by more than its noise (relative to the stored one).
+    Lists of runs are matched by their "items" (a rerun at other sizes compares the sizes both have); `seen`
+    collects the figures compared."""
+    out: list[str] = []
+    seen = [] if seen is None else seen
+    if isinstance(stored, dict) and isinstance(now, dict):
+        for key in sorted(stored.keys() & now.keys()):
+            here = f"{path}.{key}" if path else key
+            old, new = stored[key], now[key]
+            if key in NOISE and isinstance(old, (int, float)) and isinstance(new, (int, float)) and old:
+                seen.append(here)
+                if abs(new - old) / abs(old) > NOISE[key]:
+                    out.append(f"{here}: stored {old}, now {new} ({(new - old) / old:+.0%}; noise "
+                               f"±{NOISE[key]:.0%})")
+            else:
+                out += drift(old, new, here, seen)
+    elif isinstance(stored, list) and isinstance(now, list):
+        if all(isinstance(r, dict) and "items" in r for r in stored + now):
+            by_items = {r["items"]: r for r in now}
+            for old in stored:
+                if old["items"] in by_items:
+                    out += drift(old, by_items[old["items"]], f"{path}[items={old['items']}]", seen)
+        elif len(stored) == len(now):
+            for i, (old, new) in enumerate(zip(stored, now, strict=True)):
+                out += drift(old, new, f"{path}[{i}]", seen)
+    return out
+
+
+def finish(name: str, data: dict[str, Any], store: str | None, check: str | None, command: str) -> None:
+    """After a benchmark: store its figures, and/or check them against stored ones (exit 1 on drift)."""
+    if check:
+        stored = load(check)
+        seen: list[str] = []
+        moved = drift(stored["data"], data, seen=seen)
+        if not seen:
+            print(f"NOTHING TO CHECK: no figure of this run is in benchmarks/results/{check}.json (other parts or "
+                  "sizes?)", file=sys.stderr)
+            raise SystemExit(1)
+        if moved:
+            print(f"FIGURES DRIFTED from benchmarks/results/{check}.json (stored {stored['date']}, commit "
+                  f"{stored['commit']}, load {stored['loadavg']}; now load {[round(x, 2) for x in os.getloadavg()]}):",
+                  file=sys.stderr)
+            for line in moved:
+                print("  " + line, file=sys.stderr)
+            raise SystemExit(1)
+        print(f"{len(seen)} figures within noise of benchmarks/results/{check}.json", file=sys.stderr)
+    if store:
+        RESULTS.mkdir(exist_ok=True)
+        (RESULTS / f"{store}.json").write_text(json.dumps(stamped(name, data, command), indent=2) + "\n")
+        print(f"stored benchmarks/results/{store}.json", file=sys.stderr)
