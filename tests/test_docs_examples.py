@@ -3,11 +3,13 @@
 Three ways, chosen per block by a marker on the line just before its fence (none: the first way only):
 - every line of any block that calls `haldet` (bash, or a plain synopsis block) names a command that exists and only
   options that command declares (options in `[...]` of a synopsis too), checked against the CLI itself;
-- `<!-- docs-test: run -->`: its `haldet` lines are also executed, in a scratch directory holding a stored run at
-  `runs/a`, `runs/b` and `runs/matrix` (synthetic, known contents), and must exit 0;
+- `<!-- docs-test: run -->`: its `haldet` lines are also executed, in a scratch directory holding stored runs at
+  `runs/a`, `runs/b`, `runs/matrix`, `runs/llama` and `runs/qwen` (synthetic, known contents, detectors perplexity
+  and saplma), and must exit 0;
+- `<!-- docs-test: config -->`: a YAML block, loaded as a run config (every key must be a known setting);
+- `<!-- docs-test: covered by tests/<file>.py ... -->`: another test runs it (the file must exist);
 - `<!-- docs-test: not run: REASON -->`: not executed, for a reason of a listed kind (a GPU, an API key or endpoint, a
-  download, the set-up itself, a long run of the embedded model, a placeholder a reader fills in, a layout or
-  template that is no code, or a test that runs it: `covered by tests/<file>.py`, which must exist).
+  download, a long run of the embedded model, a placeholder a reader fills in, a sketch that is no code alone).
 A code block (python, bash, yaml, toml) with no marker and lines that are not `haldet` commands fails: it must say
 how it is checked.
 """
@@ -28,9 +30,8 @@ from haldet.cli import app
 
 ROOT = Path(__file__).parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-MARKER = re.compile(r"<!-- docs-test: (run|not run: (.+)) -->")
-REASONS = ("a GPU", "an API key", "an endpoint", "a download", "the set-up", "a long run", "placeholders",
-           "no code", "covered by tests/")
+MARKER = re.compile(r"<!-- docs-test: (run|config|covered by (tests/\S+\.py)[^>]*|not run: (.+)) -->")
+REASONS = ("a GPU", "an API key", "an endpoint", "a download", "a long run", "placeholders", "no code")
 CODE = {"python", "bash", "yaml", "toml", "sh"}
 
 
@@ -39,8 +40,8 @@ class Block:
     where: str
     lang: str
     lines: list[str]
-    marker: str | None  # "run", "not run: ..." or None
-    reason: str = ""
+    marker: str | None  # "run", "config", "covered by tests/...", "not run: ..." or None
+    reason: str = ""    # the reason of "not run", or the covering test file
 
 
 def blocks() -> list[Block]:
@@ -55,8 +56,9 @@ def blocks() -> list[Block]:
                 continue
             end = next(j for j in range(i + 1, len(text)) if text[j].startswith("```"))
             mark = MARKER.search(text[i - 1]) if i else None
-            out.append(Block(f"{doc.relative_to(ROOT)}:{i + 1}", fence.group(1), text[i + 1:end],
-                             mark.group(1) if mark else None, (mark.group(2) or "") if mark else ""))
+            kind = None if not mark else mark.group(1).split(":")[0].split(" tests/")[0]
+            out.append(Block(f"{doc.relative_to(ROOT)}:{i + 1}", fence.group(1), text[i + 1:end], kind,
+                             (mark.group(2) or mark.group(3) or "") if mark else ""))
             i = end + 1
     return out
 
@@ -99,15 +101,19 @@ ALL = blocks()
 
 
 def test_the_docs_have_blocks_and_markers() -> None:
-    assert len(ALL) > 30 and sum(b.marker == "run" for b in ALL) >= 3
+    assert len(ALL) > 30 and sum(b.marker == "run" for b in ALL) >= 1 and len(RUN) >= 3
 
 
 @pytest.mark.parametrize("block", ALL, ids=[b.where for b in ALL])
 def test_every_block_says_how_it_is_checked(block: Block) -> None:
-    if block.marker and block.marker.startswith("not run"):
+    if block.marker == "not run":
         assert block.reason.startswith(REASONS), f"{block.where}: reason must start with one of {REASONS}"
-        if block.reason.startswith("covered by tests/"):
-            assert (ROOT / block.reason.removeprefix("covered by ").split()[0]).is_file(), block.where
+        return
+    if block.marker == "covered by":
+        assert (ROOT / block.reason).is_file(), f"{block.where}: no {block.reason}"
+        return
+    if block.marker == "config":
+        assert block.lang == "yaml", block.where
         return
     if block.where == "README.md:3":  # the README's two set-up commands: CI runs `make test`, `make run` is checked by hand
         assert [line.split()[:2] for line in block.lines] == [["make", "run"], ["make", "test"]]
@@ -138,9 +144,21 @@ def scratch(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from haldet.testing.synthetic_run import write_synthetic_run
 
     root = tmp_path_factory.mktemp("docs")
-    for name in ("a", "b", "matrix"):
-        write_synthetic_run(root / "runs" / name, n_items=40, n_detectors=2)
+    for name in ("a", "b", "matrix", "llama", "qwen"):  # the run names the docs use
+        write_synthetic_run(root / "runs" / name, n_items=40, names=("perplexity", "saplma"))
     return root
+
+
+CONFIGS = [b for b in ALL if b.marker == "config"]
+
+
+@pytest.mark.parametrize("block", CONFIGS, ids=[b.where for b in CONFIGS])
+def test_config_blocks_load_as_run_configs(block: Block, tmp_path: Path) -> None:
+    from haldet.config import compose_config
+
+    path = tmp_path / "c.yaml"
+    path.write_text("\n".join(block.lines))
+    compose_config(path)  # unknown keys or wrong values raise a HaldetError naming them
 
 
 RUN = [(b, line) for b in ALL if b.marker == "run" for line in haldet_lines(b)]

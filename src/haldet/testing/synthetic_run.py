@@ -11,6 +11,7 @@ cell records its labels' keys (`keys.json`).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -40,8 +41,10 @@ def score_of(k: int, i: int, rng_noise: float) -> float:
     return math.nan if i % 50 == 49 else label_of(i) + 0.1 * k + rng_noise
 
 
-def write_synthetic_run(root: Path, n_items: int = 60, n_detectors: int = 3, seed: int = 0) -> dict[str, Any]:
-    """Write the run; returns {"labels", "splits", "scores": {detector: array}} as written (NaN where invalid)."""
+def write_synthetic_run(root: Path, n_items: int = 60, n_detectors: int = 3, seed: int = 0,
+                        names: Sequence[str] = ()) -> dict[str, Any]:
+    """Write the run; returns {"labels", "splits", "scores": {detector: array}} as written (NaN where invalid).
+    `names`: the detectors' names (default det0, det1, ...; given names set their number)."""
     rng = np.random.default_rng(seed)
     store = RunStore(root)
     cell = store.cell(DATASET, MODEL)
@@ -69,8 +72,8 @@ def write_synthetic_run(root: Path, n_items: int = 60, n_detectors: int = 3, see
     scores: dict[str, np.ndarray] = {}
     detectors, rows = [], []
     test = np.array([split_of(i) == "test" for i in range(n_items)])
-    for k in range(n_detectors):
-        name = f"det{k}"
+    for k in range(len(names) or n_detectors):
+        name = names[k] if names else f"det{k}"
         values = np.array([score_of(k, i, float(rng.normal(0, 0.6))) for i in range(n_items)])
         scores[name] = values
         score_log = ScoreLog(name)
