@@ -115,7 +115,7 @@ def test_every_block_says_how_it_is_checked(block: Block) -> None:
     if block.marker == "config":
         assert block.lang == "yaml", block.where
         return
-XX
+    if block.where == "README.md:3":  # the two set-up commands: CI runs `make test`; `make run` is run by hand
         assert [line.split()[:2] for line in block.lines] == [["make", "run"], ["make", "test"]]
         return
     starts = [line for k, line in enumerate(block.lines) if line.strip() and not line.lstrip().startswith("#")
