@@ -22,19 +22,30 @@ def answer_logprobs(value: object) -> tuple[np.ndarray | None, str]:
     return lp, ""
 
 
-@register("msp")
-class MaximumSequenceProbability(Detector):
-    """s = -log P(y | x) = -sum_t log p(y_t | y_<t, x) over the answer tokens (no length normalisation: longer
-    answers score higher, as the method defines it; `perplexity` is the normalised form)."""
+class AnswerLogprobDetector(Detector):
+    """A score from the answer's token log-probabilities alone (`value`); an answer without usable ones is NaN with
+    the reason `answer_logprobs` gives."""
 
     requires = frozenset({Signal.TOKEN_LOGPROBS})
 
+    def value(self, lp: np.ndarray) -> float:
+        raise NotImplementedError
+
     def score(self, items: SignalView) -> Scores:
         out = Scores.empty(len(items))
-        for i, value in enumerate(items.get(Signal.TOKEN_LOGPROBS)):
-            lp, why = answer_logprobs(value)
+        for i, logprobs in enumerate(items.get(Signal.TOKEN_LOGPROBS)):
+            lp, why = answer_logprobs(logprobs)
             if lp is None:
                 out.invalid(i, why)
             else:
-                out.set(i, float(-lp.sum()))
+                out.set(i, self.value(lp))
         return out
+
+
+@register("msp")
+class MaximumSequenceProbability(AnswerLogprobDetector):
+    """s = -log P(y | x) = -sum_t log p(y_t | y_<t, x) over the answer tokens (no length normalisation: longer
+    answers score higher, as the method defines it; `perplexity` is the normalised form)."""
+
+    def value(self, lp: np.ndarray) -> float:
+        return float(-lp.sum())
