@@ -103,6 +103,24 @@ class VerdictConfig(Section):
     timeout: float = Field(60.0, gt=0)
 
 
+class ClaimsConfig(Section):
+    """How the `claims` stage splits each answer (`haldet.stages.claims`): `extractor` "llm" asks a model for atomic
+    claims (the run's own model when `model` is None, else an OpenAI-compatible endpoint) and maps each back to a
+    span of the answer; "sentence" / "clause" are the offline rule-based units (no model, not called claims)."""
+
+    extractor: Literal["llm", "sentence", "clause"] = "llm"
+    model: str | None = None                     # endpoint model name; None = the run's model (local backend)
+    base_url: str | None = None
+    api_key_env: str = "OPENAI_API_KEY"
+    max_new_tokens: int = Field(512, ge=16)
+    min_coverage: float = Field(0.6, gt=0, le=1)  # share of a claim's content words a span must hold
+    batch_size: int = Field(4, ge=1)
+    concurrency: int = Field(8, ge=1)
+    retries: int = Field(4, ge=0)
+    backoff: float = Field(1.0, ge=0)
+    timeout: float = Field(60.0, gt=0)
+
+
 class RedeepConfig(Section):
     """ReDeEP's evidence (`haldet.stages.redeep`): one eager-attention pass over prompt + answer per item."""
 
@@ -293,6 +311,7 @@ class RunConfig(Section):
     suite_params: dict[str, dict[str, Any]] = Field(default_factory=dict)  # per suite, e.g. {"triviaplus": {...}}
     judge: JudgeConfig = Field(default_factory=JudgeConfig)
     verdict: VerdictConfig = Field(default_factory=VerdictConfig)
+    claims: ClaimsConfig = Field(default_factory=ClaimsConfig)
     endpoint: EndpointConfig = Field(default_factory=EndpointConfig)
     evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
     report: ReportConfig = Field(default_factory=ReportConfig)

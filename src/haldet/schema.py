@@ -43,7 +43,7 @@ class Record(BaseModel):
         return cls.model_validate_json(line)
 
 
-UNIT_KINDS = ("token", "entity", "sentence", "claim", "span")  # unit levels below `response`
+UNIT_KINDS = ("token", "entity", "sentence", "clause", "claim", "span")  # unit levels below `response`
 LEVELS = ("response", *UNIT_KINDS)
 SPLIT_NAMES = ("train", "val", "test")
 
