@@ -65,6 +65,7 @@ class RunOptions:
     preset: str | None = None
     min_per_class: int | None = None
     responses: Path | None = None
+    level: list[str] | None = None
 
 
 def run(
@@ -119,6 +120,10 @@ def run(
     responses: Annotated[Path | None, typer.Option(help="Score your own responses: a JSONL/CSV/Parquet file with "
                                                    "prompt (or question) and response (or answer), optional "
                                                    "context, label, units, id (docs/api.md).")] = None,
+    level: Annotated[list[str] | None, typer.Option(help="Levels to evaluate (repeat or comma list: claim, "
+                                                    "response, sentence, ...): the suite that scores the dataset's "
+                                                    "units, e.g. longform for factscore_bio (docs/longform.md).")]
+    = None,
 ) -> None:
     """Run the benchmark: generate, annotate, split, score, evaluate; print a table, write the run directory.
 
@@ -137,7 +142,7 @@ def run(
         judge_base_url=judge_base_url, judge_backend=judge_backend, update=update, as_json=as_json,
         model_base_url=model_base_url, executor=executor, ray_address=ray_address, allow_failures=allow_failures,
         suite=suite, metrics=metrics, calibration=calibration, preset=preset, min_per_class=min_per_class,
-        responses=responses,
+        responses=responses, level=level,
     ))
 
 
@@ -237,7 +242,15 @@ def run_config(opts: RunOptions) -> RunConfig:
     )
     from haldet.flow.layers import resolve_config
 
-    config = resolve_config(opts.config_file, None, suite=opts.suite, **overrides)  # type: ignore[arg-type]
+    suite, levels = opts.suite, split_names(opts.level)
+    if levels:
+        from haldet.suites.levels import suite_with_levels
+
+        suite, params = suite_with_levels(opts.suite, split_names(opts.dataset), levels)
+    config = resolve_config(opts.config_file, None, suite=suite, **overrides)  # type: ignore[arg-type]
+    if levels and suite is not None:  # the flag wins over the suite's and the config file's levels
+        merged = {**config.suite_params, suite: {**config.suite_params.get(suite, {}), **params}}
+        config = config.model_copy(update={"suite_params": merged})
     if opts.data_file is not None and len(config.datasets) > 1:
         config = _one_dataset_for_the_file(config, opts)
     for name in config.datasets if opts.split else []:

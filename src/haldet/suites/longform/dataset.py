@@ -1,0 +1,93 @@
+"""FActScore biographies (Min et al., 2023): given responses with human-labelled atomic facts, as claim units.
+
+The release's `data/labeled/{InstructGPT,ChatGPT,PerplexityAI}.jsonl` hold one biography per line: `input`
+("Question: Tell me a bio of <topic>."), `output` (the model's biography), `topic`, `cat` ([rarity, region]) and
+`annotations` (null when the model abstained): per sentence of the output {text, is-relevant, human-atomic-facts:
+[{text, label}] or null, model-atomic-facts}. Labels: S (supported by Wikipedia) = correct, NS (not supported) =
+hallucination, IR (irrelevant) = unlabelled (kept as a unit, left out of the metrics, as FActScore leaves it out
+of the score). Each unit records the label's source (`label_source: data`) and the raw label.
+
+The atomic facts are rewrites, not quotes, so each is located inside its own sentence (the sentence found in the
+output in order, then `haldet.text.claim_spans.map_claim` within it); a fact whose words are not found there takes
+its sentence's span (`meta.span = "sentence"`: the sentence it was written from). A sentence not found in the
+output leaves its facts out, listed in the instance's `meta.unaligned`. The file name names the model that wrote
+the responses (`meta.source_model`; the files of one folder are read together). An abstention has no claim and
+is filtered out (counted in the load report).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from haldet.datasets.base import BadRow, DatasetAdapter, SkipRow, register, require
+from haldet.datasets.formats import Format, RawFile, records, with_line
+from haldet.schema import Category, Instance, SpanLabel
+from haldet.text.claim_spans import map_claim
+from haldet.text.units import align_sequential
+
+LABELS = {"S": Category.CORRECT, "NS": Category.HALLUCINATION, "IR": Category.INVALID}
+RELEASE = ("data/labeled/<model>.jsonl: {input, output, topic, cat, annotations: [{text, is-relevant, "
+           "human-atomic-facts: [{text, label S|NS|IR}]}] | null}")
+
+
+def _release(raw: RawFile) -> list[tuple[str | None, list[dict[str, Any]]]] | None:
+    """The release's labelled JSON lines; the file's stem names the model that wrote the responses."""
+    recs = records(raw)
+    if not recs or not all({"output", "topic"} <= set(r) and "annotations" in r for r, _ in recs):
+        return None
+    return [("test", [with_line(r, line, **r, source_model=raw.path.stem) for r, line in recs])]
+
+
+@register("factscore_bio")
+class FActScoreBio(DatasetAdapter):
+    scenario = "longform"
+    task_type = "long_form"
+    source = "shmsw25/FActScore data/labeled (InstructGPT, ChatGPT, PerplexityAI biographies, human atomic facts)"
+    license = "MIT (code); data as released by the authors"
+    split_order = ("test",)
+    file_split = "test"
+    local_names = ("factscore_bio", "FActScore")
+    required_fields = ("output", "topic", "annotations", "source_model")
+    originals = (Format("FActScore labelled release", RELEASE, _release),)
+
+    def row_to_instance(self, row: dict[str, Any], index: int, split: str) -> Instance:
+        topic = str(require(row, "topic")).strip()
+        output = str(row.get("output") or "")
+        annotations = row.get("annotations")
+        if annotations is None or not output.strip():
+            raise SkipRow("the model abstained (no annotations)")
+        if not isinstance(annotations, list) or not all(isinstance(a, dict) for a in annotations):
+            raise BadRow("annotations", "must be a list of per-sentence records or null")
+        source_model = str(row.get("source_model") or row.get("_file") or "unknown").removesuffix(".jsonl")
+        sentences = [str(a.get("text") or "") for a in annotations]
+        units: list[SpanLabel] = []
+        unaligned: list[dict[str, Any]] = []
+        n_sentence_spans = 0
+        for k, (ann, span) in enumerate(zip(annotations, align_sequential(output, sentences), strict=True)):
+            facts = ann.get("human-atomic-facts") or []
+            if not isinstance(facts, list):
+                raise BadRow(f"annotations[{k}].human-atomic-facts", "must be a list of {text, label} or null")
+            for f, fact in enumerate(facts):
+                text, label = str(fact.get("text") or "").strip(), str(fact.get("label") or "").strip()
+                if label not in LABELS:
+                    raise BadRow(f"annotations[{k}].human-atomic-facts[{f}].label",
+                                 f"must be one of {', '.join(LABELS)}, got {label!r}")
+                if span is None:
+                    unaligned.append({"sentence": k, "fact": text, "label": label})
+                    continue
+                found = map_claim(output, text, span[0], span[1])
+                start, end = found if found is not None else span
+                n_sentence_spans += found is None
+                units.append(SpanLabel(start=start, end=end, text=output[start:end], kind="claim",
+                                       category=LABELS[label],
+                                       meta={"claim": text, "label": label, "label_source": "data",
+                                             "sentence": k, "span": "claim" if found else "sentence"}))
+        labelled = [u.meta["label"] for u in units if u.meta["label"] != "IR"]
+        unsupported = labelled.count("NS") / len(labelled) if labelled else None
+        native = f"{source_model}-{re.sub(r'[^0-9A-Za-z]+', '_', topic).strip('_')}"
+        return self.instance(split, native, question=str(row.get("input") or f"Tell me a bio of {topic}."),
+                             response=output, units=units,
+                             meta={"topic": topic, "source_model": source_model, "cat": row.get("cat"),
+                                   "n_facts": len(units) + len(unaligned), "unaligned": unaligned,
+                                   "sentence_spans": n_sentence_spans, "unsupported_share": unsupported})

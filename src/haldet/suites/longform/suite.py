@@ -1,0 +1,78 @@
+"""The `longform` suite: long answers scored claim by claim, and per answer from their claims.
+
+Protocol: the answers ship with the data (FActScore's biographies) and are teacher-forced through the proxy model
+(the generate stage's one token pass); labels are the data's own, per claim. The token-score detectors (likelihood,
+entropy, CCP, ...) score each claim by aggregating over the tokens its span overlaps (`UnitDetector`), at level
+`claim`; at level `response` over the whole answer. The `response from claims` table adds, for each claim-level
+detector, the answer's score from its claims (worst claim, share of suspect claims; `from_claims`). Nothing is
+fitted by the default detectors, so every item is a test item; a trained detector gets a seeded 60/20/20 item
+split (never of claims), as the `responses` suite does. Levels: `suite_params.longform.levels` or `haldet run
+--level claim`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from haldet.detectors.base import DETECTORS
+from haldet.errors import HaldetError
+from haldet.evaluation.metrics import METRICS, MetricValue, evaluate
+from haldet.evaluation.units import UnitData, unit_metrics
+from haldet.schema import LEVELS, Instance
+from haldet.suites.base import Suite, TableLayout, register
+from haldet.suites.longform.from_claims import FROM_CLAIMS, from_claims_rows
+
+CLAIM_METRICS = ("auroc", "aupr", "f1_opt", "precision_opt", "recall_opt")
+
+
+@register("longform")
+class LongformSuite(Suite):
+    title = "Long answers: claim-level detection"
+    paper = "FActScore (Min et al., 2023), docs/longform.md"
+    description = ("Given long answers (FActScore biographies) with labelled atomic claims; token scores of a proxy "
+                   "model aggregated per claim, and per answer from its claims.")
+    datasets = ("factscore_bio",)
+    protocol = "provided"
+    levels = ("claim", "response")
+    detectors = ("likelihood", "entropy", "ccp")
+    tables = (TableLayout("Claim level (pooled claims; threshold from validation when there is one)",
+                          metrics=CLAIM_METRICS, level="claim"),
+              TableLayout("Response level (token scores over the whole answer)", metrics=METRICS, level="response"),
+              TableLayout("Response level from claims (worst claim; share of suspect claims)", table=FROM_CLAIMS,
+                          level="response", line=("detector", "aggregate"),
+                          metrics=("auroc", "aupr", "spearman_unsupported_share")))
+    params: ClassVar[dict[str, Any]] = {"levels": ["claim", "response"]}
+
+    def levels_for(self, config: Any) -> tuple[str, ...]:
+        wanted = self.options(config)["levels"]
+        wanted = [wanted] if isinstance(wanted, str) else list(wanted)
+        bad = [lv for lv in wanted if lv not in LEVELS]
+        if bad or not wanted:
+            raise HaldetError(f"unknown level(s) {', '.join(bad) or '(none given)'}",
+                              where="suite_params.longform.levels", hint=f"levels: {', '.join(LEVELS)}")
+        return tuple(wanted)
+
+    def split_policy(self, config: Any) -> str:
+        trained = [n for n in config.detectors if DETECTORS.get(n, where="--detector").trains]
+        return "grouped" if trained else "none"
+
+    def extra_rows(self, instances: list[Instance], split: dict[str, list[str]], runs: list[Any],
+                   config: Any) -> list[dict[str, Any]]:
+        """The cell's response-level rows from each answer's claim scores (its claim-level runs' unit rows)."""
+        unit_rows = [{**row, "dataset": "", "model": "", "detector": run.name, "level": run.level,
+                      "variant": run.identity.get("variant") or "", "train_labels": run.train_labels}
+                     for run in runs if run.level == "claim" for row in run.unit_scores.get("rows") or []]
+        out = from_claims_rows(unit_rows, "claim")
+        for row in out:  # the cell's own dataset and model are added by the caller
+            del row["dataset"], row["model"]
+        return out
+
+    def unit_metrics(self, level: str, test: UnitData, val: UnitData | None, *, n_boot: int, ci: float,
+                     seed: int, detector: Any = None) -> list[MetricValue]:
+        """Response level: the main benchmark's metrics; claims: pooled unit metrics, bootstrap grouped by
+        answer (a validation threshold only when there are validation claims)."""
+        if level == "response":
+            labelled = test.labelled()
+            return evaluate(labelled.y, labelled.s, n_boot=n_boot, ci=ci, seed=seed) if len(labelled.y) else []
+        return unit_metrics(test, val if val is not None and len(val.y) else None, n_boot=n_boot, ci=ci, seed=seed)
+
