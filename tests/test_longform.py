@@ -30,7 +30,7 @@ def test_factscore_release_files_give_claims_with_offsets_and_the_datas_labels(t
     assert len(by_id) == 8
     inst = by_id["factscore_bio/test/ChatGPT-Marta_Kessling"]
     assert inst.meta["source_model"] == "ChatGPT" and inst.question == "Question: Tell me a bio of Marta Kessling."
-    raw = [json.loads(x) for x in (FIXTURE / "labeled" / "ChatGPT.jsonl").read_text().splitlines()][0]
+    raw = json.loads((FIXTURE / "labeled" / "ChatGPT.jsonl").read_text().splitlines()[0])
     facts = [f for a in raw["annotations"] for f in a["human-atomic-facts"]]
     assert [u.meta["claim"] for u in inst.units] == [f["text"] for f in facts]  # every fact, in order
     assert all(u.kind == "claim" and u.meta["label_source"] == "data" for u in inst.units)
