@@ -1,0 +1,57 @@
+"""`haldet run --dataset factscore_bio --level claim,response` end to end with the embedded model on the
+FActScore-schema fixture: claim-level AUROC recomputed from `unit_scores.csv` with sklearn, and the response
+rows computed from the claims."""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from sklearn.metrics import roc_auc_score
+
+pytestmark = pytest.mark.slow
+
+FIXTURE = Path(__file__).parent / "fixtures" / "factscore_bio"
+
+
+def test_claim_level_run_and_auroc_from_unit_scores(tmp_path: Path) -> None:
+    from conftest import run_cli
+
+    shutil.copytree(FIXTURE, tmp_path / "data" / "factscore_bio")
+    out = tmp_path / "run"
+    proc = run_cli("run", "--dataset", "factscore_bio", "--data-dir", str(tmp_path / "data"), "--detector",
+                   "likelihood,entropy", "--level", "claim,response", "--min-per-class", "0", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Claim level" in proc.stdout and "Response level from claims" in proc.stdout
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["config"]["suite"] == "longform"
+    assert manifest["config"]["suite_params"]["longform"]["levels"] == ["claim", "response"]
+    units = list(csv.DictReader((out / "unit_scores.csv").open()))
+    results = json.loads((out / "results.json").read_text())
+    results = results if isinstance(results, list) else results["rows"]
+    for detector in ("likelihood", "entropy"):
+        claims = [r for r in units if r["detector"] == detector and r["level"] == "claim" and r["part"] == "test"]
+        assert len(claims) == 67 and len({r["item_id"] for r in claims}) == 8
+        kept = [r for r in claims if r["label"] != "" and r["score"] != ""]
+        y = np.array([int(float(r["label"])) for r in kept])
+        s = np.array([float(r["score"]) for r in kept])
+        assert 0 < y.sum() < len(y)
+        reported = next(r for r in results if r["detector"] == detector and r["level"] == "claim"
+                        and r["metric"] == "auroc" and not r.get("table"))
+        assert reported["value"] == pytest.approx(roc_auc_score(y, s), abs=1e-9)
+        from_claims = [r for r in results if r["detector"] == detector and r.get("table") == "response from claims"]
+        assert {(r["aggregate"], r["metric"]) for r in from_claims} == {
+            (a, m) for a in ("worst_claim", "claim_share") for m in ("auroc", "aupr", "spearman_unsupported_share")}
+        worst = {}
+        for r in claims:  # the worst claim of each answer, recomputed: its AUROC against "holds an NS claim"
+            if r["score"] != "":
+                worst[r["item_id"]] = max(worst.get(r["item_id"], -np.inf), float(r["score"]))
+        bad = {r["item_id"] for r in claims if r["label"] in ("1", "1.0")}
+        ids = sorted(worst)
+        expected = roc_auc_score([int(i in bad) for i in ids], [worst[i] for i in ids])
+        row = next(r for r in from_claims if r["aggregate"] == "worst_claim" and r["metric"] == "auroc")
+        assert row["value"] == pytest.approx(expected) and row["dataset"] == "factscore_bio"
