@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -55,3 +56,40 @@ def test_claim_level_run_and_auroc_from_unit_scores(tmp_path: Path) -> None:
         expected = roc_auc_score([int(i in bad) for i in ids], [worst[i] for i in ids])
         row = next(r for r in from_claims if r["aggregate"] == "worst_claim" and r["metric"] == "auroc")
         assert row["value"] == pytest.approx(expected) and row["dataset"] == "factscore_bio"
+
+
+
+def test_extracted_claims_through_a_mock_endpoint_in_a_run(tmp_path: Path) -> None:
+    """`suite_params.longform.claims: extract`: the claims stage asks the (mock) extractor for each answer's
+    claims; a planted claim that is in no answer is listed as unmapped and scored nowhere."""
+    from conftest import run_cli
+    from mock_openai import FakeOpenAI
+
+    planted = "Marta Kessling won the Fields Medal in Lisbon."
+
+    def claims_of(arg: str, body: dict, j: int) -> str:  # the answer's sentences (+ the planted one for one answer)
+        answer = body["messages"][-1]["content"].rsplit("Answer:\n", 1)[1]
+        claims = re.split(r"(?<=\.) (?=[A-Z])", answer)
+        return json.dumps(claims + ([planted] if answer.startswith("Marta Kessling") else []))
+
+    shutil.copytree(FIXTURE, tmp_path / "data" / "factscore_bio")
+    config = tmp_path / "run.yaml"
+    with FakeOpenAI(content=claims_of, default="ok:claims") as srv:
+        config.write_text(json.dumps({"claims": {"model": "extractor-x", "base_url": srv.base_url, "retries": 0,
+                                                 "timeout": 10},
+                                      "suite_params": {"longform": {"claims": "extract"}}}))
+        out = tmp_path / "run"
+        proc = run_cli("run", "--dataset", "factscore_bio", "--data-dir", str(tmp_path / "data"), "--detector",
+                       "likelihood", "--level", "claim,response", "--min-per-class", "0", "--config", str(config),
+                       "--out", str(out))
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert len(srv.requests) == 8
+    recs = [json.loads(x) for x in (out / "factscore_bio" / "smollm2-135m" / "claims.jsonl").read_text().splitlines()]
+    marta = next(r for r in recs if r["id"].endswith("ChatGPT-Marta_Kessling"))
+    assert marta["unmapped"] == [planted] and len(marta["claims"]) == 4 and marta["judge"] == "extractor-x"
+    assert all(r["unmapped"] == [] for r in recs if r is not marta)
+    units = [r for r in csv.DictReader((out / "unit_scores.csv").open()) if r["level"] == "claim"]
+    assert len(units) == sum(len(r["claims"]) for r in recs) == 33  # every sentence; nothing planted
+    assert all(r["label"] == "" for r in units)  # extracted claims carry no label of their own
+    response = [r for r in csv.DictReader((out / "unit_scores.csv").open()) if r["level"] == "response"]
+    assert sorted(r["label"] for r in response) == ["0"] * 3 + ["1"] * 5  # the answers keep the data's labels

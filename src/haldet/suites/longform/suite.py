@@ -19,6 +19,7 @@ from haldet.errors import HaldetError
 from haldet.evaluation.metrics import METRICS, MetricValue, evaluate
 from haldet.evaluation.units import UnitData, unit_metrics
 from haldet.schema import LEVELS, Instance
+from haldet.stages.claims import ClaimsStage, claim_units_of
 from haldet.suites.base import Suite, TableLayout, register
 from haldet.suites.longform.from_claims import FROM_CLAIMS, from_claims_rows
 
@@ -41,7 +42,25 @@ class LongformSuite(Suite):
               TableLayout("Response level from claims (worst claim; share of suspect claims)", table=FROM_CLAIMS,
                           level="response", line=("detector", "aggregate"),
                           metrics=("auroc", "aupr", "spearman_unsupported_share")))
-    params: ClassVar[dict[str, Any]] = {"levels": ["claim", "response"]}
+    params: ClassVar[dict[str, Any]] = {"levels": ["claim", "response"], "claims": "data"}
+
+    def answered(self, ctx: Any, items: list[Any]) -> None:
+        """`claims: extract`: each answer's units from the claims stage (`claims.extractor`: an LLM's atomic claims,
+        replacing the data's claim units, unlabelled; or the offline `sentence` / `clause` units, added beside
+        them). `claims: data` (the default): the dataset's own labelled claims, nothing asked."""
+        how = self.options(ctx.config)["claims"]
+        if how not in ("data", "extract"):
+            raise HaldetError(f"claims must be data or extract, not {how!r}", where="suite_params.longform.claims",
+                              hint="data: the dataset's own labelled claims; extract: the claims stage's")
+        if how == "data":
+            return
+        records = ClaimsStage(ctx).ensure(items)
+        ctx.store.record_keys(ClaimsStage.name, records)
+        for item in items:
+            if item.id in records:
+                data = item.instance  # the answer keeps the label its data gives (from its labelled claims)
+                label = data.response_label or data.units_of("response")[0].category
+                item.instance = claim_units_of([item], records)[0].model_copy(update={"response_label": label})
 
     def levels_for(self, config: Any) -> tuple[str, ...]:
         wanted = self.options(config)["levels"]
