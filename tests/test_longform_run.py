@@ -93,3 +93,42 @@ def test_extracted_claims_through_a_mock_endpoint_in_a_run(tmp_path: Path) -> No
     assert all(r["label"] == "" for r in units)  # extracted claims carry no label of their own
     response = [r for r in csv.DictReader((out / "unit_scores.csv").open()) if r["level"] == "response"]
     assert sorted(r["label"] for r in response) == ["0"] * 3 + ["1"] * 5  # the answers keep the data's labels
+
+
+def test_nli_labels_against_a_knowledge_source_in_a_run(tmp_path: Path) -> None:
+    """`labels: nli` with a (tiny, randomly initialised) local NLI model and a FActScore-format knowledge source:
+    every claim of an item with a page gets an NLI label, recorded as such, and the agreement row is written."""
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
+
+    from conftest import run_cli
+    from haldet.util.assets import resolve_embedding
+
+    nli = tmp_path / "tiny-nli"
+    tok = AutoTokenizer.from_pretrained(resolve_embedding("minilm"))
+    torch.manual_seed(0)
+    BertForSequenceClassification(BertConfig(
+        vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+        num_labels=3, id2label={0: "CONTRADICTION", 1: "NEUTRAL", 2: "ENTAILMENT"},
+        label2id={"CONTRADICTION": 0, "NEUTRAL": 1, "ENTAILMENT": 2})).save_pretrained(nli)
+    tok.save_pretrained(nli)
+    pages = tmp_path / "kb.jsonl"
+    pages.write_text("".join(json.dumps({"title": t, "text": f"{t} is a person. {t} was born in a city."}) + "\n"
+                             for t in ("Marta Kessling", "Oren Dalby", "Lucia Ferrandi", "Tomasz Wilk",
+                                       "Amara Osei", "Henrik Sollberg")))
+    shutil.copytree(FIXTURE, tmp_path / "data" / "factscore_bio")
+    config = tmp_path / "run.yaml"
+    config.write_text(json.dumps({"dataset_params": {"factscore_bio": {"knowledge": str(pages)}},
+                                  "suite_params": {"longform": {"labels": "nli", "nli_model": str(nli)}}}))
+    out = tmp_path / "run"
+    proc = run_cli("run", "--dataset", "factscore_bio", "--data-dir", str(tmp_path / "data"), "--detector",
+                   "likelihood", "--level", "claim", "--min-per-class", "0", "--allow-failures", "--config",
+                   str(config), "--out", str(out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads((out / "results.json").read_text())
+    results = results if isinstance(results, list) else results["rows"]
+    agree = next(r for r in results if r.get("table") == "claim labels")
+    assert agree["n"] == 67 and agree["detector"] == "(data)"
+    assert agree["data0_nli0"] + agree["data0_nli1"] == 49 and agree["data1_nli0"] + agree["data1_nli1"] == 18
+    assert agree["value"] == pytest.approx((agree["data0_nli0"] + agree["data1_nli1"]) / 67)
+    assert (out / "factscore_bio" / "smollm2-135m" / "pairs").is_dir()  # the NLI pairs are cached in the cell

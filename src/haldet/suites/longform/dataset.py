@@ -12,16 +12,21 @@ output in order, then `haldet.text.claim_spans.map_claim` within it); a fact who
 its sentence's span (`meta.span = "sentence"`: the sentence it was written from). A sentence not found in the
 output leaves its facts out, listed in the instance's `meta.unaligned`. The file name names the model that wrote
 the responses (`meta.source_model`; the files of one folder are read together). An abstention has no claim and
-is filtered out (counted in the load report).
+is filtered out (counted in the load report). With `dataset_params.factscore_bio.knowledge` (a knowledge source
+in FActScore's JSON-lines {title, text} format) the topic's page is the item's reference (`references`, never in
+the prompt): the text NLI claim labels read (`suite_params.longform.labels: nli`).
 """
 
 from __future__ import annotations
 
+import json
 import re
-from typing import Any
+from pathlib import Path
+from typing import Any, ClassVar
 
 from haldet.datasets.base import BadRow, DatasetAdapter, SkipRow, register, require
 from haldet.datasets.formats import Format, RawFile, records, with_line
+from haldet.errors import HaldetError
 from haldet.schema import Category, Instance, SpanLabel
 from haldet.text.claim_spans import map_claim
 from haldet.text.units import align_sequential
@@ -50,6 +55,37 @@ class FActScoreBio(DatasetAdapter):
     local_names = ("factscore_bio", "FActScore")
     required_fields = ("output", "topic", "annotations", "source_model")
     originals = (Format("FActScore labelled release", RELEASE, _release),)
+    # a knowledge source in FActScore's own format (JSON lines of {title, text}, text a string or a list of
+    # sections): the page titled as the item's topic becomes its reference, the text NLI labels read
+    params: ClassVar[dict[str, Any]] = {"knowledge": None}
+    _pages: dict[str, str] | None = None
+
+    def page(self, topic: str) -> str:
+        """The knowledge source's text titled `topic` ("" without a knowledge source or such a page)."""
+        if self.options["knowledge"] is None:
+            return ""
+        if self._pages is None:
+            path = Path(self.options["knowledge"]).expanduser()
+            try:
+                lines = path.read_text(encoding="utf-8").splitlines()
+            except OSError as exc:
+                raise HaldetError(f"cannot read the knowledge source: {exc.strerror}",
+                                  where="dataset_params.factscore_bio.knowledge",
+                                  hint="a JSON lines file of {title, text} (FActScore's knowledge-source format)"
+                                  ) from None
+            pages: dict[str, str] = {}
+            for n, line in enumerate(lines, 1):
+                if line.strip():
+                    try:
+                        rec = json.loads(line)
+                        text = rec["text"]
+                        pages[str(rec["title"])] = "\n\n".join(text) if isinstance(text, list) else str(text)
+                    except (json.JSONDecodeError, KeyError, TypeError):
+                        raise HaldetError(f"line {n} of the knowledge source is not a {{title, text}} record",
+                                          where=str(path), hint="FActScore's format: one JSON object per line "
+                                          "with title and text (a string or a list of sections)") from None
+            self._pages = pages
+        return self._pages.get(topic, "")
 
     def row_to_instance(self, row: dict[str, Any], index: int, split: str) -> Instance:
         topic = str(require(row, "topic")).strip()
@@ -87,7 +123,7 @@ class FActScoreBio(DatasetAdapter):
         unsupported = labelled.count("NS") / len(labelled) if labelled else None
         native = f"{source_model}-{re.sub(r'[^0-9A-Za-z]+', '_', topic).strip('_')}"
         return self.instance(split, native, question=str(row.get("input") or f"Tell me a bio of {topic}."),
-                             response=output, units=units,
+                             response=output, units=units, references=[p for p in [self.page(topic)] if p],
                              meta={"topic": topic, "source_model": source_model, "cat": row.get("cat"),
                                    "n_facts": len(units) + len(unaligned), "unaligned": unaligned,
                                    "sentence_spans": n_sentence_spans, "unsupported_share": unsupported})

@@ -20,10 +20,12 @@ from haldet.evaluation.metrics import METRICS, MetricValue, evaluate
 from haldet.evaluation.units import UnitData, unit_metrics
 from haldet.schema import LEVELS, Instance
 from haldet.stages.claims import ClaimsStage, claim_units_of
-from haldet.suites.base import Suite, TableLayout, register
+from haldet.suites.base import DATA, Suite, TableLayout, register
 from haldet.suites.longform.from_claims import FROM_CLAIMS, from_claims_rows
+from haldet.suites.longform.nli_labels import label_agreement, label_claims
 
 CLAIM_METRICS = ("auroc", "aupr", "f1_opt", "precision_opt", "recall_opt")
+LABELS = "claim labels"  # the `table` of the NLI labels' agreement with the data's
 
 
 @register("longform")
@@ -41,26 +43,41 @@ class LongformSuite(Suite):
               TableLayout("Response level (token scores over the whole answer)", metrics=METRICS, level="response"),
               TableLayout("Response level from claims (worst claim; share of suspect claims)", table=FROM_CLAIMS,
                           level="response", line=("detector", "aggregate"),
-                          metrics=("auroc", "aupr", "spearman_unsupported_share")))
-    params: ClassVar[dict[str, Any]] = {"levels": ["claim", "response"], "claims": "data"}
+                          metrics=("auroc", "aupr", "spearman_unsupported_share")),
+              TableLayout("Claim labels: NLI against the reference vs the data's (labels: nli)", table=LABELS,
+                          level="claim", line=("detector",), metrics=("nli_data_agreement",)))
+    params: ClassVar[dict[str, Any]] = {"levels": ["claim", "response"], "claims": "data", "labels": "data",
+                                        "nli_model": "microsoft/deberta-base-mnli", "nli_fallback": None,
+                                        "nli_passages": 3, "nli_sentences": 3}
 
     def answered(self, ctx: Any, items: list[Any]) -> None:
-        """`claims: extract`: each answer's units from the claims stage (`claims.extractor`: an LLM's atomic claims,
-        replacing the data's claim units, unlabelled; or the offline `sentence` / `clause` units, added beside
-        them). `claims: data` (the default): the dataset's own labelled claims, nothing asked."""
-        how = self.options(ctx.config)["claims"]
-        if how not in ("data", "extract"):
-            raise HaldetError(f"claims must be data or extract, not {how!r}", where="suite_params.longform.claims",
-                              hint="data: the dataset's own labelled claims; extract: the claims stage's")
-        if how == "data":
-            return
-        records = ClaimsStage(ctx).ensure(items)
-        ctx.store.record_keys(ClaimsStage.name, records)
-        for item in items:
-            if item.id in records:
-                data = item.instance  # the answer keeps the label its data gives (from its labelled claims)
-                label = data.response_label or data.units_of("response")[0].category
-                item.instance = claim_units_of([item], records)[0].model_copy(update={"response_label": label})
+        """The answers' claim units and their labels, once the answers exist.
+
+        `claims: extract`: units from the claims stage (`claims.extractor`: an LLM's atomic claims, replacing the
+        data's claim units, unlabelled; or the offline `sentence` / `clause` units, added beside them); `claims:
+        data` (default): the dataset's own claims. `labels: nli`: every claim labelled by NLI against the item's
+        reference text (`nli_labels`; the answer's label then follows its claims); `labels: data` (default): the
+        data's labels, the answer keeping the label its data gives."""
+        opts = self.options(ctx.config)
+        for key, allowed in (("claims", ("data", "extract")), ("labels", ("data", "nli"))):
+            if opts[key] not in allowed:
+                raise HaldetError(f"{key} must be one of {', '.join(allowed)}, not {opts[key]!r}",
+                                  where=f"suite_params.longform.{key}", hint="docs/longform.md")
+        if opts["claims"] == "extract":
+            records = ClaimsStage(ctx).ensure(items)
+            ctx.store.record_keys(ClaimsStage.name, records)
+            for item in items:
+                if item.id in records:
+                    data = item.instance  # the answer keeps the label its data gives (from its labelled claims)
+                    label = data.response_label or data.units_of("response")[0].category
+                    item.instance = claim_units_of([item], records)[0].model_copy(update={"response_label": label})
+        if opts["labels"] == "nli":
+            labelled, meta = label_claims([item.instance for item in items], model=opts["nli_model"],
+                                          fallback=opts["nli_fallback"], k=int(opts["nli_passages"]),
+                                          sentences=int(opts["nli_sentences"]), cache=ctx.store.root)
+            for item, inst in zip(items, labelled, strict=True):
+                item.instance = inst.model_copy(update={"response_label": None, "meta": {**inst.meta,
+                                                                                        "nli_labels": meta}})
 
     def levels_for(self, config: Any) -> tuple[str, ...]:
         wanted = self.options(config)["levels"]
@@ -84,6 +101,11 @@ class LongformSuite(Suite):
         out = from_claims_rows(unit_rows, "claim")
         for row in out:  # the cell's own dataset and model are added by the caller
             del row["dataset"], row["model"]
+        if self.options(config)["labels"] == "nli":
+            agree = label_agreement(instances)
+            out.append({"detector": DATA, "level": "claim", "table": LABELS, "metric": "nli_data_agreement",
+                        "value": agree["accuracy"], "n": agree["n"], **agree,
+                        "note": "" if agree["n"] else "no claim has both a data label and an NLI label"})
         return out
 
     def unit_metrics(self, level: str, test: UnitData, val: UnitData | None, *, n_boot: int, ci: float,
