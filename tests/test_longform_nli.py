@@ -117,3 +117,34 @@ def test_knowledge_source_in_factscore_format_is_the_reference(tmp_path: Path) -
     pages.write_text("{\"name\": 1}\n")
     with pytest.raises(HaldetError, match="line 1 of the knowledge source"):
         DATASETS.get("factscore_bio")(data_dir=tmp_path, knowledge=str(pages)).load()
+
+
+def test_claim_level_selfcheck_against_the_samples(monkeypatch: pytest.MonkeyPatch) -> None:
+    from haldet.schema import Generation
+    from haldet.signals import Signal, SignalView
+    from haldet.suites.longform import selfcheck_claims
+
+    model = WordNLI()
+    monkeypatch.setattr(selfcheck_claims, "pair_scores", lambda det, kind, param, pairs, label: model.compute(pairs))
+    inst = _instance([("Ada Lovelace was born in London.", 0), ("Her father was Lord Tennyson.", 1)])
+    samples = ["Ada Lovelace was born in London. Her father was Lord Byron.",  # entails 1st, neutral on 2nd
+               "Ada Lovelace was never in London.",                          # contradicts both
+               ""]                                                           # empty: left out
+    gen = Generation(id=inst.id, prompt="p", response=inst.response or "", token_ids=[], token_logprobs=[],
+                     finish_reason="provided", n_tokens=0, model="m")
+    loaded = {Signal.SAMPLES: [samples, samples, None]}
+    view = SignalView(ids=[inst.id, "d/test/b", "d/test/c"],
+                      instances=[inst, inst.model_copy(update={"id": "d/test/b", "units": []}),
+                                 inst.model_copy(update={"id": "d/test/c"})],
+                      generations=[gen, gen, gen], loader=lambda signal, ids: loaded[signal])
+    det = selfcheck_claims.SelfCheckClaims()
+    units = det.score_units(view, "claim")
+    # claim 1: samples give ratios 0.1/(0.1+0.8) and 0.8/(0.8+0.1); claim 2: neutral 0.1/(0.1+0.2), then 0.8/0.9
+    assert units.values[0] == pytest.approx([(0.1 / 0.9 + 0.8 / 0.9) / 2, (1 / 3 + 0.8 / 0.9) / 2])
+    assert len(units.values[1]) == 0 and np.isnan(units.values[2]).all() and units.reasons[2] == ["no samples"] * 2
+    assert len(model.seen) == 4  # 2 claims x 2 non-empty samples, nothing for the item without samples
+    flat = det.score(view)
+    assert flat.values[0] == pytest.approx(np.mean(units.values[0]))
+    # an answer without claim units is read sentence by sentence: its two sentences, as the two claims above
+    assert flat.values[1] == pytest.approx(flat.values[0])
+    assert flat.reasons[2] == "no samples"

@@ -38,6 +38,7 @@ class LongformSuite(Suite):
     protocol = "provided"
     levels = ("claim", "response")
     detectors = ("likelihood", "entropy", "ccp")
+    optional = ("selfcheck_claims",)  # K samples per answer and NLI pairs: run only when named
     tables = (TableLayout("Claim level (pooled claims; threshold from validation when there is one)",
                           metrics=CLAIM_METRICS, level="claim"),
               TableLayout("Response level (token scores over the whole answer)", metrics=METRICS, level="response"),
