@@ -102,6 +102,7 @@ class ClaimsStage(Stage):
         cfg = self.ctx.config.claims
         answers = [_answer(item) for item in batch]
         start = time.perf_counter()
+        out: list[dict[str, Any]]
         if cfg.extractor != "llm":
             out = [{"id": item.id, "extractor": cfg.extractor, "unit": cfg.extractor, "judge": self.extractor_name(),
                     "claims": [{"text": text[a:b], "start": a, "end": b} for a, b in split_units(text, cfg.extractor)],

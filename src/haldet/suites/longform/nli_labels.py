@@ -70,14 +70,14 @@ def label_claims(instances: Sequence[Instance], *, model: str, fallback: str | N
         row += len(premises)
         supported = bool((p.argmax(axis=1) == ENTAIL).any())
         best = int(p[:, ENTAIL].argmax())
-        unit: SpanLabel = out[i].units[u]
+        claim_unit: SpanLabel = out[i].units[u]
         extra = {"label_source": source, "p_entail": float(p[:, ENTAIL].max()),
                  "p_contradict": float(p[:, CONTRA].max()), "evidence": premises[best]}
-        if unit.binary is not None and unit.meta.get("label_source") == "data":
-            extra["data_label"] = unit.binary
-        out[i].units[u] = unit.model_copy(update={
+        if claim_unit.binary is not None and claim_unit.meta.get("label_source") == "data":
+            extra["data_label"] = claim_unit.binary
+        out[i].units[u] = claim_unit.model_copy(update={
             "category": Category.CORRECT if supported else Category.HALLUCINATION,
-            "meta": {**unit.meta, **extra}})
+            "meta": {**claim_unit.meta, **extra}})
     return out, {**meta, "pairs": len(pairs), "claims": len(jobs), "k": k, "sentences": sentences}
 
 

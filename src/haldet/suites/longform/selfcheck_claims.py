@@ -6,8 +6,7 @@ when the unit carries them, `meta.claim`, else the answer span) and the premises
 is the mean over samples of P(contradiction) / (P(contradiction) + P(entailment)) (SelfCheckGPT's two-way
 normalisation): high when the samples disagree with it. At response level the score is the mean over the answer's
 claims (`unit`: the kind of units read, `claim` by default), or over its sentences when it has no such unit. The
-NLI model and its offline fallback are the `selfcheck_nli` detector's (and the same pair cache), so a claim and a
-sentence read by both cost one pair each.
+NLI model and its offline fallback default to the `selfcheck_nli` detector's; pairs are cached as theirs are.
 """
 
 from __future__ import annotations
