@@ -19,6 +19,23 @@ pytestmark = pytest.mark.slow
 FIXTURE = Path(__file__).parent / "fixtures" / "factscore_bio"
 
 
+def _tiny_nli(path: Path) -> Path:
+    """A randomly initialised 2-layer BERT NLI classifier (MNLI labels) with the packaged MiniLM's tokenizer."""
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
+
+    from haldet.util.assets import resolve_embedding
+
+    tok = AutoTokenizer.from_pretrained(resolve_embedding("minilm"))
+    torch.manual_seed(0)
+    BertForSequenceClassification(BertConfig(
+        vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
+        num_labels=3, id2label={0: "CONTRADICTION", 1: "NEUTRAL", 2: "ENTAILMENT"},
+        label2id={"CONTRADICTION": 0, "NEUTRAL": 1, "ENTAILMENT": 2})).save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
 def test_claim_level_run_and_auroc_from_unit_scores(tmp_path: Path) -> None:
     from conftest import run_cli
 
@@ -98,20 +115,9 @@ def test_extracted_claims_through_a_mock_endpoint_in_a_run(tmp_path: Path) -> No
 def test_nli_labels_against_a_knowledge_source_in_a_run(tmp_path: Path) -> None:
     """`labels: nli` with a (tiny, randomly initialised) local NLI model and a FActScore-format knowledge source:
     every claim of an item with a page gets an NLI label, recorded as such, and the agreement row is written."""
-    import torch
-    from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
-
     from conftest import run_cli
-    from haldet.util.assets import resolve_embedding
 
-    nli = tmp_path / "tiny-nli"
-    tok = AutoTokenizer.from_pretrained(resolve_embedding("minilm"))
-    torch.manual_seed(0)
-    BertForSequenceClassification(BertConfig(
-        vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
-        num_labels=3, id2label={0: "CONTRADICTION", 1: "NEUTRAL", 2: "ENTAILMENT"},
-        label2id={"CONTRADICTION": 0, "NEUTRAL": 1, "ENTAILMENT": 2})).save_pretrained(nli)
-    tok.save_pretrained(nli)
+    nli = _tiny_nli(tmp_path / "tiny-nli")
     pages = tmp_path / "kb.jsonl"
     pages.write_text("".join(json.dumps({"title": t, "text": f"{t} is a person. {t} was born in a city."}) + "\n"
                              for t in ("Marta Kessling", "Oren Dalby", "Lucia Ferrandi", "Tomasz Wilk",
@@ -132,3 +138,30 @@ def test_nli_labels_against_a_knowledge_source_in_a_run(tmp_path: Path) -> None:
     assert agree["data0_nli0"] + agree["data0_nli1"] == 49 and agree["data1_nli0"] + agree["data1_nli1"] == 18
     assert agree["value"] == pytest.approx((agree["data0_nli0"] + agree["data1_nli1"]) / 67)
     assert (out / "factscore_bio" / "smollm2-135m" / "pairs").is_dir()  # the NLI pairs are cached in the cell
+
+
+def test_claim_level_selfcheck_in_a_run(tmp_path: Path) -> None:
+    """`--detector selfcheck_claims`: K samples of the proxy model per answer, each claim against them by NLI (a
+    tiny local model); every claim and every answer gets a score, and the claim-level AUROC is the sklearn one."""
+    from conftest import run_cli
+
+    nli = _tiny_nli(tmp_path / "tiny-nli")
+    shutil.copytree(FIXTURE, tmp_path / "data" / "factscore_bio")
+    config = tmp_path / "run.yaml"
+    config.write_text(json.dumps({"sample": {"k": 2, "max_new_tokens": 16},
+                                  "detector_params": {"selfcheck_claims": {"nli_model": str(nli)}}}))
+    out = tmp_path / "run"
+    proc = run_cli("run", "--dataset", "factscore_bio", "--data-dir", str(tmp_path / "data"), "--detector",
+                   "selfcheck_claims", "--level", "claim,response", "--min-per-class", "0", "--allow-failures",
+                   "--config", str(config), "--out", str(out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    units = [r for r in csv.DictReader((out / "unit_scores.csv").open()) if r["detector"] == "selfcheck_claims"]
+    claims = [r for r in units if r["level"] == "claim"]
+    assert len(claims) == 67 and all(r["score"] != "" and 0 <= float(r["score"]) <= 1 for r in claims)
+    assert len([r for r in units if r["level"] == "response" and r["score"] != ""]) == 8
+    results = json.loads((out / "results.json").read_text())
+    results = results if isinstance(results, list) else results["rows"]
+    reported = next(r for r in results if r["detector"] == "selfcheck_claims" and r["level"] == "claim"
+                    and r["metric"] == "auroc" and not r.get("table"))
+    y = [int(float(r["label"])) for r in claims]
+    assert reported["value"] == pytest.approx(roc_auc_score(y, [float(r["score"]) for r in claims]))
