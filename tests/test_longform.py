@@ -33,7 +33,7 @@ def test_factscore_release_files_give_claims_with_offsets_and_the_datas_labels(t
     raw = json.loads((FIXTURE / "labeled" / "ChatGPT.jsonl").read_text().splitlines()[0])
     facts = [f for a in raw["annotations"] for f in a["human-atomic-facts"]]
     assert [u.meta["claim"] for u in inst.units] == [f["text"] for f in facts]  # every fact, in order
-    assert all(u.kind == "claim" and u.meta["label_source"] == "data" for u in inst.units)
+    assert all(u.kind == "claim" and u.meta["labels"]["source"] == "data" for u in inst.units)
     labels = {"S": "correct", "NS": "hallucination"}
     assert [u.category.value for u in inst.units] == [labels[f["label"]] for f in facts]
     for unit in inst.units:  # offsets into the response, inside the fact's own sentence
@@ -45,10 +45,14 @@ def test_factscore_release_files_give_claims_with_offsets_and_the_datas_labels(t
     assert spans["She discovered it in Peru."] == "discovered a fern species in Peru"
     # "The discovery was in 1979." shares one content word with its sentence: it takes the sentence's span
     assert spans["The discovery was in 1979."] == "She discovered a fern species in Peru in 1979."
-    assert inst.meta["sentence_spans"] == 1 and inst.meta["unsupported_share"] == pytest.approx(4 / 9)
+    assert inst.meta["sentence_spans"] == 1 and inst.meta["labels"]["unsupported_share"] == pytest.approx(4 / 9)
+    # a detector's view shows the claims' offsets and words, never their labels or the label details
+    hidden = inst.without_labels()
+    assert [u.meta["claim"] for u in hidden.units] == [u.meta["claim"] for u in inst.units]
+    assert all("labels" not in u.meta and u.binary is None for u in hidden.units) and "labels" not in hidden.meta
     # IR (irrelevant) facts are kept unlabelled; a sentence without facts gives no unit
     oren = by_id["factscore_bio/test/ChatGPT-Oren_Dalby"]
-    assert [u.meta["label"] for u in oren.units].count("S") == len(oren.units)
+    assert [u.meta["labels"]["data"] for u in oren.units].count("S") == len(oren.units)
     lucia = by_id["factscore_bio/test/InstructGPT-Lucia_Ferrandi"]
     assert lucia.response.endswith("Architecture is an art.")
     assert all(u.end <= lucia.response.index(" Architecture is an art.") for u in lucia.units)
@@ -64,9 +68,9 @@ def test_irrelevant_facts_are_unlabelled_units(tmp_path: Path) -> None:
     (tmp_path / "factscore_bio").mkdir()
     (tmp_path / "factscore_bio" / "PerplexityAI.jsonl").write_text(json.dumps(line) + "\n")
     [inst], _ = DATASETS.get("factscore_bio")(data_dir=tmp_path).load()
-    assert [(u.text, u.binary, u.meta["label"]) for u in inst.units] == [("A B is a poet", 0, "S"),
+    assert [(u.text, u.binary, u.meta["labels"]["data"]) for u in inst.units] == [("A B is a poet", 0, "S"),
                                                                          ("A B likes tea", None, "IR")]
-    assert inst.id == "factscore_bio/test/PerplexityAI-A_B" and inst.meta["unsupported_share"] == 0.0
+    assert inst.id == "factscore_bio/test/PerplexityAI-A_B" and inst.meta["labels"]["unsupported_share"] == 0.0
 
 
 def _row(item: str, score: float | None, label: int | None, detector: str = "d") -> dict[str, object]:

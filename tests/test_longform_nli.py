@@ -60,7 +60,7 @@ def _instance(claims: list[tuple[str, int | None]]) -> Instance:
     for text, label in claims:
         cat = {None: Category.INVALID, 0: Category.CORRECT, 1: Category.HALLUCINATION}[label]
         units.append(SpanLabel(start=at, end=at + len(text), text=text, kind="claim", category=cat,
-                               meta={"label_source": "data"} if label is not None else {}))
+                               meta={"labels": {"source": "data"}} if label is not None else {}))
         at += len(text) + 1
     return Instance(id="d/test/ada", dataset="d", scenario="longform", task_type="long_form",
                     question="Tell me a bio of Ada Lovelace.", references=[REFERENCE], response=answer, units=units)
@@ -83,10 +83,11 @@ def test_nli_labels_follow_the_best_passage_and_record_their_source(word_nli: Wo
                       ("She worked with Charles Babbage.", None)])    # unlabelled in the data, entailed
     [out], meta = label_claims([inst], model="word-nli", k=2, sentences=2, cache=tmp_path)
     assert [u.binary for u in out.units] == [0, 1, 1, 0]
-    assert all(u.meta["label_source"] == "nli:nli:word-nli" for u in out.units)
-    assert out.units[0].meta["evidence"].startswith("Ada Lovelace was an English")
-    assert out.units[1].meta["p_contradict"] == 0.8 and out.units[1].meta["data_label"] == 0
-    assert "data_label" not in out.units[3].meta
+    labels = [u.meta["labels"] for u in out.units]
+    assert all(lab["source"] == "nli:nli:word-nli" for lab in labels)
+    assert labels[0]["evidence"].startswith("Ada Lovelace was an English")
+    assert labels[1]["p_contradict"] == 0.8 and labels[1]["data_label"] == 0
+    assert "data_label" not in labels[3]
     assert meta["claims"] == 4 and meta["pairs"] == 8 and len(word_nli.seen) == 8
     assert label_agreement([out]) == {"n": 3, "accuracy": pytest.approx(2 / 3), "data0_nli0": 1,
                                       "data0_nli1": 1, "data1_nli0": 0, "data1_nli1": 1}

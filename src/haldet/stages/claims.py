@@ -163,7 +163,7 @@ def with_claim_units(instance: Instance, record: dict[str, Any], *, replace: boo
     kind = record.get("unit") or "claim"
     units = [u for u in instance.units if not replace or u.kind != kind]
     units += [SpanLabel(start=c["start"], end=c["end"], category=Category.INVALID, text=c["text"], kind=kind,
-                        meta={"extractor": record.get("judge", ""), "label_source": ""})
+                        meta={"extractor": record.get("judge", "")})
               for c in record.get("claims", [])]
     return instance.model_copy(update={"units": units})
 

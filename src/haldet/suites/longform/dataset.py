@@ -5,13 +5,15 @@ The release's `data/labeled/{InstructGPT,ChatGPT,PerplexityAI}.jsonl` hold one b
 `annotations` (null when the model abstained): per sentence of the output {text, is-relevant, human-atomic-facts:
 [{text, label}] or null, model-atomic-facts}. Labels: S (supported by Wikipedia) = correct, NS (not supported) =
 hallucination, IR (irrelevant) = unlabelled (kept as a unit, left out of the metrics, as FActScore leaves it out
-of the score). Each unit records the label's source (`label_source: data`) and the raw label.
+of the score). Each unit records the raw label and its source in `meta.labels` ({data: S|NS|IR, source: data}: hidden
+from detectors, as every label is).
 
 The atomic facts are rewrites, not quotes, so each is located inside its own sentence (the sentence found in the
 output in order, then `haldet.text.claim_spans.map_claim` within it); a fact whose words are not found there takes
 its sentence's span (`meta.span = "sentence"`: the sentence it was written from). A sentence not found in the
-output leaves its facts out, listed in the instance's `meta.unaligned`. The file name names the model that wrote
-the responses (`meta.source_model`; the files of one folder are read together). An abstention has no claim and
+output leaves its facts out, listed in the instance's `meta.unaligned` (their labels in `meta.labels.unaligned`).
+The file name names the model that wrote the responses (`meta.source_model`; the files of one folder are read
+together). An abstention has no claim and
 is filtered out (counted in the load report). With `dataset_params.factscore_bio.knowledge` (a knowledge source
 in FActScore's JSON-lines {title, text} format) the topic's page is the item's reference (`references`, never in
 the prompt): the text NLI claim labels read (`suite_params.longform.labels: nli`).
@@ -27,7 +29,7 @@ from typing import Any, ClassVar
 from haldet.datasets.base import BadRow, DatasetAdapter, SkipRow, register, require
 from haldet.datasets.formats import Format, RawFile, records, with_line
 from haldet.errors import HaldetError
-from haldet.schema import Category, Instance, SpanLabel
+from haldet.schema import LABEL_META, Category, Instance, SpanLabel
 from haldet.text.claim_spans import map_claim
 from haldet.text.units import align_sequential
 
@@ -117,13 +119,14 @@ class FActScoreBio(DatasetAdapter):
                 n_sentence_spans += found is None
                 units.append(SpanLabel(start=start, end=end, text=output[start:end], kind="claim",
                                        category=LABELS[label],
-                                       meta={"claim": text, "label": label, "label_source": "data",
-                                             "sentence": k, "span": "claim" if found else "sentence"}))
-        labelled = [u.meta["label"] for u in units if u.meta["label"] != "IR"]
+                                       meta={"claim": text, "sentence": k, "span": "claim" if found else "sentence",
+                                             LABEL_META: {"data": label, "source": "data"}}))
+        labelled = [u.meta[LABEL_META]["data"] for u in units if u.meta[LABEL_META]["data"] != "IR"]
         unsupported = labelled.count("NS") / len(labelled) if labelled else None
         native = f"{source_model}-{re.sub(r'[^0-9A-Za-z]+', '_', topic).strip('_')}"
         return self.instance(split, native, question=str(row.get("input") or f"Tell me a bio of {topic}."),
                              response=output, units=units, references=[p for p in [self.page(topic)] if p],
                              meta={"topic": topic, "source_model": source_model, "cat": row.get("cat"),
-                                   "n_facts": len(units) + len(unaligned), "unaligned": unaligned,
-                                   "sentence_spans": n_sentence_spans, "unsupported_share": unsupported})
+                                   "n_facts": len(units) + len(unaligned), "sentence_spans": n_sentence_spans,
+                                   "unaligned": [{k: v for k, v in f.items() if k != "label"} for f in unaligned],
+                                   LABEL_META: {"unsupported_share": unsupported, "unaligned": unaligned}})

@@ -7,9 +7,9 @@ pair model (`haldet.models.nli`, the same models the consistency detectors use) 
 **supported** (correct) when some passage's most likely class is entailment; otherwise **not supported**
 (hallucination), whether a passage contradicts it or none says anything about it: FActScore's reading, where a fact
 the knowledge source does not support counts as not supported. Each labelled claim records its source
-(`label_source: "nli:<model id>"`), the best entailment and contradiction probabilities and the passage; the
-data's own label, when there was one, is kept in `meta.data_label` so the two can be compared
-(`label_agreement`). A claim of an item without reference text keeps its label (none for an extracted claim).
+in `meta.labels` (hidden from detectors): `source` "nli:<model id>", the best entailment and contradiction
+probabilities and the passage; the data's own label, when there was one, is kept as `data_label` so the two can be
+compared (`label_agreement`). A claim of an item without reference text keeps its label (none for an extracted claim).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from haldet.models.nli import NLI_COLUMNS, PairCache, load_pair_model
-from haldet.schema import Category, Instance, SpanLabel
+from haldet.schema import LABEL_META, Category, Instance, SpanLabel
 from haldet.text.claim_spans import content_words, sentence_spans
 
 ENTAIL, CONTRA = NLI_COLUMNS.index("entailment"), NLI_COLUMNS.index("contradiction")
@@ -71,21 +71,22 @@ def label_claims(instances: Sequence[Instance], *, model: str, fallback: str | N
         supported = bool((p.argmax(axis=1) == ENTAIL).any())
         best = int(p[:, ENTAIL].argmax())
         claim_unit: SpanLabel = out[i].units[u]
-        extra = {"label_source": source, "p_entail": float(p[:, ENTAIL].max()),
-                 "p_contradict": float(p[:, CONTRA].max()), "evidence": premises[best]}
-        if claim_unit.binary is not None and claim_unit.meta.get("label_source") == "data":
-            extra["data_label"] = claim_unit.binary
+        labels = dict(claim_unit.meta.get(LABEL_META) or {})
+        if claim_unit.binary is not None and labels.get("source") == "data":
+            labels["data_label"] = claim_unit.binary
+        labels.update({"source": source, "p_entail": float(p[:, ENTAIL].max()),
+                       "p_contradict": float(p[:, CONTRA].max()), "evidence": premises[best]})
         out[i].units[u] = claim_unit.model_copy(update={
             "category": Category.CORRECT if supported else Category.HALLUCINATION,
-            "meta": {**claim_unit.meta, **extra}})
+            "meta": {**claim_unit.meta, LABEL_META: labels}})
     return out, {**meta, "pairs": len(pairs), "claims": len(jobs), "k": k, "sentences": sentences}
 
 
 def label_agreement(instances: Sequence[Instance], level: str = "claim") -> dict[str, Any]:
     """How often the NLI labels agree with the data's on the claims that have both (a hand-labelled sample's
     accuracy check of the NLI labeller): n, accuracy, and the confusion counts."""
-    both = [(int(u.meta["data_label"]), u.binary) for inst in instances for u in inst.units
-            if u.kind == level and "data_label" in u.meta and u.binary is not None]
+    both = [(int(u.meta[LABEL_META]["data_label"]), u.binary) for inst in instances for u in inst.units
+            if u.kind == level and "data_label" in (u.meta.get(LABEL_META) or {}) and u.binary is not None]
     counts = {f"data{a}_nli{b}": sum(1 for x in both if x == (a, b)) for a in (0, 1) for b in (0, 1)}
     accuracy = sum(1 for a, b in both if a == b) / len(both) if both else None
     return {"n": len(both), "accuracy": accuracy, **counts}
