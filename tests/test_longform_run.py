@@ -110,6 +110,12 @@ def test_extracted_claims_through_a_mock_endpoint_in_a_run(tmp_path: Path) -> No
     assert all(r["label"] == "" for r in units)  # extracted claims carry no label of their own
     response = [r for r in csv.DictReader((out / "unit_scores.csv").open()) if r["level"] == "response"]
     assert sorted(r["label"] for r in response) == ["0"] * 3 + ["1"] * 5  # the answers keep the data's labels
+    results = json.loads((out / "results.json").read_text())
+    results = results if isinstance(results, list) else results["rows"]
+    counts = {r["metric"]: r["value"] for r in results if r.get("table") == "extraction"}
+    assert counts == {"answers": 8, "answers_failed": 0, "claims_kept": 33, "claims_unmapped": 1,
+                      "unmapped_share": pytest.approx(1 / 34)}
+    assert "Claims extracted" in proc.stdout
 
 
 def test_nli_labels_against_a_knowledge_source_in_a_run(tmp_path: Path) -> None:

@@ -26,6 +26,23 @@ from haldet.suites.longform.nli_labels import label_agreement, label_claims
 
 CLAIM_METRICS = ("auroc", "aupr", "f1_opt", "precision_opt", "recall_opt")
 LABELS = "claim labels"  # the `table` of the NLI labels' agreement with the data's
+EXTRACTION = "extraction"  # an answer's claims-stage outcome (instance meta) and the `table` of its counts
+
+
+def extraction_rows(instances: list[Instance]) -> list[dict[str, Any]]:
+    """What the claims stage gave the cell's answers: claims kept, claims that mapped to no span (listed in
+    `claims.jsonl`, never kept), answers whose extraction failed (listed in `claims.failed.jsonl`)."""
+    outcomes = [i.meta[EXTRACTION] for i in instances if EXTRACTION in i.meta]
+    done = [o for o in outcomes if not o.get("failed")]
+    kept = sum(o["claims"] for o in done)
+    unmapped = sum(len(o["unmapped"]) for o in done)
+    counts = {"answers": len(outcomes), "answers_failed": len(outcomes) - len(done), "claims_kept": kept,
+              "claims_unmapped": unmapped,
+              "unmapped_share": unmapped / (kept + unmapped) if kept + unmapped else None}
+    base = {"detector": DATA, "level": "claim", "table": EXTRACTION,
+            "extractor": ", ".join(sorted({str(o["extractor"]) for o in done}))}
+    return [{**base, "metric": name, "value": value, "n": len(outcomes),
+             "note": "" if value is not None else "no claim extracted"} for name, value in counts.items()]
 
 
 @register("longform")
@@ -45,6 +62,8 @@ class LongformSuite(Suite):
               TableLayout("Response level from claims (worst claim; share of suspect claims)", table=FROM_CLAIMS,
                           level="response", line=("detector", "aggregate"),
                           metrics=("auroc", "aupr", "spearman_unsupported_share")),
+              TableLayout("Claims extracted (claims: extract)", table=EXTRACTION, level="claim", line=("detector",),
+                          metrics=("answers", "answers_failed", "claims_kept", "claims_unmapped", "unmapped_share")),
               TableLayout("Claim labels: NLI against the reference vs the data's (labels: nli)", table=LABELS,
                           level="claim", line=("detector",), metrics=("nli_data_agreement",)))
     params: ClassVar[dict[str, Any]] = {"levels": ["claim", "response"], "claims": "data", "labels": "data",
@@ -68,10 +87,17 @@ class LongformSuite(Suite):
             records = ClaimsStage(ctx).ensure(items)
             ctx.store.record_keys(ClaimsStage.name, records)
             for item in items:
-                if item.id in records:
-                    data = item.instance  # the answer keeps the label its data gives (from its labelled claims)
-                    label = data.response_label or data.units_of("response")[0].category
-                    item.instance = claim_units_of([item], records)[0].model_copy(update={"response_label": label})
+                rec = records.get(item.id)
+                if rec is None:  # the extraction failed (listed in claims.failed.jsonl): the data's units stay
+                    item.instance = item.instance.model_copy(
+                        update={"meta": {**item.instance.meta, EXTRACTION: {"failed": True}}})
+                    continue
+                data = item.instance  # the answer keeps the label its data gives (from its labelled claims)
+                label = data.response_label or data.units_of("response")[0].category
+                inst = claim_units_of([item], records)[0]
+                item.instance = inst.model_copy(update={"response_label": label, "meta": {
+                    **inst.meta, EXTRACTION: {"extractor": rec["judge"], "unit": rec["unit"],
+                                              "claims": len(rec["claims"]), "unmapped": rec["unmapped"]}}})
         if opts["labels"] == "nli":
             labelled, meta = label_claims([item.instance for item in items], model=opts["nli_model"],
                                           fallback=opts["nli_fallback"], k=int(opts["nli_passages"]),
@@ -102,6 +128,8 @@ class LongformSuite(Suite):
         out = from_claims_rows(unit_rows, "claim")
         for row in out:  # the cell's own dataset and model are added by the caller
             del row["dataset"], row["model"]
+        if self.options(config)["claims"] == "extract":
+            out += extraction_rows(instances)
         if self.options(config)["labels"] == "nli":
             agree = label_agreement(instances)
             out.append({"detector": DATA, "level": "claim", "table": LABELS, "metric": "nli_data_agreement",
