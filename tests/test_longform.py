@@ -105,3 +105,28 @@ def test_level_flag_picks_the_suite_with_selectable_levels() -> None:
         suite_with_levels(None, ["halueval_qa"], ["claim"])
     with pytest.raises(HaldetError, match="fixed levels"):
         suite_with_levels("halluentity", ["halluentity"], ["claim"])
+
+
+def test_level_flag_sets_the_suite_and_its_levels_over_the_config_file(tmp_path: Path) -> None:
+    from haldet.cli.run import RunOptions, run_config
+
+    config = run_config(RunOptions(dataset=["factscore_bio"], level=["claim,response"], detector=["likelihood"]))
+    assert config.suite == "longform" and config.suite_params["longform"]["levels"] == ["claim", "response"]
+    assert config.datasets == ["factscore_bio"] and config.detectors == ["likelihood"]
+    file = tmp_path / "run.yaml"
+    file.write_text(json.dumps({"suite": "longform", "suite_params": {"longform": {"levels": ["response"],
+                                                                                  "labels": "data"}}}))
+    config = run_config(RunOptions(config_file=file, level=["claim"]))
+    assert config.suite_params["longform"] == {"levels": ["claim"], "labels": "data"}
+    assert run_config(RunOptions(config_file=file)).suite_params["longform"]["levels"] == ["response"]
+
+
+def test_level_flag_with_your_own_responses(tmp_path: Path) -> None:
+    from haldet.cli.run import RunOptions, run_config
+
+    file = tmp_path / "mine.jsonl"
+    file.write_text(json.dumps({"prompt": "Tell me a bio of A B.", "response": "A B is a poet. A B likes tea.",
+                                "units": [{"start": 0, "end": 13, "label": 0, "kind": "claim"}]}) + "\n")
+    assert run_config(RunOptions(responses=file)).suite_params["responses"]["levels"] == ["response", "claim"]
+    config = run_config(RunOptions(responses=file, level=["claim"]))
+    assert config.suite == "responses" and config.suite_params["responses"]["levels"] == ["claim"]

@@ -230,7 +230,8 @@ def run_config(opts: RunOptions) -> RunConfig:
     `suite`), the preset (--preset, or the config file's `preset`), the config file, the flags; --split applies to
     every dataset of the run. --responses FILE: the `responses` suite on it."""
     if opts.responses is not None:
-        return _responses_config(opts)
+        config = _responses_config(opts)
+        return _with_levels(config, "responses", split_names(opts.level)) if opts.level else config
     overrides = dict(
         datasets=split_names(opts.dataset), models=split_names(opts.model), detectors=split_names(opts.detector),
         limit=opts.limit, data_dir=local_data(opts.data_dir, opts.data_file, split_names(opts.dataset) or None),
@@ -243,19 +244,27 @@ def run_config(opts: RunOptions) -> RunConfig:
     from haldet.flow.layers import resolve_config
 
     suite, levels = opts.suite, split_names(opts.level)
-    if levels:
+    if levels:  # --level: the suite that scores those units (named, the config file's, or the datasets')
         from haldet.suites.levels import suite_with_levels
 
-        suite, params = suite_with_levels(opts.suite, split_names(opts.dataset), levels)
+        if suite is None:
+            probe = resolve_config(opts.config_file, None, suite=None, **overrides)  # type: ignore[arg-type]
+            suite = probe.suite
+        suite, _ = suite_with_levels(suite, split_names(opts.dataset), levels)
     config = resolve_config(opts.config_file, None, suite=suite, **overrides)  # type: ignore[arg-type]
     if levels and suite is not None:  # the flag wins over the suite's and the config file's levels
-        merged = {**config.suite_params, suite: {**config.suite_params.get(suite, {}), **params}}
-        config = config.model_copy(update={"suite_params": merged})
+        config = _with_levels(config, suite, levels)
     if opts.data_file is not None and len(config.datasets) > 1:
         config = _one_dataset_for_the_file(config, opts)
     for name in config.datasets if opts.split else []:
         config.dataset_params.setdefault(name, {})["split"] = opts.split
     return config
+
+
+def _with_levels(config: RunConfig, suite: str, levels: list[str]) -> RunConfig:
+    """`config` with `--level` as the suite's levels (over the suite's own and the config file's)."""
+    merged = {**config.suite_params, suite: {**config.suite_params.get(suite, {}), "levels": levels}}
+    return config.model_copy(update={"suite_params": merged})
 
 
 def _one_dataset_for_the_file(config: RunConfig, opts: RunOptions) -> RunConfig:
