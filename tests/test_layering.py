@@ -18,7 +18,7 @@ DOCS = Path(__file__).parents[1] / "docs" / "developing.md"
 # bottom first; a module belongs to the layer of its longest matching prefix
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("core", ("haldet.version", "haldet.errors", "haldet.registry", "haldet.schema", "haldet.config",
-              "haldet.signals", "haldet.presets")),
+              "haldet.defaults", "haldet.signals", "haldet.presets")),
     ("util and text", ("haldet.util", "haldet.text")),
     ("drawing", ("haldet.figures",)),
     ("store", ("haldet.store",)),
@@ -73,7 +73,8 @@ def import_graph(src: Path = SRC) -> dict[str, set[str]]:
 
 
 # the suites' shared core, which any layer above the suites may import; everything else under suites/ is a folder
-SUITE_CORE = ("haldet.suites", "haldet.suites.base", "haldet.suites.report", "haldet.suites.groups")
+SUITE_CORE = ("haldet.suites", "haldet.suites.base", "haldet.suites.report", "haldet.suites.groups",
+              "haldet.suites.levels")
 
 
 def layer_of(module: str, layers: list[tuple[str, tuple[str, ...]]] = LAYERS) -> int:

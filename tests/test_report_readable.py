@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from haldet.config import DEFAULT_DETECTORS, compose_config, skipped_detectors
+from haldet.config import compose_config
+from haldet.defaults import DEFAULT_DETECTORS, skipped_detectors
 from haldet.figures.charts import MARKER_AREA, cost_scatter
 from haldet.figures.curves import curve_figure
 from haldet.figures.data import Curve, Point
@@ -90,7 +91,8 @@ def test_fit_time_is_a_dash_for_detectors_that_do_not_train(tmp_path: Path) -> N
 
 
 def test_default_run_names_the_detectors_it_left_out(tmp_path: Path) -> None:
-    assert set(skipped_detectors(compose_config(None).detectors)) == {"selfcheck_nli", "semantic_entropy", "sep"}
+    assert set(skipped_detectors(compose_config(None).detectors)) == {"selfcheck_nli", "semantic_entropy", "sep",
+                                                                         "kle"}
     assert skipped_detectors(compose_config(None, detectors=["perplexity"]).detectors) == {}
     root = make_run(tmp_path / "run")
     manifest = json.loads((root / "manifest.json").read_text())
@@ -99,7 +101,7 @@ def test_default_run_names_the_detectors_it_left_out(tmp_path: Path) -> None:
     out = tmp_path / "out"
     write_reports(out, [load_run(root)], n_boot=20)
     md, html = (out / "tables.md").read_text(), (out / "report.html").read_text()
-    for name in ("selfcheck_nli", "semantic_entropy", "sep"):
+    for name in ("selfcheck_nli", "semantic_entropy", "sep", "kle"):
         assert f"- not run: {name}, " in md and f"not run: {name}, " in html
     assert "needs an NLI model" in md and "--detector selfcheck_nli" in html
     buf = io.StringIO()

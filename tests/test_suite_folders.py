@@ -13,10 +13,11 @@ from haldet.suites.base import SUITES, get_suite
 # registry name -> the suite folder its class lives in
 FOLDER_DATASETS = {"verigray": "verigray", "triviaplus": "triviaplus", "halluentity": "halluentity",
                    "hallulens_precisewikiqa": "hallulens", "hallulens_proxy_qa": "hallulens",
-                   "hallulens_longwiki": "hallulens", "hallulens_nonexistent": "hallulens"}
-FOLDER_DETECTORS = {"verigray_llm": "verigray", "nli_verifier": "verigray"}
+                   "hallulens_longwiki": "hallulens", "hallulens_nonexistent": "hallulens",
+                   "factscore_bio": "longform"}
+FOLDER_DETECTORS = {"verigray_llm": "verigray", "nli_verifier": "verigray", "selfcheck_claims": "longform"}
 FOLDER_SUITES = {"verigray": "verigray", "triviaplus": "triviaplus", "halluentity": "halluentity",
-                 "hallulens": "hallulens", "hallulens_longwiki": "hallulens"}
+                 "hallulens": "hallulens", "hallulens_longwiki": "hallulens", "longform": "longform"}
 
 
 def test_each_suite_part_is_registered_from_its_folder() -> None:

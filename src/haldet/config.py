@@ -16,35 +16,13 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from haldet.defaults import DEFAULT_DETECTORS
 from haldet.errors import HaldetError, did_you_mean
+
 
 # `haldet run` with no --detector: the paper's detectors whose evidence the embedded set-up provides with real
 # quality offline. selfcheck_nli, semantic_entropy and sep (whose target is semantic entropy) need an NLI model;
 # offline the only one is the prompted 135M LLM, which cannot do entailment, so they run only when asked for.
-DEFAULT_DETECTORS = [
-    "verbalized", "self_eval", "selfcheck_bertscore", "lexical_similarity", "perplexity", "ln_entropy", "sar",
-    "eigenscore", "ccs", "haloscope", "saplma", "mind", "prism", "icr_probe",
-    # the field's standard baselines that read only evidence the run already has (no extra model, no extra
-    # generation): token probabilities, the K samples (Jaccard graphs, n-grams, ROUGE-L), pooled hidden states
-    "msp", "min_probability", "topk_margin", "eigv", "ecc", "deg", "num_sem_sets", "selfcheck_ngram", "cocoa",
-    "mahalanobis", "relative_mahalanobis",
-]
-_NLI = ("needs an NLI model; offline the only one is the prompted 135M LLM, which cannot judge entailment, so its "
-        "numbers would say nothing")
-# the detectors a run without --detector leaves out, and why (said under the results of such a run)
-NOT_IN_DEFAULT = {
-    "selfcheck_nli": _NLI,
-    "semantic_entropy": _NLI,
-    "sep": "its training target is semantic entropy, which " + _NLI,
-    "kle": "its kernel is built from NLI entailment, which " + _NLI + " (its `jaccard` variant runs offline)",
-}
-
-
-def skipped_detectors(detectors: list[str]) -> dict[str, str]:
-    """Detector -> why it did not run, for a run on the default detector list (the user chose no detector)."""
-    return dict(NOT_IN_DEFAULT) if list(detectors) == DEFAULT_DETECTORS else {}
-
-
 class Section(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -106,6 +84,24 @@ class VerdictConfig(Section):
     max_new_tokens: int | None = Field(None, ge=1)  # reply budget; None = the prompt's own (reasoning first)
     batch_size: int = Field(4, ge=1)             # local backend: prompts per generate call (long contexts)
     concurrency: int = Field(8, ge=1)            # endpoint: requests in flight at once
+    retries: int = Field(4, ge=0)
+    backoff: float = Field(1.0, ge=0)
+    timeout: float = Field(60.0, gt=0)
+
+
+class ClaimsConfig(Section):
+    """How the `claims` stage splits each answer (`haldet.stages.claims`): `extractor` "llm" asks a model for atomic
+    claims (the run's own model when `model` is None, else an OpenAI-compatible endpoint) and maps each back to a
+    span of the answer; "sentence" / "clause" are the offline rule-based units (no model, not called claims)."""
+
+    extractor: Literal["llm", "sentence", "clause"] = "llm"
+    model: str | None = None                     # endpoint model name; None = the run's model (local backend)
+    base_url: str | None = None
+    api_key_env: str = "OPENAI_API_KEY"
+    max_new_tokens: int = Field(512, ge=16)
+    min_coverage: float = Field(0.6, gt=0, le=1)  # share of a claim's content words a span must hold
+    batch_size: int = Field(4, ge=1)
+    concurrency: int = Field(8, ge=1)
     retries: int = Field(4, ge=0)
     backoff: float = Field(1.0, ge=0)
     timeout: float = Field(60.0, gt=0)
@@ -307,6 +303,7 @@ class RunConfig(Section):
     suite_params: dict[str, dict[str, Any]] = Field(default_factory=dict)  # per suite, e.g. {"triviaplus": {...}}
     judge: JudgeConfig = Field(default_factory=JudgeConfig)
     verdict: VerdictConfig = Field(default_factory=VerdictConfig)
+    claims: ClaimsConfig = Field(default_factory=ClaimsConfig)
     endpoint: EndpointConfig = Field(default_factory=EndpointConfig)
     evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
     report: ReportConfig = Field(default_factory=ReportConfig)

@@ -43,7 +43,8 @@ class Record(BaseModel):
         return cls.model_validate_json(line)
 
 
-UNIT_KINDS = ("token", "entity", "sentence", "claim", "span")  # unit levels below `response`
+LABEL_META = "labels"  # the meta entry (of a unit or an instance) holding label details: hidden from detectors
+UNIT_KINDS = ("token", "entity", "sentence", "clause", "claim", "span")  # unit levels below `response`
 LEVELS = ("response", *UNIT_KINDS)
 SPLIT_NAMES = ("train", "val", "test")
 
@@ -145,12 +146,15 @@ class Instance(Record):
         return [SpanLabel(start=0, end=len(text), category=category or Category.INVALID, text=text, kind="span")]
 
     def without_labels(self) -> Instance:
-        """The instance a scoring view shows: units keep their offsets and text, never their labels."""
-        if not (self.units or self.response_label is not None or self.label_variants):
+        """The instance a scoring view shows: units keep their offsets and text, never their labels (nor the
+        `LABEL_META` entry of their meta or of the instance's, where adapters keep label details)."""
+        if not (self.units or self.response_label is not None or self.label_variants or LABEL_META in self.meta):
             return self
-        units = [u.model_copy(update={"category": Category.INVALID, "grade": None, "grade_name": ""})
+        units = [u.model_copy(update={"category": Category.INVALID, "grade": None, "grade_name": "",
+                                      "meta": {k: v for k, v in u.meta.items() if k != LABEL_META}})
                  for u in self.units]
-        return self.model_copy(update={"units": units, "response_label": None, "label_variants": {}})
+        meta = {k: v for k, v in self.meta.items() if k != LABEL_META}
+        return self.model_copy(update={"units": units, "response_label": None, "label_variants": {}, "meta": meta})
 
 
 class Generation(Record):

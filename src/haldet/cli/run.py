@@ -22,7 +22,8 @@ from haldet.cli.options import (
     check_metrics,
     local_data,
 )
-from haldet.config import RunConfig, compose_config, digest, skipped_detectors, split_names
+from haldet.config import RunConfig, compose_config, digest, split_names
+from haldet.defaults import skipped_detectors
 from haldet.errors import HaldetError
 from haldet.util.console import console, exit_on_failures, out_console, progress_bars
 
@@ -65,6 +66,7 @@ class RunOptions:
     preset: str | None = None
     min_per_class: int | None = None
     responses: Path | None = None
+    level: list[str] | None = None
 
 
 def run(
@@ -119,6 +121,10 @@ def run(
     responses: Annotated[Path | None, typer.Option(help="Score your own responses: a JSONL/CSV/Parquet file with "
                                                    "prompt (or question) and response (or answer), optional "
                                                    "context, label, units, id (docs/api.md).")] = None,
+    level: Annotated[list[str] | None, typer.Option(help="Levels to evaluate (repeat or comma list: claim, "
+                                                    "response, sentence, ...): the suite that scores the dataset's "
+                                                    "units, e.g. longform for factscore_bio (docs/longform.md).")]
+    = None,
 ) -> None:
     """Run the benchmark: generate, annotate, split, score, evaluate; print a table, write the run directory.
 
@@ -137,7 +143,7 @@ def run(
         judge_base_url=judge_base_url, judge_backend=judge_backend, update=update, as_json=as_json,
         model_base_url=model_base_url, executor=executor, ray_address=ray_address, allow_failures=allow_failures,
         suite=suite, metrics=metrics, calibration=calibration, preset=preset, min_per_class=min_per_class,
-        responses=responses,
+        responses=responses, level=level,
     ))
 
 
@@ -225,7 +231,8 @@ def run_config(opts: RunOptions) -> RunConfig:
     `suite`), the preset (--preset, or the config file's `preset`), the config file, the flags; --split applies to
     every dataset of the run. --responses FILE: the `responses` suite on it."""
     if opts.responses is not None:
-        return _responses_config(opts)
+        config = _responses_config(opts)
+        return _with_levels(config, "responses", split_names(opts.level)) if opts.level else config
     overrides = dict(
         datasets=split_names(opts.dataset), models=split_names(opts.model), detectors=split_names(opts.detector),
         limit=opts.limit, data_dir=local_data(opts.data_dir, opts.data_file, split_names(opts.dataset) or None),
@@ -237,12 +244,28 @@ def run_config(opts: RunOptions) -> RunConfig:
     )
     from haldet.flow.layers import load_config
 
-    config = load_config(opts.config_file, None, suite=opts.suite, **overrides)
+    suite, levels = opts.suite, split_names(opts.level)
+    if levels:  # --level: the suite that scores those units (named, the config file's, or the datasets')
+        from haldet.suites.levels import suite_with_levels
+
+        if suite is None:
+            probe = load_config(opts.config_file, None, suite=None, **overrides)
+            suite = probe.suite
+        suite, _ = suite_with_levels(suite, split_names(opts.dataset), levels)
+    config = load_config(opts.config_file, None, suite=suite, **overrides)
+    if levels and suite is not None:  # the flag wins over the suite's and the config file's levels
+        config = _with_levels(config, suite, levels)
     if opts.data_file is not None and len(config.datasets) > 1:
         config = _one_dataset_for_the_file(config, opts)
     for name in config.datasets if opts.split else []:
         config.dataset_params.setdefault(name, {})["split"] = opts.split
     return config
+
+
+def _with_levels(config: RunConfig, suite: str, levels: list[str]) -> RunConfig:
+    """`config` with `--level` as the suite's levels (over the suite's own and the config file's)."""
+    merged = {**config.suite_params, suite: {**config.suite_params.get(suite, {}), "levels": levels}}
+    return config.model_copy(update={"suite_params": merged})
 
 
 def _one_dataset_for_the_file(config: RunConfig, opts: RunOptions) -> RunConfig:

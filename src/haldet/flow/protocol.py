@@ -125,6 +125,7 @@ class SuiteProcedure(Procedure):
               previous: dict[str, Any]) -> dict[str, int]:
         """Labels that ship with the data (response labels, or implied by the units); with the `generate`
         protocol the judges label each answer first (the response label of its instance)."""
+        self.suite.answered(ctx, items)  # e.g. claims of each answer as its units (the longform suite)
         if self.suite.answer_source == "generate":
             records = AnnotateStage(ctx).ensure(items)
             ctx.store.record_keys(AnnotateStage.name, records)  # the labels this run evaluates: what readers show

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from haldet.config import skipped_detectors
+from haldet.defaults import skipped_detectors
 from haldet.errors import HaldetError
 from haldet.store import RunStore
 from haldet.store.names import RESPONSE

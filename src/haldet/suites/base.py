@@ -114,6 +114,11 @@ class Suite:
         (every detector then gives it NaN with that reason). Default: unchanged."""
         return instances
 
+    def answered(self, ctx: Any, items: list[Any]) -> None:
+        """Called once the items have their answers (`Item.generation`), before labels and units are read: a suite
+        may set units of the answers here (e.g. the longform suite's extracted claims, through the claims stage of
+        the cell context `ctx`) by replacing `item.instance`. Default: nothing."""
+
     def training_labels(self, instances: list[Instance], config: Any) -> list[tuple[str, dict[str, int]]]:
         """(name, binary label by item id) of each label set trained detectors fit on, in turn; evaluation always
         uses the response labels. Default: one pass on the data's own labels (an empty list means that)."""

@@ -33,6 +33,7 @@ PROMPT_TEMPLATES = {
     "verigray_classify": "verigray_classify.txt",       # VeriGray's 7-way sentence classifier (Jinja2)
     "verigray_lynx": "verigray_lynx.j2",                # Lynx-style PASS/FAIL sentence verifier (Jinja2)
     "verigray_anah": "verigray_anah.j2",                # ANAH-v2-style sentence annotator (Jinja2)
+    "claims_extract": "claims_extract.txt",             # the claims stage: split an answer into atomic claims
 }
 
 

@@ -1,0 +1,7 @@
+"""Long answers scored claim by claim (the `longform` scenario; docs/longform.md).
+
+Modules: `dataset` (the registered adapter `factscore_bio`: FActScore's labelled biographies, claims with the
+data's own labels), `suite` (the registered suite `longform`: claim-level metrics, extracted claims, label sources),
+`from_claims` (each answer's response-level score from its claims), `nli_labels` (claim labels by NLI against a
+reference text), `selfcheck_claims` (the registered detector: each claim against the K samples).
+"""

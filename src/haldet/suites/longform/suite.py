@@ -1,0 +1,148 @@
+"""The `longform` suite: long answers scored claim by claim, and per answer from their claims.
+
+Protocol: the answers ship with the data (FActScore's biographies) and are teacher-forced through the proxy model
+(the generate stage's one token pass); labels are the data's own, per claim. The token-score detectors (likelihood,
+entropy, CCP, ...) score each claim by aggregating over the tokens its span overlaps (`UnitDetector`), at level
+`claim`; at level `response` over the whole answer. The `response from claims` table adds, for each claim-level
+detector, the answer's score from its claims (worst claim, share of suspect claims; `from_claims`). Nothing is
+fitted by the default detectors, so every item is a test item; a trained detector gets a seeded 60/20/20 item
+split (never of claims), as the `responses` suite does. Levels: `suite_params.longform.levels` or `haldet run
+--level claim`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from haldet.detectors.base import DETECTORS
+from haldet.errors import HaldetError
+from haldet.evaluation.metrics import METRICS, MetricValue, evaluate
+from haldet.evaluation.units import UnitData, unit_metrics
+from haldet.schema import LEVELS, Instance
+from haldet.stages.claims import ClaimsStage, claim_units_of
+from haldet.suites.base import DATA, Suite, TableLayout, register
+from haldet.suites.longform.from_claims import FROM_CLAIMS, from_claims_rows
+from haldet.suites.longform.nli_labels import label_agreement, label_claims
+
+CLAIM_METRICS = ("auroc", "aupr", "f1_opt", "precision_opt", "recall_opt")
+LABELS = "claim labels"  # the `table` of the NLI labels' agreement with the data's
+EXTRACTION = "extraction"  # an answer's claims-stage outcome (instance meta) and the `table` of its counts
+
+
+def extraction_rows(instances: list[Instance]) -> list[dict[str, Any]]:
+    """What the claims stage gave the cell's answers: claims kept, claims that mapped to no span (listed in
+    `claims.jsonl`, never kept), answers whose extraction failed (listed in `claims.failed.jsonl`)."""
+    outcomes = [i.meta[EXTRACTION] for i in instances if EXTRACTION in i.meta]
+    done = [o for o in outcomes if not o.get("failed")]
+    kept = sum(o["claims"] for o in done)
+    unmapped = sum(len(o["unmapped"]) for o in done)
+    counts = {"answers": len(outcomes), "answers_failed": len(outcomes) - len(done), "claims_kept": kept,
+              "claims_unmapped": unmapped,
+              "unmapped_share": unmapped / (kept + unmapped) if kept + unmapped else None}
+    base = {"detector": DATA, "level": "claim", "table": EXTRACTION,
+            "extractor": ", ".join(sorted({str(o["extractor"]) for o in done}))}
+    return [{**base, "metric": name, "value": value, "n": len(outcomes),
+             "note": "" if value is not None else "no claim extracted"} for name, value in counts.items()]
+
+
+@register("longform")
+class LongformSuite(Suite):
+    title = "Long answers: claim-level detection"
+    paper = "FActScore (Min et al., 2023), docs/longform.md"
+    description = ("Given long answers (FActScore biographies) with labelled atomic claims; token scores of a proxy "
+                   "model aggregated per claim, and per answer from its claims.")
+    datasets = ("factscore_bio",)
+    protocol = "provided"
+    levels = ("claim", "response")
+    detectors = ("likelihood", "entropy", "ccp")
+    optional = ("selfcheck_claims",)  # K samples per answer and NLI pairs: run only when named
+    tables = (TableLayout("Claim level (pooled claims; threshold from validation when there is one)",
+                          metrics=CLAIM_METRICS, level="claim"),
+              TableLayout("Response level (token scores over the whole answer)", metrics=METRICS, level="response"),
+              TableLayout("Response level from claims (worst claim; share of suspect claims)", table=FROM_CLAIMS,
+                          level="response", line=("detector", "aggregate"),
+                          metrics=("auroc", "aupr", "spearman_unsupported_share")),
+              TableLayout("Claims extracted (claims: extract)", table=EXTRACTION, level="claim", line=("detector",),
+                          metrics=("answers", "answers_failed", "claims_kept", "claims_unmapped", "unmapped_share")),
+              TableLayout("Claim labels: NLI against the reference vs the data's (labels: nli)", table=LABELS,
+                          level="claim", line=("detector",), metrics=("nli_data_agreement",)))
+    params: ClassVar[dict[str, Any]] = {"levels": ["claim", "response"], "claims": "data", "labels": "data",
+                                        "nli_model": "microsoft/deberta-base-mnli", "nli_fallback": None,
+                                        "nli_passages": 3, "nli_sentences": 3}
+
+    def answered(self, ctx: Any, items: list[Any]) -> None:
+        """The answers' claim units and their labels, once the answers exist.
+
+        `claims: extract`: units from the claims stage (`claims.extractor`: an LLM's atomic claims, replacing the
+        data's claim units, unlabelled; or the offline `sentence` / `clause` units, added beside them); `claims:
+        data` (default): the dataset's own claims. `labels: nli`: every claim labelled by NLI against the item's
+        reference text (`nli_labels`; the answer's label then follows its claims); `labels: data` (default): the
+        data's labels, the answer keeping the label its data gives."""
+        opts = self.options(ctx.config)
+        for key, allowed in (("claims", ("data", "extract")), ("labels", ("data", "nli"))):
+            if opts[key] not in allowed:
+                raise HaldetError(f"{key} must be one of {', '.join(allowed)}, not {opts[key]!r}",
+                                  where=f"suite_params.longform.{key}", hint="docs/longform.md")
+        if opts["claims"] == "extract":
+            records = ClaimsStage(ctx).ensure(items)
+            ctx.store.record_keys(ClaimsStage.name, records)
+            for item in items:
+                rec = records.get(item.id)
+                if rec is None:  # the extraction failed (listed in claims.failed.jsonl): the data's units stay
+                    item.instance = item.instance.model_copy(
+                        update={"meta": {**item.instance.meta, EXTRACTION: {"failed": True}}})
+                    continue
+                data = item.instance  # the answer keeps the label its data gives (from its labelled claims)
+                label = data.response_label or data.units_of("response")[0].category
+                inst = claim_units_of([item], records)[0]
+                item.instance = inst.model_copy(update={"response_label": label, "meta": {
+                    **inst.meta, EXTRACTION: {"extractor": rec["judge"], "unit": rec["unit"],
+                                              "claims": len(rec["claims"]), "unmapped": rec["unmapped"]}}})
+        if opts["labels"] == "nli":
+            labelled, meta = label_claims([item.instance for item in items], model=opts["nli_model"],
+                                          fallback=opts["nli_fallback"], k=int(opts["nli_passages"]),
+                                          sentences=int(opts["nli_sentences"]), cache=ctx.store.root)
+            for item, inst in zip(items, labelled, strict=True):
+                item.instance = inst.model_copy(update={"response_label": None, "meta": {**inst.meta,
+                                                                                        "nli_labels": meta}})
+
+    def levels_for(self, config: Any) -> tuple[str, ...]:
+        wanted = self.options(config)["levels"]
+        wanted = [wanted] if isinstance(wanted, str) else list(wanted)
+        bad = [lv for lv in wanted if lv not in LEVELS]
+        if bad or not wanted:
+            raise HaldetError(f"unknown level(s) {', '.join(bad) or '(none given)'}",
+                              where="suite_params.longform.levels", hint=f"levels: {', '.join(LEVELS)}")
+        return tuple(wanted)
+
+    def split_policy(self, config: Any) -> str:
+        trained = [n for n in config.detectors if DETECTORS.get(n, where="--detector").trains]
+        return "grouped" if trained else "none"
+
+    def extra_rows(self, instances: list[Instance], split: dict[str, list[str]], runs: list[Any],
+                   config: Any) -> list[dict[str, Any]]:
+        """The cell's response-level rows from each answer's claim scores (its claim-level runs' unit rows)."""
+        unit_rows = [{**row, "dataset": "", "model": "", "detector": run.name, "level": run.level,
+                      "variant": run.identity.get("variant") or "", "train_labels": run.train_labels}
+                     for run in runs if run.level == "claim" for row in run.unit_scores.get("rows") or []]
+        out = from_claims_rows(unit_rows, "claim")
+        for row in out:  # the cell's own dataset and model are added by the caller
+            del row["dataset"], row["model"]
+        if self.options(config)["claims"] == "extract":
+            out += extraction_rows(instances)
+        if self.options(config)["labels"] == "nli":
+            agree = label_agreement(instances)
+            out.append({"detector": DATA, "level": "claim", "table": LABELS, "metric": "nli_data_agreement",
+                        "value": agree["accuracy"], "n": agree["n"], **agree,
+                        "note": "" if agree["n"] else "no claim has both a data label and an NLI label"})
+        return out
+
+    def unit_metrics(self, level: str, test: UnitData, val: UnitData | None, *, n_boot: int, ci: float,
+                     seed: int, detector: Any = None) -> list[MetricValue]:
+        """Response level: the main benchmark's metrics; claims: pooled unit metrics, bootstrap grouped by
+        answer (a validation threshold only when there are validation claims)."""
+        if level == "response":
+            labelled = test.labelled()
+            return evaluate(labelled.y, labelled.s, n_boot=n_boot, ci=ci, seed=seed) if len(labelled.y) else []
+        return unit_metrics(test, val if val is not None and len(val.y) else None, n_boot=n_boot, ci=ci, seed=seed)
+
