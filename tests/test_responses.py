@@ -175,3 +175,36 @@ def test_load_run_of_a_responses_run_gives_data_labels_and_unit_texts(tmp_path: 
         "unit_text": ["Charles Dickens", "1700"], "unit_label": [1, 1], "likelihood": [2.5, pytest.approx(np.nan,
                                                                                                         nan_ok=True)]}
     assert run.items.set_index("id").loc[ids[1], "context"] == "Hamlet is a play by Shakespeare."
+
+
+def hand_written_run(tmp_path: Path, scores: dict[str, list[float]]) -> tuple[Path, list[str]]:
+    """A finished `responses` run written by hand: ROWS as the data, each detector's response-level scores."""
+    from haldet.store import RunStore
+
+    data = write_jsonl(tmp_path / "r.jsonl", ROWS)
+    config = responses_config(data, base_config(data, ["m"], list(scores)))
+    store = RunStore(tmp_path / "run")
+    ids = [i.id for i in load(data)]
+    store.write_manifest({"config": config.canonical(), "status": "done", "cells": [
+        {"dataset": "responses", "model": "m", "detectors": [{"name": d, "level": "response", "key": "k"}
+                                                             for d in scores]}]})
+    store.write_results([])
+    cell = store.cell("responses", "m")
+    cell.write_json("split.json", {"train": [], "val": [], "test": ids})
+    cell.log("generate").append([{"id": i, "key": "g", "prompt": "p", "response": "r", "provided": True}
+                                 for i in ids])
+    for name, values in scores.items():
+        cell.log(f"scores/{name}@response").append([{"id": i, "key": "k", "values": [v], "reasons": [""]}
+                                                    for i, v in zip(ids, values, strict=True)])
+    return tmp_path / "run", ids
+
+
+def test_compare_reads_the_labels_your_data_gives(tmp_path: Path) -> None:
+    """`haldet compare` on a responses run: its labels come from the data (no judge ran), its scores are found."""
+    run, _ = hand_written_run(tmp_path, {"perplexity": [1.0, 5.0, 3.0, 4.0], "entropy": [2.0, 1.0, 9.0, 3.0]})
+    out = CliRunner().invoke(app, ["compare", str(run), "perplexity", "entropy", "--json", "--n-boot", "50"])
+    assert out.exit_code == 0, out.output
+    (cmp,) = json.loads(out.output)
+    # labelled: q1 (0), item 2 (1), item 4 (1); item 3 is unlabelled
+    assert (cmp["n"], cmp["n_pos"]) == (3, 2)
+    assert cmp["auroc_a"] == pytest.approx(1.0) and cmp["auroc_b"] == pytest.approx(0.5)
