@@ -208,3 +208,21 @@ def test_compare_reads_the_labels_your_data_gives(tmp_path: Path) -> None:
     # labelled: q1 (0), item 2 (1), item 4 (1); item 3 is unlabelled
     assert (cmp["n"], cmp["n_pos"]) == (3, 2)
     assert cmp["auroc_a"] == pytest.approx(1.0) and cmp["auroc_b"] == pytest.approx(0.5)
+
+
+def test_your_own_ids_come_back_beside_haldets_for_a_one_line_merge(tmp_path: Path) -> None:
+    run, ids = hand_written_run(tmp_path, {"perplexity": [1.0, 5.0, 3.0, 4.0]})
+    mine = pd.DataFrame({"id": ["q1", 1, 2, 3], "team": ["a", "b", "c", "d"]})  # ROWS: only q1 has an id
+    table = haldet.load_run(run).table()
+    assert table["id"].tolist() == ids and table["source_id"].tolist() == ["q1", 1, 2, 3]
+    merged = table.merge(mine, left_on="source_id", right_on="id", suffixes=("", "_mine"))
+    assert merged.set_index("id")["team"].to_dict() == dict(zip(ids, "abcd", strict=True))
+    # the explorer's item list shows your id beside haldet's
+    from fastapi.testclient import TestClient
+
+    from haldet.explorer.app import create_app
+    from haldet.explorer.data import Explorer
+
+    client = TestClient(create_app(Explorer([run])), base_url="http://127.0.0.1")
+    page = client.get("/items", params={"run": 0, "dataset": "responses", "model": "m"}).text
+    assert f'{ids[0]}</a> <span class="source-id" title="your own id">(q1)</span>' in page

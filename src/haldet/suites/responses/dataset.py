@@ -7,7 +7,8 @@ Columns (names are case-sensitive):
 - `label`: 1 / true / "hallucination" = hallucinated, 0 / false / "correct" = not; empty = unlabelled (optional);
 - `units`: spans of the response with their own labels, a list of {"text" or "start"/"end", "label", "kind"}
   (kind: entity, sentence, claim, span, token; default span), or that list as a JSON string in a CSV (optional);
-- `id`: the item's id (optional; default: the row number).
+- `id`: the item's id (optional; default: the row number); haldet's id is `responses/data/<id>`, and your own id
+  comes back beside it as `source_id` (`load_run(...).table()`, the explorer's items).
 Other columns are kept in the item's `source`. Rows keep the file's order (no shuffle), so `--limit N` takes the
 first N rows.
 """
@@ -147,7 +148,9 @@ class Responses(DatasetAdapter):
             raise BadRow("response", "missing or empty (also accepted: answer)")
         response = str(require(row, response_col))
         context = "" if missing(row.get("context")) else str(row["context"])
-        native = index if missing(row.get("id")) else str(row["id"]).strip().replace("/", "_")
+        own = index if missing(row.get("id")) else row["id"]
+        native = own if missing(row.get("id")) else str(own).strip().replace("/", "_")
+        # meta.source_id: your own id as you gave it (the row number without one), for a one-line merge
         return self.instance(split, native, question=str(row[prompt_col]).strip(), context=context,
                              response=response, response_label=parse_label(row.get("label")),
-                             units=parse_units(row.get("units"), response))
+                             units=parse_units(row.get("units"), response), meta={"source_id": own})
