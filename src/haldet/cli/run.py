@@ -164,23 +164,28 @@ def run_benchmark(opts: RunOptions) -> None:
                       highlight=False, soft_wrap=True)  # a path is never broken across lines
     try:
         with progress_bars() as make:
-            rows, cells = pipeline.run(config, target, update=opts.update or opts.out is None, progress=make,
-                                       executor=opts.executor, ray_address=opts.ray_address)
+            if opts.responses is not None:  # your data checked against what the directory scored, then run
+                from haldet.commands.responses import run_responses
+
+                rows, cells = run_responses(config, target, update=opts.update or opts.out is None,
+                                            given=f"--responses {opts.responses}", api=False, progress=make,
+                                            executor=opts.executor, ray_address=opts.ray_address)
+            else:
+                rows, cells = pipeline.run(config, target, update=opts.update or opts.out is None, progress=make,
+                                           executor=opts.executor, ray_address=opts.ray_address)
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM: say what is kept and how to go on
         console.print(interrupted_message(target), highlight=False, soft_wrap=True)
         raise typer.Exit(INTERRUPTED) from None
     print_cells(cells)
     failed = [(c.dataset, c.model, c.error) for c in cells if c.error]
     if config.suite:
-        from haldet.report.learned import learned_markdown
         from haldet.suites.base import get_suite
-        from haldet.suites.report import cells_without_values, print_suite_results
+        from haldet.suites.report import cells_without_values, show_suite_results
 
-        tables = print_suite_results(config.suite, rows, target, out_console, as_json=opts.as_json,
-                                     header=preset_line, footer=learned_markdown([cell_entry(c) for c in cells]))
+        show_suite_results(config.suite, rows, out_console, as_json=opts.as_json)
         if opts.responses is not None and not opts.as_json:
             print_scored(cells, target)
-        _write_run_reports(target, also=[tables])
+        _write_run_reports(target, rows=rows, header=preset_line)
         console.print(f"run directory: {target}", highlight=False, soft_wrap=True)
         exit_on_failures(run_problems(cells) + cells_without_values(get_suite(config.suite), rows),
                          opts.allow_failures)
@@ -375,21 +380,20 @@ def print_cells(cells: Iterable[Any]) -> None:
                 console.print(f"[red]detector {d.name} failed on {cell.dataset}:[/red] {d.error}")
 
 
-def _write_run_reports(target: Path, also: Iterable[Path] = (), metrics: list[str] | None = None) -> None:
-    """tables.md, tables.tex and report.html into the run directory; a report failure never loses results.
-    `also`: reports already written (a suite's tables), listed with them; `metrics`: extra metric tables."""
-    from haldet.report.build import write_reports
-    from haldet.report.rundata import load_run
-    from haldet.store import RunStore
+def _write_run_reports(target: Path, rows: list[dict[str, Any]] | None = None, header: str = "",
+                       metrics: list[str] | None = None) -> None:
+    """The run's reports into its directory (`haldet.report.build.write_run_files`: tables.md, tables.tex,
+    report.html, a suite's suite_tables.md); a report failure never loses results. `rows`/`header`: a suite's
+    result rows and the line above its tables; `metrics`: extra metric tables."""
+    from haldet.report.build import write_run_files
 
     written: dict[str, Path] = {}
     try:
-        with RunStore(target).lock():  # another run queued on this directory must not change it mid-report
-            written = write_reports(target, [load_run(target)], write_results=False, metrics=metrics or ())
+        written = write_run_files(target, rows=rows, header=header, metrics=metrics or ())
     except HaldetError as exc:
         console.print(f"[yellow]reports not written:[/yellow] {exc.message}", highlight=False)
     except Exception as exc:  # a report bug must not turn a finished run into a failure; results are on disk
         console.print(f"[red]reports not written ({type(exc).__name__}: {exc});[/red] the results are saved; "
                       f"retry with `haldet report {target}`", highlight=False)
-    if paths := [*written.values(), *also]:
+    if paths := list(written.values()):
         console.print("reports: " + ", ".join(str(p) for p in paths), highlight=False, soft_wrap=True)

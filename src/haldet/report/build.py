@@ -24,6 +24,24 @@ from haldet.store import RunStore, atomic_write_text
 REPORT_FILES = ("tables.md", "tables.tex", "report.html")
 
 
+def write_run_files(target: Path, *, rows: list[dict[str, Any]] | None = None, header: str = "",
+                    metrics: Sequence[str] = ()) -> dict[str, Path]:
+    """The reports a finished run writes into its own directory, the same whichever way it ran (`haldet run`,
+    `haldet run --responses`, `haldet.score_responses`): tables.md, tables.tex and report.html, and for a suite
+    its `suite_tables.md` (`rows`: the run's result rows, else results.json's; `header`: a line above the suite's
+    tables; the prompts the run learned below them). Holds the run's lock: another run queued on this directory
+    must not change it mid-report."""
+    from haldet.suites.report import write_suite_tables
+
+    with RunStore(target).lock():
+        run = load_run(target)
+        suite = (run.manifest.get("config") or {}).get("suite")
+        tables = write_suite_tables(suite, run.rows if rows is None else rows, target, header=header,
+                                    footer=learned_markdown(run.cells())) if suite else None
+        written = write_reports(target, [run], write_results=False, metrics=metrics)
+    return {**written, "suite_tables.md": tables} if tables is not None else written
+
+
 def write_reports(out: Path, runs: Sequence[RunData], *, title: str | None = None, n_boot: int = 1000,
                   write_results: bool = True, metrics: Sequence[str] = ()) -> dict[str, Path]:
     """Merged results (optional), Markdown, LaTeX and HTML reports in `out`; returns name -> path. `metrics`: more
