@@ -185,7 +185,7 @@ def run_benchmark(opts: RunOptions) -> None:
         show_suite_results(config.suite, rows, out_console, as_json=opts.as_json)
         if opts.responses is not None and not opts.as_json:
             print_scored(cells, target)
-        _write_run_reports(target, rows=rows, header=preset_line)
+        _write_run_reports(target, suite=(config.suite, rows, preset_line))
         console.print(f"run directory: {target}", highlight=False, soft_wrap=True)
         exit_on_failures(run_problems(cells) + cells_without_values(get_suite(config.suite), rows),
                          opts.allow_failures)
@@ -380,20 +380,22 @@ def print_cells(cells: Iterable[Any]) -> None:
                 console.print(f"[red]detector {d.name} failed on {cell.dataset}:[/red] {d.error}")
 
 
-def _write_run_reports(target: Path, rows: list[dict[str, Any]] | None = None, header: str = "",
+def _write_run_reports(target: Path, suite: tuple[str, list[dict[str, Any]], str] | None = None,
                        metrics: list[str] | None = None) -> None:
-    """The run's reports into its directory (`haldet.report.build.write_run_files`: tables.md, tables.tex,
-    report.html, a suite's suite_tables.md); a report failure never loses results. `rows`/`header`: a suite's
-    result rows and the line above its tables; `metrics`: extra metric tables."""
-    from haldet.report.build import write_run_files
+    """The run's reports into its directory, by the writers `haldet.score_responses` uses too
+    (`haldet.report.build`): a suite's tables (`suite`: its name, result rows and the line above them), then
+    tables.md, tables.tex, report.html; a report failure never loses results. `metrics`: extra metric tables."""
+    from haldet.report.build import run_reports, suite_file
 
     written: dict[str, Path] = {}
     try:
-        written = write_run_files(target, rows=rows, header=header, metrics=metrics or ())
+        written = run_reports(target, metrics or ())
     except HaldetError as exc:
         console.print(f"[yellow]reports not written:[/yellow] {exc.message}", highlight=False)
     except Exception as exc:  # a report bug must not turn a finished run into a failure; results are on disk
         console.print(f"[red]reports not written ({type(exc).__name__}: {exc});[/red] the results are saved; "
                       f"retry with `haldet report {target}`", highlight=False)
+    if suite is not None:
+        written["suite_tables.md"] = suite_file(target, *suite)
     if paths := list(written.values()):
         console.print("reports: " + ", ".join(str(p) for p in paths), highlight=False, soft_wrap=True)

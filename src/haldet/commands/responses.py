@@ -150,7 +150,7 @@ def score_responses(data: Any, *, model: str | Sequence[str] = "smollm2-135m",
         config = config.model_copy(update={"data_dir": str(root.resolve() / INPUT_FILE)})
         rows, cells = _run(config, root, instances, update, given, progress, data=data)
     try:  # the files `haldet run --responses` writes, by the same writer
-        write_run_files(root, rows=rows)
+        write_run_files(root, suite=SUITE, rows=rows)
     except Exception as exc:  # a report failure never loses the results: they are on disk
         warnings.warn(f"reports not written into {root} ({type(exc).__name__}: {exc}); the results are saved: "
                       f"`haldet report {root}` retries", stacklevel=3)
