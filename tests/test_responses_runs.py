@@ -88,3 +88,8 @@ def test_another_file_into_the_directory_names_the_option_given(runs: tuple[Path
     with pytest.raises(HaldetError) as edited:  # rows in memory into a directory of a file's run
         haldet.score_responses(ROWS[:2], detectors=["perplexity"], out=api, progress=False)
     assert "score_responses(data=...)" in edited.value.what
+    data, _, _ = runs
+    write(data, ROWS)  # the data the api run scored (another test edits the file)
+    with pytest.raises(HaldetError) as changed:  # another config: refused as `haldet run` refuses it, API-worded
+        haldet.score_responses(data, detectors=["perplexity", "entropy"], out=api, progress=False)
+    assert "changed: detectors" in changed.value.what and "update=True" in changed.value.hint

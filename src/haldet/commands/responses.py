@@ -166,17 +166,24 @@ def _run(config: RunConfig, root: Path, instances: Sequence[Any] | None, update:
     from haldet.store import RunStore
     from haldet.suites.responses.changes import check_same_data
 
-    if data is not None:
-        assert instances is not None
-        check_same_data(root, config, instances, update=update, given=given, api=True)
-        if not update:
-            check_run_dir(RunStore(root), config, update=False)
-        write_input(data, Path(config.data_dir or root / INPUT_FILE))
-    if not progress:
-        return run_responses(config, root, instances, update=update, given=given, api=True)
-    from rich.console import Console
+    try:
+        if data is not None:
+            assert instances is not None
+            check_same_data(root, config, instances, update=update, given=given, api=True)
+            if not update:
+                check_run_dir(RunStore(root), config, update=False)
+            write_input(data, Path(config.data_dir or root / INPUT_FILE))
+        if not progress:
+            return run_responses(config, root, instances, update=update, given=given, api=True)
+        from rich.console import Console
 
-    from haldet.util.progress import progress_factory
+        from haldet.util.progress import progress_factory
 
-    with progress_factory(Console(stderr=True)) as make:
-        return run_responses(config, root, instances, update=update, given=given, api=True, progress=make)
+        with progress_factory(Console(stderr=True)) as make:
+            return run_responses(config, root, instances, update=update, given=given, api=True, progress=make)
+    except HaldetError as exc:  # a changed config, named as the API takes it
+        if exc.where != str(root) or "--update" not in exc.hint:
+            raise
+        raise HaldetError(exc.what, where=exc.where, hint="pass another out=, or update=True to re-run here (cached "
+                          "evidence that still matches is reused; the manifest's history keeps the earlier config)"
+                          ) from None
