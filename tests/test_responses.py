@@ -226,3 +226,28 @@ def test_your_own_ids_come_back_beside_haldets_for_a_one_line_merge(tmp_path: Pa
     client = TestClient(create_app(Explorer([run])), base_url="http://127.0.0.1")
     page = client.get("/items", params={"run": 0, "dataset": "responses", "model": "m"}).text
     assert f'{ids[0]}</a> <span class="source-id" title="your own id">(q1)</span>' in page
+
+
+def test_a_file_of_your_own_is_told_what_to_do_with_it(tmp_path: Path) -> None:
+    """An empty file, a file that is not UTF-8 (its line and byte offset), every wrong-typed Parquet column."""
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    with pytest.raises(HaldetError) as err:
+        load(empty)
+    assert err.value.what == "your responses file is empty" and "download" not in err.value.hint
+    latin = tmp_path / "latin.jsonl"
+    latin.write_bytes(b'{"question": "a", "response": "b"}\n{"question": "caf\xe9", "response": "c"}\n')
+    with pytest.raises(HaldetError) as err:
+        load(latin)
+    assert err.value.what == "your responses file is not UTF-8 text (byte 0xe9 at byte offset 52, line 2)"  # 36 + 16
+    assert err.value.where == f"{latin}, line 2" and "release" not in err.value.hint and "UTF-8" in err.value.hint
+    bad = tmp_path / "bad.parquet"
+    pd.DataFrame({"question": ["q1", "q2"], "response": [[1, 2], [3]], "label": [{"a": 1}, {"a": 2}],
+                  "context": [1.5, 2.5]}).to_parquet(bad)
+    with pytest.raises(HaldetError) as err:
+        load(bad)
+    what = err.value.what
+    assert what.startswith("3 column(s) of your responses file hold the wrong type")
+    for col, kind in (("response", "list"), ("context", "float"), ("label", "dict")):
+        assert f"'{col}' holds {kind} values (row 1" in what
+    assert "'question'" not in what

@@ -101,7 +101,8 @@ def score_responses(data: Any, *, model: str | Sequence[str] = "smollm2-135m",
     unlabelled), `units` (labelled spans of the response) and `id` (your id comes back as `source_id`). `out`: the
     run directory (default: a new temporary one), written like `haldet run --responses` writes it (results, scores,
     tables.md, suite_tables.md, report.html); reruns reuse what is cached. Other data or another config than `out`
-    holds is refused, saying what changed, unless `update=True` (the manifest's history keeps the earlier). `settings`: any run setting (`evaluation__bootstrap=200`).
+    holds is refused, saying what changed, unless `update=True` (the manifest's history keeps the earlier).
+    `settings`: any run setting (`evaluation__bootstrap=200`).
     Returns the run as `load_run` does: every response scored when no detector is trained; metric rows in
     `.results` only for labelled responses. A trained detector needs labels: refused, before any work, without."""
     from haldet.commands.responses import score_responses as score
