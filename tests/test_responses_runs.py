@@ -93,3 +93,32 @@ def test_another_file_into_the_directory_names_the_option_given(runs: tuple[Path
     with pytest.raises(HaldetError) as changed:  # another config: refused as `haldet run` refuses it, API-worded
         haldet.score_responses(data, detectors=["perplexity", "entropy"], out=api, progress=False)
     assert "changed: detectors" in changed.value.what and "update=True" in changed.value.hint
+
+
+def test_an_answer_past_the_context_is_named_counted_and_never_tokenised_whole(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 1 MB answer on smollm2-135m (context 8192 tokens): the reason says it exceeds the context with its token
+    count against the limit, the footer counts it, and no call tokenises more than a bounded chunk of it."""
+    from haldet.backends.hf import tokens
+
+    lengths: list[int] = []
+    encode = tokens.encode_response
+
+    def recording(backend, text):  # type: ignore[no-untyped-def]
+        lengths.append(len(text))
+        return encode(backend, text)
+
+    monkeypatch.setattr(tokens, "encode_response", recording)
+    long = "The river bends north past the old mill. " * 25_000  # 1,025,000 characters
+    data = write(tmp_path / "long.jsonl", [ROWS[0], {"question": "Tell me everything.", "answer": long, "id": "big"}])
+    result = CliRunner().invoke(app, ["run", "--responses", str(data), "--detector", "perplexity",
+                                      "--out", str(tmp_path / "run"), "--allow-failures"])
+    output = " ".join(result.output.split())
+    assert "2 responses scored, 1 without a score" in output
+    assert "1 of them exceed the model's context (not read)" in output
+    scores = haldet.load_run(tmp_path / "run").scores.set_index("id")
+    reason = scores.loc["responses/data/big", "reason"]
+    assert reason.startswith("the answer exceeds the model's context: at least ")
+    assert "of 1,025,000 characters) against a limit of 8,192 tokens" in reason
+    assert scores.loc["responses/data/q0", "reason"] in ("", None)
+    assert max(lengths) <= 8192 * 8  # a bounded chunk (8 characters per token of the context), never the megabyte

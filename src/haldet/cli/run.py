@@ -290,12 +290,16 @@ def _responses_config(opts: RunOptions) -> RunConfig:
 
 def print_scored(cells: Iterable[Any], target: Path) -> None:
     """What a responses run scored, per detector and level (the scores themselves: `haldet.load_run`)."""
+    from haldet.stages.tokens import BEYOND_CONTEXT
+
     for cell in cells:
         for d in cell.detectors:
             if not d.error:
                 n_nan = int(sum(1 for v in d.scores.values if v != v)) if d.scores is not None else 0
+                n_long = sum(1 for r in d.scores.reasons if r.startswith(BEYOND_CONTEXT)) if n_nan else 0
                 console.print(f"{d.name} ({d.level} level): {d.n_scored} responses scored"
-                              + (f", {n_nan} without a score (NaN, reasons in the score log)" if n_nan else ""),
+                              + (f", {n_nan} without a score (NaN, reasons in the score log)" if n_nan else "")
+                              + (f"; {n_long} of them exceed the model's context (not read)" if n_long else ""),
                               highlight=False)
     console.print(f"scores: `haldet.load_run({str(target)!r}).table()` in Python (docs/api.md), or "
                   f"{target}/<dataset>/<model>/scores/*.jsonl", highlight=False)
