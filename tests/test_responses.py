@@ -251,3 +251,23 @@ def test_a_file_of_your_own_is_told_what_to_do_with_it(tmp_path: Path) -> None:
     for col, kind in (("response", "list"), ("context", "float"), ("label", "dict")):
         assert f"'{col}' holds {kind} values (row 1" in what
     assert "'question'" not in what
+
+
+def test_edited_data_is_said_by_id_and_another_config_is_left_to_the_config_check(tmp_path: Path) -> None:
+    from haldet.store import RunStore
+    from haldet.suites.responses.changes import ITEMS_FILE, changes, check_same_data, item_record
+
+    data = write_jsonl(tmp_path / "r.jsonl", ROWS)
+    config = responses_config(data, base_config(data, ["m"], ["perplexity"]))
+    old = load(data)
+    RunStore(tmp_path / "run").write_manifest({"config": config.canonical()})
+    (tmp_path / "run" / ITEMS_FILE).write_text(json.dumps(item_record(old)))
+    edited = write_jsonl(data, [dict(ROWS[0], label=1), *ROWS[1:3]])
+    new = load(edited)
+    assert changes(item_record(old), item_record(new)) == ["1 item removed (3)", "1 label differs (q1)"]
+    with pytest.raises(HaldetError, match=r"differ from those .*: 1 item removed \(3\); 1 label differs \(q1\)"):
+        check_same_data(tmp_path / "run", config, new, update=False, given="--responses r.jsonl", api=False)
+    assert check_same_data(tmp_path / "run", config, new, update=True, given="x", api=False) == [
+        "1 item removed (3)", "1 label differs (q1)"]
+    limited = config.model_copy(update={"limit": 3})  # another config: the run's own check refuses it, by name
+    assert check_same_data(tmp_path / "run", limited, new, update=False, given="x", api=False) == []

@@ -70,6 +70,8 @@ def check_same_data(root: Path, config: RunConfig, instances: Sequence[Instance]
     if old_config is None:
         return []
     flag, new_out = ("update=True", "another out=") if api else ("--update", "a new --out DIR")
+    if not update and set(RunConfig.model_validate(old_config).diff(config)) - {"data_dir"}:
+        return []  # another config (--limit, detectors, ...): refused as such by the run (`check_run_dir`)
     old_file = old_config.get("data_dir")
     if old_file != config.data_dir and not update:
         raise HaldetError(f"this output directory holds the scores of another responses file ({old_file}), not "
