@@ -175,3 +175,99 @@ def test_load_run_of_a_responses_run_gives_data_labels_and_unit_texts(tmp_path: 
         "unit_text": ["Charles Dickens", "1700"], "unit_label": [1, 1], "likelihood": [2.5, pytest.approx(np.nan,
                                                                                                         nan_ok=True)]}
     assert run.items.set_index("id").loc[ids[1], "context"] == "Hamlet is a play by Shakespeare."
+
+
+def hand_written_run(tmp_path: Path, scores: dict[str, list[float]]) -> tuple[Path, list[str]]:
+    """A finished `responses` run written by hand: ROWS as the data, each detector's response-level scores."""
+    from haldet.store import RunStore
+
+    data = write_jsonl(tmp_path / "r.jsonl", ROWS)
+    config = responses_config(data, base_config(data, ["m"], list(scores)))
+    store = RunStore(tmp_path / "run")
+    ids = [i.id for i in load(data)]
+    store.write_manifest({"config": config.canonical(), "status": "done", "cells": [
+        {"dataset": "responses", "model": "m", "detectors": [{"name": d, "level": "response", "key": "k"}
+                                                             for d in scores]}]})
+    store.write_results([])
+    cell = store.cell("responses", "m")
+    cell.write_json("split.json", {"train": [], "val": [], "test": ids})
+    cell.log("generate").append([{"id": i, "key": "g", "prompt": "p", "response": "r", "provided": True}
+                                 for i in ids])
+    for name, values in scores.items():
+        cell.log(f"scores/{name}@response").append([{"id": i, "key": "k", "values": [v], "reasons": [""]}
+                                                    for i, v in zip(ids, values, strict=True)])
+    return tmp_path / "run", ids
+
+
+def test_compare_reads_the_labels_your_data_gives(tmp_path: Path) -> None:
+    """`haldet compare` on a responses run: its labels come from the data (no judge ran), its scores are found."""
+    run, _ = hand_written_run(tmp_path, {"perplexity": [1.0, 5.0, 3.0, 4.0], "entropy": [2.0, 1.0, 9.0, 3.0]})
+    out = CliRunner().invoke(app, ["compare", str(run), "perplexity", "entropy", "--json", "--n-boot", "50"])
+    assert out.exit_code == 0, out.output
+    (cmp,) = json.loads(out.output)
+    # labelled: q1 (0), item 2 (1), item 4 (1); item 3 is unlabelled
+    assert (cmp["n"], cmp["n_pos"]) == (3, 2)
+    assert cmp["auroc_a"] == pytest.approx(1.0) and cmp["auroc_b"] == pytest.approx(0.5)
+
+
+def test_your_own_ids_come_back_beside_haldets_for_a_one_line_merge(tmp_path: Path) -> None:
+    run, ids = hand_written_run(tmp_path, {"perplexity": [1.0, 5.0, 3.0, 4.0]})
+    mine = pd.DataFrame({"id": ["q1", 1, 2, 3], "team": ["a", "b", "c", "d"]})  # ROWS: only q1 has an id
+    table = haldet.load_run(run).table()
+    assert table["id"].tolist() == ids and table["source_id"].tolist() == ["q1", 1, 2, 3]
+    merged = table.merge(mine, left_on="source_id", right_on="id", suffixes=("", "_mine"))
+    assert merged.set_index("id")["team"].to_dict() == dict(zip(ids, "abcd", strict=True))
+    # the explorer's item list shows your id beside haldet's
+    from fastapi.testclient import TestClient
+
+    from haldet.explorer.app import create_app
+    from haldet.explorer.data import Explorer
+
+    client = TestClient(create_app(Explorer([run])), base_url="http://127.0.0.1")
+    page = client.get("/items", params={"run": 0, "dataset": "responses", "model": "m"}).text
+    assert f'{ids[0]}</a> <span class="source-id" title="your own id">(q1)</span>' in page
+
+
+def test_a_file_of_your_own_is_told_what_to_do_with_it(tmp_path: Path) -> None:
+    """An empty file, a file that is not UTF-8 (its line and byte offset), every wrong-typed Parquet column."""
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    with pytest.raises(HaldetError) as err:
+        load(empty)
+    assert err.value.what == "your responses file is empty" and "download" not in err.value.hint
+    latin = tmp_path / "latin.jsonl"
+    latin.write_bytes(b'{"question": "a", "response": "b"}\n{"question": "caf\xe9", "response": "c"}\n')
+    with pytest.raises(HaldetError) as err:
+        load(latin)
+    assert err.value.what == "your responses file is not UTF-8 text (byte 0xe9 at byte offset 52, line 2)"  # 36 + 16
+    assert err.value.where == f"{latin}, line 2" and "release" not in err.value.hint and "UTF-8" in err.value.hint
+    bad = tmp_path / "bad.parquet"
+    pd.DataFrame({"question": ["q1", "q2"], "response": [[1, 2], [3]], "label": [{"a": 1}, {"a": 2}],
+                  "context": [1.5, 2.5]}).to_parquet(bad)
+    with pytest.raises(HaldetError) as err:
+        load(bad)
+    what = err.value.what
+    assert what.startswith("3 column(s) of your responses file hold the wrong type")
+    for col, kind in (("response", "list"), ("context", "float"), ("label", "dict")):
+        assert f"'{col}' holds {kind} values (row 1" in what
+    assert "'question'" not in what
+
+
+def test_edited_data_is_said_by_id_and_another_config_is_left_to_the_config_check(tmp_path: Path) -> None:
+    from haldet.store import RunStore
+    from haldet.suites.responses.changes import ITEMS_FILE, changes, check_same_data, item_record
+
+    data = write_jsonl(tmp_path / "r.jsonl", ROWS)
+    config = responses_config(data, base_config(data, ["m"], ["perplexity"]))
+    old = load(data)
+    RunStore(tmp_path / "run").write_manifest({"config": config.canonical()})
+    (tmp_path / "run" / ITEMS_FILE).write_text(json.dumps(item_record(old)))
+    edited = write_jsonl(data, [dict(ROWS[0], label=1), *ROWS[1:3]])
+    new = load(edited)
+    assert changes(item_record(old), item_record(new)) == ["1 item removed (3)", "1 label differs (q1)"]
+    with pytest.raises(HaldetError, match=r"differ from those .*: 1 item removed \(3\); 1 label differs \(q1\)"):
+        check_same_data(tmp_path / "run", config, new, update=False, given="--responses r.jsonl", api=False)
+    assert check_same_data(tmp_path / "run", config, new, update=True, given="x", api=False) == [
+        "1 item removed (3)", "1 label differs (q1)"]
+    limited = config.model_copy(update={"limit": 3})  # another config: the run's own check refuses it, by name
+    assert check_same_data(tmp_path / "run", limited, new, update=False, given="x", api=False) == []

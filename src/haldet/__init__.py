@@ -93,19 +93,22 @@ def load_run(run_dir: str | Path) -> RunFrames:
 def score_responses(data: Any, *, model: str | Sequence[str] = "smollm2-135m",
                     detectors: Sequence[str] = ("perplexity",), out: str | Path | None = None,
                     limit: int | None = None, config_file: str | Path | None = None, progress: bool = True,
-                    **settings: Any) -> RunFrames:
+                    update: bool = False, **settings: Any) -> RunFrames:
     """Score responses you already have with any detectors, the model reading each one teacher-forced.
 
     `data`: a DataFrame, a list of dicts, or a JSONL/CSV/Parquet file, with `prompt` (or `question`) and
     `response` (or `answer`), optional `context`, `label` (1/true/hallucination, 0/false/correct, empty =
-    unlabelled), `units` (labelled spans of the response) and `id`. `out`: the run directory (default: a new
-    temporary one); reruns reuse what is cached. `settings`: any run setting (`evaluation__bootstrap=200`).
+    unlabelled), `units` (labelled spans of the response) and `id` (your id comes back as `source_id`). `out`: the
+    run directory (default: a new temporary one), written like `haldet run --responses` writes it (results, scores,
+    tables.md, suite_tables.md, report.html); reruns reuse what is cached. Other data or another config than `out`
+    holds is refused, saying what changed, unless `update=True` (the manifest's history keeps the earlier).
+    `settings`: any run setting (`evaluation__bootstrap=200`).
     Returns the run as `load_run` does: every response scored when no detector is trained; metric rows in
     `.results` only for labelled responses. A trained detector needs labels: refused, before any work, without."""
     from haldet.commands.responses import score_responses as score
 
     return score(data, model=model, detectors=detectors, out=out, limit=limit, config_file=config_file,
-                 progress=progress, **settings)
+                 progress=progress, update=update, **settings)
 
 
 def __getattr__(name: str) -> Any:

@@ -173,6 +173,7 @@ class Generation(Record):
     # with token_text or empty (the endpoint sent no log-probs), and n_tokens is what the endpoint billed
     token_text: list[str] | None = None
     provided: bool = False  # the response came with the data and was teacher-forced, not generated
+    skipped: str | None = None  # why the model read no token of a given response (it exceeds the model's context)
 
     @model_validator(mode="after")
     def _aligned(self) -> Generation:

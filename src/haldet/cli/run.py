@@ -170,23 +170,28 @@ def run_benchmark(opts: RunOptions) -> None:
                       highlight=False, soft_wrap=True)  # a path is never broken across lines
     try:
         with progress_bars() as make:
-            rows, cells = flow_run.run(config, target, update=opts.update or opts.out is None, progress=make,
-                                       executor=opts.executor, ray_address=opts.ray_address)
+            if opts.responses is not None:  # your data checked against what the directory scored, then run
+                from haldet.commands.responses import run_responses
+
+                rows, cells = run_responses(config, target, update=opts.update or opts.out is None,
+                                            given=f"--responses {opts.responses}", api=False, progress=make,
+                                            executor=opts.executor, ray_address=opts.ray_address)
+            else:
+                rows, cells = flow_run.run(config, target, update=opts.update or opts.out is None, progress=make,
+                                           executor=opts.executor, ray_address=opts.ray_address)
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM: say what is kept and how to go on
         console.print(interrupted_message(target), highlight=False, soft_wrap=True)
         raise typer.Exit(INTERRUPTED) from None
     print_cells(cells)
     failed = [(c.dataset, c.model, c.error) for c in cells if c.error]
     if config.suite:
-        from haldet.report.learned import learned_markdown
         from haldet.suites.base import get_suite
-        from haldet.suites.report import cells_without_values, print_suite_results
+        from haldet.suites.report import cells_without_values, show_suite_results
 
-        tables = print_suite_results(config.suite, rows, target, out_console, as_json=opts.as_json,
-                                     header=preset_line, footer=learned_markdown([cell_entry(c) for c in cells]))
+        show_suite_results(config.suite, rows, out_console, as_json=opts.as_json)
         if opts.responses is not None and not opts.as_json:
             print_scored(cells, target)
-        _write_run_reports(target, also=[tables])
+        _write_run_reports(target, suite=(config.suite, rows, preset_line))
         console.print(f"run directory: {target}", highlight=False, soft_wrap=True)
         exit_on_failures(run_problems(cells) + cells_without_values(get_suite(config.suite), rows),
                          opts.allow_failures)
@@ -308,12 +313,16 @@ def _responses_config(opts: RunOptions) -> RunConfig:
 
 def print_scored(cells: Iterable[Any], target: Path) -> None:
     """What a responses run scored, per detector and level (the scores themselves: `haldet.load_run`)."""
+    from haldet.stages.tokens import BEYOND_CONTEXT
+
     for cell in cells:
         for d in cell.detectors:
             if not d.error:
                 n_nan = int(sum(1 for v in d.scores.values if v != v)) if d.scores is not None else 0
+                n_long = sum(1 for r in d.scores.reasons if r.startswith(BEYOND_CONTEXT)) if n_nan else 0
                 console.print(f"{d.name} ({d.level} level): {d.n_scored} responses scored"
-                              + (f", {n_nan} without a score (NaN, reasons in the score log)" if n_nan else ""),
+                              + (f", {n_nan} without a score (NaN, reasons in the score log)" if n_nan else "")
+                              + (f"; {n_long} of them exceed the model's context (not read)" if n_long else ""),
                               highlight=False)
     console.print(f"scores: `haldet.load_run({str(target)!r}).table()` in Python (docs/api.md), or "
                   f"{target}/<dataset>/<model>/scores/*.jsonl", highlight=False)
@@ -398,21 +407,22 @@ def print_cells(cells: Iterable[Any]) -> None:
                 console.print(f"[red]detector {d.name} failed on {cell.dataset}:[/red] {d.error}")
 
 
-def _write_run_reports(target: Path, also: Iterable[Path] = (), metrics: list[str] | None = None) -> None:
-    """tables.md, tables.tex and report.html into the run directory; a report failure never loses results.
-    `also`: reports already written (a suite's tables), listed with them; `metrics`: extra metric tables."""
-    from haldet.report.build import listing, write_reports
-    from haldet.report.rundata import load_run
-    from haldet.store import RunStore
+def _write_run_reports(target: Path, suite: tuple[str, list[dict[str, Any]], str] | None = None,
+                       metrics: list[str] | None = None) -> None:
+    """The run's reports into its directory, by the writers `haldet.score_responses` uses too
+    (`haldet.report.build`): a suite's tables (`suite`: its name, result rows and the line above them), then
+    tables.md, tables.tex, report.html; a report failure never loses results. `metrics`: extra metric tables."""
+    from haldet.report.build import listing, run_reports, suite_file
 
     written: dict[str, Path] = {}
     try:
-        with RunStore(target).lock():  # another run queued on this directory must not change it mid-report
-            written = write_reports(target, [load_run(target)], write_results=False, metrics=metrics or ())
+        written = run_reports(target, metrics or ())
     except HaldetError as exc:
         console.print(f"[yellow]reports not written:[/yellow] {exc.message}", highlight=False)
     except Exception as exc:  # a report bug must not turn a finished run into a failure; results are on disk
         console.print(f"[red]reports not written ({type(exc).__name__}: {exc});[/red] the results are saved; "
                       f"retry with `haldet report {target}`", highlight=False)
-    if paths := [*listing(written), *map(str, also)]:
+    if suite is not None:
+        written["suite_tables.md"] = suite_file(target, *suite)
+    if paths := listing(written):
         console.print("reports: " + ", ".join(paths), highlight=False, soft_wrap=True)

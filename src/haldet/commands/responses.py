@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import tempfile
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -94,41 +95,94 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def run_responses(config: RunConfig, root: Path, instances: Sequence[Any] | None = None, *, update: bool,
+                  given: str, api: bool, **run_options: Any) -> tuple[list[dict[str, Any]], list[Any]]:
+    """The one run of your responses, from the API and the CLI alike: data other than what `root` scored refused
+    unless `update` (`haldet.suites.responses.changes`), the run, what it scored recorded. `instances`: the data
+    as loaded (default: loaded from `config.data_dir`); `run_options`: `haldet.flow.run.run`'s."""
+    from haldet.flow.run import run
+    from haldet.store import RunStore
+    from haldet.suites.responses.changes import check_same_data, record_data
+    from haldet.util.locking import notify
+
+    if instances is None:
+        adapter = get_adapter(DATASET, config.data_dir, config.dataset_params.get(DATASET))
+        instances = adapter.load(limit=config.limit, seed=config.data_seed, on_bad_row=config.on_bad_row)[0]
+    changed = check_same_data(root, config, instances, update=update, given=given, api=api)
+    replaced = RunStore(root).read_results() if changed and (root / "results.json").exists() else None
+    if changed:
+        notify(f"the responses changed since the run in {root}: {'; '.join(changed)}; scoring them again (the "
+               "manifest's history keeps what changed and the results it replaced)")
+    rows, cells = run(config, root, update=update, **run_options)
+    record_data(root, instances, changed, replaced)
+    return rows, cells
+
+
 def score_responses(data: Any, *, model: str | Sequence[str] = "smollm2-135m",
                     detectors: Sequence[str] = ("perplexity",), out: str | Path | None = None,
                     limit: int | None = None, config_file: str | Path | None = None, progress: bool = True,
-                    **settings: Any) -> RunFrames:
+                    update: bool = False, **settings: Any) -> RunFrames:
     """Score your responses with `detectors`, reading them teacher-forced with `model`: see `haldet.score_responses`."""
     from haldet.flow.results import warn_thin
-    from haldet.flow.run import run
+    from haldet.report.build import write_run_files
 
     models = [model] if isinstance(model, str) else list(model)
+    root = Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="haldet-responses-"))
+    given = "score_responses(data=...)"
     if isinstance(data, str | Path):
         data_file = Path(data).resolve()
         if not data_file.is_file():
             raise HaldetError("no such responses file", where=str(data), hint="check the path")
         config = responses_config(data_file, _config(data_file, models, detectors, limit, config_file, settings))
+        rows, cells = _run(config, root, None, update, given, progress)
     else:  # rows in memory: checked in a scratch file first, so a refused call leaves no run directory behind
         with tempfile.TemporaryDirectory() as scratch:
             checked = write_input(data, Path(scratch) / INPUT_FILE)
             try:
                 config = responses_config(checked, _config(checked, models, detectors, limit, config_file, settings),
-                                          where="score_responses(data=...)")
+                                          where=given)
             except HaldetError as exc:  # named as the caller knows the rows, not by the scratch file
-                raise HaldetError(exc.what, where="score_responses(data=...)" if exc.where.startswith(scratch)
-                                  else exc.where, hint=exc.hint) from None
-    root = Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="haldet-responses-"))
-    if not isinstance(data, str | Path):
-        data_file = write_input(data, root.resolve() / INPUT_FILE)
-        config = config.model_copy(update={"data_dir": str(data_file)})
-    if progress:
+                raise HaldetError(exc.what, where=given if exc.where.startswith(scratch) else exc.where,
+                                  hint=exc.hint) from None
+            adapter = get_adapter(DATASET, checked, config.dataset_params.get(DATASET))
+            instances = adapter.load(limit=config.limit, seed=config.data_seed, on_bad_row=config.on_bad_row)[0]
+        config = config.model_copy(update={"data_dir": str(root.resolve() / INPUT_FILE)})
+        rows, cells = _run(config, root, instances, update, given, progress, data=data)
+    try:  # the files `haldet run --responses` writes, by the same writer
+        write_run_files(root, suite=SUITE, rows=rows)
+    except Exception as exc:  # a report failure never loses the results: they are on disk
+        warnings.warn(f"reports not written into {root} ({type(exc).__name__}: {exc}); the results are saved: "
+                      f"`haldet report {root}` retries", stacklevel=3)
+    warn_thin(cells)
+    return load_frames(root)
+
+
+def _run(config: RunConfig, root: Path, instances: Sequence[Any] | None, update: bool, given: str, progress: bool,
+         data: Any = None) -> tuple[list[dict[str, Any]], list[Any]]:
+    """`run_responses` with a progress bar on stderr (`progress`); rows in memory (`data`) are written into the
+    run directory once the data is accepted there."""
+    from haldet.flow.run import check_run_dir  # a changed config is refused before the input file is replaced
+    from haldet.store import RunStore
+    from haldet.suites.responses.changes import check_same_data
+
+    try:
+        if data is not None:
+            assert instances is not None
+            check_same_data(root, config, instances, update=update, given=given, api=True)
+            if not update:
+                check_run_dir(RunStore(root), config, update=False)
+            write_input(data, Path(config.data_dir or root / INPUT_FILE))
+        if not progress:
+            return run_responses(config, root, instances, update=update, given=given, api=True)
         from rich.console import Console
 
         from haldet.util.progress import progress_factory
 
         with progress_factory(Console(stderr=True)) as make:
-            _, cells = run(config, root, update=True, progress=make)
-    else:
-        _, cells = run(config, root, update=True)
-    warn_thin(cells)
-    return load_frames(root)
+            return run_responses(config, root, instances, update=update, given=given, api=True, progress=make)
+    except HaldetError as exc:  # a changed config, named as the API takes it
+        if exc.where != str(root) or "--update" not in exc.hint:
+            raise
+        raise HaldetError(exc.what, where=exc.where, hint="pass another out=, or update=True to re-run here (cached "
+                          "evidence that still matches is reused; the manifest's history keeps the earlier config)"
+                          ) from None

@@ -98,8 +98,10 @@ def _text(path: Path) -> str:
         raw = gzip.decompress(raw)
     try:
         return raw.decode("utf-8-sig")
-    except UnicodeDecodeError:
-        raise HaldetError("data file is not UTF-8 text", where=str(path),
+    except UnicodeDecodeError as exc:  # where: the line and byte offset of the first byte that is not UTF-8
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise HaldetError(f"data file is not UTF-8 text (byte 0x{raw[exc.start]:02x} at byte offset {exc.start}, "
+                          f"line {line})", where=f"{path}, line {line}",
                           hint="use the release's own file (UTF-8 JSON, JSON lines, CSV or Parquet)") from None
 
 

@@ -181,7 +181,8 @@ def create_app(explorer: Explorer, hosts: Sequence[str] = LOOPBACK_NAMES) -> Fas
         if page_no > pages:
             raise BadRequest(f"page {page_no} is past the last page ({pages})", 404)
         shown = idx[(page_no - 1) * per: page_no * per]
-        table = [{"n": int(n), "id": cell.ids[n], "question": cell.question[n], "answer": cell.answer[n],
+        table = [{"n": int(n), "id": cell.ids[n], "source_id": cell.source_id[n], "question": cell.question[n],
+                  "answer": cell.answer[n],
                   "split": cell.split[n], "label": cell.category[n], "judge": cell.judge[n],
                   "scores": [(cell.columns[c].values[n], int(cell.order(c)[n]), cell.percentile(c, n),
                               _probability(cell.columns[c], n)) for c in selected]} for n in shown]

@@ -177,6 +177,9 @@ class Cell:
                     judge[n] = "data"
         self.category = category
         self.judge = judge
+        # your own ids (a responses run's `id` column) beside haldet's, where the data gives them
+        self.source_id = [str(self.instances[i].meta.get("source_id", "")) if i in self.instances else ""
+                          for i in self.ids]
         self.labels = np.array([BINARY.get(c, -1) for c in category], dtype=np.int8)
 
     def load_instances(self) -> None:

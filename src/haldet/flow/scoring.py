@@ -220,8 +220,9 @@ def _score_or_reuse(run: DetectorRun, detector: Detector, protocol: ResponseScor
         start = time.perf_counter()
         out = {}
         for part, idx in parts.items():  # an empty part (no validation items when nothing is fitted): no call
-            out[part] = ([view.ids[i] for i in idx], protocol.score(detector, view.subset(idx, with_labels=False),
-                                                                run.level) if idx else UnitScores([], []))
+            sub = view.subset(idx, with_labels=False)
+            out[part] = ([view.ids[i] for i in idx], skipped_reasons(sub, protocol.score(detector, sub, run.level))
+                         if idx else UnitScores([], []))
         run.score_seconds = time.perf_counter() - start
         run.meta = dict(detector.meta)
         _rekey_on_identity_mismatch(run)
@@ -236,6 +237,17 @@ def _score_or_reuse(run: DetectorRun, detector: Detector, protocol: ResponseScor
         run.scores = Scores(values=np.array([v[0] for v in test_scores.values], dtype=np.float64),
                             reasons=[r[0] for r in test_scores.reasons])
     return out
+
+
+def skipped_reasons(view: SignalView, scores: UnitScores) -> UnitScores:
+    """A response the model read no token of (it exceeds the model's context) has that reason on each of its
+    scores without a value, whatever the detector said of the empty evidence it saw ("empty response")."""
+    for k, generation in enumerate(view.generations):
+        why = generation.skipped if generation is not None else None
+        if why:
+            scores.reasons[k] = [why if not np.isfinite(v) else r
+                                 for v, r in zip(scores.values[k], scores.reasons[k], strict=True)]
+    return scores
 
 
 def _rekey_on_identity_mismatch(run: DetectorRun) -> None:

@@ -61,6 +61,31 @@ def listing(written: dict[str, Path]) -> list[str]:
     return lines
 
 
+def write_run_files(target: Path, *, suite: str | None = None, rows: list[dict[str, Any]] | None = None,
+                    header: str = "", metrics: Sequence[str] = ()) -> dict[str, Path]:
+    """The reports a finished run writes into its own directory, the same whichever way it ran (`haldet run`,
+    `haldet run --responses`, `haldet.score_responses`): a suite's `suite_tables.md` (`suite_file`), then
+    tables.md, tables.tex and report.html (`run_reports`)."""
+    tables = {"suite_tables.md": suite_file(target, suite, rows or [], header)} if suite else {}
+    return {**run_reports(target, metrics), **tables}
+
+
+def suite_file(target: Path, suite: str, rows: list[dict[str, Any]], header: str = "") -> Path:
+    """`suite_tables.md`: the suite's tables of `rows`, `header` a line above them, the prompts the run learned
+    (its manifest's cells) below them."""
+    from haldet.suites.report import write_suite_tables
+
+    cells = list((RunStore(target).read_manifest() or {}).get("cells") or [])
+    return write_suite_tables(suite, rows, target, header=header, footer=learned_markdown(cells))
+
+
+def run_reports(target: Path, metrics: Sequence[str] = ()) -> dict[str, Path]:
+    """tables.md, tables.tex and report.html of the run in `target`, under its lock: another run queued on this
+    directory must not change it mid-report."""
+    with RunStore(target).lock():
+        return write_reports(target, [load_run(target)], write_results=False, metrics=metrics)
+
+
 def write_reports(out: Path, runs: Sequence[RunData], *, title: str | None = None, n_boot: int = 1000,
                   write_results: bool = True, metrics: Sequence[str] = ()) -> dict[str, Path]:
     """Merged results (optional), Markdown, LaTeX and HTML reports and the figures in `out`; returns name -> path

@@ -2,7 +2,8 @@
 
 - `results`: the tidy result rows (results.json), one per dataset, model, detector, level and metric.
 - `items`: one row per answered item of each cell: the prompt as the model read it, the response (generated, or
-  given and teacher-forced), its split part, its label and where the label came from.
+  given and teacher-forced), its split part, its label and where the label came from; `source_id`: your own
+  id of a responses run's item (its `id` column as given, else its row number), for a one-line merge.
 - `labels`: the binary labels alone: the judges' (annotate.jsonl, with their reasoning) or the data's own (a
   suite's given labels, read back by loading the run's dataset with its recorded settings).
 - `scores`: one row per detector, level, item and unit (unit 0 = the response at response level), with the reason
@@ -32,8 +33,8 @@ if TYPE_CHECKING:
     import pandas
 
 BINARY = {"hallucination": 1, "correct": 0}
-ITEM_COLUMNS = ["dataset", "model", "id", "split", "question", "context", "prompt", "response", "provided",
-                "n_tokens", "finish_reason", "label", "label_source", "reasoning"]
+ITEM_COLUMNS = ["dataset", "model", "id", "source_id", "split", "question", "context", "prompt", "response",
+                "provided", "n_tokens", "finish_reason", "label", "label_source", "reasoning"]
 SCORE_COLUMNS = ["dataset", "model", "detector", "level", "train_labels", "id", "unit", "unit_text", "unit_label",
                  "split", "score", "reason"]
 LABEL_COLUMNS = ["dataset", "model", "id", "label", "category", "label_source", "reasoning"]
@@ -114,7 +115,9 @@ def load_frames(root: Path | str) -> RunFrames:
             lab = cell_labels.get(item_id, {})
             inst = given.get(item_id)  # type: ignore[assignment]
             question, context = (inst.question, inst.context) if inst is not None else (None, None)
-            items.append({"dataset": dataset, "model": model, "id": item_id, "split": part.get(item_id),
+            source_id = None if inst is None else inst.meta.get("source_id")  # your own id (responses)
+            items.append({"dataset": dataset, "model": model, "id": item_id, "source_id": source_id,
+                          "split": part.get(item_id),
                           "question": question, "context": context, "prompt": rec.get("prompt"),
                           "response": rec.get("response"),
                           "provided": bool(rec.get("provided")), "n_tokens": rec.get("n_tokens"),

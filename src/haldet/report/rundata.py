@@ -1,7 +1,8 @@
 """Read a finished run back for reporting: manifest, tidy results, and each cell's test labels and scores.
 
 Nothing is recomputed, and every record is read through the run directory's one reader (`haldet.store.reader`):
-the test labels are the judges' labels the run evaluated (1 = hallucination, 0 = correct), restricted to
+the test labels are the judges' labels the run evaluated (1 = hallucination, 0 = correct; a suite's items without
+one, e.g. your own responses, keep the label their data gives), restricted to
 `split.json`'s test items; each detector's test scores are those under the score key the manifest recorded for it.
 """
 
@@ -53,6 +54,22 @@ class RunData:
         """Detectors this run left out on purpose (a run on the default list), with why."""
         return skipped_detectors((self.manifest.get("config") or {}).get("detectors") or [])
 
+    def data_labels(self, dataset: str) -> dict[str, str]:
+        """Item id -> the response-level category that ships with a suite's data (your own responses' `label`);
+        {} for a benchmark run, whose labels are the judges', or when the data cannot be reloaded here (the data is
+        reloaded as the run loaded it)."""
+        config = self.manifest.get("config") or {}
+        if not config.get("suite"):
+            return {}
+        from haldet.config import RunConfig
+        from haldet.flow.cell import load_instances
+
+        try:
+            instances, _, _ = load_instances(RunConfig.model_validate(config), dataset)
+        except HaldetError:
+            return {}
+        return {inst.id: inst.units_of("response")[0].category.value for inst in instances}
+
     def cell_scores(self, dataset: str, model: str, detectors: list[str] | None = None) -> CellScores | None:
         """Test labels and scores of one cell (each detector's response-level log; all of the cell's one-value
         logs when `detectors` is None, named by their log); None when the cell has no split (it failed before
@@ -61,9 +78,12 @@ class RunData:
         test_ids = list(cell.split().get("test") or [])
         if not test_ids:
             return None
-        labels = cell.labels()
-        ids = [i for i in test_ids if labels.get(i, {}).get("category") in BINARY]
-        y = np.array([BINARY[labels[i]["category"]] for i in ids], dtype=int)
+        labels = {i: str(rec.get("category")) for i, rec in cell.labels().items()}
+        if any(i not in labels for i in test_ids):  # a suite's labels that ship with its data
+            for item_id, category in self.data_labels(dataset).items():
+                labels.setdefault(item_id, category)
+        ids = [i for i in test_ids if labels.get(i) in BINARY]
+        y = np.array([BINARY[labels[i]] for i in ids], dtype=int)
         out = CellScores(dataset, model, ids, y)
         logs = [(name, cell.log_of(name)) for name in detectors] if detectors is not None else \
             [(log.stem, log) for log in cell.score_logs() if log.level == RESPONSE]

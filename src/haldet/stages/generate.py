@@ -14,13 +14,21 @@ from typing import Any
 
 import numpy as np
 
-from haldet.backends.base import EvidenceRequest
+from haldet.backends.base import EvidenceRequest, ForwardOutput, TokenOutput
 from haldet.config import stage_key
+from haldet.errors import HaldetError
 from haldet.schema import Generation
 from haldet.signals import Signal
 from haldet.stages.base import STAGES, DecodingReader, Item, Stage
 from haldet.stages.plan import plan
-from haldet.stages.tokens import TOKEN_PASS_SIGNALS, run_given_pass, run_token_pass, token_record, token_spec
+from haldet.stages.tokens import (
+    TOKEN_PASS_SIGNALS,
+    beyond_context,
+    run_given_pass,
+    run_token_pass,
+    token_record,
+    token_spec,
+)
 from haldet.util.limits import by_limit, max_new_tokens
 
 
@@ -93,7 +101,7 @@ class GenerateStage(Stage):
                                 token_logprobs=out.token_logprobs, finish_reason=out.finish_reason,
                                 n_tokens=out.n_tokens or 0, model=self.ctx.model, seconds=per_item,
                                 token_text=(out.extra.get("tokens") or []) if "tokens" in out.extra else None)
-            records[item.id] = {**record.model_dump(), **remote_usage([out])}
+            records[item.id] = {**record.model_dump(exclude={"skipped"}), **remote_usage([out])}
         ok = [item for item in batch if "failed" not in records[item.id]]
         if token_spec(self.ctx)["parts"] and ok:
             passes = run_token_pass(self.ctx, ok, {item.id: records[item.id]["token_ids"] for item in ok})
@@ -145,13 +153,25 @@ class GenerateStage(Stage):
         """Given responses: tokenised once with offsets, read by one teacher-forced pass that also yields the
         pooled states the reading stages (features) store."""
         start = time.perf_counter()
-        encoded = {item.id: self.ctx.backend.encode_response(item.instance.response or "") for item in batch}
+        backend = self.ctx.backend
+        window = context_window(backend)
+        # an answer past the model's context is never tokenised whole (a megabyte would take gigabytes)
+        too_long = {item.id: why for item in batch if window is not None
+                    and (why := beyond_context(backend.encode_response, item.instance.response or "", window))}
+        encoded = {item.id: ([], []) if item.id in too_long else backend.encode_response(item.instance.response or "")
+                   for item in batch}
         readers = self._given_readers()
         request = None
         for stage in readers:
             request = stage.reads(request or EvidenceRequest(layers=[], poolings=[]))
-        outs, found = run_given_pass(self.ctx, batch, {item_id: ids for item_id, (ids, _) in encoded.items()},
-                                     {item_id: offs for item_id, (_, offs) in encoded.items()}, request)
+        runnable = [item for item in batch if item.id not in too_long]
+        outs, found = run_given_pass(self.ctx, runnable, {i.id: encoded[i.id][0] for i in runnable},
+                                     {i.id: encoded[i.id][1] for i in runnable}, request) if runnable else ({}, {})
+        for item_id, why in too_long.items():
+            info = {"policy": "skipped", "window": window, "reason": why}
+            outs[item_id] = TokenOutput(key=item_id, window=info)
+            if found:
+                found[item_id] = ForwardOutput(key=item_id, n_tokens=0, window=info)
         per_item = (time.perf_counter() - start) / max(1, len(batch))
         records = {}
         for item in batch:
@@ -163,9 +183,9 @@ class GenerateStage(Stage):
                                 token_logprobs=[float(x) for x in logprobs] if logprobs is not None else [],
                                 finish_reason="provided" if valid else "skipped",
                                 n_tokens=len(ids) if valid else 0, model=self.ctx.model, seconds=per_item,
-                                provided=True)
+                                provided=True, skipped=None if valid else (out.window or {}).get("reason"))
             arrays[item.id] = {}
-            records[item.id] = {**record.model_dump(),
+            records[item.id] = {**record.model_dump(exclude={"skipped"} if valid else None),
                                 "tokens": token_record(self.ctx, out, offsets, arrays[item.id])}
         if found:
             items = [Item(instance=item.instance, prompt=item.prompt, generation=generation_of(records[item.id]))
@@ -191,6 +211,14 @@ class GenerateStage(Stage):
             for rec in recs:
                 rec["key"] = keys[rec["id"]]
             self.ctx.store.log(stage.name).append(recs)
+
+
+def context_window(backend: Any) -> int | None:
+    """The model's context in tokens; None where the backend does not say (nothing is bounded then)."""
+    try:
+        return int(backend.window())
+    except HaldetError:
+        return None
 
 
 def remote_usage(outs: list[Any]) -> dict[str, Any]:

@@ -101,6 +101,31 @@ def run_given_pass(ctx: CellContext, batch: list[Item], answers: dict[str, list[
     return {out.key: out for out in outs}, {out.key: out for out in found or []}
 
 
+BEYOND_CONTEXT = "the answer exceeds the model's context"  # how the reason of such an answer's scores begins
+CHARS_PER_TOKEN = 8  # a given answer longer than window x this is counted in chunks of that many characters
+
+
+def beyond_context(encode: Any, text: str, window: int) -> str | None:
+    """Why a given answer cannot be read, when it holds at least `window` tokens (it does not fit after a prompt
+    token), learned without tokenising all of a long answer: one that fits `window * CHARS_PER_TOKEN` characters
+    returns None (it is tokenised whole, as before); a longer one is tokenised a chunk of that many characters at a
+    time until its count (less one per chunk boundary, a lower bound) reaches the window, so memory stays that of
+    one chunk. `encode`: text -> (ids, offsets), the backend's `encode_response`."""
+    chunk = window * CHARS_PER_TOKEN
+    if len(text) <= chunk:
+        return None
+    counted, pos, chunks = 0, 0, 0
+    while pos < len(text):
+        counted += len(encode(text[pos : pos + chunk])[0])
+        pos, chunks = pos + chunk, chunks + 1
+        at_least = counted - (chunks - 1)
+        if at_least >= window:
+            return (f"{BEYOND_CONTEXT}: at least {at_least:,} tokens (in its first "
+                    f"{min(pos, len(text)):,} of {len(text):,} characters) against a limit of {window:,} tokens "
+                    "with the prompt")
+    return None
+
+
 def token_record(ctx: CellContext, out: TokenOutput, offsets: list[tuple[int, int]] | None,
                  arrays: dict[str, np.ndarray]) -> dict[str, Any]:
     """The `tokens` field of a generate record; array parts go into `arrays` (written to the stage's shard)."""

@@ -181,19 +181,32 @@ def cells_without_values(suite: Suite, rows: list[dict[str, Any]]) -> list[str]:
             if not has]
 
 
-def print_suite_results(name: str, rows: list[dict[str, Any]], target: Path, console: Console, *,
-                        as_json: bool = False, header: str = "", footer: str = "") -> Path:
-    """The suite's tables on the terminal, each with the reason for its empty cells under it (or the rows as JSON),
-    and `suite_tables.md` in the run directory (returned); `header`: a line above them (the run's preset);
-    `footer`: Markdown below them in the file (the prompts the run learned)."""
+def write_suite_tables(name: str, rows: list[dict[str, Any]], target: Path, *, header: str = "",
+                       footer: str = "") -> Path:
+    """`suite_tables.md` in the run directory (returned): the suite's tables, `header` a line above them (the
+    run's preset), `footer` Markdown below them (the prompts the run learned)."""
     suite = get_suite(name)
     path = target / "suite_tables.md"
     atomic_write_text(path, f"# {suite.title or suite.name}\n\n" + (f"{header}\n\n" if header else "")
                       + suite_markdown(suite, rows)
                       + "\n" + breakdown_markdown(rows) + (f"\n{footer}" if footer else ""))
+    return path
+
+
+def show_suite_results(name: str, rows: list[dict[str, Any]], console: Console, *, as_json: bool = False) -> None:
+    """The suite's tables on the terminal, each with the reason for its empty cells under it (or the rows as
+    JSON)."""
+    suite = get_suite(name)
     if as_json:
         console.print_json(json.dumps(rows, default=str))
-        return path
+        return
     for table, reasons in zip(rich_tables(suite, rows), empty_cell_reasons(suite, rows), strict=True):
         print_tables(console, [table], [Text(f"  {line}") for line in reasons])
+
+
+def print_suite_results(name: str, rows: list[dict[str, Any]], target: Path, console: Console, *,
+                        as_json: bool = False, header: str = "", footer: str = "") -> Path:
+    """`show_suite_results` and `write_suite_tables` (returned)."""
+    path = write_suite_tables(name, rows, target, header=header, footer=footer)
+    show_suite_results(name, rows, console, as_json=as_json)
     return path

@@ -7,7 +7,8 @@ Columns (names are case-sensitive):
 - `label`: 1 / true / "hallucination" = hallucinated, 0 / false / "correct" = not; empty = unlabelled (optional);
 - `units`: spans of the response with their own labels, a list of {"text" or "start"/"end", "label", "kind"}
   (kind: entity, sentence, claim, span, token; default span), or that list as a JSON string in a CSV (optional);
-- `id`: the item's id (optional; default: the row number).
+- `id`: the item's id (optional; default: the row number); haldet's id is `responses/data/<id>`, and your own id
+  comes back beside it as `source_id` (`load_run(...).table()`, the explorer's items).
 Other columns are kept in the item's `source`. Rows keep the file's order (no shuffle), so `--limit N` takes the
 first N rows.
 """
@@ -92,12 +93,53 @@ def parse_units(value: Any, response: str) -> list[SpanLabel]:
     return out
 
 
+# what each column may hold (a Parquet column has one type: every column of the wrong one is named at once)
+_TEXT = (str,)
+COLUMN_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
+    **{c: (_TEXT, "text") for c in (*PROMPT_COLUMNS, *RESPONSE_COLUMNS, "context")},
+    "label": ((bool, int, float, str), "1/0, true/false or text"), "id": ((str, int), "text or an integer"),
+    "units": ((list, str), "a list of objects, or that list as JSON text")}
+
+
+def wrong_types(rows: list[dict[str, Any]]) -> list[str]:
+    """Each column whose values are of a type it cannot hold: its name, the type found, the row, what it takes."""
+    out = []
+    for col, (types, takes) in COLUMN_TYPES.items():
+        for n, row in enumerate(rows, start=1):
+            value = row.get(col)
+            if value is None or missing(value):
+                continue
+            if hasattr(value, "tolist") and not isinstance(value, str):
+                value = value.tolist()
+            if not isinstance(value, types):
+                out.append(f"{col!r} holds {type(value).__name__} values (row {n}: {str(value)[:40]!r}); it takes "
+                           f"{takes}")
+            break  # a column's first value tells its type
+    return out
+
+
 def _convert(raw: RawFile) -> list[tuple[str | None, list[dict[str, Any]]]] | None:
     rows = raw.rows()
     cols = set(raw.columns())
     if not rows or not cols & set(PROMPT_COLUMNS) or not cols & set(RESPONSE_COLUMNS):
         return None
+    if raw.kind == "parquet" and (wrong := wrong_types(rows)):
+        raise HaldetError(f"{len(wrong)} column(s) of your responses file hold the wrong type: " + "; ".join(wrong),
+                          where=str(raw.path),
+                          hint="convert those columns (pandas: df[col] = df[col].astype(str) for text) and write "
+                               "the file again")
     return [("data", rows)]
+
+
+# messages of `read_raw` written for a dataset's release file, said for your own file
+_OWN_FILE = {
+    "data file is empty": ("your responses file is empty",
+                           "write one row per answer (prompt or question, response or answer; docs/api.md) into it, "
+                           "or give the path of the file that holds them"),
+    "data file is not UTF-8 text": ("your responses file is not UTF-8 text",
+                                    "save it as UTF-8 (pandas: df.to_json(path, orient='records', lines=True); or "
+                                    "`iconv -f latin1 -t utf-8 FILE > NEW`), then run again on the new file"),
+}
 
 
 @register("responses")
@@ -124,6 +166,18 @@ class Responses(DatasetAdapter):
         """The file's own order: your first N rows are what --limit N keeps."""
         return self.units(rows)
 
+    def local_rows(self) -> Source:
+        """Your file's rows; its read errors say what to do with your file (not with a release's download)."""
+        try:
+            return super().local_rows()
+        except HaldetError as exc:
+            for prefix, (what, hint) in _OWN_FILE.items():
+                if exc.what.startswith(prefix):
+                    raise HaldetError(what + exc.what[len(prefix):], where=exc.where, hint=hint) from None
+            if "fetch it again" in exc.hint:  # malformed JSON: fix your file, there is nothing to fetch
+                raise HaldetError(exc.what, where=exc.where, hint="fix the file near that line") from None
+            raise
+
     def _why_not(self, raw: RawFile) -> str:
         """Which required column is missing, the names accepted for it, and the columns the file has."""
         cols = raw.columns()
@@ -149,7 +203,9 @@ class Responses(DatasetAdapter):
             raise BadRow("response", "missing or empty (also accepted: answer)")
         response = str(require(row, response_col))
         context = "" if missing(row.get("context")) else str(row["context"])
-        native = index if missing(row.get("id")) else str(row["id"]).strip().replace("/", "_")
+        own = index if missing(row.get("id")) else row["id"]
+        native = own if missing(row.get("id")) else str(own).strip().replace("/", "_")
+        # meta.source_id: your own id as you gave it (the row number without one), for a one-line merge
         return self.instance(split, native, question=str(row[prompt_col]).strip(), context=context,
                              response=response, response_label=parse_label(row.get("label")),
-                             units=parse_units(row.get("units"), response))
+                             units=parse_units(row.get("units"), response), meta={"source_id": own})
