@@ -254,8 +254,8 @@ def test_a_file_of_your_own_is_told_what_to_do_with_it(tmp_path: Path) -> None:
 
 
 def test_edited_data_is_said_by_id_and_another_config_is_left_to_the_config_check(tmp_path: Path) -> None:
+    from haldet.commands.data_changes import ITEMS_FILE, changes, check_same_data, item_record
     from haldet.store import RunStore
-    from haldet.suites.responses.changes import ITEMS_FILE, changes, check_same_data, item_record
 
     data = write_jsonl(tmp_path / "r.jsonl", ROWS)
     config = responses_config(data, base_config(data, ["m"], ["perplexity"]))

@@ -98,11 +98,11 @@ def _plain(value: Any) -> Any:
 def run_responses(config: RunConfig, root: Path, instances: Sequence[Any] | None = None, *, update: bool,
                   given: str, api: bool, **run_options: Any) -> tuple[list[dict[str, Any]], list[Any]]:
     """The one run of your responses, from the API and the CLI alike: data other than what `root` scored refused
-    unless `update` (`haldet.suites.responses.changes`), the run, what it scored recorded. `instances`: the data
+    unless `update` (`haldet.commands.data_changes`), the run, what it scored recorded. `instances`: the data
     as loaded (default: loaded from `config.data_dir`); `run_options`: `haldet.flow.run.run`'s."""
+    from haldet.commands.data_changes import check_same_data, record_data
     from haldet.flow.run import run
     from haldet.store import RunStore
-    from haldet.suites.responses.changes import check_same_data, record_data
     from haldet.util.locking import notify
 
     if instances is None:
@@ -161,9 +161,9 @@ def _run(config: RunConfig, root: Path, instances: Sequence[Any] | None, update:
          data: Any = None) -> tuple[list[dict[str, Any]], list[Any]]:
     """`run_responses` with a progress bar on stderr (`progress`); rows in memory (`data`) are written into the
     run directory once the data is accepted there."""
+    from haldet.commands.data_changes import check_same_data
     from haldet.flow.run import check_run_dir  # a changed config is refused before the input file is replaced
     from haldet.store import RunStore
-    from haldet.suites.responses.changes import check_same_data
 
     try:
         if data is not None:
