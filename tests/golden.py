@@ -10,6 +10,7 @@ and row whose values differ, and exits 1 if any does. A `results.json` pair from
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -37,7 +38,10 @@ def install(directory: Path) -> None:
         original(self, rows)
         test = os.environ.get("PYTEST_CURRENT_TEST", "outside-a-test").split(" (")[0]
         where = re.split(r"pytest-\d+/", str(self.root.resolve()))[-1]  # stable across sessions
-        name = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{test}__{where}") + ".json"
+        name = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{test}__{where}")
+        if len(name) > 200:  # a file name has at most 255 bytes: a long one keeps its start and a digest of the rest
+            name = name[:180] + "__" + hashlib.sha1(name.encode()).hexdigest()[:16]
+        name += ".json"
         (directory / name).write_text(json.dumps(untimed(rows), indent=1, sort_keys=True, default=str))
 
     RunStore.write_results = recording  # type: ignore[method-assign]

@@ -86,11 +86,17 @@ def check_every_reader(root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPat
         assert "second" not in (cell.record("annotate", cell.ids[int(np.flatnonzero(test_at)[0])]) or {})["judge"]
 
     curves: list[Any] = []  # the HTML report's ROC curves, as handed to the drawing
-    monkeypatch.setattr(html, "roc_plot", lambda cs, **kw: curves.extend(cs) or "")
-    monkeypatch.setattr(html, "roc_grid", lambda cs, **kw: curves.extend(cs) or "")
+    made = html.cell_curves
+
+    def spy(labels: Any, scores: Any) -> Any:
+        roc, pr = made(labels, scores)
+        curves.extend(roc)
+        return roc, pr
+
+    monkeypatch.setattr(html, "cell_curves", spy)
     rows = [r for r in json.loads((root / "results.json").read_text())]
     html.roc_section([load_run(root)], rows, n_boot=20)
-    assert {c.name: c.auc for c in curves} == pytest.approx({d: v for (_, _, d), v in expected.items()}, abs=1e-12)
+    assert {c.name: c.value for c in curves} == pytest.approx({d: v for (_, _, d), v in expected.items()}, abs=1e-12)
 
     out = tmp_path / "rebuilt"  # `haldet report`: the rebuilt results are the run's
     _, rebuilt = report_runs([root], out, n_boot=20)

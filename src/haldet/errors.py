@@ -32,8 +32,12 @@ class HaldetError(Exception):
 
 
 def close_matches(name: str, known: Iterable[str], n: int = 3) -> list[str]:
-    """The known names a misspelling of `name` most likely meant (closest first; none when nothing is close)."""
-    return difflib.get_close_matches(name, list(known), n=n, cutoff=0.6)
+    """The known names a misspelling of `name` most likely meant (closest first; none when nothing is close): those
+    about as close as the closest one, so a clear best guess is not diluted by a far one ('limt': 'limit', not
+    also 'claims')."""
+    found = difflib.get_close_matches(name, list(known), n=n, cutoff=0.6)
+    ratio = [difflib.SequenceMatcher(None, name, m).ratio() for m in found]
+    return [m for m, r in zip(found, ratio, strict=True) if r >= ratio[0] - 0.15]
 
 
 def did_you_mean(name: str, known: Iterable[str]) -> str:

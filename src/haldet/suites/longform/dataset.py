@@ -26,7 +26,7 @@ import re
 from pathlib import Path
 from typing import Any, ClassVar
 
-from haldet.datasets.adapter import DatasetAdapter
+from haldet.datasets.adapter import DatasetAdapter, Source
 from haldet.datasets.base import register
 from haldet.datasets.formats import Format, RawFile, records, with_line
 from haldet.datasets.rows import BadRow, SkipRow, require
@@ -63,6 +63,12 @@ class FActScoreBio(DatasetAdapter):
     # sections): the page titled as the item's topic becomes its reference, the text NLI labels read
     params: ClassVar[dict[str, Any]] = {"knowledge": None}
     _pages: dict[str, str] | None = None
+
+    def hub_rows(self) -> Source:
+        raise HaldetError("FActScore's labelled biographies are not on a hub haldet downloads from (the authors "
+                          "release them as files)", where="dataset factscore_bio",
+                          hint="download the release's data/labeled/*.jsonl (the FActScore repository's data link) "
+                               "and pass --data-dir DIR (files in DIR/factscore_bio/) or --data-file PATH")
 
     def page(self, topic: str) -> str:
         """The knowledge source's text titled `topic` ("" without a knowledge source or such a page)."""
