@@ -17,24 +17,23 @@ from __future__ import annotations
 import argparse
 import json
 
-BACKBONES = {"Llama-3.2-3B-Instruct": (3.21e9, 28, 3072), "Llama-3.1-8B-Instruct": (8.03e9, 32, 4096),
-             "Qwen3-8B": (8.19e9, 36, 4096), "Qwen3-14B": (14.8e9, 40, 5120)}  # params, layers, width
-DATASETS = {  # evaluation split size, prompt tokens, answer tokens
-    "arc_challenge": (1172, 150, 8), "commonsenseqa": (1221, 120, 8), "triviaqa": (17944, 60, 16),
-    "truthfulqa": (817, 60, 40), "squad_v2": (11873, 220, 16), "hotpotqa": (7405, 300, 20),
-    "coqa": (7983, 450, 16), "halueval_qa": (10000, 160, 30), "ragtruth": (2700, 750, 200),
-    "xsum": (11334, 550, 40), "gsm8k": (1319, 150, 220), "svamp": (300, 110, 150), "theoremqa": (800, 150, 350),
-    "humaneval": (164, 180, 220), "mbpp": (500, 140, 160), "xlam": (60000, 800, 60), "belebele": (900, 300, 8)}
+from haldet.papers.plan import SPLITS, Assumptions, gpu_seconds, model_size
+
+NAMES = ("Llama-3.2-3B-Instruct", "Llama-3.1-8B-Instruct", "Qwen3-8B", "Qwen3-14B")
+BACKBONES = {name: model_size(name) for name in NAMES}  # params, layers, width (haldet.papers.plan)
+OPENHALDET = ("arc_challenge", "commonsenseqa", "triviaqa", "truthfulqa", "squad_v2", "hotpotqa", "coqa",
+              "halueval_qa", "ragtruth", "xsum", "gsm8k", "svamp", "theoremqa", "humaneval", "mbpp", "xlam", "belebele")
+# evaluation split size, prompt tokens, answer tokens (the plan's estimates; SVAMP: the 300-item test split read
+# by default, where the preset reads the paper's 700-item train split)
+DATASETS = {name: (300, *SPLITS[name][1:]) if name == "svamp" else SPLITS[name] for name in OPENHALDET}
 K = 5
-PEAK_FLOPS, BANDWIDTH = 989e12, 3.35e12  # H100 SXM bf16 dense, HBM3
 GENERATE_JSONL, AUX_JSONL, SCORE_JSONL, SAMPLE_TEXT = 1800, 400, 110, 5700  # bytes, embedded model, A = 30
 
 
-def gpu_seconds(params: float, p: int, a: int, args: argparse.Namespace) -> float:
-    prefill, decoded = 4 * p + 2 * a + 120, (K + 1) * a + 10
-    per_prefill = 2 * params / (PEAK_FLOPS * args.mfu)
-    per_decoded = args.step_overhead * 2 * params / (BANDWIDTH * args.bw_use) / args.rows
-    return prefill * per_prefill + decoded * per_decoded
+def item_seconds(params: float, p: int, a: int, args: argparse.Namespace) -> float:
+    """One item's answer, K samples and the follow-up and feature passes."""
+    return gpu_seconds(params, 4 * p + 2 * a + 120, (K + 1) * a + 10,
+                       Assumptions(mfu=args.mfu, bw_use=args.bw_use, rows=args.rows, step_overhead=args.step_overhead))
 
 
 def stored_bytes(layers: int, width: int, a: int) -> float:
@@ -53,7 +52,7 @@ def main() -> None:
     args = parser.parse_args()
     rows = []
     for name, (n, p, a) in DATASETS.items():
-        per = {b: gpu_seconds(params, p, a, args) for b, (params, _, _) in BACKBONES.items()}
+        per = {b: item_seconds(params, p, a, args) for b, (params, _, _) in BACKBONES.items()}
         size = sum(stored_bytes(layers, width, a) for _, layers, width in BACKBONES.values())
         rows.append({"dataset": name, "split_items": n, "items": min(n, args.cap), "prompt_tokens": p,
                      "answer_tokens": a, "gpu_s_per_item": per,

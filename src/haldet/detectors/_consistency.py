@@ -23,6 +23,19 @@ def nonempty(samples: Any) -> list[str] | None:
     return [s.strip() for s in samples if isinstance(s, str) and s.strip()]
 
 
+def answer_and_samples(response: Any, samples: Any) -> tuple[str, list[str]] | str:
+    """The stripped answer and its non-empty samples, or why the item cannot be scored (shared by every detector
+    that compares an answer with its samples)."""
+    kept = nonempty(samples)
+    if kept is None:
+        return "no samples"
+    if not kept:
+        return "all samples are empty"
+    if not isinstance(response, str) or not response.strip():
+        return "empty response"
+    return response.strip(), kept
+
+
 def sample_logliks(value: Any, n_samples: int) -> np.ndarray | None:
     """SAMPLE_LOGLIKS as a float64 [K, 2] array, or None when missing or misshapen."""
     if value is None:

@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from haldet.detectors._consistency import nonempty
+from haldet.detectors._consistency import answer_and_samples
 from haldet.detectors._relations import relation_matrices
 from haldet.detectors.base import Detector, Scores, register
 from haldet.detectors.msp import answer_logprobs
@@ -64,16 +64,14 @@ class CoCoA(Detector):
         todo: list[tuple[int, float, list[str]]] = []
         for i, (resp, raw, value) in enumerate(zip(items.get(Signal.RESPONSE), items.get(Signal.SAMPLES),
                                                    items.get(source), strict=True)):
-            samples = nonempty(raw)
+            usable = answer_and_samples(resp, raw)
             u, why = self._uncertainty(value)
-            if samples is None or not samples:
-                out.invalid(i, "no samples" if samples is None else "all samples are empty")
-            elif not resp or not resp.strip():
-                out.invalid(i, "empty response")
+            if isinstance(usable, str):
+                out.invalid(i, usable)
             elif u is None:
                 out.invalid(i, why)
             else:
-                todo.append((i, u, [resp.strip(), *samples]))
+                todo.append((i, u, [usable[0], *usable[1]]))
         matrices = relation_matrices(self, self.params["similarity"], [t for _, _, t in todo], rows=1)
         for (i, u, _), relation in zip(todo, matrices, strict=True):
             out.set(i, u * float(np.mean(1.0 - relation[0, 1:])))

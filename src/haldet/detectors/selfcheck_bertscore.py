@@ -7,7 +7,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from haldet.detectors._consistency import cache_for, nonempty, pair_model
+from haldet.detectors._consistency import answer_and_samples, cache_for, pair_model
 from haldet.detectors.base import Detector, Scores, register
 from haldet.signals import Signal, SignalView
 from haldet.text.sentences import split_many, splitter_id
@@ -33,14 +33,12 @@ class SelfCheckBERTScore(Detector):
         keep: list[int] = []
         sample_lists: list[list[str]] = []
         for i, (resp, raw) in enumerate(zip(responses, all_samples, strict=True)):
-            samples = nonempty(raw)
-            if samples is None or not samples:
-                out.invalid(i, "no samples" if samples is None else "all samples are empty")
-            elif not resp or not resp.strip():
-                out.invalid(i, "empty response")
+            usable = answer_and_samples(resp, raw)
+            if isinstance(usable, str):
+                out.invalid(i, usable)
             else:
                 keep.append(i)
-                sample_lists.append(samples)
+                sample_lists.append(usable[1])
         # one spaCy pass over every answer and sample text
         flat = [responses[i].strip() for i in keep] + [s for ss in sample_lists for s in ss]
         split = split_many(flat)

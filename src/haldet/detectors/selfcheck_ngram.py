@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from haldet.detectors._consistency import nonempty
+from haldet.detectors._consistency import answer_and_samples
 from haldet.detectors.base import Detector, Scores, register
 from haldet.signals import Signal, SignalView
 from haldet.text.sentences import split_many, splitter_id
@@ -71,13 +71,11 @@ class SelfCheckNgram(Detector):
         out = Scores.empty(len(items))
         todo: list[tuple[int, str, list[str]]] = []
         for i, (resp, raw) in enumerate(zip(items.get(Signal.RESPONSE), items.get(Signal.SAMPLES), strict=True)):
-            samples = nonempty(raw)
-            if samples is None or not samples:
-                out.invalid(i, "no samples" if samples is None else "all samples are empty")
-            elif not resp or not resp.strip():
-                out.invalid(i, "empty response")
+            usable = answer_and_samples(resp, raw)
+            if isinstance(usable, str):
+                out.invalid(i, usable)
             else:
-                todo.append((i, resp.strip(), samples))
+                todo.append((i, *usable))
         sentences = split_many([t[1] for t in todo])
         self.meta["sentence_splitter"] = splitter_id()
         column = 1 if self.params["variant"] == "max" else 0

@@ -7,7 +7,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from haldet.detectors._consistency import nonempty, pair_scores
+from haldet.detectors._consistency import answer_and_samples, pair_scores
 from haldet.detectors.base import Detector, Scores, register
 from haldet.models.pairs.base import CONTRADICTION, ENTAILMENT
 from haldet.signals import Signal, SignalView
@@ -55,17 +55,14 @@ class SelfCheckNLI(Detector):
         prepared: list[tuple[list[str], list[str]] | None] = []
         texts: list[str] = []
         for i, (inst, resp, raw) in enumerate(zip(items.instances, responses, all_samples, strict=True)):
-            samples = nonempty(raw)
+            usable = answer_and_samples(resp, raw)
             opts = inst.options if self.params["expand_options"] else {}
-            if samples is None or not samples:
-                out.invalid(i, "no samples" if samples is None else "all samples are empty")
-                prepared.append(None)
-            elif not resp or not resp.strip():
-                out.invalid(i, "empty response")
+            if isinstance(usable, str):
+                out.invalid(i, usable)
                 prepared.append(None)
             else:
-                prepared.append(([expand_option(s, opts) for s in samples], []))
-                texts.append(expand_option(resp.strip(), opts))
+                prepared.append(([expand_option(s, opts) for s in usable[1]], []))
+                texts.append(expand_option(usable[0], opts))
         sentences = iter(split_many(texts))
         pairs: list[tuple[str, str]] = []
         for entry in prepared:

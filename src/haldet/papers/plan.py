@@ -88,6 +88,14 @@ class Plan:
     assumptions: list[str] = field(default_factory=list)
 
 
+def gpu_seconds(params: float, prefill: float, decoded: float, a: Assumptions) -> float:
+    """GPU seconds for `prefill` prompt tokens and `decoded` generated tokens of a `params`-parameter model: prefill
+    compute-bound (2 x params FLOPs a token at `mfu` of the peak), decoding memory-bound (the weights read once a
+    step for `rows` rows at `bw_use` of the bandwidth, times `step_overhead`). Also benchmarks/matrix_cost.py's."""
+    return (prefill * 2 * params / (PEAK_FLOPS * a.mfu)
+            + decoded * a.step_overhead * 2 * params / (BANDWIDTH * a.bw_use) / a.rows)
+
+
 def model_size(name: str, params: float | None = None) -> tuple[float, int, int] | None:
     """(parameters, layers, width) of a model from its name: a known backbone, else "<n>B"/"<n>M" in the name
     (layers and width then estimated from the parameter count)."""
@@ -185,8 +193,7 @@ def build_plan(preset: str, config: RunConfig, model: str, stages_by_detector: M
     plan.endpoints = [e for e in (target, judge, verdict) if e.calls or e.forward_passes]
     if size:
         params = size[0]
-        seconds = (prefill * 2 * params / (PEAK_FLOPS * a.mfu)
-                   + decoded * a.step_overhead * 2 * params / (BANDWIDTH * a.bw_use) / a.rows)
+        seconds = gpu_seconds(params, prefill, decoded, a)
         plan.gpu_hours, plan.disk_gb = seconds / 3600, disk / 1e9
         plan.assumptions.append(f"{model}: {params / 1e9:.2f}B parameters, {size[1]} layers, width {size[2]}")
     else:

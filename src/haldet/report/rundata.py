@@ -8,6 +8,7 @@ one, e.g. your own responses, keep the label their data gives), restricted to
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,7 +67,9 @@ class RunData:
 
         try:
             instances, _, _ = load_instances(RunConfig.model_validate(config), dataset)
-        except HaldetError:
+        except HaldetError as exc:  # said, not hidden: the items that only the data labels are left out
+            logging.getLogger("haldet").warning("%s: the labels that ship with its data cannot be read here, so its "
+                                                "items without a judge's label are left out: %s", dataset, exc.message)
             return {}
         return {inst.id: inst.units_of("response")[0].category.value for inst in instances}
 

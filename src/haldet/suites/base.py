@@ -104,6 +104,16 @@ class Suite:
         """How a run's items are split (default: `splits`; a suite may decide from the run's detectors)."""
         return self.splits
 
+    def levels_from_options(self, config: Any) -> tuple[str, ...]:
+        """For a suite whose levels are an option: `suite_params.<suite>.levels`, each a known level."""
+        wanted = self.options(config)["levels"]
+        wanted = [wanted] if isinstance(wanted, str) else list(wanted)
+        bad = [lv for lv in wanted if lv not in LEVELS]
+        if bad or not wanted:
+            raise HaldetError(f"unknown level(s) {', '.join(bad) or '(none given)'}",
+                              where=f"suite_params.{self.name}.levels", hint=f"levels: {', '.join(LEVELS)}")
+        return tuple(wanted)
+
     def check_data(self, instances: list[Instance], config: Any, where: str) -> None:
         """Refuse, before any work, data the suite cannot evaluate under `config` (one `HaldetError` naming
         `where` the data came from). Default: accept."""
@@ -174,3 +184,14 @@ def get_suite(name: str, where: str = "--suite") -> Suite:
     except ValueError as exc:
         raise HaldetError(str(exc), where=f"suite {name}", hint="fix the suite class's attributes") from None
 
+
+def trained_detectors(config: Any) -> list[str]:
+    """The selected detectors that fit on labels."""
+    from haldet.detectors.base import DETECTORS  # the detector registry loads every detector module: on use only
+
+    return [name for name in config.detectors if DETECTORS.get(name, where="--detector").trains]
+
+
+def split_if_trained(config: Any) -> str:
+    """Every item a test item when nothing is fitted; a seeded grouped 60/20/20 split when something is."""
+    return "grouped" if trained_detectors(config) else "none"

@@ -14,13 +14,12 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from haldet.detectors.base import DETECTORS
 from haldet.errors import HaldetError
 from haldet.evaluation.metrics import METRICS, MetricValue, evaluate
 from haldet.evaluation.units import UnitData, unit_metrics
-from haldet.schema import LEVELS, Instance
+from haldet.schema import Instance
 from haldet.stages.claims import ClaimsStage, claim_units_of
-from haldet.suites.base import DATA, Suite, TableLayout, register
+from haldet.suites.base import DATA, Suite, TableLayout, register, split_if_trained
 from haldet.suites.longform.from_claims import FROM_CLAIMS, from_claims_rows
 from haldet.suites.longform.nli_labels import label_agreement, label_claims
 
@@ -107,17 +106,10 @@ class LongformSuite(Suite):
                                                                                         "nli_labels": meta}})
 
     def levels_for(self, config: Any) -> tuple[str, ...]:
-        wanted = self.options(config)["levels"]
-        wanted = [wanted] if isinstance(wanted, str) else list(wanted)
-        bad = [lv for lv in wanted if lv not in LEVELS]
-        if bad or not wanted:
-            raise HaldetError(f"unknown level(s) {', '.join(bad) or '(none given)'}",
-                              where="suite_params.longform.levels", hint=f"levels: {', '.join(LEVELS)}")
-        return tuple(wanted)
+        return self.levels_from_options(config)
 
     def split_policy(self, config: Any) -> str:
-        trained = [n for n in config.detectors if DETECTORS.get(n, where="--detector").trains]
-        return "grouped" if trained else "none"
+        return split_if_trained(config)
 
     def extra_rows(self, instances: list[Instance], split: dict[str, list[str]], runs: list[Any],
                    config: Any) -> list[dict[str, Any]]:

@@ -18,15 +18,10 @@ from haldet.detectors.base import DETECTORS
 from haldet.errors import HaldetError
 from haldet.evaluation.metrics import METRICS, MetricValue, evaluate
 from haldet.evaluation.units import UnitData, unit_metrics
-from haldet.schema import LEVELS, UNIT_KINDS, Instance
-from haldet.suites.base import Suite, TableLayout, register
+from haldet.schema import UNIT_KINDS, Instance
+from haldet.suites.base import Suite, TableLayout, register, split_if_trained, trained_detectors
 
 UNIT_TABLE_METRICS = ("auroc", "aupr", "f1_opt", "precision_opt", "recall_opt")
-
-
-def trained_detectors(config: Any) -> list[str]:
-    """The selected detectors that fit on labels."""
-    return [name for name in config.detectors if DETECTORS.get(name, where="--detector").trains]
 
 
 def check_labels(config: Any, n_labelled: int, where: str) -> None:
@@ -58,17 +53,10 @@ class ResponsesSuite(Suite):
 
     def levels_for(self, config: Any) -> tuple[str, ...]:
         """`suite_params.responses.levels`: response, and the unit kinds your `units` hold."""
-        wanted = self.options(config)["levels"]
-        wanted = [wanted] if isinstance(wanted, str) else list(wanted)
-        bad = [lv for lv in wanted if lv not in LEVELS]
-        if bad or not wanted:
-            raise HaldetError(f"unknown level(s) {', '.join(bad) or '(none given)'}",
-                              where="suite_params.responses.levels", hint=f"levels: {', '.join(LEVELS)}")
-        return tuple(wanted)
+        return self.levels_from_options(config)
 
     def split_policy(self, config: Any) -> str:
-        """Every item is a test item when nothing is fitted; a seeded 60/20/20 item split when something is."""
-        return "grouped" if trained_detectors(config) else "none"
+        return split_if_trained(config)
 
     def check_data(self, instances: list[Instance], config: Any, where: str) -> None:
         """A trained detector on unlabelled responses: refused."""
