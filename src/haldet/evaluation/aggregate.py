@@ -1,6 +1,6 @@
 """Aggregation of the tidy results table into the paper's tables (section 4.2, Tables 2, 9 and 11).
 
-Rules (checked against Table 9 of the paper in `tests/test_aggregate.py`):
+Rules (checked against Table 9 of the paper in `tests/evaluation/test_aggregate.py`):
 
 * A **scenario column** follows Table 2's taxonomy: every `qa_*` scenario is "QA"; rag, summarization, math,
   science, code, agent and multilingual are RAG, Sum., Math, Sci., Code, Agent, Multi. (any other scenario is its

@@ -15,7 +15,7 @@ Only the groups the selected detectors read are computed (`FeatureStage.groups`)
 When the local lean decoder generates the answers, the same evidence is read from the decoding itself (states of
 the prompt and answer tokens as they were computed, statements as branches of each answer's own cache:
 `haldet.backends.hf.answer_reader`) and the generate stage stores these records (`source: "decoding"`; they equal
-the pass's within float tolerance, tests/test_answer_reader.py); otherwise this stage's pass runs
+the pass's within float tolerance, tests/backends/test_answer_reader.py); otherwise this stage's pass runs
 (`source: "forward"`). A response that ships with the data is read once: the generate stage's pass over it also
 pools these states (`Backend.read_given`, batched by `tokens.token_budget`) and stores the records
 (`source: "given"`); only ICR features and the statement groups still need this stage's own pass.

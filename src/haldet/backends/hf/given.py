@@ -8,7 +8,7 @@ the decoder layers pool each layer's output for every row as soon as the layer r
 states of one batch are alive at a time, and rows are grouped so that rows x padded width stays within the token
 budget (a single row longer than the budget runs alone). The output head reads the final states in chunks of
 positions, so the [T, vocab] log-softmax is never held whole. The values are the ones the two passes give (same
-tensors, same reductions; tests/test_given_pass.py).
+tensors, same reductions; tests/stages/test_given_pass.py).
 
 Parts that need every position of every layer at once or eager attention (ICR features, statement branches, token
 attention, LLM-Check's layers) still go through the two passes (`tokens.token_pass`, then `forward.forward`).
