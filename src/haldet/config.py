@@ -17,6 +17,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from haldet.defaults import DEFAULT_DETECTORS
+from haldet.endpoint_params import EndpointParams
 from haldet.errors import HaldetError, did_you_mean
 
 
@@ -87,6 +88,7 @@ class VerdictConfig(Section):
     retries: int = Field(4, ge=0)
     backoff: float = Field(1.0, ge=0)
     timeout: float = Field(60.0, gt=0)
+    params: EndpointParams = Field(default_factory=EndpointParams)  # request parameters by model (also the optimiser)
 
 
 class ClaimsConfig(Section):
@@ -105,6 +107,7 @@ class ClaimsConfig(Section):
     retries: int = Field(4, ge=0)
     backoff: float = Field(1.0, ge=0)
     timeout: float = Field(60.0, gt=0)
+    params: EndpointParams = Field(default_factory=EndpointParams)  # request parameters by model
 
 
 class RedeepConfig(Section):
@@ -194,6 +197,7 @@ class JudgeConfig(Section):
     max_tokens: int = Field(256, ge=16)          # judge reply budget
     seed: int = 0                                # sent with every request (deterministic decoding)
     json_mode: bool = True                       # ask the endpoint for a JSON object (response_format)
+    params: EndpointParams = Field(default_factory=EndpointParams)  # request parameters by model (reasoning)
     few_shot: bool = True                        # include the calibration examples
     template_dir: str | None = None              # judge_*.txt / judge_examples.json overriding the packaged ones
     price_in: float | None = Field(None, ge=0)   # USD per 1M prompt tokens (cost accounting; None = unknown)
@@ -228,6 +232,7 @@ class EndpointConfig(Section):
     seed: int = 0                                # sent with greedy requests (servers that honour it repeat)
     price_in: float | None = Field(None, ge=0)   # USD per 1M prompt tokens (cost columns; None = unknown)
     price_out: float | None = Field(None, ge=0)  # USD per 1M completion tokens
+    params: EndpointParams = Field(default_factory=EndpointParams)  # request parameters by model (reasoning)
 
 
 class TemplateFile(Section):

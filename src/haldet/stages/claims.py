@@ -78,7 +78,8 @@ class ClaimsStage(Stage):
             return {"rule": cfg.extractor, "version": RULE_VERSION}
         if cfg.model is None:
             return {"backend": "run", "model": self.ctx.backend.fingerprint()}
-        return {"backend": "openai", "model": cfg.model, "base_url": cfg.base_url}
+        params = {"params": cfg.params.identity()} if cfg.params.identity() else {}  # declared request parameters
+        return {"backend": "openai", "model": cfg.model, "base_url": cfg.base_url, **params}
 
     def extractor_name(self) -> str:
         cfg = self.ctx.config.claims
@@ -144,7 +145,7 @@ class ClaimsStage(Stage):
         settings = ClientSettings(model=cfg.model, base_url=cfg.base_url, api_key_env=cfg.api_key_env,
                                   timeout=cfg.timeout, concurrency=cfg.concurrency, retries=cfg.retries,
                                   backoff=cfg.backoff, max_tokens=cfg.max_new_tokens, option="claims.model",
-                                  where=f"claim extractor {cfg.model}")
+                                  where=f"claim extractor {cfg.model}", params=cfg.params, section="claims")
         return StructuredClient(settings, correction=_correction)
 
 

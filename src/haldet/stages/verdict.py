@@ -61,7 +61,8 @@ class VerdictStage(Stage):
         cfg = self.ctx.config.verdict
         if cfg.model is None:
             return {"backend": "run", "model": self.ctx.backend.fingerprint()}
-        return {"backend": "openai", "model": cfg.model, "base_url": cfg.base_url}
+        params = {"params": cfg.params.identity()} if cfg.params.identity() else {}  # declared request parameters
+        return {"backend": "openai", "model": cfg.model, "base_url": cfg.base_url, **params}
 
     def judge_name(self) -> str:
         cfg = self.ctx.config.verdict
@@ -189,7 +190,9 @@ class VerdictStage(Stage):
         opt = ask.optimize or Optimize()
         if opt.model is None:
             return {"same_as_judge": self.judge_id()}
-        return {"backend": "openai", "model": opt.model, "base_url": opt.base_url}
+        params = self.ctx.config.verdict.params.identity()  # the optimiser's requests carry the verdict section's
+        return {"backend": "openai", "model": opt.model, "base_url": opt.base_url,
+                **({"params": params} if params else {})}
 
     def _optimize(self, ask: Ask, items: Sequence[Item]) -> int:
         """The ask's optimised instructions: read back when stored under the same key, else the loop on the
@@ -314,7 +317,8 @@ class VerdictStage(Stage):
             settings = ClientSettings(model=cfg.model, base_url=cfg.base_url, api_key_env=cfg.api_key_env,
                                       timeout=cfg.timeout, concurrency=cfg.concurrency, retries=cfg.retries,
                                       backoff=cfg.backoff, max_tokens=max_new_tokens, temperature=cfg.temperature,
-                                      option=option, where=f"{role} {cfg.model}")
+                                      option=option, where=f"{role} {cfg.model}", params=cfg.params,
+                                      section="verdict")
             client = StructuredClient(settings, correction=str)
         outcomes = client.ask([Request(chat, str) for chat in chats])  # `str` never refuses: no correction turn
         return [o if isinstance(o, CallFailure) else o.text for o in outcomes]
