@@ -173,7 +173,7 @@ class OpenAIBackend(Backend):
             extra["extra_body"] = {"chat_template_kwargs": self.chat_template_kwargs}
 
         async def one(messages: list[dict[str, str]], params: dict[str, Any], n: int) -> list[GenOutput]:
-            sent = self.request_params({**params, **extra, **({"n": n} if n > 1 else {})})
+            sent: dict[str, Any] = {**params, **extra, **({"n": n} if n > 1 else {})}
             async with limit:
                 try:
                     reply = await endpoint.call(messages, attempts=c.retries + 1, backoff=c.backoff,
@@ -194,10 +194,6 @@ class OpenAIBackend(Backend):
         return OpenAIEndpoint(self.model, base_url=c.base_url, api_key_env=c.api_key_env, timeout=c.timeout,
                               breaker_after=c.breaker_after, option="--model",
                               where=f"model {self.name} at {c.base_url or 'api.openai.com'}")
-
-    def request_params(self, params: dict[str, Any]) -> dict[str, Any]:
-        """The parameters a request is sent with (a provider backend drops what its provider does not take)."""
-        return params
 
     def _breaker(self, endpoint: OpenAIEndpoint) -> CircuitBreaker:
         """One breaker for the backend's lifetime: once the endpoint is declared dead, later stages do not call it."""

@@ -166,7 +166,7 @@ class ProviderEndpoint(OpenAIEndpoint):
     def unsupported(self, params: dict[str, Any]) -> str | None:
         """A parameter this provider does not take (declared in its profile), refused before the request."""
         p = self.profile
-        checks = {"logprobs": p.logprobs, "top_logprobs": p.logprobs, "n": p.n_per_request, "seed": p.seed,
+        checks = {"logprobs": p.logprobs, "top_logprobs": p.logprobs, "n": p.n_per_request,
                   "response_format": p.json_mode, "extra_body": False}
         return next((name for name, ok in checks.items() if name in params and not ok), None)
 
@@ -174,6 +174,8 @@ class ProviderEndpoint(OpenAIEndpoint):
         from any_llm.exceptions import AnyLLMError, RateLimitError
 
         self.breaker.check()
+        if not self.profile.seed:  # haldet's own seed only makes reruns repeat where a provider honours one
+            params.pop("seed", None)
         bad = self.unsupported(params)
         if bad is not None:
             raise self.refused(400, f"{self.provider} does not take `{bad}` (declared in its profile)", bad, params)
@@ -248,10 +250,6 @@ class ProviderBackend(OpenAIBackend):
 
     def fingerprint(self) -> dict[str, Any]:
         return {**super().fingerprint(), "client": "any-llm"}
-
-    def request_params(self, params: dict[str, Any]) -> dict[str, Any]:
-        """A provider without a seed gets none (the seed only makes reruns repeat where a server honours it)."""
-        return params if self.profile.seed else {k: v for k, v in params.items() if k != "seed"}
 
     def make_endpoint(self) -> OpenAIEndpoint:
         c = self.config

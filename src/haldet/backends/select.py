@@ -11,6 +11,7 @@ so this module knows backends and signals, never detectors.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from haldet.backends.base import Backend, Capability
 from haldet.config import RunConfig
@@ -124,6 +125,25 @@ def check_signals(config: RunConfig, requires: Mapping[str, frozenset[Signal]],
         hint += "; hidden-state detectors need the hf backend (a local model: --model NAME without a prefix)"
         raise SignalUnavailableError(f"the {kind!r} backend of model {model} cannot provide what these detectors "
                                      f"need: {what}", where="--detector", hint=hint)
+
+
+def access_level(model: str, config: RunConfig, usage: Mapping[str, Any] | None = None) -> str:
+    """What a model's backend really gave a cell, for each result row: weights (white-box), log-probs (with how many
+    alternatives an endpoint sends) or text only; replies whose asked-for log-probs came back unusable are counted."""
+    kind = backend_kind(model)
+    caps = backend_class(model).declared_for(model, config)
+    remote = kind in ("openai", "api")
+    if Capability.HIDDEN_STATES in caps:
+        what = "weights (white-box)"
+    elif Capability.LOGPROBS in caps:
+        what = f"log-probs (top {config.endpoint.top_logprobs})" if remote else "log-probs"
+    else:
+        what = "text (no log-probs)"
+    spoilt = ((usage or {}).get("errors") or {}).get("logprobs")
+    if spoilt:
+        what += f"; {spoilt} replies without usable log-probs"
+    label = f"api:{model[4:].partition('/')[0]}" if kind == "api" else kind
+    return f"{label} {what}"
 
 
 def check_sampling_temperature(config: RunConfig, requires: Mapping[str, frozenset[Signal]]) -> None:
