@@ -134,8 +134,8 @@ def test_provider_model_as_target_and_as_judge_end_to_end(tmp_path: Path) -> Non
         return answers[q][1] if bad else answers[q][0]
 
     config = tmp_path / "config.yaml"
-    config.write_text("sample: {k: 2}\nendpoint: {price_in: 3.0, price_out: 15.0, backoff: 0.01, timeout: 5}\n"
-                      "judge: {json_mode: false, backoff: 0.01, price_in: 1.0, price_out: 5.0}\n"
+    config.write_text("sample: {k: 2}\nendpoint: {backoff: 0.01, timeout: 5}\njudge: {json_mode: false, backoff: 0.01}\n"
+                      "prices: {api:anthropic/claude-mock: [3.0, 15.0], api:anthropic/claude-judge: [1.0, 5.0]}\n"
                       "evaluation: {bootstrap: 20, min_per_class: 0, split: [0.25, 0.25, 0.5]}\n")
     with FakeAnthropic(content=content, key_of=key_of, default="ok:") as srv:
         srv.plans[f"greedy:{questions[0]}"] = ["429", "ok:"]
@@ -160,7 +160,11 @@ def test_provider_model_as_target_and_as_judge_end_to_end(tmp_path: Path) -> Non
     assert judge_usage["errors"] == {"429": 1} and judge_usage["calls"] == 9
     assert judge_usage["cost_usd"] == pytest.approx(8 * (100 * 1.0 + 20 * 5.0) / 1e6)  # tokens billed per role
     # USD: the answer ($3 / $15 per 1M tokens: 100 prompt + 20 completion tokens), and K=2 samples as 2 requests
-    lex = auroc["lexical_similarity"]
-    assert lex["gen_usd_item"] == pytest.approx((100 * 3.0 + 20 * 15.0) / 1e6)
-    assert lex["prep_usd_item"] == pytest.approx(2 * (100 * 3.0 + 20 * 15.0) / 1e6)
+    # and per 100 items beside Cost@100 s: 100 x the extra evidence (2 samples; 1 verbalized-confidence question)
+    lex, verb = auroc["lexical_similarity"], auroc["verbalized"]
+    assert lex["gen_usd_item"] == pytest.approx(0.0006)  # (100 x $3 + 20 x $15) / 1M
+    assert lex["prep_usd_item"] == pytest.approx(0.0012) and lex["usd_at_n"] == pytest.approx(0.12)
+    assert verb["prep_usd_item"] == pytest.approx(0.0006) and verb["usd_at_n"] == pytest.approx(0.06)
     assert lex["access"] == "api:anthropic text (no log-probs)"
+    table = CliRunner().invoke(app, ["report", str(out)], env={"COLUMNS": "200"})
+    assert "Cost@100 $" in table.output and "$0.12" in table.output, table.output[-2000:]

@@ -14,16 +14,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from haldet.defaults import DEFAULT_DETECTORS
-from haldet.endpoint_params import EndpointParams
+from haldet.endpoint_params import EndpointParams, fill_prices
 from haldet.errors import HaldetError, did_you_mean
 
 
-# `haldet run` with no --detector: the paper's detectors whose evidence the embedded set-up provides with real
-# quality offline. selfcheck_nli, semantic_entropy and sep (whose target is semantic entropy) need an NLI model;
-# offline the only one is the prompted 135M LLM, which cannot do entailment, so they run only when asked for.
 class Section(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -322,6 +319,12 @@ class RunConfig(Section):
     templates: dict[str, str | TemplateFile] = Field(default_factory=dict)
     # adapter options per dataset, e.g. {"belebele": {"languages": ["eng_Latn", "fra_Latn"]}}
     dataset_params: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    # USD per 1M prompt / completion tokens by model, for every role that names it (a section's price_in/out wins)
+    prices: dict[str, tuple[float, float]] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _prices(self) -> RunConfig:  # the judge's price from `prices` when its section declares none
+        return fill_prices(self)
 
     def canonical(self) -> dict[str, Any]:
         return self.model_dump(mode="json")

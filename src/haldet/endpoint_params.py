@@ -87,3 +87,27 @@ def refused_param(named: str | None, message: str, sent: list[str]) -> str | Non
         if f"'{name}'" in low or f'"{name}"' in low or f"`{name}`" in low:
             return name
     return None
+
+
+def price_of(prices: dict[str, tuple[float, float]], model: str | None,
+             declared: tuple[float | None, float | None] = (None, None)) -> tuple[float | None, float | None]:
+    """USD per 1M prompt / completion tokens of `model`: the role's declared prices, else the run's `prices` entry
+    for the model (its spec, or the name after a backend prefix such as `openai:`), else (None, None): price
+    unknown, never a guessed zero."""
+    if declared[0] is not None and declared[1] is not None:
+        return declared
+    if model is None:
+        return None, None
+    entry = prices.get(model) or prices.get(model.split(":", 1)[-1])
+    return (float(entry[0]), float(entry[1])) if entry else (None, None)
+
+
+def fill_prices(config: Any) -> Any:
+    """A `RunConfig` whose judge section takes its model's price from `prices` where it declares none (the target's,
+    the verdict model's and the claim extractor's are looked up where their requests are made)."""
+    judge = config.judge
+    if config.prices and judge.model and (judge.price_in is None or judge.price_out is None):
+        price_in, price_out = price_of(config.prices, judge.model)
+        if price_in is not None:
+            config.judge = judge.model_copy(update={"price_in": price_in, "price_out": price_out})
+    return config

@@ -53,6 +53,14 @@ class Usage:
             return None
         return (self.prompt_tokens * price_in + self.completion_tokens * price_out) / 1e6
 
+    def merge(self, other: Usage) -> None:
+        """Add another account (one request's) to this one."""
+        for name in COUNTERS:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        for kind, n in other.errors.items():
+            self.errors[kind] = self.errors.get(kind, 0) + n
+        self.breaker_open = self.breaker_open or other.breaker_open
+
     def note_error(self, kind: str) -> None:
         self.errors[kind] = self.errors.get(kind, 0) + 1
 

@@ -14,7 +14,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from haldet.backends.base import Backend, Capability
-from haldet.config import RunConfig
+from haldet.config import EndpointConfig, RunConfig
+from haldet.endpoint_params import price_of
 from haldet.errors import SignalUnavailableError
 from haldet.signals import Signal
 
@@ -159,16 +160,23 @@ def check_sampling_temperature(config: RunConfig, requires: Mapping[str, frozens
                                      hint="sample from another model (sample.model), or drop these detectors")
 
 
+def priced_endpoint(model: str, config: RunConfig) -> EndpointConfig:
+    """The endpoint section with the model's price: declared there, else from `prices` (else unknown)."""
+    ep = config.endpoint
+    price_in, price_out = price_of(config.prices, model, (ep.price_in, ep.price_out))
+    return ep.model_copy(update={"price_in": price_in, "price_out": price_out})
+
+
 def make_backend(model: str, config: RunConfig) -> Backend:
     kind = backend_kind(model)
     if kind == "api":
         from haldet.backends.providers import ProviderBackend
 
-        return ProviderBackend(model, config.endpoint)
+        return ProviderBackend(model, priced_endpoint(model, config))
     if kind == "openai":
         from haldet.backends.openai_backend import OpenAIBackend
 
-        return OpenAIBackend(model, config.endpoint, chat_template_kwargs=config.chat_template_kwargs)
+        return OpenAIBackend(model, priced_endpoint(model, config), chat_template_kwargs=config.chat_template_kwargs)
     if kind == "vllm":
         from haldet.backends.vllm import VLLMBackend
 

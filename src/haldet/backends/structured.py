@@ -66,9 +66,15 @@ class CallFailure:
 
 @dataclass
 class Reply(Generic[T]):
+    """A parsed reply; an endpoint's also says what its request billed (every attempt: tokens, and USD where the
+    client knows the model's price, else None)."""
+
     value: T
     text: str
     cached: bool = False
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float | None = None
 
 
 Outcome = Reply[Any] | CallFailure
@@ -115,6 +121,15 @@ class ClientSettings:
                    max_tokens=config.max_tokens, temperature=0.0, top_p=1.0, seed=config.seed,
                    json_mode=config.json_mode, count_prompt_tokens=count_prompt_tokens, option=option, where=where,
                    params=config.params, section="judge", price_in=config.price_in, price_out=config.price_out)
+
+
+def billing(replies: Sequence[Reply[Any]]) -> dict[str, Any]:
+    """What a record's requests billed: tokens, and USD (None when a price is unknown), as the target's records
+    carry them (`api_prompt_tokens`, `api_completion_tokens`, `cost_usd`), so the cost columns count them."""
+    costs = [r.cost_usd for r in replies]
+    return {"api_prompt_tokens": sum(r.prompt_tokens for r in replies),
+            "api_completion_tokens": sum(r.completion_tokens for r in replies),
+            "cost_usd": None if any(c is None for c in costs) else float(sum(c for c in costs if c is not None))}
 
 
 class StructuredClient:
@@ -256,13 +271,17 @@ class StructuredClient:
             return None
 
         s = self.settings
+        billed = Usage()  # this request's account, added to the client's
         try:
-            reply = await client.call(request.messages, attempts=s.retries + 1, backoff=s.backoff, usage=self.usage,
+            reply = await client.call(request.messages, attempts=s.retries + 1, backoff=s.backoff, usage=billed,
                                       check=check, **self.params(request))
         except CallFailed as exc:
             self.usage.failures += 1
             return CallFailure(error=exc.error, attempts=exc.attempts)
-        return Reply(parsed[-1], reply.text)
+        finally:
+            self.usage.merge(billed)
+        return Reply(parsed[-1], reply.text, prompt_tokens=billed.prompt_tokens,
+                     completion_tokens=billed.completion_tokens, cost_usd=billed.cost_usd(s.price_in, s.price_out))
 
     # --- local model ------------------------------------------------------------------------------------------
     def _ask_local(self, requests: Sequence[Request[Any]], done: Callable[[int, Outcome], None]) -> None:
