@@ -101,6 +101,12 @@ def check_signals(config: RunConfig, requires: Mapping[str, frozenset[Signal]],
 
         api_key(sample_model, config.sample.base_url or config.endpoint.base_url,
                 config.sample.api_key_env or config.endpoint.api_key_env, "sample.model")
+    if sample_model and backend_kind(sample_model) == "api" and any(Signal.SAMPLES in r for r in requires.values()):
+        from haldet.backends.providers import check_provider
+
+        sample_endpoint = config.endpoint.model_copy(update={k: v for k, v in (
+            ("base_url", config.sample.base_url), ("api_key_env", config.sample.api_key_env)) if v is not None})
+        check_provider(sample_model, config.model_copy(update={"endpoint": sample_endpoint}))
     check_sampling_temperature(config, requires)
     for model in config.models:
         if backend_kind(model) == "openai":  # a missing API key is known now, not after the run started
