@@ -94,6 +94,11 @@ def test_json_mode_on_a_provider_without_it_is_named_before_a_request(server: Fa
         client.ask([Request([{"role": "user", "content": "x"}], str)])
     assert "`response_format`" in err.value.message and "judge.json_mode: false" in err.value.hint
     assert server.requests == []
+    from haldet.backends.providers import check_roles  # and the run refuses it before any work
+
+    with pytest.raises(HaldetError, match=r"judge\.json_mode: false"):
+        check_roles(RunConfig(judge=judge))
+    check_roles(RunConfig(judge=judge.model_copy(update={"json_mode": False})))
 
 
 def _answers(limit: int) -> dict[str, tuple[str, str]]:
@@ -134,7 +139,8 @@ def test_provider_model_as_target_and_as_judge_end_to_end(tmp_path: Path) -> Non
         return answers[q][1] if bad else answers[q][0]
 
     config = tmp_path / "config.yaml"
-    config.write_text("sample: {k: 2}\nendpoint: {backoff: 0.01, timeout: 5}\njudge: {json_mode: false, backoff: 0.01}\n"
+    config.write_text("sample: {k: 2}\nendpoint: {backoff: 0.01, timeout: 5}\n"
+                      "judge: {json_mode: false, backoff: 0.01}\n"
                       "prices: {api:anthropic/claude-mock: [3.0, 15.0], api:anthropic/claude-judge: [1.0, 5.0]}\n"
                       "evaluation: {bootstrap: 20, min_per_class: 0, split: [0.25, 0.25, 0.5]}\n")
     with FakeAnthropic(content=content, key_of=key_of, default="ok:") as srv:

@@ -112,6 +112,25 @@ def check_provider(spec: str, config: RunConfig) -> None:
     provider_key(spec, ep.api_key_env, ep.base_url, "--model")
 
 
+def check_roles(config: RunConfig) -> None:
+    """The roles other than the target that name a provider model (judge, verdict model, claim extractor): the
+    client installed, an API key, and JSON mode only where the provider has it, all before any request."""
+    judge = config.judge
+    roles = [("judge", judge.model, judge.base_url, judge.api_key_env, judge.json_mode)
+             if judge.kind in ("llm", "cascade") and judge.backend == "openai" else ("judge", None, None, "", False),
+             ("verdict", config.verdict.model, config.verdict.base_url, config.verdict.api_key_env, False),
+             ("claims", config.claims.model, config.claims.base_url, config.claims.api_key_env, False)]
+    for section, model, base_url, key_env, json_mode in roles:
+        if not model or not model.startswith(PROVIDER_PREFIX):
+            continue
+        client_installed(model)
+        provider_key(model, key_env, base_url, f"{section}.model")
+        if json_mode and not profile_of(split_spec(model)[0]).json_mode:
+            raise HaldetError(f"{model} has no JSON mode (response_format), which {section}.json_mode asks for",
+                              where=f"{section}.model", hint=f"set {section}.json_mode: false (replies are parsed, "
+                                                             "with a correction turn when malformed)")
+
+
 def client_installed(spec: str) -> None:
     try:
         import any_llm  # noqa: F401

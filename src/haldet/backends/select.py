@@ -108,6 +108,9 @@ def check_signals(config: RunConfig, requires: Mapping[str, frozenset[Signal]],
             ("base_url", config.sample.base_url), ("api_key_env", config.sample.api_key_env)) if v is not None})
         check_provider(sample_model, config.model_copy(update={"endpoint": sample_endpoint}))
     check_sampling_temperature(config, requires)
+    from haldet.backends.providers import check_roles
+
+    check_roles(config)  # judge, verdict and claim models on a provider: client, key, JSON mode
     for model in config.models:
         if backend_kind(model) == "openai":  # a missing API key is known now, not after the run started
             from haldet.backends.openai_client import api_key
