@@ -73,3 +73,25 @@ def test_reports_show_the_usd_column_only_for_billed_models() -> None:
     text = cost_markdown(rows)
     assert "Cost@100 (USD)" in text and "$0.12" in text and PRICE_UNKNOWN in text
     assert "Cost@100 (USD)" not in cost_markdown(rows[2:])  # no billed model: no money column
+
+
+def test_verdict_model_requests_billed_per_record() -> None:
+    """The verdict model (an endpoint priced in `prices`) bills each request: 100 prompt + 20 completion tokens at
+    $2 / $4 per 1M = $0.00028; a retried request (429 first) bills only what was answered."""
+    from types import SimpleNamespace
+
+    from haldet.backends.structured import billing
+    from haldet.stages.verdict import VerdictStage
+    from mock_openai import FakeOpenAI, text_content
+
+    with FakeOpenAI(content=text_content, default="ok:Yes") as srv:
+        srv.plans["b"] = ["429", "ok:No"]
+        config = RunConfig(verdict={"model": "judge-m", "base_url": srv.base_url, "backoff": 0.01},
+                           prices={"judge-m": (2.0, 4.0)})
+        ctx = SimpleNamespace(config=config, model="target", backend=None)
+        replies = VerdictStage(ctx, asks=[])._ask([[{"role": "user", "content": "a"}],
+                                                   [{"role": "user", "content": "b"}]], 16)
+    assert [r.text for r in replies] == ["Yes", "No"]
+    assert [r.cost_usd for r in replies] == [pytest.approx(0.00028)] * 2
+    assert billing(replies) == {"api_prompt_tokens": 200, "api_completion_tokens": 40,
+                                "cost_usd": pytest.approx(0.00056)}
