@@ -85,7 +85,9 @@ class OpenAIBackend(Backend):
         self.model = endpoint_model(name)
         self.usage = Usage()
         self._shared_breaker: CircuitBreaker | None = None
-        self._accepted = False  # a request went through: the parameters are accepted, requests may run at once
+        # parameter sets a request went through with: requests carrying one of them may run at once; another set's
+        # first request goes alone (a refused parameter costs one request, not a batch)
+        self._accepted: set[frozenset[str]] = set()
         self.n_supported: bool | None = {"n": True, "calls": False}.get(config.n_samples)
         self.check_key()  # a missing key fails now, not mid-run
 
@@ -185,8 +187,9 @@ class OpenAIBackend(Backend):
                                       error=f"{exc.error} (after {exc.attempts} attempt(s))")]
             return self._outputs(reply)
 
-        results = await gather_closing((one(*job) for job in jobs), endpoint, first_alone=not self._accepted)
-        self._accepted = True
+        names = frozenset([*(jobs[0][1] if jobs else {}), *extra, *(["n"] if jobs and jobs[0][2] > 1 else [])])
+        results = await gather_closing((one(*job) for job in jobs), endpoint, first_alone=names not in self._accepted)
+        self._accepted.add(names)
         return results
 
     def make_endpoint(self) -> OpenAIEndpoint:
