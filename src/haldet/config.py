@@ -14,15 +14,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from haldet.defaults import DEFAULT_DETECTORS
+from haldet.endpoint_params import EndpointParams, fill_prices
 from haldet.errors import HaldetError, did_you_mean
 
 
-# `haldet run` with no --detector: the paper's detectors whose evidence the embedded set-up provides with real
-# quality offline. selfcheck_nli, semantic_entropy and sep (whose target is semantic entropy) need an NLI model;
-# offline the only one is the prompted 135M LLM, which cannot do entailment, so they run only when asked for.
 class Section(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -87,6 +85,7 @@ class VerdictConfig(Section):
     retries: int = Field(4, ge=0)
     backoff: float = Field(1.0, ge=0)
     timeout: float = Field(60.0, gt=0)
+    params: EndpointParams = Field(default_factory=EndpointParams)  # request parameters by model (also the optimiser)
 
 
 class ClaimsConfig(Section):
@@ -105,6 +104,7 @@ class ClaimsConfig(Section):
     retries: int = Field(4, ge=0)
     backoff: float = Field(1.0, ge=0)
     timeout: float = Field(60.0, gt=0)
+    params: EndpointParams = Field(default_factory=EndpointParams)  # request parameters by model
 
 
 class RedeepConfig(Section):
@@ -194,6 +194,7 @@ class JudgeConfig(Section):
     max_tokens: int = Field(256, ge=16)          # judge reply budget
     seed: int = 0                                # sent with every request (deterministic decoding)
     json_mode: bool = True                       # ask the endpoint for a JSON object (response_format)
+    params: EndpointParams = Field(default_factory=EndpointParams)  # request parameters by model (reasoning)
     few_shot: bool = True                        # include the calibration examples
     template_dir: str | None = None              # judge_*.txt / judge_examples.json overriding the packaged ones
     price_in: float | None = Field(None, ge=0)   # USD per 1M prompt tokens (cost accounting; None = unknown)
@@ -228,6 +229,7 @@ class EndpointConfig(Section):
     seed: int = 0                                # sent with greedy requests (servers that honour it repeat)
     price_in: float | None = Field(None, ge=0)   # USD per 1M prompt tokens (cost columns; None = unknown)
     price_out: float | None = Field(None, ge=0)  # USD per 1M completion tokens
+    params: EndpointParams = Field(default_factory=EndpointParams)  # request parameters by model (reasoning)
 
 
 class TemplateFile(Section):
@@ -317,6 +319,12 @@ class RunConfig(Section):
     templates: dict[str, str | TemplateFile] = Field(default_factory=dict)
     # adapter options per dataset, e.g. {"belebele": {"languages": ["eng_Latn", "fra_Latn"]}}
     dataset_params: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    # USD per 1M prompt / completion tokens by model, for every role that names it (a section's price_in/out wins)
+    prices: dict[str, tuple[float, float]] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _prices(self) -> RunConfig:  # the judge's price from `prices` when its section declares none
+        return fill_prices(self)
 
     def canonical(self) -> dict[str, Any]:
         return self.model_dump(mode="json")

@@ -150,7 +150,7 @@ def test_local_verdicts_sample_at_the_configured_temperature(tmp_path: Path) -> 
     chats = [[{"role": "user", "content": "a"}], [{"role": "user", "content": "b"}]]
     for temperature in (0.0, 0.6):
         ctx = SimpleNamespace(config=RunConfig(verdict={"temperature": temperature}), model="m", backend=Backend())
-        replies = VerdictStage(ctx, asks=[])._ask(chats, 16)
+        replies = [r.text for r in VerdictStage(ctx, asks=[])._ask(chats, 16)]
         assert replies == (["greedy a", "greedy b"] if temperature == 0 else ["sampled a", "sampled b"])
     assert calls[0] == ("generate", None) and calls[1][0] == "sample" and calls[1][1][:2] == (0.6, 1)
     ctx = SimpleNamespace(config=RunConfig(verdict={"temperature": 0.6}), model="m", backend=Backend())

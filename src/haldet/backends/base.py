@@ -192,6 +192,7 @@ class Capability(StrEnum):
     ATTENTIONS = "attentions"  # attention weights (ICR features, token attention)
     LAYER_COUNT = "layer_count"  # the number of transformer layers (`layer_count`)
     USAGE = "usage"  # calls, tokens and cost accounted per cell (`usage_report`, `reset_usage`)
+    REASONING_FIELD = "reasoning_field"  # an endpoint returns its reasoning apart from the answer (a field)
 
 
 class Backend:
@@ -215,6 +216,12 @@ class Backend:
         """The capabilities an instance made for a run with `config` (a `RunConfig`) will have: the class's own
         unless its configuration narrows them."""
         return cls.capabilities
+
+    @classmethod
+    def declared_for(cls, model: str, config: Any) -> frozenset[Capability]:
+        """`declared` for one model spec (a backend whose capabilities depend on the model, such as a provider's,
+        overrides this)."""
+        return cls.declared(config)
 
     def fingerprint(self) -> dict[str, Any]:
         """Everything that identifies the weights and tokenizer (goes into every stage key)."""

@@ -73,7 +73,8 @@ def run(
     dataset: Annotated[list[str] | None, typer.Option("--dataset", "-d", help="Dataset(s): repeat or comma list. "
                                                       "See `haldet datasets list`.")] = None,
     model: Annotated[list[str] | None, typer.Option("--model", "-m", help="Model(s): alias (smollm2-135m, "
-                                                    "gemma3-270m), hub id, local dir or .gguf file.")] = None,
+                                                    "gemma3-270m), hub id, local dir or .gguf file; openai:NAME, "
+                                                    "api:PROVIDER/MODEL, vllm:MODEL (docs/backends.md).")] = None,
     detector: Annotated[list[str] | None, typer.Option("--detector", help="Detector(s): repeat or comma list. "
                                                        "See `haldet detectors list`.")] = None,
     limit: Annotated[int | None, typer.Option(help="Items per dataset (after a seeded shuffle).")] = None,
@@ -98,7 +99,8 @@ def run(
                                               "(still-valid cached evidence is reused).")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result rows as JSON.")] = False,
     model_base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible endpoint of `openai:NAME` models, "
-                                                       "e.g. http://127.0.0.1:8080/v1.")] = None,
+                                                       "e.g. http://127.0.0.1:8080/v1 (or a compatible server for "
+                                                       "`api:PROVIDER/MODEL` models).")] = None,
     executor: Annotated[str, typer.Option(help="serial | ray: run cells and item shards as Ray tasks "
                                           "(optional extra `ray`; docs/backends.md).")] = "serial",
     ray_address: Annotated[str | None, typer.Option(help="Ray cluster address (default: $RAY_ADDRESS, else a "

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from haldet.backends.base import Backend, Capability
+from haldet.backends.select import access_level
 from haldet.config import RunConfig, digest
 from haldet.datasets.adapter import LoadReport
 from haldet.datasets.base import DATASETS, get_adapter
@@ -254,6 +255,7 @@ def _finish(result: CellResult, ctx: CellContext) -> CellResult:
     result.counts = dict(ctx.counts)
     if Capability.USAGE in ctx.backend.capabilities:  # a remote target model: calls, tokens, cost, breaker state
         result.data["backend_usage"] = ctx.backend.usage_report()
+    result.data["access"] = access_level(ctx.model, ctx.config, result.data.get("backend_usage"))
     return result
 
 

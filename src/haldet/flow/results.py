@@ -39,7 +39,7 @@ def result_rows(cell: CellResult, cost_n: int = DEFAULT_N, *, max_orientation: b
                 "value": m.value, "ci_low": m.ci_low, "ci_high": m.ci_high, "n": m.n, "n_pos": m.n_pos,
                 "coverage": m.coverage, "fit_s": round(run.fit_seconds, 4), "score_s": round(run.score_seconds, 4),
                 "note": "; ".join(n for n in (thin, m.note, str(run.meta.get("note") or "")) if n),
-                "scope": run.scope,
+                "scope": run.scope, "access": str(cell.data.get("access") or ""),
                 **cost,
                 **provenance_columns(run.name, run.identity),
                 **({"train_labels": run.train_labels} if run.train_labels else {}),

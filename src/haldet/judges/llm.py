@@ -177,8 +177,9 @@ class LLMJudge(Judge):
 
     def fingerprint(self) -> Any:
         c = self.config
+        params = [{"params": c.params.identity()}] if c.backend == "openai" and c.params.identity() else []
         return [self.id, c.backend, c.base_url if c.backend == "openai" else None, c.max_tokens, c.seed,
-                c.json_mode, self.prompts.digest]
+                c.json_mode, self.prompts.digest, *params]
 
     def applies(self, instance: Instance) -> bool:
         return True

@@ -30,6 +30,7 @@ from haldet.evaluation.aggregate import (
     scenario_table,
 )
 from haldet.evaluation.compare import paired_bootstrap
+from haldet.evaluation.cost import usd_text
 from haldet.evaluation.metrics import MAX_ORIENTATION, MAX_ORIENTATION_NOTE, aupr, auroc
 from haldet.figures.charts import cost_scatter, heatmap
 from haldet.figures.curves import MAX_POINTS, curve_figure
@@ -201,13 +202,16 @@ def cost_section(rows: Sequence[Mapping[str, Any]], figures: FigureSet | None = 
                     gpts, title=f"{group}: {model}", xlabel=f"Cost@{n} (s, log scale)", colours=EVIDENCE_COLOURS),
                     f"AUROC vs Cost@{n}, {group}: {model}"))
     marks = detector_marks(rows)
+    billed = any("usd_at_n" in e for e in entries)  # an API model's money for the same N items, beside the seconds
     body = [[_e(e["model"]), _e(e["detector"]) + _sup(marks, e["model"], e["detector"]), _e(e["family"]),
              _e(e.get("evidence") or "—"), _pct(e.get("auroc")) + coverage_suffix(e.get("coverage")),
              _num(e.get("cost_at_n")), _num(e.get("prep_s_item")), _fit(e), _num(e.get("score_only_s")),
              _num(None if e.get("infer_s_item") is None else 1000 * e["infer_s_item"]),
-             _num(e.get("extra_calls_item"), ".2f"), _num(e.get("extra_tokens_item"), ".1f")] for e in entries]
+             _num(e.get("extra_calls_item"), ".2f"), _num(e.get("extra_tokens_item"), ".1f"),
+             *([_e(usd_text(e["usd_at_n"]) if "usd_at_n" in e else "—")] if billed else [])] for e in entries]
     header = ["model", "detector", "family", "evidence", "AUROC", f"Cost@{n} (s)", "evidence s/item", "fit (s)",
-              "score-only (s)", "infer. (ms/item)", "extra gen. calls/item", "extra gen. tokens/item"]
+              "score-only (s)", "infer. (ms/item)", "extra gen. calls/item", "extra gen. tokens/item",
+              *([f"Cost@{n} (USD)"] if billed else [])]
     return (f"<h2 id=cost>Accuracy and cost (Figure 2, Table 11)</h2><p class=muted>Cost@{n}: artifact-inclusive "
             f"seconds for {n} items = {n} x (seconds per item of every evidence stage the detector reads beyond the "
             f"primary answer) + fitting + {n} x scoring seconds per item; means over datasets. Extra generations are "

@@ -189,12 +189,12 @@ class AuxiliaryStage(DecodingReader):
             for rec, out in zip(records, replies, strict=True):
                 stated = confidence_statement(out.text)
                 _fail_or(rec, out, verbalized=stated, verbalized_value=parse_confidence(stated),
-                         verbalized_n_tokens=out.n_tokens)
+                         verbalized_n_tokens=out.n_tokens, **_billed("verbalized", out))
         if self_eval:
             for rec, (out, true_lps, false_lps) in zip(records, judged, strict=True):
                 p, lt, lf = p_true_from_logprobs(true_lps, false_lps)
                 _fail_or(rec, out, self_eval_text=out.text, p_true=p, logp_true=_finite(lt), logp_false=_finite(lf),
-                         self_eval_n_tokens=out.n_tokens)
+                         self_eval_n_tokens=out.n_tokens, **_billed("self_eval", out))
         return records
 
     def _self_eval(self, prompts: list[str]) -> list[tuple[Any, list[float], list[float]]]:
@@ -221,6 +221,11 @@ def _fail_or(rec: dict[str, Any], out: Any, **values: Any) -> None:
         rec["failed"] = out.error
     else:
         rec.update(values)
+
+
+def _billed(part: str, out: Any) -> dict[str, Any]:
+    """A remote reply's USD as `<part>_cost_usd` (None: price unknown); nothing for a local model."""
+    return {f"{part}_cost_usd": out.extra["cost_usd"]} if "cost_usd" in out.extra else {}
 
 
 def _finite(x: float) -> float | None:

@@ -222,13 +222,16 @@ def context_window(backend: Any) -> int | None:
 
 
 def remote_usage(outs: list[Any]) -> dict[str, Any]:
-    """Tokens billed and cost of a remote backend's outputs for one record ({} for local backends)."""
+    """Tokens billed and cost of a remote backend's outputs for one record ({} for local backends), and why their
+    log-probs were unusable when they were asked for and came back empty, truncated or malformed."""
     if not outs or "prompt_tokens" not in outs[0].extra:
         return {}
     costs = [o.extra.get("cost_usd") for o in outs]
+    spoilt = [o.extra["logprobs_error"] for o in outs if o.extra.get("logprobs_error")]  # asked for, unusable
     return {"api_prompt_tokens": sum(o.extra["prompt_tokens"] for o in outs),
             "api_completion_tokens": sum(o.extra["completion_tokens"] for o in outs),
-            "cost_usd": None if any(c is None for c in costs) else sum(costs)}
+            "cost_usd": None if any(c is None for c in costs) else sum(costs),
+            **({"logprobs_error": spoilt[0]} if spoilt else {})}
 
 
 def generation_of(record: dict[str, Any]) -> Generation:
