@@ -187,7 +187,8 @@ def test_cli_data_file_split_and_formats() -> None:
 
 
 def test_data_file_with_several_datasets_from_a_config_file_is_refused(tmp_path: Path) -> None:
-    """A suite's own datasets take the file as the first one (tests/detectors/test_redeep.py runs it); datasets listed by a
+    """A suite's own datasets take the file as the first one (tests/detectors/test_redeep.py runs it); datasets
+    listed by a
     config file are not guessed between."""
     from typer.testing import CliRunner
 

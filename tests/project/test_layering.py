@@ -1,7 +1,8 @@
 """Layers with no cycles, counting every import: module level, function bodies and `TYPE_CHECKING` blocks alike.
 
 The package is layered bottom-up (`LAYERS`; docs/developing.md's layer table is generated from it: `python
-tests/project/test_layering.py` rewrites it): a module may import only from its own layer or the layers below it, and no set
+tests/project/test_layering.py` rewrites it): a module may import only from its own layer or the layers below
+it, and no set
 of modules imports itself back (a cycle), even within a layer. Each folder (a sub-package) lies in exactly one layer,
 and nothing outside a suite's folder imports it. Plugins and suites are found by name (the registries and the CLI
 import them with importlib), which is not an import edge.

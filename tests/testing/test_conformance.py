@@ -32,7 +32,8 @@ def _case_id(name: str, params: dict[str, Any]) -> str:
     return f"{name}-{params.get('variant', 'default')}"
 
 
-# one test per (detector/variant, check), e.g. `pytest tests/testing/test_conformance.py -k "mind and order"`; a case's checks
+# one test per (detector/variant, check), e.g. `pytest tests/testing/test_conformance.py -k "mind and order"`;
+# a case's checks
 # share one xdist worker (`--dist loadgroup`), so its runs and fits are computed once
 CHECK_CASES = [pytest.param(name, params, check, id=f"{_case_id(name, params)}-{check}",
                             marks=pytest.mark.xdist_group(_case_id(name, params)))

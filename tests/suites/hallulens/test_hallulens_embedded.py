@@ -1,7 +1,8 @@
 """HalluLens offline on the fixtures with the embedded SmolLM2-135M as generator, tested model and judge (one
 loaded model shared): the three tasks and the offline proxy are built and evaluated end to end. The 135M model is a
 poor generator and judge (it rarely passes its own answerability check, and as abstention judge it tends to call
-every answer an abstention, so the claim steps are exercised in tests/suites/hallulens/test_hallulens_endpoint.py), so this test
+every answer an abstention, so the claim steps are exercised in
+tests/suites/hallulens/test_hallulens_endpoint.py), so this test
 checks the path and its bookkeeping, not quality: every wanted item is kept, dropped with a reason or listed as a
 failed call; every evaluated item is judged or listed as failed (never both, never dropped); rates obey their
 identities; the table (with the proxy labelled) and detection sets are written. Reply budgets are cut to keep the
