@@ -289,6 +289,7 @@ def test_cells_are_read_once_until_their_files_change(tmp_path):
     assert explorer.cell(0, DATASET, MODEL) is cell and cell.ids  # the same loaded cell, not read again
     RunStore(root).cell(DATASET, MODEL).log("generate").append([{"id": f"{DATASET}/test/99", "key": "g",
                                                                   "prompt": "Question: late?", "response": "r"}])
+    RunStore(root).cell(DATASET, MODEL).record_keys("generate", {f"{DATASET}/test/99": "g"}, add=True)  # used
     assert "21 of 21 items" in client.get("/items", params=CELL).text
 
 

@@ -5,7 +5,7 @@ Item i of `synth_qa` x `synth-model`: label hallucination when i % 3 == 0 (else 
 train when i % 5 == 1, else test; detector `det<k>` scores `label + 0.1 * k + noise` under the manifest's key, NaN
 with reason "no answer tokens" for every 50th item, plus a newer record for item 3 under another key (other settings)
 that readers must ignore. Written in the current run format: the manifest names each detector's score log and the
-cell records its labels' keys (`keys.json`).
+cell records the keys of its labels and evidence records (`keys.json`).
 """
 
 from __future__ import annotations
@@ -65,7 +65,8 @@ def write_synthetic_run(root: Path, n_items: int = 60, n_detectors: int = 3, see
         cell.log("auxiliary").append({"id": ids[i], "key": "x", "verbalized": f"Confidence {i % 10}",
                                       "verbalized_value": (i % 10) / 10, "self_eval_text": None, "p_true": None}
                                      for i in part)
-    cell.record_keys("annotate", {i: {"key": "a"} for i in ids})  # the labels the run evaluated
+    cell.record_stage_keys({stage: dict.fromkeys(ids, key) for stage, key in  # the labels and evidence the run used
+                            (("annotate", "a"), ("generate", "g"), ("sample", "s"), ("auxiliary", "x"))})
     splits = {s: [ids[i] for i in range(n_items) if split_of(i) == s] for s in ("train", "val", "test")}
     cell.write_json("split.json", {"seed": seed, "fractions": [0.2, 0.2, 0.6], **splits})
     labels = np.array([label_of(i) for i in range(n_items)])
