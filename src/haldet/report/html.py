@@ -176,7 +176,10 @@ def scenario_section(rows: Sequence[Mapping[str, Any]], figures: FigureSet | Non
             + "<h3>Scenario x detector heatmap</h3><div class=figs>" + "".join(heat) + "</div>")
 
 
-def cost_section(rows: Sequence[Mapping[str, Any]], figures: FigureSet | None = None) -> str:
+def cost_section(rows: Sequence[Mapping[str, Any]], figures: FigureSet | None = None,
+                 trains: Mapping[str, bool] | None = None) -> str:
+    """The cost table and plots; `trains`: whether each detector trains, as the runs recorded it (`recorded_trains`;
+    a detector it does not name is looked up in the registry)."""
     figures = figures if figures is not None else FigureSet(formats=())
     entries = cost_table(rows)
     n = next((e["cost_n"] for e in entries if e.get("cost_n")), 100)
@@ -203,7 +206,7 @@ def cost_section(rows: Sequence[Mapping[str, Any]], figures: FigureSet | None = 
     marks = detector_marks(rows)
     body = [[_e(e["model"]), _e(e["detector"]) + _sup(marks, e["model"], e["detector"]), _e(e["family"]),
              _e(e.get("evidence") or "—"), _pct(e.get("auroc")) + coverage_suffix(e.get("coverage")),
-             _num(e.get("cost_at_n")), _num(e.get("prep_s_item")), _fit(e), _num(e.get("score_only_s")),
+             _num(e.get("cost_at_n")), _num(e.get("prep_s_item")), _fit(e, trains or {}), _num(e.get("score_only_s")),
              _num(None if e.get("infer_s_item") is None else 1000 * e["infer_s_item"]),
              _num(e.get("extra_calls_item"), ".2f"), _num(e.get("extra_tokens_item"), ".1f")] for e in entries]
     header = ["model", "detector", "family", "evidence", "AUROC", f"Cost@{n} (s)", "evidence s/item", "fit (s)",
@@ -215,15 +218,35 @@ def cost_section(rows: Sequence[Mapping[str, Any]], figures: FigureSet | None = 
             + _table(header, body, left=4) + _footnotes(marks, COVERAGE_NOTE))
 
 
-def _fit(entry: Mapping[str, Any]) -> str:
+def _fit(entry: Mapping[str, Any], recorded: Mapping[str, bool]) -> str:
     """Fit seconds, or "-" for a detector that does not train (its "fit" is only bookkeeping, not a cost)."""
-    from haldet.detectors.base import DETECTORS
+    trains = recorded.get(str(entry["detector"]))
+    if trains is None:
+        trains = format2_trains(str(entry["detector"]))
+    return _num(entry.get("fit_s")) if trains else "-"
+
+
+def recorded_trains(runs: Sequence[RunData]) -> dict[str, bool]:
+    """Whether each detector of the runs trains, as their manifests recorded it at run time (so a report needs no
+    detector registry, which imports every detector and torch)."""
+    out: dict[str, bool] = {}
+    for run in runs:
+        for cell in run.cells():
+            for det in cell.get("detectors") or []:
+                if det.get("trains") is not None:
+                    out.setdefault(str(det.get("name")), bool(det["trains"]))
+    return out
+
+
+def format2_trains(detector: str) -> bool:
+    """Manifests before run_format 3 did not record whether a detector trains: the registry says (importing every
+    detector module); a plugin detector not installed here counts as trained (its recorded seconds are shown)."""
+    from haldet.detectors.base import DETECTORS  # lazy: torch
 
     try:
-        trains = DETECTORS.get(str(entry["detector"])).trains
-    except HaldetError:  # a plugin detector not installed here: show what was recorded
-        trains = True
-    return _num(entry.get("fit_s")) if trains else "-"
+        return DETECTORS.get(detector).trains
+    except HaldetError:
+        return True
 
 
 def _p(p: float | None, n_boot: int) -> str:
@@ -389,7 +412,7 @@ def build_html(runs: Sequence[RunData], rows: Sequence[Mapping[str, Any]], *, ti
         body.append("<p class=muted>" + "<br>".join(_e(line) for line in skipped_lines(skipped)) + "</p>")
     if rows:
         body += [summary_section(rows), results_section(rows), scenario_section(rows, figures),
-                 cost_section(rows, figures), roc_section(runs, rows, n_boot, figures),
+                 cost_section(rows, figures, recorded_trains(runs)), roc_section(runs, rows, n_boot, figures),
                  deployment_section(runs, rows, n_boot, figures)]
     else:
         body.append("<p>No result rows: every cell failed or no detector ran (see failures).</p>")
