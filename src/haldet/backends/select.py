@@ -13,9 +13,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from haldet.backends.base import Backend, Capability
+from haldet.backends.hf.backend import HFBackend
+from haldet.backends.openai_backend import OpenAIBackend
+from haldet.backends.openai_client import api_key
+from haldet.backends.vllm import VLLMBackend
 from haldet.config import RunConfig
 from haldet.errors import SignalUnavailableError
 from haldet.signals import Signal
+from haldet.util.assets import check_alias
 
 # the capability each signal needs of the model's backend; a signal not listed needs hidden states (white-box)
 SIGNAL_NEEDS: dict[Signal, Capability] = {
@@ -40,8 +45,6 @@ SIGNAL_NEEDS: dict[Signal, Capability] = {
 
 def check_model_names(config: RunConfig) -> None:
     """Refuse a misspelt model alias before any work (a local model name that is close to a known alias)."""
-    from haldet.util.assets import check_alias
-
     for model in config.models:
         if backend_kind(model) == "hf":
             check_alias(model)
@@ -59,14 +62,11 @@ def backend_class(model: str) -> type[Backend]:
     """The class that serves a model spec (importing it loads no model and no heavy library)."""
     kind = backend_kind(model)
     if kind == "openai":
-        from haldet.backends.openai_backend import OpenAIBackend
 
         return OpenAIBackend
     if kind == "vllm":
-        from haldet.backends.vllm import VLLMBackend
 
         return VLLMBackend
-    from haldet.backends.hf.backend import HFBackend
 
     return HFBackend
 
@@ -89,13 +89,11 @@ def check_signals(config: RunConfig, requires: Mapping[str, frozenset[Signal]],
     registered detector's, from which the hint names those that can run instead."""
     sample_model = config.sample.model
     if sample_model and backend_kind(sample_model) == "openai" and any(Signal.SAMPLES in r for r in requires.values()):
-        from haldet.backends.openai_client import api_key
 
         api_key(sample_model, config.sample.base_url or config.endpoint.base_url,
                 config.sample.api_key_env or config.endpoint.api_key_env, "sample.model")
     for model in config.models:
         if backend_kind(model) == "openai":  # a missing API key is known now, not after the run started
-            from haldet.backends.openai_client import api_key
 
             api_key(model, config.endpoint.base_url, config.endpoint.api_key_env, "--model")
         provided = provided_signals(model, config)
@@ -118,15 +116,12 @@ def check_signals(config: RunConfig, requires: Mapping[str, frozenset[Signal]],
 def make_backend(model: str, config: RunConfig) -> Backend:
     kind = backend_kind(model)
     if kind == "openai":
-        from haldet.backends.openai_backend import OpenAIBackend
 
         return OpenAIBackend(model, config.endpoint, chat_template_kwargs=config.chat_template_kwargs)
     if kind == "vllm":
-        from haldet.backends.vllm import VLLMBackend
 
         return VLLMBackend(model, device=config.device, settings=config.vllm,
                            chat_template_kwargs=config.chat_template_kwargs)
-    from haldet.backends.hf.backend import HFBackend
 
     return HFBackend(model, device=config.device, decoder=config.decoder, fast_numerics=config.fast_numerics,
                      decode_rows=config.decode_rows, settings=config.hf,

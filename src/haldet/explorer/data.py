@@ -25,6 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from haldet.config import RunConfig
 from haldet.errors import HaldetError
 from haldet.evaluation.thresholds import best_f1_threshold
 from haldet.store import KEYS, RunStore, ScoreLog, read_json
@@ -387,8 +388,7 @@ class RunSource:
 
 def load_instances(manifest: dict[str, Any], dataset: str) -> list[Any]:
     """The instances a run's cell evaluated, loaded with the run's recorded data settings as the run loads them."""
-    from haldet.config import RunConfig
-    from haldet.flow.cell import load_instances as load
+    from haldet.flow.cell import load_instances as load  # lazy: sklearn, scipy
 
     return load(RunConfig.model_validate(manifest.get("config") or {}), dataset)[0]
 

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from haldet.backends.base import Backend, Capability
+from haldet.backends.select import make_backend as select
 from haldet.config import RunConfig, digest
 from haldet.datasets.adapter import LoadReport
 from haldet.datasets.base import DATASETS, get_adapter
@@ -54,8 +55,6 @@ class CellResult:
 
 
 def make_backend(model: str, config: RunConfig) -> Backend:
-    from haldet.backends.select import make_backend as select
-
     return select(model, config)
 
 

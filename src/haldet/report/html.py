@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 from sklearn.metrics import precision_recall_curve, roc_curve
 
+from haldet.detectors.base import DETECTORS
 from haldet.errors import HaldetError
 from haldet.evaluation.aggregate import (
     FAMILY_TITLE,
@@ -41,6 +42,7 @@ from haldet.report.learned import learned_html
 from haldet.report.marks import COVERAGE_NOTE, SUBSET_NOTE, Marks, coverage_suffix, detector_marks
 from haldet.report.rundata import RunData, preset_lines, skipped_in_runs, skipped_lines
 from haldet.report.tables import table_cells
+from haldet.suites.base import get_suite
 from haldet.version import __version__
 
 CSS = """
@@ -241,8 +243,6 @@ def recorded_trains(runs: Sequence[RunData]) -> dict[str, bool]:
 def format2_trains(detector: str) -> bool:
     """Manifests before run_format 3 did not record whether a detector trains: the registry says (importing every
     detector module); a plugin detector not installed here counts as trained (its recorded seconds are shown)."""
-    from haldet.detectors.base import DETECTORS  # lazy: torch
-
     try:
         return DETECTORS.get(detector).trains
     except HaldetError:
@@ -382,8 +382,6 @@ def metadata_section(runs: Sequence[RunData]) -> str:
 def suite_sections(runs: Sequence[RunData], rows: Sequence[Mapping[str, Any]],
                    figures: FigureSet | None = None) -> str:
     """Each hosted benchmark's own tables and plots (`Suite.html_section`) for the runs made with `--suite`."""
-    from haldet.suites.base import get_suite
-
     names = sorted({str(r.manifest.get("config", {}).get("suite")) for r in runs
                     if r.manifest.get("config", {}).get("suite")})
     parts = []

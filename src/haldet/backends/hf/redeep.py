@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from haldet.backends.hf.loading import attention_hooks
 from haldet.errors import HaldetError
 
 
@@ -77,7 +78,6 @@ def redeep_features(backend: Any, prompt: str, answer_ids: list[int], context: s
     score; or the reason the item cannot be processed."""
     import torch
 
-    from haldet.backends.hf.loading import attention_hooks
 
     prompt_ids = backend.encode_prompt(prompt)
     n = len(prompt_ids) + len(answer_ids)

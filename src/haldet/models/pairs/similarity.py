@@ -12,6 +12,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from haldet.models.pairs.base import Pair, PairModel, device_name, load_error, local_only
+from haldet.util.assets import resolve_embedding
 
 
 class CrossEncoderSimilarity(PairModel):
@@ -50,7 +51,6 @@ class BiEncoderSimilarity(PairModel):
         super().__init__(name, batch_size=batch_size)
         from sentence_transformers import SentenceTransformer
 
-        from haldet.util.assets import resolve_embedding
 
         self.id = f"bi-encoder:{name}"
         path = resolve_embedding(name)

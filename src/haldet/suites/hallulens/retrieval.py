@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from haldet.suites.hallulens.sources import Page, minilm_tokenizer
+from haldet.util.assets import resolve_embedding
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,6 @@ class PassageIndex:
         if self._model is None:
             from sentence_transformers import SentenceTransformer
 
-            from haldet.util.assets import resolve_embedding
 
             path = resolve_embedding(self.encoder_name)
             self._model = SentenceTransformer(path, device="cpu")
