@@ -159,3 +159,22 @@ def test_a_real_run_records_the_keys_of_every_record_it_used(tmp_path: Path, tin
     assert_same(before, after)
     answers = [r["response"] for r in after["items"]]
     assert answers == [r["response"] for r in rows] and np.isfinite([r["perplexity"] for r in after["table"]]).all()
+
+
+def test_the_run_records_every_record_of_a_stage_with_several_per_item(tmp_path: Path) -> None:
+    """The verdict stage keeps one record per ask: all of them are recorded; a later training-label set adds its own
+    (`add`), a new run of the cell replaces them."""
+    from haldet.config import RunConfig
+    from haldet.stages.base import CellContext
+    from haldet.stages.loader import record_used
+    from haldet.store import CellStore
+
+    ctx = CellContext(config=RunConfig(), dataset="d", model="m", store=CellStore(tmp_path),
+                      backend_factory=lambda: None)  # type: ignore[arg-type,return-value]
+    verdicts = {"a": {"id": "a", "asks": {"zero": {"key": "k2"}, "few": {"key": "k1"}}}, "b": {"id": "b", "asks": {}}}
+    record_used(ctx, {"verdict": verdicts, "generate": {"a": {"id": "a", "key": "g"}}})
+    assert json.loads((tmp_path / KEYS).read_text()) == {"verdict": {"a": ["k1", "k2"]}, "generate": {"a": "g"}}
+    record_used(ctx, {"verdict": {"a": {"id": "a", "asks": {"few": {"key": "k3"}}}}}, add=True)
+    assert json.loads((tmp_path / KEYS).read_text())["verdict"] == {"a": ["k1", "k2", "k3"]}
+    record_used(ctx, {"verdict": {"a": {"id": "a", "asks": {"few": {"key": "k4"}}}}})
+    assert json.loads((tmp_path / KEYS).read_text()) == {"verdict": {"a": "k4"}, "generate": {"a": "g"}}
