@@ -144,6 +144,8 @@ def test_a_real_run_records_the_keys_of_every_record_it_used(tmp_path: Path, tin
                            out=root, progress=False, sample__k=2, sample__max_new_tokens=8,
                            auxiliary__max_new_tokens=8, evaluation__bootstrap=20)
     cell = RunStore(root).read_manifest()["cells"][0]
+    assert {d["name"]: d["trains"] for d in cell["detectors"]} == dict.fromkeys(  # what `haldet report` reads
+        ["perplexity", "lexical_similarity", "verbalized"], False)
     store = RunStore(root).cell(cell["dataset"], cell["model"])
     keys = json.loads((store.root / KEYS).read_text())
     ids = {json.loads(line)["id"] for line in (store.root / "generate.jsonl").read_text().splitlines()}
