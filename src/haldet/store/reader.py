@@ -193,7 +193,7 @@ class CellReader:
 # Compatibility: how a run of an older format is read. Each fallback names the format it serves; retire it with that
 # format. (A score log without a recorded key, `_most_covering`, is no compatibility case: a cell still running has
 # recorded no keys yet.)
-def format1_labels() -> dict[str, str] | None:
+def format1_labels() -> dict[str, frozenset[str]] | None:
     """run_format 1 recorded no label keys: every label record counts, the newest per item winning (a second
     judge's labels added later to the same log then show; runs of format 2 never read labels this way)."""
     return None
