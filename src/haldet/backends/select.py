@@ -62,10 +62,8 @@ def backend_class(model: str) -> type[Backend]:
     """The class that serves a model spec (importing it loads no model and no heavy library)."""
     kind = backend_kind(model)
     if kind == "openai":
-
         return OpenAIBackend
     if kind == "vllm":
-
         return VLLMBackend
 
     return HFBackend
@@ -89,7 +87,6 @@ def check_signals(config: RunConfig, requires: Mapping[str, frozenset[Signal]],
     registered detector's, from which the hint names those that can run instead."""
     sample_model = config.sample.model
     if sample_model and backend_kind(sample_model) == "openai" and any(Signal.SAMPLES in r for r in requires.values()):
-
         api_key(sample_model, config.sample.base_url or config.endpoint.base_url,
                 config.sample.api_key_env or config.endpoint.api_key_env, "sample.model")
     for model in config.models:
@@ -116,10 +113,8 @@ def check_signals(config: RunConfig, requires: Mapping[str, frozenset[Signal]],
 def make_backend(model: str, config: RunConfig) -> Backend:
     kind = backend_kind(model)
     if kind == "openai":
-
         return OpenAIBackend(model, config.endpoint, chat_template_kwargs=config.chat_template_kwargs)
     if kind == "vllm":
-
         return VLLMBackend(model, device=config.device, settings=config.vllm,
                            chat_template_kwargs=config.chat_template_kwargs)
 

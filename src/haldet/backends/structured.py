@@ -135,7 +135,6 @@ class StructuredClient:
 
     def local_backend(self) -> Any:
         if self._local is None:
-
             self._local = HFBackend(self.settings.model)
         return self._local
 

@@ -46,7 +46,6 @@ def report(
 
         check_metrics(wanted, merge_runs([load_run(d) for d in run_dirs]))
     if paper:
-
         paper_rows(paper)  # an unknown paper fails before anything is written
     written, rows = report_runs(run_dirs, out, n_boot=n_boot, metrics=wanted)
     text = ""

@@ -161,7 +161,6 @@ def run_benchmark(opts: RunOptions) -> None:
     target = opts.out or default_out(config)
     preset_line = ""
     if config.preset:
-
         preset_line = (f"preset {config.preset} (hash {load_preset(config.preset).hash}): the paper's settings under "
                        "--config and the flags; docs/replication.md lists what still differs")
         console.print(preset_line, highlight=False)

@@ -70,7 +70,6 @@ class UnitDetector(Detector):
     def identity(self) -> dict[str, Any]:
         out = super().identity()
         if self.reads_linguistics():
-
             out["models"] = {**out.get("models", {}), "linguistics": linguistics_identity()}
         return out
 

@@ -67,7 +67,6 @@ def pair_model_identity(kind: str, name: str, fallback: str | None, max_length: 
     """The requested pair model, the one that will run, whether that is a substitute, and its fingerprint. An
     `openai:<model>` checker is the endpoint model name at its base URL (nothing local to fingerprint)."""
     if name.startswith("openai:"):
-
         url = base_url or OPENAI_BASE_URL
         return {"kind": kind, "requested": name, "used": name, "substitute": False, "fingerprint": f"endpoint:{url}",
                 "base_url": url}

@@ -38,7 +38,6 @@ def _build(kind: str, name: str, **kw: Any) -> PairModel:
             else:
                 _LOADED[key] = HFEntailment(name, **kw)
         elif kind == "similarity":
-
             if name.startswith("bi:") or name in EMBEDDING_ALIASES:
                 kw.pop("max_length", None)
                 _LOADED[key] = BiEncoderSimilarity(name.removeprefix("bi:"), **kw)
