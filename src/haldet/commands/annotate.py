@@ -116,7 +116,6 @@ def render_reports(reports: list[dict[str, Any]]) -> list[Any]:
     """Rich tables for `haldet annotate`: labels per judge, failures and cost, agreement + confusion table."""
     from rich.table import Table
 
-
     cats = [c.value for c in Category]
     out: list[Any] = []
     for rep in reports:

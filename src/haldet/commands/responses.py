@@ -175,7 +175,6 @@ def _run(config: RunConfig, root: Path, instances: Sequence[Any] | None, update:
             return run_responses(config, root, instances, update=update, given=given, api=True)
         from rich.console import Console
 
-
         with progress_factory(Console(stderr=True)) as make:
             return run_responses(config, root, instances, update=update, given=given, api=True, progress=make)
     except HaldetError as exc:  # a changed config, named as the API takes it

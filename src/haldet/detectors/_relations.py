@@ -67,7 +67,6 @@ def _lexical(kind: str, texts: Sequence[str], use_stemmer: bool, rows: int | Non
     if kind == "rougeL":
         from rouge_score import rouge_scorer, tokenizers
 
-
         scorer = rouge_scorer.RougeScorer(["rougeL"], tokenizer=_OnceTokenizer(
             tokenizers.DefaultTokenizer(use_stemmer=use_stemmer)))  # each text tokenised once per matrix
         score = lambda a, b: scorer.score(a, b)["rougeL"].fmeasure  # noqa: E731

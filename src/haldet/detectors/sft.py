@@ -60,7 +60,6 @@ class SFT(Detector):
             import torch
             from peft import LoraConfig, get_peft_model, set_peft_model_state_dict
 
-
             p = self.params
             backend = HFBackend(str(p["model"]), device=str(p["device"]))
             torch.manual_seed(int(p["seed"]))

@@ -78,7 +78,6 @@ def redeep_features(backend: Any, prompt: str, answer_ids: list[int], context: s
     score; or the reason the item cannot be processed."""
     import torch
 
-
     prompt_ids = backend.encode_prompt(prompt)
     n = len(prompt_ids) + len(answer_ids)
     if not answer_ids:

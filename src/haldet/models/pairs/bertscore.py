@@ -29,7 +29,6 @@ class BERTScorePairs(PairModel):
         from bert_score.utils import model2layers
         from transformers import AutoConfig
 
-
         path = resolve_embedding(name)
         local = local_only(path)
         try:

@@ -51,7 +51,6 @@ class BiEncoderSimilarity(PairModel):
         super().__init__(name, batch_size=batch_size)
         from sentence_transformers import SentenceTransformer
 
-
         self.id = f"bi-encoder:{name}"
         path = resolve_embedding(name)
         try:

@@ -43,7 +43,6 @@ class PassageIndex:
         if self._model is None:
             from sentence_transformers import SentenceTransformer
 
-
             path = resolve_embedding(self.encoder_name)
             self._model = SentenceTransformer(path, device="cpu")
         return self._model

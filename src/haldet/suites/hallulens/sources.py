@@ -106,7 +106,6 @@ def load_pages(path: str | Path) -> list[Page]:
 def minilm_tokenizer() -> Any:
     from transformers import AutoTokenizer
 
-
     return AutoTokenizer.from_pretrained(resolve_embedding("minilm"), local_files_only=True)
 
 
