@@ -289,15 +289,16 @@ def test_cells_are_read_once_until_their_files_change(tmp_path):
     assert explorer.cell(0, DATASET, MODEL) is cell and cell.ids  # the same loaded cell, not read again
     RunStore(root).cell(DATASET, MODEL).log("generate").append([{"id": f"{DATASET}/test/99", "key": "g",
                                                                   "prompt": "Question: late?", "response": "r"}])
+    RunStore(root).cell(DATASET, MODEL).record_keys("generate", {f"{DATASET}/test/99": "g"}, add=True)  # used
     assert "21 of 21 items" in client.get("/items", params=CELL).text
 
 
 def test_view_warns_when_not_on_loopback(monkeypatch, capsys):
-    import haldet.explorer.serve as serve_module
+    import haldet.cli.view as view_module
     from haldet.cli.view import view
 
     served = []
-    monkeypatch.setattr(serve_module, "serve", lambda runs, host, port, on_ready, **_: served.append((host, port)))
+    monkeypatch.setattr(view_module, "serve", lambda runs, host, port, on_ready, **_: served.append((host, port)))
     view([FIXTURES / "run_fixture"], host="0.0.0.0", port=0)
     view([FIXTURES / "run_fixture"], host="127.0.0.1", port=0)
     err = capsys.readouterr().err

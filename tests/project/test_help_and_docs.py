@@ -28,10 +28,9 @@ def test_flags_show_no_type_label(args: tuple[str, ...]) -> None:
 
 def test_run_accepts_threads_and_names_the_default_directory(monkeypatch: pytest.MonkeyPatch) -> None:
     import haldet.cli.run as run_module
-    import haldet.util.threads as threads
 
     calls: list[Any] = []
-    monkeypatch.setattr(threads, "configure_threads", lambda n=None: calls.append(n) or 1)
+    monkeypatch.setattr(run_module, "configure_threads", lambda n=None: calls.append(n) or 1)
     monkeypatch.setattr(run_module, "run_benchmark", lambda opts: calls.append("ran"))
     result = CliRunner().invoke(app, ["run", "--threads", "1", "--limit", "2"])
     assert result.exit_code == 0, result.output

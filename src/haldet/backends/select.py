@@ -14,10 +14,16 @@ from collections.abc import Mapping
 from typing import Any
 
 from haldet.backends.base import Backend, Capability
+from haldet.backends.hf.backend import HFBackend
+from haldet.backends.openai_backend import OpenAIBackend
+from haldet.backends.openai_client import api_key
+from haldet.backends.providers import ProviderBackend, check_provider, check_roles
+from haldet.backends.vllm import VLLMBackend
 from haldet.config import EndpointConfig, RunConfig
 from haldet.endpoint_params import price_of
 from haldet.errors import SignalUnavailableError
 from haldet.signals import Signal
+from haldet.util.assets import check_alias
 
 # the capability each signal needs of the model's backend; a signal not listed needs hidden states (white-box)
 SIGNAL_NEEDS: dict[Signal, Capability] = {
@@ -42,8 +48,6 @@ SIGNAL_NEEDS: dict[Signal, Capability] = {
 
 def check_model_names(config: RunConfig) -> None:
     """Refuse a misspelt model alias before any work (a local model name that is close to a known alias)."""
-    from haldet.util.assets import check_alias
-
     for model in config.models:
         if backend_kind(model) == "hf":
             check_alias(model)
@@ -63,18 +67,11 @@ def backend_class(model: str) -> type[Backend]:
     """The class that serves a model spec (importing it loads no model and no heavy library)."""
     kind = backend_kind(model)
     if kind == "openai":
-        from haldet.backends.openai_backend import OpenAIBackend
-
         return OpenAIBackend
     if kind == "api":
-        from haldet.backends.providers import ProviderBackend
-
         return ProviderBackend
     if kind == "vllm":
-        from haldet.backends.vllm import VLLMBackend
-
         return VLLMBackend
-    from haldet.backends.hf.backend import HFBackend
 
     return HFBackend
 
@@ -97,28 +94,19 @@ def check_signals(config: RunConfig, requires: Mapping[str, frozenset[Signal]],
     registered detector's, from which the hint names those that can run instead."""
     sample_model = config.sample.model
     if sample_model and backend_kind(sample_model) == "openai" and any(Signal.SAMPLES in r for r in requires.values()):
-        from haldet.backends.openai_client import api_key
-
         api_key(sample_model, config.sample.base_url or config.endpoint.base_url,
                 config.sample.api_key_env or config.endpoint.api_key_env, "sample.model")
     if sample_model and backend_kind(sample_model) == "api" and any(Signal.SAMPLES in r for r in requires.values()):
-        from haldet.backends.providers import check_provider
-
         sample_endpoint = config.endpoint.model_copy(update={k: v for k, v in (
             ("base_url", config.sample.base_url), ("api_key_env", config.sample.api_key_env)) if v is not None})
         check_provider(sample_model, config.model_copy(update={"endpoint": sample_endpoint}))
     check_sampling_temperature(config, requires)
-    from haldet.backends.providers import check_roles
-
     check_roles(config)  # judge, verdict and claim models on a provider: client, key, JSON mode
     for model in config.models:
         if backend_kind(model) == "openai":  # a missing API key is known now, not after the run started
-            from haldet.backends.openai_client import api_key
 
             api_key(model, config.endpoint.base_url, config.endpoint.api_key_env, "--model")
         if backend_kind(model) == "api":  # the client installed, settings the provider honours, its key
-            from haldet.backends.providers import check_provider
-
             check_provider(model, config)
         provided = provided_signals(model, config)
         if provided is None:
@@ -179,19 +167,12 @@ def priced_endpoint(model: str, config: RunConfig) -> EndpointConfig:
 def make_backend(model: str, config: RunConfig) -> Backend:
     kind = backend_kind(model)
     if kind == "api":
-        from haldet.backends.providers import ProviderBackend
-
         return ProviderBackend(model, priced_endpoint(model, config))
     if kind == "openai":
-        from haldet.backends.openai_backend import OpenAIBackend
-
         return OpenAIBackend(model, priced_endpoint(model, config), chat_template_kwargs=config.chat_template_kwargs)
     if kind == "vllm":
-        from haldet.backends.vllm import VLLMBackend
-
         return VLLMBackend(model, device=config.device, settings=config.vllm,
                            chat_template_kwargs=config.chat_template_kwargs)
-    from haldet.backends.hf.backend import HFBackend
 
     return HFBackend(model, device=config.device, decoder=config.decoder, fast_numerics=config.fast_numerics,
                      decode_rows=config.decode_rows, settings=config.hf,

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, Literal, TypeVar
 
+from haldet.backends.hf.backend import HFBackend
 from haldet.backends.openai_client import (
     CallFailed,
     ChatReply,
@@ -158,8 +159,6 @@ class StructuredClient:
 
     def local_backend(self) -> Any:
         if self._local is None:
-            from haldet.backends.hf.backend import HFBackend
-
             self._local = HFBackend(self.settings.model)
         return self._local
 

@@ -34,7 +34,7 @@ def describe(name: str, cls: Any, origin: str) -> dict[str, Any]:
 def detectors_list(as_json: Annotated[bool, typer.Option("--json", help="A JSON list of objects.")] = False) -> None:
     """Every registered detector: family, required signals, the levels it scores, the models it needs beside the
     run's (auxiliary models, verdict prompts), whether it trains, named variants."""
-    from haldet.detectors.base import DETECTORS
+    from haldet.detectors.base import DETECTORS  # lazy: start-up
 
     infos = [describe(name, cls, DETECTORS.origin(name)) for name, cls in DETECTORS]
     if as_json:
@@ -52,7 +52,7 @@ def detectors_show(
 ) -> None:
     """One detector: where it is defined (file:line of its class), then what `detectors list` shows of it, its
     defaults and version."""
-    from haldet.detectors.base import DETECTORS
+    from haldet.detectors.base import DETECTORS  # lazy: start-up
 
     cls = DETECTORS.get(name, where="detector name")
     info = describe(name, cls, DETECTORS.origin(name))

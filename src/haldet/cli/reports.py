@@ -11,6 +11,7 @@ import typer
 from haldet.cli.options import MetricsOption, check_metrics
 from haldet.config import split_names
 from haldet.errors import HaldetError
+from haldet.papers import paper_rows
 from haldet.util.console import console, out_console, print_json, print_table
 
 
@@ -31,8 +32,8 @@ def report(
     on a log axis, ROC and precision-recall curves per dataset, paired comparisons, run metadata), and every
     plot of it as PDF and PNG in figures/ for a paper. See docs/reports.md.
     """
-    from haldet.report.build import listing, report_runs
-    from haldet.report.terminal import print_results
+    from haldet.report.build import listing, report_runs  # lazy: sklearn, matplotlib
+    from haldet.report.terminal import print_results  # lazy: sklearn, scipy
 
     if out is None:
         if len(run_dirs) != 1:
@@ -41,17 +42,15 @@ def report(
         out = run_dirs[0]
     wanted = split_names(metrics)
     if wanted:  # a misspelt metric fails before anything is written
-        from haldet.report.rundata import load_run, merge_runs
+        from haldet.report.rundata import load_run, merge_runs  # lazy: h5py, pyarrow
 
         check_metrics(wanted, merge_runs([load_run(d) for d in run_dirs]))
     if paper:
-        from haldet.papers import paper_rows
-
         paper_rows(paper)  # an unknown paper fails before anything is written
     written, rows = report_runs(run_dirs, out, n_boot=n_boot, metrics=wanted)
     text = ""
     if paper:
-        from haldet.papers.compare import report_paper
+        from haldet.papers.compare import report_paper  # lazy: sklearn, scipy
 
         text, files = report_paper(paper, run_dirs, rows, out)
         written.update(files)
@@ -75,8 +74,8 @@ def compare(
 ) -> None:
     """Paired bootstrap of AUROC(a) - AUROC(b) on the same test items, per (dataset, model) cell of a run:
     stratified resamples applied to both detectors at once, 95% CI and a two-sided bootstrap p."""
-    from haldet.evaluation.compare import paired_bootstrap
-    from haldet.report.rundata import load_run
+    from haldet.evaluation.compare import paired_bootstrap  # lazy: sklearn, scipy
+    from haldet.report.rundata import load_run  # lazy: h5py, pyarrow
 
     data = load_run(run_dir)
     wanted = set(split_names(dataset))

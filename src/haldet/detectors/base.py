@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from haldet.errors import did_you_mean
+from haldet.models.provenance import resolve_auxiliary
 from haldet.registry import Registry
 from haldet.schema import Access
 from haldet.signals import Signal, SignalView, access_of
@@ -121,8 +122,6 @@ class Detector:
     def identity(self) -> dict[str, Any]:
         """What produces this instance's numbers, resolved before scoring: name, version, parameters (variant
         included) and every auxiliary model with its fingerprint. Keys scores and fitted state; recorded."""
-        from haldet.models.provenance import resolve_auxiliary
-
         return {"detector": self.name, "version": self.version, "params": self.params,
                 "variant": self.params.get("variant"), "models": resolve_auxiliary(self)}
 
@@ -146,7 +145,7 @@ class Detector:
         a rerun with the same key skips fitting. Override for state that does not pickle."""
         import torch
 
-        from haldet.store import atomic_path
+        from haldet.store import atomic_path  # lazy: h5py
 
         with atomic_path(path) as tmp:
             torch.save({k: v for k, v in self.__dict__.items() if k not in self._UNSAVED}, tmp)

@@ -31,6 +31,7 @@ from haldet.detectors.unit import AGGREGATES, UnitDetector
 from haldet.errors import HaldetError
 from haldet.models.pairs.base import CONTRADICTION, ENTAILMENT, NEUTRAL
 from haldet.signals import Signal, SignalView
+from haldet.text.linguistics import analyse, sentence_start
 
 
 def ccp_scores(topk_logprobs: np.ndarray, entail: np.ndarray, contradict: np.ndarray) -> np.ndarray:
@@ -84,8 +85,6 @@ class CCP(UnitDetector):
         return self.params["context"] == "sentence"
 
     def token_scores(self, items: SignalView) -> list[np.ndarray | str]:
-        from haldet.text.linguistics import analyse, sentence_start
-
         if self.params["context"] not in ("sentence", "response"):
             raise ValueError(f"ccp: context must be sentence or response, not {self.params['context']!r}")
         try:  # the NLI model first: without one there is nothing to compute (NaN with the reason, no decoding)

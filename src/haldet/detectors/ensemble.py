@@ -154,7 +154,7 @@ class Ensemble(Detector):
         """The combiner and each member's fitted state (attributes without those the scoring path sets)."""
         import torch
 
-        from haldet.store import atomic_path
+        from haldet.store import atomic_path  # lazy: h5py
 
         state = {k: v for k, v in self.__dict__.items() if k not in self._UNSAVED and k != "members"}
         state["member_states"] = [{k: v for k, v in m.__dict__.items() if k not in m._UNSAVED} for m in self.members]

@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from haldet.backends.hf.backend import HFBackend
 from haldet.detectors.base import Detector, Scores, register
 from haldet.detectors.probe_training import training_problem
 from haldet.schema import Instance
@@ -58,8 +59,6 @@ class SFT(Detector):
         if self._lm is None:
             import torch
             from peft import LoraConfig, get_peft_model, set_peft_model_state_dict
-
-            from haldet.backends.hf.backend import HFBackend
 
             p = self.params
             backend = HFBackend(str(p["model"]), device=str(p["device"]))

@@ -18,6 +18,7 @@ import numpy as np
 
 from haldet.backends.base import Backend, Capability
 from haldet.backends.select import access_level
+from haldet.backends.select import make_backend as select
 from haldet.config import RunConfig, digest
 from haldet.datasets.adapter import LoadReport
 from haldet.datasets.base import DATASETS, get_adapter
@@ -30,7 +31,7 @@ from haldet.schema import Instance
 from haldet.signals import Signal, SignalView
 from haldet.stages.base import CellContext, Item, OtherSampler, Progress
 from haldet.stages.generate import GenerateStage, attach_generations
-from haldet.stages.loader import EvidenceLoader, ensure_stages, evidence_gaps, evidence_key, needed_stages
+from haldet.stages.loader import EvidenceLoader, ensure_stages, evidence_gaps, evidence_key, needed_stages, record_used
 from haldet.store import RunStore
 from haldet.text.prompts import PromptBuilder, demo_pool_size, given_response_prompts, render_prompts
 
@@ -55,8 +56,6 @@ class CellResult:
 
 
 def make_backend(model: str, config: RunConfig) -> Backend:
-    from haldet.backends.select import make_backend as select
-
     return select(model, config)
 
 
@@ -169,6 +168,7 @@ def run_cell(config: RunConfig, store: RunStore, dataset: str, model: str, progr
         result.error = "no item got an answer from the model (see generate.failed.jsonl)"
         return _finish(result, ctx)
     attach_generations(items, gen_records)
+    record_used(ctx, {GenerateStage.name: gen_records})  # the answers this run used: what readers show
     labels = protocol.label(ctx, items, all_items, result, previous)
     if not labels and protocol.needs_labels:  # nothing to evaluate a detector on: say why instead of an empty table
         result.error = no_usable_labels(result)
@@ -186,6 +186,7 @@ def run_cell(config: RunConfig, store: RunStore, dataset: str, model: str, progr
         # only the evidence stages the selected detectors read, only for items lacking a current record
         stage_records = ensure_stages(ctx, evaluated, needed_stages(ctx.signals or ()))
         gaps = evidence_gaps(ctx, evaluated, stage_records)
+        record_used(ctx, stage_records, add=r > 0)  # the evidence this run used: what readers show
         if r == 0:
             stage_records[GenerateStage.name] = {i.id: gen_records[i.id] for i in evaluated}
             result.evidence = {name: stage_stats(name, recs, wall_seconds=ctx.timings.get(name),

@@ -79,6 +79,7 @@ def cell_entry(c: CellResult) -> dict[str, Any]:
             "annotation": c.annotation, "split": c.split_sizes,
             "stage_seconds": c.timings, "computed": c.counts, "evidence": c.evidence,
             "detectors": [{"name": d.name, "family": d.family, "level": d.level, "key": d.key, "n_scored": d.n_scored,
+                           "trains": DETECTORS.get(d.name, where="--detector").trains,  # read by reports
                            "fit_s": d.fit_seconds, "score_s": d.score_seconds,
                            "timing_known": d.name not in c.untimed, "cached": d.cached, "error": d.error,
                            **({"train_labels": d.train_labels} if d.train_labels else {}),

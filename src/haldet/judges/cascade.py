@@ -36,7 +36,7 @@ def exec_judges(config: JudgeConfig) -> list[Judge]:
 
 
 def llm_judge(config: JudgeConfig, templates: dict[str, Any] | None = None) -> Judge:
-    from haldet.judges.llm import LLMJudge
+    from haldet.judges.llm import LLMJudge  # lazy: h5py
 
     return LLMJudge(config, templates=templates)
 

@@ -24,6 +24,7 @@ from haldet.report.learned import learned_markdown
 from haldet.report.rundata import RunData, load_run, merge_runs, preset_lines, skipped_in_runs, skipped_lines
 from haldet.report.tables import all_latex, all_markdown
 from haldet.store import RunStore, atomic_path, atomic_write_text
+from haldet.suites.report import write_suite_tables
 
 REPORT_FILES = ("tables.md", "tables.tex", "report.html")
 FIGURES = "figures"
@@ -73,8 +74,6 @@ def write_run_files(target: Path, *, suite: str | None = None, rows: list[dict[s
 def suite_file(target: Path, suite: str, rows: list[dict[str, Any]], header: str = "") -> Path:
     """`suite_tables.md`: the suite's tables of `rows`, `header` a line above them, the prompts the run learned
     (its manifest's cells) below them."""
-    from haldet.suites.report import write_suite_tables
-
     cells = list((RunStore(target).read_manifest() or {}).get("cells") or [])
     return write_suite_tables(suite, rows, target, header=header, footer=learned_markdown(cells))
 

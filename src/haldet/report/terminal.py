@@ -23,6 +23,7 @@ from rich.text import Text
 from haldet.evaluation.cost import usd_text
 from haldet.evaluation.metrics import MAX_ORIENTATION, MAX_ORIENTATION_NOTE
 from haldet.report.marks import detector_marks, mixed_coverage
+from haldet.util.tables import print_tables
 
 
 def _fmt(value: Any, digits: int = 3) -> str:
@@ -75,8 +76,6 @@ def print_results(console: Console, rows: list[dict[str, Any]], title: str = "ha
     """The results table on `console`: the columns that fit a terminal, every column when the output is a file or
     a pipe (a log keeps every number); no value is ever cut (`haldet.util.tables`). `notes`: lines said under
     it (e.g. the detectors a default run left out, and why, the judges' coverage)."""
-    from haldet.util.tables import print_tables
-
     width = console.size.width if console.is_terminal else UNLIMITED
     table, footer = results_parts(rows, title, failed, width, metrics)
     print_tables(console, [table], [*footer, *(line if isinstance(line, Text) else Text(line, style="dim")

@@ -165,6 +165,12 @@ class Stage:
         """The current-key record of each item that has one."""
         return self.ctx.store.log(self.name).read({item.id: self.key(item) for item in items})
 
+    def used_keys(self, records: Mapping[str, Mapping[str, Any]]) -> dict[str, list[str]]:
+        """The key of each item's record in `records` (this stage's `ensure` result): what a run records as used
+        (`keys.json`), so readers show these records and no other (a stage with several records per item
+        overrides it)."""
+        return {item_id: [str(rec["key"])] for item_id, rec in records.items() if rec.get("key") is not None}
+
     def ensure(self, items: Sequence[Item]) -> dict[str, dict[str, Any]]:
         """Compute what is missing (or lost with a damaged shard), then return every item's record."""
         done = self.records(items)

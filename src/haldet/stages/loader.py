@@ -1,6 +1,7 @@
-"""From stage records to signals: running the planned stages, and the loader a `SignalView` uses to read a
-signal for a list of item ids (formats: the `Signal` docstring). Which stage holds a signal, and under which array
-name, is what the stage classes declare (`provides`, `arrays`; `haldet.stages.plan`).
+"""From stage records to signals: running the planned stages (and recording which records the run used), and the
+loader a `SignalView` uses to read a signal for a list of item ids (formats: the `Signal` docstring). Which stage
+holds a signal, and under which array name, is what the stage classes declare (`provides`, `arrays`;
+`haldet.stages.plan`).
 
 Only records whose key matches the current config are read, so a view never sees stale evidence. Arrays are
 stored float16 and returned as float32; a missing or invalid value is None (detectors give NaN with a reason).
@@ -30,6 +31,14 @@ def needed_stages(signals: Iterable[Signal]) -> list[str]:
 def ensure_stages(ctx: CellContext, items: Sequence[Item], stages: Iterable[str]) -> dict[str, dict[str, Any]]:
     """Run each stage for the items that lack its current-key record; returns stage -> records."""
     return {name: stage_class(name)(ctx).ensure(items) for name in stages}
+
+
+def record_used(ctx: CellContext, records: Mapping[str, Mapping[str, Any]], *, add: bool = False) -> None:
+    """Record in the cell's `keys.json` the key of every record the run used (stage -> its `ensure` result), so
+    readers of the run show those records and no other record a log holds for the same item (`add`: with what this
+    run recorded before, e.g. the verdicts of an earlier training-label set)."""
+    ctx.store.record_stage_keys({name: stage_class(name)(ctx).used_keys(recs) for name, recs in records.items()},
+                                add=add)
 
 
 def evidence_gaps(ctx: CellContext, items: Sequence[Item], records: Mapping[str, Mapping[str, Any]]

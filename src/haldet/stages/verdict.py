@@ -110,6 +110,11 @@ class VerdictStage(Stage):
                 out[item_id]["asks"][ask.name] = rec
         return out
 
+    def used_keys(self, records: Mapping[str, Mapping[str, Any]]) -> dict[str, list[str]]:
+        """Each item's keys: one record per ask."""
+        return {item_id: [str(r["key"]) for r in (rec.get("asks") or {}).values()] for item_id, rec in records.items()
+                if rec.get("asks")}
+
     def incomplete(self, items: Sequence[Item], records: Mapping[str, Any]) -> set[str]:
         """Items lacking the verdict of any ask (every item has a record here, its asks filled as answered)."""
         names = {ask.name for ask in self.asks}

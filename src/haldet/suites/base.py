@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from haldet.detectors.base import DETECTORS
 from haldet.errors import HaldetError, unknown_keys
 from haldet.evaluation.metrics import MetricValue
 from haldet.evaluation.units import UNIT_METRICS, UnitData, unit_metrics
@@ -187,8 +188,6 @@ def get_suite(name: str, where: str = "--suite") -> Suite:
 
 def trained_detectors(config: Any) -> list[str]:
     """The selected detectors that fit on labels."""
-    from haldet.detectors.base import DETECTORS  # the detector registry loads every detector module: on use only
-
     return [name for name in config.detectors if DETECTORS.get(name, where="--detector").trains]
 
 

@@ -34,6 +34,7 @@ from haldet.backends.base import (
 )
 from haldet.backends.hf import lean, reference, tokens
 from haldet.backends.hf.forward import forward as forward_pass
+from haldet.backends.hf.given import read_given
 from haldet.backends.hf.loading import (
     check_attention,
     check_quantization,
@@ -46,6 +47,7 @@ from haldet.backends.hf.loading import (
     resolve_dtype,
     resolve_model_path,
 )
+from haldet.backends.hf.redeep import redeep_features
 from haldet.config import HFModelConfig
 from haldet.errors import HaldetError
 from haldet.util.assets import file_sha256
@@ -244,7 +246,7 @@ class HFBackend(Backend):
     def shares_heads(self) -> bool:
         """The lean loop on a full-attention model: `paired_replies` reads two prompts' common head once (padding
         between a head and its tails would shift a sliding window). Read from the config: no weights loaded."""
-        from haldet.backends.hf.kv_cache import mergeable
+        from haldet.backends.hf.kv_cache import mergeable  # lazy: torch
 
         return self.decoder == "haldet" and mergeable(self.model_config)
 
@@ -359,8 +361,6 @@ class HFBackend(Backend):
 
     def redeep_features(self, prompt: str, answer_ids: list[int], context: str, *, top_ratio: float,
                         max_tokens: int) -> Any:
-        from haldet.backends.hf.redeep import redeep_features
-
         return redeep_features(self, prompt, answer_ids, context, top_ratio=top_ratio, max_tokens=max_tokens)
 
     def token_pass(self, requests: list[TokenRequest], *, top_k: int, entropies: bool, attention: bool,
@@ -376,8 +376,6 @@ class HFBackend(Backend):
                    entropies: bool, attention: bool, layers: bool, batch_size: int, token_budget: int,
                    progress: Any = None) -> tuple[list[TokenOutput], list[ForwardOutput] | None]:
         """Token evidence and pooled states of given responses from one pass (`haldet.backends.hf.given`)."""
-        from haldet.backends.hf.given import read_given
-
         return read_given(self, requests, evidence, top_k=top_k, entropies=entropies, attention=attention,
                           layers=layers, batch_size=batch_size, token_budget=token_budget, progress=progress)
 

@@ -92,7 +92,7 @@ def token_pass(backend: LoadedModel, requests: list[TokenRequest], *, top_k: int
                batch_size: int, progress: Any = None, layers: bool = False) -> list[TokenOutput]:
     import torch
 
-    from haldet.backends.hf.llmcheck import unit_hidden_scores
+    from haldet.backends.hf.llmcheck import unit_hidden_scores  # lazy: sklearn, scipy
 
     model = backend.model
     window = backend.window()

@@ -17,7 +17,8 @@ from haldet.models.pairs.bertscore import BERTScorePairs
 from haldet.models.pairs.entailment import HFEntailment, LLMEntailment
 from haldet.models.pairs.similarity import BiEncoderSimilarity, CrossEncoderSimilarity
 from haldet.models.pairs.support import ENDPOINT_PREFIX, ENDPOINT_SETTINGS, EndpointSupport, HFSupport, LLMSupport
-from haldet.util.assets import hub_reachable
+from haldet.models.provenance import locate
+from haldet.util.assets import EMBEDDING_ALIASES, hub_reachable
 
 log = logging.getLogger("haldet")
 
@@ -37,8 +38,6 @@ def _build(kind: str, name: str, **kw: Any) -> PairModel:
             else:
                 _LOADED[key] = HFEntailment(name, **kw)
         elif kind == "similarity":
-            from haldet.util.assets import EMBEDDING_ALIASES
-
             if name.startswith("bi:") or name in EMBEDDING_ALIASES:
                 kw.pop("max_length", None)
                 _LOADED[key] = BiEncoderSimilarity(name.removeprefix("bi:"), **kw)
@@ -64,8 +63,6 @@ def _build(kind: str, name: str, **kw: Any) -> PairModel:
 def model_suffix(name: str, model: PairModel) -> str:
     """What else keys a pair model's numbers beyond its name: its files' fingerprint and its max_length (the pair
     cache is filed under `id`, so another revision or truncation never answers from it)."""
-    from haldet.models.provenance import locate
-
     if model.remote:  # its id names the endpoint already; no files here
         return ""
     length = getattr(model, "max_length", None)
@@ -79,8 +76,6 @@ def load_pair_model(kind: str, name: str, *, fallback: str | None = None,
     kind: "nli" (`llm:<model>` for the prompted backend), "similarity" (`bi:<model>` or an embedding alias for
     a bi-encoder), "bertscore". Models are loaded once per process.
     """
-    from haldet.models.provenance import locate
-
     failed_key = (kind, name, json.dumps(kw, sort_keys=True, default=str))
     try:
         # tried once in this process: do not retry (or repeat the notice) for every use, unless its files have

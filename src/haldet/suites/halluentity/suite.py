@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from haldet.evaluation.breakdowns import breakdown_metrics, unit_attributes
 from haldet.evaluation.metrics import MetricValue
 from haldet.evaluation.units import UnitData
+from haldet.figures.data import Series
 from haldet.schema import Instance, SpanLabel
 from haldet.suites.base import Suite, TableLayout, register
 from haldet.suites.halluentity.analysis import (
@@ -87,10 +88,9 @@ class HalluEntitySuite(Suite):
     def html_section(self, rows: list[dict[str, Any]], figures: FigureSet | None = None) -> str:
         """Tables 2/3 and the tune-on-test variant, then FPR/FNR by position in the sentence (the paper's Figure 5,
         right) per detector, at the validation threshold."""
-        from haldet.figures.charts import line_figure  # matplotlib: loaded when a report draws, not with the suite
-        from haldet.figures.data import Series
-        from haldet.figures.render import FigureSet
-        from haldet.suites.report import html_tables
+        from haldet.figures.charts import line_figure  # lazy: matplotlib; loaded when a report draws
+        from haldet.figures.render import FigureSet  # lazy: matplotlib
+        from haldet.suites.report import html_tables  # lazy: h5py
 
         figures = figures if figures is not None else FigureSet(formats=())
         rows = [r for r in rows if r.get("level") == "entity"]

@@ -124,10 +124,10 @@ def build(
     qa_tokens, long_tokens = str(given.get("qa_tokens", qa_tokens)), str(given.get("long_tokens", long_tokens))
     mixed_per_domain = int(given.get("mixed_per_domain", mixed_per_domain))
     generated = str(given.get("generated", generated))
-    from haldet.suites.hallulens.build import BuildConfig
-    from haldet.suites.hallulens.llm import StructuredLLM
-    from haldet.suites.hallulens.prompts import Prompts
-    from haldet.suites.hallulens.sets import build_sets
+    from haldet.suites.hallulens.build import BuildConfig  # lazy: start-up
+    from haldet.suites.hallulens.llm import StructuredLLM  # lazy: start-up
+    from haldet.suites.hallulens.prompts import Prompts  # lazy: start-up
+    from haldet.suites.hallulens.sets import build_sets  # lazy: start-up
 
     tasks = split_names(task) or [t for t, src in (("precisewikiqa", pages), ("longwiki", pages),
                                                    ("nonexistent", taxonomy)) if src] or ["proxy_qa"]
@@ -138,7 +138,7 @@ def build(
                       qa_min_tokens=qa_lo, qa_max_tokens=qa_hi, long_min_tokens=long_lo, long_max_tokens=long_hi,
                       generated=dict(zip(("business", "event", "product"), sizes, strict=True)))
     if places:
-        from haldet.suites.hallulens.sources import load_places
+        from haldet.suites.hallulens.sources import load_places  # lazy: start-up
 
         names, groups = load_places(places)
         cfg = cfg.model_copy(update={"places": names, "place_groups": groups})
@@ -199,11 +199,11 @@ def evaluate(
     left out of the rates; a rerun retries exactly those."""
     from rich.table import Table
 
-    from haldet.suites.hallulens.evaluate import MAX_NEW_TOKENS, TASK_TITLES, table_rows
-    from haldet.suites.hallulens.evaluate import evaluate as run_eval
-    from haldet.suites.hallulens.llm import StructuredLLM
-    from haldet.suites.hallulens.prompts import Prompts
-    from haldet.suites.hallulens.target import Target
+    from haldet.suites.hallulens.evaluate import MAX_NEW_TOKENS, TASK_TITLES, table_rows  # lazy: start-up
+    from haldet.suites.hallulens.evaluate import evaluate as run_eval  # lazy: start-up
+    from haldet.suites.hallulens.llm import StructuredLLM  # lazy: start-up
+    from haldet.suites.hallulens.prompts import Prompts  # lazy: start-up
+    from haldet.suites.hallulens.target import Target  # lazy: start-up
 
     given = preset_defaults(ctx, preset, "evaluate")
     k = int(given.get("k", k))

@@ -40,7 +40,9 @@ from haldet.suites.hallulens.rates import (
     qa_rates,
     rates_by_decile,
 )
+from haldet.suites.hallulens.retrieval import PassageIndex
 from haldet.suites.hallulens.sets import MANIFEST, read_items, trial_dirs
+from haldet.suites.hallulens.sources import load_pages
 from haldet.suites.hallulens.target import Target
 from haldet.util.assets import file_sha256
 from haldet.util.versions import library_versions
@@ -148,9 +150,6 @@ def evaluate(set_dir: Path, out: Path, *, targets: Sequence[Target], judge: Stru
     """Answer, judge and rate every task of the set per target. `task_judges` replaces `judge` for the tasks it
     names (the paper's judges differ per task); `preset` (name, hash, file) is recorded in results.json when the
     command took a preset's defaults."""
-    from haldet.suites.hallulens.retrieval import PassageIndex
-    from haldet.suites.hallulens.sources import load_pages
-
     manifest = read_json(set_dir / MANIFEST) if (set_dir / MANIFEST).exists() else {}
     trials = trial_dirs(set_dir)
     wanted = list(tasks or manifest.get("tasks") or [])
@@ -213,8 +212,8 @@ def evaluate(set_dir: Path, out: Path, *, targets: Sequence[Target], judge: Stru
         results["task_judges"][t]["judge"] = llm.usage_report()
     atomic_write_text(out / "results.json", json.dumps(_no_nan(results), indent=2, allow_nan=False) + "\n")
     atomic_write_text(out / "table.md", table_markdown(results) + "\n")
-    from haldet.figures.render import FigureSet  # matplotlib: loaded once the numbers are in
-    from haldet.suites.hallulens.report import html_report
+    from haldet.figures.render import FigureSet  # lazy: matplotlib; matplotlib: loaded once the numbers are in
+    from haldet.suites.hallulens.report import html_report  # lazy: matplotlib
 
     figures = FigureSet()
     atomic_write_text(out / "report.html", html_report(_no_nan(results), *table_rows(results), figures=figures))

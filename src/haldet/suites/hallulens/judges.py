@@ -34,6 +34,7 @@ from haldet.suites.hallulens.prompts import (
     parse_correctness,
 )
 from haldet.suites.hallulens.retrieval import PassageIndex
+from haldet.text.sentences import split_sentences
 
 RULE_REFUSAL = "rule:refusal"
 RULE_EMPTY = "rule:empty"
@@ -60,8 +61,6 @@ class Judgement:
 
 def sentence_spans(text: str) -> list[tuple[int, int, str]]:
     """(start, end, sentence) with character offsets into `text` (sentences found in order)."""
-    from haldet.text.sentences import split_sentences
-
     out, pos = [], 0
     for sent in split_sentences(text):
         start = text.find(sent, pos)

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from haldet.suites.hallulens.sources import Page, minilm_tokenizer
+from haldet.util.assets import resolve_embedding
 
 
 @dataclass(frozen=True)
@@ -41,8 +42,6 @@ class PassageIndex:
     def model(self) -> Any:
         if self._model is None:
             from sentence_transformers import SentenceTransformer
-
-            from haldet.util.assets import resolve_embedding
 
             path = resolve_embedding(self.encoder_name)
             self._model = SentenceTransformer(path, device="cpu")

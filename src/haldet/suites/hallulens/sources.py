@@ -26,6 +26,7 @@ from typing import Any
 
 from haldet.datasets.formats import read_table
 from haldet.errors import HaldetError
+from haldet.util.assets import resolve_embedding
 
 DOC_FIELDS = ("document", "markdown", "text")
 KINGDOMS = {"animalia": "animal", "plantae": "plant", "bacteria": "bacteria"}
@@ -104,8 +105,6 @@ def load_pages(path: str | Path) -> list[Page]:
 @lru_cache(maxsize=1)
 def minilm_tokenizer() -> Any:
     from transformers import AutoTokenizer
-
-    from haldet.util.assets import resolve_embedding
 
     return AutoTokenizer.from_pretrained(resolve_embedding("minilm"), local_files_only=True)
 

@@ -122,7 +122,7 @@ class TriviaPlusSuite(Suite):
         with the reason when Table 12 could not be computed (the HTML tables carry no note column)."""
         from html import escape
 
-        from haldet.suites.report import html_tables
+        from haldet.suites.report import html_tables  # lazy: h5py
 
         tables = html_tables(self, rows)
         why = sorted({f"{r['dataset']}: {r['note']}" for r in rows if r.get("table") == T12

@@ -79,7 +79,7 @@ class VeriGraySuite(Suite):
         return analysis_rows(instances)
 
     def html_section(self, rows: list[dict[str, Any]], figures: FigureSet | None = None) -> str:
-        from haldet.suites.report import html_tables
+        from haldet.suites.report import html_tables  # lazy: h5py
 
         mine = [r for r in rows if r.get("level") == "sentence"]
         analyses = [r for r in mine if r.get("table") in (FIG2, FIG3, FIG6)]

@@ -16,8 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from haldet.schema import Generation, Instance
+from haldet.schema import Category, Generation, Instance, SpanLabel
 from haldet.signals import Signal, SignalView
+from haldet.stages.verdict_prompts import PROMPTS
 
 N_ITEMS, LAYERS, DIM, K = 60, 3, 16, 5
 MAX_TOKENS = 12  # token-aligned makers give this many positions; synthetic_view cuts them to each answer's length
@@ -171,8 +172,6 @@ class _AnyAsk(dict[str, Any]):
 
 @signal_maker(Signal.VERDICT)
 def _verdict(rng: np.random.Generator, y: np.ndarray) -> list[Any]:
-    from haldet.stages.verdict_prompts import PROMPTS
-
     out = []
     for v in y:
         asks = _AnyAsk()
@@ -312,8 +311,6 @@ def _serves(view: SignalView, signal: Signal) -> bool:
 def with_units(view: SignalView, level: str) -> SignalView:
     """The view's instances carrying their response and UNITS_PER_ITEM (two) units of kind `level` over it (the
     second one hallucinated for hallucinated items), so unit-level scoring has something to align to."""
-    from haldet.schema import Category, SpanLabel
-
     instances = []
     labels = np.zeros(len(view), dtype=int) if view.labels is None else view.labels
     for inst, gen, y in zip(view.instances, view.generations, labels, strict=True):
@@ -330,8 +327,6 @@ def with_units(view: SignalView, level: str) -> SignalView:
 
 def flip_unit_labels(view: SignalView) -> SignalView:
     """The view with every unit's label swapped (correct <-> hallucinated)."""
-    from haldet.schema import Category
-
     flip = {Category.CORRECT: Category.HALLUCINATION, Category.HALLUCINATION: Category.CORRECT}
     instances = [inst.model_copy(update={"units": [u.model_copy(update={"category": flip.get(u.category, u.category)})
                                                    for u in inst.units]}) for inst in view.instances]
