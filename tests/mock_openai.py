@@ -12,13 +12,16 @@ request (the last one repeats); keys without a plan use `default`. Actions:
   hang       sleeps `hang_seconds` and closes without answering
   drop       closes the connection without an answer (a connection error for the client)
   garbage    200 with non-JSON reply text; badcat: JSON with an invalid category (judge)
+  unclosed   200 whose content opens a `<think>` block and never closes it, finish_reason "length"
   badbody    200 whose body is HTML, not JSON; nochoices: a JSON body without `choices`
 
 With `"logprobs": true` in the request, each choice carries per-token log-probs of its content split into
 whitespace-led words: token i gets log p = -(i + 1) / 10, its top alternatives are itself and "<token>~" one nat
 lower; `top_first[key]` replaces the first position's alternatives (e.g. {"True": log 0.8, "False": log 0.2}).
 `max_n` caps the number of choices returned (a server ignoring `n`); `ignore_logprobs` answers without log-probs
-whatever was asked (a server without them). `requests` keeps every body, `calls` counts per key.
+whatever was asked (a server without them); `reasoning` (a string) is sent as every reply's separate
+`reasoning_content` field, as reasoning endpoints do (vLLM's reasoning parsers, DeepSeek). `requests` keeps every
+body, `calls` counts per key.
 
 Usage (tests/ is on sys.path): `from mock_openai import FakeOpenAI`; `with FakeOpenAI() as srv: ... srv.base_url`.
 """
@@ -76,6 +79,7 @@ class FakeOpenAI:
         self.slow_seconds, self.hang_seconds, self.usage = slow_seconds, hang_seconds, usage
         self.max_n: int | None = None
         self.ignore_logprobs = False
+        self.reasoning: str | None = None  # a reasoning model's separate field (`reasoning_content`) on every reply
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -123,12 +127,17 @@ class FakeOpenAI:
                 for j in range(n):
                     if action == "garbage":
                         content = "Sure! I think this one is probably right."
-                    elif action == "badcat":
+                    elif action in ("badcat", "unclosed"):
                         content = json.dumps({"reasoning": "hmm", "category": "partially correct"})
                     else:
                         content = server.content(action.split(":", 1)[1], body, j + int(body.get("seed") or 0))
-                    choice: dict[str, Any] = {"index": j, "finish_reason": "stop",
+                    finish = "stop"
+                    if action == "unclosed":  # a reasoning reply cut off inside its thinking block
+                        content, finish = "<think> Let me weigh the answer against the references", "length"
+                    choice: dict[str, Any] = {"index": j, "finish_reason": finish,
                                               "message": {"role": "assistant", "content": content}}
+                    if server.reasoning is not None:
+                        choice["message"]["reasoning_content"] = server.reasoning
                     if body.get("logprobs") and not server.ignore_logprobs:
                         choice["logprobs"] = {"content": server.logprobs(key, content)}
                     choices.append(choice)

@@ -58,6 +58,16 @@ class SampleConfig(Section):
     api_key_env: str | None = None   # its API key variable (None = the `endpoint` section's)
 
 
+class ReasoningConfig(Section):
+    """Reasoning models (docs/backends.md): split outputs at open/close (auto: when the chat template emits them;
+    markers: always; off: never; `by_model`: these fields per model spec); judges see the reasoning too when set."""
+    split: Literal["auto", "markers", "off"] = "auto"
+    open: str = Field("<think>", min_length=1)
+    close: str = Field("</think>", min_length=1)
+    by_model: dict[str, dict[str, str]] = Field(default_factory=dict)
+    judges_see_reasoning: bool = False
+
+
 class AuxiliaryConfig(Section):
     """Verbalized confidence and self-evaluation P(True) (paper appendix E.1), greedy."""
 
@@ -293,6 +303,7 @@ class RunConfig(Section):
     hf: HFModelConfig = Field(default_factory=HFModelConfig)
     vllm: VLLMConfig = Field(default_factory=VLLMConfig)
     generation: GenerationConfig = Field(default_factory=GenerationConfig)
+    reasoning: ReasoningConfig = Field(default_factory=ReasoningConfig)
     sample: SampleConfig = Field(default_factory=SampleConfig)
     auxiliary: AuxiliaryConfig = Field(default_factory=AuxiliaryConfig)
     features: FeatureConfig = Field(default_factory=FeatureConfig)

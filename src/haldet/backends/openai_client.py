@@ -109,6 +109,7 @@ class Choice:
     tokens: list[str] | None = None
     logprobs: list[float] | None = None
     top_logprobs: list[dict[str, float]] | None = None
+    reasoning: str | None = None  # a reasoning model's separate thinking field (`reasoning_content` / `reasoning`)
 
 
 @dataclass
@@ -287,8 +288,10 @@ def _reply(resp: Any) -> ChatReply:
                 tokens = [t.token for t in content]
                 logprobs = [float(t.logprob) for t in content]
                 top = [{a.token: float(a.logprob) for a in (t.top_logprobs or [])} for t in content]
+            thought = getattr(ch.message, "reasoning_content", None) or getattr(ch.message, "reasoning", None)
             choices.append(Choice(text=text, finish_reason=str(ch.finish_reason or "stop"), tokens=tokens,
-                                  logprobs=logprobs, top_logprobs=top))
+                                  logprobs=logprobs, top_logprobs=top,
+                                  reasoning=thought if isinstance(thought, str) else None))
         if not choices:
             raise IndexError("no choices")
     except (AttributeError, IndexError, TypeError, ValueError) as exc:

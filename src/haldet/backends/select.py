@@ -11,10 +11,11 @@ so this module knows backends and signals, never detectors.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from haldet.backends.base import Backend, Capability
 from haldet.config import RunConfig
-from haldet.errors import SignalUnavailableError
+from haldet.errors import HaldetError, SignalUnavailableError
 from haldet.signals import Signal
 
 # the capability each signal needs of the model's backend; a signal not listed needs hidden states (white-box)
@@ -130,4 +131,15 @@ def make_backend(model: str, config: RunConfig) -> Backend:
 
     return HFBackend(model, device=config.device, decoder=config.decoder, fast_numerics=config.fast_numerics,
                      decode_rows=config.decode_rows, settings=config.hf,
-                     chat_template_kwargs=config.chat_template_kwargs)
+                     chat_template_kwargs=config.chat_template_kwargs, reasoning=reasoning_settings(config, model))
+
+
+def reasoning_settings(config: RunConfig, model: str) -> dict[str, Any]:
+    """One model's split settings: the `reasoning` section, overridden by its `reasoning.by_model` entry."""
+    cfg = config.reasoning
+    own = dict(cfg.by_model.get(model, {}))
+    unknown = set(own) - {"split", "open", "close"}
+    if unknown:
+        raise HaldetError(f"reasoning.by_model.{model} has unknown setting(s) {sorted(unknown)}",
+                          where=f"reasoning.by_model.{model}", hint="set split, open or close")
+    return {"split": cfg.split, "open": cfg.open, "close": cfg.close, **own}
