@@ -19,7 +19,7 @@ TEMPLATE = (
     "{% if add_generation_prompt %}assistant :{% if enable_thinking is defined and not enable_thinking %}"
     " <think> </think>{% else %} <think>{% endif %}{% endif %}"
 )
-MARGIN = 6.0  # logit of the chain's next token over every other, less 0-3 by token (log-probs differ)
+MARGIN = 9.0  # logit of the chain's next token over every other, less 0-3 by token (log-probs differ)
 
 
 def build_tiny_thinking(path: Path) -> Path:

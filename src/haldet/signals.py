@@ -114,6 +114,41 @@ def access_of(signals: frozenset[Signal]) -> Access:
 
 SignalLoader = Callable[[Signal, Sequence[str]], list[Any]]
 
+# What a detector reads of a reasoning model's output (`reads`, in its identity): the answer (default), the
+# reasoning, or all of it. Views other than the answer are served for these signals; every other signal is
+# computed on the answer alone (the passes read the answer after its reasoning), so a detector reading one of them
+# reads the answer.
+READS = ("answer", "reasoning", "all")
+VIEWED_SIGNALS = frozenset({Signal.RESPONSE, Signal.TOKEN_LOGPROBS, Signal.SAMPLES})
+
+
+class SampleTexts(list):  # type: ignore[type-arg]
+    """A sample record's K answers (a list of str), with each sample's reasoning (None: the model gave none)."""
+
+    def __init__(self, answers: Sequence[str], reasoning: Sequence[str | None] | None = None) -> None:
+        super().__init__(answers)
+        self.reasoning: list[str | None] = list(reasoning) if reasoning is not None else [None] * len(answers)
+
+    def view(self, reads: str) -> list[str]:
+        if reads == "answer":
+            return list(self)
+        if reads == "reasoning":
+            return [r or "" for r in self.reasoning]
+        return [f"{r}\n\n{a}".strip() if r is not None else a for a, r in zip(self, self.reasoning, strict=True)]
+
+
+def generation_view(g: Generation, reads: str) -> tuple[str, list[float] | None]:
+    """The text and token log-probs of one output that a detector reading `reads` sees (log-probs None where the
+    backend gave none for that part)."""
+    if reads == "answer" or g.reasoning is None and reads == "all":
+        return g.response, list(g.token_logprobs)
+    if reads == "reasoning":
+        span = g.reasoning_span or [0, len(g.reasoning_logprobs)]
+        lps = g.reasoning_logprobs[span[0] : span[1]]
+        return g.reasoning or "", lps if lps or not g.reasoning else None
+    lps_all = [*g.reasoning_logprobs, *g.token_logprobs] if g.reasoning_logprobs or not g.reasoning else None
+    return g.output_text(), lps_all
+
 
 @dataclass
 class SignalView:
@@ -129,6 +164,7 @@ class SignalView:
     generations: list[Generation]
     loader: SignalLoader
     labels: np.ndarray | None = None
+    reads: str = "answer"  # which part of a reasoning model's output the viewed signals show (`READS`)
     _cache: dict[Signal, list[Any]] = field(default_factory=dict, repr=False)
 
     def __len__(self) -> int:
@@ -138,12 +174,23 @@ class SignalView:
         """Per-item values of a signal, in `ids` order (loaded once per view)."""
         if signal not in self._cache:
             if signal is Signal.RESPONSE:
-                self._cache[signal] = [g.response for g in self.generations]
+                self._cache[signal] = [generation_view(g, self.reads)[0] for g in self.generations]
             elif signal is Signal.TOKEN_LOGPROBS:
-                self._cache[signal] = [np.asarray(g.token_logprobs, dtype=np.float64) for g in self.generations]
+                lps = [generation_view(g, self.reads)[1] for g in self.generations]
+                self._cache[signal] = [None if x is None else np.asarray(x, dtype=np.float64) for x in lps]
+            elif signal is Signal.SAMPLES and self.reads != "answer":
+                self._cache[signal] = [s.view(self.reads) if isinstance(s, SampleTexts) else s
+                                       for s in self.loader(signal, self.ids)]
             else:
                 self._cache[signal] = self.loader(signal, self.ids)
         return self._cache[signal]
+
+    def reading(self, reads: str) -> SignalView:
+        """The same items seen through another part of their outputs (`READS`)."""
+        if reads == self.reads:
+            return self
+        return SignalView(ids=self.ids, instances=self.instances, generations=self.generations, loader=self.loader,
+                          labels=self.labels, reads=reads)
 
     def subset(self, idx: Sequence[int], *, with_labels: bool) -> SignalView:
         idx = list(idx)
@@ -152,5 +199,5 @@ class SignalView:
             instances=[self.instances[i] if with_labels else self.instances[i].without_labels() for i in idx],
             generations=[self.generations[i] for i in idx],
             loader=self.loader,
-            labels=(self.labels[idx] if with_labels and self.labels is not None else None),
+            labels=(self.labels[idx] if with_labels and self.labels is not None else None), reads=self.reads,
         )

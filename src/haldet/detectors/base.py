@@ -23,7 +23,7 @@ import numpy as np
 from haldet.errors import did_you_mean
 from haldet.registry import Registry
 from haldet.schema import Access
-from haldet.signals import Signal, SignalView, access_of
+from haldet.signals import READS, VIEWED_SIGNALS, Signal, SignalView, access_of
 
 
 @dataclass
@@ -90,6 +90,10 @@ class Detector:
     conformance_exemptions: ClassVar[dict[str, str]] = {}
 
     def __init__(self, **params: Any) -> None:
+        # which part of a reasoning model's output it reads (`haldet.signals.READS`): every detector has it
+        self.reads = str(params.pop("reads", "answer"))
+        if self.reads not in READS:
+            raise ValueError(f"detector {self.name!r}: reads {self.reads!r} is not one of {', '.join(READS)}")
         unknown = set(params) - set(self.defaults)
         if unknown:
             guesses = [f"{u!r}: {g}" for u in sorted(unknown) if (g := did_you_mean(u, self.defaults))]
@@ -104,6 +108,11 @@ class Detector:
         self.workdir: Path | None = None
         self.progress: Callable[[str, int], Callable[[int], None]] = lambda description, total: lambda n: None
         self.meta: dict[str, Any] = {}
+        beyond = sorted(s.value for s in self.requires - VIEWED_SIGNALS) if self.reads != "answer" else []
+        if beyond:
+            raise ValueError(f"detector {self.name!r} cannot read {self.reads!r}: it reads {', '.join(beyond)}, which "
+                             f"exist for the answer alone; reads: {self.reads} serves "
+                             f"{', '.join(sorted(s.value for s in VIEWED_SIGNALS))}")
         variant = self.params.get("variant")
         if variant is not None and self.variants and variant not in self.variants:
             guess = did_you_mean(str(variant), self.variants)
@@ -123,8 +132,11 @@ class Detector:
         included) and every auxiliary model with its fingerprint. Keys scores and fitted state; recorded."""
         from haldet.models.provenance import resolve_auxiliary
 
-        return {"detector": self.name, "version": self.version, "params": self.params,
-                "variant": self.params.get("variant"), "models": resolve_auxiliary(self)}
+        identity = {"detector": self.name, "version": self.version, "params": self.params,
+                    "variant": self.params.get("variant"), "models": resolve_auxiliary(self)}
+        if self.reads != "answer":  # the default keys scores as before: the answer is all a non-reasoning output is
+            identity["reads"] = self.reads
+        return identity
 
     def fit(self, train: SignalView, val: SignalView | None) -> None:
         """Learn from labelled train (and val) items. Training-free detectors keep this no-op."""
@@ -133,7 +145,7 @@ class Detector:
         raise NotImplementedError
 
     # attributes the scoring path sets, not part of the fitted state
-    _UNSAVED: ClassVar[frozenset[str]] = frozenset({"workdir", "progress"})
+    _UNSAVED: ClassVar[frozenset[str]] = frozenset({"workdir", "progress", "reads"})
 
     def score_units(self, items: SignalView, level: str) -> UnitScores:
         """One score per unit of `level` (aligned to `instance.units_of(level)`). A response-level detector scores

@@ -40,10 +40,7 @@ class IdSplit:
     r1: int
     a0: int
     no_answer: str | None = None
-
-    @property
-    def has_reasoning(self) -> bool:
-        return self.r1 > self.r0 or self.a0 > 0
+    has_reasoning: bool = True  # False: no thinking block (the whole output is the answer)
 
 
 def _find(ids: Sequence[int], sub: Sequence[int], start: int = 0) -> int:
@@ -81,7 +78,7 @@ def split_ids(ids: Sequence[int], open_ids: Sequence[int], close_ids: Sequence[i
         return IdSplit(r0=start, r1=close, a0=close + len(close_ids))
     if inside:
         return IdSplit(r0=start, r1=len(ids), a0=len(ids), no_answer=no_answer_reason(finish_reason, limit))
-    return IdSplit(r0=0, r1=0, a0=0)
+    return IdSplit(r0=0, r1=0, a0=0, has_reasoning=False)
 
 
 @dataclass(frozen=True)
