@@ -28,6 +28,7 @@ from haldet.flow.scoring import DetectorRun, make_detector, score_detector
 from haldet.schema import Instance
 from haldet.signals import Signal, SignalView
 from haldet.stages.base import CellContext, Item, OtherSampler, Progress
+from haldet.util.limits import limit_source
 from haldet.stages.generate import GenerateStage, attach_generations
 from haldet.stages.loader import EvidenceLoader, ensure_stages, evidence_gaps, evidence_key, needed_stages
 from haldet.store import RunStore
@@ -168,6 +169,8 @@ def run_cell(config: RunConfig, store: RunStore, dataset: str, model: str, progr
         result.error = "no item got an answer from the model (see generate.failed.jsonl)"
         return _finish(result, ctx)
     attach_generations(items, gen_records)
+    if cut := no_answer_summary(config, items):
+        result.data["no_answer"] = cut
     labels = protocol.label(ctx, items, all_items, result, previous)
     if not labels and protocol.needs_labels:  # nothing to evaluate a detector on: say why instead of an empty table
         result.error = no_usable_labels(result)
@@ -255,6 +258,16 @@ def _finish(result: CellResult, ctx: CellContext) -> CellResult:
     if Capability.USAGE in ctx.backend.capabilities:  # a remote target model: calls, tokens, cost, breaker state
         result.data["backend_usage"] = ctx.backend.usage_report()
     return result
+
+
+def no_answer_summary(config: RunConfig, items: list[Item]) -> dict[str, Any]:
+    """Outputs without an answer (cut off inside their reasoning, or stopped there): how many, and the limit to
+    raise; {} when every output has one. They are labelled invalid and never scored."""
+    cut = [item for item in items if item.generation is not None and item.generation.no_answer]
+    if not cut:
+        return {}
+    return {"n": len(cut), "of": len(items), "setting": limit_source(config, cut[0].instance),
+            "reason": str(cut[0].generation.no_answer if cut[0].generation else "")}
 
 
 def no_usable_labels(result: CellResult) -> str:

@@ -22,6 +22,8 @@ from haldet.judges.similarity import ReferenceSimilarityJudge
 from haldet.judges.tool_call import ToolCallJudge
 from haldet.schema import Category, Label
 
+NO_ANSWER_JUDGE = "no-answer"  # labels an output without an answer (cut off inside its reasoning) invalid
+
 Outcome = Label | JudgeFailure  # what the cascade gives per item: a label (maybe invalid) or a failure
 
 
@@ -79,6 +81,11 @@ class Cascade:
         item has its final outcome, so the caller can store it at once."""
         reasons: dict[int, list[str]] = {i: [] for i in range(len(pairs))}
         pending = list(range(len(pairs)))
+        for index, (instance, generation) in enumerate(pairs):  # no answer (cut off inside its reasoning): no judge
+            if generation.no_answer:
+                on_done(index, Label(id=instance.id, category=Category.INVALID, judge=NO_ANSWER_JUDGE,
+                                     reasoning=generation.no_answer))
+        pending = [i for i in pending if not pairs[i][1].no_answer]
         for judge in self.judges:
             mine = [i for i in pending if judge.applies(pairs[i][0])]
             if not mine:
