@@ -37,10 +37,10 @@ def exec_judges(config: JudgeConfig) -> list[Judge]:
                            workers=config.exec_workers)]
 
 
-def llm_judge(config: JudgeConfig, templates: dict[str, Any] | None = None) -> Judge:
+def llm_judge(config: JudgeConfig, templates: dict[str, Any] | None = None, see_reasoning: bool = False) -> Judge:
     from haldet.judges.llm import LLMJudge
 
-    return LLMJudge(config, templates=templates)
+    return LLMJudge(config, templates=templates, see_reasoning=see_reasoning)
 
 
 class Cascade:
@@ -49,18 +49,20 @@ class Cascade:
         self.name = name
 
     @classmethod
-    def from_config(cls, config: JudgeConfig, templates: dict[str, Any] | None = None) -> Cascade:
-        """The judges `config` names; `templates` (the run config's) may replace the LLM judge's prompts."""
+    def from_config(cls, config: JudgeConfig, templates: dict[str, Any] | None = None, *,
+                    see_reasoning: bool = False) -> Cascade:
+        """The judges `config` names; `templates` (the run config's) may replace the LLM judge's prompts;
+        `see_reasoning`: the LLM judge sees a reasoning model's reasoning before its answer."""
         if config.kind == "rule":
             judges = rule_judges(config)
         elif config.kind == "exec":
             judges = exec_judges(config)
         elif config.kind == "llm":
-            judges = [llm_judge(config, templates)]
+            judges = [llm_judge(config, templates, see_reasoning)]
         else:
             judges = rule_judges(config) + exec_judges(config)
             if config.model:
-                judges.append(llm_judge(config, templates))
+                judges.append(llm_judge(config, templates, see_reasoning))
         plugins = [JUDGES.get(name, where="judge.extra")() for name in config.extra]
         return cls(plugins + judges, name=config.kind)
 

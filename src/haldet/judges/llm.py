@@ -125,13 +125,16 @@ class JudgePrompts:
         self.digest = digest([templates, few_shot])
 
     def render_user(self, *, question: str, answer: str, truths: list[str], traps: list[str], context: str = "",
-                    instruction: str = "", options: dict[str, str] | None = None) -> str:
+                    instruction: str = "", options: dict[str, str] | None = None, reasoning: str = "") -> str:
         if len(context) > MAX_CONTEXT_CHARS:
             context = context[:MAX_CONTEXT_CHARS] + " [...]"
         return self.user.render(question=question, answer=answer, truths=truths, traps=traps, context=context,
-                                instruction=instruction, options=options or {}).strip()
+                                instruction=instruction, options=options or {}, reasoning=reasoning).strip()
 
-    def messages(self, instance: Instance, generation: Generation) -> list[dict[str, str]]:
+    def messages(self, instance: Instance, generation: Generation, *,
+                 see_reasoning: bool = False) -> list[dict[str, str]]:
+        """The judge's chat for one answer: the candidate's answer alone, its reasoning too when `see_reasoning`
+        (`reasoning.judges_see_reasoning`) and the model gave one."""
         msgs = [{"role": "system", "content": self.system}]
         for ex in self.examples:
             inp = ex["input"]
@@ -142,7 +145,8 @@ class JudgePrompts:
         truths, traps = truths_and_traps(instance)
         msgs.append({"role": "user", "content": self.render_user(
             question=instance.question, answer=generation.response, truths=truths, traps=traps,
-            context=instance.context, instruction=instance.instruction, options=instance.options)})
+            context=instance.context, instruction=instance.instruction, options=instance.options,
+            reasoning=(generation.reasoning or "") if see_reasoning else "")})
         return msgs
 
     def correction_text(self, error: str) -> str:
@@ -155,12 +159,14 @@ class JudgePrompts:
 class LLMJudge(Judge):
     deterministic = False
 
-    def __init__(self, config: JudgeConfig, *, backend: Any = None, templates: dict[str, Any] | None = None) -> None:
+    def __init__(self, config: JudgeConfig, *, backend: Any = None, templates: dict[str, Any] | None = None,
+                 see_reasoning: bool = False) -> None:
         if not config.model:
             raise HaldetError("the LLM judge needs a model", where="--judge-model",
                               hint="e.g. --judge-model gpt-4o-mini (OpenAI-compatible endpoint) or "
                                    "--judge-backend hf --judge-model smollm2-135m (local)")
         self.config = config
+        self.see_reasoning = see_reasoning  # the candidate's reasoning shown before its answer
         self.prompts = JudgePrompts(load_judge_templates(config.template_dir, templates), few_shot=config.few_shot)
         self.client = StructuredClient(
             ClientSettings.of_judge(config, option="--judge-model",
@@ -178,7 +184,7 @@ class LLMJudge(Judge):
     def fingerprint(self) -> Any:
         c = self.config
         return [self.id, c.backend, c.base_url if c.backend == "openai" else None, c.max_tokens, c.seed,
-                c.json_mode, self.prompts.digest]
+                c.json_mode, self.prompts.digest, *(["sees reasoning"] if self.see_reasoning else [])]
 
     def applies(self, instance: Instance) -> bool:
         return True
@@ -193,7 +199,8 @@ class LLMJudge(Judge):
         pair still failing after all attempts is a `JudgeFailure`, never a label."""
         if not pairs:
             return
-        requests = [Request(self.prompts.messages(inst, gen), parse_judge_output, prefill=HF_PREFILL)
+        requests = [Request(self.prompts.messages(inst, gen, see_reasoning=self.see_reasoning), parse_judge_output,
+                            prefill=HF_PREFILL)
                     for inst, gen in pairs]
 
         def done(index: int, outcome: Outcome) -> None:

@@ -139,12 +139,13 @@ class ClaimsStage(Stage):
         cfg = self.ctx.config.claims
         if cfg.model is None:
             settings = ClientSettings(model=self.ctx.model, backend="hf", retries=0, max_tokens=cfg.max_new_tokens,
-                                      batch_size=cfg.batch_size, count_prompt_tokens=False)
+                                      batch_size=cfg.batch_size, count_prompt_tokens=False,
+                                      budget="claims.max_new_tokens")
             return StructuredClient(settings, correction=_correction, local=self.ctx.backend)
         settings = ClientSettings(model=cfg.model, base_url=cfg.base_url, api_key_env=cfg.api_key_env,
                                   timeout=cfg.timeout, concurrency=cfg.concurrency, retries=cfg.retries,
                                   backoff=cfg.backoff, max_tokens=cfg.max_new_tokens, option="claims.model",
-                                  where=f"claim extractor {cfg.model}")
+                                  where=f"claim extractor {cfg.model}", budget="claims.max_new_tokens")
         return StructuredClient(settings, correction=_correction)
 
 

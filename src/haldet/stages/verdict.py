@@ -308,13 +308,13 @@ class VerdictStage(Stage):
         if cfg.model is None:
             settings = ClientSettings(model=self.ctx.model, backend="hf", retries=0, max_tokens=max_new_tokens,
                                       temperature=cfg.temperature, batch_size=cfg.batch_size,
-                                      count_prompt_tokens=False)
+                                      count_prompt_tokens=False, budget="verdict.max_new_tokens")
             client = StructuredClient(settings, correction=str, local=self.ctx.backend)
         else:
             settings = ClientSettings(model=cfg.model, base_url=cfg.base_url, api_key_env=cfg.api_key_env,
                                       timeout=cfg.timeout, concurrency=cfg.concurrency, retries=cfg.retries,
                                       backoff=cfg.backoff, max_tokens=max_new_tokens, temperature=cfg.temperature,
-                                      option=option, where=f"{role} {cfg.model}")
+                                      option=option, where=f"{role} {cfg.model}", budget="verdict.max_new_tokens")
             client = StructuredClient(settings, correction=str)
         outcomes = client.ask([Request(chat, str) for chat in chats])  # `str` never refuses: no correction turn
         return [o if isinstance(o, CallFailure) else o.text for o in outcomes]
