@@ -8,6 +8,7 @@ A training view carries labels; a scoring view never does, so a detector cannot 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -118,8 +119,39 @@ SignalLoader = Callable[[Signal, Sequence[str]], list[Any]]
 # reasoning, or all of it. Views other than the answer are served for these signals; every other signal is
 # computed on the answer alone (the passes read the answer after its reasoning), so a detector reading one of them
 # reads the answer.
-READS = ("answer", "reasoning", "all")
+# Two controls of the reasoning-trace study (TRACT, arXiv 2605.08346) read the trace with the final answer out of it
+# (`remove`: every occurrence of the answer taken out of the reasoning) or a fixed answer spliced in after it
+# (`force`: the reasoning, then `FORCED_ANSWER` instead of the model's answer); both are text views.
+READS = ("answer", "reasoning", "all", "remove", "force")
+TRACE_READS = ("reasoning", "remove", "force")  # views of the trace: an output without reasoning has none
 VIEWED_SIGNALS = frozenset({Signal.RESPONSE, Signal.TOKEN_LOGPROBS, Signal.SAMPLES})
+TEXT_SIGNALS = frozenset({Signal.RESPONSE, Signal.SAMPLES})
+FORCED_ANSWER = "The answer is 42."  # the fixed answer of the `force` control: the same for every item
+
+
+def served(reads: str) -> frozenset[Signal]:
+    """The signals a view other than the answer serves (every signal for the answer)."""
+    return TEXT_SIGNALS if reads in ("remove", "force") else VIEWED_SIGNALS
+
+
+def without_answer(trace: str, answer: str) -> str:
+    """The trace with every occurrence of the answer (case-insensitive, end punctuation ignored) taken out."""
+    needle = answer.strip().rstrip(".!?").strip()
+    if not needle:
+        return trace
+    return " ".join(re.sub(re.escape(needle), " ", trace, flags=re.IGNORECASE).split())
+
+
+def trace_view(reasoning: str | None, answer: str, reads: str) -> str:
+    """What a text view shows of one output: its reasoning and answer as `reads` says (`READS`)."""
+    trace = reasoning or ""
+    if reads == "answer" or reasoning is None and reads == "all":
+        return answer
+    if reads == "reasoning":
+        return trace
+    if reads == "remove":
+        return without_answer(trace, answer)
+    return f"{trace}\n\n{FORCED_ANSWER if reads == 'force' else answer}".strip()
 
 
 class SampleTexts(list):  # type: ignore[type-arg]
@@ -130,11 +162,7 @@ class SampleTexts(list):  # type: ignore[type-arg]
         self.reasoning: list[str | None] = list(reasoning) if reasoning is not None else [None] * len(answers)
 
     def view(self, reads: str) -> list[str]:
-        if reads == "answer":
-            return list(self)
-        if reads == "reasoning":
-            return [r or "" for r in self.reasoning]
-        return [f"{r}\n\n{a}".strip() if r is not None else a for a, r in zip(self, self.reasoning, strict=True)]
+        return [trace_view(r, a, reads) for a, r in zip(self, self.reasoning, strict=True)]
 
 
 def generation_view(g: Generation, reads: str) -> tuple[str, list[float] | None]:
@@ -142,6 +170,8 @@ def generation_view(g: Generation, reads: str) -> tuple[str, list[float] | None]
     backend gave none for that part)."""
     if reads == "answer" or g.reasoning is None and reads == "all":
         return g.response, list(g.token_logprobs)
+    if reads in ("remove", "force"):  # text controls: no token log-probs of their own
+        return trace_view(g.reasoning, g.response, reads), None
     if reads == "reasoning":
         span = g.reasoning_span or [0, len(g.reasoning_logprobs)]
         lps = g.reasoning_logprobs[span[0] : span[1]]
