@@ -11,8 +11,6 @@ import re
 from pathlib import Path
 from typing import Any
 
-from mock_openai import FakeOpenAI, text_content
-
 from haldet.backends.structured import without_thinking
 from haldet.config import JudgeConfig, RunConfig
 from haldet.detectors.llm_judge import FAITHFUL, HALLUCINATION
@@ -23,6 +21,7 @@ from haldet.schema import Generation, Instance, Label
 from haldet.stages.base import CellContext, Item
 from haldet.stages.verdict import VerdictStage
 from haldet.store import RunStore
+from mock_openai import FakeOpenAI, text_content
 
 
 def _pair(n: int, answer: str) -> tuple[Instance, Generation]:

@@ -5,11 +5,8 @@ reasoning|all` see the other parts and are in the detector's identity."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
-from tiny_thinking import build_tiny_thinking
 
 from haldet.backends.select import make_backend
 from haldet.config import RunConfig
@@ -20,6 +17,7 @@ from haldet.stages.base import CellContext, Item
 from haldet.stages.generate import GenerateStage, attach_generations
 from haldet.stages.loader import EvidenceLoader, ensure_stages
 from haldet.store import CellStore
+from tiny_thinking import build_tiny_thinking
 
 QUESTIONS = ["what is the capital of australia ?", "what city is the capital ?", "what is a large city ?"]
 

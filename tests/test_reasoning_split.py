@@ -8,7 +8,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from tiny_thinking import build_tiny_thinking
 
 from haldet.backends.select import make_backend
 from haldet.config import RunConfig
@@ -18,6 +17,7 @@ from haldet.stages.generate import GenerateStage, attach_generations
 from haldet.stages.loader import ensure_stages
 from haldet.store import CellStore
 from haldet.text.reasoning import Markers, split_ids, split_text
+from tiny_thinking import build_tiny_thinking
 
 
 def test_split_ids_finds_the_answer_after_the_closing_marker() -> None:
@@ -103,3 +103,16 @@ def test_endpoint_reasoning_field_and_inline_block(tmp_path) -> None:
         assert out.text == "Canberra is the capital." and out.extra["reasoning"] == "Sydney? no."
         assert out.extra["tokens"] == [" Canberra", " is", " the", " capital."]
         np.testing.assert_allclose(out.token_logprobs, [-0.5, -0.6, -0.7, -0.8])  # tokens 5-8 of the content
+
+
+def test_vllm_outputs_split_as_the_hf_backend_splits(thinking_dir) -> None:
+    """The vllm backend (a tokenizer-only HFBackend) splits its completions with the same code: checked with the
+    tiny model's backend standing in for it (vLLM itself needs a GPU)."""
+    from haldet.backends.base import GenOutput
+    from haldet.backends.vllm import VLLMBackend
+
+    backend = make_backend(str(thinking_dir), RunConfig(device="cpu"))
+    ids = backend.encode_text("the capital </think> canberra .")
+    out = VLLMBackend.answer_of(backend, GenOutput(text="raw", token_ids=ids, token_logprobs=[-0.5] * len(ids),
+                                                   finish_reason="stop"))
+    assert out.text == "canberra ." and out.extra["reasoning"] == "the capital" and out.extra["answer_tokens"] == [3, 5]

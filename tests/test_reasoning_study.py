@@ -8,7 +8,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_reasoning_no_answer import FIX, ThinkingBackend
 from typer.testing import CliRunner
 
 import haldet.flow.cell
@@ -17,6 +16,7 @@ from haldet.detectors.base import DETECTORS
 from haldet.errors import HaldetError
 from haldet.schema import Generation
 from haldet.signals import FORCED_ANSWER, SampleTexts, Signal, SignalView, without_answer
+from test_reasoning_no_answer import FIX, ThinkingBackend
 
 
 def test_a_run_gives_each_view_its_own_row(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

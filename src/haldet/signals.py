@@ -145,7 +145,7 @@ def without_answer(trace: str, answer: str) -> str:
 def trace_view(reasoning: str | None, answer: str, reads: str) -> str:
     """What a text view shows of one output: its reasoning and answer as `reads` says (`READS`)."""
     trace = reasoning or ""
-    if reads == "answer" or reasoning is None and reads == "all":
+    if reads == "answer" or (reasoning is None and reads == "all"):
         return answer
     if reads == "reasoning":
         return trace
@@ -154,7 +154,7 @@ def trace_view(reasoning: str | None, answer: str, reads: str) -> str:
     return f"{trace}\n\n{FORCED_ANSWER if reads == 'force' else answer}".strip()
 
 
-class SampleTexts(list):  # type: ignore[type-arg]
+class SampleTexts(list[str]):
     """A sample record's K answers (a list of str), with each sample's reasoning (None: the model gave none)."""
 
     def __init__(self, answers: Sequence[str], reasoning: Sequence[str | None] | None = None) -> None:
@@ -168,7 +168,7 @@ class SampleTexts(list):  # type: ignore[type-arg]
 def generation_view(g: Generation, reads: str) -> tuple[str, list[float] | None]:
     """The text and token log-probs of one output that a detector reading `reads` sees (log-probs None where the
     backend gave none for that part)."""
-    if reads == "answer" or g.reasoning is None and reads == "all":
+    if reads == "answer" or (g.reasoning is None and reads == "all"):
         return g.response, list(g.token_logprobs)
     if reads in ("remove", "force"):  # text controls: no token log-probs of their own
         return trace_view(g.reasoning, g.response, reads), None

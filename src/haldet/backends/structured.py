@@ -255,8 +255,8 @@ class StructuredClient:
 
         s = self.settings
         try:
-            reply = await client.call(request.messages, attempts=s.retries + 1, backoff=s.backoff, usage=self.usage,
-                                      check=check, **self.params(request))
+            await client.call(request.messages, attempts=s.retries + 1, backoff=s.backoff, usage=self.usage,
+                              check=check, **self.params(request))
         except CallFailed as exc:
             self.usage.failures += 1
             return CallFailure(error=exc.error, attempts=exc.attempts)

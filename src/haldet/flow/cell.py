@@ -28,11 +28,11 @@ from haldet.flow.scoring import DetectorRun, make_detector, score_detector
 from haldet.schema import Instance
 from haldet.signals import Signal, SignalView
 from haldet.stages.base import CellContext, Item, OtherSampler, Progress
-from haldet.util.limits import limit_source
 from haldet.stages.generate import GenerateStage, attach_generations
 from haldet.stages.loader import EvidenceLoader, ensure_stages, evidence_gaps, evidence_key, needed_stages
 from haldet.store import RunStore
 from haldet.text.prompts import PromptBuilder, demo_pool_size, given_response_prompts, render_prompts
+from haldet.util.limits import limit_source
 
 
 @dataclass
