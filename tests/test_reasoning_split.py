@@ -12,6 +12,7 @@ import pytest
 from haldet.backends.select import make_backend
 from haldet.config import RunConfig
 from haldet.schema import Instance
+from haldet.signals import Signal
 from haldet.stages.base import CellContext, Item
 from haldet.stages.generate import GenerateStage, attach_generations
 from haldet.stages.loader import ensure_stages
@@ -59,6 +60,7 @@ def _cell(tmp: Path, model: Path, **config: object) -> tuple[CellContext, list[I
 
 def test_local_reasoning_model_stores_reasoning_and_answer_apart(tmp_path, thinking_dir) -> None:
     ctx, items = _cell(tmp_path, thinking_dir, generation={"max_new_tokens": 16})
+    ctx.signals = frozenset({Signal.ANSWER_ENTROPIES, Signal.TOKEN_ENTROPIES, Signal.HIDDEN_MEAN})  # a token pass
     rec = GenerateStage(ctx).ensure(items)["toy/test/0"]
     assert rec["reasoning"] == "the capital of australia is sydney"
     assert rec["response"] == "canberra ."
@@ -71,6 +73,9 @@ def test_local_reasoning_model_stores_reasoning_and_answer_apart(tmp_path, think
     # the features pass reads the answer after the reasoning: its log-probs are the generated answer's
     assert recs["features"]["toy/test/0"]["logprob_gap"] < 1e-4
     assert recs["features"]["toy/test/0"]["n_answer_tokens"] == 2
+    # the token pass reads the answer after its reasoning too: its entropies are the features pass's
+    np.testing.assert_allclose(rec["tokens"]["entropies"], recs["features"]["toy/test/0"]["token_entropies"],
+                               atol=1e-4)
 
 
 def test_split_off_keeps_the_whole_output_and_the_old_key(tmp_path, thinking_dir) -> None:

@@ -1,8 +1,9 @@
-"""A tiny local reasoning model, built in milliseconds without downloads: a Llama whose next token depends on the
-current token alone (attention and feed-forward outputs zeroed, one-hot embeddings, a transition table in the output
-head), with `<think>` / `</think>` as added tokens and a chat template that opens the thinking block at the end of
-the prompt unless `enable_thinking` is false (as Qwen3's and DeepSeek-R1's templates do). Its greedy output is
-always `the capital of australia is sydney </think> canberra .` then EOS: reasoning, closing marker, answer."""
+"""A tiny local reasoning model, built in milliseconds without downloads: a Llama whose greedy next token depends on
+the current token alone (one-hot embeddings, a transition table in the output head, feed-forward outputs zeroed,
+small attention outputs, so its log-probs and states still depend on the context), with `<think>` / `</think>` as
+added tokens and a chat template that opens the thinking block at the end of the prompt unless `enable_thinking` is
+false (as Qwen3's and DeepSeek-R1's templates do). Its greedy output is always
+`the capital of australia is sydney </think> canberra .` then EOS: reasoning, closing marker, answer."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ TEMPLATE = (
     "{% if add_generation_prompt %}assistant :{% if enable_thinking is defined and not enable_thinking %}"
     " <think> </think>{% else %} <think>{% endif %}{% endif %}"
 )
+CONTEXT = 0.05  # weight scale of the attention output: how much the next token's logits depend on the context
 MARGIN = 9.0  # logit of the chain's next token over every other, less 0-3 by token (log-probs differ)
 
 
@@ -41,8 +43,9 @@ def build_tiny_thinking(path: Path) -> Path:
                          bos_token_id=None, tie_word_embeddings=False)
     model = LlamaForCausalLM(config)
     with torch.no_grad():
-        for layer in model.model.layers:
-            layer.self_attn.o_proj.weight.zero_()
+        torch.manual_seed(0)
+        for layer in model.model.layers:  # attention adds a little of the context (the chain's argmax holds)
+            layer.self_attn.o_proj.weight.normal_(0.0, CONTEXT)
             layer.mlp.down_proj.weight.zero_()
         model.model.embed_tokens.weight.zero_()
         model.lm_head.weight.zero_()

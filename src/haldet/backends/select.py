@@ -126,7 +126,8 @@ def make_backend(model: str, config: RunConfig) -> Backend:
         from haldet.backends.vllm import VLLMBackend
 
         return VLLMBackend(model, device=config.device, settings=config.vllm,
-                           chat_template_kwargs=config.chat_template_kwargs, reasoning=reasoning_settings(config, model))
+                           chat_template_kwargs=config.chat_template_kwargs,
+                           reasoning=reasoning_settings(config, model))
     from haldet.backends.hf.backend import HFBackend
 
     return HFBackend(model, device=config.device, decoder=config.decoder, fast_numerics=config.fast_numerics,
