@@ -87,3 +87,29 @@ def test_scoring_never_scores_an_output_without_an_answer() -> None:
 def _records(run: Path, name: str) -> list[dict[str, Any]]:
     (path,) = list(run.glob(f"*/*/{name}"))
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def test_a_run_on_a_reasoning_endpoint_stores_reasoning_and_answer_apart(monkeypatch: pytest.MonkeyPatch,
+                                                                         tmp_path: Path) -> None:
+    """`openai:NAME` served by the mock endpoint speaking the reasoning format (a separate `reasoning_content`):
+    answers and samples are the content, the reasoning is stored beside them, and the detectors read the answers."""
+    from mock_openai import FakeOpenAI, text_content
+
+    monkeypatch.setenv("MOCK_KEY", "x")
+    with FakeOpenAI(content=text_content, default="ok:#### 10") as srv:
+        srv.reasoning = "Ten apples in all."
+        out = tmp_path / "r"
+        (tmp_path / "c.yaml").write_text("sample: {k: 2}\nendpoint: {api_key_env: MOCK_KEY, retries: 0}\n")
+        result = CliRunner().invoke(app, ["run", "--dataset", "gsm8k", "--data-dir", str(FIX), "--limit", "3",
+                                          "--model", "openai:mock", "--model-base-url", srv.base_url,
+                                          "--detector", "perplexity,lexical_similarity", "--out", str(out),
+                                          "--min-per-class", "0", "--allow-failures",
+                                          "--config", str(tmp_path / "c.yaml")])
+    assert result.exit_code == 0, result.output
+    gen = _records(out, "generate.jsonl")
+    assert all(r["response"] == "#### 10" and r["reasoning"] == "Ten apples in all." for r in gen)
+    samples = _records(out, "sample.jsonl")
+    assert all(s["samples"] == ["#### 10", "#### 10"] and s["reasoning"] == ["Ten apples in all."] * 2
+               for s in samples)
+    scores = {p.stem: [json.loads(x) for x in p.read_text().splitlines()] for p in out.glob("*/*/scores/*.jsonl")}
+    assert all(r["value"] == pytest.approx(0.0) for r in scores["lexical_similarity"])  # identical answers
