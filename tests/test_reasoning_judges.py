@@ -52,8 +52,9 @@ def test_the_llm_judge_reads_the_answer_and_fails_on_an_unclosed_thinking_block(
         fail = out["t/test/1"]
         assert isinstance(fail, JudgeFailure) and fail.attempts == 2  # retried, then reported
         assert "thinking block" in fail.error and "raise judge.max_tokens" in fail.error
-        user = [m["content"] for m in srv.requests[0]["messages"] if m["role"] == "user"][-1]
-        assert user.endswith("Model answer: William Shakespeare") and "Marlowe? No." not in user
+        users = [[m["content"] for m in body["messages"] if m["role"] == "user"][-1] for body in srv.requests]
+        assert any(u.endswith("Model answer: William Shakespeare") for u in users)  # requests run concurrently
+        assert not any("Marlowe? No." in u for u in users)
         # the setting shows the candidate's reasoning before its answer, and is part of the judge's key
         seeing = _judge(srv, see_reasoning=True)
         _run(seeing, pairs[:1])
