@@ -12,17 +12,21 @@ request (the last one repeats); keys without a plan use `default`. Actions:
   hang       sleeps `hang_seconds` and closes without answering
   drop       closes the connection without an answer (a connection error for the client)
   garbage    200 with non-JSON reply text; badcat: JSON with an invalid category (judge)
+  unclosed   200 whose content opens a `<think>` block and never closes it, finish_reason "length"
   badbody    200 whose body is HTML, not JSON; nochoices: a JSON body without `choices`
 
 With `"logprobs": true` in the request, each choice carries per-token log-probs of its content split into
 whitespace-led words: token i gets log p = -(i + 1) / 10, its top alternatives are itself and "<token>~" one nat
 lower; `top_first[key]` replaces the first position's alternatives (e.g. {"True": log 0.8, "False": log 0.2}).
 `max_n` caps the number of choices returned (a server ignoring `n`); `ignore_logprobs` answers without log-probs
-whatever was asked (a server without them). `requests` keeps every body, `calls` counts per key.
+whatever was asked (a server without them); `reasoning` (a string) is sent as every reply's separate
+`reasoning_content` field, as reasoning endpoints do (vLLM's reasoning parsers, DeepSeek). `requests` keeps every
+body, `calls` counts per key.
 
-`reasoning=True` makes it an OpenAI reasoning-style endpoint: a request carrying `temperature` or `top_p` is refused
-(400 naming the parameter, as OpenAI's o-series do), so is `max_tokens` (400: use `max_completion_tokens`); each
-reply carries `reasoning_text` in a separate `reasoning_content` field and counts reasoning tokens in its usage.
+`reasoning_endpoint=True` makes it an OpenAI reasoning-style endpoint: a request carrying `temperature` or `top_p` is
+refused (400 naming the parameter, as OpenAI's o-series do), so is `max_tokens` (400: use `max_completion_tokens`);
+each reply carries `reasoning` (else `reasoning_text`) in a separate `reasoning_content` field and counts reasoning
+tokens in its usage.
 `logprobs_fault` spoils the log-probs a reply sends ("empty", "truncated" or "malformed").
 `sent_params` lists, per request, the parameters it carried.
 
@@ -82,8 +86,9 @@ class FakeOpenAI:
         self.slow_seconds, self.hang_seconds, self.usage = slow_seconds, hang_seconds, usage
         self.max_n: int | None = None
         self.ignore_logprobs = False
-        self.reasoning = False
+        self.reasoning_endpoint = False
         self.reasoning_text = "Let me think about the question first."
+        self.reasoning: str | None = None  # a reasoning model's separate field (`reasoning_content`) on every reply
         self.logprobs_fault: str | None = None
         server = self
 
@@ -149,16 +154,16 @@ class FakeOpenAI:
         self.thread.start()
 
     def reply_text(self, action: str, body: dict[str, Any], j: int) -> str:
-        """Choice j's text for an `ok:`/`garbage`/`badcat` action."""
+        """Choice j's text for an `ok:`/`garbage`/`badcat`/`unclosed` action."""
         if action == "garbage":
             return "Sure! I think this one is probably right."
-        if action == "badcat":
+        if action in ("badcat", "unclosed"):
             return json.dumps({"reasoning": "hmm", "category": "partially correct"})
         return self.content(action.split(":", 1)[1], body, j + int(body.get("seed") or 0))
 
     def refuses(self, body: dict[str, Any]) -> tuple[str, str] | None:
         """(parameter, message) a reasoning-style endpoint refuses in this request, or None."""
-        if not self.reasoning:
+        if not self.reasoning_endpoint:
             return None
         for name in ("temperature", "top_p"):
             if name in body:
@@ -179,17 +184,21 @@ class FakeOpenAI:
             n = min(n, self.max_n)
         choices = []
         for j in range(n):
-            content = self.reply_text(action, body, j)
+            content, finish = self.reply_text(action, body, j), "stop"
+            if action == "unclosed":  # a reasoning reply cut off inside its thinking block
+                content, finish = "<think> Let me weigh the answer against the references", "length"
             message: dict[str, Any] = {"role": "assistant", "content": content}
-            if self.reasoning:
-                message["reasoning_content"] = self.reasoning_text
-            choice: dict[str, Any] = {"index": j, "finish_reason": "stop", "message": message}
+            thought = self.reasoning if self.reasoning is not None else (
+                self.reasoning_text if self.reasoning_endpoint else None)
+            if thought is not None:
+                message["reasoning_content"] = thought
+            choice: dict[str, Any] = {"index": j, "finish_reason": finish, "message": message}
             if body.get("logprobs") and not self.ignore_logprobs:
                 choice["logprobs"] = {"content": self.spoil(self.logprobs(key, content))}
             choices.append(choice)
         p, c = self.usage
         usage: dict[str, Any] = {"prompt_tokens": p, "completion_tokens": c * n, "total_tokens": p + c * n}
-        if self.reasoning:
+        if self.reasoning_endpoint:
             usage["completion_tokens_details"] = {"reasoning_tokens": c // 2 * n}
         return {"id": "chatcmpl-test", "object": "chat.completion", "created": 0, "model": body["model"],
                 "choices": choices, "usage": usage}
@@ -233,7 +242,8 @@ class FakeOpenAI:
             self.clients.clear()
             self.max_n = None
             self.ignore_logprobs = False
-            self.reasoning = False
+            self.reasoning_endpoint = False
+            self.reasoning = None
             self.logprobs_fault = None
 
     def close(self) -> None:

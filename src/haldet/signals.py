@@ -8,6 +8,7 @@ A training view carries labels; a scoring view never does, so a detector cannot 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -114,6 +115,70 @@ def access_of(signals: frozenset[Signal]) -> Access:
 
 SignalLoader = Callable[[Signal, Sequence[str]], list[Any]]
 
+# What a detector reads of a reasoning model's output (`reads`, in its identity): the answer (default), the
+# reasoning, or all of it. Views other than the answer are served for these signals; every other signal is
+# computed on the answer alone (the passes read the answer after its reasoning), so a detector reading one of them
+# reads the answer.
+# Two controls of the reasoning-trace study (TRACT, arXiv 2605.08346) read the trace with the final answer out of it
+# (`remove`: every occurrence of the answer taken out of the reasoning) or a fixed answer spliced in after it
+# (`force`: the reasoning, then `FORCED_ANSWER` instead of the model's answer); both are text views.
+READS = ("answer", "reasoning", "all", "remove", "force")
+TRACE_READS = ("reasoning", "remove", "force")  # views of the trace: an output without reasoning has none
+VIEWED_SIGNALS = frozenset({Signal.RESPONSE, Signal.TOKEN_LOGPROBS, Signal.SAMPLES})
+TEXT_SIGNALS = frozenset({Signal.RESPONSE, Signal.SAMPLES})
+FORCED_ANSWER = "The answer is 42."  # the fixed answer of the `force` control: the same for every item
+
+
+def served(reads: str) -> frozenset[Signal]:
+    """The signals a view other than the answer serves (every signal for the answer)."""
+    return TEXT_SIGNALS if reads in ("remove", "force") else VIEWED_SIGNALS
+
+
+def without_answer(trace: str, answer: str) -> str:
+    """The trace with every occurrence of the answer (case-insensitive, end punctuation ignored) taken out."""
+    needle = answer.strip().rstrip(".!?").strip()
+    if not needle:
+        return trace
+    return " ".join(re.sub(re.escape(needle), " ", trace, flags=re.IGNORECASE).split())
+
+
+def trace_view(reasoning: str | None, answer: str, reads: str) -> str:
+    """What a text view shows of one output: its reasoning and answer as `reads` says (`READS`)."""
+    trace = reasoning or ""
+    if reads == "answer" or (reasoning is None and reads == "all"):
+        return answer
+    if reads == "reasoning":
+        return trace
+    if reads == "remove":
+        return without_answer(trace, answer)
+    return f"{trace}\n\n{FORCED_ANSWER if reads == 'force' else answer}".strip()
+
+
+class SampleTexts(list[str]):
+    """A sample record's K answers (a list of str), with each sample's reasoning (None: the model gave none)."""
+
+    def __init__(self, answers: Sequence[str], reasoning: Sequence[str | None] | None = None) -> None:
+        super().__init__(answers)
+        self.reasoning: list[str | None] = list(reasoning) if reasoning is not None else [None] * len(answers)
+
+    def view(self, reads: str) -> list[str]:
+        return [trace_view(r, a, reads) for a, r in zip(self, self.reasoning, strict=True)]
+
+
+def generation_view(g: Generation, reads: str) -> tuple[str, list[float] | None]:
+    """The text and token log-probs of one output that a detector reading `reads` sees (log-probs None where the
+    backend gave none for that part)."""
+    if reads == "answer" or (g.reasoning is None and reads == "all"):
+        return g.response, list(g.token_logprobs)
+    if reads in ("remove", "force"):  # text controls: no token log-probs of their own
+        return trace_view(g.reasoning, g.response, reads), None
+    if reads == "reasoning":
+        span = g.reasoning_span or [0, len(g.reasoning_logprobs)]
+        lps = g.reasoning_logprobs[span[0] : span[1]]
+        return g.reasoning or "", lps if lps or not g.reasoning else None
+    lps_all = [*g.reasoning_logprobs, *g.token_logprobs] if g.reasoning_logprobs or not g.reasoning else None
+    return g.output_text(), lps_all
+
 
 @dataclass
 class SignalView:
@@ -129,6 +194,7 @@ class SignalView:
     generations: list[Generation]
     loader: SignalLoader
     labels: np.ndarray | None = None
+    reads: str = "answer"  # which part of a reasoning model's output the viewed signals show (`READS`)
     _cache: dict[Signal, list[Any]] = field(default_factory=dict, repr=False)
 
     def __len__(self) -> int:
@@ -138,12 +204,23 @@ class SignalView:
         """Per-item values of a signal, in `ids` order (loaded once per view)."""
         if signal not in self._cache:
             if signal is Signal.RESPONSE:
-                self._cache[signal] = [g.response for g in self.generations]
+                self._cache[signal] = [generation_view(g, self.reads)[0] for g in self.generations]
             elif signal is Signal.TOKEN_LOGPROBS:
-                self._cache[signal] = [np.asarray(g.token_logprobs, dtype=np.float64) for g in self.generations]
+                lps = [generation_view(g, self.reads)[1] for g in self.generations]
+                self._cache[signal] = [None if x is None else np.asarray(x, dtype=np.float64) for x in lps]
+            elif signal is Signal.SAMPLES and self.reads != "answer":
+                self._cache[signal] = [s.view(self.reads) if isinstance(s, SampleTexts) else s
+                                       for s in self.loader(signal, self.ids)]
             else:
                 self._cache[signal] = self.loader(signal, self.ids)
         return self._cache[signal]
+
+    def reading(self, reads: str) -> SignalView:
+        """The same items seen through another part of their outputs (`READS`)."""
+        if reads == self.reads:
+            return self
+        return SignalView(ids=self.ids, instances=self.instances, generations=self.generations, loader=self.loader,
+                          labels=self.labels, reads=reads)
 
     def subset(self, idx: Sequence[int], *, with_labels: bool) -> SignalView:
         idx = list(idx)
@@ -152,5 +229,5 @@ class SignalView:
             instances=[self.instances[i] if with_labels else self.instances[i].without_labels() for i in idx],
             generations=[self.generations[i] for i in idx],
             loader=self.loader,
-            labels=(self.labels[idx] if with_labels and self.labels is not None else None),
+            labels=(self.labels[idx] if with_labels and self.labels is not None else None), reads=self.reads,
         )

@@ -40,7 +40,7 @@ def chat(text: str) -> str:
 
 def test_refused_parameter_named_once_with_the_setting_to_change(server: FakeOpenAI) -> None:
     server.reset()
-    server.reasoning = True
+    server.reasoning_endpoint = True
     be = backend(server)
     with pytest.raises(HaldetError) as err:
         be.generate([chat(f"q{i}") for i in range(6)], max_new_tokens=16, batch_size=8)
@@ -49,7 +49,7 @@ def test_refused_parameter_named_once_with_the_setting_to_change(server: FakeOpe
     assert len(server.requests) == 1  # the first request alone: no batch spent on a refused parameter
     # temperature declared off: the next refusal names the reply budget's field
     server.reset()
-    server.reasoning = True
+    server.reasoning_endpoint = True
     with pytest.raises(HaldetError) as err:
         backend(server, params=EndpointParams(temperature=False, top_p=False)).generate(
             [chat("q")], max_new_tokens=16, batch_size=8)
@@ -59,7 +59,7 @@ def test_refused_parameter_named_once_with_the_setting_to_change(server: FakeOpe
 
 def test_declared_parameters_are_sent_as_declared_and_key_the_model(server: FakeOpenAI) -> None:
     server.reset()
-    server.reasoning = True
+    server.reasoning_endpoint = True
     server.plans["q"] = ["429", "500", "ok:It is Paris."]  # faults on a reasoning endpoint: retried, counted
     be = backend(server, params=REASONING)
     out = be.generate([chat("q")], max_new_tokens=64, batch_size=8)[0]
@@ -79,7 +79,7 @@ def test_declared_parameters_are_sent_as_declared_and_key_the_model(server: Fake
 
 def test_structured_client_reads_the_reasoning_field_and_names_the_judge_setting(server: FakeOpenAI) -> None:
     server.reset()
-    server.reasoning = True
+    server.reasoning_endpoint = True
     server.plans["judge me"] = ["hang", "ok:yes"]  # a timeout, then the answer
     settings = ClientSettings.of_judge(JudgeConfig(model="o-judge", base_url=server.base_url, backoff=0.01,
                                                    timeout=0.5, json_mode=False, params=REASONING),

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from haldet import run
-from haldet.config import compose_config
+from haldet.config_files import compose_config
 
 pytestmark = pytest.mark.slow
 

@@ -152,7 +152,7 @@ CONFIGS = [b for b in ALL if b.marker == "config"]
 
 @pytest.mark.parametrize("block", CONFIGS, ids=[b.where for b in CONFIGS])
 def test_config_blocks_load_as_run_configs(block: Block, tmp_path: Path) -> None:
-    from haldet.config import compose_config
+    from haldet.config_files import compose_config
 
     path = tmp_path / "c.yaml"
     path.write_text("\n".join(block.lines))

@@ -13,15 +13,15 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from repo_paths import PACKAGE, REPO
-
+REPO = Path(__file__).resolve().parents[2]  # (a script too: `python tests/project/test_layering.py`)
+PACKAGE = REPO / "src" / "haldet"
 SRC = PACKAGE
 DOCS = REPO / "docs" / "developing.md"
 
 # bottom first; a module belongs to the layer of its longest matching prefix
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("core", ("haldet.version", "haldet.errors", "haldet.registry", "haldet.schema", "haldet.endpoint_params",
-              "haldet.config", "haldet.defaults", "haldet.signals", "haldet.presets")),
+              "haldet.config", "haldet.config_files", "haldet.defaults", "haldet.signals", "haldet.presets")),
     ("util and text", ("haldet.util", "haldet.text")),
     ("drawing", ("haldet.figures",)),
     ("store", ("haldet.store",)),

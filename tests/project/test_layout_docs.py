@@ -9,7 +9,9 @@ import ast
 import re
 from pathlib import Path
 
-from repo_paths import PACKAGE, REPO
+REPO = Path(__file__).resolve().parents[2]  # (a script too: `python tests/project/test_layout_docs.py`)
+PACKAGE = REPO / "src" / "haldet"
+
 
 SRC = PACKAGE
 DOCS = REPO / "docs" / "developing.md"

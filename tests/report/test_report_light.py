@@ -14,6 +14,7 @@ from haldet.report import html as html_module
 from haldet.report.rundata import load_run
 from haldet.store import RunStore
 from haldet.testing.synthetic_run import write_synthetic_run
+from repo_paths import REPO
 
 HEAVY = ("torch", "transformers", "spacy")
 REPORT = """
@@ -30,7 +31,7 @@ print(json.dumps([m for m in {heavy} if m in sys.modules]))
 
 def heavy_imported_by_report(run: Path, out: Path) -> list[str]:
     """The heavy libraries loaded in a fresh process that runs `haldet report RUN --out OUT`."""
-    src = Path(__file__).parents[1] / "src"
+    src = REPO / "src"
     proc = subprocess.run([sys.executable, "-c", REPORT.format(heavy=HEAVY), str(run), str(out)],
                           capture_output=True, text=True, timeout=600,
                           env={"PYTHONPATH": str(src), "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1"})

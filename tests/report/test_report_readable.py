@@ -15,7 +15,7 @@ import pytest
 from rich.console import Console
 from test_report_html import make_run
 
-from haldet.config import compose_config
+from haldet.config_files import compose_config
 from haldet.defaults import DEFAULT_DETECTORS, skipped_detectors
 from haldet.figures.charts import MARKER_AREA, cost_scatter
 from haldet.figures.curves import curve_figure

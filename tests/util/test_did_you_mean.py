@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from haldet.config import compose_config
+from haldet.config_files import compose_config
 from haldet.errors import HaldetError, did_you_mean
 
 

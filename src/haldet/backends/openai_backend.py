@@ -39,6 +39,7 @@ from haldet.backends.openai_client import (
     run_coroutine,
 )
 from haldet.config import EndpointConfig
+from haldet.text.reasoning import Markers, no_answer_reason, split_text
 
 PREFIX = "openai:"
 # black-box always: answers, K samples, self-evaluation read by spelling, usage accounting
@@ -217,14 +218,15 @@ class OpenAIBackend(Backend):
                 reply.completion_tokens if len(reply.choices) == 1 else None)
             usage = Usage(prompt_tokens=reply.prompt_tokens, completion_tokens=reply.completion_tokens)
             cost = usage.cost_usd(c.price_in, c.price_out)
-            outs.append(GenOutput(
+            out = GenOutput(
                 text=choice.text, token_ids=[], token_logprobs=list(choice.logprobs or []),
                 finish_reason="length" if choice.finish_reason == "length" else "stop",
                 extra={"tokens": choice.tokens, "n_tokens": n_tokens, "logprobs": choice.logprobs is not None,
                        "top_logprobs": choice.top_logprobs, "prompt_tokens": reply.prompt_tokens * share,
                        "completion_tokens": reply.completion_tokens * share,
                        "cost_usd": None if cost is None else cost * share,
-                       **({"logprobs_error": broken} if broken is not None else {})}))
+                       **({"logprobs_error": broken} if broken is not None else {})})
+            outs.append(endpoint_reasoning(out, choice.reasoning))
         return outs
 
     def reset_usage(self) -> None:
@@ -255,6 +257,41 @@ def logprobs_problem(choice: Choice) -> str | None:
         return (f"truncated log-probs: their tokens cover {len(covered)} of the reply's {len(choice.text.strip())} "
                 "characters")
     return None
+
+
+def endpoint_reasoning(out: GenOutput, field: str | None) -> GenOutput:
+    """A reasoning model's reply split into reasoning and answer: the endpoint's separate reasoning field, else a
+    `<think>` block at the start of the content (its tokens and log-probs cut at the answer's first token). A
+    content that opens a block and never closes it has no answer (`no_answer`, as for a local model)."""
+    n = len(out.extra.get("tokens") or [])
+    if field is not None:
+        out.extra.update(reasoning=field.strip(), reasoning_span=None, answer_tokens=[0, n], no_answer=None)
+        if not out.text.strip() and out.finish_reason == "length":
+            out.extra["no_answer"] = no_answer_reason("length", None)
+        return out
+    if not out.text.lstrip().startswith(THINK.open):
+        return out
+    cut = split_text(out.text, THINK, finish_reason=out.finish_reason)
+    start = len(out.text) - len(out.text.lstrip()[len(THINK.open):]) if cut.no_answer else out.text.find(
+        THINK.close) + len(THINK.close)
+    tokens, seen, a0 = out.extra.get("tokens") or [], 0, 0
+    while a0 < len(tokens) and (seen < start or not tokens[a0].strip()):  # the answer's first token
+        seen += len(tokens[a0])
+        a0 += 1
+    if cut.no_answer:
+        a0 = len(tokens)
+    out.extra.update(reasoning=cut.reasoning, reasoning_span=None, answer_tokens=[a0, len(tokens)],
+                     no_answer=cut.no_answer, reasoning_logprobs=out.token_logprobs[:a0])
+    out.text = cut.answer
+    if tokens:
+        out.token_logprobs = out.token_logprobs[a0:]
+        out.extra["tokens"] = tokens[a0:]
+        if out.extra.get("top_logprobs") is not None:
+            out.extra["top_logprobs"] = out.extra["top_logprobs"][a0:]
+    return out
+
+
+THINK = Markers(open="<think>", close="</think>")  # the inline thinking tags endpoints pass through unparsed
 
 
 def _seed(seed: int, j: int) -> int:

@@ -21,7 +21,7 @@ from haldet.backends.providers import ProviderBackend, check_provider, check_rol
 from haldet.backends.vllm import VLLMBackend
 from haldet.config import EndpointConfig, RunConfig
 from haldet.endpoint_params import price_of
-from haldet.errors import SignalUnavailableError
+from haldet.errors import HaldetError, SignalUnavailableError
 from haldet.signals import Signal
 from haldet.util.assets import check_alias
 
@@ -172,8 +172,19 @@ def make_backend(model: str, config: RunConfig) -> Backend:
         return OpenAIBackend(model, priced_endpoint(model, config), chat_template_kwargs=config.chat_template_kwargs)
     if kind == "vllm":
         return VLLMBackend(model, device=config.device, settings=config.vllm,
-                           chat_template_kwargs=config.chat_template_kwargs)
-
+                           chat_template_kwargs=config.chat_template_kwargs,
+                           reasoning=reasoning_settings(config, model))
     return HFBackend(model, device=config.device, decoder=config.decoder, fast_numerics=config.fast_numerics,
                      decode_rows=config.decode_rows, settings=config.hf,
-                     chat_template_kwargs=config.chat_template_kwargs)
+                     chat_template_kwargs=config.chat_template_kwargs, reasoning=reasoning_settings(config, model))
+
+
+def reasoning_settings(config: RunConfig, model: str) -> dict[str, Any]:
+    """One model's split settings: the `reasoning` section, overridden by its `reasoning.by_model` entry."""
+    cfg = config.reasoning
+    own = dict(cfg.by_model.get(model, {}))
+    unknown = set(own) - {"split", "open", "close"}
+    if unknown:
+        raise HaldetError(f"reasoning.by_model.{model} has unknown setting(s) {sorted(unknown)}",
+                          where=f"reasoning.by_model.{model}", hint="set split, open or close")
+    return {"split": cfg.split, "open": cfg.open, "close": cfg.close, **own}

@@ -40,9 +40,11 @@ from haldet.backends.providers import PROVIDER_PREFIX, ProviderEndpoint
 from haldet.config import JudgeConfig, digest
 from haldet.endpoint_params import EndpointParams
 from haldet.store import StageLog
+from haldet.text.reasoning import Markers, split_text
 
 T = TypeVar("T")
 MAX_REPLY_IN_CORRECTION = 2000  # characters of a malformed reply shown back to the model
+THINK = Markers(open="<think>", close="</think>")  # a reasoning model's inline thinking block in a reply
 
 
 @dataclass
@@ -110,6 +112,7 @@ class ClientSettings:
     section: str = "judge"  # the config section of this role (named when a server refuses a parameter)
     price_in: float | None = None  # USD per 1M prompt / completion tokens (None = price unknown)
     price_out: float | None = None
+    budget: str = "the reply budget"  # the setting that sizes replies (named when a reply ends inside its thinking)
 
     @classmethod
     def of_judge(cls, config: JudgeConfig, *, option: str, where: str,
@@ -121,7 +124,8 @@ class ClientSettings:
                    concurrency=config.concurrency, retries=config.retries, backoff=config.backoff,
                    max_tokens=config.max_tokens, temperature=0.0, top_p=1.0, seed=config.seed,
                    json_mode=config.json_mode, count_prompt_tokens=count_prompt_tokens, option=option, where=where,
-                   params=config.params, section="judge", price_in=config.price_in, price_out=config.price_out)
+                   params=config.params, section="judge", price_in=config.price_in, price_out=config.price_out,
+                   budget="judge.max_tokens")
 
 
 def billing(replies: Sequence[Reply[Any]]) -> dict[str, Any]:
@@ -261,10 +265,16 @@ class StructuredClient:
         not parse is answered with a correction turn and costs an attempt; the breaker or the last attempt ends it
         as a listed failure."""
         parsed: list[Any] = []
+        texts: list[str] = []
 
         def check(reply: ChatReply) -> tuple[str, list[dict[str, str]]] | None:
+            first = reply.choices[0]
+            text, unclosed = without_thinking(reply.text, first.reasoning, first.finish_reason, self.settings.budget)
             try:
-                parsed.append(request.parse(reply.text))
+                if unclosed:
+                    raise ValueError(unclosed)
+                parsed.append(request.parse(text))
+                texts.append(text)
             except ValueError as exc:
                 return self._malformed(exc), self.corrected(request.messages, reply.text, str(exc))
             return None
@@ -272,14 +282,14 @@ class StructuredClient:
         s = self.settings
         billed = Usage()  # this request's account, added to the client's
         try:
-            reply = await client.call(request.messages, attempts=s.retries + 1, backoff=s.backoff, usage=billed,
-                                      check=check, **self.params(request))
+            await client.call(request.messages, attempts=s.retries + 1, backoff=s.backoff, usage=billed,
+                              check=check, **self.params(request))
         except CallFailed as exc:
             self.usage.failures += 1
             return CallFailure(error=exc.error, attempts=exc.attempts)
         finally:
             self.usage.merge(billed)
-        return Reply(parsed[-1], reply.text, prompt_tokens=billed.prompt_tokens,
+        return Reply(parsed[-1], texts[-1], prompt_tokens=billed.prompt_tokens,
                      completion_tokens=billed.completion_tokens, cost_usd=billed.cost_usd(s.price_in, s.price_out))
 
     # --- local model ------------------------------------------------------------------------------------------
@@ -303,8 +313,13 @@ class StructuredClient:
                     if s.count_prompt_tokens:
                         self.usage.prompt_tokens += len(backend.encode_prompt(prompt))
                     self.usage.completion_tokens += len(out.token_ids)
-                    text = requests[i].prefill + out.text
+                    finish, extra = getattr(out, "finish_reason", "stop"), getattr(out, "extra", None) or {}
+                    text, unclosed = without_thinking(requests[i].prefill + out.text, None, finish, s.budget)
+                    if extra.get("no_answer"):  # a local reasoning model's reply cut inside its thinking
+                        unclosed = thinking_failure(s.budget)
                     try:
+                        if unclosed:
+                            raise ValueError(unclosed)
                         value = requests[i].parse(text)
                     except ValueError as exc:
                         errors[i] = self._malformed(exc)
@@ -329,3 +344,22 @@ class StructuredClient:
                                      max_new_tokens=max_new_tokens, batch_size=s.batch_size)
             return [outs[0] for outs in sampled]
         return list(backend.generate(prompts, max_new_tokens=max_new_tokens, batch_size=s.batch_size))
+
+
+def thinking_failure(budget: str) -> str:
+    """Why a reply that ended inside its thinking block gives no value: never a guessed verdict."""
+    return (f"the reply ended inside its thinking block (unclosed {THINK.open}, or only a reasoning field): no "
+            f"answer to read; raise {budget}")
+
+
+def without_thinking(text: str, reasoning: str | None, finish_reason: str, budget: str) -> tuple[str, str | None]:
+    """A reasoning model's reply without its thinking block (inline `<think>` ... `</think>`, or a separate
+    reasoning field), and why it has no answer when the block never closed (None when it did, or there is none)."""
+    cut = split_text(text, THINK, finish_reason=finish_reason)
+    if cut.no_answer:
+        return "", thinking_failure(budget)
+    if cut.reasoning is not None:
+        return cut.answer, None
+    if reasoning is not None and not text.strip():
+        return "", thinking_failure(budget)
+    return text, None

@@ -23,7 +23,8 @@ from haldet.cli.options import (
     local_data,
 )
 from haldet.cli.outcome import run_problems
-from haldet.config import RunConfig, compose_config, digest, split_names
+from haldet.config import RunConfig, digest, split_names
+from haldet.config_files import compose_config
 from haldet.defaults import skipped_detectors
 from haldet.errors import HaldetError
 from haldet.presets import load_preset
@@ -389,6 +390,10 @@ def print_cells(cells: Iterable[Any]) -> None:
         if (cell.data.get("generation") or {}).get("warning"):
             console.print(f"[yellow]{cell.dataset} | {cell.model}: {cell.data['generation']['warning']}[/yellow]",
                           highlight=False)
+        if cut := cell.data.get("no_answer"):
+            console.print(f"[yellow]{cell.dataset} | {cell.model}: {cut['n']}/{cut['of']} output(s) have no answer "
+                          f"({cut['reason']}); they are labelled invalid and never scored; raise "
+                          f"{cut['setting']}[/yellow]", highlight=False)
         if not cell.error:
             by_judge = cell.annotation.get("by_judge", {})
             if by_judge:

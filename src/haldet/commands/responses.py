@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from haldet.commands.data_changes import check_same_data, record_data
-from haldet.config import RunConfig, compose_config
+from haldet.config import RunConfig
+from haldet.config_files import compose_config
 from haldet.datasets.base import get_adapter
 from haldet.errors import HaldetError
 from haldet.report.frames import RunFrames, load_frames

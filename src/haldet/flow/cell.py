@@ -34,6 +34,7 @@ from haldet.stages.generate import GenerateStage, attach_generations
 from haldet.stages.loader import EvidenceLoader, ensure_stages, evidence_gaps, evidence_key, needed_stages, record_used
 from haldet.store import RunStore
 from haldet.text.prompts import PromptBuilder, demo_pool_size, given_response_prompts, render_prompts
+from haldet.util.limits import limit_source
 
 
 @dataclass
@@ -169,6 +170,8 @@ def run_cell(config: RunConfig, store: RunStore, dataset: str, model: str, progr
         return _finish(result, ctx)
     attach_generations(items, gen_records)
     record_used(ctx, {GenerateStage.name: gen_records})  # the answers this run used: what readers show
+    if cut := no_answer_summary(config, items):
+        result.data["no_answer"] = cut
     labels = protocol.label(ctx, items, all_items, result, previous)
     if not labels and protocol.needs_labels:  # nothing to evaluate a detector on: say why instead of an empty table
         result.error = no_usable_labels(result)
@@ -258,6 +261,16 @@ def _finish(result: CellResult, ctx: CellContext) -> CellResult:
         result.data["backend_usage"] = ctx.backend.usage_report()
     result.data["access"] = access_level(ctx.model, ctx.config, result.data.get("backend_usage"))
     return result
+
+
+def no_answer_summary(config: RunConfig, items: list[Item]) -> dict[str, Any]:
+    """Outputs without an answer (cut off inside their reasoning, or stopped there): how many, and the limit to
+    raise; {} when every output has one. They are labelled invalid and never scored."""
+    cut = [item for item in items if item.generation is not None and item.generation.no_answer]
+    if not cut:
+        return {}
+    return {"n": len(cut), "of": len(items), "setting": limit_source(config, cut[0].instance),
+            "reason": str(cut[0].generation.no_answer if cut[0].generation else "")}
 
 
 def no_usable_labels(result: CellResult) -> str:

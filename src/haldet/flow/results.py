@@ -23,6 +23,8 @@ def result_rows(cell: CellResult, cost_n: int = DEFAULT_N, *, max_orientation: b
     beside it (`report.max_orientation`; never ranked)."""
     rows = []
     thin = str(cell.data.get("thin") or "")
+    # outputs cut off inside their reasoning: not labelled, not scored, counted on every row of the cell
+    no_answer = int((cell.data.get("no_answer") or {}).get("n") or 0)
     for run in cell.detectors:
         timed = run.name not in cell.untimed
         reads = run.reads or DETECTORS.get(run.name, where="--detector").requires  # an ensemble: its members'
@@ -44,6 +46,7 @@ def result_rows(cell: CellResult, cost_n: int = DEFAULT_N, *, max_orientation: b
                 **provenance_columns(run.name, run.identity),
                 **({"train_labels": run.train_labels} if run.train_labels else {}),
                 **({"thin": thin} if thin else {}),
+                **({"no_answer": no_answer} if no_answer else {}),
             })
     if max_orientation:
         rows = [out for row in rows for out in ([row, max_orientation_row(row)] if row["metric"] == "auroc"

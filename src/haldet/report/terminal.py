@@ -152,6 +152,10 @@ def judge_lines(cells: list[dict[str, Any]], llm_judge: str | None) -> list[Text
             text += (f"; no LLM judge ran (none configured: --judge-model, with its API key): it would have been "
                      f"asked to decide the {undecided} undecided answer(s)")
         lines.append(Text(text, style="dim"))
+        if cut := (cell.get("data") or {}).get("no_answer"):
+            lines.append(Text(f"no answer {cell['dataset']} | {cell['model']}: {cut['n']}/{cut['of']} output(s) were "
+                              f"cut off inside their reasoning (labelled invalid, never scored); raise "
+                              f"{cut['setting']}", style="yellow"))
     return lines
 
 

@@ -142,14 +142,15 @@ class ClaimsStage(Stage):
         cfg = self.ctx.config.claims
         if cfg.model is None:
             settings = ClientSettings(model=self.ctx.model, backend="hf", retries=0, max_tokens=cfg.max_new_tokens,
-                                      batch_size=cfg.batch_size, count_prompt_tokens=False)
+                                      batch_size=cfg.batch_size, count_prompt_tokens=False,
+                                      budget="claims.max_new_tokens")
             return StructuredClient(settings, correction=_correction, local=self.ctx.backend)
         price = price_of(self.ctx.config.prices, cfg.model)  # USD per 1M tokens; (None, None): unknown
         settings = ClientSettings(model=cfg.model, base_url=cfg.base_url, api_key_env=cfg.api_key_env,
                                   timeout=cfg.timeout, concurrency=cfg.concurrency, retries=cfg.retries,
                                   backoff=cfg.backoff, max_tokens=cfg.max_new_tokens, option="claims.model",
                                   where=f"claim extractor {cfg.model}", params=cfg.params, section="claims",
-                                  price_in=price[0], price_out=price[1])
+                                  price_in=price[0], price_out=price[1], budget="claims.max_new_tokens")
         return StructuredClient(settings, correction=_correction)
 
 

@@ -160,7 +160,8 @@ class FeatureStage(DecodingReader):
         layers = None if cfg.layers == "all" else list(cfg.layers)
         suffixes = self._statements()
         start = time.perf_counter()
-        prompts = [backend.encode_prompt(item.prompt) for item in batch]
+        # a reasoning model's answer is read after its reasoning, as it was generated: the evidence is the answer's
+        prompts = [backend.encode_prompt(item.prompt) + list(_generation(item).reasoning_ids) for item in batch]
         requests = [ForwardRequest(ids=ids + list(_generation(item).token_ids), start=len(ids), key=item.id,
                                    branches=suffixes) for item, ids in zip(batch, prompts, strict=True)]
         outs = backend.forward(requests, layers=layers, poolings=self._pass_poolings(), logprobs=True,
@@ -185,7 +186,7 @@ class FeatureStage(DecodingReader):
             arrays[item.id] = {}
             if not gen.token_ids:
                 for group in groups & ANSWER_GROUPS:
-                    records[item.id]["invalid"][group] = "empty answer: no answer tokens to read"
+                    records[item.id]["invalid"][group] = gen.no_answer or "empty answer: no answer tokens to read"
         by_id = {item.id: item for item in batch}
         for out in outs:
             self._result(records[out.key], arrays[out.key], out, groups, pooling, by_id[out.key])

@@ -29,6 +29,7 @@ from haldet.stages.tokens import (
     token_record,
     token_spec,
 )
+from haldet.text.reasoning import no_answer_reason
 from haldet.util.limits import by_limit, max_new_tokens
 
 
@@ -100,11 +101,13 @@ class GenerateStage(Stage):
             record = Generation(id=item.id, prompt=item.prompt, response=out.text, token_ids=out.token_ids,
                                 token_logprobs=out.token_logprobs, finish_reason=out.finish_reason,
                                 n_tokens=out.n_tokens or 0, model=self.ctx.model, seconds=per_item,
-                                token_text=(out.extra.get("tokens") or []) if "tokens" in out.extra else None)
+                                token_text=(out.extra.get("tokens") or []) if "tokens" in out.extra else None,
+                                **reasoning_fields(out, max_new_tokens(self.ctx.config, item.instance)))
             records[item.id] = {**record.model_dump(exclude={"skipped"}), **remote_usage([out])}
         ok = [item for item in batch if "failed" not in records[item.id]]
         if token_spec(self.ctx)["parts"] and ok:
-            passes = run_token_pass(self.ctx, ok, {item.id: records[item.id]["token_ids"] for item in ok})
+            passes = run_token_pass(self.ctx, ok, {item.id: records[item.id]["token_ids"] for item in ok},
+                                    prefixes={item.id: records[item.id]["reasoning_ids"] for item in ok})
             for item in ok:
                 rec = records[item.id]
                 offsets = self.ctx.backend.token_offsets(rec["token_ids"], rec["response"])
@@ -219,6 +222,21 @@ def context_window(backend: Any) -> int | None:
         return int(backend.window())
     except HaldetError:
         return None
+
+
+def reasoning_fields(out: Any, limit: int) -> dict[str, Any]:
+    """A reasoning model's split of one output (`GenOutput.extra`, set by the backend) as `Generation` fields; an
+    output cut off inside its reasoning says at which limit (`generation.max_new_tokens`)."""
+    extra = out.extra
+    if "reasoning" not in extra:
+        return {}
+    no_answer = extra.get("no_answer")
+    if no_answer is not None and out.finish_reason == "length":
+        no_answer = no_answer_reason("length", limit)
+    return {"reasoning": extra["reasoning"], "reasoning_ids": list(extra.get("reasoning_ids") or []),
+            "reasoning_logprobs": list(extra.get("reasoning_logprobs") or []),
+            "reasoning_span": extra.get("reasoning_span"), "answer_tokens": extra.get("answer_tokens"),
+            "no_answer": no_answer}
 
 
 def remote_usage(outs: list[Any]) -> dict[str, Any]:

@@ -16,7 +16,7 @@ import numpy as np
 
 from haldet.config import digest
 from haldet.errors import HaldetError
-from haldet.signals import Signal
+from haldet.signals import SampleTexts, Signal
 from haldet.stages.base import CellContext, Item
 from haldet.stages.plan import PRIMARY, plan, providers, stage_class
 from haldet.stages.tokens import SIGNAL_ARRAYS, token_value
@@ -119,7 +119,7 @@ class EvidenceLoader:
 
 def _value(signal: Signal, rec: dict[str, Any]) -> Any:
     if signal is Signal.SAMPLES:
-        return list(rec["samples"])
+        return SampleTexts(rec["samples"], rec.get("reasoning"))
     if signal is Signal.SAMPLE_LOGLIKS:  # None: the backend gave no log-probs for these samples
         return None if rec.get("logliks") is None else np.asarray(rec["logliks"], dtype=np.float64).reshape(-1, 2)
     if signal is Signal.VERBALIZED:

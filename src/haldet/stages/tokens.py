@@ -66,20 +66,25 @@ def unit_spans(item: Item, n_tokens: int, offsets: list[tuple[int, int]] | None)
 
 
 def _requests(ctx: CellContext, batch: list[Item], answers: dict[str, list[int]],
-              offsets: dict[str, list[tuple[int, int]]] | None) -> list[TokenRequest]:
+              offsets: dict[str, list[tuple[int, int]]] | None,
+              prefixes: dict[str, list[int]] | None = None) -> list[TokenRequest]:
+    """One request per item; `prefixes`: output ids before each answer (a reasoning model's thinking block), read
+    as context after the prompt so the answer's evidence is conditioned as it was generated."""
     layers = "layers" in token_parts(ctx.signals)
-    return [TokenRequest(prompt_ids=ctx.backend.encode_prompt(item.prompt), answer_ids=answers[item.id], key=item.id,
+    return [TokenRequest(prompt_ids=ctx.backend.encode_prompt(item.prompt) + list((prefixes or {}).get(item.id, [])),
+                         answer_ids=answers[item.id], key=item.id,
                          spans=unit_spans(item, len(answers[item.id]), (offsets or {}).get(item.id))
                          if layers else [])
             for item in batch]
 
 
 def run_token_pass(ctx: CellContext, batch: list[Item], answers: dict[str, list[int]],
-                   offsets: dict[str, list[tuple[int, int]]] | None = None) -> dict[str, TokenOutput]:
-    """One pass over each item's prompt + answer ids (`answers`: item id -> answer token ids; `offsets`: their
-    character offsets, which the `layers` part needs to find the units' tokens)."""
+                   offsets: dict[str, list[tuple[int, int]]] | None = None,
+                   prefixes: dict[str, list[int]] | None = None) -> dict[str, TokenOutput]:
+    """One pass over each item's prompt (+ its reasoning ids, `prefixes`) + answer ids (`answers`: item id -> answer
+    token ids; `offsets`: their character offsets, which the `layers` part needs to find the units' tokens)."""
     parts = token_parts(ctx.signals)
-    outs = ctx.backend.token_pass(_requests(ctx, batch, answers, offsets),
+    outs = ctx.backend.token_pass(_requests(ctx, batch, answers, offsets, prefixes),
                                   top_k=ctx.config.tokens.top_k if "topk" in parts else 0,
                                   entropies="entropies" in parts, attention="attention" in parts,
                                   batch_size=ctx.config.tokens.batch_size, layers="layers" in parts)

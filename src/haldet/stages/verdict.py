@@ -328,7 +328,7 @@ class VerdictStage(Stage):
         if cfg.model is None:
             settings = ClientSettings(model=self.ctx.model, backend="hf", retries=0, max_tokens=max_new_tokens,
                                       temperature=cfg.temperature, batch_size=cfg.batch_size,
-                                      count_prompt_tokens=False)
+                                      count_prompt_tokens=False, budget="verdict.max_new_tokens")
             client = StructuredClient(settings, correction=str, local=self.ctx.backend)
         else:
             price = price_of(self.ctx.config.prices, cfg.model)  # USD per 1M tokens; (None, None): unknown
@@ -336,7 +336,8 @@ class VerdictStage(Stage):
                                       timeout=cfg.timeout, concurrency=cfg.concurrency, retries=cfg.retries,
                                       backoff=cfg.backoff, max_tokens=max_new_tokens, temperature=cfg.temperature,
                                       option=option, where=f"{role} {cfg.model}", params=cfg.params,
-                                      section="verdict", price_in=price[0], price_out=price[1])
+                                      section="verdict", price_in=price[0], price_out=price[1],
+                                      budget="verdict.max_new_tokens")
             client = StructuredClient(settings, correction=str)
         return client.ask([Request(chat, str) for chat in chats])  # `str` never refuses: no correction turn
 

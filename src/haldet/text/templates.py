@@ -24,6 +24,7 @@ PROMPT_TEMPLATES = {
     "self_eval": "aux_self_eval.txt",           # follow-up question: P(True) self-evaluation (True / False)
     "judge_system": "judge_system.txt",         # the LLM judge (OpenHalDet labels)
     "judge_user": "judge_user.txt",
+    "judge_user_reasoning": "judge_user_reasoning.txt",  # the same, showing a reasoning model's reasoning too
     "judge_correction": "judge_correction.txt",
     "judge_examples": "judge_examples.json",    # the judge's few-shot calibration examples
     "faithfulness_system": "faithfulness_system.txt",  # TRIVIA+ LLM judge and few-shot judge (verdict stage)

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from haldet.config import compose_config
+from haldet.config_files import compose_config
 from haldet.datasets.base import get_adapter
 from haldet.detectors.unit import unit_token_index
 from haldet.errors import HaldetError

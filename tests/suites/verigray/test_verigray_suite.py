@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from haldet.config import compose_config
+from haldet.config_files import compose_config
 from haldet.datasets.base import get_adapter
 from haldet.suites.base import get_suite
 from haldet.suites.verigray.classifier import OPTIONS

@@ -32,7 +32,7 @@ from haldet.backends.base import (
     TokenRequest,
     role_based_chat,
 )
-from haldet.backends.hf import lean, reference, tokens
+from haldet.backends.hf import lean, reference, thinking, tokens
 from haldet.backends.hf.forward import forward as forward_pass
 from haldet.backends.hf.given import read_given
 from haldet.backends.hf.loading import (
@@ -69,7 +69,8 @@ class HFBackend(Backend):
 
     def __init__(self, name: str, *, device: str = "auto", decoder: str = "haldet",
                  fast_numerics: str = "none", decode_rows: int = 96, settings: HFModelConfig | None = None,
-                 chat_template_kwargs: dict[str, Any] | None = None) -> None:
+                 chat_template_kwargs: dict[str, Any] | None = None, reasoning: dict[str, Any] | None = None
+                 ) -> None:
         super().__init__(name)
         # extra arguments of the chat template (e.g. enable_thinking=False for Qwen3); in the fingerprint when set
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
@@ -104,6 +105,8 @@ class HFBackend(Backend):
         self.stop_ids: set[int] = set()
         self.load_seconds = 0.0
         self.tokenizer = load_tokenizer(name, load_from=load_from)
+        # a reasoning model's thinking markers (haldet.backends.hf.thinking); None: whole outputs are answers
+        self.markers = thinking.resolve_markers(self, reasoning)
 
     @property
     def model(self) -> Any:
@@ -150,6 +153,8 @@ class HFBackend(Backend):
             fp["fast_numerics"] = self.fast_numerics
         if self.chat_template_kwargs:
             fp["chat_template_kwargs"] = self.chat_template_kwargs
+        if self.markers is not None:  # the reasoning/answer split: part of every stage key
+            fp["reasoning_split"] = self.markers.spec()
         cfg = self.settings
         if cfg.quantization is not None:
             fp["quantization"] = f"bitsandbytes-{cfg.quantization}"
@@ -253,7 +258,8 @@ class HFBackend(Backend):
     def fuses_evidence(self) -> bool:
         """Whether greedy decoding can also read each answer's white-box evidence and follow-up questions
         (`generate_with_evidence`): the lean loop on a full-attention model with SDPA attention."""
-        return self.shares_heads() and getattr(self.model_config, "_attn_implementation", None) in (None, "sdpa")
+        return (self.markers is None and self.shares_heads()  # a reasoning output's evidence is its answer's
+                and getattr(self.model_config, "_attn_implementation", None) in (None, "sdpa"))
 
     def generate_with_evidence(self, prompts: list[str], request: EvidenceRequest, *, max_new_tokens: int,
                                batch_size: int, progress: Any = None
@@ -400,5 +406,7 @@ class HFBackend(Backend):
         finish = "length" if cut is None else "stop"
         ids = token_ids if cut is None else token_ids[:cut]
         lps = logprobs[: len(ids)]
+        if self.markers is not None:
+            return thinking.split_output(self, self.markers, ids, lps, finish)
         return GenOutput(text=self.answer_text(ids), token_ids=ids, token_logprobs=[float(x) for x in lps],
                          finish_reason=finish)
