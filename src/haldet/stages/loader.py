@@ -124,6 +124,9 @@ def _value(signal: Signal, rec: dict[str, Any]) -> Any:
     if signal is Signal.TOKEN_ENTROPIES:
         values = rec.get("token_entropies")
         return None if values is None else np.asarray(values, dtype=np.float64)
+    if signal is Signal.ANSWER_LM_LOGPROBS:
+        values = rec.get("lm_logprobs")
+        return None if values is None else np.asarray(values, dtype=np.float64)
     if signal is Signal.TOKEN_CHERNOFF:
         values = rec.get("token_chernoff")
         return None if values is None else np.asarray(values, dtype=np.float64).reshape(len(values), -1)

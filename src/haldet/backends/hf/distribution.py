@@ -19,7 +19,8 @@ def chernoff_terms(logp: Any) -> Any:
     of a distribution over V outputs), for each exponent g."""
     import torch
 
-    logp = logp.float()
+    if logp.dtype in (torch.float16, torch.bfloat16):
+        logp = logp.float()
     log_v = math.log(logp.shape[-1])
     cols = [torch.logsumexp(g * logp, dim=-1) - (1.0 - g) * log_v for g in CHERNOFF_EXPONENTS]
     return torch.stack(cols, dim=-1).double()

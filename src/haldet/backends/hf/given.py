@@ -34,7 +34,8 @@ HEAD_CHUNK = 256
 
 
 def fits_one_pass(evidence: EvidenceRequest | None, *, attention: bool, layers: bool) -> bool:
-    """Whether the single pooled pass gives everything asked (no eager attention, no all-position states)."""
+    """Whether the single pooled pass gives everything asked (no eager attention, no all-position states;
+    `attention` covers every attention part)."""
     return not (attention or layers or (evidence is not None and (evidence.icr or evidence.statements)))
 
 
@@ -63,13 +64,15 @@ def decoder_layers(backend: LoadedModel) -> list[Any] | None:
 
 def read_given(backend: LoadedModel, requests: list[TokenRequest], evidence: EvidenceRequest | None, *,
                top_k: int, entropies: bool, attention: bool, layers: bool, batch_size: int, token_budget: int,
-               progress: Any = None) -> tuple[list[TokenOutput], list[ForwardOutput] | None]:
+               progress: Any = None, prev_attention: bool = False
+               ) -> tuple[list[TokenOutput], list[ForwardOutput] | None]:
     """Token evidence of each request and, when `evidence` is given, its answer span's pooled states (as
     `forward` with `logprobs=True` gives them; None without `evidence`). One pass where `fits_one_pass`."""
     found = decoder_layers(backend)
-    if found is None or not fits_one_pass(evidence, attention=attention, layers=layers):
+    if found is None or not fits_one_pass(evidence, attention=attention or prev_attention, layers=layers):
         outs = tokens.token_pass(backend, requests, top_k=top_k, entropies=entropies, attention=attention,
-                                 batch_size=batch_size, progress=progress, layers=layers)
+                                 batch_size=batch_size, progress=progress, layers=layers,
+                                 prev_attention=prev_attention)
         if evidence is None:
             return outs, None
         fwd = [ForwardRequest(ids=list(r.prompt_ids) + list(r.answer_ids), start=len(r.prompt_ids), key=r.key,
