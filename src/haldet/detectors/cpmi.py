@@ -23,6 +23,10 @@ from haldet.signals import Signal, SignalView
 @register("cpmi")
 class ConditionalPointwiseMutualInformation(Detector):
     """s = -(1/N) sum_t [log p(y_t | y_<t, x) - lambda 1[H_t >= tau] log p(y_t | y_<t)]."""
+    method_family = "information (token probabilities)"
+    paper = ("van der Poel, Cotterell & Meister 2022, Mutual information alleviates hallucinations in abstractive "
+             "summarization")
+    peers = ("lm-polygraph",)
 
     requires = frozenset({Signal.TOKEN_LOGPROBS, Signal.ANSWER_LM_LOGPROBS, Signal.TOKEN_ENTROPIES})
     defaults: ClassVar[dict[str, Any]] = {"tau": 0.0656, "lambda": 3.599, "skip_first": True}

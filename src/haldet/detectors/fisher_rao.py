@@ -21,6 +21,10 @@ from haldet.detectors.base import register
 class FisherRao(UniformDistanceDetector):
     """s = -(1/N) sum_t (2/pi) arccos(BC(q_t, uniform)), BC the Bhattacharyya coefficient, q_t the next-token
     distribution at answer token t at `temperature` (0.5 / T and 1 / T must be 1 or 0.25, 0.5: T = 1 or 2)."""
+    method_family = "information (token probabilities)"
+    paper = ("Darrin, Piantanida & Colombo 2023, Rainproof: an umbrella to shield text generators from "
+             "out-of-distribution data")
+    peers = ("lm-polygraph",)
 
     defaults: ClassVar[dict[str, Any]] = {"temperature": 2.0}
 

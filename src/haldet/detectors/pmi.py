@@ -37,6 +37,9 @@ def unconditional_logprobs(lp: np.ndarray, value: object) -> tuple[np.ndarray | 
 class PointwiseMutualInformation(Detector):
     """s = -(1/N) sum_t [log p(y_t | y_<t, x) - log p(y_t | y_<t)] (the t = 1 term without its second part when
     `skip_first`)."""
+    method_family = "information (token probabilities)"
+    paper = "Takayama & Arase 2019, Relevant and informative response generation using pointwise mutual information"
+    peers = ("lm-polygraph",)
 
     requires = frozenset({Signal.TOKEN_LOGPROBS, Signal.ANSWER_LM_LOGPROBS})
     defaults: ClassVar[dict[str, Any]] = {"skip_first": True}

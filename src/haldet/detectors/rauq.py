@@ -46,6 +46,10 @@ def layer_uncertainty(lp: np.ndarray, attn: np.ndarray, alpha: float) -> float:
 class RAUQ(Detector):
     """s = max over layers l of -(1/N) sum_t log c_l(y_t), c_l the recurrent attention-weighted confidence of the
     layer's most previous-token-attentive head (`layers`: "middle" (default), "all", or a list of layer indices)."""
+    method_family = "attention"
+    paper = ("Vazhentsev et al. 2025, Uncertainty-aware attention heads: efficient unsupervised uncertainty "
+             "quantification for LLMs (RAUQ)")
+    peers = ("lm-polygraph",)
 
     requires = frozenset({Signal.TOKEN_LOGPROBS, Signal.TOKEN_ATTN_PREV})
     defaults: ClassVar[dict[str, Any]] = {"alpha": 0.2, "layers": "middle"}

@@ -24,6 +24,10 @@ from haldet.detectors.base import register
 class RenyiDivergence(UniformDistanceDetector):
     """s = -(1/N) sum_t D_alpha(q_t || uniform), q_t the next-token distribution at answer token t at `temperature`
     (alpha != 1; alpha / T and 1 / T must be 1 or an exponent TOKEN_CHERNOFF records: 0.25, 0.5)."""
+    method_family = "information (token probabilities)"
+    paper = ("Darrin, Piantanida & Colombo 2023, Rainproof: an umbrella to shield text generators from "
+             "out-of-distribution data")
+    peers = ("lm-polygraph",)
 
     defaults: ClassVar[dict[str, Any]] = {"alpha": 0.5, "temperature": 2.0}
 

@@ -61,9 +61,9 @@ ANSWER_GROUPS = {"hidden", "sep", "icr"}  # groups read from the answer span its
 
 @STAGES.register("features")
 class FeatureStage(DecodingReader):
-    provides = frozenset({Signal.TOKEN_ENTROPIES, Signal.TOKEN_CHERNOFF, Signal.HIDDEN_MEAN, Signal.HIDDEN_LAST, Signal.HIDDEN_FIRST_N,
-                          Signal.HIDDEN_LAST_N, Signal.SEP_FEATURES, Signal.CCS_FEATURES, Signal.PRISM_FEATURES,
-                          Signal.ICR_FEATURES})
+    provides = frozenset({Signal.TOKEN_ENTROPIES, Signal.TOKEN_CHERNOFF, Signal.HIDDEN_MEAN, Signal.HIDDEN_LAST,
+                          Signal.HIDDEN_FIRST_N, Signal.HIDDEN_LAST_N, Signal.SEP_FEATURES, Signal.CCS_FEATURES,
+                          Signal.PRISM_FEATURES, Signal.ICR_FEATURES})
     after = ("generate", "sample", "auxiliary")
     # each array signal's group (`features.groups`): an invalid group's arrays are not read
     arrays: ClassVar[dict[Signal, tuple[str, str]]] = {
