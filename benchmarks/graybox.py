@@ -2,7 +2,8 @@
 Chernoff coefficients (TOKEN_CHERNOFF, for renyi_divergence and fisher_rao) read beside the entropies, alternated in
 one process on the same prompts (CPU seconds of the process, and the seconds spent inside the coefficients'
 computation itself), and the `unconditional` stage's one extra teacher-forced pass (pmi, cpmi) against
-the greedy generation of the same answers.
+the greedy generation of the same answers, and RAUQ's `prev_attention` part of the token pass (eager attention) beside
+the top-k part a default run already computes.
 
 The reader asks for nothing but what the coefficients ride with (no hidden states, no statements), so the ratio is
 the worst case: a default run's decoding also reads hidden states and statements, which the coefficients do not
@@ -53,7 +54,8 @@ def main() -> None:
             inside[0] += time.process_time() - start
 
     # CPU seconds of this process (one torch thread): less disturbed by other processes than wall time
-    times: dict[str, list[float]] = {"with": [], "without": [], "unconditional": [], "inside_chernoff": []}
+    times: dict[str, list[float]] = {"with": [], "without": [], "unconditional": [], "inside_chernoff": [],
+                                     "token_pass_topk": [], "token_pass_topk_prev_attention": []}
     answers = None
     for _ in range(args.rounds):
         for name, fn in (("without", without_terms), ("with", timed_terms)):
@@ -69,6 +71,13 @@ def main() -> None:
         backend.token_pass([TokenRequest(backend.start_ids(), a.token_ids, str(k)) for k, a in enumerate(answers)
                             if a.token_ids], top_k=0, entropies=False, attention=False, batch_size=8)
         times["unconditional"].append(time.process_time() - start)
+        # RAUQ's part of the generate stage's token pass beside the top-k part a default run already computes
+        forced = [TokenRequest(backend.encode_prompt(p), a.token_ids, str(k))
+                  for k, (p, a) in enumerate(zip(prompts, answers, strict=True)) if a.token_ids]
+        for name, prev in (("token_pass_topk", False), ("token_pass_topk_prev_attention", True)):
+            start = time.process_time()
+            backend.token_pass(forced, top_k=5, entropies=True, attention=False, batch_size=8, prev_attention=prev)
+            times[name].append(time.process_time() - start)
     best = {k: min(v) for k, v in times.items()}
     share = sum(times["inside_chernoff"]) / sum(times["with"])
     print(json.dumps({"model": args.model, "n": args.n, "max_new_tokens": args.max_new_tokens,
@@ -76,6 +85,10 @@ def main() -> None:
                       "cpu_seconds": times, "decode_ratio_with_vs_without_chernoff": best["with"] / best["without"],
                       "chernoff_share_of_decoding": share,
                       "unconditional_vs_decoding": best["unconditional"] / best["with"],
+                      "token_pass_ratio_with_vs_without_prev_attention":
+                          best["token_pass_topk_prev_attention"] / best["token_pass_topk"],
+                      "prev_attention_extra_vs_decoding":
+                          (best["token_pass_topk_prev_attention"] - best["token_pass_topk"]) / best["with"],
                       "load_average": os.getloadavg()[0]}, indent=1))
 
 
