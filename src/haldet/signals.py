@@ -57,6 +57,15 @@ class Signal(StrEnum):
     VERDICT          dict {ask name: verdict-stage record (judge, reply, label, reason)} (haldet.stages.verdict)
     ICR_FEATURES     float32 [L, F]: per-layer ICR features, F = 4 columns (backends.base.ICR_COLUMNS):
                      mean/std/max over answer tokens of the ICR score, mean relative residual-update norm
+    TOKEN_CHERNOFF   float64 [T, 2]: per answer token, log sum_v p_v^g (1/V)^(1 - g) for g in CHERNOFF_EXPONENTS
+                     (0.25, 0.5): the log Chernoff coefficient between the model's next-token distribution p over
+                     its V outputs and the uniform one (read from the same logits as TOKEN_ENTROPIES; Renyi
+                     divergence and Fisher-Rao distance to uniform at any temperature T with g/T in that set)
+    ANSWER_LM_LOGPROBS float64 [T]: log p(y_t | y_<t) of each answer token WITHOUT the prompt (the answer read after
+                     the model's start token alone; the `unconditional` stage's one teacher-forced pass)
+    TOKEN_ATTN_PREV  float32 [L, H, T]: per layer and head, in the step that chooses answer token t, the attention of
+                     that step's query on the token just before t (its own position: answer token t - 1, or the last
+                     prompt token for t = 0), from the generate stage's token pass (RAUQ's a_{t,t-1})
     REDEEP_FEATURES  float32 [L, H + 1]: per layer, ReDeEP's external-context score of each of its H heads, then the
                      parametric-knowledge score of its feed-forward update (haldet.stages.redeep); or, for an item
                      it could not process, the reason (str)
@@ -88,6 +97,13 @@ class Signal(StrEnum):
     TOKEN_ATTN_LOGDIAG = "token_attn_logdiag"  # [L, T] per-layer log attention diagonal (summed over heads)
     UNIT_HIDDEN_SCORES = "unit_hidden_scores"  # [L + 1, U + 1] per-layer hidden-state log-det of each unit
     REDEEP_FEATURES = "redeep_features"      # [L, H + 1] ReDeEP's per-head ECS and per-layer PKS
+    TOKEN_CHERNOFF = "token_chernoff"        # [T, 2] log Chernoff coefficients of p_t and uniform
+    ANSWER_LM_LOGPROBS = "answer_lm_logprobs"  # [T] log p(y_t | y_<t) without the prompt
+    TOKEN_ATTN_PREV = "token_attn_prev"      # [L, H, T] per-head attention on the previous token
+
+
+# the exponents g of TOKEN_CHERNOFF's columns, in order
+CHERNOFF_EXPONENTS: tuple[float, ...] = (0.25, 0.5)
 
 
 SIGNAL_ACCESS: dict[Signal, Access] = {
@@ -103,6 +119,8 @@ SIGNAL_ACCESS: dict[Signal, Access] = {
     Signal.TOKEN_OFFSETS: Access.BLACK,
     Signal.TOKEN_TOPK_IDS: Access.GRAY,
     Signal.TOKEN_TOPK_LOGPROBS: Access.GRAY,
+    Signal.TOKEN_CHERNOFF: Access.GRAY,
+    Signal.ANSWER_LM_LOGPROBS: Access.GRAY,
 }
 
 

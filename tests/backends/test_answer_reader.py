@@ -64,7 +64,8 @@ def _largest_gaps(evidence: list, outs: list) -> dict[str, float]:
         mine = ev.output
         pairs = [*((f"pooled {k}", mine.pooled[k], out.pooled[k]) for k in out.pooled),
                  *((f"statement {k}", mine.branch_states[k], out.branch_states[k]) for k in out.branch_states),
-                 ("icr", mine.icr, out.icr), ("entropies", mine.token_entropies, out.token_entropies)]
+                 ("icr", mine.icr, out.icr), ("entropies", mine.token_entropies, out.token_entropies),
+                 ("chernoff", mine.token_chernoff, out.token_chernoff)]
         for name, a, b in pairs:
             if b is not None:
                 gaps[name] = max(gaps.get(name, 0.0), float(np.abs(np.asarray(a) - np.asarray(b)).max()))
@@ -80,7 +81,7 @@ def test_evidence_read_while_decoding_equals_a_teacher_forced_pass(backend, prom
     outs = _teacher_forced(backend, prompts, answers, request.statements)
     gaps = _largest_gaps(evidence, outs)
     assert set(gaps) == {*(f"pooled {k}" for k in POOLINGS), *(f"statement {k}" for k in STATEMENTS), "icr",
-                         "entropies"}
+                         "entropies", "chernoff"}
     assert max(gaps.values()) < 2e-3, gaps
     for ev, answer in zip(evidence, answers, strict=True):
         np.testing.assert_array_equal(ev.output.token_logprobs, answer.token_logprobs)

@@ -74,6 +74,7 @@ def test_one_pass_equals_the_token_pass_and_the_features_pass(backend: HFBackend
             assert got.pooled[name].shape == (3, backend.model.config.hidden_size)
             assert np.allclose(got.pooled[name], want.pooled[name], atol=1e-4), name
         assert np.allclose(got.token_logprobs, want.token_logprobs, atol=1e-5)
+        assert np.allclose(got.token_chernoff, want.token_chernoff, atol=1e-5)  # chunked head = whole pass
     assert toks[3].token_logprobs.shape == (0,) and fwd[3].pooled == {}
 
 

@@ -101,10 +101,11 @@ class VLLMBackend(HFBackend):
         return self.vllm_settings.max_model_len or super().window()
 
     def token_pass(self, requests: list[TokenRequest], *, top_k: int, entropies: bool, attention: bool,
-                   batch_size: int, progress: Any = None, layers: bool = False) -> list[TokenOutput]:
+                   batch_size: int, progress: Any = None, layers: bool = False,
+                   prev_attention: bool = False) -> list[TokenOutput]:
         """Token evidence of given answers from vLLM's prompt log-probs (one request per answer, prompt + answer
         as its prompt); attention weights and per-layer states are not available here."""
-        if attention or layers:
+        if attention or layers or prev_attention:
             raise self.unavailable("attention weights or per-layer states of given text")
         from vllm import SamplingParams
 

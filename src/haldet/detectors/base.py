@@ -86,6 +86,13 @@ class Detector:
     # auxiliary models that produce numbers: parameter name -> kind ("nli", "similarity", "bertscore"), plus
     # "sentences": "splitter" for detectors that split text into sentences (haldet.models.provenance resolves them)
     auxiliary: ClassVar[dict[str, str]] = {}
+    # what `haldet detectors list` groups and cites (every registered detector declares them on its own class,
+    # tests/cli/test_detector_listing.py): the method family (information, sample consistency, internal states,
+    # attention, self-assessment, judges and verifiers, ensemble), the paper it comes from, and the peer tools
+    # (lm-polygraph, TruthTorchLM, uqlm, selfcheckgpt) that also ship the method
+    method_family: ClassVar[str] = ""
+    paper: ClassVar[str] = ""
+    peers: ClassVar[tuple[str, ...]] = ()
     # conformance checks this detector is exempt from, check name -> why the property cannot hold for it
     # (haldet.testing.conformance; an empty reason is refused; docs/detectors.md lists every exemption)
     conformance_exemptions: ClassVar[dict[str, str]] = {}

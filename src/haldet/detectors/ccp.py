@@ -53,6 +53,9 @@ def claim_score(token_ccp: np.ndarray) -> float:
 class CCP(UnitDetector):
     """Variants: `hard` (the method: each alternative's NLI class is the argmax), `soft` (expected counts: an
     alternative contributes p_k P(entail) to the numerator and p_k (P(entail) + P(contradict)) to the denominator)."""
+    method_family = "information (token probabilities)"
+    paper = "Fadeeva et al. 2024, Fact-checking the output of LLMs via token-level uncertainty quantification"
+    peers = ("lm-polygraph",)
 
     conformance_exemptions: ClassVar[dict[str, str]] = {
         "check_not_constant": "the conformance suite's random stand-in NLI model may call every pair neutral; hard "

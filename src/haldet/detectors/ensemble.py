@@ -33,6 +33,9 @@ DEFAULT_MEMBERS = ("perplexity", "verbalized")
 @register("ensemble")
 class Ensemble(Detector):
     """Combination of member detectors' scores (logistic regression on standardised scores, or a rank average)."""
+    method_family = "ensemble"
+    paper = "stacking of detector scores (logistic regression or mean rank), haldet's own"
+    peers = ("uqlm",)
 
     # the default members' signals (an instance with other members reads theirs: `signals()`); a test keeps
     # this equal to the union of the default members' declarations

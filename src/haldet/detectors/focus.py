@@ -96,6 +96,9 @@ def propagate(h: np.ndarray, attention: np.ndarray, keywords: np.ndarray, gamma:
 
 @register("focus")
 class Focus(UnitDetector):
+    method_family = "information (token probabilities)"
+    paper = "Zhang et al. 2023, Enhancing uncertainty-based hallucination detection with stronger focus"
+    peers = ("lm-polygraph",)
     requires = UnitDetector.requires | {Signal.RESPONSE, Signal.TOKEN_TOPK_IDS, Signal.TOKEN_TOPK_LOGPROBS,
                                         Signal.TOKEN_ATTENTION}
     version = "2"

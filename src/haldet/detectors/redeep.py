@@ -30,6 +30,10 @@ def _pearson(X: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 @register("redeep")
 class ReDeEP(Detector):
+    method_family = "attention"
+    paper = ("Sun et al. 2025, ReDeEP: detecting hallucination in retrieval-augmented generation via mechanistic "
+             "interpretability")
+    peers = ()
     requires = frozenset({Signal.REDEEP_FEATURES})
     trains = True
     version = "1"

@@ -35,6 +35,9 @@ class SelfEval(Detector):
     Only when the probability is absent (an API without log-probs) is the verdict text parsed: "Correct" -> 0,
     "Incorrect" -> 1; neither -> invalid.
     """
+    method_family = "self-assessment"
+    paper = "Kadavath et al. 2022, Language models (mostly) know what they know (P(True))"
+    peers = ("lm-polygraph", "TruthTorchLM", "uqlm")
 
     requires = frozenset({Signal.SELF_EVAL})
     version = "2"

@@ -53,6 +53,9 @@ class SemanticEntropy(Detector):
     `equivalence`: "strict" (entailment both ways: the paper's rule and Farquhar et al.'s strict option) or
     "loose" (Farquhar et al.'s default: no contradiction either way and not neutral both ways).
     """
+    method_family = "sample consistency"
+    paper = "Kuhn, Gal & Farquhar 2023, Semantic uncertainty; Farquhar et al. 2024 (Nature)"
+    peers = ("lm-polygraph", "TruthTorchLM", "uqlm")
 
     requires = frozenset({Signal.SAMPLES, Signal.SAMPLE_LOGLIKS})
     auxiliary: ClassVar[dict[str, str]] = {"nli_model": "nli"}

@@ -37,6 +37,9 @@ def classifier_messages(inst: Instance, response: str) -> list[dict[str, str]]:
 
 @register("sft")
 class SFT(Detector):
+    method_family = "judges and verifiers"
+    paper = "a fine-tuned LLM judge (TRIVIA+'s SFT detector)"
+    peers = ()
     requires = frozenset({Signal.RESPONSE})
     trains = True
     version = "1"

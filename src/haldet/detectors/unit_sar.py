@@ -47,6 +47,9 @@ def weighted_nll(logprobs: np.ndarray, relevance: np.ndarray, normalise: str) ->
 
 @register("unit_sar")
 class UnitSAR(UnitDetector):
+    method_family = "information (token probabilities)"
+    paper = "Duan et al. 2024, Shifting attention to relevance (token SAR per unit)"
+    peers = ("lm-polygraph", "TruthTorchLM")
     requires = UnitDetector.requires | {Signal.RESPONSE, Signal.TOKEN_LOGPROBS}
     version = "1"
     auxiliary: ClassVar[dict[str, str]] = {"similarity_model": "similarity"}

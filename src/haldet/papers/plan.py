@@ -172,6 +172,9 @@ def build_plan(preset: str, config: RunConfig, model: str, stages_by_detector: M
         if "features" in stages or "redeep" in stages:
             target.forward_passes += n
             prefill += n * (p + ans)
+        if "unconditional" in stages:  # the answer alone, after a start token
+            target.forward_passes += n
+            prefill += n * (ans + 1)
         if not given_answers and config.judge.kind in ("llm", "cascade") and config.judge.model:
             judge.calls += n
             judge.prompt_tokens += n * (p + ans + JUDGE_OVERHEAD)
@@ -209,7 +212,7 @@ def build_plan(preset: str, config: RunConfig, model: str, stages_by_detector: M
 
 
 def _stage_rank(name: str) -> tuple[int, str]:
-    order = ("generate", "annotate", "sample", "auxiliary", "features", "redeep", "verdict")
+    order = ("generate", "annotate", "sample", "auxiliary", "features", "redeep", "unconditional", "verdict")
     return (order.index(name) if name in order else len(order), name)
 
 

@@ -133,6 +133,12 @@ def _value(signal: Signal, rec: dict[str, Any]) -> Any:
     if signal is Signal.TOKEN_ENTROPIES:
         values = rec.get("token_entropies")
         return None if values is None else np.asarray(values, dtype=np.float64)
+    if signal is Signal.ANSWER_LM_LOGPROBS:
+        values = rec.get("lm_logprobs")
+        return None if values is None else np.asarray(values, dtype=np.float64)
+    if signal is Signal.TOKEN_CHERNOFF:
+        values = rec.get("token_chernoff")
+        return None if values is None else np.asarray(values, dtype=np.float64).reshape(len(values), -1)
     if signal is Signal.TOKEN_LOGPROBS:
         values = rec.get("token_logprobs")
         if values is None or (not values and rec.get("n_tokens")):  # a non-empty answer sent without log-probs

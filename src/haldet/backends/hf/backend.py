@@ -206,6 +206,15 @@ class HFBackend(Backend):
     def encode_text(self, text: str) -> list[int]:
         return list(self.tokenizer(text, add_special_tokens=False).input_ids)
 
+    def start_ids(self) -> list[int]:
+        """The BOS token, or the EOS token for a tokenizer without one (GPT-2-style document separator)."""
+        for token in (self.tokenizer.bos_token_id, self.tokenizer.eos_token_id):
+            if token is not None:
+                return [int(token)]
+        raise HaldetError(f"the tokenizer of {self.name} has neither a BOS nor an EOS token, so an answer cannot be "
+                          "read without its prompt", where=f"model {self.name}",
+                          hint="drop the pointwise mutual information detectors (pmi, cpmi) for this model")
+
     def generate(self, prompts: list[str], *, max_new_tokens: int, batch_size: int,
                  progress: Any = None) -> list[GenOutput]:
         return self.generate_until(prompts, None, max_new_tokens=max_new_tokens, batch_size=batch_size,
@@ -370,20 +379,24 @@ class HFBackend(Backend):
         return redeep_features(self, prompt, answer_ids, context, top_ratio=top_ratio, max_tokens=max_tokens)
 
     def token_pass(self, requests: list[TokenRequest], *, top_k: int, entropies: bool, attention: bool,
-                   batch_size: int, progress: Any = None, layers: bool = False) -> list[TokenOutput]:
+                   batch_size: int, progress: Any = None, layers: bool = False,
+                   prev_attention: bool = False) -> list[TokenOutput]:
         """Token-level evidence from one teacher-forced pass (`haldet.backends.hf.tokens`)."""
         return tokens.token_pass(self, requests, top_k=top_k, entropies=entropies, attention=attention,
-                          batch_size=batch_size, progress=progress, layers=layers)
+                                 batch_size=batch_size, progress=progress, layers=layers,
+                                 prev_attention=prev_attention)
 
     def reads_given(self) -> bool:
         return True
 
     def read_given(self, requests: list[TokenRequest], evidence: EvidenceRequest | None, *, top_k: int,
                    entropies: bool, attention: bool, layers: bool, batch_size: int, token_budget: int,
-                   progress: Any = None) -> tuple[list[TokenOutput], list[ForwardOutput] | None]:
+                   progress: Any = None, prev_attention: bool = False
+                   ) -> tuple[list[TokenOutput], list[ForwardOutput] | None]:
         """Token evidence and pooled states of given responses from one pass (`haldet.backends.hf.given`)."""
         return read_given(self, requests, evidence, top_k=top_k, entropies=entropies, attention=attention,
-                          layers=layers, batch_size=batch_size, token_budget=token_budget, progress=progress)
+                          layers=layers, batch_size=batch_size, token_budget=token_budget, progress=progress,
+                          prev_attention=prev_attention)
 
     def answer_text(self, ids: Sequence[int]) -> str:
         return str(self.tokenizer.decode(list(ids), skip_special_tokens=True)).strip()

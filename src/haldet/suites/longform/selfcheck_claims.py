@@ -30,6 +30,9 @@ def claim_text(unit: SpanLabel) -> str:
 @register("selfcheck_claims")
 class SelfCheckClaims(Detector):
     """Per claim: mean over the K samples of P(c)/(P(c)+P(e)), premise = sample, hypothesis = claim."""
+    method_family = "sample consistency"
+    paper = "Manakul et al. 2023, SelfCheckGPT, on the answer's claims (long-form suite)"
+    peers = ("selfcheckgpt",)
 
     requires = frozenset({Signal.RESPONSE, Signal.SAMPLES})
     levels: ClassVar[tuple[str, ...]] = ("claim", "sentence", "clause", "response")

@@ -59,6 +59,9 @@ def chunks(document: str, words: int) -> list[str]:
 @register("minicheck")
 class MiniCheck(Detector):
     """MiniCheck-style document -> sentence support; see the module docstring."""
+    method_family = "judges and verifiers"
+    paper = "Tang, Laban & Durrett 2024, MiniCheck: efficient fact-checking of LLMs on grounding documents"
+    peers = ("TruthTorchLM",)
 
     version = "1"
     requires = frozenset({Signal.RESPONSE})

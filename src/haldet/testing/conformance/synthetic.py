@@ -23,8 +23,9 @@ from haldet.stages.verdict_prompts import PROMPTS
 N_ITEMS, LAYERS, DIM, K = 60, 3, 16, 5
 MAX_TOKENS = 12  # token-aligned makers give this many positions; synthetic_view cuts them to each answer's length
 TOKEN_ALIGNED = {"answer_entropies": 1, "token_offsets": 1, "token_topk_ids": 1, "token_topk_logprobs": 1,
-                 "token_attention": 2}  # signal value -> leading axes that run over answer tokens
-TOKEN_ALIGNED_LAST = {"token_attn_logdiag"}  # signals whose last axis runs over answer tokens
+                 "token_attention": 2, "token_entropies": 1, "token_chernoff": 1,
+                 "answer_lm_logprobs": 1}  # signal value -> leading axes that run over answer tokens
+TOKEN_ALIGNED_LAST = {"token_attn_logdiag", "token_attn_prev"}  # signals whose last axis runs over answer tokens
 UNITS_PER_ITEM = 2  # units `with_units` gives every item at a unit level (per-unit makers follow it)
 
 
@@ -79,7 +80,36 @@ def _token_logprobs(rng: np.random.Generator, y: np.ndarray) -> list[Any]:
 
 @signal_maker(Signal.TOKEN_ENTROPIES)
 def _token_entropies(rng: np.random.Generator, y: np.ndarray) -> list[Any]:
-    return [rng.gamma(1.0 + 2 * v, 0.4, size=int(rng.integers(3, 12))) for v in y]
+    return [rng.gamma(1.0 + 2 * v, 0.4, size=MAX_TOKENS) for v in y]
+
+
+@signal_maker(Signal.TOKEN_CHERNOFF)
+def _token_chernoff(rng: np.random.Generator, y: np.ndarray) -> list[Any]:
+    # the coefficients of real distributions over V = 1000 outputs: peaked ones (correct) sit further from uniform
+    out = []
+    for v in y:
+        logits = rng.normal(size=(MAX_TOKENS, 1000)) * (3.0 - 1.5 * v)
+        logp = logits - np.logaddexp.reduce(logits, axis=1, keepdims=True)
+        out.append(np.stack([np.logaddexp.reduce(g * logp, axis=1) - (1 - g) * np.log(1000) for g in (0.25, 0.5)],
+                            axis=1))
+    return out
+
+
+@signal_maker(Signal.ANSWER_LM_LOGPROBS)
+def _answer_lm_logprobs(rng: np.random.Generator, y: np.ndarray) -> list[Any]:
+    # without the prompt the answer is less likely; hallucinated answers depend less on it (closer to the prompt's)
+    return [-rng.gamma(3.0 - v, 0.5, size=MAX_TOKENS) for v in y]
+
+
+@signal_maker(Signal.TOKEN_ATTN_PREV)
+def _token_attn_prev(rng: np.random.Generator, y: np.ndarray) -> list[Any]:
+    # [L, H, T] in (0, 1); head 1 of every layer attends to the previous token, less so for hallucinated items
+    out = []
+    for v in y:
+        a = rng.uniform(0.05, 0.3, size=(LAYERS, 2, MAX_TOKENS))
+        a[:, 1] += rng.uniform(0.3, 0.6, size=(LAYERS, MAX_TOKENS)) * (1.0 - 0.6 * v)
+        out.append(a.astype(np.float32))
+    return out
 
 
 @signal_maker(Signal.ANSWER_ENTROPIES)
