@@ -65,3 +65,18 @@ def pair_scores(det: Detector, kind: str, model_param: str, pairs: Sequence[Pair
     model = pair_model(det, kind, model_param, batch_size=det.params["batch_size"],
                        max_length=det.params["max_length"])
     return cache_for(det).scores(model, pairs, det.progress(label, len(set(pairs))))
+
+
+ENDPOINT_PARAMS = ("base_url", "api_key_env", "timeout", "concurrency", "retries")
+
+
+def prompted_scores(det: Detector, question: str, model: str, pairs: Sequence[Pair], label: str,
+                    settings: dict[str, Any] | None = None) -> tuple[np.ndarray, PairModel]:
+    """[len(pairs), 1] replies of the LLM `model` to `question` (`haldet.models.pairs.prompted.QUESTIONS`) about
+    each pair, through the pair cache (each distinct pair asked once per model and question), with the model that
+    answered. `settings` (default: the detector's own) gives `base_url` (None = a local model) and the endpoint's
+    `api_key_env`, `timeout`, `concurrency`, `retries`; `batch_size` is the detector's."""
+    source = det.params if settings is None else settings
+    kw = {k: source[k] for k in ENDPOINT_PARAMS if source.get(k) is not None}
+    loaded, _ = load_pair_model(question, model, batch_size=int(det.params.get("batch_size", 8)), **kw)
+    return cache_for(det).scores(loaded, pairs, det.progress(label, len(set(pairs)))), loaded
