@@ -47,6 +47,9 @@ class LLMPanel(Detector):
         "variant": "mean", "judges": ["smollm2-135m", "gemma3-270m"], "base_url": None,
         "api_key_env": "OPENAI_API_KEY", "timeout": 60.0, "concurrency": 8, "retries": 4, "batch_size": 8,
     }
+    conformance_exemptions: ClassVar[dict[str, str]] = {
+        "check_scores_clean_items": "the suite's stand-in judge (a random tiny Llama) never names a grade, so every "
+                                    "item is NaN with that reason; grades are tested on the mock server's replies"}
 
     def judge_settings(self) -> list[tuple[str, dict[str, Any]]]:
         """(model, endpoint settings) of every judge, in the order given."""

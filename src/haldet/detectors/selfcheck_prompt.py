@@ -32,6 +32,9 @@ class SelfCheckPrompt(Detector):
         "model": "smollm2-135m", "base_url": None, "api_key_env": "OPENAI_API_KEY", "timeout": 60.0,
         "concurrency": 8, "retries": 4, "batch_size": 8,
     }
+    conformance_exemptions: ClassVar[dict[str, str]] = {
+        "check_not_constant": "the suite's stand-in checker (a random tiny Llama) never starts a reply with Yes or No, "
+                              "so every pair maps to 0.5; the mapping is tested on the mock server's replies"}
 
     def score(self, items: SignalView) -> Scores:
         out = Scores.empty(len(items))
