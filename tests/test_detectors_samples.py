@@ -15,6 +15,7 @@ import pytest
 from mock_openai import FakeOpenAI, text_content
 from test_detectors_standard import TableNLI, nli, scores, view  # noqa: F401  (nli: a fixture)
 
+from haldet.detectors._consistency import with_question
 from haldet.detectors.semantic_entropy import cluster_entropy
 from haldet.models.pairs import cache as pair_cache
 from haldet.signals import Signal
@@ -146,10 +147,11 @@ def test_every_nli_detector_of_a_run_asks_each_pair_once(nli, tmp_path) -> None:
     model sees each distinct pair once; a second process (the pair memory cleared) reads them from the cell's
     pairs/ log and asks nothing."""
     texts = ["paris", "lyon", "paris is it"]
-    q = [f"Q? {t}" for t in texts]
-    table = {(a, b): ([0.7, 0.2, 0.1] if a[3] == b[3] else [0.1, 0.2, 0.7]) for a in q + texts for b in q + texts}
+    q = [with_question(" Q? ", t) for t in texts]  # "Q?  paris": blanks around the question, stripped once
+    table = {(a, b): ([0.7, 0.2, 0.1] if a.split()[-1][:3] == b.split()[-1][:3] else [0.1, 0.2, 0.7]) for a in q + texts for b in q + texts}
     model = nli(table)
     v = view(["paris"], {Signal.SAMPLES: [texts], Signal.SAMPLE_LOGLIKS: [np.array([[-1.0, 1]] * 3)]})
+    v.instances[0].question = " Q? "  # blanks around the question: every detector builds the same stripped text
     detectors: list[tuple[str, dict[str, Any]]] = [
         ("semantic_entropy", {}), ("selfcheck_nli", {}), ("semantic_density", {}), ("kle", {"include_question": True}),
         *[(name, {"variant": "nli_entail", "include_question": True}) for name in ("eigv", "ecc", "deg")],

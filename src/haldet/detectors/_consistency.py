@@ -36,6 +36,13 @@ def answer_and_samples(response: Any, samples: Any) -> tuple[str, list[str]] | s
     return response.strip(), kept
 
 
+def with_question(question: str, text: str, include: bool = True) -> str:
+    """The NLI text of an answer or sample: "question text" (stripped) when `include` and there is a question, else
+    the text. One rule for every detector that puts the question in its NLI input (semantic entropy, the graph
+    methods, KLE, Semantic Density), so their pairs are the same strings and each is computed once."""
+    return f"{question} {text}".strip() if include and question else text
+
+
 def sample_logliks(value: Any, n_samples: int) -> np.ndarray | None:
     """SAMPLE_LOGLIKS as a float64 [K, 2] array, or None when missing or misshapen."""
     if value is None:

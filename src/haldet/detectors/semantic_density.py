@@ -22,7 +22,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from haldet.detectors._consistency import answer_and_samples, pair_scores, sample_logliks
+from haldet.detectors._consistency import answer_and_samples, pair_scores, sample_logliks, with_question
 from haldet.detectors.base import Detector, Scores, register
 from haldet.models.pairs.base import CONTRADICTION, NEUTRAL
 from haldet.signals import Signal, SignalView
@@ -49,7 +49,7 @@ class SemanticDensity(Detector):
     }
 
     def _text(self, question: str, text: str) -> str:
-        return f"{question} {text}".strip() if self.params["include_question"] and question else text
+        return with_question(question, text, bool(self.params["include_question"]))
 
     def score(self, items: SignalView) -> Scores:
         out = Scores.empty(len(items))
