@@ -7,6 +7,10 @@ drawn (seeded) from the two answers and short variants of them, sample log-likel
 sequence-classification model with roberta-large-mnli's architecture (`--arch large`, or base) and random weights
 (the default model's cost without hub access; weights do not change speed).
 
+Reported: best seconds per set and their ratio to "se" (noisy across runs on a loaded machine), the in-run share
+(the added detectors' seconds over semantic entropy's own seconds within the same set run), and the NLI pairs each
+set asks (its model calls).
+
 Sets:
 - "se":        semantic_entropy (the baseline run);
 - "se+free":   + the new ones that read what semantic entropy asks or no model at all: eigv / ecc / deg / num_sem_sets
@@ -33,13 +37,13 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from nli import halueval_pairs, random_encoder  # noqa: E402  (benchmarks/nli.py: the random NLI model)
+from nli import halueval_pairs, random_encoder
 
-from haldet.detectors import _relations  # noqa: E402
-from haldet.detectors.base import DETECTORS  # noqa: E402
-from haldet.models.pairs import cache as pair_cache  # noqa: E402
-from haldet.schema import Generation, Instance  # noqa: E402
-from haldet.signals import Signal, SignalView  # noqa: E402
+from haldet.detectors import _relations
+from haldet.detectors.base import DETECTORS
+from haldet.models.pairs import cache as pair_cache
+from haldet.schema import Generation, Instance
+from haldet.signals import Signal, SignalView
 
 FREE: list[tuple[str, dict[str, Any]]] = [
     *[(n, {"variant": "nli_entail", "include_question": True}) for n in ("eigv", "ecc", "deg")],
@@ -94,14 +98,18 @@ def score_set(name: str, view: SignalView, nli: str) -> dict[str, Any]:
     pair_cache._MEMORY.clear()
     _relations.clear_memory()
     start = time.perf_counter()
-    values = {}
+    values, each = {}, {}
     for det_name, params in SETS[name]:
         det = DETECTORS.get(det_name)(**params)
         if "nli_model" in det.defaults and det.params.get("nli_model"):
             det.params.update(nli_model=nli, fallback=None)
-        values[f"{det_name}/{params.get('variant', 'default')}"] = float(np.nanmean(det.score(view).values))
+        key = f"{det_name}/{params.get('variant', 'default')}"
+        t0 = time.perf_counter()
+        values[key] = float(np.nanmean(det.score(view).values))
+        each[key] = time.perf_counter() - t0
     pairs = sum(len(v) for v in pair_cache._MEMORY.values())
-    return {"seconds": time.perf_counter() - start, "nli_pairs": pairs, "mean_scores": values}
+    return {"seconds": time.perf_counter() - start, "nli_pairs": pairs, "detector_seconds": each,
+            "mean_scores": values}
 
 
 def main() -> None:
@@ -116,17 +124,24 @@ def main() -> None:
     halueval_pairs(1)  # the data is there
     with tempfile.TemporaryDirectory() as tmp:
         nli = random_encoder(args.arch, Path(tmp), classifier=True)
-        score_set("se", view, nli)  # warm-up: model load, imports
+        score_set("se+all", view, nli)  # warm-up: model load, imports, spaCy and rouge-score loaded once
         runs: dict[str, list[dict[str, Any]]] = {name: [] for name in SETS}
         for _ in range(args.repeats):
             for name in SETS:  # alternated: load drifts hit every set alike
                 runs[name].append(score_set(name, view, nli))
     best = {name: min(r["seconds"] for r in rs) for name, rs in runs.items()}
+    # in-run share: the added detectors' scoring seconds over semantic entropy's own in the same set run (robust to
+    # load drifting between runs on a shared machine), median over the repeats
+    se_key = "semantic_entropy/default"
+    added = {name: float(np.median([sum(v for k, v in r["detector_seconds"].items() if k != se_key)
+                                    / r["detector_seconds"][se_key] for r in rs])) for name, rs in runs.items()}
     result = {
         "benchmark": "sample_detectors", "n_items": args.n, "k": args.k, "nli": f"random roberta-{args.arch}",
         "load_avg": os.getloadavg(), "seconds": best,
         "nli_pairs": {name: rs[0]["nli_pairs"] for name, rs in runs.items()},
         "ratio_vs_se": {name: best[name] / best["se"] for name in SETS},
+        "added_share_in_run": added,
+        "nli_pairs_ratio": {name: rs[0]["nli_pairs"] / max(1, runs["se"][0]["nli_pairs"]) for name, rs in runs.items()},
         "runs": runs,
     }
     text = json.dumps(result, indent=2)

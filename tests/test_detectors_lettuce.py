@@ -11,10 +11,10 @@ from typing import Any
 
 import numpy as np
 import pytest
-from test_detectors_standard import view
 
 from haldet.errors import HaldetError
 from haldet.schema import SpanLabel
+from test_detectors_standard import view
 
 pytest.importorskip("lettucedetect")
 

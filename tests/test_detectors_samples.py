@@ -12,13 +12,26 @@ from typing import Any
 
 import numpy as np
 import pytest
-from mock_openai import FakeOpenAI, text_content
-from test_detectors_standard import TableNLI, nli, scores, view  # noqa: F401  (nli: a fixture)
 
+from haldet.detectors import _consistency
 from haldet.detectors._consistency import with_question
 from haldet.detectors.semantic_entropy import cluster_entropy
 from haldet.models.pairs import cache as pair_cache
 from haldet.signals import Signal
+from mock_openai import FakeOpenAI, text_content
+from test_detectors_standard import TableNLI, scores, view
+
+
+@pytest.fixture
+def nli(monkeypatch):  # type: ignore[no-untyped-def]
+    """Installs a `TableNLI` as every detector's NLI model; returns it (its `seen` lists the pairs asked)."""
+    def install(table: dict[tuple[str, str], list[float]]) -> TableNLI:
+        model = TableNLI(table)
+        monkeypatch.setattr(_consistency, "load_pair_model",
+                            lambda kind, name, fallback=None, **kw: (model, {"requested": name, "used": model.id}))
+        return model
+    return install
+
 
 A, B, C = "Q? paris", "Q? lyon", "Q? nice"
 E, N, X = [1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]
@@ -148,7 +161,8 @@ def test_every_nli_detector_of_a_run_asks_each_pair_once(nli, tmp_path) -> None:
     pairs/ log and asks nothing."""
     texts = ["paris", "lyon", "paris is it"]
     q = [with_question(" Q? ", t) for t in texts]  # "Q?  paris": blanks around the question, stripped once
-    table = {(a, b): ([0.7, 0.2, 0.1] if a.split()[-1][:3] == b.split()[-1][:3] else [0.1, 0.2, 0.7]) for a in q + texts for b in q + texts}
+    table = {(a, b): ([0.7, 0.2, 0.1] if a.split()[-1][:3] == b.split()[-1][:3] else [0.1, 0.2, 0.7])
+             for a in q + texts for b in q + texts}
     model = nli(table)
     v = view(["paris"], {Signal.SAMPLES: [texts], Signal.SAMPLE_LOGLIKS: [np.array([[-1.0, 1]] * 3)]})
     v.instances[0].question = " Q? "  # blanks around the question: every detector builds the same stripped text

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-import numpy as np
-
 from haldet.detectors._consistency import answer_and_samples, prompted_scores
 from haldet.detectors.base import Detector, Scores, register
 from haldet.signals import Signal, SignalView

@@ -80,7 +80,8 @@ def load_pair_model(kind: str, name: str, *, fallback: str | None = None,
     """The requested model, or the fallback when it cannot be loaded (logged and recorded in `meta`).
 
     kind: "nli" (`llm:<model>` for the prompted backend), "similarity" (`bi:<model>` or an embedding alias for
-    a bi-encoder), "bertscore", "support", or a question of `haldet.models.pairs.prompted.QUESTIONS`. Models are loaded once per process.
+    a bi-encoder), "bertscore", "support", or a question of `haldet.models.pairs.prompted.QUESTIONS`. Models are
+    loaded once per process.
     """
     from haldet.models.provenance import locate
 
