@@ -2,8 +2,9 @@
 time of each detector set, measured from a cold pair cache, alternated A / B / C in one process, as ratios. Prints
 JSON (and writes it with --out).
 
-Items: the first N questions of the packaged HaluEval-QA, the answer its right or its hallucinated answer, K samples
-drawn (seeded) from the two answers and short variants of them, sample log-likelihoods drawn at random. NLI: an HF
+Items: the first N questions of the packaged HaluEval-QA, the answer a sentence around its right or its hallucinated
+answer (never verbatim among the samples, so Semantic Density finds none of its pairs already asked: the worst
+case), K samples drawn (seeded) from the two answers and short variants of them, sample log-likelihoods drawn at random. NLI: an HF
 sequence-classification model with roberta-large-mnli's architecture (`--arch large`, or base) and random weights
 (the default model's cost without hub access; weights do not change speed).
 
@@ -74,7 +75,7 @@ def items(n: int, k: int, seed: int = 0) -> SignalView:
     for i, row in enumerate(rows):
         right, wrong = row["right_answer"], row["hallucinated_answer"]
         pool = [right, wrong, f"It is {right}.", f"I believe {wrong}", f"{right}, I think."]
-        answer = right if i % 2 else wrong
+        answer = f"The answer is {right if i % 2 else wrong}."  # never verbatim among its samples: the worst case
         words = max(1, len(answer.split()))
         instances.append(Instance(id=ids[i], dataset="bench", scenario="qa_open", task_type="short_answer",
                                   question=row["question"]))
