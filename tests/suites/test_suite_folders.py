@@ -58,7 +58,8 @@ def test_suites_show_names_each_detector_its_levels_needs_and_every_table() -> N
     assert shown.exit_code == 0, shown.output
     info = json.loads(shown.output)
     details = {d["name"]: d for d in info["detector_details"]}
-    assert info["optional_detectors"] == ["llm_judge_po", "sft", "redeep"] and details["sft"]["runs"] == "--detector"
+    assert info["optional_detectors"] == ["llm_judge_po", "sft", "redeep", "lettucedetect"]
+    assert details["sft"]["runs"] == "--detector"
     assert details["sft"]["needs"] == ["causal_lm (model=smollm2-135m)"] and details["sft"]["trains"]
     assert details["redeep"]["suite_levels"] == ["response"] and details["redeep"]["family"] == "white"
     assert details["perplexity"]["runs"] == "default"
@@ -74,6 +75,6 @@ def test_suites_show_names_each_detector_its_levels_needs_and_every_table() -> N
     assert all("haldet hallulens evaluate" in o["written_by"] for o in lens["other_outputs"])
     listed = runner.invoke(app, ["suites", "list"], env={"COLUMNS": "250"})
     assert next(x for x in listed.output.splitlines() if x.startswith("│ triviaplus")).rstrip(" │").endswith(
-        "sft, redeep")
+        "sft, redeep, lettucedetect")
     bad = runner.invoke(app, ["suites", "show", "verigrey"])
     assert bad.exit_code != 0 and "unknown suite 'verigrey'" in str(bad.exception)

@@ -43,7 +43,8 @@ CHECK_CASES = [pytest.param(name, params, check, id=f"{_case_id(name, params)}-{
 @pytest.fixture(scope="session")
 def small_models(tmp_path_factory) -> dict[str, str]:
     """Small local stand-ins for each auxiliary model kind: a random 2-layer NLI classifier (MNLI labels) with
-    MiniLM's tokenizer, a random 2-way fact-checking head; the packaged MiniLM for similarity and BERTScore."""
+    MiniLM's tokenizer, a random 2-way fact-checking head, a random 2-label ModernBERT token classifier; the
+    packaged MiniLM for similarity and BERTScore."""
     import torch
     from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
 
@@ -63,8 +64,17 @@ def small_models(tmp_path_factory) -> dict[str, str]:
     support = build_tiny_checker(tmp_path_factory.mktemp("tiny-minicheck"))  # a 2-way head (label 1 = supported)
 
     llama = build_tiny_llama(tmp_path_factory.mktemp("tiny-llama"))
+    lettuce = tmp_path_factory.mktemp("tiny-token-classifier")  # LettuceDetect's class: ModernBERT, 2 labels
+    from transformers import ModernBertConfig, ModernBertForTokenClassification
+
+    ModernBertForTokenClassification(ModernBertConfig(
+        vocab_size=tok.vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+        num_labels=2, pad_token_id=tok.pad_token_id, cls_token_id=tok.cls_token_id, sep_token_id=tok.sep_token_id,
+        bos_token_id=tok.cls_token_id, eos_token_id=tok.sep_token_id, max_position_embeddings=512,
+        initializer_range=0.5)).save_pretrained(lettuce)
+    tok.save_pretrained(lettuce)
     return {"nli": str(path), "similarity": "minilm", "bertscore": "minilm", "support": str(support),
-            "causal_lm": str(llama)}
+            "causal_lm": str(llama), "token_classifier": str(lettuce)}
 
 
 @pytest.fixture(scope="session")

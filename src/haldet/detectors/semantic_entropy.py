@@ -6,7 +6,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from haldet.detectors._consistency import pair_scores, sample_logliks
+from haldet.detectors._consistency import pair_scores, sample_logliks, with_question
 from haldet.detectors.base import Detector, Scores, register
 from haldet.models.pairs.base import CONTRADICTION, ENTAILMENT, NEUTRAL
 from haldet.signals import Signal, SignalView
@@ -72,7 +72,7 @@ class SemanticEntropy(Detector):
                              f"not {self.params['equivalence']!r}")
 
     def _text(self, question: str, answer: str) -> str:
-        return f"{question} {answer}".strip() if self.params["include_question"] and question else answer
+        return with_question(question, answer, bool(self.params["include_question"]))
 
     def score(self, items: SignalView) -> Scores:
         out = Scores.empty(len(items))

@@ -106,6 +106,9 @@ def resolve_auxiliary(det: Any) -> dict[str, dict[str, Any]]:
             continue
         if kind == "causal_lm":  # a language model the detector fine-tunes itself (sft): loaded as named, or an error
             out[param] = {"kind": kind, "requested": str(det.params[param]), "used": str(det.params[param])}
+            if "base_url" in det.params:  # an LLM asked in words (selfcheck_prompt, llm_panel): its files, or where
+                out[param]["fingerprint"] = (det.params["base_url"] if det.params["base_url"] else
+                                             [locate(str(m)) for m in _names(det.params[param])])
             continue
         # "outer.inner" names a model inside a dict parameter (its fallback/max_length sit beside it)
         owner, _, leaf = param.rpartition(".")
@@ -114,6 +117,12 @@ def resolve_auxiliary(det: Any) -> dict[str, dict[str, Any]]:
             out[param] = pair_model_identity(kind, str(params[leaf]), params.get("fallback"), params.get("max_length"),
                                              params.get("base_url"))
     return out
+
+
+def _names(value: Any) -> list[Any]:
+    """The model names of a parameter holding one name or a list of names / {"model": ...} entries."""
+    items = value if isinstance(value, (list, tuple)) else [value]
+    return [m.get("model") if isinstance(m, dict) else m for m in items]
 
 
 def substitutes(identity: dict[str, Any]) -> list[str]:

@@ -15,6 +15,7 @@ from haldet.errors import HaldetError
 from haldet.models.pairs.base import PairModel
 from haldet.models.pairs.bertscore import BERTScorePairs
 from haldet.models.pairs.entailment import HFEntailment, LLMEntailment
+from haldet.models.pairs.prompted import QUESTIONS, PromptedPairs
 from haldet.models.pairs.similarity import BiEncoderSimilarity, CrossEncoderSimilarity
 from haldet.models.pairs.support import ENDPOINT_PREFIX, ENDPOINT_SETTINGS, EndpointSupport, HFSupport, LLMSupport
 from haldet.models.provenance import locate
@@ -54,6 +55,8 @@ def _build(kind: str, name: str, **kw: Any) -> PairModel:
                 _LOADED[key] = LLMSupport(name[4:], **local)
             else:
                 _LOADED[key] = HFSupport(name, **local)
+        elif kind in QUESTIONS:  # an LLM asked in words (local model, or an endpoint given `base_url`)
+            _LOADED[key] = PromptedPairs(name, QUESTIONS[kind], **kw)
         else:
             raise ValueError(f"unknown pair-model kind {kind!r}")
         _LOADED[key].id += model_suffix(name, _LOADED[key])
@@ -74,7 +77,8 @@ def load_pair_model(kind: str, name: str, *, fallback: str | None = None,
     """The requested model, or the fallback when it cannot be loaded (logged and recorded in `meta`).
 
     kind: "nli" (`llm:<model>` for the prompted backend), "similarity" (`bi:<model>` or an embedding alias for
-    a bi-encoder), "bertscore". Models are loaded once per process.
+    a bi-encoder), "bertscore", "support", or a question of `haldet.models.pairs.prompted.QUESTIONS`. Models are
+    loaded once per process.
     """
     failed_key = (kind, name, json.dumps(kw, sort_keys=True, default=str))
     try:

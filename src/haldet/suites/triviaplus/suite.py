@@ -81,7 +81,7 @@ class TriviaPlusSuite(Suite):
     levels = ("response",)
     detectors = ("llm_judge", "llm_judge_fs", "selfcheck_bertscore", "perplexity", "saplma")
     # a prompt-optimisation loop, a LoRA-tuned classifier model, an every-layer attention pass: named to run
-    optional = ("llm_judge_po", "sft", "redeep")
+    optional = ("llm_judge_po", "sft", "redeep", "lettucedetect")
     splits = "given"
     metrics = ("auroc", "aupr", "f1_opt", "precision_opt", "recall_opt", "accuracy_opt", "threshold")
     tables = (

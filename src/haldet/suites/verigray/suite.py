@@ -56,7 +56,8 @@ class VeriGraySuite(Suite):
     datasets = ("verigray",)
     levels = ("sentence",)
     detectors = ("likelihood", "entropy", "ccp", "focus", "llmcheck_hidden", "llmcheck_attention", "nli_verifier")
-    optional = ("verigray_llm", "minicheck", "lynx", "anah_v2")  # a classifier, checker or verifier model each
+    # a classifier, checker or verifier model each
+    optional = ("verigray_llm", "minicheck", "lynx", "anah_v2", "lettucedetect")
     tables = (TableLayout("Table 4", metrics=tuple(m for m, _ in TABLE4_COLUMNS), level="sentence"),
               TableLayout("Fig. 2 (class share per generator, all splits)", table=FIG2, level="sentence",
                           line=("generator",), metrics=CLASSES),

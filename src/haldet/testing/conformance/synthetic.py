@@ -275,6 +275,7 @@ def synthetic_view(signals: frozenset[Signal] | set[Signal], n: int = N_ITEMS, s
     ids = [f"synth/test/{i}" for i in range(n)]
     instances = [Instance(id=i, dataset="synth", scenario="qa_open", task_type="short_answer",
                           question="What is the capital of France?", references=["Paris"], incorrect=["Rome"],
+                          context="France is a country in Europe. Its capital is Paris, a large city.",
                           source={"answer": "Paris"}) for i in ids]
     generations = [_generation(i, values[Signal.RESPONSE][k], values[Signal.TOKEN_LOGPROBS][k])
                    for k, i in enumerate(ids)]
