@@ -139,10 +139,11 @@ def test_nli_labels_against_a_knowledge_source_in_a_run(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads((out / "results.json").read_text())
     results = results if isinstance(results, list) else results["rows"]
-    agree = next(r for r in results if r.get("table") == "claim labels")
-    assert agree["n"] == 67 and agree["detector"] == "(data)"
-    assert agree["data0_nli0"] + agree["data0_nli1"] == 49 and agree["data1_nli0"] + agree["data1_nli1"] == 18
-    assert agree["value"] == pytest.approx((agree["data0_nli0"] + agree["data1_nli1"]) / 67)
+    agree = next(r for r in results if r.get("table") == "claim labels" and r["metric"] == "agreement")
+    assert agree["n"] == 67 and agree["detector"] == "(data)" and agree["labeller"].startswith("nli:")
+    assert agree["data0_labeller0"] + agree["data0_labeller1"] == 49
+    assert agree["data1_labeller0"] + agree["data1_labeller1"] == 18
+    assert agree["value"] == pytest.approx((agree["data0_labeller0"] + agree["data1_labeller1"]) / 67)
     assert (out / "factscore_bio" / "smollm2-135m" / "pairs").is_dir()  # the NLI pairs are cached in the cell
 
 

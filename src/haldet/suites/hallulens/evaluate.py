@@ -148,7 +148,7 @@ def evaluate(set_dir: Path, out: Path, *, targets: Sequence[Target], judge: Stru
     """Answer, judge and rate every task of the set per target. `task_judges` replaces `judge` for the tasks it
     names (the paper's judges differ per task); `preset` (name, hash, file) is recorded in results.json when the
     command took a preset's defaults."""
-    from haldet.suites.hallulens.retrieval import PassageIndex
+    from haldet.models.passages import PassageIndex
     from haldet.suites.hallulens.sources import load_pages
 
     manifest = read_json(set_dir / MANIFEST) if (set_dir / MANIFEST).exists() else {}

@@ -3,5 +3,7 @@
 Modules: `dataset` (the registered adapter `factscore_bio`: FActScore's labelled biographies, claims with the
 data's own labels), `suite` (the registered suite `longform`: claim-level metrics, extracted claims, label sources),
 `from_claims` (each answer's response-level score from its claims), `nli_labels` (claim labels by NLI against a
-reference text), `selfcheck_claims` (the registered detector: each claim against the K samples).
+reference text), `verify_labels` (claim labels by retrieval + an LLM verifier), `agreement` (a claim labeller's
+accuracy and kappa against the human labels), `selfcheck_claims` (the registered detector: each claim against the
+K samples).
 """

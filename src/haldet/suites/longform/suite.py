@@ -12,19 +12,22 @@ split (never of claims), as the `responses` suite does. Levels: `suite_params.lo
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, ClassVar
 
 from haldet.errors import HaldetError
 from haldet.evaluation.metrics import METRICS, MetricValue, evaluate
 from haldet.evaluation.units import UnitData, unit_metrics
+from haldet.models.passages import passage_index
 from haldet.schema import Instance
 from haldet.stages.claims import ClaimsStage, claim_units_of
 from haldet.suites.base import DATA, Suite, TableLayout, register, split_if_trained
+from haldet.suites.longform.agreement import LABELS, agreement_rows
 from haldet.suites.longform.from_claims import FROM_CLAIMS, from_claims_rows
-from haldet.suites.longform.nli_labels import label_agreement, label_claims
+from haldet.suites.longform.nli_labels import label_claims
+from haldet.suites.longform.verify_labels import pages_of, verifier_client, verify_claims
 
 CLAIM_METRICS = ("auroc", "aupr", "f1_opt", "precision_opt", "recall_opt")
-LABELS = "claim labels"  # the `table` of the NLI labels' agreement with the data's
 EXTRACTION = "extraction"  # an answer's claims-stage outcome (instance meta) and the `table` of its counts
 
 
@@ -63,11 +66,12 @@ class LongformSuite(Suite):
                           metrics=("auroc", "aupr", "spearman_unsupported_share")),
               TableLayout("Claims extracted (claims: extract)", table=EXTRACTION, level="claim", line=("detector",),
                           metrics=("answers", "answers_failed", "claims_kept", "claims_unmapped", "unmapped_share")),
-              TableLayout("Claim labels: NLI against the reference vs the data's (labels: nli)", table=LABELS,
-                          level="claim", line=("detector",), metrics=("nli_data_agreement",)))
+              TableLayout("Claim labels vs the human labels (labels: nli | verify): the labeller's accuracy",
+                          table=LABELS, level="claim", line=("detector", "labeller"), metrics=("agreement", "kappa")))
     params: ClassVar[dict[str, Any]] = {"levels": ["claim", "response"], "claims": "data", "labels": "data",
                                         "nli_model": "microsoft/deberta-base-mnli", "nli_fallback": None,
-                                        "nli_passages": 3, "nli_sentences": 3}
+                                        "nli_passages": 3, "nli_sentences": 3, "retrieval": "embedding",
+                                        "verify_passages": 5, "passage_tokens": 256}
 
     def answered(self, ctx: Any, items: list[Any]) -> None:
         """The answers' claim units and their labels, once the answers exist.
@@ -78,7 +82,8 @@ class LongformSuite(Suite):
         reference text (`nli_labels`; the answer's label then follows its claims); `labels: data` (default): the
         data's labels, the answer keeping the label its data gives."""
         opts = self.options(ctx.config)
-        for key, allowed in (("claims", ("data", "extract")), ("labels", ("data", "nli"))):
+        for key, allowed in (("claims", ("data", "extract")), ("labels", ("data", "nli", "verify")),
+                             ("retrieval", ("embedding", "bm25"))):
             if opts[key] not in allowed:
                 raise HaldetError(f"{key} must be one of {', '.join(allowed)}, not {opts[key]!r}",
                                   where=f"suite_params.longform.{key}", hint="docs/longform.md")
@@ -97,13 +102,24 @@ class LongformSuite(Suite):
                 item.instance = inst.model_copy(update={"response_label": label, "meta": {
                     **inst.meta, EXTRACTION: {"extractor": rec["judge"], "unit": rec["unit"],
                                               "claims": len(rec["claims"]), "unmapped": rec["unmapped"]}}})
+        instances = [item.instance for item in items]
         if opts["labels"] == "nli":
-            labelled, meta = label_claims([item.instance for item in items], model=opts["nli_model"],
-                                          fallback=opts["nli_fallback"], k=int(opts["nli_passages"]),
-                                          sentences=int(opts["nli_sentences"]), cache=ctx.store.root)
-            for item, inst in zip(items, labelled, strict=True):
-                item.instance = inst.model_copy(update={"response_label": None, "meta": {**inst.meta,
-                                                                                        "nli_labels": meta}})
+            labelled, meta = label_claims(instances, model=opts["nli_model"], fallback=opts["nli_fallback"],
+                                          k=int(opts["nli_passages"]), sentences=int(opts["nli_sentences"]),
+                                          cache=ctx.store.root)
+        elif opts["labels"] == "verify":
+            judge = ctx.config.judge
+            index = passage_index(opts["retrieval"], pages_of(instances), passage_tokens=int(opts["passage_tokens"]),
+                                  top_k=int(opts["verify_passages"]))
+            client = verifier_client(judge, cache=Path(ctx.store.root) / "claim_verify.jsonl",
+                                     local=ctx.backend if judge.backend == "hf" and judge.model == ctx.model else None)
+            labelled, meta = verify_claims(instances, client=client, verifier_id=f"{judge.backend}:{judge.model}",
+                                           index=index, templates=ctx.config.templates)
+        else:
+            return
+        for item, inst in zip(items, labelled, strict=True):  # the answer's label follows its relabelled claims
+            item.instance = inst.model_copy(update={"response_label": None, "meta": {
+                **inst.meta, f"{opts['labels']}_labels": meta}})
 
     def levels_for(self, config: Any) -> tuple[str, ...]:
         return self.levels_from_options(config)
@@ -122,11 +138,8 @@ class LongformSuite(Suite):
             del row["dataset"], row["model"]
         if self.options(config)["claims"] == "extract":
             out += extraction_rows(instances)
-        if self.options(config)["labels"] == "nli":
-            agree = label_agreement(instances)
-            out.append({"detector": DATA, "level": "claim", "table": LABELS, "metric": "nli_data_agreement",
-                        "value": agree["accuracy"], "n": agree["n"], **agree,
-                        "note": "" if agree["n"] else "no claim has both a data label and an NLI label"})
+        if self.options(config)["labels"] in ("nli", "verify"):
+            out += agreement_rows(instances, DATA)
         return out
 
     def unit_metrics(self, level: str, test: UnitData, val: UnitData | None, *, n_boot: int, ci: float,
