@@ -5,7 +5,6 @@ never labelled, and the verifier's agreement with the human labels (accuracy, Co
 from __future__ import annotations
 
 import math
-import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -99,7 +98,8 @@ def test_verifier_labels_through_a_mock_endpoint(tmp_path: Path) -> None:
     assert agree["n"] == n == 65 and agree["accuracy"] == pytest.approx(po)
     assert agree["kappa"] == pytest.approx((po - pe) / (1 - pe))
     rows = agreement_rows(out, "(data)")
-    assert [r["metric"] for r in rows] == ["agreement", "kappa"] and rows[0]["labeller"] == "rule:in_passage, verify:openai:verifier-x"
+    assert [r["metric"] for r in rows] == ["agreement", "kappa"]
+    assert rows[0]["labeller"] == "rule:in_passage, verify:openai:verifier-x"
     print(f"verifier vs human labels: n={n} accuracy={po:.3f} kappa={agree['kappa']:.3f}")
 
 

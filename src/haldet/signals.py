@@ -59,6 +59,8 @@ class Signal(StrEnum):
     REDEEP_FEATURES  float32 [L, H + 1]: per layer, ReDeEP's external-context score of each of its H heads, then the
                      parametric-knowledge score of its feed-forward update (haldet.stages.redeep); or, for an item
                      it could not process, the reason (str)
+    CLAIM_P_TRUE     dict {unit kind: [{"start", "end", "p_true": float | None, ...}] per unit of that kind of the
+                     instance, in order}: the model's P(True) about each claim (haldet.stages.claim_p_true)
     A missing or invalid value for an item is None (detectors then give NaN with a reason).
     """
 
@@ -87,6 +89,7 @@ class Signal(StrEnum):
     TOKEN_ATTN_LOGDIAG = "token_attn_logdiag"  # [L, T] per-layer log attention diagonal (summed over heads)
     UNIT_HIDDEN_SCORES = "unit_hidden_scores"  # [L + 1, U + 1] per-layer hidden-state log-det of each unit
     REDEEP_FEATURES = "redeep_features"      # [L, H + 1] ReDeEP's per-head ECS and per-layer PKS
+    CLAIM_P_TRUE = "claim_p_true"            # per claim unit: the model's P(True) about the claim
 
 
 SIGNAL_ACCESS: dict[Signal, Access] = {
@@ -97,6 +100,7 @@ SIGNAL_ACCESS: dict[Signal, Access] = {
     Signal.TOKEN_LOGPROBS: Access.GRAY,
     Signal.SAMPLE_LOGLIKS: Access.GRAY,
     Signal.SELF_EVAL: Access.GRAY,
+    Signal.CLAIM_P_TRUE: Access.GRAY,
     Signal.TOKEN_ENTROPIES: Access.GRAY,
     Signal.ANSWER_ENTROPIES: Access.GRAY,
     Signal.TOKEN_OFFSETS: Access.BLACK,

@@ -5,5 +5,6 @@ data's own labels), `suite` (the registered suite `longform`: claim-level metric
 `from_claims` (each answer's response-level score from its claims), `nli_labels` (claim labels by NLI against a
 reference text), `verify_labels` (claim labels by retrieval + an LLM verifier), `agreement` (a claim labeller's
 accuracy and kappa against the human labels), `selfcheck_claims` (the registered detector: each claim against the
-K samples).
+K samples), `luq` (LUQ: 1 - the mean NLI support of each unit by the samples), `p_true_claims` (claim-level
+P(True), from the `claim_p_true` stage).
 """

@@ -57,7 +57,8 @@ class LongformSuite(Suite):
     protocol = "provided"
     levels = ("claim", "response")
     detectors = ("likelihood", "entropy", "ccp")
-    optional = ("selfcheck_claims",)  # K samples per answer and NLI pairs: run only when named
+    # run only when named: K samples per answer and NLI pairs (selfcheck_claims, luq), one prompt per claim
+    optional = ("selfcheck_claims", "luq", "p_true_claims")
     tables = (TableLayout("Claim level (pooled claims; threshold from validation when there is one)",
                           metrics=CLAIM_METRICS, level="claim"),
               TableLayout("Response level (token scores over the whole answer)", metrics=METRICS, level="response"),
