@@ -28,6 +28,7 @@ from haldet.suites.longform.nli_labels import label_claims
 from haldet.suites.longform.verify_labels import pages_of, verifier_client, verify_claims
 
 CLAIM_METRICS = ("auroc", "aupr", "f1_opt", "precision_opt", "recall_opt")
+GENERATED = ("bio_entities",)  # datasets whose answers the run's model writes
 EXTRACTION = "extraction"  # an answer's claims-stage outcome (instance meta) and the `table` of its counts
 
 
@@ -51,10 +52,9 @@ def extraction_rows(instances: list[Instance]) -> list[dict[str, Any]]:
 class LongformSuite(Suite):
     title = "Long answers: claim-level detection"
     paper = "FActScore (Min et al., 2023), docs/longform.md"
-    description = ("Given long answers (FActScore biographies) with labelled atomic claims; token scores of a proxy "
-                   "model aggregated per claim, and per answer from its claims.")
-    datasets = ("factscore_bio",)
-    protocol = "provided"
+    description = ("Long answers (FActScore's given biographies, or your model's from an entity list) with labelled "
+                   "atomic claims; token scores aggregated per claim, and per answer from its claims.")
+    datasets = ("factscore_bio", "bio_entities")
     levels = ("claim", "response")
     detectors = ("likelihood", "entropy", "ccp")
     # run only when named: K samples per answer and NLI pairs (selfcheck_claims, luq), one prompt per claim
@@ -74,6 +74,11 @@ class LongformSuite(Suite):
                                         "nli_passages": 3, "nli_sentences": 3, "retrieval": "embedding",
                                         "verify_passages": 5, "passage_tokens": 256}
 
+    def answers_of(self, dataset: str) -> str:
+        """FActScore's biographies ship with the data; an entity list's are written by the run's model and labelled
+        claim by claim here (no judge)."""
+        return "generate_unjudged" if dataset in GENERATED else "provided"
+
     def answered(self, ctx: Any, items: list[Any]) -> None:
         """The answers' claim units and their labels, once the answers exist.
 
@@ -88,6 +93,11 @@ class LongformSuite(Suite):
             if opts[key] not in allowed:
                 raise HaldetError(f"{key} must be one of {', '.join(allowed)}, not {opts[key]!r}",
                                   where=f"suite_params.longform.{key}", hint="docs/longform.md")
+        if ctx.dataset in GENERATED and (opts["claims"] != "extract" or opts["labels"] == "data"):
+            raise HaldetError(f"the biographies of {ctx.dataset} are written by the model: they have no claims or "
+                              "labels of their own", where="suite_params.longform",
+                              hint="set claims: extract (claims.model or the run's model extracts them) and labels: "
+                                   "verify (judge.model verifies them) or nli; docs/longform.md")
         if opts["claims"] == "extract":
             records = ClaimsStage(ctx).ensure(items)
             ctx.store.record_keys(ClaimsStage.name, records)
