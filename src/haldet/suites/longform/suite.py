@@ -15,6 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, ClassVar
 
+from haldet.config import digest
 from haldet.errors import HaldetError
 from haldet.evaluation.metrics import METRICS, MetricValue, evaluate
 from haldet.evaluation.units import UnitData, unit_metrics
@@ -28,8 +29,21 @@ from haldet.suites.longform.nli_labels import label_claims
 from haldet.suites.longform.verify_labels import pages_of, verifier_client, verify_claims
 
 CLAIM_METRICS = ("auroc", "aupr", "f1_opt", "precision_opt", "recall_opt")
+UNITS = "units"  # the cell log of the units each answer was scored with
 GENERATED = ("bio_entities",)  # datasets whose answers the run's model writes
 EXTRACTION = "extraction"  # an answer's claims-stage outcome (instance meta) and the `table` of its counts
+
+
+def record_units(ctx: Any, items: list[Any]) -> None:
+    """The units each answer was scored with (claims with their labels, label sources and evidence) in the cell's
+    `units.jsonl`, for readers of the run (the explorer's per-claim view); a record already there is not repeated."""
+    log = ctx.store.log(UNITS)
+    recs = {item.id: {"id": item.id, "question": item.instance.question, "response": item.instance.response,
+                      "units": [u.model_dump(mode="json") for u in item.instance.units]} for item in items}
+    keys = {i: digest([r["response"], r["units"]]) for i, r in recs.items()}
+    with ctx.store.lock(UNITS):
+        have = log.read(keys)
+        log.append([{**r, "key": keys[i]} for i, r in recs.items() if i not in have])
 
 
 def extraction_rows(instances: list[Instance]) -> list[dict[str, Any]]:
@@ -85,8 +99,9 @@ class LongformSuite(Suite):
         `claims: extract`: units from the claims stage (`claims.extractor`: an LLM's atomic claims, replacing the
         data's claim units, unlabelled; or the offline `sentence` / `clause` units, added beside them); `claims:
         data` (default): the dataset's own claims. `labels: nli`: every claim labelled by NLI against the item's
-        reference text (`nli_labels`; the answer's label then follows its claims); `labels: data` (default): the
-        data's labels, the answer keeping the label its data gives."""
+        reference text (`nli_labels`), `labels: verify`: by retrieval + an LLM verifier (`verify_labels`); the
+        answer's label then follows its claims; `labels: data` (default): the data's labels, the answer keeping the
+        label its data gives. The units each answer ends up with are recorded in the cell's `units.jsonl`."""
         opts = self.options(ctx.config)
         for key, allowed in (("claims", ("data", "extract")), ("labels", ("data", "nli", "verify")),
                              ("retrieval", ("embedding", "bm25"))):
@@ -113,6 +128,11 @@ class LongformSuite(Suite):
                 item.instance = inst.model_copy(update={"response_label": label, "meta": {
                     **inst.meta, EXTRACTION: {"extractor": rec["judge"], "unit": rec["unit"],
                                               "claims": len(rec["claims"]), "unmapped": rec["unmapped"]}}})
+        self._relabel(ctx, items, opts)
+        record_units(ctx, items)
+
+    def _relabel(self, ctx: Any, items: list[Any], opts: dict[str, Any]) -> None:
+        """`labels: nli | verify`: every claim relabelled (its source and details in `meta.labels`)."""
         instances = [item.instance for item in items]
         if opts["labels"] == "nli":
             labelled, meta = label_claims(instances, model=opts["nli_model"], fallback=opts["nli_fallback"],
