@@ -61,14 +61,18 @@ def test_generated_biographies_end_to_end_offline(tmp_path: Path) -> None:
             "judge": {"model": "verifier-x", "base_url": srv.base_url, "retries": 0, "timeout": 10},
             "suite_params": {"longform": {"claims": "extract", "labels": "verify", "retrieval": "bm25"}}}))
         proc = run_cli("run", "--dataset", "bio_entities", "--data-dir", str(tmp_path / "data"), "--detector",
-                       "likelihood", "--level", "claim,response", "--min-per-class", "0", "--allow-failures",
+                       "likelihood,p_true_claims", "--level", "claim,response", "--min-per-class", "0",
+                       "--allow-failures",
                        "--config", str(config), "--out", str(out))
         assert proc.returncode == 0, proc.stderr[-3000:]
         verifier_calls = sum("Statement:" in r["messages"][-1]["content"] for r in srv.requests)
     cell = out / "bio_entities" / "smollm2-135m"
     answers = {r["id"]: r["response"] for r in map(json.loads, (cell / "generate.jsonl").read_text().splitlines())}
     assert len(answers) == 2 and all(a.strip() for a in answers.values())  # the embedded model wrote them
-    claims = [r for r in csv.DictReader((out / "unit_scores.csv").open()) if r["level"] == "claim"]
+    rows = list(csv.DictReader((out / "unit_scores.csv").open()))
+    claims = [r for r in rows if r["level"] == "claim" and r["detector"] == "likelihood"]
+    doubts = [r for r in rows if r["level"] == "claim" and r["detector"] == "p_true_claims"]
+    assert len(doubts) == len(claims) and all(0 <= float(r["score"]) <= 1 for r in doubts)  # one question per claim
     extracted = [json.loads(x) for x in (cell / "claims.jsonl").read_text().splitlines()]
     assert len(claims) == sum(len(r["claims"]) for r in extracted) > 0
     assert all(r["label"] in ("0", "1", "0.0", "1.0") for r in claims)  # every claim labelled by the verifier
