@@ -109,3 +109,33 @@ def test_no_verifier_model_is_a_clear_error() -> None:
 
     with pytest.raises(HaldetError, match="verifier labels need a verifier model"):
         verifier_client(JudgeConfig(), cache=None)
+
+
+def test_a_hand_labelled_sample_of_the_models_own_claims(tmp_path: Path) -> None:
+    """Claims of an answer the model wrote have no human label; a person's labels of some of them (JSON lines of
+    {topic, claim, label S|NS}) become their `data_label`, matched by topic and normalised words, and the agreement
+    is computed on those claims only."""
+    from haldet.errors import HaldetError
+    from haldet.schema import Category, Instance, SpanLabel
+    from haldet.suites.longform.agreement import read_hand_labels, with_hand_labels
+
+    answer = "Oren Dalby is a Canadian pianist. He won a Juno Award in 1999. He lives in Paris."
+    spans = [(0, 33, Category.CORRECT), (34, 62, Category.CORRECT), (63, len(answer), Category.HALLUCINATION)]
+    units = [SpanLabel(start=a, end=b, text=answer[a:b], kind="claim", category=c,
+                       meta={"labels": {"source": "verify:openai:v"}}) for a, b, c in spans]
+    inst = Instance(id="bio_entities/test/Oren_Dalby", dataset="bio_entities", scenario="longform",
+                    task_type="long_form", question="Tell me a bio of Oren Dalby.", response=answer, units=units,
+                    meta={"topic": "Oren Dalby"})
+    sample = tmp_path / "sample.jsonl"
+    sample.write_text('{"topic": "Oren Dalby", "claim": "Oren Dalby is a  canadian pianist", "label": "S"}\n'
+                      '{"topic": "Oren Dalby", "claim": "He won a Juno Award in 1999.", "label": "NS"}\n'
+                      '{"topic": "Oren Dalby", "claim": "He lives in Paris.", "label": "NS"}\n'
+                      '{"topic": "Marta Kessling", "claim": "He lives in Paris.", "label": "S"}\n')
+    [out], found = with_hand_labels([inst], read_hand_labels(str(sample)))
+    assert found == 3 and [u.meta["labels"]["data_label"] for u in out.units] == [0, 1, 1]
+    # verifier (0, 0, 1) vs person (0, 1, 1): accuracy 2/3; kappa (2/3 - 4/9) / (1 - 4/9) = 0.4
+    agree = label_agreement([out])
+    assert agree["n"] == 3 and agree["accuracy"] == pytest.approx(2 / 3) and agree["kappa"] == pytest.approx(0.4)
+    sample.write_text('{"topic": "Oren Dalby", "claim": "x", "label": "maybe"}\n')
+    with pytest.raises(HaldetError, match="line 1 of the hand-labelled sample"):
+        read_hand_labels(str(sample))

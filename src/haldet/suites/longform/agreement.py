@@ -10,15 +10,64 @@ kappa (scikit-learn; chance-corrected, undefined when both raters use one class 
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from sklearn.metrics import cohen_kappa_score
 
+from haldet.errors import HaldetError
+from haldet.judges.text import normalize
 from haldet.schema import LABEL_META, Instance
 
 LABELS = "claim labels"  # the `table` of the labeller's agreement with the data's
+
+
+HUMAN = {"S": 0, "NS": 1}  # FActScore's labels: supported, not supported
+
+
+def read_hand_labels(spec: str) -> dict[tuple[str, str], int]:
+    """A hand-labelled sample of claims: JSON lines of {topic, claim, label S|NS}, keyed by (topic, normalised
+    claim text)."""
+    path = Path(spec).expanduser()
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise HaldetError(f"cannot read the hand-labelled sample: {exc.strerror}",
+                          where="suite_params.longform.label_sample",
+                          hint="JSON lines of {topic, claim, label: S|NS}") from None
+    out: dict[tuple[str, str], int] = {}
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+            out[(str(rec["topic"]), normalize(str(rec["claim"])))] = HUMAN[str(rec["label"]).strip()]
+        except (json.JSONDecodeError, KeyError, TypeError):
+            raise HaldetError(f"line {n} of the hand-labelled sample is not a {{topic, claim, label S|NS}} record",
+                              where=str(path), hint="one JSON object per line; label S (supported) or NS (not "
+                                                    "supported)") from None
+    return out
+
+
+def with_hand_labels(instances: Sequence[Instance], sample: dict[tuple[str, str], int],
+                     level: str = "claim") -> tuple[list[Instance], int]:
+    """The instances with each claim the sample labels (same topic, same normalised words: the fact's own words
+    or its span) carrying that human label as `data_label`; and how many sample claims were found."""
+    out, found = [], set()
+    for inst in instances:
+        topic = str(inst.meta.get("topic") or "")
+        units = list(inst.units)
+        for k, u in enumerate(units):
+            key = (topic, normalize(str(u.meta.get("claim") or u.text)))
+            if u.kind == level and key in sample:
+                found.add(key)
+                labels = {**(u.meta.get(LABEL_META) or {}), "data_label": sample[key], "human": "label_sample"}
+                units[k] = u.model_copy(update={"meta": {**u.meta, LABEL_META: labels}})
+        out.append(inst.model_copy(update={"units": units}))
+    return out, len(found)
 
 
 def label_agreement(instances: Sequence[Instance], level: str = "claim") -> dict[str, Any]:

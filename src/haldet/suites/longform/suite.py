@@ -23,7 +23,7 @@ from haldet.models.passages import passage_index
 from haldet.schema import Instance
 from haldet.stages.claims import ClaimsStage, claim_units_of
 from haldet.suites.base import DATA, Suite, TableLayout, register, split_if_trained
-from haldet.suites.longform.agreement import LABELS, agreement_rows
+from haldet.suites.longform.agreement import LABELS, agreement_rows, read_hand_labels, with_hand_labels
 from haldet.suites.longform.from_claims import FROM_CLAIMS, from_claims_rows
 from haldet.suites.longform.nli_labels import label_claims
 from haldet.suites.longform.verify_labels import pages_of, verifier_client, verify_claims
@@ -86,7 +86,7 @@ class LongformSuite(Suite):
     params: ClassVar[dict[str, Any]] = {"levels": ["claim", "response"], "claims": "data", "labels": "data",
                                         "nli_model": "microsoft/deberta-base-mnli", "nli_fallback": None,
                                         "nli_passages": 3, "nli_sentences": 3, "retrieval": "embedding",
-                                        "verify_passages": 5, "passage_tokens": 256}
+                                        "verify_passages": 5, "passage_tokens": 256, "label_sample": None}
 
     def answers_of(self, dataset: str) -> str:
         """FActScore's biographies ship with the data; an entity list's are written by the run's model and labelled
@@ -148,6 +148,8 @@ class LongformSuite(Suite):
                                            index=index, templates=ctx.config.templates)
         else:
             return
+        if opts["label_sample"]:  # a person's labels of some of these claims: the labeller's agreement with them
+            labelled, meta["label_sample_found"] = with_hand_labels(labelled, read_hand_labels(opts["label_sample"]))
         for item, inst in zip(items, labelled, strict=True):  # the answer's label follows its relabelled claims
             item.instance = inst.model_copy(update={"response_label": None, "meta": {
                 **inst.meta, f"{opts['labels']}_labels": meta}})
