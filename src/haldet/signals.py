@@ -69,6 +69,8 @@ class Signal(StrEnum):
     REDEEP_FEATURES  float32 [L, H + 1]: per layer, ReDeEP's external-context score of each of its H heads, then the
                      parametric-knowledge score of its feed-forward update (haldet.stages.redeep); or, for an item
                      it could not process, the reason (str)
+    CLAIM_P_TRUE     dict {unit kind: [{"start", "end", "p_true": float | None, ...}] per unit of that kind of the
+                     instance, in order}: the model's P(True) about each claim (haldet.stages.claim_p_true)
     A missing or invalid value for an item is None (detectors then give NaN with a reason).
     """
 
@@ -100,6 +102,7 @@ class Signal(StrEnum):
     TOKEN_CHERNOFF = "token_chernoff"        # [T, 2] log Chernoff coefficients of p_t and uniform
     ANSWER_LM_LOGPROBS = "answer_lm_logprobs"  # [T] log p(y_t | y_<t) without the prompt
     TOKEN_ATTN_PREV = "token_attn_prev"      # [L, H, T] per-head attention on the previous token
+    CLAIM_P_TRUE = "claim_p_true"            # per claim unit: the model's P(True) about the claim
 
 
 # the exponents g of TOKEN_CHERNOFF's columns, in order
@@ -114,6 +117,7 @@ SIGNAL_ACCESS: dict[Signal, Access] = {
     Signal.TOKEN_LOGPROBS: Access.GRAY,
     Signal.SAMPLE_LOGLIKS: Access.GRAY,
     Signal.SELF_EVAL: Access.GRAY,
+    Signal.CLAIM_P_TRUE: Access.GRAY,
     Signal.TOKEN_ENTROPIES: Access.GRAY,
     Signal.ANSWER_ENTROPIES: Access.GRAY,
     Signal.TOKEN_OFFSETS: Access.BLACK,

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -20,8 +19,9 @@ from haldet.detectors.base import DETECTORS
 from haldet.models.pairs.base import PairModel
 from haldet.schema import Generation, Instance
 from haldet.signals import Signal, SignalView
+from repo_paths import REPO
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"  # (a script too, see above)
+FIXTURES = REPO / "fixtures"  # (a script too, see above)
 
 
 class HashNLI(PairModel):

@@ -41,7 +41,8 @@ def test_plan_of_a_known_detector_set() -> None:
 def test_every_signal_has_one_stage() -> None:
     by_signal = providers()
     assert set(by_signal) == set(Signal)
-    assert list(stage_provides()) == ["generate", "sample", "auxiliary", "features", "redeep", "unconditional",
+    assert list(stage_provides()) == ["generate", "sample", "auxiliary", "claim_p_true", "features", "redeep",
+                                     "unconditional",
                                      "verdict"]
 
 

@@ -14,8 +14,9 @@ from haldet.suites.base import SUITES, get_suite
 FOLDER_DATASETS = {"verigray": "verigray", "triviaplus": "triviaplus", "halluentity": "halluentity",
                    "hallulens_precisewikiqa": "hallulens", "hallulens_proxy_qa": "hallulens",
                    "hallulens_longwiki": "hallulens", "hallulens_nonexistent": "hallulens",
-                   "factscore_bio": "longform"}
-FOLDER_DETECTORS = {"verigray_llm": "verigray", "nli_verifier": "verigray", "selfcheck_claims": "longform"}
+                   "factscore_bio": "longform", "bio_entities": "longform"}
+FOLDER_DETECTORS = {"verigray_llm": "verigray", "nli_verifier": "verigray", "selfcheck_claims": "longform",
+                    "luq": "longform", "p_true_claims": "longform"}
 FOLDER_SUITES = {"verigray": "verigray", "triviaplus": "triviaplus", "halluentity": "halluentity",
                  "hallulens": "hallulens", "hallulens_longwiki": "hallulens", "longform": "longform"}
 

@@ -35,6 +35,7 @@ SIGNAL_NEEDS: dict[Signal, Capability] = {
     Signal.TOKEN_LOGPROBS: Capability.LOGPROBS,
     Signal.SAMPLE_LOGLIKS: Capability.LOGPROBS,
     Signal.SELF_EVAL: Capability.LOGPROBS,
+    Signal.CLAIM_P_TRUE: Capability.LOGPROBS,
     Signal.TOKEN_ENTROPIES: Capability.ENTROPIES,
     Signal.ANSWER_ENTROPIES: Capability.TEACHER_FORCED,
     Signal.TOKEN_TOPK_IDS: Capability.TEACHER_FORCED,

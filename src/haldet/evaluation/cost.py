@@ -67,7 +67,7 @@ def evidence_type(requires: Iterable[Signal | str], stage_signals: StageSignals)
     stages = {stage_of(s, stage_signals) or "" for s in signals}
     if "sample" in stages:
         return "repeated generation"
-    if "auxiliary" in stages:
+    if stages & {"auxiliary", "claim_p_true"}:  # follow-up questions after the answer
         return "auxiliary prompt"
     if any(s not in SIGNAL_ACCESS for s in signals):  # white-box signals are the ones without a black/gray access
         return "internal states"

@@ -35,7 +35,9 @@ from haldet.store.records import decode
 
 BINARY = {"hallucination": 1, "correct": 0}
 SPLITS = ("train", "val", "test")
-EVIDENCE_STAGES = ("generate", "sample", "auxiliary", "verdict", "annotate")
+# stage logs an item page reads; `units` is the log of the units a suite scored each answer with (the longform
+# suite's claims, with their label sources and evidence)
+EVIDENCE_STAGES = ("generate", "sample", "auxiliary", "verdict", "annotate", "units")
 _SPECIAL = re.compile(r"<\|[^|>]*\|>|<s>|</s>|\[/?INST\]")
 EXCERPT = 160
 ID_FIELDS = pa.schema([("id", pa.string())])

@@ -198,16 +198,22 @@ class AuxiliaryStage(DecodingReader):
         return records
 
     def _self_eval(self, prompts: list[str]) -> list[tuple[Any, list[float], list[float]]]:
-        """(greedy reply, log-probs of the True spellings, of the False spellings) per prompt. A local model reads
-        them from the next-token distribution by token id; an API model from the returned top alternatives."""
-        cfg, backend = self.ctx.config.auxiliary, self.ctx.backend
-        if Capability.SELF_EVAL_LOGPROBS in backend.capabilities:
-            return backend.self_eval_logprobs(prompts, TRUE_WORDS, FALSE_WORDS,
-                                              max_new_tokens=cfg.max_new_tokens, batch_size=cfg.batch_size)
-        true_ids, false_ids = answer_candidates(backend)
-        outs = backend.candidate_logprobs(prompts, true_ids + false_ids, max_new_tokens=cfg.max_new_tokens,
-                                          batch_size=cfg.batch_size)
-        return _true_false(outs, len(true_ids))
+        cfg = self.ctx.config.auxiliary
+        return true_false_logprobs(self.ctx.backend, prompts, max_new_tokens=cfg.max_new_tokens,
+                                   batch_size=cfg.batch_size)
+
+
+def true_false_logprobs(backend: Backend, prompts: list[str], *, max_new_tokens: int,
+                        batch_size: int) -> list[tuple[Any, list[float], list[float]]]:
+    """(greedy reply, log-probs of the True spellings, of the False spellings) per prompt. A local model reads
+    them from the next-token distribution by token id; an API model from the returned top alternatives."""
+    if Capability.SELF_EVAL_LOGPROBS in backend.capabilities:
+        return backend.self_eval_logprobs(prompts, TRUE_WORDS, FALSE_WORDS, max_new_tokens=max_new_tokens,
+                                          batch_size=batch_size)
+    true_ids, false_ids = answer_candidates(backend)
+    outs = backend.candidate_logprobs(prompts, true_ids + false_ids, max_new_tokens=max_new_tokens,
+                                      batch_size=batch_size)
+    return _true_false(outs, len(true_ids))
 
 
 def _true_false(outs: list[Any], n_true: int) -> list[tuple[Any, list[float], list[float]]]:

@@ -130,6 +130,8 @@ def _value(signal: Signal, rec: dict[str, Any]) -> Any:
         return {"p_true": rec.get("p_true"), "logp_true": rec.get("logp_true"), "text": rec["self_eval_text"]}
     if signal is Signal.VERDICT:
         return rec.get("asks") or None
+    if signal is Signal.CLAIM_P_TRUE:
+        return rec.get("units")
     if signal is Signal.TOKEN_ENTROPIES:
         values = rec.get("token_entropies")
         return None if values is None else np.asarray(values, dtype=np.float64)

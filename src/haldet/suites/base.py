@@ -125,6 +125,12 @@ class Suite:
         (every detector then gives it NaN with that reason). Default: unchanged."""
         return instances
 
+    def answers_of(self, dataset: str) -> str:
+        """Where the answers of `dataset` come from: `answer_source` by default. A suite whose datasets differ says
+        so per dataset; `generate_unjudged` generates the answers and leaves their labels to the suite (`answered`:
+        e.g. the longform suite's claims labelled by a verifier), no judge asked."""
+        return self.answer_source
+
     def answered(self, ctx: Any, items: list[Any]) -> None:
         """Called once the items have their answers (`Item.generation`), before labels and units are read: a suite
         may set units of the answers here (e.g. the longform suite's extracted claims, through the claims stage of

@@ -35,6 +35,8 @@ PROMPT_TEMPLATES = {
     "verigray_lynx": "verigray_lynx.j2",                # Lynx-style PASS/FAIL sentence verifier (Jinja2)
     "verigray_anah": "verigray_anah.j2",                # ANAH-v2-style sentence annotator (Jinja2)
     "claims_extract": "claims_extract.txt",             # the claims stage: split an answer into atomic claims
+    "claim_verify": "claim_verify.j2",                  # longform verifier labels: a claim vs retrieved passages
+    "claim_p_true": "claim_p_true.j2",                  # claim-level P(True): is this claim of your answer true?
 }
 
 

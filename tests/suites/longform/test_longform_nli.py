@@ -15,7 +15,8 @@ from haldet.datasets.base import DATASETS
 from haldet.models.pairs.base import PairModel
 from haldet.schema import Category, Instance, SpanLabel
 from haldet.suites.longform import nli_labels
-from haldet.suites.longform.nli_labels import closest, label_agreement, label_claims, passages
+from haldet.suites.longform.agreement import label_agreement
+from haldet.suites.longform.nli_labels import closest, label_claims, passages
 from haldet.text.claim_spans import content_words
 from repo_paths import FIXTURES
 
@@ -90,8 +91,10 @@ def test_nli_labels_follow_the_best_passage_and_record_their_source(word_nli: Wo
     assert labels[1]["p_contradict"] == 0.8 and labels[1]["data_label"] == 0
     assert "data_label" not in labels[3]
     assert meta["claims"] == 4 and meta["pairs"] == 8 and len(word_nli.seen) == 8
-    assert label_agreement([out]) == {"n": 3, "accuracy": pytest.approx(2 / 3), "data0_nli0": 1,
-                                      "data0_nli1": 1, "data1_nli0": 0, "data1_nli1": 1}
+    # data (0, 0, 1) vs NLI (0, 1, 1): accuracy 2/3; kappa: po 2/3, pe 2/3 * 1/3 + 1/3 * 2/3 = 4/9 -> (2/9) / (5/9)
+    assert label_agreement([out]) == {"n": 3, "accuracy": pytest.approx(2 / 3), "kappa": pytest.approx(0.4),
+                                      "labeller": "nli:nli:word-nli", "data0_labeller0": 1, "data0_labeller1": 1,
+                                      "data1_labeller0": 0, "data1_labeller1": 1}
     # a rerun reads the pair cache of the cell folder: no pair is computed again
     word_nli.seen.clear()
     from haldet.models.pairs import cache as pair_cache

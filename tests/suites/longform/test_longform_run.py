@@ -141,10 +141,11 @@ def test_nli_labels_against_a_knowledge_source_in_a_run(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads((out / "results.json").read_text())
     results = results if isinstance(results, list) else results["rows"]
-    agree = next(r for r in results if r.get("table") == "claim labels")
-    assert agree["n"] == 67 and agree["detector"] == "(data)"
-    assert agree["data0_nli0"] + agree["data0_nli1"] == 49 and agree["data1_nli0"] + agree["data1_nli1"] == 18
-    assert agree["value"] == pytest.approx((agree["data0_nli0"] + agree["data1_nli1"]) / 67)
+    agree = next(r for r in results if r.get("table") == "claim labels" and r["metric"] == "agreement")
+    assert agree["n"] == 67 and agree["detector"] == "(data)" and agree["labeller"].startswith("nli:")
+    assert agree["data0_labeller0"] + agree["data0_labeller1"] == 49
+    assert agree["data1_labeller0"] + agree["data1_labeller1"] == 18
+    assert agree["value"] == pytest.approx((agree["data0_labeller0"] + agree["data1_labeller1"]) / 67)
     assert (out / "factscore_bio" / "smollm2-135m" / "pairs").is_dir()  # the NLI pairs are cached in the cell
 
 
@@ -173,3 +174,47 @@ def test_claim_level_selfcheck_in_a_run(tmp_path: Path) -> None:
                     and r["metric"] == "auroc" and not r.get("table"))
     y = [int(float(r["label"])) for r in claims]
     assert reported["value"] == pytest.approx(roc_auc_score(y, [float(r["score"]) for r in claims]))
+
+
+def test_verifier_labels_and_their_agreement_with_the_human_labels_in_a_run(tmp_path: Path) -> None:
+    """`labels: verify` on the FActScore-schema fixture (its human labels are the hand-labelled sample): every claim
+    relabelled by retrieval + a mock verifier endpoint, and the report's `claim labels` rows give the verifier's
+    accuracy and Cohen's kappa against the human labels."""
+    from sklearn.metrics import cohen_kappa_score
+
+    from conftest import run_cli
+    from haldet.text.claim_spans import content_words
+    from mock_openai import FakeOpenAI
+
+    def verify(arg: str, body: dict, j: int) -> str:  # supported when the passages hold the statement's words
+        prompt = body["messages"][-1]["content"]
+        statement = prompt.rsplit("Statement:", 1)[1].split("\n", 1)[0]
+        evidence = " ".join(line for line in prompt.splitlines() if line.startswith("Passage "))
+        ok = set(content_words(statement)) <= set(content_words(evidence))
+        return json.dumps({"supported": ok, "reasoning": "word check"})
+
+    shutil.copytree(FIXTURE, tmp_path / "data" / "factscore_bio")
+    config = tmp_path / "run.yaml"
+    out = tmp_path / "run"
+    with FakeOpenAI(content=verify, default="ok:x") as srv:
+        config.write_text(json.dumps({
+            "dataset_params": {"factscore_bio": {"knowledge": str(FIXTURE.parent / "longform_knowledge.jsonl")}},
+            "judge": {"model": "verifier-x", "base_url": srv.base_url, "retries": 0, "timeout": 10},
+            "suite_params": {"longform": {"labels": "verify", "retrieval": "bm25", "passage_tokens": 24,
+                                          "verify_passages": 2}}}))
+        proc = run_cli("run", "--dataset", "factscore_bio", "--data-dir", str(tmp_path / "data"), "--detector",
+                       "likelihood", "--level", "claim", "--min-per-class", "0", "--allow-failures", "--config",
+                       str(config), "--out", str(out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Claim labels vs the human labels" in proc.stdout
+    results = json.loads((out / "results.json").read_text())
+    results = results if isinstance(results, list) else results["rows"]
+    rows = {r["metric"]: r for r in results if r.get("table") == "claim labels"}
+    agree, kappa = rows["agreement"], rows["kappa"]
+    assert agree["n"] == 67 and agree["labeller"] == "rule:in_passage, verify:openai:verifier-x"
+    pairs = [(d, v) for d in (0, 1) for v in (0, 1) for _ in range(agree[f"data{d}_labeller{v}"])]
+    assert agree["value"] == pytest.approx(sum(d == v for d, v in pairs) / 67)
+    assert kappa["value"] == pytest.approx(cohen_kappa_score([d for d, _ in pairs], [v for _, v in pairs]))
+    print(f"verifier vs human labels in a run: accuracy {agree['value']:.3f}, kappa {kappa['value']:.3f}")
+    units = [r for r in csv.DictReader((out / "unit_scores.csv").open()) if r["level"] == "claim"]
+    assert len(units) == 67 and all(r["label"] != "" for r in units)  # every claim has the verifier's label

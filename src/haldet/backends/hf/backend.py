@@ -64,7 +64,9 @@ KV_POOL_BYTES = 3 << 29
 
 class HFBackend(Backend):
     kind = "hf"
-    capabilities = frozenset(Capability)  # white-box: everything a stage may ask
+    # white-box: everything a stage may ask; True/False P(True) is read by token id (`candidate_logprobs`), never
+    # from a reply's spellings (`self_eval_logprobs`, an endpoint's way)
+    capabilities = frozenset(Capability) - {Capability.SELF_EVAL_LOGPROBS}
     sampler = "seeded-nucleus-inverse-cdf-v2"  # SeededSampler.draw: per-row generator, one uniform per token
 
     def __init__(self, name: str, *, device: str = "auto", decoder: str = "haldet",

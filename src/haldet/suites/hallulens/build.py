@@ -30,9 +30,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from haldet.backends.structured import CallFailure
 from haldet.datasets.base import get_adapter
+from haldet.judges.json_reply import json_parser
 from haldet.suites.hallulens.existence import SourceCheck
 from haldet.suites.hallulens.llm import StructuredLLM
-from haldet.suites.hallulens.prompts import AnswerReply, NamesReply, Prompts, QuestionReply, json_parser
+from haldet.suites.hallulens.prompts import AnswerReply, NamesReply, Prompts, QuestionReply
 from haldet.suites.hallulens.sources import DOMAINS, Page, Species, sections
 from haldet.text.sentences import split_sentences
 

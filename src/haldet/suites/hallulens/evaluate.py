@@ -26,6 +26,7 @@ from typing import Any
 from haldet.backends.structured import CallFailure
 from haldet.config import digest
 from haldet.errors import HaldetError
+from haldet.models.passages import PassageIndex
 from haldet.store import StageLog, atomic_path, atomic_write_text, read_json
 from haldet.suites.hallulens.build import Item
 from haldet.suites.hallulens.judges import HalluLensJudges, Judgement
@@ -40,7 +41,6 @@ from haldet.suites.hallulens.rates import (
     qa_rates,
     rates_by_decile,
 )
-from haldet.suites.hallulens.retrieval import PassageIndex
 from haldet.suites.hallulens.sets import MANIFEST, read_items, trial_dirs
 from haldet.suites.hallulens.sources import load_pages
 from haldet.suites.hallulens.target import Target

@@ -21,7 +21,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from haldet.backends.structured import CallFailure, Request
+from haldet.judges.claim_verify import PREFILL as VERIFY_PREFILL
+from haldet.judges.claim_verify import RULE_QUOTED, VerifyReply, quoted
+from haldet.judges.json_reply import json_parser
 from haldet.judges.text import contains_phrase, is_refusal, normalize
+from haldet.models.passages import PassageIndex
 from haldet.suites.hallulens.build import Item
 from haldet.suites.hallulens.llm import StructuredLLM
 from haldet.suites.hallulens.prompts import (
@@ -29,22 +33,18 @@ from haldet.suites.hallulens.prompts import (
     BeliefReply,
     ClaimsReply,
     Prompts,
-    VerifyReply,
-    json_parser,
     parse_correctness,
 )
-from haldet.suites.hallulens.retrieval import PassageIndex
 from haldet.text.sentences import split_sentences
 
 RULE_REFUSAL = "rule:refusal"
 RULE_EMPTY = "rule:empty"
 RULE_GOLD = "rule:gold_match"
-RULE_QUOTED = "rule:in_passage"
 MIN_SENTENCE_CHARS = 5
 JUDGE_VERSION = 2
 # reply openings forced on local models: the decision first, so a reply cut by the token budget has stated it
 PREFILL = {"abstention": '{"abstains": ', "correctness": '{"verdict": "', "belief": '{"believes": ',
-           "verify": '{"supported": '}
+           "verify": VERIFY_PREFILL}
 
 
 @dataclass
@@ -233,7 +233,7 @@ class HalluLensJudges:
                     it = by_id[item_id]
                     passages = self.index.top(it.title, it.prompt, claim["text"]) if self.index else []
                     claim["passages"] = [p.title for p in passages]
-                    if any(f" {normalize(claim['text'])} " in f" {normalize(p.text)} " for p in passages):
+                    if quoted(claim["text"], passages):
                         claim.update(supported=True, supported_by=RULE_QUOTED)
                         continue
                     verify.append((item_id, (k, j), self.prompts.request(

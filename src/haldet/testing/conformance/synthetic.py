@@ -230,6 +230,18 @@ def _self_eval(rng: np.random.Generator, y: np.ndarray) -> list[Any]:
     return out
 
 
+@signal_maker(Signal.CLAIM_P_TRUE)
+def _claim_p_true(rng: np.random.Generator, y: np.ndarray) -> list[Any]:
+    # per unit kind, UNITS_PER_ITEM units (see `with_units`): the second one less believed for hallucinated items
+    out = []
+    for v in y:
+        ps = [float(np.clip(0.7 - (0.4 * v if u == 1 else 0.0) + rng.normal(0, 0.15), 0.01, 0.99))
+              for u in range(UNITS_PER_ITEM)]
+        out.append({kind: [{"start": None, "end": None, "p_true": p} for p in ps]
+                    for kind in ("claim", "sentence", "clause")})
+    return out
+
+
 for _sig, _shape in ((Signal.HIDDEN_MEAN, (LAYERS, DIM)), (Signal.HIDDEN_LAST, (LAYERS, DIM)),
                      (Signal.HIDDEN_FIRST_N, (LAYERS, DIM)), (Signal.HIDDEN_LAST_N, (LAYERS, DIM)),
                      (Signal.PRISM_FEATURES, (LAYERS, DIM)), (Signal.SEP_FEATURES, (2, LAYERS, DIM)),
