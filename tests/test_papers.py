@@ -187,7 +187,7 @@ def test_a_run_labelled_with_the_papers_model_shows_the_known_differences(tmp_pa
     arc = got[("arc_challenge", "perplexity")]
     assert arc["diff"] == pytest.approx(0.65 - 0.7351) and arc["inside_ci"] is False
     reasons = {(u["detector"], u["metric"]): u["reason"] for u in comp.unmatched}
-    assert "variant 'prompted'; the paper ran 'raw'" in reasons[("self_eval", "auroc")]
+    assert "variant 'prompted'; the paper ran 'decision'" in reasons[("self_eval", "auroc")]
     assert "substituted auxiliary model (roberta-large-mnli -> llm:smollm2-135m)" in reasons[("selfcheck_nli",
                                                                                                "auroc")]
     assert "reports no such cell" in reasons[("det0", "auroc")]

@@ -47,7 +47,9 @@ def test_presets_hold_the_papers_values() -> None:
     assert oh.judge.kind == "llm" and oh.judge.few_shot and oh.report.max_orientation
     assert (oh.sample.k, oh.sample.temperature, oh.sample.top_p) == (5, 1.0, 0.9)
     variants = {n: p.get("variant") for n, p in oh.detector_params.items() if "variant" in p}
-    assert variants == {"verbalized": "paper", "self_eval": "raw", "selfcheck_nli": "paper", "sep": "accuracy",
+    # E.1-E.3: the queries are separate evaluator chats, self-evaluation read at the Correct/Incorrect decision
+    assert (oh.auxiliary.procedure, oh.auxiliary.evaluator_max_new_tokens) == ("evaluator", 2048)
+    assert variants == {"verbalized": "paper", "self_eval": "decision", "selfcheck_nli": "paper", "sep": "accuracy",
                         "mind": "paper", "ln_entropy": "paper", "haloscope": "label_guided"}
     assert oh.detector_params["prism"]["checkpoint_on"] == "internal" and oh.evaluation.evaluate_on == "test"
     assert oh.detector_params["saplma"]["pooling"] == "mean" and oh.chat_template_kwargs == {"enable_thinking": False}

@@ -63,7 +63,10 @@ class AuxiliaryConfig(Section):
 
     verbalized: bool = True
     self_eval: bool = True
+    # follow_up: a next user turn of the answered chat; evaluator: a separate evaluator chat (OpenHalDet E.2/E.3)
+    procedure: Literal["follow_up", "evaluator"] = "follow_up"
     max_new_tokens: int = Field(24, ge=1)
+    evaluator_max_new_tokens: int = Field(512, ge=1)  # the evaluator's reply budget (it may reason first)
     batch_size: int = Field(8, ge=1)
 
 
