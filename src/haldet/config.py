@@ -198,6 +198,7 @@ class JudgeConfig(Section):
     seed: int = 0                                # sent with every request (deterministic decoding)
     json_mode: bool = True                       # ask the endpoint for a JSON object (response_format)
     few_shot: bool = True                        # include the calibration examples
+    prompt: Literal["haldet", "paper"] = "haldet"  # haldet: its rules and fields; paper: appendix D's structure only
     template_dir: str | None = None              # judge_*.txt / judge_examples.json overriding the packaged ones
     price_in: float | None = Field(None, ge=0)   # USD per 1M prompt tokens (cost accounting; None = unknown)
     price_out: float | None = Field(None, ge=0)  # USD per 1M completion tokens

@@ -78,11 +78,16 @@ def parse_judge_output(text: str) -> JudgeOutput:
 
 
 # --- prompt ---------------------------------------------------------------------------------------------------
-def load_judge_templates(template_dir: str | None, overrides: dict[str, Any] | None = None) -> dict[str, str]:
+def load_judge_templates(template_dir: str | None, overrides: dict[str, Any] | None = None,
+                         prompt: str = "haldet") -> dict[str, str]:
     """Packaged judge templates (by file name), each replaced by the run config's `templates:` entry of that name
-    (judge_system, ...) or else by a file of the same name in `template_dir` when present."""
+    (judge_system, ...) or else by a file of the same name in `template_dir` when present. `prompt: paper` takes
+    the system and user turns from `judge_paper_system` / `judge_paper_user` (OpenHalDet appendix D's structure:
+    its three rules and its fields, without haldet's extra rules, task line and options)."""
     folder = template_folder(template_dir, what="judge", option="judge.template_dir", names=TEMPLATE_FILES)
-    return {name: template_text(name.rsplit(".", 1)[0], overrides, folder) for name in TEMPLATE_FILES}
+    source = {"judge_system.txt": "judge_paper_system", "judge_user.txt": "judge_paper_user"} if prompt == "paper" else {}
+    return {name: template_text(source.get(name, name.rsplit(".", 1)[0]), overrides, folder)
+            for name in TEMPLATE_FILES}
 
 
 def truths_and_traps(instance: Instance) -> tuple[list[str], list[str]]:
@@ -161,7 +166,8 @@ class LLMJudge(Judge):
                               hint="e.g. --judge-model gpt-4o-mini (OpenAI-compatible endpoint) or "
                                    "--judge-backend hf --judge-model smollm2-135m (local)")
         self.config = config
-        self.prompts = JudgePrompts(load_judge_templates(config.template_dir, templates), few_shot=config.few_shot)
+        self.prompts = JudgePrompts(load_judge_templates(config.template_dir, templates, config.prompt),
+                                    few_shot=config.few_shot)
         self.client = StructuredClient(
             ClientSettings.of_judge(config, option="--judge-model",
                                     where=f"judge {config.model} at {config.base_url or 'api.openai.com'}"),

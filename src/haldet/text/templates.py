@@ -29,6 +29,8 @@ PROMPT_TEMPLATES = {
     "evaluator_self_eval_user": "evaluator_self_eval_user.j2",      # Jinja2: question (the task), answer
     "judge_system": "judge_system.txt",         # the LLM judge (OpenHalDet labels)
     "judge_user": "judge_user.txt",
+    "judge_paper_system": "judge_paper_system.txt",  # `judge.prompt: paper`: OpenHalDet appendix D's structure
+    "judge_paper_user": "judge_paper_user.txt",      # (three rules; Context, Question, Acceptable Truths, Known Traps)
     "judge_correction": "judge_correction.txt",
     "judge_examples": "judge_examples.json",    # the judge's few-shot calibration examples
     "faithfulness_system": "faithfulness_system.txt",  # TRIVIA+ LLM judge and few-shot judge (verdict stage)
