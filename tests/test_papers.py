@@ -197,6 +197,10 @@ def test_a_run_labelled_with_the_papers_model_shows_the_known_differences(tmp_pa
     assert "| Table 9 | triviaqa | meta-llama/Llama-3.2-3B-Instruct | perplexity | auroc_max_orientation | 0.831 | " \
            "0.800 [0.780, 0.850] | -0.031 | yes | 400 |" in md
     assert "| Table 9 | arc_challenge |" in md and "| -0.085 | no |" in md
+    # Table 2 in the paper's oriented convention, in files of its own (tests/test_papers_table2.py), never in tables.md
+    table2 = (run / "paper_openhaldet_table2.md").read_text()
+    assert "oriented on the test labels" in table2 and table2 in text and (run / "paper_openhaldet_table2.csv").exists()
+    assert "Table 2 in the paper's convention" not in (run / "tables.md").read_text()
 
 
 def test_config_qualifiers_pick_the_papers_judge_model(tmp_path: Path) -> None:

@@ -22,7 +22,9 @@ def report(
     as_json: Annotated[bool, typer.Option("--json", help="Print the merged result rows as JSON.")] = False,
     metrics: Annotated[list[str] | None, MetricsOption] = None,
     paper: Annotated[str | None, typer.Option(help="Also put a paper's reported numbers beside ours "
-                                                   "(paper_NAME.md/.csv; docs/replication.md): openhaldet, "
+                                                   "(paper_NAME.md/.csv; for openhaldet also its Table 2 in the "
+                                                   "paper's oriented convention, paper_openhaldet_table2.md/.csv; "
+                                                   "docs/replication.md): openhaldet, "
                                                    "halluentity, verigray, triviaplus, hallulens.")] = None,
 ) -> None:
     """Rebuild the reports from stored runs without recomputing anything: results.json/csv/parquet (merged over
@@ -55,6 +57,12 @@ def report(
 
         text, files = report_paper(paper, run_dirs, rows, out)
         written.update(files)
+        if paper == "openhaldet":  # Table 2 in the paper's oriented convention: its own labelled files
+            from haldet.papers.table2 import write_table2
+
+            table2_text, files = write_table2(out, rows)
+            text += "\n" + table2_text
+            written.update(files)
     if as_json:
         out_console.print_json(json.dumps(rows, default=str))
     else:
