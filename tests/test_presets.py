@@ -181,5 +181,5 @@ def test_hallulens_commands_take_preset_defaults_under_the_flags() -> None:
     assert given == {"qa_size": 5000, "long_size": 250, "generated": "300,300,50"}  # --trials 2 was given: it wins
     evaluate = group.commands["evaluate"]  # type: ignore[attr-defined]
     ctx = evaluate.make_context("evaluate", ["--set", "s", "--out", "o", "--model", "m"])
-    assert hallulens.preset_defaults(ctx, "hallulens", "evaluate") == {"k": 32}
+    assert hallulens.preset_defaults(ctx, "hallulens", "evaluate") == {"k": 32, "judges": "llm"}  # the paper's judges
     assert hallulens.preset_defaults(ctx, None, "evaluate") == {}
