@@ -93,7 +93,7 @@ def test_flags_and_config_file_override_a_preset_key_by_key(tmp_path: Path) -> N
     file.write_text("preset: verigray\nverdict: {temperature: 0.0}\n")
     named = run_config(RunOptions(config_file=file))
     assert named.preset == "verigray" and named.suite == "verigray" and named.verdict.temperature == 0.0
-    assert named.detector_params["llmcheck_hidden"] == {"layer": 20, "threshold": 6.3}
+    assert named.detector_params["llmcheck_hidden"] == {"layer": 20, "threshold": 6.3, "direction": "above"}
 
 
 def test_unknown_preset_and_suite_conflict_are_one_clear_error() -> None:
