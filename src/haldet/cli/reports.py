@@ -50,7 +50,7 @@ def report(
         from haldet.papers import paper_rows
 
         paper_rows(paper)  # an unknown paper fails before anything is written
-    written, rows = report_runs(run_dirs, out, n_boot=n_boot, metrics=wanted)
+    written, rows = report_runs(run_dirs, out, n_boot=n_boot, metrics=wanted, paper=paper)
     text = ""
     if paper:
         from haldet.papers.compare import report_paper
