@@ -88,7 +88,8 @@ def test_evaluator_procedure_end_to_end_through_an_endpoint(tmp_path: Path) -> N
     right, wrong = records
     assert right["procedure"] == "evaluator" and right["verbalized_value"] == pytest.approx(0.85)
     assert wrong["verbalized"] == "I think 0.2" and wrong["verbalized_value"] == pytest.approx(0.2)
-    # the mock's tokens are whitespace-led words, token i with log p = -(i + 1) / 10: the decision is word 3 / 5 (from 0)
+    # the mock's tokens are whitespace-led words, token i with log p = -(i + 1) / 10: the decision is word 3 / 5
+    # (counted from 0)
     assert right["decision"] == "correct" and right["logp_decision"] == pytest.approx(-0.4)
     assert wrong["decision"] == "incorrect" and wrong["logp_decision"] == pytest.approx(-0.6)
     values = [_value(Signal.SELF_EVAL, r) for r in records]
@@ -106,7 +107,8 @@ def test_decision_variants_refuse_follow_up_records_and_fall_back_to_the_decisio
                  "logp_decision": None}
     no_lp = {**follow_up, "procedure": "evaluator", "text": "... Incorrect", "decision": "incorrect"}
     none = {**no_lp, "decision": None, "text": "I cannot tell."}
-    scores = SelfEval(variant="decision").score(make_view(["a", "b", "c"], {Signal.SELF_EVAL: [follow_up, no_lp, none]}))
+    view = make_view(["a", "b", "c"], {Signal.SELF_EVAL: [follow_up, no_lp, none]})
+    scores = SelfEval(variant="decision").score(view)
     assert math.isnan(scores.values[0]) and "auxiliary.procedure: evaluator" in scores.reasons[0]
     assert scores.values[1] == 1.0  # no log-prob: the decision itself (Incorrect -> 1)
     assert math.isnan(scores.values[2]) and "no Correct/Incorrect" in scores.reasons[2]

@@ -70,8 +70,9 @@ def test_llm_judges_need_a_judge_model(tmp_path) -> None:
 
 def test_kendall_tau_of_each_subtask_against_their_average() -> None:
     mixed, generated = [0.1, 0.2, 0.3, 0.4], [0.3, 0.2, 0.4, 0.5]
+    pairs = enumerate(zip(mixed, generated, strict=True))
     means = {f"m{i}": {("nonexistent", "mixed"): x, ("nonexistent", "generated"): g,
-                       ("nonexistent", "far"): (x + g) / 2} for i, (x, g) in enumerate(zip(mixed, generated))}
+                       ("nonexistent", "far"): (x + g) / 2} for i, (x, g) in pairs}
     rows = {(r["a"], r["b"]): r for r in kendall_between_tasks(means)}
     assert set(rows) == {("nonexistent/mixed", "nonexistent/generated"), ("nonexistent/mixed", "nonexistent/far"),
                          ("nonexistent/generated", "nonexistent/far")}

@@ -15,7 +15,8 @@ EXTRA_RULES = ("do not use your own opinion", "declining counts as correct")
 
 
 def _pair() -> tuple[Instance, Generation]:
-    inst = Instance(id="t/test/0", dataset="t", scenario="qa_open", task_type="short_answer", question="Who wrote Hamlet?",
+    inst = Instance(id="t/test/0", dataset="t", scenario="qa_open", task_type="short_answer",
+                    question="Who wrote Hamlet?",
                     context="Hamlet is a tragedy.", instruction="Answer briefly.", references=["William Shakespeare"],
                     incorrect=["Christopher Marlowe"])
     return inst, Generation(id=inst.id, prompt="p", response="Marlowe wrote it.", token_ids=[], token_logprobs=[],

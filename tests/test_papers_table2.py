@@ -8,6 +8,7 @@ import csv
 from pathlib import Path
 
 import pytest
+
 from haldet.papers.table2 import FAMILY_AVG, LABEL, table2, table2_markdown, write_table2
 from test_papers import _row
 

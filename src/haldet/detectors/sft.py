@@ -113,7 +113,7 @@ class SFT(Detector):
         backend, model, words = self._model()
         pad = backend.tokenizer.pad_token_id or 0
         data = [(self._encode(backend, train.instances[i], responses[i]), int(labels[i])) for i in keep]
-        n_drop = int(round(float(self.params["drop_longest"]) * len(data)))
+        n_drop = round(float(self.params["drop_longest"]) * len(data))
         if n_drop:  # the longest training items are left out (TRIVIA+: 16.13%), ties by position
             longest = set(sorted(range(len(data)), key=lambda j: (-len(data[j][0]), j))[:n_drop])
             data = [d for j, d in enumerate(data) if j not in longest]
@@ -176,11 +176,12 @@ class SFT(Detector):
         from peft import get_peft_model_state_dict
 
         seqs, y = val_set
+        size = int(self.params["batch_size"])
         model.eval()
         with torch.no_grad():
-            p = [float(v) for start in range(0, len(seqs), int(self.params["batch_size"]))
-                 for v in torch.log_softmax(self._reply_logits(model, seqs[start:start + int(self.params["batch_size"])],
-                                                              pad)[:, words], dim=-1)[:, 0].exp().tolist()]
+            p = [float(v) for start in range(0, len(seqs), size)
+                 for v in torch.log_softmax(self._reply_logits(model, seqs[start:start + size], pad)[:, words],
+                                            dim=-1)[:, 0].exp().tolist()]
         model.train()
         score = float(auroc(y, np.asarray(p)))
         if best is not None and score <= best[0]:

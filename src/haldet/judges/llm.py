@@ -85,7 +85,8 @@ def load_judge_templates(template_dir: str | None, overrides: dict[str, Any] | N
     the system and user turns from `judge_paper_system` / `judge_paper_user` (OpenHalDet appendix D's structure:
     its three rules and its fields, without haldet's extra rules, task line and options)."""
     folder = template_folder(template_dir, what="judge", option="judge.template_dir", names=TEMPLATE_FILES)
-    source = {"judge_system.txt": "judge_paper_system", "judge_user.txt": "judge_paper_user"} if prompt == "paper" else {}
+    paper = {"judge_system.txt": "judge_paper_system", "judge_user.txt": "judge_paper_user"}
+    source = paper if prompt == "paper" else {}
     return {name: template_text(source.get(name, name.rsplit(".", 1)[0]), overrides, folder)
             for name in TEMPLATE_FILES}
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from haldet.evaluation.aggregate import FAMILY_TITLE, scenario_group
+from haldet.evaluation.aggregate import FAMILY_TITLE
 from haldet.papers import paper_rows
 from haldet.papers.compare import model_key, paper_variants
 
@@ -112,7 +112,7 @@ def table2(rows: Sequence[Mapping[str, Any]]) -> tuple[list[Table2Row], list[str
             for col, cell in row.cells.items():
                 cell.paper = paper.get((mk, det, PAPER_CELL[col])) if row.paper_cell else None
             by_family.setdefault(row.family, []).append(row)
-        for fam in sorted(by_family, key=lambda f: (list(PAPER_FAMILY) + [f]).index(f)):
+        for fam in sorted(by_family, key=lambda f: [*PAPER_FAMILY, f].index(f)):
             members = by_family[fam]
             out += members
             avg = Table2Row(model, fam, FAMILY_AVG, paper_cell=all(m.paper_cell for m in members))

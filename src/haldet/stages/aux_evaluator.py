@@ -95,7 +95,8 @@ def self_eval_fields(backend: Backend, out: GenOutput) -> dict[str, Any]:
 
 
 def ask_evaluator(backend: Backend, tasks: list[str], answers: list[str], queries: tuple[bool, bool], *,
-                  templates: dict[str, Any] | None, max_new_tokens: int, batch_size: int) -> tuple[list[GenOutput], list[GenOutput]]:
+                  templates: dict[str, Any] | None, max_new_tokens: int,
+                  batch_size: int) -> tuple[list[GenOutput], list[GenOutput]]:
     """(verbalized replies, self-evaluation replies) of the asked queries (an empty list for one not asked)."""
     verbalized, self_eval = queries
     out: list[list[GenOutput]] = []
