@@ -33,7 +33,8 @@ def test_each_preset_loads_and_validates(name: str) -> None:
     assert tuple(preset_names()) == PAPERS
     config = load_config(None, preset=name)
     preset = load_preset(name)
-    assert config.preset == name and len(preset.hash) == 16 and preset.paper == f"seeds/{name}.txt"
+    # the paper by title (an arXiv id where its text gives one), never a path outside the package
+    assert config.preset == name and len(preset.hash) == 16 and "seeds/" not in preset.paper and ":" in preset.paper
     for det in config.detectors:  # every named detector exists and takes every parameter the preset gives it
         make_detector(det, config)
     assert set(config.detector_params) <= set(config.detectors), "parameters for a detector the preset does not run"
