@@ -150,6 +150,10 @@ class SFT(Detector):
         state = get_peft_model_state_dict(model)
         self.adapter = ({k: v.detach().float().cpu().numpy() for k, v in state.items()} if best is None
                         else best[2])
+        if best is not None:  # the model scores with the kept adapter, not the last step's
+            from peft import set_peft_model_state_dict
+
+            set_peft_model_state_dict(model, {k: torch.from_numpy(v).to(model.device) for k, v in best[2].items()})
         self.fit_info = {"n_train": len(data), "dropped_longest": n_drop, "steps": len(losses),
                          "first_loss": losses[0] if losses else None,
                          "last_loss": losses[-1] if losses else None}  # epochs 0: the untuned model (a baseline)
@@ -186,7 +190,8 @@ class SFT(Detector):
         score = float(auroc(y, np.asarray(p)))
         if best is not None and score <= best[0]:
             return best
-        state = {k: v.detach().float().cpu().numpy() for k, v in get_peft_model_state_dict(model).items()}
+        # a copy: a CPU float32 tensor's numpy() shares the parameter's memory, which later steps would change
+        state = {k: v.detach().float().cpu().numpy().copy() for k, v in get_peft_model_state_dict(model).items()}
         return score, step, state
 
     def score(self, items: SignalView) -> Scores:
