@@ -4,7 +4,8 @@ JSON (and writes it with --out).
 
 Items: the first N questions of the packaged HaluEval-QA, the answer a sentence around its right or its hallucinated
 answer (never verbatim among the samples, so Semantic Density finds none of its pairs already asked: the worst
-case), K samples drawn (seeded) from the two answers and short variants of them, sample log-likelihoods drawn at random. NLI: an HF
+case), K samples drawn (seeded) from the two answers and short variants of them, sample log-likelihoods drawn at
+random. NLI: an HF
 sequence-classification model with roberta-large-mnli's architecture (`--arch large`, or base) and random weights
 (the default model's cost without hub access; weights do not change speed).
 

@@ -67,7 +67,10 @@ class AuxiliaryConfig(Section):
 
     verbalized: bool = True
     self_eval: bool = True
+    # follow_up: a next user turn of the answered chat; evaluator: a separate evaluator chat (OpenHalDet E.2/E.3)
+    procedure: Literal["follow_up", "evaluator"] = "follow_up"
     max_new_tokens: int = Field(24, ge=1)
+    evaluator_max_new_tokens: int = Field(512, ge=1)  # the evaluator's reply budget (it may reason first)
     batch_size: int = Field(8, ge=1)
 
 
@@ -202,6 +205,7 @@ class JudgeConfig(Section):
     json_mode: bool = True                       # ask the endpoint for a JSON object (response_format)
     params: EndpointParams = Field(default_factory=EndpointParams)  # request parameters by model (reasoning)
     few_shot: bool = True                        # include the calibration examples
+    prompt: Literal["haldet", "paper"] = "haldet"  # haldet: its rules and fields; paper: appendix D's structure only
     template_dir: str | None = None              # judge_*.txt / judge_examples.json overriding the packaged ones
     price_in: float | None = Field(None, ge=0)   # USD per 1M prompt tokens (cost accounting; None = unknown)
     price_out: float | None = Field(None, ge=0)  # USD per 1M completion tokens

@@ -32,7 +32,9 @@ class Signal(StrEnum):
                      a NaN row for an empty sample
     VERBALIZED       str: the verbalized-confidence response
     SELF_EVAL        dict {"p_true": float | None (True mass over True + False), "logp_true": float | None (raw log
-                     probability mass of the True answer words), "text": str}
+                     probability mass of the True answer words), "text": str, "procedure": "follow_up" |
+                     "evaluator", "decision": "correct" | "incorrect" | None and "logp_decision": float | None (the
+                     evaluator reply's last decision word and the log-prob of its first token)}
     TOKEN_ENTROPIES  float64 [T] entropy (nats) of the model's next-token distribution at each answer token
     The token-level signals below come from the generate stage's one teacher-forced token pass (computed only when
     a selected detector reads one of them; for a provided response it is the pass that scores the response):

@@ -148,3 +148,25 @@ def test_redeep_through_a_whole_triviaplus_run(tmp_path, tiny_smol_llama) -> Non
     md = (out / "suite_tables.md").read_text()
     assert "| redeep | length | long (>5K) | 3 | 0.000 |" in md
     assert "| redeep | length | medium (1K-5K) | 3 | 1.000 |" in md
+
+
+def test_paper_variant_scores_unprocessable_items_with_the_default_and_says_so() -> None:
+    """TRIVIA+ appendix A.8: responses too long for the attention pass get an uninformative default score and stay
+    in the metrics; haldet's default variant keeps them NaN with the reason."""
+    from haldet.detectors.redeep import ReDeEP
+
+    train = synthetic_view({Signal.REDEEP_FEATURES}, n=60, seed=1)
+    too_long = "the prompt and answer (5000 tokens) exceed redeep.max_tokens = 4096"
+    scores = {}
+    for variant in ("strict", "paper"):
+        det = ReDeEP(variant=variant, top_heads=1, top_layers=1)
+        det.fit(train, None)
+        test = synthetic_view({Signal.REDEEP_FEATURES}, n=10, seed=2)
+        test.get(Signal.REDEEP_FEATURES)[3] = too_long  # what the evidence pass stores for an item it cannot read
+        scores[variant] = (det.score(test), det.meta)
+    strict, _ = scores["strict"]
+    assert np.isnan(strict.values[3]) and strict.reasons[3] == too_long
+    paper, meta = scores["paper"]
+    assert paper.values[3] == 0.0 and not np.isnan(paper.values).any()  # the training mean on the z-scale
+    assert np.allclose(np.delete(paper.values, 3), np.delete(strict.values, 3))  # the other items are unchanged
+    assert meta["defaulted"] == 1 and "strict variant's coverage would be at most 90%" in meta["note"]

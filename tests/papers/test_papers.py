@@ -156,6 +156,7 @@ def test_a_substitute_model_run_matches_nothing_and_says_why(tmp_path: Path) -> 
     assert md.count("another model: the paper reports this cell for") == 2 and "'smollm2-135m'" in md
     table = (run / "paper_openhaldet.csv").read_text().splitlines()
     assert len(table) == 3 and all(line.startswith("not compared") for line in table[1:])
+    assert "<b>Nothing matches</b>" in (run / "report.html").read_text()
 
 
 def test_a_run_labelled_with_the_papers_model_shows_the_known_differences(tmp_path: Path) -> None:
@@ -187,7 +188,7 @@ def test_a_run_labelled_with_the_papers_model_shows_the_known_differences(tmp_pa
     arc = got[("arc_challenge", "perplexity")]
     assert arc["diff"] == pytest.approx(0.65 - 0.7351) and arc["inside_ci"] is False
     reasons = {(u["detector"], u["metric"]): u["reason"] for u in comp.unmatched}
-    assert "variant 'prompted'; the paper ran 'raw'" in reasons[("self_eval", "auroc")]
+    assert "variant 'prompted'; the paper ran 'decision'" in reasons[("self_eval", "auroc")]
     assert "substituted auxiliary model (roberta-large-mnli -> llm:smollm2-135m)" in reasons[("selfcheck_nli",
                                                                                                "auroc")]
     assert "reports no such cell" in reasons[("det0", "auroc")]
@@ -197,6 +198,21 @@ def test_a_run_labelled_with_the_papers_model_shows_the_known_differences(tmp_pa
     assert "| Table 9 | triviaqa | meta-llama/Llama-3.2-3B-Instruct | perplexity | auroc_max_orientation | 0.831 | " \
            "0.800 [0.780, 0.850] | -0.031 | yes | 400 |" in md
     assert "| Table 9 | arc_challenge |" in md and "| -0.085 | no |" in md
+    # Table 2 in the paper's oriented convention, in files of its own (tests/papers/test_papers_table2.py), never in
+    # tables.md
+    table2 = (run / "paper_openhaldet_table2.md").read_text()
+    assert "oriented on the test labels" in table2 and table2 in text and (run / "paper_openhaldet_table2.csv").exists()
+    assert "Table 2 in the paper's convention" not in (run / "tables.md").read_text()
+    # report.html: the same comparison as a section, inside / outside in words on each compared row, then Table 2
+    html = (run / "report.html").read_text()
+    section = html[html.index("<h2 id=paper>"):]
+    assert '<a href="#paper">paper</a>' in html and section.index("<h2 id=paper>") < section.index("<h2 id=scenarios>")
+    assert ('<tr class=inside><td class="l">Table 9</td><td class="l">triviaqa</td><td class="l">'
+            'meta-llama/Llama-3.2-3B-Instruct</td><td class="l">perplexity</td>') in section
+    assert '<tr class=outside><td class="l">Table 9</td><td class="l">arc_challenge</td>' in section
+    assert "Cells that cannot match" in section and "substituted auxiliary model" in section
+    # SAPLMA's QA column: triviaqa 0.20 oriented to 80.00, one of the 8 QA datasets; Table 9's QA Avg. 76.04
+    assert "Table 2 in the paper's convention" in section and "80.00† (76.04)" in section
 
 
 def test_config_qualifiers_pick_the_papers_judge_model(tmp_path: Path) -> None:

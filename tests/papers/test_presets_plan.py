@@ -114,3 +114,20 @@ def test_a_runs_items_follow_limit_by_dataset() -> None:
     other = {"config": {"datasets": ["halueval_qa"], "limit": 5, "limit_by_dataset": {"xsum": 3}}}
     first = load_instances(other, "halueval_qa")
     assert len(first) == 5 and [i.id for i in first[:3]] == [i.id for i in load_instances(capped, "halueval_qa")]
+
+
+def test_the_plan_counts_the_evaluator_procedure() -> None:
+    """The openhaldet preset asks its auxiliary queries as two separate evaluator chats per answer: the plan counts
+    their prompts in full (no shared answered chat) and the self-evaluation's reasoning reply."""
+    from haldet.papers.plan import AUX_REPLY, EVALUATOR_OVERHEAD, EVALUATOR_REASONING
+
+    config = load_config(None, preset="openhaldet", datasets=["truthfulqa"], detectors=["self_eval"],
+                         limit=10)
+    plan = build_plan("openhaldet", config, "meta-llama/Llama-3.1-8B-Instruct",
+                      {"self_eval": ["generate", "auxiliary"]})
+    (target,) = [e for e in plan.endpoints if e.role == "model under test"]
+    p, ans = SPLITS["truthfulqa"][1], plan.datasets[0]["answer_tokens"]
+    assert target.calls == 10 + 2 * 10  # the answers, then two evaluator chats each
+    assert target.prompt_tokens == 10 * p + 2 * 10 * (p + ans + EVALUATOR_OVERHEAD)
+    assert target.generated_tokens == 10 * ans + 10 * (AUX_REPLY + EVALUATOR_REASONING)
+    assert any("evaluator procedure" in a for a in plan.assumptions)

@@ -33,7 +33,8 @@ def test_each_preset_loads_and_validates(name: str) -> None:
     assert tuple(preset_names()) == PAPERS
     config = load_config(None, preset=name)
     preset = load_preset(name)
-    assert config.preset == name and len(preset.hash) == 16 and preset.paper == f"seeds/{name}.txt"
+    # the paper by title (an arXiv id where its text gives one), never a path outside the package
+    assert config.preset == name and len(preset.hash) == 16 and "seeds/" not in preset.paper and ":" in preset.paper
     for det in config.detectors:  # every named detector exists and takes every parameter the preset gives it
         make_detector(det, config)
     assert set(config.detector_params) <= set(config.detectors), "parameters for a detector the preset does not run"
@@ -47,7 +48,9 @@ def test_presets_hold_the_papers_values() -> None:
     assert oh.judge.kind == "llm" and oh.judge.few_shot and oh.report.max_orientation
     assert (oh.sample.k, oh.sample.temperature, oh.sample.top_p) == (5, 1.0, 0.9)
     variants = {n: p.get("variant") for n, p in oh.detector_params.items() if "variant" in p}
-    assert variants == {"verbalized": "paper", "self_eval": "raw", "selfcheck_nli": "paper", "sep": "accuracy",
+    # E.1-E.3: the queries are separate evaluator chats, self-evaluation read at the Correct/Incorrect decision
+    assert (oh.auxiliary.procedure, oh.auxiliary.evaluator_max_new_tokens) == ("evaluator", 2048)
+    assert variants == {"verbalized": "paper", "self_eval": "decision", "selfcheck_nli": "paper", "sep": "accuracy",
                         "mind": "paper", "ln_entropy": "paper", "haloscope": "label_guided"}
     assert oh.detector_params["prism"]["checkpoint_on"] == "internal" and oh.evaluation.evaluate_on == "test"
     assert oh.detector_params["saplma"]["pooling"] == "mean" and oh.chat_template_kwargs == {"enable_thinking": False}
@@ -91,7 +94,7 @@ def test_flags_and_config_file_override_a_preset_key_by_key(tmp_path: Path) -> N
     file.write_text("preset: verigray\nverdict: {temperature: 0.0}\n")
     named = run_config(RunOptions(config_file=file))
     assert named.preset == "verigray" and named.suite == "verigray" and named.verdict.temperature == 0.0
-    assert named.detector_params["llmcheck_hidden"] == {"layer": 20, "threshold": 6.3}
+    assert named.detector_params["llmcheck_hidden"] == {"layer": 20, "threshold": 6.3, "direction": "above"}
 
 
 def test_unknown_preset_and_suite_conflict_are_one_clear_error() -> None:
@@ -179,5 +182,5 @@ def test_hallulens_commands_take_preset_defaults_under_the_flags() -> None:
     assert given == {"qa_size": 5000, "long_size": 250, "generated": "300,300,50"}  # --trials 2 was given: it wins
     evaluate = group.commands["evaluate"]  # type: ignore[attr-defined]
     ctx = evaluate.make_context("evaluate", ["--set", "s", "--out", "o", "--model", "m"])
-    assert hallulens.preset_defaults(ctx, "hallulens", "evaluate") == {"k": 32}
+    assert hallulens.preset_defaults(ctx, "hallulens", "evaluate") == {"k": 32, "judges": "llm"}  # the paper's judges
     assert hallulens.preset_defaults(ctx, None, "evaluate") == {}

@@ -288,7 +288,8 @@ def test_loader_returns_documented_formats(tmp_path, backend, items):
     assert all(h.shape == (2, dim) and h.dtype == np.float32 for h in load(Signal.SAMPLE_HIDDEN, ids))
     assert all(isinstance(v, str) for v in load(Signal.VERBALIZED, ids))
     for v in load(Signal.SELF_EVAL, ids):
-        assert set(v) == {"p_true", "logp_true", "text"} and 0.0 <= v["p_true"] <= 1.0
+        assert set(v) == {"p_true", "logp_true", "text", "procedure", "decision", "logp_decision"}
+        assert v["procedure"] == "follow_up" and v["decision"] is None and 0.0 <= v["p_true"] <= 1.0
         assert v["logp_true"] is None or v["logp_true"] <= 0.0
     for item, ent in zip(items, load(Signal.TOKEN_ENTROPIES, ids), strict=True):
         assert ent.shape == (len(item.generation.token_ids),)

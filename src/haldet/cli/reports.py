@@ -23,7 +23,9 @@ def report(
     as_json: Annotated[bool, typer.Option("--json", help="Print the merged result rows as JSON.")] = False,
     metrics: Annotated[list[str] | None, MetricsOption] = None,
     paper: Annotated[str | None, typer.Option(help="Also put a paper's reported numbers beside ours "
-                                                   "(paper_NAME.md/.csv; docs/replication.md): openhaldet, "
+                                                   "(paper_NAME.md/.csv; for openhaldet also its Table 2 in the "
+                                                   "paper's oriented convention, paper_openhaldet_table2.md/.csv; "
+                                                   "docs/replication.md): openhaldet, "
                                                    "halluentity, verigray, triviaplus, hallulens.")] = None,
 ) -> None:
     """Rebuild the reports from stored runs without recomputing anything: results.json/csv/parquet (merged over
@@ -47,13 +49,17 @@ def report(
         check_metrics(wanted, merge_runs([load_run(d) for d in run_dirs]))
     if paper:
         paper_rows(paper)  # an unknown paper fails before anything is written
-    written, rows = report_runs(run_dirs, out, n_boot=n_boot, metrics=wanted)
+    written, rows = report_runs(run_dirs, out, n_boot=n_boot, metrics=wanted, paper=paper)
     text = ""
     if paper:
-        from haldet.papers.compare import report_paper  # lazy: sklearn, scipy
+        from haldet.papers import compare, table2  # lazy: sklearn, scipy
 
-        text, files = report_paper(paper, run_dirs, rows, out)
+        text, files = compare.report_paper(paper, run_dirs, rows, out)
         written.update(files)
+        if paper == "openhaldet":  # Table 2 in the paper's oriented convention: its own labelled files
+            table2_text, files = table2.write_table2(out, rows)
+            text += "\n" + table2_text
+            written.update(files)
     if as_json:
         out_console.print_json(json.dumps(rows, default=str))
     else:

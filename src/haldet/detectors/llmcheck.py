@@ -87,8 +87,8 @@ class _LayerChoice:
         direction = DIRECTIONS[self.params.get("direction", "learned")]
         if direction is not None:
             self.layer, self.sign = int(fixed), direction
-            self.choice_note = (f"layer {self.layer}, fixed: hallucinated when the raw score is "
-                                f"{self.params['direction']} the threshold")
+            self.choice_note = (f"layer {self.layer}, sign {int(self.sign):+d} fixed: hallucinated when the raw "
+                                f"score is {self.params['direction']} the threshold")
             self.meta["layer_choice"] = self.choice_note
             return
         for name, view in (("validation", val), ("training", train)):

@@ -3,7 +3,9 @@ threshold slider and the unit colouring). Read-only: every page is built from `h
 takes a file path, so nothing outside the given run directories can be read.
 
 Pages: `/` overview (result rows, cells), `/items` one cell's items, `/item/<item id>` one item's evidence,
-`/detector` one detector's curves, histograms and threshold (optionally against a second one).
+`/detector` one detector's curves, histograms and threshold (optionally against a second one), `/paper?name=NAME`
+a paper's reported numbers beside the matching result cells (`haldet.papers.compare`; OpenHalDet adds its Table 2
+in the paper's oriented convention).
 Bad input (an unknown run, cell, item or column, a malformed query) is a 4xx page naming what was wrong.
 """
 
@@ -31,6 +33,12 @@ from haldet.explorer.charts import curves
 from haldet.explorer.data import SPLITS, Cell, Explorer
 from haldet.explorer.pivot import pivot
 from haldet.explorer.security import LOOPBACK_NAMES, protect
+from haldet.papers import paper_names
+from haldet.papers.compare import compare, compare_runs
+from haldet.papers.table2 import COLUMNS as TABLE2_COLUMNS
+from haldet.papers.table2 import FAMILY_AVG, table2
+from haldet.papers.table2 import LABEL as TABLE2_LABEL
+from haldet.papers.table2 import PAPER as TABLE2_PAPER
 from haldet.schema import LABEL_META, Instance, SpanLabel
 from haldet.version import __version__
 
@@ -133,6 +141,23 @@ def create_app(explorer: Explorer, hosts: Sequence[str] = LOOPBACK_NAMES) -> Fas
                     detector_link=lambda row: _detector_link(explorer, row), view=view, metrics=metrics,
                     table=table, view_link=lambda v: "/?" + urlencode({**{k: x for k, x in chosen.items() if x},
                                                                        "view": v}))
+
+    @app.get("/paper", response_class=HTMLResponse)
+    def paper(request: Request, name: str = "") -> Response:
+        names = paper_names()
+        if name and name not in names:
+            raise BadRequest(f"no paper {name!r}: choose one of {', '.join(names)}", 404)
+        if not name:
+            return page(request, "paper.html", name="", names=names, comp=None, table2=None)
+        rows = explorer.rows()
+        manifests = [run.manifest for run in explorer.runs if run.manifest]
+        comp = compare_runs(name, manifests, rows) if manifests else compare(name, rows)
+        t2 = None
+        if name == TABLE2_PAPER:
+            t2_rows, outside = table2(rows)
+            t2 = {"rows": t2_rows, "outside": outside, "columns": TABLE2_COLUMNS, "family_avg": FAMILY_AVG,
+                  "models": list(dict.fromkeys(r.model for r in t2_rows))}
+        return page(request, "paper.html", name=name, names=names, comp=comp, table2=t2, table2_label=TABLE2_LABEL)
 
     @app.get("/items", response_class=HTMLResponse)
     def items(request: Request, dataset: str, model: str, run: int = 0, det: list[str] | None = Query(None),

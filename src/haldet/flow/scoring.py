@@ -177,6 +177,9 @@ def score_detector(name: str, level: str, protocol: ResponseScoring, store: Cell
     sample_model = protocol.config.sample.model
     if sample_model is not None and Signal.SAMPLES in detector.signals():  # another model's samples: named, keyed
         run.identity["samples_model"] = sample_model
+    procedure = protocol.config.auxiliary.procedure
+    if procedure != "follow_up" and detector.signals() & {Signal.VERBALIZED, Signal.SELF_EVAL}:
+        run.identity["auxiliary_procedure"] = procedure  # how the model was asked about its answer (E.2/E.3)
     run.key = protocol.score_key(name, run.identity, level, evidence_key,
                                  (split, train_labels[1]) if detector.trains else None)
     log_name = protocol.score_log(name, level, run.train_labels)

@@ -79,14 +79,18 @@ def parse_judge_output(text: str) -> JudgeOutput:
 
 
 # --- prompt ---------------------------------------------------------------------------------------------------
-def load_judge_templates(template_dir: str | None, overrides: dict[str, Any] | None = None, *,
-                         see_reasoning: bool = False) -> dict[str, str]:
+def load_judge_templates(template_dir: str | None, overrides: dict[str, Any] | None = None,
+                         prompt: str = "haldet", *, see_reasoning: bool = False) -> dict[str, str]:
     """Packaged judge templates (by file name), each replaced by the run config's `templates:` entry of that name
-    (judge_system, ...) or else by a file of the same name in `template_dir` when present; the reasoning variant of
+    (judge_system, ...) or else by a file of the same name in `template_dir` when present. `prompt: paper` takes
+    the system and user turns from `judge_paper_system` / `judge_paper_user` (OpenHalDet appendix D's structure:
+    its three rules and its fields, without haldet's extra rules, task line and options); the reasoning variant of
     the item's turn only when the judge is shown the reasoning (so the default judge's key is unchanged)."""
     names = (*TEMPLATE_FILES, REASONING_TEMPLATE) if see_reasoning else TEMPLATE_FILES
     folder = template_folder(template_dir, what="judge", option="judge.template_dir", names=names)
-    return {name: template_text(name.rsplit(".", 1)[0], overrides, folder) for name in names}
+    paper = {"judge_system.txt": "judge_paper_system", "judge_user.txt": "judge_paper_user"}
+    source = paper if prompt == "paper" else {}
+    return {name: template_text(source.get(name, name.rsplit(".", 1)[0]), overrides, folder) for name in names}
 
 
 def truths_and_traps(instance: Instance) -> tuple[list[str], list[str]]:
@@ -174,7 +178,8 @@ class LLMJudge(Judge):
                                    "--judge-backend hf --judge-model smollm2-135m (local)")
         self.config = config
         self.see_reasoning = see_reasoning  # the candidate's reasoning shown before its answer
-        self.prompts = JudgePrompts(load_judge_templates(config.template_dir, templates, see_reasoning=see_reasoning),
+        self.prompts = JudgePrompts(load_judge_templates(config.template_dir, templates, config.prompt,
+                                                         see_reasoning=see_reasoning),
                                     few_shot=config.few_shot)
         self.client = StructuredClient(
             ClientSettings.of_judge(config, option="--judge-model",

@@ -54,7 +54,7 @@ th,td{border:1px solid #ddd;padding:3px 7px;text-align:right}th{background:#f2f2
 td.l,th.l{text-align:left}tr.fam td{background:#f7f7f7;font-style:italic}
 tr.model td{background:#e8eef7;font-weight:bold}
 .muted{color:#777}.err{color:#b00}.figs{display:flex;flex-wrap:wrap;gap:16px;align-items:flex-start}
-figure{margin:0}
+figure{margin:0}tr.inside td{background:#eef6ee}tr.outside td{background:#fbeeee}
 pre{background:#f6f6f6;padding:8px;overflow:auto;font-size:11px;max-height:400px}
 """
 MAX_CURVES = 18
@@ -397,12 +397,14 @@ def suite_sections(runs: Sequence[RunData], rows: Sequence[Mapping[str, Any]],
 
 
 def build_html(runs: Sequence[RunData], rows: Sequence[Mapping[str, Any]], *, title: str = "haldet report",
-               n_boot: int = 1000, figures: FigureSet | None = None) -> str:
+               n_boot: int = 1000, figures: FigureSet | None = None, paper: str = "") -> str:
     """The whole report as one HTML string (rows: the merged tidy results of `runs`). Its figures are drawn into
-    `figures` (by default one that keeps only the SVG the page embeds)."""
+    `figures` (by default one that keeps only the SVG the page embeds); `paper`: the section putting a paper's
+    numbers beside ours (`haldet.report.paper_html`), after the results."""
     figures = figures if figures is not None else FigureSet(formats=())
     nav = " · ".join(f'<a href="#{a}">{t}</a>' for a, t in [
-        ("summary", "summary"), ("results", "results"), ("scenarios", "scenarios"), ("cost", "cost"),
+        ("summary", "summary"), ("results", "results"), *([("paper", "paper")] if paper else []),
+        ("scenarios", "scenarios"), ("cost", "cost"),
         ("roc", "ROC/PR"), ("deploy", "rejection/calibration/ensembles"), ("failures", "failures"),
         ("metadata", "metadata")])
     body = [f"<h1>{_e(title)}</h1>",
@@ -413,11 +415,11 @@ def build_html(runs: Sequence[RunData], rows: Sequence[Mapping[str, Any]], *, ti
     if skipped:  # said first: a reader looking for a paper's detector learns at once that it was left out
         body.append("<p class=muted>" + "<br>".join(_e(line) for line in skipped_lines(skipped)) + "</p>")
     if rows:
-        body += [summary_section(rows), results_section(rows), scenario_section(rows, figures),
+        body += [summary_section(rows), results_section(rows), paper, scenario_section(rows, figures),
                  cost_section(rows, figures, recorded_trains(runs)), roc_section(runs, rows, n_boot, figures),
                  deployment_section(runs, rows, n_boot, figures)]
     else:
-        body.append("<p>No result rows: every cell failed or no detector ran (see failures).</p>")
+        body += ["<p>No result rows: every cell failed or no detector ran (see failures).</p>", paper]
     body += [suite_sections(runs, rows, figures), learned_html([c for r in runs for c in r.cells()]),
              failures_section(runs), metadata_section(runs)]
     return ("<!DOCTYPE html>\n<html lang=en><head><meta charset=utf-8>"

@@ -266,6 +266,10 @@ class DecodingReader(Stage):
     """A stage whose records can also be read while the primary answer is decoded (`generate_with_evidence`):
     the generate stage finds the planned ones through the registry, so it never imports them."""
 
+    def reads_in_decoding(self) -> bool:
+        """Whether, as configured, this stage's records can be read while the answer is decoded."""
+        return True
+
     def reads(self, request: EvidenceRequest) -> EvidenceRequest:
         """`request` with what this stage reads of each answer while it is decoded."""
         raise NotImplementedError

@@ -120,7 +120,8 @@ class GenerateStage(Stage):
         can, stages a selected detector reads): found by their declared interface, so this module imports none."""
         if not (self.ctx.config.evidence_in_decoding and self.ctx.signals and self.ctx.backend.fuses_evidence()):
             return []
-        return [cls(self.ctx) for cls in plan(self.ctx.signals) if issubclass(cls, DecodingReader)]
+        readers = [cls(self.ctx) for cls in plan(self.ctx.signals) if issubclass(cls, DecodingReader)]
+        return [stage for stage in readers if stage.reads_in_decoding()]
 
     def _store_evidence(self, readers: list[DecodingReader], batch: list[Item], outputs: list[Any],
                         evidence: list[Any], seconds: dict[str, float]) -> None:

@@ -127,7 +127,9 @@ def _value(signal: Signal, rec: dict[str, Any]) -> Any:
     if signal is Signal.SELF_EVAL:
         if rec.get("self_eval_text") is None:
             return None
-        return {"p_true": rec.get("p_true"), "logp_true": rec.get("logp_true"), "text": rec["self_eval_text"]}
+        return {"p_true": rec.get("p_true"), "logp_true": rec.get("logp_true"), "text": rec["self_eval_text"],
+                "procedure": rec.get("procedure", "follow_up"), "decision": rec.get("decision"),
+                "logp_decision": rec.get("logp_decision")}
     if signal is Signal.VERDICT:
         return rec.get("asks") or None
     if signal is Signal.CLAIM_P_TRUE:

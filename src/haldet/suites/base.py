@@ -11,7 +11,7 @@ the user's config file and flags lie:
     @register("my_suite")
     class MySuite(Suite):
         title = "My benchmark"
-        paper = "seeds/my.txt"
+        paper = "My Benchmark (Doe et al., 2025)"
         datasets = ("my_dataset",)
         levels = ("sentence",)
         detectors = ("likelihood", "entropy")

@@ -212,8 +212,9 @@ def test_preset_fixed_thresholds_on_a_copy_of_the_run(suite_run, tmp_path: Path)
     rows, cells = haldet.run(config, out, update=True)
     assert json.loads((out / "manifest.json").read_text())["preset"]["name"] == "verigray"
     detectors = {d.name: d for d in cells[0].detectors}
-    assert detectors["llmcheck_hidden"].meta["layer_choice"].startswith("layer 20,")
-    assert detectors["llmcheck_attention"].meta["layer_choice"].startswith("layer 21,")
+    # the preset's direction: above the threshold is Unfaithful (appendix D's stated mapping), nothing learned
+    assert detectors["llmcheck_hidden"].meta["layer_choice"].startswith("layer 20, sign +1 fixed")
+    assert detectors["llmcheck_attention"].meta["layer_choice"].startswith("layer 21, sign +1 fixed")
     units = [r for r in csv.DictReader((out / "unit_scores.csv").open()) if r["part"] == "test" and r["score"]]
     for name, threshold in (("llmcheck_hidden", 6.3), ("llmcheck_attention", -174.0)):
         (bacc,) = [r for r in rows if r["detector"] == name and r["metric"] == "bacc"]

@@ -107,7 +107,7 @@ def _pair_key(body: dict) -> str:
     """The mock's key of a MiniCheck request: "<document chunk>|<claim>" read back from the prompt."""
     import re
 
-    match = re.search(r"Document:\n(.*)\n\nClaim:\n(.*)\n\nIs every", body["messages"][-1]["content"], re.S)
+    match = re.search(r"\nDocument: (.*)\nClaim: (.*)\nDoes the document", body["messages"][-1]["content"], re.S)
     return f"{match.group(1)}|{match.group(2)}" if match else ""
 
 
@@ -146,7 +146,7 @@ def test_minicheck_endpoint_support_is_p_yes_over_yes_and_no_max_over_chunks(tmp
         ident = det.identity()["models"]["checker"]
         assert ident["requested"] == ident["used"] == "openai:mc" and ident["base_url"] == srv.base_url
         assert ident["fingerprint"] == f"endpoint:{srv.base_url}" and not ident["substitute"]
-        assert det.meta["checker"]["used"] == f"endpoint-support:mc@{srv.base_url}"
+        assert det.meta["checker"]["used"] == f"endpoint-support-v2:mc@{srv.base_url}"
         assert det.meta["checker_requests"] == 6
         # kept answers are not asked again (pair cache: process memory and <workdir>/pairs/)
         again = _endpoint(srv, chunk_words=6)
@@ -207,3 +207,18 @@ def test_minicheck_endpoint_conforms() -> None:
     with Graded(content=text_content, key_of=_pair_key, default="ok:Yes") as srv:
         problems = check_detector(MiniCheck, {"checker": "openai:mc", "base_url": srv.base_url, "retries": 0})
     assert not problems, problems
+
+
+def test_minicheck_chunks_each_checkpoint_as_its_package_does() -> None:
+    """`chunk_words` / `max_length` `auto`: the 7B checker reads ~32K-token chunks, the classifier heads ~400 words;
+    the resolved sizes are the detector's parameters (its identity keys the scores)."""
+    from haldet.suites.verigray.minicheck import MiniCheck
+
+    seven_b = MiniCheck(checker="llm:bespokelabs/Bespoke-MiniCheck-7B")
+    assert (seven_b.params["chunk_words"], seven_b.params["max_length"]) == (24000, 32768)
+    assert seven_b.identity()["params"]["chunk_words"] == 24000
+    served = MiniCheck(checker="openai:Bespoke-MiniCheck-7B", base_url="http://127.0.0.1:1/v1")
+    assert served.params["chunk_words"] == 24000
+    head = MiniCheck(checker="lytang/MiniCheck-RoBERTa-Large")
+    assert (head.params["chunk_words"], head.params["max_length"]) == (400, 2048)
+    assert MiniCheck(checker="llm:bespokelabs/Bespoke-MiniCheck-7B", chunk_words=6).params["chunk_words"] == 6

@@ -1,4 +1,4 @@
-"""The HalluEntity suite (seeds/halluentity.txt): entity-level hallucination detection on given biographies.
+"""The HalluEntity suite (Yeh et al., 2025): entity-level hallucination detection on given biographies.
 
 The responses ship with the data (ChatGPT biographies) and are teacher-forced through a proxy model, as the paper
 does with 17 open models (here the embedded SmolLM2-135M by default: a substitute, named in every result row).
@@ -39,7 +39,7 @@ HALLUENTITY_METRICS = ("auroc", "aupr", "f1_opt", "precision_opt", "recall_opt")
 @register("halluentity")
 class HalluEntitySuite(Suite):
     title = "HalluEntity: entity-level hallucination detection"
-    paper = "seeds/halluentity.txt (Yeh et al., 2025)"
+    paper = "HalluEntity: Benchmarking and Understanding Entity-Level Hallucination Detection (Yeh et al., 2025)"
     description = "Given ChatGPT biographies, entity labels; token scores from a proxy model, averaged per entity."
     datasets = ("halluentity",)
     answer_source = "provided"

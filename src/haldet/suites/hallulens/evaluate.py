@@ -146,9 +146,10 @@ def evaluate(set_dir: Path, out: Path, *, targets: Sequence[Target], judge: Stru
              tasks: Sequence[str] | None = None, prompts: Any, pages: str | None = None, k: int = 32,
              max_new_tokens: dict[str, int] | None = None, limit: int | None = None,
              progress: ProgressFactory | None = None, preset: dict[str, str] | None = None,
-             task_judges: dict[str, StructuredLLM] | None = None) -> dict[str, Any]:
+             task_judges: dict[str, StructuredLLM] | None = None, judges_mode: str = "cascade") -> dict[str, Any]:
     """Answer, judge and rate every task of the set per target. `task_judges` replaces `judge` for the tasks it
-    names (the paper's judges differ per task); `preset` (name, hash, file) is recorded in results.json when the
+    names (the paper's judges differ per task); `judges_mode`: `cascade` (rule judges first) or `llm` (the LLM
+    decides everything, the paper's protocol); `preset` (name, hash, file) is recorded in results.json when the
     command took a preset's defaults."""
     manifest = read_json(set_dir / MANIFEST) if (set_dir / MANIFEST).exists() else {}
     trials = trial_dirs(set_dir)
@@ -166,12 +167,13 @@ def evaluate(set_dir: Path, out: Path, *, targets: Sequence[Target], judge: Stru
                               hint="pass the original file with --pages, or rebuild the set")
         index = PassageIndex(load_pages(page_file))
     task_judges = dict(task_judges or {})
-    judges = HalluLensJudges(judge, prompts, index, progress)
-    per_task_judges = {t: HalluLensJudges(llm, prompts, index, progress) for t, llm in task_judges.items()}
+    judges = HalluLensJudges(judge, prompts, index, progress, judges_mode)
+    per_task_judges = {t: HalluLensJudges(llm, prompts, index, progress, judges_mode)
+                       for t, llm in task_judges.items()}
     results: dict[str, Any] = {"set": str(set_dir), "set_manifest": {k_: manifest.get(k_) for k_ in
                                                                        ("config", "sources", "generators",
                                                                         "prompts_digest", "preset", "built_at")},
-                               "preset": preset,
+                               "preset": preset, "judges": judges_mode,
                                "judge": judge.usage_report() if judge else None, "judge_fingerprint":
                                judges.fingerprint(), "task_judges": {t: {"judge": llm.usage_report(),
                                "judge_fingerprint": per_task_judges[t].fingerprint()} for t, llm in

@@ -72,7 +72,7 @@ MAIN = ("auroc", "aupr", *_THRESHOLDED)
 @register("triviaplus")
 class TriviaPlusSuite(Suite):
     title = "TRIVIA+: RAG long-context faithfulness under label noise"
-    paper = "seeds/triviaplus.txt (Chen et al., 2025)"
+    paper = "Rethinking Evaluation for LLM Hallucination Detection (TRIVIA+; Chen et al., 2025)"
     description = ("Given answers over long articles (up to ~94K characters), human labels; noisy training-label "
                    "regimes, length strata; LLM-as-a-judge, SelfCheck and proxy-model detectors.")
     # + its Table 4 companions as given responses: HaluEval's prompted hallucinations, RAGTruth-QA, Dolly (NC)

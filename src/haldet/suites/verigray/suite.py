@@ -50,7 +50,7 @@ def detector_output(name: str, scores: np.ndarray, detector: Any) -> DetectorOut
 @register("verigray")
 class VeriGraySuite(Suite):
     title = "VeriGray"
-    paper = "seeds/verigray.txt (Ding et al., The Gray Zone of Faithfulness)"
+    paper = "The Gray Zone of Faithfulness: Taming Ambiguity in Unfaithfulness Detection (Ding et al.)"
     description = ("summary sentences in 7 ordered faithfulness classes; protocol 1 (binary), ranking loss, "
                    "selective prediction")
     datasets = ("verigray",)

@@ -226,7 +226,9 @@ def _self_eval(rng: np.random.Generator, y: np.ndarray) -> list[Any]:
     out = []
     for v in y:
         p = float(np.clip(0.7 - 0.4 * v + rng.normal(0, 0.15), 0.01, 0.99))
-        out.append({"p_true": p, "logp_true": float(np.log(0.8 * p)), "text": "Correct" if p > 0.5 else "Incorrect"})
+        verdict = "correct" if p > 0.5 else "incorrect"  # the evaluator procedure's fields too (`decision` variants)
+        out.append({"p_true": p, "logp_true": float(np.log(0.8 * p)), "text": verdict.title(), "procedure": "evaluator",
+                    "decision": verdict, "logp_decision": float(np.log(max(p, 1 - p)))})
     return out
 
 
