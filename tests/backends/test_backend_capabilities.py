@@ -16,16 +16,18 @@ from haldet.errors import SignalUnavailableError
 from haldet.signals import Signal
 
 BLACK = {Signal.RESPONSE, Signal.SAMPLES, Signal.VERBALIZED, Signal.VERDICT, Signal.TOKEN_OFFSETS}
-ENDPOINT_GRAY = {Signal.TOKEN_LOGPROBS, Signal.SAMPLE_LOGLIKS, Signal.SELF_EVAL}
+ENDPOINT_GRAY = {Signal.TOKEN_LOGPROBS, Signal.SAMPLE_LOGLIKS, Signal.SELF_EVAL, Signal.CLAIM_P_TRUE}
 
 
 def test_provided_signals_follow_the_declared_capabilities() -> None:
     with_lp, without_lp = RunConfig(), RunConfig(endpoint=EndpointConfig(logprobs=False))
     assert provided_signals("openai:m", with_lp) == BLACK | ENDPOINT_GRAY
     assert provided_signals("openai:m", without_lp) == BLACK
-    # vLLM also reads given text (prompt log-probs): the teacher-forced token signals
+    # vLLM also reads given text (prompt log-probs): the teacher-forced token signals; not TOKEN_CHERNOFF, which
+    # needs each step's whole next-token distribution (vLLM returns its top alternatives only)
     assert provided_signals("vllm:m", with_lp) == BLACK | ENDPOINT_GRAY | {
-        Signal.TOKEN_ENTROPIES, Signal.ANSWER_ENTROPIES, Signal.TOKEN_TOPK_IDS, Signal.TOKEN_TOPK_LOGPROBS}
+        Signal.TOKEN_ENTROPIES, Signal.ANSWER_ENTROPIES, Signal.TOKEN_TOPK_IDS, Signal.TOKEN_TOPK_LOGPROBS,
+        Signal.ANSWER_LM_LOGPROBS}
     assert provided_signals("smollm2-135m", with_lp) is None  # white-box: every signal
     assert signals_of(HFBackend.capabilities) == frozenset(Signal)
     assert signals_of(Backend.capabilities) == frozenset()  # a bare backend declares nothing

@@ -21,7 +21,8 @@ from haldet.schema import Generation, Instance
 from haldet.signals import Signal, SignalView
 from repo_paths import REPO
 
-FIXTURES = REPO / "fixtures"  # (a script too, see above)
+HERE = Path(__file__).resolve()  # (a script too, see above: so not tests/repo_paths.py)
+FIXTURES = HERE.parents[1] / "fixtures"
 
 
 class HashNLI(PairModel):

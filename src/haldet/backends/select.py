@@ -44,7 +44,6 @@ SIGNAL_NEEDS: dict[Signal, Capability] = {
     Signal.TOKEN_ATTN_LOGDIAG: Capability.ATTENTIONS,
     Signal.ICR_FEATURES: Capability.ATTENTIONS,
     Signal.REDEEP_FEATURES: Capability.ATTENTIONS,
-    Signal.TOKEN_CHERNOFF: Capability.ENTROPIES,
     Signal.ANSWER_LM_LOGPROBS: Capability.TEACHER_FORCED,
     Signal.TOKEN_ATTN_PREV: Capability.ATTENTIONS,
 }

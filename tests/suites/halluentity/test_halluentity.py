@@ -205,7 +205,7 @@ def test_suites_list_and_unknown_suite_message(tmp_path: Path) -> None:
     info = {s["name"]: s for s in json.loads(listed.stdout)}
     assert info["halluentity"]["levels"] == ["entity"] and info["halluentity"]["protocol"] == "provided"
     assert set(info["halluentity"]["detectors"]) == {"likelihood", "entropy", "ccp", "unit_sar", "focus"}
-    assert info["verigray"]["optional_detectors"] == ["verigray_llm", "minicheck", "lynx", "anah_v2"]
+    assert info["verigray"]["optional_detectors"] == ["verigray_llm", "minicheck", "lynx", "anah_v2", "lettucedetect"]
     assert "Fig. 4 (per-response hallucination rate)" in info["halluentity"]["tables"]
     bad = run_cli("run", "--suite", "halluentityy", "--out", str(tmp_path / "r"))
     assert bad.returncode == 2 and "halluentity" in bad.stderr and "Traceback" not in bad.stderr
