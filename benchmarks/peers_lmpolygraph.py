@@ -26,8 +26,8 @@ The model: haldet's converted copy of the embedded GGUF (transformers 5 writes i
 reads it through a copy of its config with `rope_theta` spelled the old way (without it, 4.x silently uses 10,000
 instead of 100,000 and every answer differs) and the tokenizer loaded as `PreTrainedTokenizerFast`.
 
-  python benchmarks/peers_lmpolygraph.py [--n 20] [--batch-sizes 1,8,20] [--repeat 1] [--threads 2]
-                                         [--peer-python /work/peers/bin/python] [--store NAME] [--check NAME]
+  python benchmarks/peers_lmpolygraph.py [--n 20] [--batch-sizes 1,20] [--lean-batch-sizes 20] [--repeat 1]
+      [--threads 2] [--peer-python /work/peers/bin/python] [--peer-path DIR] [--store NAME] [--check NAME]
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def haldet_child(n: int, threads: int, out: Path) -> None:
     wall, cpu = time.perf_counter(), time.process_time()
     import haldet as pipeline
     from haldet.config import RunConfig
-    from haldet.store.records import read_records
+    from haldet.store.reader import RunReader
     from haldet.util.threads import configure_threads
 
     configure_threads(threads)
@@ -70,12 +70,10 @@ def haldet_child(n: int, threads: int, out: Path) -> None:
         cell = cells[0]
         if cell.error:
             raise SystemExit(f"haldet: the cell failed: {cell.error}")
-        gen = next(Path(tmp).rglob("generate.jsonl"))
-        records = {r["id"]: r for r in read_records(gen)}
-        scores: dict[str, dict[str, float]] = {}
-        for d in cell.detectors:
-            log = next(Path(tmp).rglob(f"scores/{d.name}*"), None)
-            scores[d.name] = {} if log is None else _read_scores(log)
+        cell_reader = RunReader(tmp).cell("halueval_qa", "smollm2-135m")
+        records = cell_reader.records("generate")
+        scores = {d.name: {i: v for i, v in cell_reader.scores(cell_reader.log_of(d.name)).values().items()}
+                  for d in cell.detectors}
     result = {"work_s": round(work, 2), "stage_s": {k: round(v, 2) for k, v in cell.timings.items()},
               "detectors_s": {d.name: round(d.fit_seconds + d.score_seconds, 3) for d in cell.detectors},
               "detector_errors": {d.name: d.error for d in cell.detectors if d.error},
@@ -84,26 +82,6 @@ def haldet_child(n: int, threads: int, out: Path) -> None:
     result["process_wall_s"] = round(time.perf_counter() - wall, 2)
     result["process_cpu_s"] = round(time.process_time() - cpu, 2)
     out.write_text(json.dumps(result))
-
-
-def _read_scores(path: Path) -> dict[str, float]:
-    """Item id -> score of one detector's score log (a file or a folder of them), whatever its format."""
-    files = [path] if path.is_file() else sorted(path.rglob("*"))
-    out: dict[str, float] = {}
-    for f in files:
-        if f.suffix == ".jsonl":
-            for line in f.read_text().splitlines():
-                rec = json.loads(line) if line.strip() else {}
-                if "id" in rec and isinstance(rec.get("score"), (int, float)):
-                    out[str(rec["id"])] = float(rec["score"])
-        elif f.suffix == ".parquet":
-            import pyarrow.parquet as pq
-
-            table = pq.read_table(f).to_pydict()
-            ids, vals = table.get("id") or table.get("item_id"), table.get("score")
-            if ids and vals:
-                out.update({str(i): float(v) for i, v in zip(ids, vals, strict=True) if v is not None})
-    return out
 
 
 # -- lm-polygraph child (the peers' virtualenv: imports nothing of haldet) -------------------------------------------
@@ -207,7 +185,10 @@ def spearman(a: list[float], b: list[float]) -> float | None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=20)
-    parser.add_argument("--batch-sizes", default="1,8,20", help="lm-polygraph batch sizes (1: its default)")
+    parser.add_argument("--batch-sizes", default="1,20", help="lm-polygraph batch sizes, default stat calculators "
+                        "(1: its default)")
+    parser.add_argument("--lean-batch-sizes", default="20", help="lm-polygraph batch sizes with attentions and "
+                        "greedy hidden states off")
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--peer-python", default="/work/peers/bin/python")
@@ -254,8 +235,9 @@ def main() -> None:
                                                       "print(m.version('lm-polygraph'), m.version('transformers'))"],
                                                      capture_output=True, text=True, env=peer_env).stdout.split(),
                               "loadavg_before": [round(x, 2) for x in os.getloadavg()]}
-    sizes = [int(b) for b in args.batch_sizes.split(",")]
-    contenders = ["haldet"] + [f"lm-polygraph bs={b}" for b in sizes] + [f"lm-polygraph bs={b} lean" for b in sizes]
+    sizes = [int(b) for b in args.batch_sizes.split(",") if b]
+    lean = [int(b) for b in args.lean_batch_sizes.split(",") if b]
+    contenders = ["haldet"] + [f"lm-polygraph bs={b}" for b in sizes] + [f"lm-polygraph bs={b} lean" for b in lean]
     runs: dict[str, list[dict[str, Any]]] = {c: [] for c in contenders}
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = old_style_copy(converted_gguf_dir(gguf), Path(tmp) / "model")
