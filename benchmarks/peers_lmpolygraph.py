@@ -26,7 +26,7 @@ The model: haldet's converted copy of the embedded GGUF (transformers 5 writes i
 reads it through a copy of its config with `rope_theta` spelled the old way (without it, 4.x silently uses 10,000
 instead of 100,000 and every answer differs) and the tokenizer loaded as `PreTrainedTokenizerFast`.
 
-  python benchmarks/peers_lmpolygraph.py [--n 20] [--batch-sizes 1,20] [--lean-batch-sizes 20] [--repeat 1]
+  python benchmarks/peers_lmpolygraph.py [--n 20] [--batch-sizes 1] [--lean-batch-sizes 20] [--repeat 1]
       [--threads 2] [--peer-python /work/peers/bin/python] [--peer-path DIR] [--store NAME] [--check NAME]
 """
 
@@ -109,7 +109,9 @@ def polygraph_child(model_dir: Path, prompts_file: Path, batch_size: int, lean: 
     tokenizer.add_special_tokens({k: meta[k] for k in ("bos_token", "eos_token", "pad_token", "unk_token")
                                   if k in meta})
     tokenizer.model_input_names = ["input_ids", "attention_mask"]  # no token_type_ids: a causal LM refuses them
-    hf = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
+    # attention weights (the default stat calculators ask for them) come only from eager attention in transformers 4.57
+    hf = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32,
+                                              attn_implementation="sdpa" if lean else "eager").eval()
     params = GenerationParameters(temperature=TEMPERATURE, top_k=0, top_p=TOP_P, allow_newlines=True)
     model = WhiteboxModel(hf, tokenizer, str(model_dir), "CausalLM", params)
     # K samples: lm-polygraph builds SamplingGenerationCalculator with no arguments (10 samples); a builder module
@@ -185,7 +187,7 @@ def spearman(a: list[float], b: list[float]) -> float | None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=20)
-    parser.add_argument("--batch-sizes", default="1,20", help="lm-polygraph batch sizes, default stat calculators "
+    parser.add_argument("--batch-sizes", default="1", help="lm-polygraph batch sizes, default stat calculators "
                         "(1: its default)")
     parser.add_argument("--lean-batch-sizes", default="20", help="lm-polygraph batch sizes with attentions and "
                         "greedy hidden states off")
@@ -194,6 +196,7 @@ def main() -> None:
     parser.add_argument("--peer-python", default="/work/peers/bin/python")
     parser.add_argument("--peer-path", default="", help="folders put first on the peer's PYTHONPATH (e.g. a "
                         "pyarrow built for its numpy, when its virtualenv's own does not import)")
+    parser.add_argument("--keep", type=Path, help="also keep each run's raw output (answers, scores) in this folder")
     parser.add_argument("--store", metavar="NAME")
     parser.add_argument("--check", metavar="NAME")
     parser.add_argument("--child", choices=["haldet", "lmpolygraph"], help=argparse.SUPPRESS)
@@ -257,6 +260,9 @@ def main() -> None:
                     python = str(peer)
                 load = round(os.getloadavg()[0], 2)
                 out, wall, cpu = run_child(argv, python, env if name == "haldet" else peer_env)
+                if args.keep:
+                    args.keep.mkdir(parents=True, exist_ok=True)
+                    (args.keep / f"{name.replace(' ', '_')}-{attempt}.json").write_text(json.dumps(out))
                 if name == "haldet":
                     haldet_out = out
                     prompts_file.write_text(json.dumps(out["prompts"]))
