@@ -157,9 +157,12 @@ def speed_peers(stored: dict[str, Any]) -> list[str]:
         rows.append([name + tag, _n(r["wall_s"]), _n(r["work_s"]), _n(r["cpu_s"]),
                      "-" if name == "haldet" else f"{r['wall_s'] / h['wall_s']:.2f}x",
                      "-" if name == "haldet" else f"{r['work_s'] / h['work_s']:.2f}x",
+                     "-" if name == "haldet" else f"{r['cpu_s'] / h['cpu_s']:.2f}x",
                      r.get("greedy_identical", "-"), f"{r['loadavg_at_start']}"])
-    return _table(["run", "process wall s", "work wall s", "CPU s", "haldet faster (process)", "haldet faster (work)",
-                   "greedy answers equal to haldet's", "load average at start"], rows)
+    head = ["run", "process wall s", "work wall s", "CPU s", "haldet faster (process)", "haldet faster (work)",
+            "haldet faster (CPU)", "greedy answers equal to haldet's", "load average at start"]
+    peer = " / transformers ".join(data["peer"])
+    return [*_table(head, rows), "", f"{data['n_items']} items, {data['threads']} threads, lm-polygraph {peer}."]
 
 
 def transcribed(stored: dict[str, Any]) -> list[str]:
