@@ -10,7 +10,8 @@ haldet installed. Prints JSON.
    protocol (`haldet run`: likelihood, entropy and hidden-state detectors) on 100 items of the packaged HaluEval
    QA set with that model's random weights.
 
-`--cpu-smoke` runs all of it on CPU with a tiny model in seconds (the test suite runs it: tests/test_gpu_bench.py);
+`--cpu-smoke` runs all of it on CPU with a tiny model in seconds (the test suite runs it:
+tests/project/test_gpu_bench.py);
 the CPU stands in for CUDA there, so its equivalence numbers only show that the script works. Usage:
   python benchmarks/gpu.py [--cpu-smoke] [--skip-throughput] [--prompts 100] [--new-tokens 64] [--out FILE]
 """

@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 import haldet as pipeline
-from haldet.config import compose_config
+from haldet.config_files import compose_config
 from haldet.suites.base import get_suite
 
 FIXTURE = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "datasets" / "halluentity" / "train.jsonl"

@@ -12,7 +12,7 @@ where its numbers come from (date, commit, machine, load average). Run by hand a
     python benchmarks/render_docs.py           # rewrite the tables
     python benchmarks/render_docs.py --check   # exit 1 when a page's table differs from its stored figures
 
-tests/test_docs_tables.py runs the check, so a number typed into a table by hand fails the tests.
+tests/project/test_docs_tables.py runs the check, so a number typed into a table by hand fails the tests.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """The bootstrap as it was before the one-pass engine (frozen copy): the reference the engine must equal bit for bit
-(tests/test_bootstrap_identity.py). Per resample block the rejection metrics re-ranked the scores and sorted each
+(tests/evaluation/test_bootstrap_identity.py). Per resample block the rejection metrics re-ranked the scores
+and sorted each
 resample; the detection metrics counted per block; the draws were int64 indices."""
 
 from __future__ import annotations

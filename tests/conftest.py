@@ -12,7 +12,7 @@ import pytest
 
 def haldet_cmd(*args: str) -> list[str]:
     """`haldet ARGS`; a `run` gets `--min-per-class 0` unless it names one: the tests' runs are tiny (a few items)
-    and check other things than whether their test split could rank detectors (tests/test_thin_cells.py does)."""
+    and check other things than whether their test split could rank detectors (tests/report/test_thin_cells.py does)."""
     if args and args[0] == "run" and "--min-per-class" not in args and "--help" not in args:
         args = (*args, "--min-per-class", "0")
     return [sys.executable, "-m", "haldet", *args]

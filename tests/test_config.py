@@ -2,7 +2,8 @@
 
 import pytest
 
-from haldet.config import RunConfig, compose_config, split_names, stage_key
+from haldet.config import RunConfig, split_names, stage_key
+from haldet.config_files import compose_config
 from haldet.errors import HaldetError
 
 

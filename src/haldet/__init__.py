@@ -45,8 +45,8 @@ __all__ = ["Detector", "HaldetError", "RunConfig", "Scores", "Signal", "SignalVi
 def run(config: Any, out: str | Path, **options: Any) -> tuple[list[dict[str, Any]], list[Any]]:
     """Run a config (a `RunConfig`) into the run directory `out`, as `haldet run` does: returns the result rows and
     the per-cell results. `options`: update, progress, on_cell, executor ("serial" | "ray"), ray_address."""
-    from haldet.flow.results import warn_thin
-    from haldet.flow.run import run as run_config
+    from haldet.flow.results import warn_thin  # lazy: public API
+    from haldet.flow.run import run as run_config  # lazy: public API
 
     rows, cells = run_config(config, Path(out), **options)
     warn_thin(cells)  # a cell too thin to rank detectors: warned here as the CLI prints it
@@ -58,7 +58,7 @@ def load_results(run_dir: str | Path) -> pandas.DataFrame:
     level and metric, with value, CI, N, coverage, cost and provenance columns."""
     import pandas
 
-    from haldet.store import RunStore
+    from haldet.store import RunStore  # lazy: public API
 
     return pandas.DataFrame(RunStore(Path(run_dir)).read_results())
 
@@ -68,8 +68,8 @@ def load_scores(run_dir: str | Path, dataset: str, model: str) -> pandas.DataFra
     (column named after it) and, when a calibration ran, its calibrated P(hallucination) (`<detector>.p`)."""
     import pandas
 
-    from haldet.errors import HaldetError
-    from haldet.report.rundata import load_run
+    from haldet.errors import HaldetError  # lazy: public API
+    from haldet.report.rundata import load_run  # lazy: public API
 
     data = load_run(run_dir).cell_scores(dataset, model)
     if data is None:
@@ -85,7 +85,7 @@ def load_run(run_dir: str | Path) -> RunFrames:
     """A run directory (finished, or still running: what is stored so far) as DataFrames: `.results` (the result
     rows), `.items` (prompt, response, split, label per answered item), `.labels`, `.scores` (one row per detector,
     level, item and unit, with the reason of a NaN); `.table(level)` joins items with one column per detector."""
-    from haldet.report.frames import load_frames
+    from haldet.report.frames import load_frames  # lazy: public API
 
     return load_frames(Path(run_dir))
 
@@ -105,7 +105,7 @@ def score_responses(data: Any, *, model: str | Sequence[str] = "smollm2-135m",
     `settings`: any run setting (`evaluation__bootstrap=200`).
     Returns the run as `load_run` does: every response scored when no detector is trained; metric rows in
     `.results` only for labelled responses. A trained detector needs labels: refused, before any work, without."""
-    from haldet.commands.responses import score_responses as score
+    from haldet.commands.responses import score_responses as score  # lazy: public API
 
     return score(data, model=model, detectors=detectors, out=out, limit=limit, config_file=config_file,
                  progress=progress, update=update, **settings)
@@ -114,27 +114,27 @@ def score_responses(data: Any, *, model: str | Sequence[str] = "smollm2-135m",
 def __getattr__(name: str) -> Any:
     """The public classes and functions, imported when first named."""
     if name in ("Detector", "Scores", "UnitScores", "register"):
-        from haldet.detectors import base
+        from haldet.detectors import base  # lazy: public API
 
         return getattr(base, name)
     if name in ("Signal", "SignalView"):
-        from haldet import signals
+        from haldet import signals  # lazy: public API
 
         return getattr(signals, name)
     if name == "RunConfig":
-        from haldet.config import RunConfig
+        from haldet.config import RunConfig  # lazy: public API
 
         return RunConfig
     if name == "load_config":  # suite settings < preset < file < keyword overrides, as `haldet run` resolves them
-        from haldet.flow.layers import load_config
+        from haldet.flow.layers import load_config  # lazy: public API
 
         return load_config
     if name in ("HaldetError", "ThinCellWarning"):
-        from haldet import errors
+        from haldet import errors  # lazy: public API
 
         return getattr(errors, name)
     if name == "check_detector":
-        from haldet.testing.conformance import check_detector
+        from haldet.testing.conformance import check_detector  # lazy: public API
 
         return check_detector
     raise AttributeError(f"module 'haldet' has no attribute {name!r}")

@@ -9,20 +9,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
-from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from haldet.defaults import DEFAULT_DETECTORS
-from haldet.errors import HaldetError, did_you_mean
+from haldet.endpoint_params import EndpointParams, fill_prices
 
 
-# `haldet run` with no --detector: the paper's detectors whose evidence the embedded set-up provides with real
-# quality offline. selfcheck_nli, semantic_entropy and sep (whose target is semantic entropy) need an NLI model;
-# offline the only one is the prompted 135M LLM, which cannot do entailment, so they run only when asked for.
 class Section(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -58,12 +52,25 @@ class SampleConfig(Section):
     api_key_env: str | None = None   # its API key variable (None = the `endpoint` section's)
 
 
+class ReasoningConfig(Section):
+    """Reasoning models (docs/backends.md): split outputs at open/close (auto: when the chat template emits them;
+    markers: always; off: never; `by_model`: these fields per model spec); judges see the reasoning too when set."""
+    split: Literal["auto", "markers", "off"] = "auto"
+    open: str = Field("<think>", min_length=1)
+    close: str = Field("</think>", min_length=1)
+    by_model: dict[str, dict[str, str]] = Field(default_factory=dict)
+    judges_see_reasoning: bool = False
+
+
 class AuxiliaryConfig(Section):
     """Verbalized confidence and self-evaluation P(True) (paper appendix E.1), greedy."""
 
     verbalized: bool = True
     self_eval: bool = True
+    # follow_up: a next user turn of the answered chat; evaluator: a separate evaluator chat (OpenHalDet E.2/E.3)
+    procedure: Literal["follow_up", "evaluator"] = "follow_up"
     max_new_tokens: int = Field(24, ge=1)
+    evaluator_max_new_tokens: int = Field(512, ge=1)  # the evaluator's reply budget (it may reason first)
     batch_size: int = Field(8, ge=1)
 
 
@@ -87,6 +94,7 @@ class VerdictConfig(Section):
     retries: int = Field(4, ge=0)
     backoff: float = Field(1.0, ge=0)
     timeout: float = Field(60.0, gt=0)
+    params: EndpointParams = Field(default_factory=EndpointParams)  # request parameters by model (also the optimiser)
 
 
 class ClaimsConfig(Section):
@@ -105,6 +113,7 @@ class ClaimsConfig(Section):
     retries: int = Field(4, ge=0)
     backoff: float = Field(1.0, ge=0)
     timeout: float = Field(60.0, gt=0)
+    params: EndpointParams = Field(default_factory=EndpointParams)  # request parameters by model
 
 
 class RedeepConfig(Section):
@@ -194,7 +203,9 @@ class JudgeConfig(Section):
     max_tokens: int = Field(256, ge=16)          # judge reply budget
     seed: int = 0                                # sent with every request (deterministic decoding)
     json_mode: bool = True                       # ask the endpoint for a JSON object (response_format)
+    params: EndpointParams = Field(default_factory=EndpointParams)  # request parameters by model (reasoning)
     few_shot: bool = True                        # include the calibration examples
+    prompt: Literal["haldet", "paper"] = "haldet"  # haldet: its rules and fields; paper: appendix D's structure only
     template_dir: str | None = None              # judge_*.txt / judge_examples.json overriding the packaged ones
     price_in: float | None = Field(None, ge=0)   # USD per 1M prompt tokens (cost accounting; None = unknown)
     price_out: float | None = Field(None, ge=0)  # USD per 1M completion tokens
@@ -228,6 +239,7 @@ class EndpointConfig(Section):
     seed: int = 0                                # sent with greedy requests (servers that honour it repeat)
     price_in: float | None = Field(None, ge=0)   # USD per 1M prompt tokens (cost columns; None = unknown)
     price_out: float | None = Field(None, ge=0)  # USD per 1M completion tokens
+    params: EndpointParams = Field(default_factory=EndpointParams)  # request parameters by model (reasoning)
 
 
 class TemplateFile(Section):
@@ -293,6 +305,7 @@ class RunConfig(Section):
     hf: HFModelConfig = Field(default_factory=HFModelConfig)
     vllm: VLLMConfig = Field(default_factory=VLLMConfig)
     generation: GenerationConfig = Field(default_factory=GenerationConfig)
+    reasoning: ReasoningConfig = Field(default_factory=ReasoningConfig)
     sample: SampleConfig = Field(default_factory=SampleConfig)
     auxiliary: AuxiliaryConfig = Field(default_factory=AuxiliaryConfig)
     features: FeatureConfig = Field(default_factory=FeatureConfig)
@@ -317,6 +330,12 @@ class RunConfig(Section):
     templates: dict[str, str | TemplateFile] = Field(default_factory=dict)
     # adapter options per dataset, e.g. {"belebele": {"languages": ["eng_Latn", "fra_Latn"]}}
     dataset_params: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    # USD per 1M prompt / completion tokens by model, for every role that names it (a section's price_in/out wins)
+    prices: dict[str, tuple[float, float]] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _prices(self) -> RunConfig:  # the judge's price from `prices` when its section declares none
+        return fill_prices(self)
 
     def canonical(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
@@ -360,80 +379,3 @@ def split_names(values: list[str] | None) -> list[str]:
     for value in values or []:
         out += [v.strip() for v in value.split(",") if v.strip()]
     return out
-
-
-def merge_layers(below: dict[str, Any], above: dict[str, Any]) -> dict[str, Any]:
-    """`above` laid over `below`: mappings merge key by key at every depth (a layer that sets
-    `detector_params.saplma.layer` keeps the `checkpoint_on` a lower layer set); any other value replaces."""
-    out = dict(below)
-    for key, value in above.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = merge_layers(out[key], value)
-        else:
-            out[key] = value
-    return out
-
-
-def read_config_file(path: Path) -> dict[str, Any]:
-    """The settings of a YAML/JSON config file, as a mapping (an unreadable or malformed file is one error)."""
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise HaldetError(f"cannot read config file: {exc.strerror}", where=str(path),
-                          hint="check the path given to --config") from None
-    try:
-        loaded = yaml.safe_load(text) or {}
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}, line {mark.line + 1}" if mark else str(path)
-        raise HaldetError("config file is not valid YAML", where=where,
-                          hint="fix the syntax near that line") from None
-    if not isinstance(loaded, dict):
-        raise HaldetError("config file must hold a mapping of settings", where=str(path))
-    return loaded
-
-
-def compose_config(path: Path | None = None, base: dict[str, Any] | None = None, **overrides: Any) -> RunConfig:
-    """The layers given, composed and validated: `base` < the YAML/JSON config file (optional) < the overrides (None
-    = not given), key by key. It adds no layer of its own: a run's config, with the suite's settings and the
-    preset a file or flag names, is `haldet.flow.layers.load_config` (`haldet.load_config`)."""
-    data: dict[str, Any] = json.loads(json.dumps(base or {}))
-    if path is not None:
-        data = merge_layers(data, read_config_file(path))
-    for key, value in overrides.items():
-        if value is None or value == []:
-            continue
-        section, _, field = key.partition("__")
-        if field:
-            data.setdefault(section, {})[field] = value
-        else:
-            data[key] = value
-    try:
-        return RunConfig.model_validate(data)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        field_name = ".".join(str(p) for p in first["loc"])
-        raise HaldetError(f"invalid setting {field_name!r}: {first['msg']}{_suggestion(first)}",
-                          where=str(path) if path else "command-line options",
-                          hint="see `haldet run --help` and docs/config.md for the accepted settings") from None
-
-
-def _suggestion(error: Any) -> str:
-    """'; did you mean ...?' for a misspelt setting name (the fields of its section) or a misspelt choice (the
-    allowed values), else ""."""
-    loc = [str(p) for p in error["loc"]]
-    if error["type"] == "extra_forbidden":
-        section: Any = RunConfig
-        for part in loc[:-1]:
-            field = section.model_fields.get(part) if isinstance(section, type) and issubclass(section, BaseModel) \
-                else None
-            annotation = field.annotation if field is not None else None
-            if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
-                return ""
-            section = annotation
-        guess = did_you_mean(loc[-1], section.model_fields)
-    elif error["type"] == "literal_error" and isinstance(error.get("input"), str):
-        guess = did_you_mean(error["input"], re.findall(r"'([^']*)'", str(error.get("ctx", {}).get("expected"))))
-    else:
-        return ""
-    return f"; {guess}" if guess else ""

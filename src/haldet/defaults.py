@@ -10,6 +10,10 @@ DEFAULT_DETECTORS = [
     # generation): token probabilities, the K samples (Jaccard graphs, n-grams, ROUGE-L), pooled hidden states
     "msp", "min_probability", "topk_margin", "eigv", "ecc", "deg", "num_sem_sets", "selfcheck_ngram", "cocoa",
     "mahalanobis", "relative_mahalanobis",
+    # the next-token distributions' distance from uniform (read while decoding) and the answer's mutual information
+    # with its prompt (one extra pass over the answer alone): together under 3% of a default run; RAUQ's per-head
+    # attention rides on the token pass the run already makes (2% more for that pass) (docs/detectors.md)
+    "renyi_divergence", "fisher_rao", "pmi", "cpmi", "rauq",
 ]
 _NLI = ("needs an NLI model; offline the only one is the prompted 135M LLM, which cannot judge entailment, so its "
         "numbers would say nothing")

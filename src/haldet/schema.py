@@ -174,6 +174,22 @@ class Generation(Record):
     token_text: list[str] | None = None
     provided: bool = False  # the response came with the data and was teacher-forced, not generated
     skipped: str | None = None  # why the model read no token of a given response (it exceeds the model's context)
+    # a reasoning model's output (haldet.text.reasoning): `response`, `token_ids` and `token_logprobs` hold the answer
+    # alone; `reasoning` the thinking text (None: no thinking block); `reasoning_ids`/`reasoning_logprobs` every
+    # output token before the answer (markers included), its context in the output; `reasoning_span` [r0, r1) the
+    # thinking tokens among them and `answer_tokens` [a0, a1) the answer's token offsets in the whole output
+    reasoning: str | None = None
+    reasoning_ids: list[int] = Field(default_factory=list)
+    reasoning_logprobs: list[float] = Field(default_factory=list)
+    reasoning_span: list[int] | None = None
+    answer_tokens: list[int] | None = None
+    no_answer: str | None = None  # why the output has no answer (cut off inside its reasoning): never scored
+
+    def output_text(self) -> str:
+        """The whole output as the model wrote it (reasoning block, then answer); the answer without reasoning."""
+        if self.reasoning is None:
+            return self.response
+        return f"{self.reasoning}\n\n{self.response}".strip()
 
     @model_validator(mode="after")
     def _aligned(self) -> Generation:

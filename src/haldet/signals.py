@@ -8,6 +8,7 @@ A training view carries labels; a scoring view never does, so a detector cannot 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -31,7 +32,9 @@ class Signal(StrEnum):
                      a NaN row for an empty sample
     VERBALIZED       str: the verbalized-confidence response
     SELF_EVAL        dict {"p_true": float | None (True mass over True + False), "logp_true": float | None (raw log
-                     probability mass of the True answer words), "text": str}
+                     probability mass of the True answer words), "text": str, "procedure": "follow_up" |
+                     "evaluator", "decision": "correct" | "incorrect" | None and "logp_decision": float | None (the
+                     evaluator reply's last decision word and the log-prob of its first token)}
     TOKEN_ENTROPIES  float64 [T] entropy (nats) of the model's next-token distribution at each answer token
     The token-level signals below come from the generate stage's one teacher-forced token pass (computed only when
     a selected detector reads one of them; for a provided response it is the pass that scores the response):
@@ -56,9 +59,20 @@ class Signal(StrEnum):
     VERDICT          dict {ask name: verdict-stage record (judge, reply, label, reason)} (haldet.stages.verdict)
     ICR_FEATURES     float32 [L, F]: per-layer ICR features, F = 4 columns (backends.base.ICR_COLUMNS):
                      mean/std/max over answer tokens of the ICR score, mean relative residual-update norm
+    TOKEN_CHERNOFF   float64 [T, 2]: per answer token, log sum_v p_v^g (1/V)^(1 - g) for g in CHERNOFF_EXPONENTS
+                     (0.25, 0.5): the log Chernoff coefficient between the model's next-token distribution p over
+                     its V outputs and the uniform one (read from the same logits as TOKEN_ENTROPIES; Renyi
+                     divergence and Fisher-Rao distance to uniform at any temperature T with g/T in that set)
+    ANSWER_LM_LOGPROBS float64 [T]: log p(y_t | y_<t) of each answer token WITHOUT the prompt (the answer read after
+                     the model's start token alone; the `unconditional` stage's one teacher-forced pass)
+    TOKEN_ATTN_PREV  float32 [L, H, T]: per layer and head, in the step that chooses answer token t, the attention of
+                     that step's query on the token just before t (its own position: answer token t - 1, or the last
+                     prompt token for t = 0), from the generate stage's token pass (RAUQ's a_{t,t-1})
     REDEEP_FEATURES  float32 [L, H + 1]: per layer, ReDeEP's external-context score of each of its H heads, then the
                      parametric-knowledge score of its feed-forward update (haldet.stages.redeep); or, for an item
                      it could not process, the reason (str)
+    CLAIM_P_TRUE     dict {unit kind: [{"start", "end", "p_true": float | None, ...}] per unit of that kind of the
+                     instance, in order}: the model's P(True) about each claim (haldet.stages.claim_p_true)
     A missing or invalid value for an item is None (detectors then give NaN with a reason).
     """
 
@@ -87,6 +101,14 @@ class Signal(StrEnum):
     TOKEN_ATTN_LOGDIAG = "token_attn_logdiag"  # [L, T] per-layer log attention diagonal (summed over heads)
     UNIT_HIDDEN_SCORES = "unit_hidden_scores"  # [L + 1, U + 1] per-layer hidden-state log-det of each unit
     REDEEP_FEATURES = "redeep_features"      # [L, H + 1] ReDeEP's per-head ECS and per-layer PKS
+    TOKEN_CHERNOFF = "token_chernoff"        # [T, 2] log Chernoff coefficients of p_t and uniform
+    ANSWER_LM_LOGPROBS = "answer_lm_logprobs"  # [T] log p(y_t | y_<t) without the prompt
+    TOKEN_ATTN_PREV = "token_attn_prev"      # [L, H, T] per-head attention on the previous token
+    CLAIM_P_TRUE = "claim_p_true"            # per claim unit: the model's P(True) about the claim
+
+
+# the exponents g of TOKEN_CHERNOFF's columns, in order
+CHERNOFF_EXPONENTS: tuple[float, ...] = (0.25, 0.5)
 
 
 SIGNAL_ACCESS: dict[Signal, Access] = {
@@ -97,11 +119,14 @@ SIGNAL_ACCESS: dict[Signal, Access] = {
     Signal.TOKEN_LOGPROBS: Access.GRAY,
     Signal.SAMPLE_LOGLIKS: Access.GRAY,
     Signal.SELF_EVAL: Access.GRAY,
+    Signal.CLAIM_P_TRUE: Access.GRAY,
     Signal.TOKEN_ENTROPIES: Access.GRAY,
     Signal.ANSWER_ENTROPIES: Access.GRAY,
     Signal.TOKEN_OFFSETS: Access.BLACK,
     Signal.TOKEN_TOPK_IDS: Access.GRAY,
     Signal.TOKEN_TOPK_LOGPROBS: Access.GRAY,
+    Signal.TOKEN_CHERNOFF: Access.GRAY,
+    Signal.ANSWER_LM_LOGPROBS: Access.GRAY,
 }
 
 
@@ -113,6 +138,70 @@ def access_of(signals: frozenset[Signal]) -> Access:
 
 
 SignalLoader = Callable[[Signal, Sequence[str]], list[Any]]
+
+# What a detector reads of a reasoning model's output (`reads`, in its identity): the answer (default), the
+# reasoning, or all of it. Views other than the answer are served for these signals; every other signal is
+# computed on the answer alone (the passes read the answer after its reasoning), so a detector reading one of them
+# reads the answer.
+# Two controls of the reasoning-trace study (TRACT, arXiv 2605.08346) read the trace with the final answer out of it
+# (`remove`: every occurrence of the answer taken out of the reasoning) or a fixed answer spliced in after it
+# (`force`: the reasoning, then `FORCED_ANSWER` instead of the model's answer); both are text views.
+READS = ("answer", "reasoning", "all", "remove", "force")
+TRACE_READS = ("reasoning", "remove", "force")  # views of the trace: an output without reasoning has none
+VIEWED_SIGNALS = frozenset({Signal.RESPONSE, Signal.TOKEN_LOGPROBS, Signal.SAMPLES})
+TEXT_SIGNALS = frozenset({Signal.RESPONSE, Signal.SAMPLES})
+FORCED_ANSWER = "The answer is 42."  # the fixed answer of the `force` control: the same for every item
+
+
+def served(reads: str) -> frozenset[Signal]:
+    """The signals a view other than the answer serves (every signal for the answer)."""
+    return TEXT_SIGNALS if reads in ("remove", "force") else VIEWED_SIGNALS
+
+
+def without_answer(trace: str, answer: str) -> str:
+    """The trace with every occurrence of the answer (case-insensitive, end punctuation ignored) taken out."""
+    needle = answer.strip().rstrip(".!?").strip()
+    if not needle:
+        return trace
+    return " ".join(re.sub(re.escape(needle), " ", trace, flags=re.IGNORECASE).split())
+
+
+def trace_view(reasoning: str | None, answer: str, reads: str) -> str:
+    """What a text view shows of one output: its reasoning and answer as `reads` says (`READS`)."""
+    trace = reasoning or ""
+    if reads == "answer" or (reasoning is None and reads == "all"):
+        return answer
+    if reads == "reasoning":
+        return trace
+    if reads == "remove":
+        return without_answer(trace, answer)
+    return f"{trace}\n\n{FORCED_ANSWER if reads == 'force' else answer}".strip()
+
+
+class SampleTexts(list[str]):
+    """A sample record's K answers (a list of str), with each sample's reasoning (None: the model gave none)."""
+
+    def __init__(self, answers: Sequence[str], reasoning: Sequence[str | None] | None = None) -> None:
+        super().__init__(answers)
+        self.reasoning: list[str | None] = list(reasoning) if reasoning is not None else [None] * len(answers)
+
+    def view(self, reads: str) -> list[str]:
+        return [trace_view(r, a, reads) for a, r in zip(self, self.reasoning, strict=True)]
+
+
+def generation_view(g: Generation, reads: str) -> tuple[str, list[float] | None]:
+    """The text and token log-probs of one output that a detector reading `reads` sees (log-probs None where the
+    backend gave none for that part)."""
+    if reads == "answer" or (g.reasoning is None and reads == "all"):
+        return g.response, list(g.token_logprobs)
+    if reads in ("remove", "force"):  # text controls: no token log-probs of their own
+        return trace_view(g.reasoning, g.response, reads), None
+    if reads == "reasoning":
+        span = g.reasoning_span or [0, len(g.reasoning_logprobs)]
+        lps = g.reasoning_logprobs[span[0] : span[1]]
+        return g.reasoning or "", lps if lps or not g.reasoning else None
+    lps_all = [*g.reasoning_logprobs, *g.token_logprobs] if g.reasoning_logprobs or not g.reasoning else None
+    return g.output_text(), lps_all
 
 
 @dataclass
@@ -129,6 +218,7 @@ class SignalView:
     generations: list[Generation]
     loader: SignalLoader
     labels: np.ndarray | None = None
+    reads: str = "answer"  # which part of a reasoning model's output the viewed signals show (`READS`)
     _cache: dict[Signal, list[Any]] = field(default_factory=dict, repr=False)
 
     def __len__(self) -> int:
@@ -138,12 +228,23 @@ class SignalView:
         """Per-item values of a signal, in `ids` order (loaded once per view)."""
         if signal not in self._cache:
             if signal is Signal.RESPONSE:
-                self._cache[signal] = [g.response for g in self.generations]
+                self._cache[signal] = [generation_view(g, self.reads)[0] for g in self.generations]
             elif signal is Signal.TOKEN_LOGPROBS:
-                self._cache[signal] = [np.asarray(g.token_logprobs, dtype=np.float64) for g in self.generations]
+                lps = [generation_view(g, self.reads)[1] for g in self.generations]
+                self._cache[signal] = [None if x is None else np.asarray(x, dtype=np.float64) for x in lps]
+            elif signal is Signal.SAMPLES and self.reads != "answer":
+                self._cache[signal] = [s.view(self.reads) if isinstance(s, SampleTexts) else s
+                                       for s in self.loader(signal, self.ids)]
             else:
                 self._cache[signal] = self.loader(signal, self.ids)
         return self._cache[signal]
+
+    def reading(self, reads: str) -> SignalView:
+        """The same items seen through another part of their outputs (`READS`)."""
+        if reads == self.reads:
+            return self
+        return SignalView(ids=self.ids, instances=self.instances, generations=self.generations, loader=self.loader,
+                          labels=self.labels, reads=reads)
 
     def subset(self, idx: Sequence[int], *, with_labels: bool) -> SignalView:
         idx = list(idx)
@@ -152,5 +253,5 @@ class SignalView:
             instances=[self.instances[i] if with_labels else self.instances[i].without_labels() for i in idx],
             generations=[self.generations[i] for i in idx],
             loader=self.loader,
-            labels=(self.labels[idx] if with_labels and self.labels is not None else None),
+            labels=(self.labels[idx] if with_labels and self.labels is not None else None), reads=self.reads,
         )

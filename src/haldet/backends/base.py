@@ -70,6 +70,7 @@ class ForwardOutput:
     n_tokens: int
     token_logprobs: np.ndarray | None = None
     token_entropies: np.ndarray | None = None
+    token_chernoff: np.ndarray | None = None  # [T, 2] (`Signal.TOKEN_CHERNOFF`), beside the entropies
     pooled: dict[str, np.ndarray] = field(default_factory=dict)
     icr: np.ndarray | None = None
     branch_states: dict[str, np.ndarray] = field(default_factory=dict)
@@ -105,6 +106,7 @@ class TokenOutput:
     attention: np.ndarray | None = None
     attn_logdiag: np.ndarray | None = None
     span_hidden: np.ndarray | None = None
+    attn_prev: np.ndarray | None = None  # `prev_attention`: [L, H, T] (`Signal.TOKEN_ATTN_PREV`)
     window: dict[str, Any] | None = None
 
 
@@ -192,6 +194,7 @@ class Capability(StrEnum):
     ATTENTIONS = "attentions"  # attention weights (ICR features, token attention)
     LAYER_COUNT = "layer_count"  # the number of transformer layers (`layer_count`)
     USAGE = "usage"  # calls, tokens and cost accounted per cell (`usage_report`, `reset_usage`)
+    REASONING_FIELD = "reasoning_field"  # an endpoint returns its reasoning apart from the answer (a field)
 
 
 class Backend:
@@ -215,6 +218,12 @@ class Backend:
         """The capabilities an instance made for a run with `config` (a `RunConfig`) will have: the class's own
         unless its configuration narrows them."""
         return cls.capabilities
+
+    @classmethod
+    def declared_for(cls, model: str, config: Any) -> frozenset[Capability]:
+        """`declared` for one model spec (a backend whose capabilities depend on the model, such as a provider's,
+        overrides this)."""
+        return cls.declared(config)
 
     def fingerprint(self) -> dict[str, Any]:
         """Everything that identifies the weights and tokenizer (goes into every stage key)."""
@@ -314,6 +323,11 @@ class Backend:
         """Token ids of a text continuing a sequence (no special tokens added)."""
         raise self.unavailable("tokenisation")
 
+    def start_ids(self) -> list[int]:
+        """The ids a text starts from with nothing before it (the start token): the context of an answer read
+        without its prompt (`unconditional` stage)."""
+        raise self.unavailable("a start token")
+
     def window(self) -> int:
         """Longest sequence (tokens) the model accepts."""
         raise self.unavailable("a context window")
@@ -336,7 +350,8 @@ class Backend:
         raise self.unavailable("token offsets")
 
     def token_pass(self, requests: list[TokenRequest], *, top_k: int, entropies: bool, attention: bool,
-                   batch_size: int, progress: Any = None, layers: bool = False) -> list[TokenOutput]:
+                   batch_size: int, progress: Any = None, layers: bool = False,
+                   prev_attention: bool = False) -> list[TokenOutput]:
         """One teacher-forced pass per batch over prompt + answer ids: the token-level evidence (`TokenOutput`)."""
         raise self.unavailable("teacher-forced token evidence")
 
@@ -346,7 +361,8 @@ class Backend:
 
     def read_given(self, requests: list[TokenRequest], evidence: EvidenceRequest | None, *, top_k: int,
                    entropies: bool, attention: bool, layers: bool, batch_size: int, token_budget: int,
-                   progress: Any = None) -> tuple[list[TokenOutput], list[ForwardOutput] | None]:
+                   progress: Any = None, prev_attention: bool = False
+                   ) -> tuple[list[TokenOutput], list[ForwardOutput] | None]:
         """Given responses read once: `token_pass`'s outputs and, when `evidence` is given, each answer span's
         pooled states as `forward` gives them, batched so that rows x padded width stays within `token_budget`
         (only where `reads_given()`)."""

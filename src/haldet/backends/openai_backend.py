@@ -23,12 +23,14 @@ import json
 import math
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from haldet.backends.base import Backend, Capability, GenOutput
 from haldet.backends.openai_client import (
     CallFailed,
     ChatReply,
+    Choice,
     CircuitBreaker,
     OpenAIEndpoint,
     Usage,
@@ -37,6 +39,7 @@ from haldet.backends.openai_client import (
     run_coroutine,
 )
 from haldet.config import EndpointConfig
+from haldet.text.reasoning import Markers, no_answer_reason, split_text
 
 PREFIX = "openai:"
 # black-box always: answers, K samples, self-evaluation read by spelling, usage accounting
@@ -83,8 +86,14 @@ class OpenAIBackend(Backend):
         self.model = endpoint_model(name)
         self.usage = Usage()
         self._shared_breaker: CircuitBreaker | None = None
+        # parameter sets a request went through with: requests carrying one of them may run at once; another set's
+        # first request goes alone (a refused parameter costs one request, not a batch)
+        self._accepted: set[frozenset[str]] = set()
         self.n_supported: bool | None = {"n": True, "calls": False}.get(config.n_samples)
-        api_key(self.model, config.base_url, config.api_key_env, "--model")  # a missing key fails now, not mid-run
+        self.check_key()  # a missing key fails now, not mid-run
+
+    def check_key(self) -> None:
+        api_key(self.model, self.config.base_url, self.config.api_key_env, "--model")
 
     def fingerprint(self) -> dict[str, Any]:
         c = self.config
@@ -92,6 +101,8 @@ class OpenAIBackend(Backend):
               "top_logprobs": c.top_logprobs if c.logprobs else None, "seed": c.seed}
         if self.chat_template_kwargs:
             fp["chat_template_kwargs"] = self.chat_template_kwargs
+        if c.params.identity() is not None:  # declared request parameters (haldet.endpoint_params)
+            fp["params"] = c.params.identity()
         return fp
 
     def render_chat(self, messages: list[dict[str, str]]) -> str:
@@ -104,7 +115,8 @@ class OpenAIBackend(Backend):
     # --- the protocol -----------------------------------------------------------------------------------------
     def generate(self, prompts: list[str], *, max_new_tokens: int, batch_size: int,
                  progress: Any = None) -> list[GenOutput]:
-        params = {"temperature": 0.0, "top_p": 1.0, "seed": self.config.seed, "max_tokens": max_new_tokens}
+        params = {**self.config.params.build(temperature=0.0, top_p=1.0, max_tokens=max_new_tokens),
+                  "seed": self.config.seed}
         jobs = [(prompt_messages(p), params, 1) for p in prompts]
         return [outs[0] for outs in self._run(jobs)]
 
@@ -112,7 +124,7 @@ class OpenAIBackend(Backend):
                max_new_tokens: int, batch_size: int, progress: Any = None,
                hidden: tuple[int, str] | None = None) -> list[list[GenOutput]]:
         """K answers per prompt; seeds make reruns reproducible where the server honours `seed`."""
-        base = {"temperature": temperature, "top_p": top_p, "max_tokens": max_new_tokens}
+        base = self.config.params.build(temperature=temperature, top_p=top_p, max_tokens=max_new_tokens)
         if self.n_supported is False or k == 1:
             jobs = [(prompt_messages(p), {**base, "seed": _seed(s, j)}, 1)
                     for p, s in zip(prompts, seeds, strict=True) for j in range(k)]
@@ -156,9 +168,7 @@ class OpenAIBackend(Backend):
 
     async def _gather(self, jobs: list[tuple[list[dict[str, str]], dict[str, Any], int]]) -> list[list[GenOutput]]:
         c = self.config
-        endpoint = OpenAIEndpoint(self.model, base_url=c.base_url, api_key_env=c.api_key_env, timeout=c.timeout,
-                                  breaker_after=c.breaker_after, option="--model",
-                                  where=f"model {self.name} at {c.base_url or 'api.openai.com'}")
+        endpoint = self.make_endpoint()
         endpoint.breaker = self._breaker(endpoint)
         limit = asyncio.Semaphore(c.concurrency)
         extra: dict[str, Any] = {"logprobs": True, "top_logprobs": c.top_logprobs} if c.logprobs else {}
@@ -178,7 +188,16 @@ class OpenAIBackend(Backend):
                                       error=f"{exc.error} (after {exc.attempts} attempt(s))")]
             return self._outputs(reply)
 
-        return await gather_closing((one(*job) for job in jobs), endpoint)
+        names = frozenset([*(jobs[0][1] if jobs else {}), *extra, *(["n"] if jobs and jobs[0][2] > 1 else [])])
+        results = await gather_closing((one(*job) for job in jobs), endpoint, first_alone=names not in self._accepted)
+        self._accepted.add(names)
+        return results
+
+    def make_endpoint(self) -> OpenAIEndpoint:
+        c = self.config
+        return OpenAIEndpoint(self.model, base_url=c.base_url, api_key_env=c.api_key_env, timeout=c.timeout,
+                              breaker_after=c.breaker_after, option="--model",
+                              where=f"model {self.name} at {c.base_url or 'api.openai.com'}")
 
     def _breaker(self, endpoint: OpenAIEndpoint) -> CircuitBreaker:
         """One breaker for the backend's lifetime: once the endpoint is declared dead, later stages do not call it."""
@@ -191,17 +210,23 @@ class OpenAIBackend(Backend):
         outs = []
         share = 1.0 / len(reply.choices)
         for choice in reply.choices:
+            broken = logprobs_problem(choice) if c.logprobs else None
+            if broken is not None:  # a recorded failure of the log-probs, never a score from what came back
+                self.usage.note_error("logprobs")
+                choice = replace(choice, tokens=None, logprobs=None, top_logprobs=None)
             n_tokens = len(choice.logprobs) if choice.logprobs is not None else (
                 reply.completion_tokens if len(reply.choices) == 1 else None)
             usage = Usage(prompt_tokens=reply.prompt_tokens, completion_tokens=reply.completion_tokens)
             cost = usage.cost_usd(c.price_in, c.price_out)
-            outs.append(GenOutput(
+            out = GenOutput(
                 text=choice.text, token_ids=[], token_logprobs=list(choice.logprobs or []),
                 finish_reason="length" if choice.finish_reason == "length" else "stop",
                 extra={"tokens": choice.tokens, "n_tokens": n_tokens, "logprobs": choice.logprobs is not None,
                        "top_logprobs": choice.top_logprobs, "prompt_tokens": reply.prompt_tokens * share,
                        "completion_tokens": reply.completion_tokens * share,
-                       "cost_usd": None if cost is None else cost * share}))
+                       "cost_usd": None if cost is None else cost * share,
+                       **({"logprobs_error": broken} if broken is not None else {})})
+            outs.append(endpoint_reasoning(out, choice.reasoning))
         return outs
 
     def reset_usage(self) -> None:
@@ -214,6 +239,59 @@ class OpenAIBackend(Backend):
         report["model"] = self.name
         report["breaker_open"] = bool(self._shared_breaker and self._shared_breaker.open)
         return report
+
+
+def logprobs_problem(choice: Choice) -> str | None:
+    """Why a choice's log-probs cannot be used (asked for, but empty, truncated or malformed), or None: they must
+    cover the whole reply text, one finite log-prob <= 0 per token."""
+    if not choice.text:
+        return None
+    if not choice.logprobs or not choice.tokens:
+        return "the endpoint returned no log-probs for a non-empty reply"
+    if len(choice.tokens) != len(choice.logprobs):
+        return f"malformed log-probs: {len(choice.tokens)} tokens but {len(choice.logprobs)} log-probs"
+    if any(not math.isfinite(x) or x > 1e-6 for x in choice.logprobs):
+        return "malformed log-probs: a value is not a finite log-probability <= 0"
+    covered = "".join(choice.tokens).strip()
+    if len(covered) < len(choice.text.strip()):  # (multi-byte pieces may spell a token longer, never shorter)
+        return (f"truncated log-probs: their tokens cover {len(covered)} of the reply's {len(choice.text.strip())} "
+                "characters")
+    return None
+
+
+def endpoint_reasoning(out: GenOutput, field: str | None) -> GenOutput:
+    """A reasoning model's reply split into reasoning and answer: the endpoint's separate reasoning field, else a
+    `<think>` block at the start of the content (its tokens and log-probs cut at the answer's first token). A
+    content that opens a block and never closes it has no answer (`no_answer`, as for a local model)."""
+    n = len(out.extra.get("tokens") or [])
+    if field is not None:
+        out.extra.update(reasoning=field.strip(), reasoning_span=None, answer_tokens=[0, n], no_answer=None)
+        if not out.text.strip() and out.finish_reason == "length":
+            out.extra["no_answer"] = no_answer_reason("length", None)
+        return out
+    if not out.text.lstrip().startswith(THINK.open):
+        return out
+    cut = split_text(out.text, THINK, finish_reason=out.finish_reason)
+    start = len(out.text) - len(out.text.lstrip()[len(THINK.open):]) if cut.no_answer else out.text.find(
+        THINK.close) + len(THINK.close)
+    tokens, seen, a0 = out.extra.get("tokens") or [], 0, 0
+    while a0 < len(tokens) and (seen < start or not tokens[a0].strip()):  # the answer's first token
+        seen += len(tokens[a0])
+        a0 += 1
+    if cut.no_answer:
+        a0 = len(tokens)
+    out.extra.update(reasoning=cut.reasoning, reasoning_span=None, answer_tokens=[a0, len(tokens)],
+                     no_answer=cut.no_answer, reasoning_logprobs=out.token_logprobs[:a0])
+    out.text = cut.answer
+    if tokens:
+        out.token_logprobs = out.token_logprobs[a0:]
+        out.extra["tokens"] = tokens[a0:]
+        if out.extra.get("top_logprobs") is not None:
+            out.extra["top_logprobs"] = out.extra["top_logprobs"][a0:]
+    return out
+
+
+THINK = Markers(open="<think>", close="</think>")  # the inline thinking tags endpoints pass through unparsed
 
 
 def _seed(seed: int, j: int) -> int:

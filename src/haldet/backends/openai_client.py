@@ -21,6 +21,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
+from haldet.endpoint_params import refusal_hint, refused_param
 from haldet.errors import HaldetError
 
 if TYPE_CHECKING:
@@ -51,6 +52,14 @@ class Usage:
         if price_in is None or price_out is None:
             return None
         return (self.prompt_tokens * price_in + self.completion_tokens * price_out) / 1e6
+
+    def merge(self, other: Usage) -> None:
+        """Add another account (one request's) to this one."""
+        for name in COUNTERS:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        for kind, n in other.errors.items():
+            self.errors[kind] = self.errors.get(kind, 0) + n
+        self.breaker_open = self.breaker_open or other.breaker_open
 
     def note_error(self, kind: str) -> None:
         self.errors[kind] = self.errors.get(kind, 0) + 1
@@ -109,6 +118,7 @@ class Choice:
     tokens: list[str] | None = None
     logprobs: list[float] | None = None
     top_logprobs: list[dict[str, float]] | None = None
+    reasoning: str | None = None  # an endpoint's separate reasoning field (`reasoning_content` / `reasoning`)
 
 
 @dataclass
@@ -185,20 +195,41 @@ def api_key(model: str, base_url: str | None, api_key_env: str, option: str) -> 
 
 class OpenAIEndpoint:
     """An OpenAI-compatible chat endpoint. `where` names it in messages, `option` is the flag that sets its model
-    (for hints). A local server (base_url given) needs no API key."""
+    (for hints), `section` the config section whose `params` shape its requests (named when the server refuses
+    one). A local server (base_url given) needs no API key."""
 
     def __init__(self, model: str, *, base_url: str | None, api_key_env: str = "OPENAI_API_KEY",
-                 timeout: float = 60.0, breaker_after: int = 5, where: str = "", option: str = "--model") -> None:
-        import openai
-
-        key = api_key(model, base_url, api_key_env, option)
+                 timeout: float = 60.0, breaker_after: int = 5, where: str = "", option: str = "--model",
+                 section: str = "endpoint") -> None:
+        key = self.lookup_key(model, base_url, api_key_env, option)
         self.model = model
         self.base_url = base_url
         self.timeout = timeout
         self.where = where or f"{model} at {base_url or 'api.openai.com'}"
         self.option = option
+        self.section = section
         self.breaker = CircuitBreaker(breaker_after)
-        self.client = openai.AsyncOpenAI(api_key=key, base_url=base_url, timeout=timeout, max_retries=0)
+        self.client = self.connect(key)
+
+    def lookup_key(self, model: str, base_url: str | None, api_key_env: str, option: str) -> Any:
+        return api_key(model, base_url, api_key_env, option)
+
+    def connect(self, key: str) -> Any:
+        """The library client (its own retries off, so ours are counted)."""
+        import openai
+
+        return openai.AsyncOpenAI(api_key=key, base_url=self.base_url, timeout=self.timeout, max_retries=0)
+
+    def refused(self, status: int, message: str, named: str | None, params: dict[str, Any]) -> HaldetError:
+        """The one error for a request the server refused: the parameter it names and the setting to change, or
+        the status's hint."""
+        sent = [*params, *(params.get("extra_body") or {})]
+        param = refused_param(named, message, sent) if status in (400, 422) else None
+        if param is not None:
+            return HaldetError(f"the endpoint refused the parameter `{param}` ({status}): {message}", where=self.where,
+                               hint=refusal_hint(param, self.section))
+        return HaldetError(f"the endpoint refused the request ({status}): {message}", where=self.where,
+                           hint=status_hint(status, self.option))
 
     async def chat(self, messages: list[dict[str, str]], **params: Any) -> ChatReply:
         """One request. Raises `RetryableError`, `EndpointDown` (breaker open) or `HaldetError` (fatal status)."""
@@ -222,8 +253,7 @@ class OpenAIEndpoint:
             if exc.status_code >= 500 or exc.status_code in (408, 409):
                 raise RetryableError(str(exc.status_code), f"server error {exc.status_code}",
                                      _retry_after(exc.response)) from exc
-            raise HaldetError(f"the endpoint refused the request ({exc.status_code}): {_short(exc)}",
-                              where=self.where, hint=status_hint(exc.status_code, self.option)) from None
+            raise self.refused(exc.status_code, _short(exc), getattr(exc, "param", None), params) from None
         except (openai.APIError, ValueError) as exc:  # a 200 whose body is not a chat completion
             raise RetryableError("malformed", f"unreadable response body: {_short(exc)}") from exc
         self.breaker.success()
@@ -281,6 +311,8 @@ def _reply(resp: Any) -> ChatReply:
         choices = []
         for ch in resp.choices:
             text = ch.message.content or ""
+            reasoning = getattr(ch.message, "reasoning_content", None) or getattr(ch.message, "reasoning", None)
+            reasoning = getattr(reasoning, "content", reasoning)  # the provider client's Reasoning(content=...)
             tokens = logprobs = top = None
             content = getattr(getattr(ch, "logprobs", None), "content", None)
             if content:
@@ -288,7 +320,8 @@ def _reply(resp: Any) -> ChatReply:
                 logprobs = [float(t.logprob) for t in content]
                 top = [{a.token: float(a.logprob) for a in (t.top_logprobs or [])} for t in content]
             choices.append(Choice(text=text, finish_reason=str(ch.finish_reason or "stop"), tokens=tokens,
-                                  logprobs=logprobs, top_logprobs=top))
+                                  logprobs=logprobs, top_logprobs=top,
+                                  reasoning=reasoning if isinstance(reasoning, str) else None))
         if not choices:
             raise IndexError("no choices")
     except (AttributeError, IndexError, TypeError, ValueError) as exc:
@@ -342,16 +375,25 @@ def run_coroutine(coro: Coroutine[Any, Any, T]) -> T:
     return box["value"]
 
 
-async def gather_closing(coros: Iterable[Awaitable[T]], endpoint: OpenAIEndpoint) -> list[T]:
+async def gather_closing(coros: Iterable[Awaitable[T]], endpoint: OpenAIEndpoint, *,
+                         first_alone: bool = False) -> list[T]:
     """Every request coroutine at once (each bounds itself by the caller's semaphore); when one raises, the others
-    are cancelled and awaited before the error propagates; the endpoint's client is closed either way."""
-    tasks = [asyncio.ensure_future(coro) for coro in coros]
+    are cancelled and awaited before the error propagates; the endpoint's client is closed either way.
+    `first_alone`: the first request runs before the others start, so a request the server refuses (a parameter
+    it does not take) stops the stage after one request, not after a batch of them."""
+    pending = iter(coros)
+    head: list[T] = []
     try:
-        return list(await asyncio.gather(*tasks))
-    except BaseException:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        raise
+        first = next(pending, None) if first_alone else None
+        if first is not None:
+            head.append(await first)
+        tasks = [asyncio.ensure_future(coro) for coro in pending]
+        try:
+            return head + list(await asyncio.gather(*tasks))
+        except BaseException:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
     finally:
         await endpoint.close()

@@ -23,10 +23,11 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, Literal, TypeVar
 
+from haldet.backends.hf.backend import HFBackend
 from haldet.backends.openai_client import (
     CallFailed,
     ChatReply,
@@ -35,11 +36,15 @@ from haldet.backends.openai_client import (
     gather_closing,
     run_coroutine,
 )
+from haldet.backends.providers import PROVIDER_PREFIX, ProviderEndpoint
 from haldet.config import JudgeConfig, digest
+from haldet.endpoint_params import EndpointParams
 from haldet.store import StageLog
+from haldet.text.reasoning import Markers, split_text
 
 T = TypeVar("T")
 MAX_REPLY_IN_CORRECTION = 2000  # characters of a malformed reply shown back to the model
+THINK = Markers(open="<think>", close="</think>")  # a reasoning model's inline thinking block in a reply
 
 
 @dataclass
@@ -64,9 +69,15 @@ class CallFailure:
 
 @dataclass
 class Reply(Generic[T]):
+    """A parsed reply; an endpoint's also says what its request billed (every attempt: tokens, and USD where the
+    client knows the model's price, else None)."""
+
     value: T
     text: str
     cached: bool = False
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float | None = None
 
 
 Outcome = Reply[Any] | CallFailure
@@ -97,6 +108,11 @@ class ClientSettings:
     count_prompt_tokens: bool = True  # local model: tokenise each prompt to count its tokens
     option: str = "--judge-model"
     where: str = ""
+    params: EndpointParams = field(default_factory=EndpointParams)  # what requests carry, declared per role
+    section: str = "judge"  # the config section of this role (named when a server refuses a parameter)
+    price_in: float | None = None  # USD per 1M prompt / completion tokens (None = price unknown)
+    price_out: float | None = None
+    budget: str = "the reply budget"  # the setting that sizes replies (named when a reply ends inside its thinking)
 
     @classmethod
     def of_judge(cls, config: JudgeConfig, *, option: str, where: str,
@@ -107,7 +123,18 @@ class ClientSettings:
                    api_key_env=config.api_key_env, timeout=config.timeout, breaker_after=config.breaker_after,
                    concurrency=config.concurrency, retries=config.retries, backoff=config.backoff,
                    max_tokens=config.max_tokens, temperature=0.0, top_p=1.0, seed=config.seed,
-                   json_mode=config.json_mode, count_prompt_tokens=count_prompt_tokens, option=option, where=where)
+                   json_mode=config.json_mode, count_prompt_tokens=count_prompt_tokens, option=option, where=where,
+                   params=config.params, section="judge", price_in=config.price_in, price_out=config.price_out,
+                   budget="judge.max_tokens")
+
+
+def billing(replies: Sequence[Reply[Any]]) -> dict[str, Any]:
+    """What a record's requests billed: tokens, and USD (None when a price is unknown), as the target's records
+    carry them (`api_prompt_tokens`, `api_completion_tokens`, `cost_usd`), so the cost columns count them."""
+    costs = [r.cost_usd for r in replies]
+    return {"api_prompt_tokens": sum(r.prompt_tokens for r in replies),
+            "api_completion_tokens": sum(r.completion_tokens for r in replies),
+            "cost_usd": None if any(c is None for c in costs) else float(sum(c for c in costs if c is not None))}
 
 
 class StructuredClient:
@@ -130,12 +157,12 @@ class StructuredClient:
         if self._fingerprint is None:
             self._fingerprint = (["hf", self.local_backend().fingerprint()] if s.backend == "hf" else
                                  [s.backend, s.model, s.base_url, s.seed, s.json_mode])
+            if s.backend != "hf" and s.params.identity() is not None:  # declared request parameters change replies
+                self._fingerprint.append({"params": s.params.identity()})
         return self._fingerprint
 
     def local_backend(self) -> Any:
         if self._local is None:
-            from haldet.backends.hf.backend import HFBackend
-
             self._local = HFBackend(self.settings.model)
         return self._local
 
@@ -202,17 +229,20 @@ class StructuredClient:
 
     # --- OpenAI-compatible endpoint ---------------------------------------------------------------------------
     def endpoint(self) -> OpenAIEndpoint:
+        """An OpenAI-compatible endpoint, or a hosted provider through the provider client (`api:PROVIDER/MODEL`,
+        `haldet.backends.providers`): the same retry, breaker and usage path either way."""
         s = self.settings
+        if s.model.startswith(PROVIDER_PREFIX):
+            return ProviderEndpoint(s.model, base_url=s.base_url, api_key_env=s.api_key_env, timeout=s.timeout,
+                                    breaker_after=s.breaker_after, option=s.option, where=s.where,
+                                    section=s.section)
         return OpenAIEndpoint(s.model, base_url=s.base_url, api_key_env=s.api_key_env, timeout=s.timeout,
-                              breaker_after=s.breaker_after, option=s.option, where=s.where)
+                              breaker_after=s.breaker_after, option=s.option, where=s.where, section=s.section)
 
     def params(self, request: Request[Any]) -> dict[str, Any]:
-        """The sampling parameters sent with a request."""
+        """The parameters sent with a request, as the role's `params` declare them."""
         s = self.settings
-        params: dict[str, Any] = {"temperature": s.temperature}
-        if s.top_p is not None:
-            params["top_p"] = s.top_p
-        params["max_tokens"] = request.max_tokens or s.max_tokens
+        params = s.params.build(temperature=s.temperature, top_p=s.top_p, max_tokens=request.max_tokens or s.max_tokens)
         if s.seed is not None:
             params["seed"] = s.seed
         if s.json_mode:
@@ -228,29 +258,39 @@ class StructuredClient:
                 outcome = await self._attempts(client, requests[index])
             done(index, outcome)
 
-        await gather_closing((one(i) for i in range(len(requests))), client)
+        await gather_closing((one(i) for i in range(len(requests))), client, first_alone=True)
 
     async def _attempts(self, client: OpenAIEndpoint, request: Request[Any]) -> Outcome:
         """The endpoint's retry loop (`OpenAIEndpoint.call`), with the parser as its reply check: a reply that does
         not parse is answered with a correction turn and costs an attempt; the breaker or the last attempt ends it
         as a listed failure."""
         parsed: list[Any] = []
+        texts: list[str] = []
 
         def check(reply: ChatReply) -> tuple[str, list[dict[str, str]]] | None:
+            first = reply.choices[0]
+            text, unclosed = without_thinking(reply.text, first.reasoning, first.finish_reason, self.settings.budget)
             try:
-                parsed.append(request.parse(reply.text))
+                if unclosed:
+                    raise ValueError(unclosed)
+                parsed.append(request.parse(text))
+                texts.append(text)
             except ValueError as exc:
                 return self._malformed(exc), self.corrected(request.messages, reply.text, str(exc))
             return None
 
         s = self.settings
+        billed = Usage()  # this request's account, added to the client's
         try:
-            reply = await client.call(request.messages, attempts=s.retries + 1, backoff=s.backoff, usage=self.usage,
-                                      check=check, **self.params(request))
+            await client.call(request.messages, attempts=s.retries + 1, backoff=s.backoff, usage=billed,
+                              check=check, **self.params(request))
         except CallFailed as exc:
             self.usage.failures += 1
             return CallFailure(error=exc.error, attempts=exc.attempts)
-        return Reply(parsed[-1], reply.text)
+        finally:
+            self.usage.merge(billed)
+        return Reply(parsed[-1], texts[-1], prompt_tokens=billed.prompt_tokens,
+                     completion_tokens=billed.completion_tokens, cost_usd=billed.cost_usd(s.price_in, s.price_out))
 
     # --- local model ------------------------------------------------------------------------------------------
     def _ask_local(self, requests: Sequence[Request[Any]], done: Callable[[int, Outcome], None]) -> None:
@@ -273,8 +313,13 @@ class StructuredClient:
                     if s.count_prompt_tokens:
                         self.usage.prompt_tokens += len(backend.encode_prompt(prompt))
                     self.usage.completion_tokens += len(out.token_ids)
-                    text = requests[i].prefill + out.text
+                    finish, extra = getattr(out, "finish_reason", "stop"), getattr(out, "extra", None) or {}
+                    text, unclosed = without_thinking(requests[i].prefill + out.text, None, finish, s.budget)
+                    if extra.get("no_answer"):  # a local reasoning model's reply cut inside its thinking
+                        unclosed = thinking_failure(s.budget)
                     try:
+                        if unclosed:
+                            raise ValueError(unclosed)
                         value = requests[i].parse(text)
                     except ValueError as exc:
                         errors[i] = self._malformed(exc)
@@ -299,3 +344,22 @@ class StructuredClient:
                                      max_new_tokens=max_new_tokens, batch_size=s.batch_size)
             return [outs[0] for outs in sampled]
         return list(backend.generate(prompts, max_new_tokens=max_new_tokens, batch_size=s.batch_size))
+
+
+def thinking_failure(budget: str) -> str:
+    """Why a reply that ended inside its thinking block gives no value: never a guessed verdict."""
+    return (f"the reply ended inside its thinking block (unclosed {THINK.open}, or only a reasoning field): no "
+            f"answer to read; raise {budget}")
+
+
+def without_thinking(text: str, reasoning: str | None, finish_reason: str, budget: str) -> tuple[str, str | None]:
+    """A reasoning model's reply without its thinking block (inline `<think>` ... `</think>`, or a separate
+    reasoning field), and why it has no answer when the block never closed (None when it did, or there is none)."""
+    cut = split_text(text, THINK, finish_reason=finish_reason)
+    if cut.no_answer:
+        return "", thinking_failure(budget)
+    if cut.reasoning is not None:
+        return cut.answer, None
+    if reasoning is not None and not text.strip():
+        return "", thinking_failure(budget)
+    return text, None

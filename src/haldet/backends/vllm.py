@@ -33,6 +33,7 @@ import numpy as np
 
 from haldet.backends.base import Capability, GenOutput, TokenOutput, TokenRequest
 from haldet.backends.hf.backend import HFBackend
+from haldet.backends.hf.thinking import split_output
 from haldet.backends.hf.tokens import fit_to_window
 from haldet.config import VLLMConfig
 from haldet.errors import HaldetError
@@ -51,7 +52,8 @@ class VLLMBackend(HFBackend):
                               Capability.CANDIDATE_LOGPROBS, Capability.TEACHER_FORCED})
 
     def __init__(self, name: str, *, device: str = "auto", settings: VLLMConfig | None = None,
-                 chat_template_kwargs: dict[str, Any] | None = None) -> None:
+                 chat_template_kwargs: dict[str, Any] | None = None, reasoning: dict[str, Any] | None = None
+                 ) -> None:
         try:
             import vllm
         except ImportError:
@@ -59,7 +61,8 @@ class VLLMBackend(HFBackend):
                               hint="pip install 'haldet[vllm]' on a machine with a GPU, or use the hf backend "
                                    "(the model name without the vllm: prefix)") from None
         # tokenizer only; vLLM places the weights itself
-        super().__init__(vllm_model_name(name), device="cpu", chat_template_kwargs=chat_template_kwargs)
+        super().__init__(vllm_model_name(name), device="cpu", chat_template_kwargs=chat_template_kwargs,
+                         reasoning=reasoning)
         self.name = name
         self.vllm_version = vllm.__version__
         self.vllm_settings = settings or VLLMConfig()
@@ -98,10 +101,11 @@ class VLLMBackend(HFBackend):
         return self.vllm_settings.max_model_len or super().window()
 
     def token_pass(self, requests: list[TokenRequest], *, top_k: int, entropies: bool, attention: bool,
-                   batch_size: int, progress: Any = None, layers: bool = False) -> list[TokenOutput]:
+                   batch_size: int, progress: Any = None, layers: bool = False,
+                   prev_attention: bool = False) -> list[TokenOutput]:
         """Token evidence of given answers from vLLM's prompt log-probs (one request per answer, prompt + answer
         as its prompt); attention weights and per-layer states are not available here."""
-        if attention or layers:
+        if attention or layers or prev_attention:
             raise self.unavailable("attention weights or per-layer states of given text")
         from vllm import SamplingParams
 
@@ -137,7 +141,8 @@ class VLLMBackend(HFBackend):
         from vllm import SamplingParams
 
         params = SamplingParams(temperature=0.0, max_tokens=max_new_tokens, logprobs=0, seed=0)
-        outs = [completion_output(r.outputs[0], self.stop_ids) for r in self._run(prompts, [params] * len(prompts))]
+        outs = [self.answer_of(completion_output(r.outputs[0], self.stop_ids))
+                for r in self._run(prompts, [params] * len(prompts))]
         if candidates is not None:
             for out, lps in zip(outs, self._next_token_logprobs(prompts, candidates), strict=True):
                 out.extra["candidate_logprobs"] = lps
@@ -150,7 +155,14 @@ class VLLMBackend(HFBackend):
 
         params = [SamplingParams(n=k, temperature=temperature, top_p=top_p, max_tokens=max_new_tokens, logprobs=0,
                                  seed=int(seed) % (2**31 - 1)) for seed in seeds]
-        return [[completion_output(c, self.stop_ids) for c in r.outputs] for r in self._run(prompts, params)]
+        return [[self.answer_of(completion_output(c, self.stop_ids)) for c in r.outputs]
+                for r in self._run(prompts, params)]
+
+    def answer_of(self, out: GenOutput) -> GenOutput:
+        """A reasoning model's output split at its thinking markers, as the hf backend splits its own."""
+        if self.markers is None:
+            return out
+        return split_output(self, self.markers, out.token_ids, out.token_logprobs, out.finish_reason)
 
     def candidate_logprobs(self, prompts: list[str], candidates: Sequence[int], *, max_new_tokens: int,
                            batch_size: int, progress: Any = None) -> list[GenOutput]:

@@ -26,6 +26,7 @@ from haldet.cli.options import Threads
 from haldet.errors import HaldetError, storage_error
 from haldet.suites.groups import command_groups
 from haldet.util.console import console, print_error
+from haldet.util.threads import configure_threads
 from haldet.version import __version__
 
 
@@ -92,7 +93,6 @@ def main(
     """haldet: one fair protocol for hallucination detectors."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     signal.signal(signal.SIGTERM, _terminated)
-    from haldet.util.threads import configure_threads
 
     configure_threads(threads)
 

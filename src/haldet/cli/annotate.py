@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from haldet.cli.options import AllowFailures, JudgeBackendHelp, RunDirArg
+from haldet.cli.outcome import annotate_problems
 from haldet.config import split_names
 from haldet.util.console import exit_on_failures, out_console, print_json, progress_bars
 
@@ -42,7 +43,7 @@ def annotate(
     annotate.failed.jsonl and a rerun retries only those. The label distribution per dataset and judge goes to
     the manifest. See docs/judges.md.
     """
-    from haldet.commands.annotate import annotate_run, render_reports
+    from haldet.commands.annotate import annotate_run, render_reports  # lazy: sklearn, scipy
 
     overrides = {"kind": judge, "model": judge_model, "base_url": judge_base_url, "backend": judge_backend,
                  "concurrency": judge_concurrency, "retries": judge_retries, "timeout": judge_timeout,
@@ -51,7 +52,6 @@ def annotate(
     with progress_bars() as make:
         reports = annotate_run(run_dir, overrides, compare_with=compare_with, datasets=split_names(dataset),
                                progress=make)
-    from haldet.cli.outcome import annotate_problems
 
     if as_json:
         print_json(reports, default=str)

@@ -23,7 +23,7 @@ def datasets_list(
 ) -> None:
     """Every registered dataset adapter: scenario, task type, source (hub id/config), license, and whether its
     data is available offline (packaged, or found under --data-dir)."""
-    from haldet.datasets.base import DATASETS
+    from haldet.datasets.base import DATASETS  # lazy: start-up
 
     infos = [{**cls.info(data_dir), "origin": DATASETS.origin(name)} for name, cls in DATASETS]
     if as_json:
@@ -67,8 +67,8 @@ def datasets_show(
 ) -> None:
     """Load a dataset through its adapter and show unified instances (what the run evaluates, same order); the
     first line (on stderr) names the file and line that define the adapter."""
-    from haldet.datasets.base import DATASETS, get_adapter
-    from haldet.text.prompts import PromptBuilder
+    from haldet.datasets.base import DATASETS, get_adapter  # lazy: start-up
+    from haldet.text.prompts import PromptBuilder  # lazy: jinja2
 
     found = DATASETS.where(name) if name in DATASETS else None
     defined = str(found) if found is not None else "(no Python source)"

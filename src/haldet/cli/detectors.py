@@ -9,40 +9,52 @@ import typer
 
 from haldet.util.console import origin_column, print_json, print_table
 
+NOT_DECLARED = "(method family not declared)"  # a plugin detector without `method_family`
+
 app = typer.Typer(help="List registered detectors, or show one and where it is defined.")
 
 
 def needs(cls: Any) -> list[str]:
-    """What a detector needs beside the run's model: its auxiliary models (kind and default) and verdict prompt."""
-    models = [f"{kind} ({param}={cls.defaults.get(param, '')})" if cls.defaults.get(param) else kind
-              for param, kind in getattr(cls, "auxiliary", {}).items()]
+    """What a detector's default instance needs beside the run's model: its auxiliary models (kind and default;
+    none where the default variant sets the model parameter to None, as the Jaccard graph variants do) and verdict
+    prompt."""
+    default = cls()
+    params = default.params
+    models = [f"{kind} ({param}={params.get(param, '')})" if params.get(param) else kind
+              for param, kind in getattr(cls, "auxiliary", {}).items() if not (param in params and not params[param])]
     ask = getattr(cls, "ask", None)
     if isinstance(ask, property):  # built from the parameters (the LLM judges): the default instance's
-        ask = cls().ask
+        ask = default.ask
     return models + ([f"verdict prompt {ask.name}"] if ask is not None and hasattr(ask, "name") else [])
 
 
 def describe(name: str, cls: Any, origin: str) -> dict[str, Any]:
     """What `detectors list` shows of one detector (also the head of `detectors show`)."""
-    return {"name": name, "family": str(cls.family()), "requires": sorted(s.value for s in cls.requires),
+    return {"name": name, "method_family": getattr(cls, "method_family", "") or NOT_DECLARED,
+            "family": str(cls.family()), "requires": sorted(s.value for s in cls.requires),
             "levels": list(getattr(cls, "levels", ("response",))), "needs": needs(cls),
             "trains": cls.trains, "variants": sorted(cls.variants), "defaults": cls.defaults,
-            "version": cls.version, "origin": origin}
+            "version": cls.version, "paper": getattr(cls, "paper", ""), "peers": list(getattr(cls, "peers", ())),
+            "origin": origin}
 
 
 @app.command("list")
 def detectors_list(as_json: Annotated[bool, typer.Option("--json", help="A JSON list of objects.")] = False) -> None:
-    """Every registered detector: family, required signals, the levels it scores, the models it needs beside the
-    run's (auxiliary models, verdict prompts), whether it trains, named variants."""
-    from haldet.detectors.base import DETECTORS
+    """Every registered detector, grouped by method family: the paper it comes from, access family (black, gray,
+    white box), required signals, the levels it scores, the models it needs beside the run's (auxiliary models,
+    verdict prompts), whether it trains, named variants."""
+    from haldet.detectors.base import DETECTORS  # lazy: start-up
 
     infos = [describe(name, cls, DETECTORS.origin(name)) for name, cls in DETECTORS]
     if as_json:
         print_json(infos, default=str)
         return
-    cols = ("name", "family", "requires", "levels", "needs", "trains", "variants", *origin_column(infos))
-    rows = ([", ".join(v) if isinstance(v := info[c], list) else str(v) for c in cols] for info in infos)
-    print_table("detectors", cols, rows, no_wrap={"name"})  # a name must stay copyable, never cut with an ellipsis
+    cols = ("name", "paper", "family", "requires", "levels", "needs", "trains", "variants", *origin_column(infos))
+    for group in sorted({info["method_family"] for info in infos}, key=lambda g: (g == NOT_DECLARED, g)):
+        rows = ([", ".join(v) if isinstance(v := info[c], list) else str(v) for c in cols]
+                for info in infos if info["method_family"] == group)
+        # a name must stay copyable, never cut with an ellipsis
+        print_table(f"detectors: {group}", cols, rows, no_wrap={"name"})
 
 
 @app.command("show")
@@ -52,7 +64,7 @@ def detectors_show(
 ) -> None:
     """One detector: where it is defined (file:line of its class), then what `detectors list` shows of it, its
     defaults and version."""
-    from haldet.detectors.base import DETECTORS
+    from haldet.detectors.base import DETECTORS  # lazy: start-up
 
     cls = DETECTORS.get(name, where="detector name")
     info = describe(name, cls, DETECTORS.origin(name))

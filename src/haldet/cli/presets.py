@@ -8,6 +8,7 @@ import typer
 import yaml
 
 from haldet.config import RunConfig
+from haldet.presets import load_preset, preset_names
 from haldet.util.console import out_console, print_json, print_table
 
 app = typer.Typer(help="The papers' settings as presets (`haldet run --preset NAME`); docs/replication.md lists "
@@ -17,8 +18,6 @@ app = typer.Typer(help="The papers' settings as presets (`haldet run --preset NA
 @app.command("list")
 def presets_list(as_json: Annotated[bool, typer.Option("--json", help="A JSON list of objects.")] = False) -> None:
     """Every packaged preset: its paper, suite, hash and what it is for."""
-    from haldet.presets import load_preset, preset_names
-
     infos = [{"name": p.name, "suite": p.settings.get("suite") or "", "paper": p.paper, "hash": p.hash,
               "about": p.about} for p in map(load_preset, preset_names())]
     if as_json:
@@ -43,8 +42,7 @@ def presets_show(
 def resolved_yaml(name: str, *, layer: bool = False) -> str:
     """The text `presets show` prints: a commented header, then the YAML (loading it with --config gives the same
     settings as --preset NAME)."""
-    from haldet.flow.layers import load_config
-    from haldet.presets import load_preset
+    from haldet.flow.layers import load_config  # lazy: sklearn, scipy
 
     preset = load_preset(name, where="haldet presets show")
     head = [f"# preset {preset.name} (hash {preset.hash}, haldet/presets/{preset.path.name})",
@@ -66,8 +64,8 @@ def resolved_yaml(name: str, *, layer: bool = False) -> str:
 
 def dataset_sizes(config: RunConfig) -> list[tuple[str, str, int]]:
     """(dataset, items: a number or "whole split", the answers' token limit) for each dataset the config runs."""
-    from haldet.datasets.base import DATASETS
-    from haldet.util.limits import FALLBACK_MAX_NEW_TOKENS, TASK_MAX_NEW_TOKENS
+    from haldet.datasets.base import DATASETS  # lazy: start-up
+    from haldet.util.limits import FALLBACK_MAX_NEW_TOKENS, TASK_MAX_NEW_TOKENS  # lazy: start-up
 
     gen, out = config.generation, []
     for name in config.datasets:
@@ -103,8 +101,8 @@ def presets_plan(
     assumptions of the estimate). Loads no model and no data."""
     from dataclasses import asdict
 
-    from haldet.flow.layers import load_config
-    from haldet.papers.plan import Assumptions, build_plan, plan_lines
+    from haldet.flow.layers import load_config  # lazy: sklearn, scipy
+    from haldet.papers.plan import Assumptions, build_plan, plan_lines  # lazy: start-up
 
     config = load_config(None, preset=name, models=[model], judge__model=judge_model, limit=limit)
     stages, verdicts = detector_stages(config)
@@ -119,8 +117,8 @@ def presets_plan(
 def detector_stages(config: RunConfig) -> tuple[dict[str, list[str]], list[str]]:
     """Each detector's stages (as the run plans them, from what the detector reads) and the detectors that ask the
     verdict model."""
-    from haldet.flow.scoring import make_detector
-    from haldet.stages.plan import plan
+    from haldet.flow.scoring import make_detector  # lazy: sklearn, scipy
+    from haldet.stages.plan import plan  # lazy: h5py
 
     stages: dict[str, list[str]] = {}
     for det in config.detectors:

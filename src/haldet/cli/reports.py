@@ -11,6 +11,7 @@ import typer
 from haldet.cli.options import MetricsOption, check_metrics
 from haldet.config import split_names
 from haldet.errors import HaldetError
+from haldet.papers import paper_rows
 from haldet.util.console import console, out_console, print_json, print_table
 
 
@@ -22,7 +23,9 @@ def report(
     as_json: Annotated[bool, typer.Option("--json", help="Print the merged result rows as JSON.")] = False,
     metrics: Annotated[list[str] | None, MetricsOption] = None,
     paper: Annotated[str | None, typer.Option(help="Also put a paper's reported numbers beside ours "
-                                                   "(paper_NAME.md/.csv; docs/replication.md): openhaldet, "
+                                                   "(paper_NAME.md/.csv; for openhaldet also its Table 2 in the "
+                                                   "paper's oriented convention, paper_openhaldet_table2.md/.csv; "
+                                                   "docs/replication.md): openhaldet, "
                                                    "halluentity, verigray, triviaplus, hallulens.")] = None,
 ) -> None:
     """Rebuild the reports from stored runs without recomputing anything: results.json/csv/parquet (merged over
@@ -31,8 +34,8 @@ def report(
     on a log axis, ROC and precision-recall curves per dataset, paired comparisons, run metadata), and every
     plot of it as PDF and PNG in figures/ for a paper. See docs/reports.md.
     """
-    from haldet.report.build import listing, report_runs
-    from haldet.report.terminal import print_results
+    from haldet.report.build import listing, report_runs  # lazy: sklearn, matplotlib
+    from haldet.report.terminal import print_results  # lazy: sklearn, scipy
 
     if out is None:
         if len(run_dirs) != 1:
@@ -41,20 +44,22 @@ def report(
         out = run_dirs[0]
     wanted = split_names(metrics)
     if wanted:  # a misspelt metric fails before anything is written
-        from haldet.report.rundata import load_run, merge_runs
+        from haldet.report.rundata import load_run, merge_runs  # lazy: h5py, pyarrow
 
         check_metrics(wanted, merge_runs([load_run(d) for d in run_dirs]))
     if paper:
-        from haldet.papers import paper_rows
-
         paper_rows(paper)  # an unknown paper fails before anything is written
-    written, rows = report_runs(run_dirs, out, n_boot=n_boot, metrics=wanted)
+    written, rows = report_runs(run_dirs, out, n_boot=n_boot, metrics=wanted, paper=paper)
     text = ""
     if paper:
-        from haldet.papers.compare import report_paper
+        from haldet.papers import compare, table2  # lazy: sklearn, scipy
 
-        text, files = report_paper(paper, run_dirs, rows, out)
+        text, files = compare.report_paper(paper, run_dirs, rows, out)
         written.update(files)
+        if paper == "openhaldet":  # Table 2 in the paper's oriented convention: its own labelled files
+            table2_text, files = table2.write_table2(out, rows)
+            text += "\n" + table2_text
+            written.update(files)
     if as_json:
         out_console.print_json(json.dumps(rows, default=str))
     else:
@@ -75,8 +80,8 @@ def compare(
 ) -> None:
     """Paired bootstrap of AUROC(a) - AUROC(b) on the same test items, per (dataset, model) cell of a run:
     stratified resamples applied to both detectors at once, 95% CI and a two-sided bootstrap p."""
-    from haldet.evaluation.compare import paired_bootstrap
-    from haldet.report.rundata import load_run
+    from haldet.evaluation.compare import paired_bootstrap  # lazy: sklearn, scipy
+    from haldet.report.rundata import load_run  # lazy: h5py, pyarrow
 
     data = load_run(run_dir)
     wanted = set(split_names(dataset))

@@ -22,10 +22,14 @@ from haldet.cli.options import (
     check_metrics,
     local_data,
 )
-from haldet.config import RunConfig, compose_config, digest, split_names
+from haldet.cli.outcome import run_problems
+from haldet.config import RunConfig, digest, split_names
+from haldet.config_files import compose_config
 from haldet.defaults import skipped_detectors
 from haldet.errors import HaldetError
+from haldet.presets import load_preset
 from haldet.util.console import console, exit_on_failures, out_console, progress_bars
+from haldet.util.threads import configure_threads
 
 # what `default_out` gives, in words, for `--out`'s help (keep the two together; `default_out` is below)
 DEFAULT_OUT_HELP = ("runs/<datasets>__<models> under the current directory, e.g. runs/halueval_qa__smollm2-135m for "
@@ -73,7 +77,8 @@ def run(
     dataset: Annotated[list[str] | None, typer.Option("--dataset", "-d", help="Dataset(s): repeat or comma list. "
                                                       "See `haldet datasets list`.")] = None,
     model: Annotated[list[str] | None, typer.Option("--model", "-m", help="Model(s): alias (smollm2-135m, "
-                                                    "gemma3-270m), hub id, local dir or .gguf file.")] = None,
+                                                    "gemma3-270m), hub id, local dir or .gguf file; openai:NAME, "
+                                                    "api:PROVIDER/MODEL, vllm:MODEL (docs/backends.md).")] = None,
     detector: Annotated[list[str] | None, typer.Option("--detector", help="Detector(s): repeat or comma list. "
                                                        "See `haldet detectors list`.")] = None,
     limit: Annotated[int | None, typer.Option(help="Items per dataset (after a seeded shuffle).")] = None,
@@ -98,7 +103,8 @@ def run(
                                               "(still-valid cached evidence is reused).")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result rows as JSON.")] = False,
     model_base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible endpoint of `openai:NAME` models, "
-                                                       "e.g. http://127.0.0.1:8080/v1.")] = None,
+                                                       "e.g. http://127.0.0.1:8080/v1 (or a compatible server for "
+                                                       "`api:PROVIDER/MODEL` models).")] = None,
     executor: Annotated[str, typer.Option(help="serial | ray: run cells and item shards as Ray tasks "
                                           "(optional extra `ray`; docs/backends.md).")] = "serial",
     ray_address: Annotated[str | None, typer.Option(help="Ray cluster address (default: $RAY_ADDRESS, else a "
@@ -133,7 +139,6 @@ def run(
     With --responses FILE: your own responses, read teacher-forced by the model (docs/api.md).
     """
     if threads is not None:  # the global `haldet --threads N` works too; given here, it is this run's
-        from haldet.util.threads import configure_threads
 
         configure_threads(threads)
     run_benchmark(RunOptions(
@@ -150,18 +155,15 @@ def run(
 def run_benchmark(opts: RunOptions) -> None:
     """The body of `haldet run`: config, run flow, per-cell summary, results (table, JSON or the suite's), reports,
     and the exit status from what failed."""
-    from haldet.cli.outcome import run_problems
-    from haldet.flow import run as flow_run
-    from haldet.flow.results import cell_entry
-    from haldet.report.rundata import skipped_lines
-    from haldet.report.terminal import judge_lines, print_results
+    from haldet.flow import run as flow_run  # lazy: sklearn, scipy
+    from haldet.flow.results import cell_entry  # lazy: sklearn, scipy
+    from haldet.report.rundata import skipped_lines  # lazy: h5py, pyarrow
+    from haldet.report.terminal import judge_lines, print_results  # lazy: sklearn, scipy
 
     config = run_config(opts)
     target = opts.out or default_out(config)
     preset_line = ""
     if config.preset:
-        from haldet.presets import load_preset
-
         preset_line = (f"preset {config.preset} (hash {load_preset(config.preset).hash}): the paper's settings under "
                        "--config and the flags; docs/replication.md lists what still differs")
         console.print(preset_line, highlight=False)
@@ -171,7 +173,7 @@ def run_benchmark(opts: RunOptions) -> None:
     try:
         with progress_bars() as make:
             if opts.responses is not None:  # your data checked against what the directory scored, then run
-                from haldet.commands.responses import run_responses
+                from haldet.commands.responses import run_responses  # lazy: sklearn, scipy
 
                 rows, cells = run_responses(config, target, update=opts.update or opts.out is None,
                                             given=f"--responses {opts.responses}", api=False, progress=make,
@@ -185,8 +187,8 @@ def run_benchmark(opts: RunOptions) -> None:
     print_cells(cells)
     failed = [(c.dataset, c.model, c.error) for c in cells if c.error]
     if config.suite:
-        from haldet.suites.base import get_suite
-        from haldet.suites.report import cells_without_values, show_suite_results
+        from haldet.suites.base import get_suite  # lazy: sklearn, scipy
+        from haldet.suites.report import cells_without_values, show_suite_results  # lazy: sklearn, scipy
 
         show_suite_results(config.suite, rows, out_console, as_json=opts.as_json)
         if opts.responses is not None and not opts.as_json:
@@ -247,11 +249,11 @@ def run_config(opts: RunOptions) -> RunConfig:
         judge__backend=opts.judge_backend, endpoint__base_url=opts.model_base_url, preset=opts.preset,
         evaluation__calibration=opts.calibration, evaluation__min_per_class=opts.min_per_class,
     )
-    from haldet.flow.layers import load_config
+    from haldet.flow.layers import load_config  # lazy: sklearn, scipy
 
     suite, levels = opts.suite, split_names(opts.level)
     if levels:  # --level: the suite that scores those units (named, the config file's, or the datasets')
-        from haldet.suites.levels import suite_with_levels
+        from haldet.suites.levels import suite_with_levels  # lazy: sklearn, scipy
 
         if suite is None:
             probe = load_config(opts.config_file, None, suite=None, **overrides)
@@ -276,7 +278,7 @@ def _with_levels(config: RunConfig, suite: str, levels: list[str]) -> RunConfig:
 def _one_dataset_for_the_file(config: RunConfig, opts: RunOptions) -> RunConfig:
     """--data-file is one dataset's data: under a suite (no --dataset), the suite's own dataset, its first (the
     companions read other release files); any other run with several datasets is refused before any work."""
-    from haldet.suites.base import get_suite
+    from haldet.suites.base import get_suite  # lazy: sklearn, scipy
 
     suite_datasets = list(get_suite(config.suite).datasets) if config.suite else []
     if not split_names(opts.dataset) and suite_datasets and config.datasets == suite_datasets:
@@ -292,7 +294,7 @@ def _one_dataset_for_the_file(config: RunConfig, opts: RunOptions) -> RunConfig:
 def _responses_config(opts: RunOptions) -> RunConfig:
     """`haldet run --responses FILE`: the file checked (columns, rows, labels for trained detectors) before any
     work."""
-    from haldet.commands.responses import DATASET, SUITE, responses_config
+    from haldet.commands.responses import DATASET, SUITE, responses_config  # lazy: sklearn, scipy
 
     assert opts.responses is not None
     clash = [flag for flag, given in (("--data-dir", opts.data_dir), ("--data-file", opts.data_file),
@@ -313,7 +315,7 @@ def _responses_config(opts: RunOptions) -> RunConfig:
 
 def print_scored(cells: Iterable[Any], target: Path) -> None:
     """What a responses run scored, per detector and level (the scores themselves: `haldet.load_run`)."""
-    from haldet.stages.tokens import BEYOND_CONTEXT
+    from haldet.stages.tokens import BEYOND_CONTEXT  # lazy: h5py
 
     for cell in cells:
         for d in cell.detectors:
@@ -345,7 +347,7 @@ def config_suffix(config: RunConfig, width: int = 80) -> str:
     """The settings that differ from the defaults for the config's datasets, models and suite, as readable
     `setting-value` parts; a short hash of those settings is appended when the parts cannot say them exactly
     (paths, per-detector parameters, long lists), so two different configs never share a folder."""
-    from haldet.flow.layers import layer_base
+    from haldet.flow.layers import layer_base  # lazy: sklearn, scipy
 
     baseline = compose_config(None, base=layer_base(config.suite, config.preset), datasets=config.datasets,
                            models=config.models)
@@ -388,6 +390,10 @@ def print_cells(cells: Iterable[Any]) -> None:
         if (cell.data.get("generation") or {}).get("warning"):
             console.print(f"[yellow]{cell.dataset} | {cell.model}: {cell.data['generation']['warning']}[/yellow]",
                           highlight=False)
+        if cut := cell.data.get("no_answer"):
+            console.print(f"[yellow]{cell.dataset} | {cell.model}: {cut['n']}/{cut['of']} output(s) have no answer "
+                          f"({cut['reason']}); they are labelled invalid and never scored; raise "
+                          f"{cut['setting']}[/yellow]", highlight=False)
         if not cell.error:
             by_judge = cell.annotation.get("by_judge", {})
             if by_judge:
@@ -412,7 +418,7 @@ def _write_run_reports(target: Path, suite: tuple[str, list[dict[str, Any]], str
     """The run's reports into its directory, by the writers `haldet.score_responses` uses too
     (`haldet.report.build`): a suite's tables (`suite`: its name, result rows and the line above them), then
     tables.md, tables.tex, report.html; a report failure never loses results. `metrics`: extra metric tables."""
-    from haldet.report.build import listing, run_reports, suite_file
+    from haldet.report.build import listing, run_reports, suite_file  # lazy: sklearn, matplotlib
 
     written: dict[str, Path] = {}
     try:

@@ -16,7 +16,7 @@ from haldet.util.console import console, out_console, print_json, progress_bars
 
 def _stage_command(run_dir: Path, stage: str, overrides: dict[str, dict[str, Any]], as_json: bool) -> None:
     """Run one stage with the given setting overrides, then one summary line per cell (or JSON)."""
-    from haldet.commands.stages import run_stage
+    from haldet.commands.stages import run_stage  # lazy: sklearn, scipy
 
     with progress_bars() as make:
         summaries = run_stage(run_dir, stage, overrides=overrides, progress=make)
@@ -92,7 +92,7 @@ def inspect(
     Exits 1 when a check fails."""
     from rich.table import Table
 
-    from haldet.commands.stages import inspect_run
+    from haldet.commands.stages import inspect_run  # lazy: sklearn, scipy
 
     report = inspect_run(run_dir)
     failed = any(cell["problems"] for cell in report)

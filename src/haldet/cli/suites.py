@@ -6,6 +6,7 @@ from typing import Annotated, Any
 
 import typer
 
+from haldet.cli.detectors import needs
 from haldet.util.console import out_console, print_json, print_table
 
 app = typer.Typer(help="List the hosted benchmarks (suites): HalluEntity, VeriGray, TRIVIA+, HalluLens; show one.")
@@ -15,7 +16,7 @@ app = typer.Typer(help="List the hosted benchmarks (suites): HalluEntity, VeriGr
 def suites_list(as_json: Annotated[bool, typer.Option("--json", help="A JSON list of objects.")] = False) -> None:
     """Every hosted benchmark: its datasets, protocol (provided responses or generation), levels, default detectors
     and the paper's detectors that run only when named (`--json` adds the table titles; `suites show NAME`)."""
-    from haldet.suites.base import SUITES
+    from haldet.suites.base import SUITES  # lazy: sklearn, scipy
 
     infos = [cls.info() for _, cls in SUITES]
     if as_json:
@@ -31,8 +32,7 @@ def suites_list(as_json: Annotated[bool, typer.Option("--json", help="A JSON lis
 def _detector_rows(info: dict[str, Any]) -> list[dict[str, Any]]:
     """Each detector of a suite, default or named with --detector: family, levels, what it needs beside the run's
     model, whether it trains, and whether it scores one of the suite's levels."""
-    from haldet.cli.detectors import needs
-    from haldet.detectors.base import DETECTORS
+    from haldet.detectors.base import DETECTORS  # lazy: start-up
 
     rows = []
     for role, names in (("default", info["detectors"]), ("--detector", info["optional_detectors"])):
@@ -53,7 +53,7 @@ def suites_show(
     """One hosted benchmark: its protocol and options, every detector it runs by default or when named (the levels
     each scores and the models it needs), and every table it writes (suite_tables.md and report.html of a run, or
     the files of the suite's own command)."""
-    from haldet.suites.base import get_suite
+    from haldet.suites.base import get_suite  # lazy: sklearn, scipy
 
     info = type(get_suite(name, where="suite name")).info()
     info["detector_details"] = _detector_rows(info)

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from haldet.errors import HaldetError
+from haldet.explorer.serve import is_loopback, serve
 from haldet.util.console import console
 
 
@@ -35,8 +36,7 @@ def view(
     except ImportError as exc:
         raise HaldetError(f"haldet view needs the optional packages of the `view` extra ({exc.name} is missing)",
                           where="haldet view", hint="pip install 'haldet[view]'") from None
-    from haldet.explorer.data import Explorer
-    from haldet.explorer.serve import is_loopback, serve
+    from haldet.explorer.data import Explorer  # lazy: h5py, pyarrow
 
     Explorer(run_dirs)  # bad run paths fail here, before anything listens
     if not is_loopback(host):

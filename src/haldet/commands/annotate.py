@@ -9,10 +9,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from haldet.backends.openai_client import accumulate_usages
 from haldet.config import JudgeConfig, RunConfig
 from haldet.errors import HaldetError, UnknownNameError
 from haldet.flow.cell import prepare_cell
 from haldet.judges.agreement import agreement
+from haldet.schema import Category
 from haldet.stages.annotate import FAILED, AnnotateStage, labels_of
 from haldet.stages.base import no_progress
 from haldet.stages.generate import GenerateStage, generation_of
@@ -105,8 +107,6 @@ def _annotate(store: RunStore, no_run: HaldetError, overrides: dict[str, Any] | 
 
 def _entry(report: dict[str, Any], previous: dict[str, Any] | None) -> dict[str, Any]:
     """A judge's manifest entry: labels and failures as they stand now, usage summed over every invocation."""
-    from haldet.backends.openai_client import accumulate_usages
-
     entry = {k: report[k] for k in ("by_judge", "total", "failed", "usage")}
     entry["usage"] = accumulate_usages((previous or {}).get("usage"), report["usage"])
     return entry
@@ -115,8 +115,6 @@ def _entry(report: dict[str, Any], previous: dict[str, Any] | None) -> dict[str,
 def render_reports(reports: list[dict[str, Any]]) -> list[Any]:
     """Rich tables for `haldet annotate`: labels per judge, failures and cost, agreement + confusion table."""
     from rich.table import Table
-
-    from haldet.schema import Category
 
     cats = [c.value for c in Category]
     out: list[Any] = []

@@ -16,13 +16,17 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from haldet.config import RunConfig, compose_config
+from haldet.commands.data_changes import check_same_data, record_data
+from haldet.config import RunConfig
+from haldet.config_files import compose_config
 from haldet.datasets.base import get_adapter
 from haldet.errors import HaldetError
 from haldet.report.frames import RunFrames, load_frames
 from haldet.schema import UNIT_KINDS
-from haldet.store import atomic_write_text
+from haldet.store import RunStore, atomic_write_text
 from haldet.suites.base import get_suite
+from haldet.util.locking import notify
+from haldet.util.progress import progress_factory
 
 SUITE = DATASET = "responses"
 INPUT_FILE = "responses_input.jsonl"
@@ -100,10 +104,7 @@ def run_responses(config: RunConfig, root: Path, instances: Sequence[Any] | None
     """The one run of your responses, from the API and the CLI alike: data other than what `root` scored refused
     unless `update` (`haldet.commands.data_changes`), the run, what it scored recorded. `instances`: the data
     as loaded (default: loaded from `config.data_dir`); `run_options`: `haldet.flow.run.run`'s."""
-    from haldet.commands.data_changes import check_same_data, record_data
-    from haldet.flow.run import run
-    from haldet.store import RunStore
-    from haldet.util.locking import notify
+    from haldet.flow.run import run  # lazy: jinja2
 
     if instances is None:
         adapter = get_adapter(DATASET, config.data_dir, config.dataset_params.get(DATASET))
@@ -123,8 +124,8 @@ def score_responses(data: Any, *, model: str | Sequence[str] = "smollm2-135m",
                     limit: int | None = None, config_file: str | Path | None = None, progress: bool = True,
                     update: bool = False, **settings: Any) -> RunFrames:
     """Score your responses with `detectors`, reading them teacher-forced with `model`: see `haldet.score_responses`."""
-    from haldet.flow.results import warn_thin
-    from haldet.report.build import write_run_files
+    from haldet.flow.results import warn_thin  # lazy: jinja2
+    from haldet.report.build import write_run_files  # lazy: matplotlib
 
     models = [model] if isinstance(model, str) else list(model)
     root = Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="haldet-responses-"))
@@ -161,9 +162,8 @@ def _run(config: RunConfig, root: Path, instances: Sequence[Any] | None, update:
          data: Any = None) -> tuple[list[dict[str, Any]], list[Any]]:
     """`run_responses` with a progress bar on stderr (`progress`); rows in memory (`data`) are written into the
     run directory once the data is accepted there."""
-    from haldet.commands.data_changes import check_same_data
-    from haldet.flow.run import check_run_dir  # a changed config is refused before the input file is replaced
-    from haldet.store import RunStore
+    # a changed config is refused before the input file is replaced
+    from haldet.flow.run import check_run_dir  # lazy: jinja2
 
     try:
         if data is not None:
@@ -175,8 +175,6 @@ def _run(config: RunConfig, root: Path, instances: Sequence[Any] | None, update:
         if not progress:
             return run_responses(config, root, instances, update=update, given=given, api=True)
         from rich.console import Console
-
-        from haldet.util.progress import progress_factory
 
         with progress_factory(Console(stderr=True)) as make:
             return run_responses(config, root, instances, update=update, given=given, api=True, progress=make)

@@ -21,12 +21,14 @@ from typing import Any
 import h5py
 import numpy as np
 
+from haldet.backends.base import Backend
 from haldet.config import RunConfig
 from haldet.errors import HaldetError
 from haldet.flow.cell import prepare_cell
 from haldet.flow.run import check_run_dir
 from haldet.signals import Signal
 from haldet.stages.base import CellContext, Item, Progress, no_progress
+from haldet.stages.generate import GenerateStage, attach_generations
 from haldet.stages.loader import EvidenceLoader
 from haldet.stages.plan import providers, stage_class
 from haldet.store import RunStore, clean_stale_temps, h5_name
@@ -62,8 +64,6 @@ def load_run_config(store: RunStore, overrides: dict[str, dict[str, Any]] | None
 
 def cells(store: RunStore, config: RunConfig, progress: Progress) -> list[tuple[CellContext, list[Item]]]:
     """Each (dataset, model) cell's context and items, rebuilt as the run built them."""
-    from haldet.backends.base import Backend
-
     backends: dict[str, Backend] = {}
     out = []
     for model in config.models:
@@ -77,8 +77,6 @@ def run_stage(run_dir: Path, stage: str, *, overrides: dict[str, dict[str, Any]]
               progress: Progress = no_progress) -> list[dict[str, Any]]:
     """Compute `stage` (after any missing `generate` records) for every item of every cell; one summary per cell.
     As in a run, only the parts the run's detectors read are computed; `not_computed` names the others."""
-    from haldet.stages.generate import GenerateStage, attach_generations
-
     store = RunStore(run_dir)
     summaries = []
     load_run_config(store)  # no run here: one message, before the lock would create the directory
@@ -99,8 +97,6 @@ def run_stage(run_dir: Path, stage: str, *, overrides: dict[str, dict[str, Any]]
 
 def inspect_run(run_dir: Path) -> list[dict[str, Any]]:
     """Per cell: signal coverage, array shapes/dtypes, and consistency checks (see module docstring)."""
-    from haldet.stages.generate import attach_generations
-
     store = RunStore(run_dir)
     config = load_run_config(store)
     report = []

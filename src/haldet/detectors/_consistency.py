@@ -36,6 +36,13 @@ def answer_and_samples(response: Any, samples: Any) -> tuple[str, list[str]] | s
     return response.strip(), kept
 
 
+def with_question(question: str, text: str, include: bool = True) -> str:
+    """The NLI text of an answer or sample: "question text" (stripped) when `include` and there is a question, else
+    the text. One rule for every detector that puts the question in its NLI input (semantic entropy, the graph
+    methods, KLE, Semantic Density), so their pairs are the same strings and each is computed once."""
+    return f"{question} {text}".strip() if include and question else text
+
+
 def sample_logliks(value: Any, n_samples: int) -> np.ndarray | None:
     """SAMPLE_LOGLIKS as a float64 [K, 2] array, or None when missing or misshapen."""
     if value is None:
@@ -65,3 +72,18 @@ def pair_scores(det: Detector, kind: str, model_param: str, pairs: Sequence[Pair
     model = pair_model(det, kind, model_param, batch_size=det.params["batch_size"],
                        max_length=det.params["max_length"])
     return cache_for(det).scores(model, pairs, det.progress(label, len(set(pairs))))
+
+
+ENDPOINT_PARAMS = ("base_url", "api_key_env", "timeout", "concurrency", "retries")
+
+
+def prompted_scores(det: Detector, question: str, model: str, pairs: Sequence[Pair], label: str,
+                    settings: dict[str, Any] | None = None) -> tuple[np.ndarray, PairModel]:
+    """[len(pairs), 1] replies of the LLM `model` to `question` (`haldet.models.pairs.prompted.QUESTIONS`) about
+    each pair, through the pair cache (each distinct pair asked once per model and question), with the model that
+    answered. `settings` (default: the detector's own) gives `base_url` (None = a local model) and the endpoint's
+    `api_key_env`, `timeout`, `concurrency`, `retries`; `batch_size` is the detector's."""
+    source = det.params if settings is None else settings
+    kw = {k: source[k] for k in ENDPOINT_PARAMS if source.get(k) is not None}
+    loaded, _ = load_pair_model(question, model, batch_size=int(det.params.get("batch_size", 8)), **kw)
+    return cache_for(det).scores(loaded, pairs, det.progress(label, len(set(pairs)))), loaded

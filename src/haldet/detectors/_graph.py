@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from haldet.detectors._consistency import nonempty
+from haldet.detectors._consistency import nonempty, with_question
 from haldet.detectors._relations import relation_matrices
 from haldet.detectors.base import Detector, Scores
 from haldet.models.pairs.base import CONTRADICTION, ENTAILMENT
@@ -101,6 +101,7 @@ class GraphDetector(Detector):
     narrow `variants` (the similarity). Fewer than `min_samples` non-empty samples is invalid. `include_question`
     (NLI variants only) puts the question before each sample, semantic entropy's NLI input, so the two share pairs."""
 
+    version = "2"  # 2: the question-prefixed NLI text is stripped as semantic entropy's is (`with_question`)
     requires = frozenset({Signal.SAMPLES})
     auxiliary: ClassVar[dict[str, str]] = {"nli_model": "nli"}
     variants: ClassVar[dict[str, str]] = SIMILARITIES
@@ -129,8 +130,8 @@ class GraphDetector(Detector):
             elif len(samples) < int(self.params["min_samples"]):
                 out.invalid(i, f"{len(samples)} non-empty sample(s); need {self.params['min_samples']}")
             else:
-                use_q = self.relation_kind == "nli" and self.params["include_question"] and inst.question
-                todo.append((i, [f"{inst.question} {s}" if use_q else s for s in samples]))
+                use_q = self.relation_kind == "nli" and bool(self.params["include_question"])
+                todo.append((i, [with_question(inst.question, s, use_q) for s in samples]))
         matrices = relation_matrices(self, self.relation_kind, [t for _, t in todo])
         for (i, _), relation in zip(todo, matrices, strict=True):
             value = self.statistic(relation)

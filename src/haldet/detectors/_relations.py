@@ -27,6 +27,7 @@ import numpy as np
 
 from haldet.detectors._consistency import pair_model, pair_scores
 from haldet.detectors.base import Detector
+from haldet.detectors.lexical_similarity import _OnceTokenizer
 from haldet.models.pairs.base import ENTAILMENT
 
 KINDS = ("jaccard", "rougeL", "nli")
@@ -65,8 +66,6 @@ def _lexical(kind: str, texts: Sequence[str], use_stemmer: bool, rows: int | Non
     score: Any = jaccard
     if kind == "rougeL":
         from rouge_score import rouge_scorer, tokenizers
-
-        from haldet.detectors.lexical_similarity import _OnceTokenizer
 
         scorer = rouge_scorer.RougeScorer(["rougeL"], tokenizer=_OnceTokenizer(
             tokenizers.DefaultTokenizer(use_stemmer=use_stemmer)))  # each text tokenised once per matrix

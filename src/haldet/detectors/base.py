@@ -20,10 +20,11 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from haldet.errors import did_you_mean
+from haldet.errors import HaldetError, did_you_mean
+from haldet.models.provenance import resolve_auxiliary
 from haldet.registry import Registry
 from haldet.schema import Access
-from haldet.signals import Signal, SignalView, access_of
+from haldet.signals import READS, Signal, SignalView, access_of, served
 
 
 @dataclass
@@ -85,11 +86,24 @@ class Detector:
     # auxiliary models that produce numbers: parameter name -> kind ("nli", "similarity", "bertscore"), plus
     # "sentences": "splitter" for detectors that split text into sentences (haldet.models.provenance resolves them)
     auxiliary: ClassVar[dict[str, str]] = {}
+    # what `haldet detectors list` groups and cites (every registered detector declares them on its own class,
+    # tests/cli/test_detector_listing.py): the method family (information, sample consistency, internal states,
+    # attention, self-assessment, judges and verifiers, ensemble), the paper it comes from, and the peer tools
+    # (lm-polygraph, TruthTorchLM, uqlm, selfcheckgpt) that also ship the method
+    method_family: ClassVar[str] = ""
+    paper: ClassVar[str] = ""
+    peers: ClassVar[tuple[str, ...]] = ()
     # conformance checks this detector is exempt from, check name -> why the property cannot hold for it
     # (haldet.testing.conformance; an empty reason is refused; docs/detectors.md lists every exemption)
     conformance_exemptions: ClassVar[dict[str, str]] = {}
+    # the view it reads unless `reads` says otherwise: "answer", or the view of a `NAME@VIEW` study row
+    view: ClassVar[str] = "answer"
 
     def __init__(self, **params: Any) -> None:
+        # which part of a reasoning model's output it reads (`haldet.signals.READS`): every detector has it
+        self.reads = str(params.pop("reads", self.view))
+        if self.reads not in READS:
+            raise ValueError(f"detector {self.name!r}: reads {self.reads!r} is not one of {', '.join(READS)}")
         unknown = set(params) - set(self.defaults)
         if unknown:
             guesses = [f"{u!r}: {g}" for u in sorted(unknown) if (g := did_you_mean(u, self.defaults))]
@@ -104,6 +118,11 @@ class Detector:
         self.workdir: Path | None = None
         self.progress: Callable[[str, int], Callable[[int], None]] = lambda description, total: lambda n: None
         self.meta: dict[str, Any] = {}
+        beyond = sorted(s.value for s in self.requires - served(self.reads)) if self.reads != "answer" else []
+        if beyond:
+            raise ValueError(f"detector {self.name!r} cannot read {self.reads!r}: it reads {', '.join(beyond)}, which "
+                             f"exist for the answer alone; reads: {self.reads} serves "
+                             f"{', '.join(sorted(s.value for s in served(self.reads)))}")
         variant = self.params.get("variant")
         if variant is not None and self.variants and variant not in self.variants:
             guess = did_you_mean(str(variant), self.variants)
@@ -121,10 +140,11 @@ class Detector:
     def identity(self) -> dict[str, Any]:
         """What produces this instance's numbers, resolved before scoring: name, version, parameters (variant
         included) and every auxiliary model with its fingerprint. Keys scores and fitted state; recorded."""
-        from haldet.models.provenance import resolve_auxiliary
-
-        return {"detector": self.name, "version": self.version, "params": self.params,
-                "variant": self.params.get("variant"), "models": resolve_auxiliary(self)}
+        identity = {"detector": self.name, "version": self.version, "params": self.params,
+                    "variant": self.params.get("variant"), "models": resolve_auxiliary(self)}
+        if self.reads != "answer":  # the default keys scores as before: the answer is all a non-reasoning output is
+            identity["reads"] = self.reads
+        return identity
 
     def fit(self, train: SignalView, val: SignalView | None) -> None:
         """Learn from labelled train (and val) items. Training-free detectors keep this no-op."""
@@ -133,7 +153,7 @@ class Detector:
         raise NotImplementedError
 
     # attributes the scoring path sets, not part of the fitted state
-    _UNSAVED: ClassVar[frozenset[str]] = frozenset({"workdir", "progress"})
+    _UNSAVED: ClassVar[frozenset[str]] = frozenset({"workdir", "progress", "reads"})
 
     def score_units(self, items: SignalView, level: str) -> UnitScores:
         """One score per unit of `level` (aligned to `instance.units_of(level)`). A response-level detector scores
@@ -146,7 +166,7 @@ class Detector:
         a rerun with the same key skips fitting. Override for state that does not pickle."""
         import torch
 
-        from haldet.store import atomic_path
+        from haldet.store import atomic_path  # lazy: h5py
 
         with atomic_path(path) as tmp:
             torch.save({k: v for k, v in self.__dict__.items() if k not in self._UNSAVED}, tmp)
@@ -159,7 +179,35 @@ class Detector:
         self.__dict__.update({k: v for k, v in state.items() if k not in self._UNSAVED})
 
 
-DETECTORS: Registry[type[Detector]] = Registry("detector", "haldet.detectors", in_suites=True)
+class DetectorRegistry(Registry[type[Detector]]):
+    """The detector registry; `NAME@VIEW` (VIEW one of `READS`) names detector NAME reading that view of a reasoning
+    model's outputs, a row of its own in every table (the reasoning-trace study: `perplexity@reasoning`,
+    `lexical_similarity@remove`), made once per name as a subclass whose default `reads` is VIEW."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._views: dict[str, type[Detector]] = {}
+
+    def get(self, name: str, *, where: str = "") -> type[Detector]:
+        base, at, view = name.partition("@")
+        if not at:
+            return super().get(name, where=where)
+        cls = super().get(base, where=where)
+        if view not in READS:
+            raise HaldetError(f"detector {name!r}: {view!r} is not a view", where=where or "--detector",
+                              hint=f"NAME@VIEW with VIEW one of {', '.join(READS)}")
+        if name not in self._views:
+            self._views[name] = type(f"{cls.__name__}_{view}", (cls,), {
+                "name": name, "view": view, "__module__": cls.__module__,
+                "__doc__": f"{cls.__name__} reading {view} of a reasoning model's outputs."})
+        return self._views[name]
+
+    def __contains__(self, name: object) -> bool:
+        base, at, view = str(name).partition("@")
+        return super().__contains__(base) and (not at or view in READS)
+
+
+DETECTORS: DetectorRegistry = DetectorRegistry("detector", "haldet.detectors", in_suites=True)
 
 
 register = DETECTORS.register  # class decorator: @register("name")

@@ -31,6 +31,7 @@ from haldet.detectors.unit import AGGREGATES, UnitDetector
 from haldet.errors import HaldetError
 from haldet.models.pairs.base import CONTRADICTION, ENTAILMENT, NEUTRAL
 from haldet.signals import Signal, SignalView
+from haldet.text.linguistics import analyse, sentence_start
 
 
 def ccp_scores(topk_logprobs: np.ndarray, entail: np.ndarray, contradict: np.ndarray) -> np.ndarray:
@@ -52,6 +53,9 @@ def claim_score(token_ccp: np.ndarray) -> float:
 class CCP(UnitDetector):
     """Variants: `hard` (the method: each alternative's NLI class is the argmax), `soft` (expected counts: an
     alternative contributes p_k P(entail) to the numerator and p_k (P(entail) + P(contradict)) to the denominator)."""
+    method_family = "information (token probabilities)"
+    paper = "Fadeeva et al. 2024, Fact-checking the output of LLMs via token-level uncertainty quantification"
+    peers = ("lm-polygraph",)
 
     conformance_exemptions: ClassVar[dict[str, str]] = {
         "check_not_constant": "the conformance suite's random stand-in NLI model may call every pair neutral; hard "
@@ -84,8 +88,6 @@ class CCP(UnitDetector):
         return self.params["context"] == "sentence"
 
     def token_scores(self, items: SignalView) -> list[np.ndarray | str]:
-        from haldet.text.linguistics import analyse, sentence_start
-
         if self.params["context"] not in ("sentence", "response"):
             raise ValueError(f"ccp: context must be sentence or response, not {self.params['context']!r}")
         try:  # the NLI model first: without one there is nothing to compute (NaN with the reason, no decoding)

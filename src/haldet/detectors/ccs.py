@@ -43,6 +43,9 @@ def ccs_loss(p0: torch.Tensor | np.ndarray, p1: torch.Tensor | np.ndarray) -> to
 
 @register("ccs")
 class Ccs(Detector):
+    method_family = "internal states"
+    paper = "Burns et al. 2023, Discovering latent knowledge in language models without supervision"
+    peers = ()
     requires = frozenset({Signal.CCS_FEATURES})
     trains = True
     defaults: ClassVar[dict[str, Any]] = {

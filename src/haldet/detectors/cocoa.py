@@ -24,6 +24,9 @@ from haldet.signals import Signal, SignalView
 
 @register("cocoa")
 class CoCoA(Detector):
+    method_family = "sample consistency"
+    paper = "Vashurin et al. 2025, Uncertainty quantification for LLMs through minimum Bayes risk (CoCoA)"
+    peers = ("lm-polygraph", "uqlm")
     requires = frozenset({Signal.RESPONSE, Signal.SAMPLES, Signal.TOKEN_LOGPROBS})
     variants: ClassVar[dict[str, str]] = {
         "msp": "(-sum_t log p_t) x mean sample dissimilarity (CoCoA_MSP)",

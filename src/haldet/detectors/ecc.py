@@ -18,6 +18,9 @@ from haldet.detectors.base import register
 class Ecc(GraphDetector):
     """U_Ecc = || [v_1 - v_bar, ..., v_m - v_bar] ||_F, v_j in R^k from the k eigenvectors of L with eigenvalue
     below `threshold` (default 0.9); 0 for identical samples."""
+    method_family = "sample consistency"
+    paper = "Lin, Trivedi & Sun 2024, Generating with confidence: uncertainty quantification for black-box LLMs"
+    peers = ("lm-polygraph", "TruthTorchLM")
 
     defaults: ClassVar[dict[str, Any]] = {**GraphDetector.defaults, "threshold": 0.9}
 

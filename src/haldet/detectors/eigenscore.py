@@ -28,6 +28,9 @@ def eigenscore(X: np.ndarray, alpha: float = 1e-3) -> float:
 
 @register("eigenscore")
 class EigenScore(Detector):
+    method_family = "internal states"
+    paper = "Chen et al. 2024, INSIDE: LLMs' internal states retain the power of hallucination detection"
+    peers = ("lm-polygraph", "TruthTorchLM")
     requires = frozenset({Signal.SAMPLE_HIDDEN})
     defaults: ClassVar[dict[str, Any]] = {"alpha": 1e-3, "max_samples": None}
 

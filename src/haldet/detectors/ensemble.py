@@ -33,6 +33,9 @@ DEFAULT_MEMBERS = ("perplexity", "verbalized")
 @register("ensemble")
 class Ensemble(Detector):
     """Combination of member detectors' scores (logistic regression on standardised scores, or a rank average)."""
+    method_family = "ensemble"
+    paper = "stacking of detector scores (logistic regression or mean rank), haldet's own"
+    peers = ("uqlm",)
 
     # the default members' signals (an instance with other members reads theirs: `signals()`); a test keeps
     # this equal to the union of the default members' declarations
@@ -154,7 +157,7 @@ class Ensemble(Detector):
         """The combiner and each member's fitted state (attributes without those the scoring path sets)."""
         import torch
 
-        from haldet.store import atomic_path
+        from haldet.store import atomic_path  # lazy: h5py
 
         state = {k: v for k, v in self.__dict__.items() if k not in self._UNSAVED and k != "members"}
         state["member_states"] = [{k: v for k, v in m.__dict__.items() if k not in m._UNSAVED} for m in self.members]

@@ -12,6 +12,9 @@ from haldet.signals import Signal, SignalView
 
 @register("entropy")
 class Entropy(UnitDetector):
+    method_family = "information (token probabilities)"
+    paper = "mean token entropy (Malinin & Gales 2021); HalluEntity's baseline (Yeh et al. 2025)"
+    peers = ("lm-polygraph", "uqlm")
     requires = UnitDetector.requires | {Signal.ANSWER_ENTROPIES}
     version = "1"
 

@@ -36,6 +36,7 @@ from haldet.detectors.base import Scores, register
 from haldet.detectors.unit import UnitDetector
 from haldet.errors import HaldetError
 from haldet.signals import Signal, SignalView
+from haldet.text.linguistics import analyse, pipeline_id, token_mask
 
 KEYWORD_POS = ("NOUN", "PROPN", "NUM")
 PROPAGATIONS = {"keywords": "from earlier keyword tokens only, attention renormalised over them (original Focus)",
@@ -95,6 +96,9 @@ def propagate(h: np.ndarray, attention: np.ndarray, keywords: np.ndarray, gamma:
 
 @register("focus")
 class Focus(UnitDetector):
+    method_family = "information (token probabilities)"
+    paper = "Zhang et al. 2023, Enhancing uncertainty-based hallucination detection with stronger focus"
+    peers = ("lm-polygraph",)
     requires = UnitDetector.requires | {Signal.RESPONSE, Signal.TOKEN_TOPK_IDS, Signal.TOKEN_TOPK_LOGPROBS,
                                         Signal.TOKEN_ATTENTION}
     version = "2"
@@ -103,7 +107,7 @@ class Focus(UnitDetector):
                                           "idf_formula": "focus", "support": "topk"}
 
     def __init__(self, **params: Any) -> None:
-        from haldet.models.idf import IDF_FORMULAS
+        from haldet.models.idf import IDF_FORMULAS  # lazy: h5py
 
         super().__init__(**params)
         for name, known in (("propagation", PROPAGATIONS), ("idf_formula", IDF_FORMULAS), ("support", SUPPORTS)):
@@ -116,15 +120,14 @@ class Focus(UnitDetector):
 
     def identity(self) -> dict[str, Any]:
         """Adds the IDF corpus's file fingerprint: a changed corpus re-scores."""
-        from haldet.models.idf import corpus_identity
+        from haldet.models.idf import corpus_identity  # lazy: h5py
 
         out = super().identity()
         out["models"] = {**out.get("models", {}), "idf": corpus_identity(self.params["idf_corpus"])}
         return out
 
     def _focus(self, items: SignalView) -> list[tuple[np.ndarray, np.ndarray] | str]:
-        from haldet.models.idf import IDF_FORMULAS, idf_table
-        from haldet.text.linguistics import analyse, pipeline_id, token_mask
+        from haldet.models.idf import IDF_FORMULAS, idf_table  # lazy: h5py
 
         responses = items.get(Signal.RESPONSE)
         try:

@@ -52,6 +52,9 @@ def membership_scores(F: np.ndarray, mean: np.ndarray, V: np.ndarray, s: np.ndar
 
 @register("haloscope")
 class HaloScope(Detector):
+    method_family = "internal states"
+    paper = "Du et al. 2024, HaloScope: harnessing unlabeled LLM generations for hallucination detection"
+    peers = ()
     requires = frozenset({Signal.HIDDEN_LAST, Signal.HIDDEN_MEAN})
     trains = True
     version = "2"  # 2: no hard-coded settings without usable validation labels

@@ -19,6 +19,9 @@ from haldet.signals import Signal, SignalView
 
 @register("icr_probe")
 class IcrProbe(ProbeDetector):
+    method_family = "internal states"
+    paper = "Zhang et al. 2025, ICR Probe: tracking hidden state dynamics for reliable hallucination detection in LLMs"
+    peers = ()
     requires = frozenset({Signal.ICR_FEATURES})
     signal = Signal.ICR_FEATURES
     defaults: ClassVar[dict[str, Any]] = {

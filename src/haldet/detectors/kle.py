@@ -40,6 +40,9 @@ def heat_kernel_entropy(W: np.ndarray, t: float) -> float:
 
 @register("kle")
 class KernelLanguageEntropy(GraphDetector):
+    method_family = "sample consistency"
+    paper = "Nikitin et al. 2024, Kernel language entropy"
+    peers = ("lm-polygraph", "TruthTorchLM")
     variants: ClassVar[dict[str, str]] = {
         "nli": "W = P(entailment) + 0.5 P(neutral), both directions summed, from the NLI model (the paper's graph)",
         "jaccard": "W = Jaccard similarity of the samples' word sets (no model)",

@@ -16,6 +16,10 @@ from haldet.signals import Signal, SignalView
 class LexicalSimilarity(Detector):
     """s = 1 - mean over unordered sample pairs of ROUGE-L F1 (rouge-score, stemming on); empty samples are
     dropped and fewer than two non-empty samples is invalid."""
+    method_family = "sample consistency"
+    paper = ("Fomicheva et al. 2020, Unsupervised quality estimation for neural machine translation (as in Lin et "
+             "al. 2024)")
+    peers = ("lm-polygraph",)
 
     requires = frozenset({Signal.SAMPLES})
     defaults: ClassVar[dict[str, Any]] = {"use_stemmer": True}

@@ -12,6 +12,9 @@ from haldet.signals import Signal, SignalView
 
 @register("likelihood")
 class Likelihood(UnitDetector):
+    method_family = "information (token probabilities)"
+    paper = "token log-likelihood baseline (HalluEntity, Yeh et al. 2025)"
+    peers = ("lm-polygraph", "TruthTorchLM")
     requires = UnitDetector.requires | {Signal.TOKEN_LOGPROBS}
     version = "1"
 

@@ -71,6 +71,9 @@ FAITHFULNESS = register_prompt(VerdictPrompt(
 class LLMJudgeDetector(Detector):
     """Score = the verdict prompt's score of the judge's label (1 = HALLUCINATION); NaN with the reason when the
     reply has no verdict or the call failed."""
+    method_family = "judges and verifiers"
+    paper = "Zheng et al. 2023, Judging LLM-as-a-judge; TRIVIA+'s zero-shot judge"
+    peers = ("uqlm",)
 
     requires = frozenset({Signal.VERDICT})
     defaults: ClassVar[dict[str, Any]] = {"prompt": "faithfulness", "shots": 0, "seed": 42}
@@ -108,6 +111,9 @@ class LLMJudgeDetector(Detector):
 @register("llm_judge_fs")
 class FewShotLLMJudge(LLMJudgeDetector):
     """The few-shot judge: three misclassified validation items as demonstrations (labels from training data)."""
+    method_family = "judges and verifiers"
+    paper = "Zheng et al. 2023, Judging LLM-as-a-judge; TRIVIA+'s few-shot judge"
+    peers = ("uqlm",)
 
     trains = True  # its demonstrations depend on the split and the training labels
     defaults: ClassVar[dict[str, Any]] = {"prompt": "faithfulness", "shots": 3, "seed": 42}
@@ -119,6 +125,9 @@ class OptimizedLLMJudge(LLMJudgeDetector):
     when better on validation (`rounds`, `feedback` mistakes per round, `objective`, the optimiser
     `optimizer_model` at `optimizer_base_url`, default the judge itself). The final instructions and every trial are
     in the detector's meta (`optimized_prompt`, `prompt_optimization`), hence in the manifest and the reports."""
+    method_family = "judges and verifiers"
+    paper = "TRIVIA+'s prompt-optimised judge (LLM-as-a-judge, Zheng et al. 2023)"
+    peers = ()
 
     trains = True  # the instructions and demonstrations depend on the split and the training labels
     defaults: ClassVar[dict[str, Any]] = {"prompt": "faithfulness", "shots": 3, "seed": 42, "rounds": 3,

@@ -87,8 +87,8 @@ class _LayerChoice:
         direction = DIRECTIONS[self.params.get("direction", "learned")]
         if direction is not None:
             self.layer, self.sign = int(fixed), direction
-            self.choice_note = (f"layer {self.layer}, fixed: hallucinated when the raw score is "
-                                f"{self.params['direction']} the threshold")
+            self.choice_note = (f"layer {self.layer}, sign {int(self.sign):+d} fixed: hallucinated when the raw "
+                                f"score is {self.params['direction']} the threshold")
             self.meta["layer_choice"] = self.choice_note
             return
         for name, view in (("validation", val), ("training", train)):
@@ -121,6 +121,9 @@ class _LayerChoice:
 @register("llmcheck_hidden")
 class LLMCheckHidden(_LayerChoice, Detector):
     """Hidden score at the chosen layer (see the module docstring)."""
+    method_family = "internal states"
+    paper = "Sriramanan et al. 2024, LLM-Check: investigating detection of hallucinations in LLMs"
+    peers = ()
 
     version = "1"
     trains = True
@@ -161,6 +164,9 @@ class LLMCheckHidden(_LayerChoice, Detector):
 @register("llmcheck_attention")
 class LLMCheckAttention(_LayerChoice, UnitDetector):
     """Attention score at the chosen layer, averaged over each unit's tokens (see the module docstring)."""
+    method_family = "attention"
+    paper = "Sriramanan et al. 2024, LLM-Check: investigating detection of hallucinations in LLMs"
+    peers = ("lm-polygraph", "TruthTorchLM")
 
     version = "1"
     trains = True

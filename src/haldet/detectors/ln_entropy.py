@@ -16,6 +16,9 @@ class LNEntropy(Detector):
     """Monte-Carlo entropy estimate from K samples: s = -(1/K) sum_k log P(y_k|x) / |y_k| (variant
     "normalized", the method's source). The paper drops the length normalisation: s = -(1/K) sum_k log P(y_k|x)
     (variant "paper"). Samples with no tokens or a non-finite log-likelihood are left out."""
+    method_family = "sample consistency"
+    paper = "Malinin & Gales 2021, Uncertainty estimation in autoregressive structured prediction"
+    peers = ("lm-polygraph", "TruthTorchLM")
 
     requires = frozenset({Signal.SAMPLE_LOGLIKS})
     variants: ClassVar[dict[str, str]] = {"normalized": "mean over samples of -log P / length (Malinin & Gales)",

@@ -51,6 +51,9 @@ class Gaussian:
 
 @register("mahalanobis")
 class Mahalanobis(Detector):
+    method_family = "internal states"
+    paper = "Lee et al. 2018, A simple unified framework for detecting OOD samples; Vazhentsev et al. 2023 for LLMs"
+    peers = ("lm-polygraph",)
     requires = frozenset({Signal.HIDDEN_MEAN})
     trains = True
     defaults: ClassVar[dict[str, Any]] = {"layer": -1}

@@ -29,6 +29,9 @@ from haldet.signals import Signal, SignalView
 
 @register("mind")
 class Mind(ProbeDetector):
+    method_family = "internal states"
+    paper = "Su et al. 2024, Unsupervised real-time hallucination detection based on the internal states of LLMs (MIND)"
+    peers = ()
     requires = frozenset({Signal.HIDDEN_LAST, Signal.HIDDEN_MEAN})
     signal = Signal.HIDDEN_LAST
     variants: ClassVar[dict[str, str]] = {

@@ -46,6 +46,9 @@ class AnswerLogprobDetector(Detector):
 class MaximumSequenceProbability(AnswerLogprobDetector):
     """s = -log P(y | x) = -sum_t log p(y_t | y_<t, x) over the answer tokens (no length normalisation: longer
     answers score higher, as the method defines it; `perplexity` is the normalised form)."""
+    method_family = "information (token probabilities)"
+    paper = "maximum sequence probability, the sequence-likelihood baseline (e.g. Fadeeva et al. 2023, LM-Polygraph)"
+    peers = ("lm-polygraph", "TruthTorchLM", "uqlm")
 
     def value(self, lp: np.ndarray) -> float:
         return float(-lp.sum())

@@ -20,6 +20,9 @@ from haldet.models.pairs.base import CONTRADICTION, ENTAILMENT
 @register("num_sem_sets")
 class NumSemSets(GraphDetector):
     """U_NumSet = number of connected components of the equivalence graph of the non-empty samples."""
+    method_family = "sample consistency"
+    paper = "Lin, Trivedi & Sun 2024, Generating with confidence: uncertainty quantification for black-box LLMs"
+    peers = ("lm-polygraph", "TruthTorchLM")
 
     variants: ClassVar[dict[str, str]] = {
         "jaccard": "linked when the word-set Jaccard similarity >= jaccard_threshold (no model; not in the paper)",

@@ -13,6 +13,9 @@ from haldet.signals import Signal, SignalView
 @register("perplexity")
 class Perplexity(Detector):
     """s = exp(-(1/T) sum log p(y_t | y_<t, x)); capped at 1e10 when the mean NLL exceeds 50 (as in E.14)."""
+    method_family = "information (token probabilities)"
+    paper = "perplexity of the answer (Ren et al. 2023, OOD detection and selective generation; OpenHalDet E.14)"
+    peers = ("lm-polygraph", "uqlm")
 
     requires = frozenset({Signal.TOKEN_LOGPROBS})
     defaults: ClassVar[dict[str, Any]] = {"nll_cap": 50.0, "cap_value": 1e10}

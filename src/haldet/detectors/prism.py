@@ -22,6 +22,9 @@ from haldet.signals import Signal
 
 @register("prism")
 class Prism(ProbeDetector):
+    method_family = "internal states"
+    paper = "Zhang et al. 2024, Prompt-guided internal states for hallucination detection of LLMs (PRISM)"
+    peers = ()
     requires = frozenset({Signal.PRISM_FEATURES})
     signal = Signal.PRISM_FEATURES
     defaults: ClassVar[dict[str, Any]] = {

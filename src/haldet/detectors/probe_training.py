@@ -55,7 +55,7 @@ def binary_auroc(y: np.ndarray, s: np.ndarray) -> float:
     same operations in the same order (ROC points at distinct thresholds, collinear points dropped, the origin
     prepended, trapezoid area), so the value is the same float: searches compare AUROCs with `>`, and a tie broken
     by the last bit must be broken the same way. Without sklearn's input validation it is ~50x faster on the
-    tens of items of a validation view. `tests/test_detectors_whitebox.py` checks equality on tied data."""
+    tens of items of a validation view. `tests/detectors/test_detectors_whitebox.py` checks equality on tied data."""
     positive = np.unique(y)[1]
     order = np.argsort(s, kind="stable")[::-1]  # descending; the order within a tie changes no ROC point
     score = s[order]
@@ -129,7 +129,7 @@ class TrainedMLP:
     def predict(self, X: np.ndarray, device: str = "auto") -> np.ndarray:
         """P(class 1 = hallucination) per row. Each row runs as its own batch of one in a fresh tensor: BLAS kernels
         may round a row by its position in a batch (MKL's AVX-512 ones do), and an item's score must not depend on
-        the items scored with it (tests/test_conformance_isa.py)."""
+        the items scored with it (tests/testing/test_conformance_isa.py)."""
         if len(X) == 0:
             return np.zeros(0)
         dev = resolve_device(device)

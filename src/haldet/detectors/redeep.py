@@ -7,7 +7,11 @@ labelled training items: the `top_heads` heads whose ECS correlates most negativ
 `top_layers` layers whose PKS correlates most positively (Pearson). The score is
 `alpha * z(sum of chosen PKS) - beta * z(sum of chosen ECS)`, each sum standardised on the training items
 (higher = more likely hallucinated). An item the evidence pass could not process (too long for its attention
-budget, context not in the prompt) is NaN with that reason.
+budget, context not in the prompt) is NaN with that reason (variant `strict`, the default). Variant `paper` (TRIVIA+
+appendix A.8: "an uninformative default score of 0.5", every test response counted) gives such an item
+`default_score` instead, 0.0 by default: on this detector's standardised scale that is the training items' mean
+score, the counterpart of 0.5 on the paper's [0, 1] scale; `meta` counts the defaulted items and says the coverage
+the strict variant would show.
 """
 
 from __future__ import annotations
@@ -30,10 +34,19 @@ def _pearson(X: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 @register("redeep")
 class ReDeEP(Detector):
+    method_family = "attention"
+    paper = ("Sun et al. 2025, ReDeEP: detecting hallucination in retrieval-augmented generation via mechanistic "
+             "interpretability")
+    peers = ()
     requires = frozenset({Signal.REDEEP_FEATURES})
     trains = True
     version = "1"
-    defaults: ClassVar[dict[str, Any]] = {"top_heads": 32, "top_layers": 4, "alpha": 1.0, "beta": 1.0}
+    variants: ClassVar[dict[str, str]] = {
+        "strict": "an item the evidence pass could not process -> NaN with the reason",
+        "paper": "an item the evidence pass could not process -> default_score (TRIVIA+ appendix A.8's 0.5)",
+    }
+    defaults: ClassVar[dict[str, Any]] = {"variant": "strict", "top_heads": 32, "top_layers": 4, "alpha": 1.0,
+                                          "beta": 1.0, "default_score": 0.0}
 
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)
@@ -91,8 +104,13 @@ class ReDeEP(Detector):
         values = items.get(Signal.REDEEP_FEATURES)
         _, why = self._usable(values)
         alpha, beta = float(self.params["alpha"]), float(self.params["beta"])
+        defaulted = 0
         for i, (value, reason) in enumerate(zip(values, why, strict=True)):
-            if reason is not None:  # the item's own reason first (too long, no context), then the fit's
+            if reason is not None and isinstance(value, str) and self.params["variant"] == "paper" \
+                    and self.problem is None:  # the pass could not process it: the paper's uninformative score
+                out.set(i, float(self.params["default_score"]))
+                defaulted += 1
+            elif reason is not None:  # the item's own reason first (too long, no context), then the fit's
                 out.invalid(i, reason)
             elif self.problem is not None:
                 out.invalid(i, f"not fitted: {self.problem}")
@@ -101,4 +119,9 @@ class ReDeEP(Detector):
             else:
                 z = (self._sums(np.asarray(value, dtype=np.float64)) - self.center) / self.scale
                 out.set(i, float(alpha * z[0] - beta * z[1]))
+        self.meta["defaulted"] = defaulted
+        if defaulted:
+            self.meta["note"] = (f"{defaulted}/{len(items)} items the evidence pass could not process scored "
+                                 f"{self.params['default_score']} (paper variant); the strict variant's coverage "
+                                 f"would be at most {1 - defaulted / len(items):.0%}")
         return out

@@ -16,6 +16,9 @@ from haldet.detectors.mahalanobis import Gaussian, Mahalanobis
 
 @register("relative_mahalanobis")
 class RelativeMahalanobis(Mahalanobis):
+    method_family = "internal states"
+    paper = "Ren et al. 2023, A simple fix to Mahalanobis distance for improving near-OOD detection"
+    peers = ("lm-polygraph",)
     def fit_layer(self, X: np.ndarray, y: np.ndarray) -> dict[str, Gaussian]:
         return {"correct": Gaussian.fit(X[y == 0]), "background": Gaussian.fit(X)}
 

@@ -27,6 +27,9 @@ from haldet.signals import Signal
 
 @register("saplma")
 class Saplma(ProbeDetector):
+    method_family = "internal states"
+    paper = "Azaria & Mitchell 2023, The internal state of an LLM knows when it's lying (SAPLMA)"
+    peers = ("TruthTorchLM",)
     requires = frozenset({Signal.HIDDEN_LAST})
     signal = Signal.HIDDEN_LAST
     defaults: ClassVar[dict[str, Any]] = {

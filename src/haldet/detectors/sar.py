@@ -60,6 +60,10 @@ class SAR(Detector):
     """Sentence-level SAR over the K samples (see module docstring). Similarity: cross-encoder on "question
     sample" texts (default cross-encoder/stsb-distilroberta-base; offline fallback: MiniLM cosine), t = 0.001.
     Samples that are empty or lack a finite log-likelihood are dropped; fewer than two left is invalid."""
+    method_family = "sample consistency"
+    paper = ("Duan et al. 2024, Shifting attention to relevance: towards the predictive uncertainty quantification "
+             "of free-form LLMs")
+    peers = ("lm-polygraph", "TruthTorchLM")
 
     requires = frozenset({Signal.SAMPLES, Signal.SAMPLE_LOGLIKS})
     auxiliary: ClassVar[dict[str, str]] = {"similarity_model": "similarity"}
@@ -110,6 +114,9 @@ class SAR(Detector):
 class TokenSAR(Detector):
     """TokenSAR on the greedy answer: relevance-weighted token NLL (see `token_sar`). Token pieces are decoded
     with the generating model's tokenizer (tokenizer only; the model is not run)."""
+    method_family = "information (token probabilities)"
+    paper = "Duan et al. 2024, Shifting attention to relevance (token SAR)"
+    peers = ("lm-polygraph", "TruthTorchLM")
 
     requires = frozenset({Signal.RESPONSE, Signal.TOKEN_LOGPROBS})
     auxiliary: ClassVar[dict[str, str]] = {"similarity_model": "similarity"}

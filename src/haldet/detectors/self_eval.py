@@ -34,13 +34,26 @@ class SelfEval(Detector):
     Variant "raw" (the paper, appendix E.3): P(True) is the raw next-token probability mass of the True words.
     Only when the probability is absent (an API without log-probs) is the verdict text parsed: "Correct" -> 0,
     "Incorrect" -> 1; neither -> invalid.
+
+    The "decision" variants read the evaluator procedure's records (`auxiliary.procedure: evaluator`, OpenHalDet
+    E.3: a separate evaluator chat, the model reasons, then ends with Correct or Incorrect): p is the probability of
+    the token where the last decision word starts. "decision": P(True) = p after "Correct", 1 - p after "Incorrect"
+    (the decision's probability read as a probability that the answer is true). "decision_literal": P(True) = p
+    whatever the decision says, the paper's sentence read word for word (a confident "Incorrect" then scores as a
+    confident "Correct"). Without a log-prob the decision itself is the fallback (Correct -> 0, Incorrect -> 1);
+    records of the follow-up procedure are invalid for these variants (NaN naming the setting).
     """
+    method_family = "self-assessment"
+    paper = "Kadavath et al. 2022, Language models (mostly) know what they know (P(True))"
+    peers = ("lm-polygraph", "TruthTorchLM", "uqlm")
 
     requires = frozenset({Signal.SELF_EVAL})
     version = "2"
     variants: ClassVar[dict[str, str]] = {
         "normalized": "1 - P(True) / (P(True) + P(False)): the verdict, independent of format mass",
-        "raw": "1 - P(True) from the raw token probability (OpenHalDet appendix E.3)",
+        "raw": "1 - P(True) from the raw token probability (the follow-up procedure)",
+        "decision": "evaluator procedure (E.3): P(True) = p(decision token), 1 - p after Incorrect",
+        "decision_literal": "evaluator procedure (E.3): P(True) = p(decision token) whatever the decision",
     }
     defaults: ClassVar[dict[str, Any]] = {"variant": "normalized", "text_fallback": True}
 
@@ -51,11 +64,33 @@ class SelfEval(Detector):
         p = value.get("p_true")
         return None if p is None else float(p)
 
+    def _decision(self, value: dict[str, Any]) -> tuple[float | None, str]:
+        """(score, reason when None) of an evaluator record (the "decision" variants)."""
+        if value.get("procedure") != "evaluator":
+            return None, "no evaluator reply (set auxiliary.procedure: evaluator for this variant)"
+        decision, lp = value.get("decision"), value.get("logp_decision")
+        if decision not in ("correct", "incorrect"):
+            return None, f"no Correct/Incorrect decision in {str(value.get('text'))[-60:]!r}"
+        if lp is None:
+            if not self.params["text_fallback"]:
+                return None, "no decision log-prob (text fallback disabled)"
+            return (0.0 if decision == "correct" else 1.0), ""
+        p = min(1.0, max(0.0, math.exp(float(lp))))
+        p_true = p if decision == "correct" or self.params["variant"] == "decision_literal" else 1.0 - p
+        return 1.0 - p_true, ""
+
     def score(self, items: SignalView) -> Scores:
         out = Scores.empty(len(items))
         for i, value in enumerate(items.get(Signal.SELF_EVAL)):
             if not isinstance(value, dict):
                 out.invalid(i, "no self-evaluation")
+                continue
+            if self.params["variant"].startswith("decision"):
+                score, reason = self._decision(value)
+                if score is None:
+                    out.invalid(i, reason)
+                else:
+                    out.set(i, score)
                 continue
             p = self._p_true(value)
             if p is not None:

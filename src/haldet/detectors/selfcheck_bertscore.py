@@ -18,6 +18,9 @@ class SelfCheckBERTScore(Detector):
     """For answer sentence j and sample k, F1_jk = max over the sample's sentences of BERTScore F1 (bert-score
     library); s = (1/M) sum_j (1 - mean_k F1_jk). Default encoder roberta-large (layer 17, no baseline
     rescaling, as in the paper); offline it falls back to the packaged MiniLM (recorded in the run)."""
+    method_family = "sample consistency"
+    paper = "Manakul et al. 2023, SelfCheckGPT: zero-resource black-box hallucination detection"
+    peers = ("selfcheckgpt", "uqlm")
 
     requires = frozenset({Signal.RESPONSE, Signal.SAMPLES})
     auxiliary: ClassVar[dict[str, str]] = {"model": "bertscore", "sentences": "splitter"}

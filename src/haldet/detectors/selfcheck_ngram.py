@@ -59,6 +59,9 @@ def unigram_scores(answer_sentences: list[str], texts: list[str], k: float = 0.0
 
 @register("selfcheck_ngram")
 class SelfCheckNgram(Detector):
+    method_family = "sample consistency"
+    paper = "Manakul et al. 2023, SelfCheckGPT: zero-resource black-box hallucination detection"
+    peers = ("selfcheckgpt",)
     requires = frozenset({Signal.RESPONSE, Signal.SAMPLES})
     auxiliary: ClassVar[dict[str, str]] = {"sentences": "splitter"}
     variants: ClassVar[dict[str, str]] = {

@@ -36,6 +36,9 @@ class SelfCheckNLI(Detector):
     two-way entailment/contradiction normalisation). Variant "paper" (OpenHalDet E.5): s = max_j mean_k P(c).
     Bare MCQ letters in the answer and the samples are expanded to the option text.
     """
+    method_family = "sample consistency"
+    paper = "Manakul et al. 2023, SelfCheckGPT: zero-resource black-box hallucination detection"
+    peers = ("selfcheckgpt", "uqlm")
 
     requires = frozenset({Signal.RESPONSE, Signal.SAMPLES})
     auxiliary: ClassVar[dict[str, str]] = {"nli_model": "nli", "sentences": "splitter"}

@@ -6,7 +6,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from haldet.detectors._consistency import pair_scores, sample_logliks
+from haldet.detectors._consistency import pair_scores, sample_logliks, with_question
 from haldet.detectors.base import Detector, Scores, register
 from haldet.models.pairs.base import CONTRADICTION, ENTAILMENT, NEUTRAL
 from haldet.signals import Signal, SignalView
@@ -53,6 +53,9 @@ class SemanticEntropy(Detector):
     `equivalence`: "strict" (entailment both ways: the paper's rule and Farquhar et al.'s strict option) or
     "loose" (Farquhar et al.'s default: no contradiction either way and not neutral both ways).
     """
+    method_family = "sample consistency"
+    paper = "Kuhn, Gal & Farquhar 2023, Semantic uncertainty; Farquhar et al. 2024 (Nature)"
+    peers = ("lm-polygraph", "TruthTorchLM", "uqlm")
 
     requires = frozenset({Signal.SAMPLES, Signal.SAMPLE_LOGLIKS})
     auxiliary: ClassVar[dict[str, str]] = {"nli_model": "nli"}
@@ -69,7 +72,7 @@ class SemanticEntropy(Detector):
                              f"not {self.params['equivalence']!r}")
 
     def _text(self, question: str, answer: str) -> str:
-        return f"{question} {answer}".strip() if self.params["include_question"] and question else answer
+        return with_question(question, answer, bool(self.params["include_question"]))
 
     def score(self, items: SignalView) -> Scores:
         out = Scores.empty(len(items))

@@ -69,6 +69,9 @@ def semantic_entropy_of(view: SignalView, params: dict[str, Any], parent: Detect
 
 @register("sep")
 class Sep(Detector):
+    method_family = "internal states"
+    paper = "Kossen et al. 2024, Semantic entropy probes: robust and cheap hallucination detection in LLMs"
+    peers = ()
     requires = frozenset({Signal.SEP_FEATURES, Signal.SAMPLES, Signal.SAMPLE_LOGLIKS})
     trains = True
     variants: ClassVar[dict[str, str]] = {

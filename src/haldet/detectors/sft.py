@@ -9,6 +9,12 @@ The fitted adapter weights are the saved state, so the scoring path caches them 
 every parameter, split and training labels) and a rerun scores without training. The paper tuned
 Mistral-7B-Instruct-v0.2; the default here is the embedded SmolLM2-135M-Instruct (any hub id, local path or alias
 the hf backend loads).
+
+TRIVIA+'s procedure (appendix A.2), each a parameter: `max_length: null` reads whole contexts (up to the model's
+window, where a longer item keeps its head and its end, as any cut here); `drop_longest` leaves the longest share of
+the training items out of training (the paper: 16.13%); `eval_every: N` scores the validation items every N steps
+(and at the end) and keeps the adapter with the best validation AUROC (the paper: every 100 steps), `fit_info`
+saying which step won. Without labelled validation items the last adapter is kept, and `fit_info` says why.
 """
 
 from __future__ import annotations
@@ -18,8 +24,10 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from haldet.backends.hf.backend import HFBackend
 from haldet.detectors.base import Detector, Scores, register
 from haldet.detectors.probe_training import training_problem
+from haldet.evaluation.metrics import auroc
 from haldet.schema import Instance
 from haldet.signals import Signal, SignalView
 
@@ -36,13 +44,16 @@ def classifier_messages(inst: Instance, response: str) -> list[dict[str, str]]:
 
 @register("sft")
 class SFT(Detector):
+    method_family = "judges and verifiers"
+    paper = "a fine-tuned LLM judge (TRIVIA+'s SFT detector)"
+    peers = ()
     requires = frozenset({Signal.RESPONSE})
     trains = True
     version = "1"
     auxiliary: ClassVar[dict[str, str]] = {"model": "causal_lm"}
     defaults: ClassVar[dict[str, Any]] = {"model": "smollm2-135m", "r": 16, "lora_alpha": 32, "lora_dropout": 0.05,
                                           "epochs": 2, "lr": 2e-4, "batch_size": 4, "max_length": 512, "seed": 42,
-                                          "device": "auto"}
+                                          "device": "auto", "drop_longest": 0.0, "eval_every": None}
     _UNSAVED: ClassVar[frozenset[str]] = Detector._UNSAVED | {"_lm"}
 
     def __init__(self, **params: Any) -> None:
@@ -58,8 +69,6 @@ class SFT(Detector):
         if self._lm is None:
             import torch
             from peft import LoraConfig, get_peft_model, set_peft_model_state_dict
-
-            from haldet.backends.hf.backend import HFBackend
 
             p = self.params
             backend = HFBackend(str(p["model"]), device=str(p["device"]))
@@ -77,7 +86,7 @@ class SFT(Detector):
 
     def _encode(self, backend: Any, inst: Instance, response: str) -> list[int]:
         ids = backend.encode_prompt(backend.render_chat(classifier_messages(inst, response)))
-        limit = int(self.params["max_length"])
+        limit = int(self.params["max_length"] or backend.window())  # null: the whole item, up to the window
         return ids if len(ids) <= limit else ids[:2] + ids[len(ids) - limit + 2:]  # keep the head and the question
 
     def _reply_logits(self, model: Any, batch: list[list[int]], pad: int) -> Any:
@@ -106,6 +115,13 @@ class SFT(Detector):
         backend, model, words = self._model()
         pad = backend.tokenizer.pad_token_id or 0
         data = [(self._encode(backend, train.instances[i], responses[i]), int(labels[i])) for i in keep]
+        n_drop = round(float(self.params["drop_longest"]) * len(data))
+        if n_drop:  # the longest training items are left out (TRIVIA+: 16.13%), ties by position
+            longest = set(sorted(range(len(data)), key=lambda j: (-len(data[j][0]), j))[:n_drop])
+            data = [d for j, d in enumerate(data) if j not in longest]
+        every = self.params["eval_every"]
+        val_set = self._val_set(backend, val) if every else None
+        best: tuple[float, int, dict[str, Any]] | None = None
         params = [p for p in model.parameters() if p.requires_grad]
         opt = torch.optim.AdamW(params, lr=float(self.params["lr"]))
         rng = random.Random(int(self.params["seed"]))
@@ -128,10 +144,57 @@ class SFT(Detector):
                 opt.step()
                 losses.append(float(loss.detach()))
                 advance(len(chunk))
+                if val_set and len(losses) % int(every) == 0:
+                    best = self._keep_best(model, val_set, pad, words, len(losses), best)
         model.eval()
-        self.adapter = {k: v.detach().float().cpu().numpy() for k, v in get_peft_model_state_dict(model).items()}
-        self.fit_info = {"n_train": len(data), "steps": len(losses), "first_loss": losses[0] if losses else None,
+        if val_set:
+            best = self._keep_best(model, val_set, pad, words, len(losses), best)
+        state = get_peft_model_state_dict(model)
+        self.adapter = ({k: v.detach().float().cpu().numpy() for k, v in state.items()} if best is None
+                        else best[2])
+        if best is not None:  # the model scores with the kept adapter, not the last step's
+            from peft import set_peft_model_state_dict
+
+            set_peft_model_state_dict(model, {k: torch.from_numpy(v).to(model.device) for k, v in best[2].items()})
+        self.fit_info = {"n_train": len(data), "dropped_longest": n_drop, "steps": len(losses),
+                         "first_loss": losses[0] if losses else None,
                          "last_loss": losses[-1] if losses else None}  # epochs 0: the untuned model (a baseline)
+        if every:
+            self.fit_info.update({"best_step": best[1], "best_val_auroc": best[0]} if best else
+                                 {"best_step": None, "note": "no labelled validation items of both classes: "
+                                                             "the last adapter is kept"})
+
+    def _val_set(self, backend: Any, val: SignalView | None) -> tuple[list[list[int]], np.ndarray] | None:
+        """The labelled validation items, encoded, for the checkpoint choice (None without both classes)."""
+        if val is None or val.labels is None:
+            return None
+        responses, labels = val.get(Signal.RESPONSE), np.asarray(val.labels, dtype=float)
+        keep = [i for i, r in enumerate(responses) if r and np.isfinite(labels[i])]
+        y = labels[keep].astype(int)
+        if len(set(y.tolist())) < 2:
+            return None
+        return [self._encode(backend, val.instances[i], responses[i]) for i in keep], y
+
+    def _keep_best(self, model: Any, val_set: tuple[list[list[int]], np.ndarray], pad: int, words: list[int],
+                   step: int, best: tuple[float, int, dict[str, Any]] | None) -> tuple[float, int, dict[str, Any]]:
+        """The better of `best` and the current adapter by validation AUROC (an earlier step wins a tie)."""
+        import torch
+        from peft import get_peft_model_state_dict
+
+        seqs, y = val_set
+        size = int(self.params["batch_size"])
+        model.eval()
+        with torch.no_grad():
+            p = [float(v) for start in range(0, len(seqs), size)
+                 for v in torch.log_softmax(self._reply_logits(model, seqs[start:start + size], pad)[:, words],
+                                            dim=-1)[:, 0].exp().tolist()]
+        model.train()
+        score = float(auroc(y, np.asarray(p)))
+        if best is not None and score <= best[0]:
+            return best
+        # a copy: a CPU float32 tensor's numpy() shares the parameter's memory, which later steps would change
+        state = {k: v.detach().float().cpu().numpy().copy() for k, v in get_peft_model_state_dict(model).items()}
+        return score, step, state
 
     def score(self, items: SignalView) -> Scores:
         import torch

@@ -25,6 +25,9 @@ def token_margins(topk_logprobs: np.ndarray) -> np.ndarray:
 class TopKMargin(Detector):
     """s = 1 - (1/T) sum_t (p_(1),t - p_(2),t), p_(1) >= p_(2) the two largest next-token probabilities at
     answer token t (in [0, 1]; 1 when every step is a tie)."""
+    method_family = "information (token probabilities)"
+    paper = "Scheffer, Decomain & Wrobel 2001, margin sampling; the mean top-1/top-2 margin"
+    peers = ("uqlm",)
 
     requires = frozenset({Signal.TOKEN_TOPK_LOGPROBS})
 

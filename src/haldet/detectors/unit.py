@@ -21,6 +21,7 @@ import numpy as np
 from haldet.detectors.base import Detector, Scores, UnitScores
 from haldet.schema import LEVELS, SpanLabel
 from haldet.signals import Signal, SignalView
+from haldet.text.linguistics import linguistics_identity
 
 AGGREGATES = ("mean", "max", "sum")
 
@@ -69,8 +70,6 @@ class UnitDetector(Detector):
     def identity(self) -> dict[str, Any]:
         out = super().identity()
         if self.reads_linguistics():
-            from haldet.text.linguistics import linguistics_identity
-
             out["models"] = {**out.get("models", {}), "linguistics": linguistics_identity()}
         return out
 

@@ -20,6 +20,7 @@ from haldet.detectors._consistency import pair_scores
 from haldet.detectors.base import register
 from haldet.detectors.unit import UnitDetector
 from haldet.signals import Signal, SignalView
+from haldet.text.linguistics import analyse
 
 
 def scopes(text: str, offsets: np.ndarray, sentence_starts: list[int] | None) -> list[tuple[int, int, np.ndarray]]:
@@ -46,6 +47,9 @@ def weighted_nll(logprobs: np.ndarray, relevance: np.ndarray, normalise: str) ->
 
 @register("unit_sar")
 class UnitSAR(UnitDetector):
+    method_family = "information (token probabilities)"
+    paper = "Duan et al. 2024, Shifting attention to relevance (token SAR per unit)"
+    peers = ("lm-polygraph", "TruthTorchLM")
     requires = UnitDetector.requires | {Signal.RESPONSE, Signal.TOKEN_LOGPROBS}
     version = "1"
     auxiliary: ClassVar[dict[str, str]] = {"similarity_model": "similarity"}
@@ -58,8 +62,6 @@ class UnitSAR(UnitDetector):
         return self.params["scope"] == "sentence"
 
     def token_scores(self, items: SignalView) -> list[np.ndarray | str]:
-        from haldet.text.linguistics import analyse
-
         if self.params["scope"] not in ("sentence", "response") or self.params["normalise"] not in ("sum", "none"):
             raise ValueError("unit_sar: scope must be sentence|response and normalise sum|none")
         responses = [r or "" for r in items.get(Signal.RESPONSE)]

@@ -17,6 +17,9 @@ class Verbalized(Detector):
     the model gave no confidence. Variant "paper": an unparsable reply scores c = 0.5, as the paper does; coverage
     then reads 100% and `meta["unparsable"]` counts the replies that got 0.5 (the coverage difference).
     """
+    method_family = "self-assessment"
+    paper = "Tian et al. 2023, Just ask for calibration; Xiong et al. 2024 (verbalized confidence)"
+    peers = ("lm-polygraph", "TruthTorchLM")
 
     requires = frozenset({Signal.VERBALIZED})
     version = "2"

@@ -1,6 +1,6 @@
 """Aggregation of the tidy results table into the paper's tables (section 4.2, Tables 2, 9 and 11).
 
-Rules (checked against Table 9 of the paper in `tests/test_aggregate.py`):
+Rules (checked against Table 9 of the paper in `tests/evaluation/test_aggregate.py`):
 
 * A **scenario column** follows Table 2's taxonomy: every `qa_*` scenario is "QA"; rag, summarization, math,
   science, code, agent and multilingual are RAG, Sum., Math, Sci., Code, Agent, Multi. (any other scenario is its
@@ -271,6 +271,10 @@ def cost_table(rows: Sequence[Mapping[str, Any]], metric: str = "auroc") -> list
         entry[metric], entry["coverage"] = agg.value, agg.coverage
         for f in COST_FIELDS:
             entry[f] = mean_of(_finite(m.get(f)) for m in members).value
+        billed = [m for m in members if "usd_at_n" in m]  # an API model's: USD, None where a price is unknown
+        if billed:
+            usd = [m["usd_at_n"] for m in billed]
+            entry["usd_at_n"] = None if any(u is None for u in usd) else sum(usd) / len(usd)
         out.append(entry)
     model_order = {m: i for i, m in enumerate(dict.fromkeys(e["model"] for e in out))}
     det_order = {d: i for i, d in enumerate(dict.fromkeys(e["detector"] for e in out))}

@@ -20,6 +20,7 @@ from haldet.evaluation.metrics import MetricValue
 from haldet.evaluation.thresholds import at_threshold
 from haldet.evaluation.units import UnitData, f1_precision_recall
 from haldet.schema import Instance, SpanLabel
+from haldet.text.linguistics import FUNCTION_POS, analyse, overlapping
 
 RATE_GROUPS = ("<10%", "10-20%", ">20%")
 
@@ -32,8 +33,6 @@ def rate_group(instance: Instance, level: str) -> str:
 
 def unit_attributes(level: str, units: list[tuple[Instance, SpanLabel]]) -> dict[str, list[str]]:
     """Per unit: rate group, POS, entity type, sentence position, content flag (spaCy analysis of each response)."""
-    from haldet.text.linguistics import FUNCTION_POS, analyse, overlapping
-
     responses = sorted({inst.response or "" for inst, _ in units})
     words = dict(zip(responses, analyse(responses), strict=True))
     out: dict[str, list[str]] = {"rate": [], "pos": [], "ner": [], "position": [], "content": []}

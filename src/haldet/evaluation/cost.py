@@ -20,7 +20,8 @@ evidence stage once per (dataset, model) cell, so the same attribution is recons
     score_only_s  = fit_s + score_s                                 (Table 11 "Score-only")
 
 With a billed remote backend (records carrying `cost_usd`), `gen_usd_item` and `prep_usd_item` give the USD per
-item of the answer and of the extra evidence (None when a price is not configured).
+item of the answer and of the extra evidence (None when a price is not configured), and `usd_at_n` the money beside
+Cost@N's seconds: N * prep_usd_item, the USD of the extra evidence for N items (None: "price unknown").
 
 Extra generation calls / tokens per item count only generations beyond the primary answer (samples: K calls;
 auxiliary: one call per needed part; teacher-forced feature passes generate nothing). An unknown timing stays
@@ -39,6 +40,7 @@ PRIMARY_STAGE = "generate"
 # stage -> the signals it provides, in run order (`haldet.stages.plan.stage_provides()`)
 StageSignals = Mapping[str, frozenset[Signal]]
 DEFAULT_N = 100
+PRICE_UNKNOWN = "price unknown"
 # signal -> part of its stage (stages whose parts are separate model calls)
 SIGNAL_PART: dict[Signal, str] = {Signal.VERBALIZED: "verbalized", Signal.SELF_EVAL: "self_eval"}
 AUX_PARTS = ("verbalized", "self_eval")
@@ -65,7 +67,7 @@ def evidence_type(requires: Iterable[Signal | str], stage_signals: StageSignals)
     stages = {stage_of(s, stage_signals) or "" for s in signals}
     if "sample" in stages:
         return "repeated generation"
-    if "auxiliary" in stages:
+    if stages & {"auxiliary", "claim_p_true"}:  # follow-up questions after the answer
         return "auxiliary prompt"
     if any(s not in SIGNAL_ACCESS for s in signals):  # white-box signals are the ones without a black/gray access
         return "internal states"
@@ -169,12 +171,23 @@ def stage_stats(stage: str, records: Mapping[str, Mapping[str, Any]], *, wall_se
             part_per_item = None
         parts[part] = {"seconds_per_item": part_per_item, "calls_per_item": calls[part] / n,
                        "tokens_per_item": _per(tokens[part], n)}
+        part_usd = [rec.get(f"{part}_cost_usd") for rec in recs if f"{part}_cost_usd" in rec]
+        if part_usd:  # a billed part (`<part>_cost_usd`): its own USD per item
+            parts[part]["usd_per_item"] = _usd_per_item(part_usd, n)
     if parts:
         out["parts"] = parts
     if usd:  # a billed remote backend: USD per item (None when a price is unknown or a record lacks it)
-        known = [u for u in usd if u is not None]
-        out["usd_per_item"] = None if len(usd) < n or len(known) < len(usd) else sum(known) / n
+        out["usd_per_item"] = _usd_per_item(usd, n)
+    elif any("usd_per_item" in p for p in parts.values()):  # billed by parts only: the stage is their sum
+        part_usds = [p.get("usd_per_item") for p in parts.values()]
+        out["usd_per_item"] = None if any(u is None for u in part_usds) else sum(u for u in part_usds if u)
     return out
+
+
+def _usd_per_item(usd: list[Any], n: int) -> float | None:
+    """Mean USD per item; None when a record lacks it or a price is unknown."""
+    known = [float(u) for u in usd if u is not None]
+    return None if len(usd) < n or len(known) < len(usd) else sum(known) / n
 
 
 def _per(total: float | None, n: int) -> float | None:
@@ -190,6 +203,15 @@ def _stage_needs(requires: Iterable[Signal], stage_signals: StageSignals) -> dic
             continue
         needs.setdefault(stage, set()).add(SIGNAL_PART.get(signal, ""))
     return needs
+
+
+def _stage_usd(stats: Mapping[str, Any], parts: set[str]) -> list[float | None]:
+    """The USD per item a detector pays of one stage (its needed parts where the stage bills by part); [] when the
+    stage is not billed."""
+    chosen = [stats.get("parts", {}).get(p, {}) for p in sorted(parts)] if "" not in parts else []
+    if chosen and all("usd_per_item" in p for p in chosen):
+        return [p["usd_per_item"] for p in chosen]
+    return [stats["usd_per_item"]] if "usd_per_item" in stats else []
 
 
 def detector_cost(requires: Iterable[Signal | str], evidence: Mapping[str, Mapping[str, Any]], *,
@@ -237,11 +259,14 @@ def detector_cost(requires: Iterable[Signal | str], evidence: Mapping[str, Mappi
             notes.append(f"no {stage} timing")
         elif prep is not None:
             prep += sec
-    usd_stages = [evidence[s] for s in stages if s != PRIMARY_STAGE and s in evidence and "usd_per_item" in evidence[s]]
-    if "usd_per_item" in gen or usd_stages:  # API targets: what the answer and the extra evidence cost in USD
+    extra = [u for s in stages if s != PRIMARY_STAGE and s in evidence
+             for u in _stage_usd(evidence[s], needs.get(s, {""}))]
+    if "usd_per_item" in gen or extra:  # API targets: what the answer and the extra evidence cost in USD
         out["gen_usd_item"] = gen.get("usd_per_item")
-        extra = [st["usd_per_item"] for st in usd_stages]
-        out["prep_usd_item"] = None if any(u is None for u in extra) else float(sum(extra))
+        out["prep_usd_item"] = None if any(u is None for u in extra) else float(sum(u for u in extra if u is not None))
+        out["usd_at_n"] = None if out["prep_usd_item"] is None else n * out["prep_usd_item"]
+        if out["prep_usd_item"] is None or out["gen_usd_item"] is None:
+            notes.append(f"{PRICE_UNKNOWN}: declare it (endpoint.price_in/price_out, judge.price_*, or prices)")
     infer = score_s / n_scored if score_s is not None and n_scored else None
     out.update({
         "prep_s_item": prep, "fit_s": fit_s, "score_s": score_s, "infer_s_item": infer,
@@ -252,6 +277,11 @@ def detector_cost(requires: Iterable[Signal | str], evidence: Mapping[str, Mappi
     if notes:
         out["cost_note"] = "; ".join(notes)
     return out
+
+
+def usd_text(value: float | None) -> str:
+    """A money cell: USD, or "price unknown" (never a guessed zero)."""
+    return PRICE_UNKNOWN if value is None else f"${value:.4g}"
 
 
 COST_COLUMNS = ("evidence", "stages", "gen_s_item", "prep_s_item", "fit_s", "score_s", "infer_s_item",

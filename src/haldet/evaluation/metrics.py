@@ -6,7 +6,7 @@ label-oriented convention is only the separate, never-ranked `auroc_max_orientat
 Point values come from scikit-learn. The 1,000-resample bootstrap is vectorised: scores are binned once into their
 distinct values, each resample becomes per-bin counts of positives and negatives, and AUROC (Mann-Whitney with
 half credit for ties), average precision and FPR@95TPR are computed from the counts with the same tie and
-threshold rules as scikit-learn (`tests/test_metrics_fast.py` checks equality on tied data).
+threshold rules as scikit-learn (`tests/evaluation/test_metrics_fast.py` checks equality on tied data).
 
 Beside them, every evaluation reports the rejection metrics of `haldet.evaluation.rejection` (PRR over the full range
 and up to 50% rejection, the rejection curve's area and the area under the risk-coverage curve) on the same

@@ -3,7 +3,9 @@ threshold slider and the unit colouring). Read-only: every page is built from `h
 takes a file path, so nothing outside the given run directories can be read.
 
 Pages: `/` overview (result rows, cells), `/items` one cell's items, `/item/<item id>` one item's evidence,
-`/detector` one detector's curves, histograms and threshold (optionally against a second one).
+`/detector` one detector's curves, histograms and threshold (optionally against a second one), `/paper?name=NAME`
+a paper's reported numbers beside the matching result cells (`haldet.papers.compare`; OpenHalDet adds its Table 2
+in the paper's oriented convention).
 Bad input (an unknown run, cell, item or column, a malformed query) is a 4xx page naming what was wrong.
 """
 
@@ -31,6 +33,13 @@ from haldet.explorer.charts import curves
 from haldet.explorer.data import SPLITS, Cell, Explorer
 from haldet.explorer.pivot import pivot
 from haldet.explorer.security import LOOPBACK_NAMES, protect
+from haldet.papers import paper_names
+from haldet.papers.compare import compare, compare_runs
+from haldet.papers.table2 import COLUMNS as TABLE2_COLUMNS
+from haldet.papers.table2 import FAMILY_AVG, table2
+from haldet.papers.table2 import LABEL as TABLE2_LABEL
+from haldet.papers.table2 import PAPER as TABLE2_PAPER
+from haldet.schema import LABEL_META, Instance, SpanLabel
 from haldet.version import __version__
 
 HERE = Path(__file__).parent
@@ -133,6 +142,23 @@ def create_app(explorer: Explorer, hosts: Sequence[str] = LOOPBACK_NAMES) -> Fas
                     table=table, view_link=lambda v: "/?" + urlencode({**{k: x for k, x in chosen.items() if x},
                                                                        "view": v}))
 
+    @app.get("/paper", response_class=HTMLResponse)
+    def paper(request: Request, name: str = "") -> Response:
+        names = paper_names()
+        if name and name not in names:
+            raise BadRequest(f"no paper {name!r}: choose one of {', '.join(names)}", 404)
+        if not name:
+            return page(request, "paper.html", name="", names=names, comp=None, table2=None)
+        rows = explorer.rows()
+        manifests = [run.manifest for run in explorer.runs if run.manifest]
+        comp = compare_runs(name, manifests, rows) if manifests else compare(name, rows)
+        t2 = None
+        if name == TABLE2_PAPER:
+            t2_rows, outside = table2(rows)
+            t2 = {"rows": t2_rows, "outside": outside, "columns": TABLE2_COLUMNS, "family_avg": FAMILY_AVG,
+                  "models": list(dict.fromkeys(r.model for r in t2_rows))}
+        return page(request, "paper.html", name=name, names=names, comp=comp, table2=t2, table2_label=TABLE2_LABEL)
+
     @app.get("/items", response_class=HTMLResponse)
     def items(request: Request, dataset: str, model: str, run: int = 0, det: list[str] | None = Query(None),
               label: str = "", split: str = "", err: str = "", q: str = "", sort: str = "", desc: bool = True,
@@ -213,7 +239,8 @@ def create_app(explorer: Explorer, hosts: Sequence[str] = LOOPBACK_NAMES) -> Fas
         cell.load_instances()
         instance = cell.instances.get(item_id)
         records = {stage: cell.record(stage, item_id) for stage in ("generate", "sample", "auxiliary", "verdict",
-                                                                     "annotate")}
+                                                                     "annotate", "units")}
+        instance = _scored_units(instance, records["units"], item_id, cell)
         answer = (records["generate"] or {}).get("response") or (instance.response if instance else "") or ""
         scores = [{"column": c, "value": c.values[n], "rank": int(cell.order(c.name)[n]),
                    "pct": cell.percentile(c.name, n), "reason": c.reasons.get(item_id, ""),
@@ -308,11 +335,39 @@ def _units(cell: Cell, instance: Any, answer: str, item_id: str) -> list[dict[st
             entry = next((u for u in out if u["start"] == unit.start and u["end"] == unit.end), None)
             if entry is None:
                 entry = {"start": unit.start, "end": unit.end, "text": answer[unit.start:unit.end],
-                         "kind": unit.kind, "label": str(unit.category), "grade": unit.grade_name, "scores": {}}
+                         "kind": unit.kind, "label": str(unit.category), "grade": unit.grade_name, "scores": {},
+                         **_label_details(unit)}
                 out.append(entry)
             if k < len(values):
                 entry["scores"][column.name] = (values[k], reasons[k] if k < len(reasons) else "")
     return sorted(out, key=lambda u: (u["start"], u["end"]))
+
+
+def _scored_units(instance: Any, record: Mapping[str, Any] | None, item_id: str, cell: Cell) -> Any:
+    """The item with the units the run scored it with (the `units` log: e.g. extracted claims and their labels from
+    a verifier), where the run recorded them; else the instance as the dataset gives it."""
+    if record is None:
+        return instance
+    units = [SpanLabel.model_validate(u) for u in record.get("units") or []]
+    if instance is None:
+        return Instance(id=item_id, dataset=cell.dataset, scenario="longform", task_type="long_form",
+                        question=record.get("question") or item_id, response=record.get("response"), units=units)
+    return instance.model_copy(update={"units": units, "response": record.get("response")})
+
+
+def _label_details(unit: Any) -> dict[str, Any]:
+    """Where a unit's label comes from and what backs it (its `meta.labels`: source, the verifier's reasoning or
+    the NLI probabilities, the evidence passages), as the item page shows them."""
+    labels = dict(unit.meta.get(LABEL_META) or {})
+    evidence = labels.get("evidence") or []
+    if isinstance(evidence, str):
+        evidence = [{"title": "", "text": evidence}]
+    why = labels.get("reasoning") or labels.get("failed") or ""
+    if labels.get("p_entail") is not None:
+        why = f"P(entail) {labels['p_entail']:.3f}, P(contradict) {labels.get('p_contradict') or 0:.3f}"
+    human = labels.get("data_label", labels.get("data"))
+    return {"source": str(labels.get("source") or ""), "why": str(why), "evidence": evidence,
+            "claim": str(unit.meta.get("claim") or ""), "human": "" if human is None else str(human)}
 
 
 def _highlight(answer: str, units: Sequence[Mapping[str, Any]]) -> str:

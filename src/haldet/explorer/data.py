@@ -6,7 +6,8 @@ Every record is read through the run directory's one reader (`haldet.store.reade
 item's label is the judges' label the run evaluated (a suite's labels ship with its data and are read from the
 dataset, reloaded as the run loads it); a detector's scores are the records under the score key the manifest
 recorded for it, else (a run in progress, an old run) the key covering the most items; its calibrated
-probabilities only when stored under that recorded key. Other evidence records are the newest per item.
+probabilities only when stored under that recorded key. Other evidence records (the answers, samples, auxiliary
+texts, verdicts) are those under the keys the run recorded too (`keys.json`; the newest per item for older runs).
 A cell is re-read when one of its files changes, so a run in progress shows what is stored so far.
 """
 
@@ -24,16 +25,19 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from haldet.config import RunConfig
 from haldet.errors import HaldetError
 from haldet.evaluation.thresholds import best_f1_threshold
 from haldet.store import KEYS, RunStore, ScoreLog, read_json
 from haldet.store.names import SCORES
 from haldet.store.reader import CellReader, run_format
-from haldet.store.records import decode, read_table
+from haldet.store.records import decode
 
 BINARY = {"hallucination": 1, "correct": 0}
 SPLITS = ("train", "val", "test")
-EVIDENCE_STAGES = ("generate", "sample", "auxiliary", "verdict", "annotate")
+# stage logs an item page reads; `units` is the log of the units a suite scored each answer with (the longform
+# suite's claims, with their label sources and evidence)
+EVIDENCE_STAGES = ("generate", "sample", "auxiliary", "verdict", "annotate", "units")
 _SPECIAL = re.compile(r"<\|[^|>]*\|>|<s>|</s>|\[/?INST\]")
 EXCERPT = 160
 ID_FIELDS = pa.schema([("id", pa.string())])
@@ -128,13 +132,13 @@ class Cell:
         split = read_json(self.root / "split.json") if (self.root / "split.json").exists() else {}
         part_of = {i: part for part in SPLITS for i in (split.get(part) or [])}
         generate = self.root / "generate.jsonl"
-        table, offsets = read_table(generate, GENERATE_FIELDS)
+        table, offsets = self.reader.record_table("generate", GENERATE_FIELDS)
         gen_ids = table["id"].to_pylist()
         prompts = [p or "" for p in table["prompt"].to_pylist()]
         responses = [r or "" for r in table["response"].to_pylist()]
         # answers shipped with the data (a suite): its labels and units are in the data
         self.provided = bool(pc.any(table["provided"]).as_py()) if table.num_rows else False
-        self._offsets["generate"] = (self._stat(generate), dict(zip(gen_ids, offsets.tolist(), strict=True)))
+        self._offsets["generate"] = (self._versions(generate), dict(zip(gen_ids, offsets.tolist(), strict=True)))
         gen = {i: n for n, i in enumerate(gen_ids)}  # newest record per id
         ids = list(gen) + [i for i in part_of if i not in gen]  # generation order, then split-only ids (trimmed)
         self.ids = ids
@@ -237,6 +241,10 @@ class Cell:
                 column.reasons[item_id] = "; ".join(sorted({x for x in reasons if x})) or "no scored unit"
         return column
 
+    def _versions(self, path: Path) -> tuple[Any, ...]:
+        """The version of a stage log and of the keys that pick its records (`keys.json`)."""
+        return (*self._stat(path), *self._stat(self.root / KEYS))
+
     @staticmethod
     def _stat(path: Path) -> tuple[Any, ...]:
         try:
@@ -247,14 +255,15 @@ class Cell:
 
     # ---- reading ----------------------------------------------------------------------------------------------
     def _index(self, stage: str) -> tuple[Path, dict[str, int]]:
-        """Byte offset of each item's newest record in one stage log, built once per file version."""
+        """Byte offset of each item's record in one stage log (under the keys the run used; the newest of them),
+        built once per version of the log and of `keys.json`."""
         if stage not in EVIDENCE_STAGES:
             raise KeyError(stage)
         path = self.root / f"{stage}.jsonl"
-        stat = self._stat(path)
+        stat = self._versions(path)
         cached = self._offsets.get(stage)
         if cached is None or cached[0] != stat:
-            table, offsets = self.reader.label_table(ID_FIELDS) if stage == "annotate" else read_table(path, ID_FIELDS)
+            table, offsets = self.reader.record_table(stage, ID_FIELDS)
             cached = self._offsets[stage] = (stat, dict(zip(table["id"].to_pylist(), offsets.tolist(), strict=True)))
         return path, cached[1]
 
@@ -269,7 +278,7 @@ class Cell:
         return self
 
     def record(self, stage: str, item_id: str) -> dict[str, Any] | None:
-        """One item's record in one stage log: the label the run evaluated, else the newest record."""
+        """One item's record in one stage log, under the keys the run used (the label the run evaluated)."""
         path, index = self._index(stage)
         offset = index.get(item_id)
         if offset is None:
@@ -381,8 +390,7 @@ class RunSource:
 
 def load_instances(manifest: dict[str, Any], dataset: str) -> list[Any]:
     """The instances a run's cell evaluated, loaded with the run's recorded data settings as the run loads them."""
-    from haldet.config import RunConfig
-    from haldet.flow.cell import load_instances as load
+    from haldet.flow.cell import load_instances as load  # lazy: sklearn, scipy
 
     return load(RunConfig.model_validate(manifest.get("config") or {}), dataset)[0]
 

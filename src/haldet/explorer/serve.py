@@ -43,9 +43,9 @@ def serve(runs: Sequence[Path], host: str = LOOPBACK, port: int = 0,
     must name this host (or a loopback name, or one of `allow_hosts`) in their Host header."""
     import uvicorn
 
-    from haldet.explorer.app import create_app
-    from haldet.explorer.data import Explorer
-    from haldet.explorer.security import allowed_hosts
+    from haldet.explorer.app import create_app  # lazy: sklearn, scipy
+    from haldet.explorer.data import Explorer  # lazy: h5py, pyarrow
+    from haldet.explorer.security import allowed_hosts  # lazy: fastapi
 
     explorer = Explorer(runs)
     sock = bind(host, port)

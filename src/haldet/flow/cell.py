@@ -17,6 +17,8 @@ from typing import Any
 import numpy as np
 
 from haldet.backends.base import Backend, Capability
+from haldet.backends.select import access_level
+from haldet.backends.select import make_backend as select
 from haldet.config import RunConfig, digest
 from haldet.datasets.adapter import LoadReport
 from haldet.datasets.base import DATASETS, get_adapter
@@ -29,9 +31,10 @@ from haldet.schema import Instance
 from haldet.signals import Signal, SignalView
 from haldet.stages.base import CellContext, Item, OtherSampler, Progress
 from haldet.stages.generate import GenerateStage, attach_generations
-from haldet.stages.loader import EvidenceLoader, ensure_stages, evidence_gaps, evidence_key, needed_stages
+from haldet.stages.loader import EvidenceLoader, ensure_stages, evidence_gaps, evidence_key, needed_stages, record_used
 from haldet.store import RunStore
 from haldet.text.prompts import PromptBuilder, demo_pool_size, given_response_prompts, render_prompts
+from haldet.util.limits import limit_source
 
 
 @dataclass
@@ -54,8 +57,6 @@ class CellResult:
 
 
 def make_backend(model: str, config: RunConfig) -> Backend:
-    from haldet.backends.select import make_backend as select
-
     return select(model, config)
 
 
@@ -168,6 +169,9 @@ def run_cell(config: RunConfig, store: RunStore, dataset: str, model: str, progr
         result.error = "no item got an answer from the model (see generate.failed.jsonl)"
         return _finish(result, ctx)
     attach_generations(items, gen_records)
+    record_used(ctx, {GenerateStage.name: gen_records})  # the answers this run used: what readers show
+    if cut := no_answer_summary(config, items):
+        result.data["no_answer"] = cut
     labels = protocol.label(ctx, items, all_items, result, previous)
     if not labels and protocol.needs_labels:  # nothing to evaluate a detector on: say why instead of an empty table
         result.error = no_usable_labels(result)
@@ -185,6 +189,7 @@ def run_cell(config: RunConfig, store: RunStore, dataset: str, model: str, progr
         # only the evidence stages the selected detectors read, only for items lacking a current record
         stage_records = ensure_stages(ctx, evaluated, needed_stages(ctx.signals or ()))
         gaps = evidence_gaps(ctx, evaluated, stage_records)
+        record_used(ctx, stage_records, add=r > 0)  # the evidence this run used: what readers show
         if r == 0:
             stage_records[GenerateStage.name] = {i.id: gen_records[i.id] for i in evaluated}
             result.evidence = {name: stage_stats(name, recs, wall_seconds=ctx.timings.get(name),
@@ -254,7 +259,18 @@ def _finish(result: CellResult, ctx: CellContext) -> CellResult:
     result.counts = dict(ctx.counts)
     if Capability.USAGE in ctx.backend.capabilities:  # a remote target model: calls, tokens, cost, breaker state
         result.data["backend_usage"] = ctx.backend.usage_report()
+    result.data["access"] = access_level(ctx.model, ctx.config, result.data.get("backend_usage"))
     return result
+
+
+def no_answer_summary(config: RunConfig, items: list[Item]) -> dict[str, Any]:
+    """Outputs without an answer (cut off inside their reasoning, or stopped there): how many, and the limit to
+    raise; {} when every output has one. They are labelled invalid and never scored."""
+    cut = [item for item in items if item.generation is not None and item.generation.no_answer]
+    if not cut:
+        return {}
+    return {"n": len(cut), "of": len(items), "setting": limit_source(config, cut[0].instance),
+            "reason": str(cut[0].generation.no_answer if cut[0].generation else "")}
 
 
 def no_usable_labels(result: CellResult) -> str:

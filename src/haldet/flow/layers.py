@@ -7,7 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from haldet.config import RunConfig, compose_config, merge_layers, read_config_file
+from haldet.config import RunConfig
+from haldet.config_files import compose_config, merge_layers, read_config_file
 from haldet.errors import HaldetError
 from haldet.presets import load_preset
 from haldet.suites.base import get_suite

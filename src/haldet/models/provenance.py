@@ -15,7 +15,10 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from haldet.backends.openai_client import OPENAI_BASE_URL
 from haldet.errors import HaldetError
+from haldet.text.sentences import splitter_id
+from haldet.util.assets import EMBEDDING_ALIASES, MODEL_ALIASES, file_sha256, hub_reachable, resolve_embedding
 
 
 def _dir_fingerprint(path: Path) -> str:
@@ -32,8 +35,6 @@ def locate(name: str) -> str | None:
     """A fingerprint of `name` when it can be loaded here (None when not): an embedded alias, a local path, a
     cached hub snapshot (its revision), or a hub id while the hub is reachable. Not memoised: a model that
     appears (downloaded, copied in) later in the process is found."""
-    from haldet.util.assets import EMBEDDING_ALIASES, MODEL_ALIASES, file_sha256, hub_reachable, resolve_embedding
-
     base = name.removeprefix("llm:").removeprefix("bi:")
     if base in MODEL_ALIASES:
         try:
@@ -66,8 +67,6 @@ def pair_model_identity(kind: str, name: str, fallback: str | None, max_length: 
     """The requested pair model, the one that will run, whether that is a substitute, and its fingerprint. An
     `openai:<model>` checker is the endpoint model name at its base URL (nothing local to fingerprint)."""
     if name.startswith("openai:"):
-        from haldet.backends.openai_client import OPENAI_BASE_URL
-
         url = base_url or OPENAI_BASE_URL
         return {"kind": kind, "requested": name, "used": name, "substitute": False, "fingerprint": f"endpoint:{url}",
                 "base_url": url}
@@ -87,8 +86,6 @@ def pair_model_identity(kind: str, name: str, fallback: str | None, max_length: 
 @lru_cache(maxsize=1)
 def splitter_identity() -> dict[str, Any]:
     """The sentence segmenter `haldet.text.sentences` uses here, with the spaCy and pipeline package versions."""
-    from haldet.text.sentences import splitter_id
-
     used = splitter_id()
     out: dict[str, Any] = {"kind": "splitter", "used": used, "spacy": metadata.version("spacy")}
     package = used.removeprefix("spacy:")
@@ -109,6 +106,9 @@ def resolve_auxiliary(det: Any) -> dict[str, dict[str, Any]]:
             continue
         if kind == "causal_lm":  # a language model the detector fine-tunes itself (sft): loaded as named, or an error
             out[param] = {"kind": kind, "requested": str(det.params[param]), "used": str(det.params[param])}
+            if "base_url" in det.params:  # an LLM asked in words (selfcheck_prompt, llm_panel): its files, or where
+                out[param]["fingerprint"] = (det.params["base_url"] if det.params["base_url"] else
+                                             [locate(str(m)) for m in _names(det.params[param])])
             continue
         # "outer.inner" names a model inside a dict parameter (its fallback/max_length sit beside it)
         owner, _, leaf = param.rpartition(".")
@@ -117,6 +117,12 @@ def resolve_auxiliary(det: Any) -> dict[str, dict[str, Any]]:
             out[param] = pair_model_identity(kind, str(params[leaf]), params.get("fallback"), params.get("max_length"),
                                              params.get("base_url"))
     return out
+
+
+def _names(value: Any) -> list[Any]:
+    """The model names of a parameter holding one name or a list of names / {"model": ...} entries."""
+    items = value if isinstance(value, (list, tuple)) else [value]
+    return [m.get("model") if isinstance(m, dict) else m for m in items]
 
 
 def substitutes(identity: dict[str, Any]) -> list[str]:

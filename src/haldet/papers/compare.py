@@ -229,11 +229,16 @@ def cell_configs(manifests: Sequence[Mapping[str, Any]]) -> dict[tuple[str, str]
     return out
 
 
+def compare_runs(paper: str, manifests: Sequence[Mapping[str, Any]], rows: Sequence[Row]) -> Comparison:
+    """The comparison of the merged rows of runs with these manifests (each cell under its own run's config)."""
+    return compare(paper, rows, cell_configs(manifests), default_config=manifests[-1].get("config") or {})
+
+
 def report_paper(paper: str, run_dirs: Sequence[Path | str], rows: Sequence[Row],
                  out: Path) -> tuple[str, dict[str, Path]]:
     """`haldet report --paper`: compare the merged rows, write the two files, return the Markdown."""
     import json
 
     manifests = [json.loads((Path(d) / "manifest.json").read_text()) for d in run_dirs]
-    comp = compare(paper, rows, cell_configs(manifests), default_config=manifests[-1].get("config") or {})
+    comp = compare_runs(paper, manifests, rows)
     return markdown(comp), write_comparison(out, comp)

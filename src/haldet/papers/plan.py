@@ -42,6 +42,8 @@ JUDGE_OVERHEAD = 700     # judge instructions and three calibration examples, to
 VERDICT_OVERHEAD = 300   # a verdict prompt's instructions, tokens
 VERDICT_REPLY = 512      # a verdict reply when the prompt sets its own budget (reasoning first), tokens
 AUX_REPLY = 8            # a follow-up's reply (a confidence, or True/False), tokens
+EVALUATOR_OVERHEAD = 80  # an evaluator chat's system turn and ask (`auxiliary.procedure: evaluator`), tokens
+EVALUATOR_REASONING = 200  # an evaluator's self-evaluation reply, reasoning before its verdict (assumed), tokens
 JSONL_ITEM, JSONL_SCORE, SAMPLE_TEXT = 1800, 110, 5700  # bytes per item (answer record; score; K samples at A=30)
 
 
@@ -164,7 +166,13 @@ def build_plan(preset: str, config: RunConfig, model: str, stages_by_detector: M
             target.prompt_tokens += n * k * p
             target.generated_tokens += n * k * ans
             prefill, decoded = prefill + n * p, decoded + n * k * ans  # the K samples share the prompt's cache
-        if "auxiliary" in stages:
+        if "auxiliary" in stages and config.auxiliary.procedure == "evaluator":  # two separate chats per answer
+            reply = AUX_REPLY + min(EVALUATOR_REASONING, config.auxiliary.evaluator_max_new_tokens)
+            target.calls += 2 * n
+            target.prompt_tokens += 2 * n * (p + ans + EVALUATOR_OVERHEAD)
+            target.generated_tokens += n * reply
+            prefill, decoded = prefill + 2 * n * (p + ans + EVALUATOR_OVERHEAD), decoded + n * reply
+        elif "auxiliary" in stages:
             target.calls += 2 * n
             target.prompt_tokens += 2 * n * (p + ans + 40)
             target.generated_tokens += 2 * n * AUX_REPLY
@@ -172,6 +180,9 @@ def build_plan(preset: str, config: RunConfig, model: str, stages_by_detector: M
         if "features" in stages or "redeep" in stages:
             target.forward_passes += n
             prefill += n * (p + ans)
+        if "unconditional" in stages:  # the answer alone, after a start token
+            target.forward_passes += n
+            prefill += n * (ans + 1)
         if not given_answers and config.judge.kind in ("llm", "cascade") and config.judge.model:
             judge.calls += n
             judge.prompt_tokens += n * (p + ans + JUDGE_OVERHEAD)
@@ -199,6 +210,10 @@ def build_plan(preset: str, config: RunConfig, model: str, stages_by_detector: M
     else:
         plan.notes.append(f"the size of {model!r} cannot be read from its name: no GPU-hours or disk (give "
                           f"--params, e.g. 8e9)")
+    if "auxiliary" in stages and config.auxiliary.procedure == "evaluator":
+        plan.assumptions.append(f"auxiliary (evaluator procedure): two separate chats per answer, a {AUX_REPLY}-token "
+                                f"confidence and a self-evaluation of about {EVALUATOR_REASONING} tokens (at most "
+                                f"{config.auxiliary.evaluator_max_new_tokens})")
     if given_answers:
         plan.notes.append("the suite's answers are given: the model under test reads them (one teacher-forced "
                           "pass per item), it generates no answers")
@@ -209,7 +224,7 @@ def build_plan(preset: str, config: RunConfig, model: str, stages_by_detector: M
 
 
 def _stage_rank(name: str) -> tuple[int, str]:
-    order = ("generate", "annotate", "sample", "auxiliary", "features", "redeep", "verdict")
+    order = ("generate", "annotate", "sample", "auxiliary", "features", "redeep", "unconditional", "verdict")
     return (order.index(name) if name in order else len(order), name)
 
 

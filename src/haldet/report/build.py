@@ -18,12 +18,17 @@ from typing import Any
 
 from haldet.errors import HaldetError
 from haldet.figures.render import FigureSet
+from haldet.papers.compare import compare_runs
+from haldet.papers.table2 import PAPER as TABLE2_PAPER
+from haldet.papers.table2 import table2
 from haldet.report.deployment import ensemble_pairs, pairs_markdown
 from haldet.report.html import build_html
 from haldet.report.learned import learned_markdown
+from haldet.report.paper_html import paper_section
 from haldet.report.rundata import RunData, load_run, merge_runs, preset_lines, skipped_in_runs, skipped_lines
 from haldet.report.tables import all_latex, all_markdown
 from haldet.store import RunStore, atomic_path, atomic_write_text
+from haldet.suites.report import write_suite_tables
 
 REPORT_FILES = ("tables.md", "tables.tex", "report.html")
 FIGURES = "figures"
@@ -73,8 +78,6 @@ def write_run_files(target: Path, *, suite: str | None = None, rows: list[dict[s
 def suite_file(target: Path, suite: str, rows: list[dict[str, Any]], header: str = "") -> Path:
     """`suite_tables.md`: the suite's tables of `rows`, `header` a line above them, the prompts the run learned
     (its manifest's cells) below them."""
-    from haldet.suites.report import write_suite_tables
-
     cells = list((RunStore(target).read_manifest() or {}).get("cells") or [])
     return write_suite_tables(suite, rows, target, header=header, footer=learned_markdown(cells))
 
@@ -86,11 +89,18 @@ def run_reports(target: Path, metrics: Sequence[str] = ()) -> dict[str, Path]:
         return write_reports(target, [load_run(target)], write_results=False, metrics=metrics)
 
 
+def paper_html(paper: str, runs: Sequence[RunData], rows: Sequence[dict[str, Any]]) -> str:
+    """report.html's section putting the paper's numbers beside ours (`--paper`; OpenHalDet adds its Table 2)."""
+    comp = compare_runs(paper, [r.manifest for r in runs], rows)
+    return paper_section(comp, table2(rows) if paper == TABLE2_PAPER else None)
+
+
 def write_reports(out: Path, runs: Sequence[RunData], *, title: str | None = None, n_boot: int = 1000,
-                  write_results: bool = True, metrics: Sequence[str] = ()) -> dict[str, Path]:
+                  write_results: bool = True, metrics: Sequence[str] = (), paper: str | None = None
+                  ) -> dict[str, Path]:
     """Merged results (optional), Markdown, LaTeX and HTML reports and the figures in `out`; returns name -> path
     (figure files as "figures/NAME.pdf"). `metrics`: more metrics (beyond AUROC) that get their own Table 2 layout
-    in tables.md and tables.tex."""
+    in tables.md and tables.tex; `paper`: report.html also puts that paper's numbers beside ours."""
     if not runs:
         raise HaldetError("no run to report on", hint="pass one or more run directories")
     rows: list[dict[str, Any]] = merge_runs(runs) if len(runs) > 1 else [dict(r) for r in runs[0].rows]
@@ -113,19 +123,21 @@ def write_reports(out: Path, runs: Sequence[RunData], *, title: str | None = Non
     atomic_write_text(out / "tables.tex", all_latex(rows, metrics=metrics) if rows else "% no result rows\n")
     name = title or ("haldet report: " + ", ".join(r.name for r in runs))
     figures = FigureSet()
-    atomic_write_text(out / "report.html", build_html(runs, rows, title=name, n_boot=n_boot, figures=figures))
+    section = paper_html(paper, runs, rows) if paper else ""
+    atomic_write_text(out / "report.html", build_html(runs, rows, title=name, n_boot=n_boot, figures=figures,
+                                                      paper=section))
     written.update({n: out / n for n in REPORT_FILES})
     written.update(save_figures(out, figures))
     return written
 
 
-def report_runs(run_dirs: Sequence[Path | str], out: Path, *, n_boot: int = 1000,
-                metrics: Sequence[str] = ()) -> tuple[dict[str, Path], list[dict[str, Any]]]:
+def report_runs(run_dirs: Sequence[Path | str], out: Path, *, n_boot: int = 1000, metrics: Sequence[str] = (),
+                paper: str | None = None) -> tuple[dict[str, Path], list[dict[str, Any]]]:
     """`haldet report`: load the runs, write the merged results and every report into `out`. Holds `out`'s run
     lock while it reads and writes, so a run still writing there is never overwritten with what it had before."""
     runs = [load_run(d) for d in run_dirs]  # fail on a bad run dir before the lock creates `out`
     with RunStore(out).lock():
         runs = [load_run(d) for d in run_dirs]
-        written = write_reports(out, runs, n_boot=n_boot, write_results=True, metrics=metrics)
+        written = write_reports(out, runs, n_boot=n_boot, write_results=True, metrics=metrics, paper=paper)
     rows = merge_runs(runs) if len(runs) > 1 else runs[0].rows
     return written, rows

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from haldet.config import RunConfig
 from haldet.errors import HaldetError
 from haldet.report.rundata import RunData, load_run
 from haldet.schema import Instance
@@ -151,8 +152,7 @@ def _score_rows(cell: CellReader, log: ScoreLog, dataset: str, model: str, det: 
 def _given(run: RunData, dataset: str, notes: list[str]) -> dict[str, Instance]:
     """A suite's items, whose labels (and units) ship with the data: the run's dataset loaded again with its
     recorded settings, as the run loads it."""
-    from haldet.config import RunConfig
-    from haldet.flow.cell import load_instances
+    from haldet.flow.cell import load_instances  # lazy: sklearn, scipy
 
     config = RunConfig.model_validate(run.manifest["config"])
     try:

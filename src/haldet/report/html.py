@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 from sklearn.metrics import precision_recall_curve, roc_curve
 
+from haldet.detectors.base import DETECTORS
 from haldet.errors import HaldetError
 from haldet.evaluation.aggregate import (
     FAMILY_TITLE,
@@ -30,6 +31,7 @@ from haldet.evaluation.aggregate import (
     scenario_table,
 )
 from haldet.evaluation.compare import paired_bootstrap
+from haldet.evaluation.cost import usd_text
 from haldet.evaluation.metrics import MAX_ORIENTATION, MAX_ORIENTATION_NOTE, aupr, auroc
 from haldet.figures.charts import cost_scatter, heatmap
 from haldet.figures.curves import MAX_POINTS, curve_figure
@@ -41,6 +43,7 @@ from haldet.report.learned import learned_html
 from haldet.report.marks import COVERAGE_NOTE, SUBSET_NOTE, Marks, coverage_suffix, detector_marks
 from haldet.report.rundata import RunData, preset_lines, skipped_in_runs, skipped_lines
 from haldet.report.tables import table_cells
+from haldet.suites.base import get_suite
 from haldet.version import __version__
 
 CSS = """
@@ -51,7 +54,7 @@ th,td{border:1px solid #ddd;padding:3px 7px;text-align:right}th{background:#f2f2
 td.l,th.l{text-align:left}tr.fam td{background:#f7f7f7;font-style:italic}
 tr.model td{background:#e8eef7;font-weight:bold}
 .muted{color:#777}.err{color:#b00}.figs{display:flex;flex-wrap:wrap;gap:16px;align-items:flex-start}
-figure{margin:0}
+figure{margin:0}tr.inside td{background:#eef6ee}tr.outside td{background:#fbeeee}
 pre{background:#f6f6f6;padding:8px;overflow:auto;font-size:11px;max-height:400px}
 """
 MAX_CURVES = 18
@@ -176,7 +179,10 @@ def scenario_section(rows: Sequence[Mapping[str, Any]], figures: FigureSet | Non
             + "<h3>Scenario x detector heatmap</h3><div class=figs>" + "".join(heat) + "</div>")
 
 
-def cost_section(rows: Sequence[Mapping[str, Any]], figures: FigureSet | None = None) -> str:
+def cost_section(rows: Sequence[Mapping[str, Any]], figures: FigureSet | None = None,
+                 trains: Mapping[str, bool] | None = None) -> str:
+    """The cost table and plots; `trains`: whether each detector trains, as the runs recorded it (`recorded_trains`;
+    a detector it does not name is looked up in the registry)."""
     figures = figures if figures is not None else FigureSet(formats=())
     entries = cost_table(rows)
     n = next((e["cost_n"] for e in entries if e.get("cost_n")), 100)
@@ -201,13 +207,16 @@ def cost_section(rows: Sequence[Mapping[str, Any]], figures: FigureSet | None = 
                     gpts, title=f"{group}: {model}", xlabel=f"Cost@{n} (s, log scale)", colours=EVIDENCE_COLOURS),
                     f"AUROC vs Cost@{n}, {group}: {model}"))
     marks = detector_marks(rows)
+    billed = any("usd_at_n" in e for e in entries)  # an API model's money for the same N items, beside the seconds
     body = [[_e(e["model"]), _e(e["detector"]) + _sup(marks, e["model"], e["detector"]), _e(e["family"]),
              _e(e.get("evidence") or "—"), _pct(e.get("auroc")) + coverage_suffix(e.get("coverage")),
-             _num(e.get("cost_at_n")), _num(e.get("prep_s_item")), _fit(e), _num(e.get("score_only_s")),
+             _num(e.get("cost_at_n")), _num(e.get("prep_s_item")), _fit(e, trains or {}), _num(e.get("score_only_s")),
              _num(None if e.get("infer_s_item") is None else 1000 * e["infer_s_item"]),
-             _num(e.get("extra_calls_item"), ".2f"), _num(e.get("extra_tokens_item"), ".1f")] for e in entries]
+             _num(e.get("extra_calls_item"), ".2f"), _num(e.get("extra_tokens_item"), ".1f"),
+             *([_e(usd_text(e["usd_at_n"]) if "usd_at_n" in e else "—")] if billed else [])] for e in entries]
     header = ["model", "detector", "family", "evidence", "AUROC", f"Cost@{n} (s)", "evidence s/item", "fit (s)",
-              "score-only (s)", "infer. (ms/item)", "extra gen. calls/item", "extra gen. tokens/item"]
+              "score-only (s)", "infer. (ms/item)", "extra gen. calls/item", "extra gen. tokens/item",
+              *([f"Cost@{n} (USD)"] if billed else [])]
     return (f"<h2 id=cost>Accuracy and cost (Figure 2, Table 11)</h2><p class=muted>Cost@{n}: artifact-inclusive "
             f"seconds for {n} items = {n} x (seconds per item of every evidence stage the detector reads beyond the "
             f"primary answer) + fitting + {n} x scoring seconds per item; means over datasets. Extra generations are "
@@ -215,15 +224,33 @@ def cost_section(rows: Sequence[Mapping[str, Any]], figures: FigureSet | None = 
             + _table(header, body, left=4) + _footnotes(marks, COVERAGE_NOTE))
 
 
-def _fit(entry: Mapping[str, Any]) -> str:
+def _fit(entry: Mapping[str, Any], recorded: Mapping[str, bool]) -> str:
     """Fit seconds, or "-" for a detector that does not train (its "fit" is only bookkeeping, not a cost)."""
-    from haldet.detectors.base import DETECTORS
-
-    try:
-        trains = DETECTORS.get(str(entry["detector"])).trains
-    except HaldetError:  # a plugin detector not installed here: show what was recorded
-        trains = True
+    trains = recorded.get(str(entry["detector"]))
+    if trains is None:
+        trains = format2_trains(str(entry["detector"]))
     return _num(entry.get("fit_s")) if trains else "-"
+
+
+def recorded_trains(runs: Sequence[RunData]) -> dict[str, bool]:
+    """Whether each detector of the runs trains, as their manifests recorded it at run time (so a report needs no
+    detector registry, which imports every detector and torch)."""
+    out: dict[str, bool] = {}
+    for run in runs:
+        for cell in run.cells():
+            for det in cell.get("detectors") or []:
+                if det.get("trains") is not None:
+                    out.setdefault(str(det.get("name")), bool(det["trains"]))
+    return out
+
+
+def format2_trains(detector: str) -> bool:
+    """Manifests before run_format 3 did not record whether a detector trains: the registry says (importing every
+    detector module); a plugin detector not installed here counts as trained (its recorded seconds are shown)."""
+    try:
+        return DETECTORS.get(detector).trains
+    except HaldetError:
+        return True
 
 
 def _p(p: float | None, n_boot: int) -> str:
@@ -359,8 +386,6 @@ def metadata_section(runs: Sequence[RunData]) -> str:
 def suite_sections(runs: Sequence[RunData], rows: Sequence[Mapping[str, Any]],
                    figures: FigureSet | None = None) -> str:
     """Each hosted benchmark's own tables and plots (`Suite.html_section`) for the runs made with `--suite`."""
-    from haldet.suites.base import get_suite
-
     names = sorted({str(r.manifest.get("config", {}).get("suite")) for r in runs
                     if r.manifest.get("config", {}).get("suite")})
     parts = []
@@ -372,12 +397,14 @@ def suite_sections(runs: Sequence[RunData], rows: Sequence[Mapping[str, Any]],
 
 
 def build_html(runs: Sequence[RunData], rows: Sequence[Mapping[str, Any]], *, title: str = "haldet report",
-               n_boot: int = 1000, figures: FigureSet | None = None) -> str:
+               n_boot: int = 1000, figures: FigureSet | None = None, paper: str = "") -> str:
     """The whole report as one HTML string (rows: the merged tidy results of `runs`). Its figures are drawn into
-    `figures` (by default one that keeps only the SVG the page embeds)."""
+    `figures` (by default one that keeps only the SVG the page embeds); `paper`: the section putting a paper's
+    numbers beside ours (`haldet.report.paper_html`), after the results."""
     figures = figures if figures is not None else FigureSet(formats=())
     nav = " · ".join(f'<a href="#{a}">{t}</a>' for a, t in [
-        ("summary", "summary"), ("results", "results"), ("scenarios", "scenarios"), ("cost", "cost"),
+        ("summary", "summary"), ("results", "results"), *([("paper", "paper")] if paper else []),
+        ("scenarios", "scenarios"), ("cost", "cost"),
         ("roc", "ROC/PR"), ("deploy", "rejection/calibration/ensembles"), ("failures", "failures"),
         ("metadata", "metadata")])
     body = [f"<h1>{_e(title)}</h1>",
@@ -388,11 +415,11 @@ def build_html(runs: Sequence[RunData], rows: Sequence[Mapping[str, Any]], *, ti
     if skipped:  # said first: a reader looking for a paper's detector learns at once that it was left out
         body.append("<p class=muted>" + "<br>".join(_e(line) for line in skipped_lines(skipped)) + "</p>")
     if rows:
-        body += [summary_section(rows), results_section(rows), scenario_section(rows, figures),
-                 cost_section(rows, figures), roc_section(runs, rows, n_boot, figures),
+        body += [summary_section(rows), results_section(rows), paper, scenario_section(rows, figures),
+                 cost_section(rows, figures, recorded_trains(runs)), roc_section(runs, rows, n_boot, figures),
                  deployment_section(runs, rows, n_boot, figures)]
     else:
-        body.append("<p>No result rows: every cell failed or no detector ran (see failures).</p>")
+        body += ["<p>No result rows: every cell failed or no detector ran (see failures).</p>", paper]
     body += [suite_sections(runs, rows, figures), learned_html([c for r in runs for c in r.cells()]),
              failures_section(runs), metadata_section(runs)]
     return ("<!DOCTYPE html>\n<html lang=en><head><meta charset=utf-8>"

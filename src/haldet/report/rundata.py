@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from haldet.config import RunConfig
 from haldet.defaults import skipped_detectors
 from haldet.errors import HaldetError
 from haldet.store import RunStore
@@ -62,8 +63,7 @@ class RunData:
         config = self.manifest.get("config") or {}
         if not config.get("suite"):
             return {}
-        from haldet.config import RunConfig
-        from haldet.flow.cell import load_instances
+        from haldet.flow.cell import load_instances  # lazy: sklearn, scipy
 
         try:
             instances, _, _ = load_instances(RunConfig.model_validate(config), dataset)

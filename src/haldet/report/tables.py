@@ -24,6 +24,7 @@ from haldet.evaluation.aggregate import (
     dataset_table,
     scenario_table,
 )
+from haldet.evaluation.cost import usd_text
 from haldet.evaluation.metrics import MAX_ORIENTATION, MAX_ORIENTATION_NOTE
 from haldet.report.marks import (
     COVERAGE_NOTE,
@@ -162,30 +163,41 @@ COST_HEADER = ("Method", "Family", "Evidence", "AUROC", "Cost@{n} (s)", "Score-o
                "Extra gen. calls", "Extra gen. tokens")
 
 
+def _billed(entries: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether some model is billed: a USD column (Cost@N in money) then follows Cost@N in seconds."""
+    return any("usd_at_n" in e for e in entries)
+
+
+def _cost_header(entries: Sequence[Mapping[str, Any]], n: int) -> list[str]:
+    return [h.format(n=n) for h in COST_HEADER] + ([f"Cost@{n} (USD)"] if _billed(entries) else [])
+
+
 def _cost_rows(entries: Sequence[Mapping[str, Any]], metric: str, marks: Marks | None = None,
                ref: str = " [{}]") -> list[tuple[str, list[str]]]:
+    usd = _billed(entries)
     return [(e["model"], [str(e["detector"]) + (marks.label(e["model"], e["detector"], ref) if marks else ""),
                           str(e["family"]), str(e.get("evidence") or "—"),
                           _pct(e.get(metric)) + coverage_suffix(e.get("coverage")),
                           _num(e.get("cost_at_n"), ".2f"), _num(e.get("score_only_s"), ".3f"),
                           _num(None if e.get("infer_s_item") is None else 1000 * e["infer_s_item"], ".3f"),
-                          _num(e.get("extra_calls_item"), ".1f"), _num(e.get("extra_tokens_item"), ".1f")])
+                          _num(e.get("extra_calls_item"), ".1f"), _num(e.get("extra_tokens_item"), ".1f"),
+                          *([usd_text(e["usd_at_n"]) if "usd_at_n" in e else "—"] if usd else [])])
             for e in entries]
 
 
 def cost_markdown(rows: Sequence[Mapping[str, Any]], metric: str = "auroc", marks: Marks | None = None) -> str:
     entries = cost_table(rows, metric)
     n = next((e["cost_n"] for e in entries if e.get("cost_n")), 100)
-    header = [h.format(n=n) for h in COST_HEADER]
+    header = _cost_header(entries, n)
     header[3] = METRIC_LABEL.get(metric, metric)
     lines = [f"**Detector cost (Table 11 layout)**: means over datasets; Cost@{n} = artifact-inclusive seconds for "
              f"{n} items (evidence stages beyond the primary answer + fitting + scoring); extra generations are "
              "counted per item beyond the primary answer.", "",
-             "| " + " | ".join(header) + " |", "|" + "|".join(["---"] * 3 + ["---:"] * 6) + "|"]
+             "| " + " | ".join(header) + " |", "|" + "|".join(["---"] * 3 + ["---:"] * (len(header) - 3)) + "|"]
     model = None
     for m, vals in _cost_rows(entries, metric, marks):
         if m != model:
-            lines.append(f"| **{m}** |" + " |" * 8)
+            lines.append(f"| **{m}** |" + " |" * (len(header) - 1))
             model = m
         lines.append("| " + " | ".join(vals) + " |")
     lines += ["", *(f"{line}  " for line in [COVERAGE_NOTE + ".", *(marks.lines() if marks else [])])]
@@ -195,18 +207,19 @@ def cost_markdown(rows: Sequence[Mapping[str, Any]], metric: str = "auroc", mark
 def cost_latex(rows: Sequence[Mapping[str, Any]], metric: str = "auroc", marks: Marks | None = None) -> str:
     entries = cost_table(rows, metric)
     n = next((e["cost_n"] for e in entries if e.get("cost_n")), 100)
-    header = [tex_escape(h.format(n=n)) for h in COST_HEADER]
+    header = [tex_escape(h) for h in _cost_header(entries, n)]
     header[3] = METRIC_LABEL.get(metric, metric)
     lines = [r"\begin{table}[t]", r"\centering", r"\small",
              rf"\caption{{Detector cost, means over datasets. Cost@{n}: artifact-inclusive seconds for {n} items. "
              r"Extra generation calls and tokens per item beyond the primary answer.}",
-             r"\begin{tabular}{lll" + "r" * 6 + "}", r"\toprule", " & ".join(header) + r" \\", r"\midrule"]
+             r"\begin{tabular}{lll" + "r" * (len(header) - 3) + "}", r"\toprule", " & ".join(header) + r" \\",
+             r"\midrule"]
     model = None
     for m, vals in _cost_rows(entries, metric, marks):
         if m != model:
             if model is not None:
                 lines.append(r"\midrule")
-            lines.append(rf"\multicolumn{{9}}{{l}}{{\textbf{{{tex_escape(m)}}}}} \\")
+            lines.append(rf"\multicolumn{{{len(header)}}}{{l}}{{\textbf{{{tex_escape(m)}}}}} \\")
             model = m
         lines.append(" & ".join(tex_escape(v) if v != "—" else "--" for v in vals) + r" \\")
     lines += [r"\bottomrule", r"\end{tabular}"]

@@ -1,7 +1,8 @@
 """The rich terminal table of a run's results: one line per (dataset, model, detector), fitted to the terminal.
 
 Columns are picked by priority until the table fills the width (detector and AUROC always; coverage whenever some
-detector scored fewer than all test items; then N, CI, family, AUPR, FPR@95, positives, Cost@100), so an
+detector scored fewer than all test items; then N, CI, family, AUPR, FPR@95, positives, Cost@100 in seconds, and
+in USD where a model is billed: "price unknown" where its price is not declared), so an
 80-column terminal shows whole values instead of every cell cut to three letters. Further metrics (`--metrics
 prr,ece`) are columns right after AUROC, placed before any optional column. A dataset or model column
 appears only when the rows differ in it (else it is in the title). Notes, substitute models, non-default variants
@@ -19,8 +20,10 @@ from rich.console import Console, JustifyMethod
 from rich.table import Table
 from rich.text import Text
 
+from haldet.evaluation.cost import usd_text
 from haldet.evaluation.metrics import MAX_ORIENTATION, MAX_ORIENTATION_NOTE
 from haldet.report.marks import detector_marks, mixed_coverage
+from haldet.util.tables import print_tables
 
 
 def _fmt(value: Any, digits: int = 3) -> str:
@@ -55,9 +58,10 @@ _OPTIONAL = {  # in priority order (first added first when space allows)
     "FPR@95": Col("FPR@95", _metric("fpr95")),
     "pos": Col("pos", lambda m: str(m.get("auroc", {}).get("n_pos", ""))),
     "cost": Col("Cost@100 s", lambda m: _fmt(m.get("auroc", {}).get("cost_at_n"), 2)),
+    "usd": Col("Cost@100 $", lambda m: usd_text(m["auroc"]["usd_at_n"]) if "usd_at_n" in m.get("auroc", {}) else "—"),
 }
 _ORDER = ["dataset", "model", "detector", "family", "AUROC", "max-or", "CI", "cov", "AUPR", "FPR@95", "N", "pos",
-          "cost"]
+          "cost", "usd"]
 ORIENTED_HEADER = "max-or.*"
 ORIENTED_FOOTNOTE = f"* max-or. = {MAX_ORIENTATION}: max(AUROC, 1 - AUROC), {MAX_ORIENTATION_NOTE}"
 
@@ -72,8 +76,6 @@ def print_results(console: Console, rows: list[dict[str, Any]], title: str = "ha
     """The results table on `console`: the columns that fit a terminal, every column when the output is a file or
     a pipe (a log keeps every number); no value is ever cut (`haldet.util.tables`). `notes`: lines said under
     it (e.g. the detectors a default run left out, and why, the judges' coverage)."""
-    from haldet.util.tables import print_tables
-
     width = console.size.width if console.is_terminal else UNLIMITED
     table, footer = results_parts(rows, title, failed, width, metrics)
     print_tables(console, [table], [*footer, *(line if isinstance(line, Text) else Text(line, style="dim")
@@ -110,7 +112,10 @@ def results_parts(rows: list[dict[str, Any]], title: str = "haldet results (test
     coverages = [m.get("auroc", {}).get("coverage") for m in cells.values()]
     if any(c is not None and c < 1.0 for c in coverages):
         cols["cov"] = Col("cov", lambda m: _cov(m.get("auroc", {}).get("coverage")))
+    billed = any("usd_at_n" in m.get("auroc", {}) for m in cells.values())  # an API model's money, beside seconds
     for key, col in _OPTIONAL.items():
+        if key == "usd" and not billed:
+            continue
         trial = {**cols, key: col}
         if _width(trial, cells) <= width:
             cols = trial
@@ -147,6 +152,10 @@ def judge_lines(cells: list[dict[str, Any]], llm_judge: str | None) -> list[Text
             text += (f"; no LLM judge ran (none configured: --judge-model, with its API key): it would have been "
                      f"asked to decide the {undecided} undecided answer(s)")
         lines.append(Text(text, style="dim"))
+        if cut := (cell.get("data") or {}).get("no_answer"):
+            lines.append(Text(f"no answer {cell['dataset']} | {cell['model']}: {cut['n']}/{cut['of']} output(s) were "
+                              f"cut off inside their reasoning (labelled invalid, never scored); raise "
+                              f"{cut['setting']}", style="yellow"))
     return lines
 
 

@@ -1,2 +1,3 @@
-"""Evidence stages (generate, sample, features, auxiliary, annotate, verdict): each declares the signals it
-provides and computes them once per item, resumably; `plan` orders them and `loader` reads their records back."""
+"""Evidence stages (generate, sample, features, auxiliary, annotate, verdict, claims, claim_p_true, redeep): each
+declares the signals it provides and computes them once per item, resumably; `plan` orders them and `loader` reads
+their records back."""

@@ -42,7 +42,8 @@ class AnnotateStage(Stage):
     def __init__(self, ctx: CellContext, judge: JudgeConfig | None = None, cascade: Cascade | None = None) -> None:
         super().__init__(ctx)
         self.judge_config = judge or ctx.config.judge
-        self.cascade = cascade or Cascade.from_config(self.judge_config, ctx.config.templates)
+        self.cascade = cascade or Cascade.from_config(self.judge_config, ctx.config.templates,
+                                                      see_reasoning=ctx.config.reasoning.judges_see_reasoning)
         self._fingerprint = self.cascade.fingerprint()
         self.failures: dict[str, dict[str, Any]] = {}
 

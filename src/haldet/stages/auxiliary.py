@@ -33,9 +33,11 @@ from typing import Any
 from haldet.backends.base import AnswerEvidence, Backend, Capability, EvidenceRequest, FollowUp
 from haldet.config import stage_key
 from haldet.signals import Signal
+from haldet.stages.aux_evaluator import EVALUATOR_TEMPLATES, EVALUATOR_VERSION, ask_evaluator, self_eval_fields
 from haldet.stages.base import STAGES, DecodingReader, Item
 from haldet.stages.generate import GenerateStage
 from haldet.text.confidence import confidence_complete, confidence_statement, parse_confidence
+from haldet.text.prompts import PromptBuilder
 from haldet.text.templates import override_digest, packaged_template, template_text
 
 PROMPT_VERSION = "aux-v3"  # bump when the packaged wording changes: it is part of the cache key
@@ -108,9 +110,21 @@ class AuxiliaryStage(DecodingReader):
     def key(self, item: Item) -> str:
         cfg = self.ctx.config.auxiliary
         gen_key = GenerateStage(self.ctx).key(item)
+        if self.evaluator():  # the paper's procedure: its own prompts and reply budget (the default keys unchanged)
+            return stage_key(self.name, self.ctx.backend.fingerprint(), item.prompt, gen_key, EVALUATOR_VERSION,
+                             *self.queries(), cfg.evaluator_max_new_tokens,
+                             *override_digest(EVALUATOR_TEMPLATES, self.ctx.config.templates))
         return stage_key(self.name, self.ctx.backend.fingerprint(), item.prompt, gen_key, PROMPT_VERSION,
                          *self.queries(), cfg.max_new_tokens, DECODING + (SHARED_HEAD if self.paired() else ""),
                          *override_digest(QUESTION_TEMPLATES, self.ctx.config.templates))
+
+    def evaluator(self) -> bool:
+        """Whether the queries are asked as separate evaluator chats (`auxiliary.procedure: evaluator`)."""
+        return self.ctx.config.auxiliary.procedure == "evaluator"
+
+    def reads_in_decoding(self) -> bool:
+        # an evaluator chat is not a continuation of the answer: it cannot be read while the answer is decoded
+        return not self.evaluator()
 
     def questions(self) -> tuple[str, str]:
         """The verbalized-confidence and self-evaluation questions (the run's templates, else the packaged ones)."""
@@ -119,7 +133,7 @@ class AuxiliaryStage(DecodingReader):
 
     def paired(self) -> bool:
         """Whether both queries are asked of a backend that reads their shared head once."""
-        return all(self.queries()) and self.ctx.backend.shares_heads()
+        return all(self.queries()) and self.ctx.backend.shares_heads() and not self.evaluator()
 
     def items_per_batch(self) -> int:
         # enough replies per stored shard for the decoding pool (decode_rows rows) to be full
@@ -158,6 +172,8 @@ class AuxiliaryStage(DecodingReader):
         return self._records(batch, outs, _true_false(verdicts, n_true), "decoding", seconds)
 
     def compute(self, batch: list[Item]) -> list[dict[str, Any]]:
+        if self.evaluator():
+            return self._evaluate(batch)
         cfg = self.ctx.config.auxiliary
         verbalized, self_eval = self.queries()
         backend = self.ctx.backend
@@ -178,6 +194,32 @@ class AuxiliaryStage(DecodingReader):
             judged = self._self_eval(self_eval_prompts) if self_eval else []
         return self._records(batch, replies, judged, "prompt", (time.perf_counter() - start) / max(1, len(batch)))
 
+    def _evaluate(self, batch: list[Item]) -> list[dict[str, Any]]:
+        """Records of the evaluator procedure (`haldet.stages.aux_evaluator`): a separate chat per query."""
+        cfg, config, backend = self.ctx.config.auxiliary, self.ctx.config, self.ctx.backend
+        start = time.perf_counter()
+        builder = PromptBuilder(config.prompt, config.templates)
+        tasks = [builder.user_message(item.instance) for item in batch]
+        answers = []
+        for item in batch:
+            if item.generation is None:
+                raise ValueError(f"auxiliary stage needs the generation of {item.id}")
+            answers.append(item.generation.response)
+        replies, verdicts = ask_evaluator(backend, tasks, answers, self.queries(), templates=config.templates,
+                                          max_new_tokens=cfg.evaluator_max_new_tokens, batch_size=cfg.batch_size)
+        seconds = (time.perf_counter() - start) / max(1, len(batch))
+        records: list[dict[str, Any]] = [{"id": item.id, "procedure": "evaluator", "verbalized": None,
+                                          "verbalized_value": None, "self_eval_text": None, "p_true": None,
+                                          "logp_true": None, "logp_false": None, "decision": None,
+                                          "logp_decision": None, "source": "prompt", "seconds": seconds}
+                                         for item in batch]
+        for rec, out in zip(records, replies, strict=False):
+            _fail_or(rec, out, verbalized=out.text, verbalized_value=parse_confidence(out.text),
+                     verbalized_n_tokens=out.n_tokens)
+        for rec, out in zip(records, verdicts, strict=False):
+            _fail_or(rec, out, **self_eval_fields(backend, out))
+        return records
+
     def _records(self, batch: list[Item], replies: list[Any], judged: list[tuple[Any, list[float], list[float]]],
                  source: str, seconds: float) -> list[dict[str, Any]]:
         verbalized, self_eval = self.queries()
@@ -189,25 +231,31 @@ class AuxiliaryStage(DecodingReader):
             for rec, out in zip(records, replies, strict=True):
                 stated = confidence_statement(out.text)
                 _fail_or(rec, out, verbalized=stated, verbalized_value=parse_confidence(stated),
-                         verbalized_n_tokens=out.n_tokens)
+                         verbalized_n_tokens=out.n_tokens, **_billed("verbalized", out))
         if self_eval:
             for rec, (out, true_lps, false_lps) in zip(records, judged, strict=True):
                 p, lt, lf = p_true_from_logprobs(true_lps, false_lps)
                 _fail_or(rec, out, self_eval_text=out.text, p_true=p, logp_true=_finite(lt), logp_false=_finite(lf),
-                         self_eval_n_tokens=out.n_tokens)
+                         self_eval_n_tokens=out.n_tokens, **_billed("self_eval", out))
         return records
 
     def _self_eval(self, prompts: list[str]) -> list[tuple[Any, list[float], list[float]]]:
-        """(greedy reply, log-probs of the True spellings, of the False spellings) per prompt. A local model reads
-        them from the next-token distribution by token id; an API model from the returned top alternatives."""
-        cfg, backend = self.ctx.config.auxiliary, self.ctx.backend
-        if Capability.SELF_EVAL_LOGPROBS in backend.capabilities:
-            return backend.self_eval_logprobs(prompts, TRUE_WORDS, FALSE_WORDS,
-                                              max_new_tokens=cfg.max_new_tokens, batch_size=cfg.batch_size)
-        true_ids, false_ids = answer_candidates(backend)
-        outs = backend.candidate_logprobs(prompts, true_ids + false_ids, max_new_tokens=cfg.max_new_tokens,
-                                          batch_size=cfg.batch_size)
-        return _true_false(outs, len(true_ids))
+        cfg = self.ctx.config.auxiliary
+        return true_false_logprobs(self.ctx.backend, prompts, max_new_tokens=cfg.max_new_tokens,
+                                   batch_size=cfg.batch_size)
+
+
+def true_false_logprobs(backend: Backend, prompts: list[str], *, max_new_tokens: int,
+                        batch_size: int) -> list[tuple[Any, list[float], list[float]]]:
+    """(greedy reply, log-probs of the True spellings, of the False spellings) per prompt. A local model reads
+    them from the next-token distribution by token id; an API model from the returned top alternatives."""
+    if Capability.SELF_EVAL_LOGPROBS in backend.capabilities:
+        return backend.self_eval_logprobs(prompts, TRUE_WORDS, FALSE_WORDS, max_new_tokens=max_new_tokens,
+                                          batch_size=batch_size)
+    true_ids, false_ids = answer_candidates(backend)
+    outs = backend.candidate_logprobs(prompts, true_ids + false_ids, max_new_tokens=max_new_tokens,
+                                      batch_size=batch_size)
+    return _true_false(outs, len(true_ids))
 
 
 def _true_false(outs: list[Any], n_true: int) -> list[tuple[Any, list[float], list[float]]]:
@@ -221,6 +269,11 @@ def _fail_or(rec: dict[str, Any], out: Any, **values: Any) -> None:
         rec["failed"] = out.error
     else:
         rec.update(values)
+
+
+def _billed(part: str, out: Any) -> dict[str, Any]:
+    """A remote reply's USD as `<part>_cost_usd` (None: price unknown); nothing for a local model."""
+    return {f"{part}_cost_usd": out.extra["cost_usd"]} if "cost_usd" in out.extra else {}
 
 
 def _finite(x: float) -> float | None:

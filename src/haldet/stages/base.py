@@ -165,6 +165,12 @@ class Stage:
         """The current-key record of each item that has one."""
         return self.ctx.store.log(self.name).read({item.id: self.key(item) for item in items})
 
+    def used_keys(self, records: Mapping[str, Mapping[str, Any]]) -> dict[str, list[str]]:
+        """The key of each item's record in `records` (this stage's `ensure` result): what a run records as used
+        (`keys.json`), so readers show these records and no other (a stage with several records per item
+        overrides it)."""
+        return {item_id: [str(rec["key"])] for item_id, rec in records.items() if rec.get("key") is not None}
+
     def ensure(self, items: Sequence[Item]) -> dict[str, dict[str, Any]]:
         """Compute what is missing (or lost with a damaged shard), then return every item's record."""
         done = self.records(items)
@@ -259,6 +265,10 @@ class Stage:
 class DecodingReader(Stage):
     """A stage whose records can also be read while the primary answer is decoded (`generate_with_evidence`):
     the generate stage finds the planned ones through the registry, so it never imports them."""
+
+    def reads_in_decoding(self) -> bool:
+        """Whether, as configured, this stage's records can be read while the answer is decoded."""
+        return True
 
     def reads(self, request: EvidenceRequest) -> EvidenceRequest:
         """`request` with what this stage reads of each answer while it is decoded."""

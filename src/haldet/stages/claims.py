@@ -28,8 +28,9 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from haldet.backends.structured import CallFailure, ClientSettings, Request, StructuredClient
+from haldet.backends.structured import CallFailure, ClientSettings, Request, StructuredClient, billing
 from haldet.config import stage_key
+from haldet.endpoint_params import price_of
 from haldet.schema import Category, Instance, SpanLabel
 from haldet.stages.base import STAGES, Item, Stage
 from haldet.text.claim_spans import map_all, split_units
@@ -78,7 +79,8 @@ class ClaimsStage(Stage):
             return {"rule": cfg.extractor, "version": RULE_VERSION}
         if cfg.model is None:
             return {"backend": "run", "model": self.ctx.backend.fingerprint()}
-        return {"backend": "openai", "model": cfg.model, "base_url": cfg.base_url}
+        params = {"params": cfg.params.identity()} if cfg.params.identity() else {}  # declared request parameters
+        return {"backend": "openai", "model": cfg.model, "base_url": cfg.base_url, **params}
 
     def extractor_name(self) -> str:
         cfg = self.ctx.config.claims
@@ -132,19 +134,23 @@ class ClaimsStage(Stage):
             kept, unmapped = map_all(answers[b], claims, min_coverage=cfg.min_coverage)
             out.append({"id": item.id, "extractor": "llm", "unit": "claim", "judge": self.extractor_name(),
                         "claims": [{"text": t, "start": a, "end": e} for t, a, e in kept], "unmapped": unmapped,
-                        "reply": reply.text if reply is not None else ""})
+                        "reply": reply.text if reply is not None else "",
+                        **(billing([reply]) if cfg.model is not None and reply is not None else {})})
         return out
 
     def _client(self) -> StructuredClient:
         cfg = self.ctx.config.claims
         if cfg.model is None:
             settings = ClientSettings(model=self.ctx.model, backend="hf", retries=0, max_tokens=cfg.max_new_tokens,
-                                      batch_size=cfg.batch_size, count_prompt_tokens=False)
+                                      batch_size=cfg.batch_size, count_prompt_tokens=False,
+                                      budget="claims.max_new_tokens")
             return StructuredClient(settings, correction=_correction, local=self.ctx.backend)
+        price = price_of(self.ctx.config.prices, cfg.model)  # USD per 1M tokens; (None, None): unknown
         settings = ClientSettings(model=cfg.model, base_url=cfg.base_url, api_key_env=cfg.api_key_env,
                                   timeout=cfg.timeout, concurrency=cfg.concurrency, retries=cfg.retries,
                                   backoff=cfg.backoff, max_tokens=cfg.max_new_tokens, option="claims.model",
-                                  where=f"claim extractor {cfg.model}")
+                                  where=f"claim extractor {cfg.model}", params=cfg.params, section="claims",
+                                  price_in=price[0], price_out=price[1], budget="claims.max_new_tokens")
         return StructuredClient(settings, correction=_correction)
 
 

@@ -15,7 +15,7 @@ Only the groups the selected detectors read are computed (`FeatureStage.groups`)
 When the local lean decoder generates the answers, the same evidence is read from the decoding itself (states of
 the prompt and answer tokens as they were computed, statements as branches of each answer's own cache:
 `haldet.backends.hf.answer_reader`) and the generate stage stores these records (`source: "decoding"`; they equal
-the pass's within float tolerance, tests/test_answer_reader.py); otherwise this stage's pass runs
+the pass's within float tolerance, tests/backends/test_answer_reader.py); otherwise this stage's pass runs
 (`source: "forward"`). A response that ships with the data is read once: the generate stage's pass over it also
 pools these states (`Backend.read_given`, batched by `tokens.token_budget`) and stores the records
 (`source: "given"`); only ICR features and the statement groups still need this stage's own pass.
@@ -24,7 +24,7 @@ A sequence longer than the model window is not truncated silently: the prompt he
 the record says so in `window`; if the answer alone does not fit, the groups are marked invalid with the reason.
 
 Record: {id, key, shard, arrays: {name: shape}, layers, groups, n_prompt_tokens, n_answer_tokens, token_logprobs,
-token_entropies, logprob_gap, window: {pass: info}, invalid: {group: reason}, source, seconds}.
+token_entropies, token_chernoff, logprob_gap, window: {pass: info}, invalid: {group: reason}, source, seconds}.
 Arrays (`features/<shard>.h5`, float16 by default): hidden_mean, hidden_last, hidden_first_n, hidden_last_n
 [n_layers, D] (the last two: mean over the first / last `features.select_tokens` answer tokens); sep [2, n_layers, D];
 ccs [2, n_layers, D]; prism [n_layers, D]; icr [L, F] (`ICR_COLUMNS`).
@@ -47,6 +47,7 @@ from haldet.stages.base import STAGES, DecodingReader, Item
 from haldet.stages.generate import GenerateStage
 
 STATEMENT_VERSION = "stmt-v2"  # bump when the statement wording changes: it is part of the cache key
+CHERNOFF_VERSION = "chernoff-v1"  # in the key when a selected detector reads TOKEN_CHERNOFF
 
 # statement branch -> text appended after the answer (tokenised on its own, no special tokens)
 STATEMENTS = {
@@ -60,9 +61,9 @@ ANSWER_GROUPS = {"hidden", "sep", "icr"}  # groups read from the answer span its
 
 @STAGES.register("features")
 class FeatureStage(DecodingReader):
-    provides = frozenset({Signal.TOKEN_ENTROPIES, Signal.HIDDEN_MEAN, Signal.HIDDEN_LAST, Signal.HIDDEN_FIRST_N,
-                          Signal.HIDDEN_LAST_N, Signal.SEP_FEATURES, Signal.CCS_FEATURES, Signal.PRISM_FEATURES,
-                          Signal.ICR_FEATURES})
+    provides = frozenset({Signal.TOKEN_ENTROPIES, Signal.TOKEN_CHERNOFF, Signal.HIDDEN_MEAN, Signal.HIDDEN_LAST,
+                          Signal.HIDDEN_FIRST_N, Signal.HIDDEN_LAST_N, Signal.SEP_FEATURES, Signal.CCS_FEATURES,
+                          Signal.PRISM_FEATURES, Signal.ICR_FEATURES})
     after = ("generate", "sample", "auxiliary")
     # each array signal's group (`features.groups`): an invalid group's arrays are not read
     arrays: ClassVar[dict[Signal, tuple[str, str]]] = {
@@ -107,8 +108,10 @@ class FeatureStage(DecodingReader):
         gen_key = GenerateStage(self.ctx).key(item)
         groups = self.groups()
         poolings = [self.pass_pooling(p) for p in self.poolings()] if "hidden" in groups else []
-        return stage_key(self.name, self.ctx.backend.fingerprint(), item.prompt, gen_key, cfg.layers,
-                         poolings, cfg.dtype, groups, STATEMENT_VERSION)
+        parts = [cfg.layers, poolings, cfg.dtype, groups, STATEMENT_VERSION]
+        if self.ctx.signals is None or Signal.TOKEN_CHERNOFF in self.ctx.signals:
+            parts.append(CHERNOFF_VERSION)  # records made before the coefficients were recorded lack them
+        return stage_key(self.name, self.ctx.backend.fingerprint(), item.prompt, gen_key, *parts)
 
     def items_per_batch(self) -> int:
         return self.ctx.config.features.batch_size * 4
@@ -160,7 +163,8 @@ class FeatureStage(DecodingReader):
         layers = None if cfg.layers == "all" else list(cfg.layers)
         suffixes = self._statements()
         start = time.perf_counter()
-        prompts = [backend.encode_prompt(item.prompt) for item in batch]
+        # a reasoning model's answer is read after its reasoning, as it was generated: the evidence is the answer's
+        prompts = [backend.encode_prompt(item.prompt) + list(_generation(item).reasoning_ids) for item in batch]
         requests = [ForwardRequest(ids=ids + list(_generation(item).token_ids), start=len(ids), key=item.id,
                                    branches=suffixes) for item, ids in zip(batch, prompts, strict=True)]
         outs = backend.forward(requests, layers=layers, poolings=self._pass_poolings(), logprobs=True,
@@ -180,12 +184,13 @@ class FeatureStage(DecodingReader):
             gen = _generation(item)
             records[item.id] = {"id": item.id, "n_prompt_tokens": len(backend.encode_prompt(item.prompt)),
                                 "n_answer_tokens": len(gen.token_ids), "groups": sorted(groups),
-                                "token_logprobs": None, "token_entropies": None, "logprob_gap": None,
+                                "token_logprobs": None, "token_entropies": None, "token_chernoff": None,
+                                "logprob_gap": None,
                                 "window": {}, "invalid": {}, "arrays": {}, "source": source}
             arrays[item.id] = {}
             if not gen.token_ids:
                 for group in groups & ANSWER_GROUPS:
-                    records[item.id]["invalid"][group] = "empty answer: no answer tokens to read"
+                    records[item.id]["invalid"][group] = gen.no_answer or "empty answer: no answer tokens to read"
         by_id = {item.id: item for item in batch}
         for out in outs:
             self._result(records[out.key], arrays[out.key], out, groups, pooling, by_id[out.key])
@@ -216,6 +221,7 @@ class FeatureStage(DecodingReader):
             rec["token_logprobs"] = [float(x) for x in out.token_logprobs]
             rec["token_entropies"] = ([float(x) for x in out.token_entropies] if out.token_entropies is not None
                                       else None)
+            rec["token_chernoff"] = (out.token_chernoff.tolist() if out.token_chernoff is not None else None)
             gen_lps = np.asarray(item.generation.token_logprobs if item.generation else [], dtype=np.float64)
             if len(gen_lps) == len(out.token_logprobs) and len(gen_lps):
                 rec["logprob_gap"] = float(np.max(np.abs(gen_lps - out.token_logprobs)))

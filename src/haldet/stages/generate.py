@@ -29,6 +29,7 @@ from haldet.stages.tokens import (
     token_record,
     token_spec,
 )
+from haldet.text.reasoning import no_answer_reason
 from haldet.util.limits import by_limit, max_new_tokens
 
 
@@ -100,11 +101,13 @@ class GenerateStage(Stage):
             record = Generation(id=item.id, prompt=item.prompt, response=out.text, token_ids=out.token_ids,
                                 token_logprobs=out.token_logprobs, finish_reason=out.finish_reason,
                                 n_tokens=out.n_tokens or 0, model=self.ctx.model, seconds=per_item,
-                                token_text=(out.extra.get("tokens") or []) if "tokens" in out.extra else None)
+                                token_text=(out.extra.get("tokens") or []) if "tokens" in out.extra else None,
+                                **reasoning_fields(out, max_new_tokens(self.ctx.config, item.instance)))
             records[item.id] = {**record.model_dump(exclude={"skipped"}), **remote_usage([out])}
         ok = [item for item in batch if "failed" not in records[item.id]]
         if token_spec(self.ctx)["parts"] and ok:
-            passes = run_token_pass(self.ctx, ok, {item.id: records[item.id]["token_ids"] for item in ok})
+            passes = run_token_pass(self.ctx, ok, {item.id: records[item.id]["token_ids"] for item in ok},
+                                    prefixes={item.id: records[item.id]["reasoning_ids"] for item in ok})
             for item in ok:
                 rec = records[item.id]
                 offsets = self.ctx.backend.token_offsets(rec["token_ids"], rec["response"])
@@ -117,7 +120,8 @@ class GenerateStage(Stage):
         can, stages a selected detector reads): found by their declared interface, so this module imports none."""
         if not (self.ctx.config.evidence_in_decoding and self.ctx.signals and self.ctx.backend.fuses_evidence()):
             return []
-        return [cls(self.ctx) for cls in plan(self.ctx.signals) if issubclass(cls, DecodingReader)]
+        readers = [cls(self.ctx) for cls in plan(self.ctx.signals) if issubclass(cls, DecodingReader)]
+        return [stage for stage in readers if stage.reads_in_decoding()]
 
     def _store_evidence(self, readers: list[DecodingReader], batch: list[Item], outputs: list[Any],
                         evidence: list[Any], seconds: dict[str, float]) -> None:
@@ -221,14 +225,32 @@ def context_window(backend: Any) -> int | None:
         return None
 
 
+def reasoning_fields(out: Any, limit: int) -> dict[str, Any]:
+    """A reasoning model's split of one output (`GenOutput.extra`, set by the backend) as `Generation` fields; an
+    output cut off inside its reasoning says at which limit (`generation.max_new_tokens`)."""
+    extra = out.extra
+    if "reasoning" not in extra:
+        return {}
+    no_answer = extra.get("no_answer")
+    if no_answer is not None and out.finish_reason == "length":
+        no_answer = no_answer_reason("length", limit)
+    return {"reasoning": extra["reasoning"], "reasoning_ids": list(extra.get("reasoning_ids") or []),
+            "reasoning_logprobs": list(extra.get("reasoning_logprobs") or []),
+            "reasoning_span": extra.get("reasoning_span"), "answer_tokens": extra.get("answer_tokens"),
+            "no_answer": no_answer}
+
+
 def remote_usage(outs: list[Any]) -> dict[str, Any]:
-    """Tokens billed and cost of a remote backend's outputs for one record ({} for local backends)."""
+    """Tokens billed and cost of a remote backend's outputs for one record ({} for local backends), and why their
+    log-probs were unusable when they were asked for and came back empty, truncated or malformed."""
     if not outs or "prompt_tokens" not in outs[0].extra:
         return {}
     costs = [o.extra.get("cost_usd") for o in outs]
+    spoilt = [o.extra["logprobs_error"] for o in outs if o.extra.get("logprobs_error")]  # asked for, unusable
     return {"api_prompt_tokens": sum(o.extra["prompt_tokens"] for o in outs),
             "api_completion_tokens": sum(o.extra["completion_tokens"] for o in outs),
-            "cost_usd": None if any(c is None for c in costs) else sum(costs)}
+            "cost_usd": None if any(c is None for c in costs) else sum(costs),
+            **({"logprobs_error": spoilt[0]} if spoilt else {})}
 
 
 def generation_of(record: dict[str, Any]) -> Generation:

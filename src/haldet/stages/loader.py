@@ -1,6 +1,7 @@
-"""From stage records to signals: running the planned stages, and the loader a `SignalView` uses to read a
-signal for a list of item ids (formats: the `Signal` docstring). Which stage holds a signal, and under which array
-name, is what the stage classes declare (`provides`, `arrays`; `haldet.stages.plan`).
+"""From stage records to signals: running the planned stages (and recording which records the run used), and the
+loader a `SignalView` uses to read a signal for a list of item ids (formats: the `Signal` docstring). Which stage
+holds a signal, and under which array name, is what the stage classes declare (`provides`, `arrays`;
+`haldet.stages.plan`).
 
 Only records whose key matches the current config are read, so a view never sees stale evidence. Arrays are
 stored float16 and returned as float32; a missing or invalid value is None (detectors give NaN with a reason).
@@ -15,7 +16,7 @@ import numpy as np
 
 from haldet.config import digest
 from haldet.errors import HaldetError
-from haldet.signals import Signal
+from haldet.signals import SampleTexts, Signal
 from haldet.stages.base import CellContext, Item
 from haldet.stages.plan import PRIMARY, plan, providers, stage_class
 from haldet.stages.tokens import SIGNAL_ARRAYS, token_value
@@ -30,6 +31,14 @@ def needed_stages(signals: Iterable[Signal]) -> list[str]:
 def ensure_stages(ctx: CellContext, items: Sequence[Item], stages: Iterable[str]) -> dict[str, dict[str, Any]]:
     """Run each stage for the items that lack its current-key record; returns stage -> records."""
     return {name: stage_class(name)(ctx).ensure(items) for name in stages}
+
+
+def record_used(ctx: CellContext, records: Mapping[str, Mapping[str, Any]], *, add: bool = False) -> None:
+    """Record in the cell's `keys.json` the key of every record the run used (stage -> its `ensure` result), so
+    readers of the run show those records and no other record a log holds for the same item (`add`: with what this
+    run recorded before, e.g. the verdicts of an earlier training-label set)."""
+    ctx.store.record_stage_keys({name: stage_class(name)(ctx).used_keys(recs) for name, recs in records.items()},
+                                add=add)
 
 
 def evidence_gaps(ctx: CellContext, items: Sequence[Item], records: Mapping[str, Mapping[str, Any]]
@@ -110,7 +119,7 @@ class EvidenceLoader:
 
 def _value(signal: Signal, rec: dict[str, Any]) -> Any:
     if signal is Signal.SAMPLES:
-        return list(rec["samples"])
+        return SampleTexts(rec["samples"], rec.get("reasoning"))
     if signal is Signal.SAMPLE_LOGLIKS:  # None: the backend gave no log-probs for these samples
         return None if rec.get("logliks") is None else np.asarray(rec["logliks"], dtype=np.float64).reshape(-1, 2)
     if signal is Signal.VERBALIZED:
@@ -118,12 +127,22 @@ def _value(signal: Signal, rec: dict[str, Any]) -> Any:
     if signal is Signal.SELF_EVAL:
         if rec.get("self_eval_text") is None:
             return None
-        return {"p_true": rec.get("p_true"), "logp_true": rec.get("logp_true"), "text": rec["self_eval_text"]}
+        return {"p_true": rec.get("p_true"), "logp_true": rec.get("logp_true"), "text": rec["self_eval_text"],
+                "procedure": rec.get("procedure", "follow_up"), "decision": rec.get("decision"),
+                "logp_decision": rec.get("logp_decision")}
     if signal is Signal.VERDICT:
         return rec.get("asks") or None
+    if signal is Signal.CLAIM_P_TRUE:
+        return rec.get("units")
     if signal is Signal.TOKEN_ENTROPIES:
         values = rec.get("token_entropies")
         return None if values is None else np.asarray(values, dtype=np.float64)
+    if signal is Signal.ANSWER_LM_LOGPROBS:
+        values = rec.get("lm_logprobs")
+        return None if values is None else np.asarray(values, dtype=np.float64)
+    if signal is Signal.TOKEN_CHERNOFF:
+        values = rec.get("token_chernoff")
+        return None if values is None else np.asarray(values, dtype=np.float64).reshape(len(values), -1)
     if signal is Signal.TOKEN_LOGPROBS:
         values = rec.get("token_logprobs")
         if values is None or (not values and rec.get("n_tokens")):  # a non-empty answer sent without log-probs

@@ -45,6 +45,9 @@ class RedeepStage(Stage):
             gen = item.generation
             reason = item.instance.meta.get("unscorable")
             value: Any = reason or ("no answer" if gen is None or not gen.token_ids else None)
+            if value is None and gen is not None and gen.reasoning_ids:  # never read without its reasoning
+                value = ("ReDeEP reads prompt + answer in one pass; an answer after a reasoning block is not "
+                         "supported yet")
             if value is None and gen is not None:
                 value = self.ctx.backend.redeep_features(item.prompt, list(gen.token_ids), item.instance.context,
                                                          top_ratio=cfg.top_ratio, max_tokens=cfg.max_tokens)

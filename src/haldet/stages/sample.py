@@ -41,6 +41,15 @@ def _logliks(outs: list[Any]) -> list[list[float]] | None:
             for o in outs]
 
 
+def sample_reasoning(outs: list[Any]) -> dict[str, Any]:
+    """A reasoning model's samples: each one's reasoning text and why it has no answer (cut off inside its
+    reasoning; its `samples` entry is then empty); {} for other models."""
+    if not any("reasoning" in o.extra for o in outs):
+        return {}
+    return {"reasoning": [o.extra.get("reasoning") for o in outs],
+            "no_answer": [o.extra.get("no_answer") for o in outs]}
+
+
 def _total_tokens(outs: list[Any]) -> int | None:
     counts = [o.n_tokens for o in outs]
     return None if any(c is None for c in counts) else int(sum(counts))
@@ -114,7 +123,10 @@ class SampleStage(Stage):
         hidden: dict[str, np.ndarray] = {}
         hidden_source = None
         if layer is not None:
-            if all("hidden" in o.extra for outs in outputs for o in outs):  # pooled while decoding: no extra pass
+            thinking = any("reasoning" in o.extra for outs in outputs for o in outs)
+            # pooled while decoding (no extra pass), except a reasoning model's samples: their answers' states are
+            # read after their reasoning by the pass below
+            if not thinking and all("hidden" in o.extra for outs in outputs for o in outs):
                 hidden, hidden_source = {item.id: np.stack([o.extra["hidden"] for o in outs]).astype(np.float32)
                                          for item, outs in zip(batch, outputs, strict=True)}, "decoding"
             else:
@@ -137,6 +149,7 @@ class SampleStage(Stage):
                 "n_tokens": _total_tokens(outs),
                 **remote_usage(outs),
                 "finish": [o.finish_reason for o in outs],
+                **sample_reasoning(outs),
                 "sanitised_logits": int(sum(o.extra.get("sanitised_logits", 0) for o in outs)),
                 "hidden_layer": layer,
                 "hidden_pooling": cfg.hidden_pooling if layer is not None else None,
@@ -155,12 +168,20 @@ class SampleStage(Stage):
         requests = []
         for item, outs in zip(batch, outputs, strict=True):
             prompt_ids = backend.encode_prompt(self.prompt(item))
-            branches = {str(j): list(o.token_ids) for j, o in enumerate(outs) if o.token_ids}
+            branches = {str(j): list(o.token_ids) for j, o in enumerate(outs)
+                        if o.token_ids and not o.extra.get("reasoning_ids")}
             if branches:
                 requests.append(ForwardRequest(ids=prompt_ids, start=len(prompt_ids), key=item.id, branches=branches))
+            for j, o in enumerate(outs):  # a sample's answer after its own reasoning: one row of its own
+                if o.token_ids and o.extra.get("reasoning_ids"):
+                    ids = prompt_ids + list(o.extra["reasoning_ids"])
+                    requests.append(ForwardRequest(ids=ids, start=len(ids), key=f"{item.id}\x00{j}",
+                                                   branches={str(j): list(o.token_ids)}))
         results = backend.forward(requests, layers=[layer], poolings=[], logprobs=False, icr=False,
                                   batch_size=self.ctx.config.features.batch_size, branch_pooling=cfg.hidden_pooling)
-        states = {r.key: r.branch_states for r in results}
+        states: dict[str, dict[str, Any]] = {}
+        for r in results:
+            states.setdefault(r.key.split("\x00")[0], {}).update(r.branch_states)
         dim = next((v.shape[-1] for st in states.values() for v in st.values()), 0)
         out: dict[str, np.ndarray] = {}
         for item, outs in zip(batch, outputs, strict=True):

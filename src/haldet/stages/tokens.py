@@ -7,7 +7,8 @@ the exact generated ids, only when a selected detector reads a token-level signa
 
 Parts (each computed only when read): `entropies` and `offsets` (in the generate record, under `tokens`),
 `topk` (`topk_ids` int64 and `topk_logprobs` [T, k], observed token at index 0), `attention` ([T, T], max over
-layers and heads) and `layers` (LLM-Check: `attn_logdiag` [L, T], `span_hidden` [L + 1, U + 1] over the item's
+layers and heads), `prev_attention` (`attn_prev` [L, H, T], RAUQ's per-head attention on the previous token) and
+`layers` (LLM-Check: `attn_logdiag` [L, T], `span_hidden` [L + 1, U + 1] over the item's
 units then the whole answer) in `generate/<shard>.h5`. Record field `tokens`: {parts, top_k, entropies, offsets, shard,
 arrays: {name: shape}, window, invalid}.
 """
@@ -31,14 +32,15 @@ PART_SIGNALS: dict[str, frozenset[Signal]] = {
     "topk": frozenset({Signal.TOKEN_TOPK_IDS, Signal.TOKEN_TOPK_LOGPROBS}),
     "attention": frozenset({Signal.TOKEN_ATTENTION}),
     "layers": frozenset({Signal.TOKEN_ATTN_LOGDIAG, Signal.UNIT_HIDDEN_SCORES}),
+    "prev_attention": frozenset({Signal.TOKEN_ATTN_PREV}),
 }
 ARRAY_PARTS = {"topk": ("topk_ids", "topk_logprobs"), "attention": ("attention",),
-               "layers": ("attn_logdiag", "span_hidden")}
+               "layers": ("attn_logdiag", "span_hidden"), "prev_attention": ("attn_prev",)}
 # every signal of the token pass (the generate stage provides them beyond the generation record itself)
 TOKEN_PASS_SIGNALS: frozenset[Signal] = frozenset().union(*PART_SIGNALS.values())
 SIGNAL_ARRAYS = {Signal.TOKEN_TOPK_IDS: "topk_ids", Signal.TOKEN_TOPK_LOGPROBS: "topk_logprobs",
                  Signal.TOKEN_ATTENTION: "attention", Signal.TOKEN_ATTN_LOGDIAG: "attn_logdiag",
-                 Signal.UNIT_HIDDEN_SCORES: "span_hidden"}
+                 Signal.UNIT_HIDDEN_SCORES: "span_hidden", Signal.TOKEN_ATTN_PREV: "attn_prev"}
 
 
 def token_parts(signals: frozenset[Signal] | None) -> list[str]:
@@ -66,23 +68,29 @@ def unit_spans(item: Item, n_tokens: int, offsets: list[tuple[int, int]] | None)
 
 
 def _requests(ctx: CellContext, batch: list[Item], answers: dict[str, list[int]],
-              offsets: dict[str, list[tuple[int, int]]] | None) -> list[TokenRequest]:
+              offsets: dict[str, list[tuple[int, int]]] | None,
+              prefixes: dict[str, list[int]] | None = None) -> list[TokenRequest]:
+    """One request per item; `prefixes`: output ids before each answer (a reasoning model's thinking block), read
+    as context after the prompt so the answer's evidence is conditioned as it was generated."""
     layers = "layers" in token_parts(ctx.signals)
-    return [TokenRequest(prompt_ids=ctx.backend.encode_prompt(item.prompt), answer_ids=answers[item.id], key=item.id,
+    return [TokenRequest(prompt_ids=ctx.backend.encode_prompt(item.prompt) + list((prefixes or {}).get(item.id, [])),
+                         answer_ids=answers[item.id], key=item.id,
                          spans=unit_spans(item, len(answers[item.id]), (offsets or {}).get(item.id))
                          if layers else [])
             for item in batch]
 
 
 def run_token_pass(ctx: CellContext, batch: list[Item], answers: dict[str, list[int]],
-                   offsets: dict[str, list[tuple[int, int]]] | None = None) -> dict[str, TokenOutput]:
-    """One pass over each item's prompt + answer ids (`answers`: item id -> answer token ids; `offsets`: their
-    character offsets, which the `layers` part needs to find the units' tokens)."""
+                   offsets: dict[str, list[tuple[int, int]]] | None = None,
+                   prefixes: dict[str, list[int]] | None = None) -> dict[str, TokenOutput]:
+    """One pass over each item's prompt (+ its reasoning ids, `prefixes`) + answer ids (`answers`: item id -> answer
+    token ids; `offsets`: their character offsets, which the `layers` part needs to find the units' tokens)."""
     parts = token_parts(ctx.signals)
-    outs = ctx.backend.token_pass(_requests(ctx, batch, answers, offsets),
+    outs = ctx.backend.token_pass(_requests(ctx, batch, answers, offsets, prefixes),
                                   top_k=ctx.config.tokens.top_k if "topk" in parts else 0,
                                   entropies="entropies" in parts, attention="attention" in parts,
-                                  batch_size=ctx.config.tokens.batch_size, layers="layers" in parts)
+                                  batch_size=ctx.config.tokens.batch_size, layers="layers" in parts,
+                                  prev_attention="prev_attention" in parts)
     return {out.key: out for out in outs}
 
 
@@ -97,7 +105,8 @@ def run_given_pass(ctx: CellContext, batch: list[Item], answers: dict[str, list[
     outs, found = ctx.backend.read_given(_requests(ctx, batch, answers, offsets), evidence,
                                          top_k=cfg.top_k if "topk" in parts else 0, entropies="entropies" in parts,
                                          attention="attention" in parts, layers="layers" in parts,
-                                         batch_size=cfg.batch_size, token_budget=cfg.token_budget)
+                                         batch_size=cfg.batch_size, token_budget=cfg.token_budget,
+                                         prev_attention="prev_attention" in parts)
     return {out.key: out for out in outs}, {out.key: out for out in found or []}
 
 
@@ -144,6 +153,8 @@ def token_record(ctx: CellContext, out: TokenOutput, offsets: list[tuple[int, in
         arrays["topk_ids"], arrays["topk_logprobs"] = out.topk_ids, out.topk_logprobs
     if out.attention is not None:
         arrays["attention"] = out.attention
+    if out.attn_prev is not None:
+        arrays["attn_prev"] = out.attn_prev
     if out.attn_logdiag is not None and out.span_hidden is not None:
         arrays["attn_logdiag"], arrays["span_hidden"] = out.attn_logdiag, out.span_hidden
     return rec

@@ -28,8 +28,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict
 from typing import Any
 
-from haldet.backends.structured import CallFailure, ClientSettings, Request, StructuredClient
+from haldet.backends.structured import (
+    CallFailure,
+    ClientSettings,
+    Reply,
+    Request,
+    StructuredClient,
+    billing,
+)
 from haldet.config import digest, stage_key
+from haldet.endpoint_params import price_of
 from haldet.errors import HaldetError
 from haldet.schema import SpanLabel
 from haldet.signals import Signal
@@ -61,7 +69,8 @@ class VerdictStage(Stage):
         cfg = self.ctx.config.verdict
         if cfg.model is None:
             return {"backend": "run", "model": self.ctx.backend.fingerprint()}
-        return {"backend": "openai", "model": cfg.model, "base_url": cfg.base_url}
+        params = {"params": cfg.params.identity()} if cfg.params.identity() else {}  # declared request parameters
+        return {"backend": "openai", "model": cfg.model, "base_url": cfg.base_url, **params}
 
     def judge_name(self) -> str:
         cfg = self.ctx.config.verdict
@@ -100,6 +109,11 @@ class VerdictStage(Stage):
                     rec = {**rec, "po": self._optimized[ask]}
                 out[item_id]["asks"][ask.name] = rec
         return out
+
+    def used_keys(self, records: Mapping[str, Mapping[str, Any]]) -> dict[str, list[str]]:
+        """Each item's keys: one record per ask."""
+        return {item_id: [str(r["key"]) for r in (rec.get("asks") or {}).values()] for item_id, rec in records.items()
+                if rec.get("asks")}
 
     def incomplete(self, items: Sequence[Item], records: Mapping[str, Any]) -> set[str]:
         """Items lacking the verdict of any ask (every item has a record here, its asks filled as answered)."""
@@ -189,7 +203,9 @@ class VerdictStage(Stage):
         opt = ask.optimize or Optimize()
         if opt.model is None:
             return {"same_as_judge": self.judge_id()}
-        return {"backend": "openai", "model": opt.model, "base_url": opt.base_url}
+        params = self.ctx.config.verdict.params.identity()  # the optimiser's requests carry the verdict section's
+        return {"backend": "openai", "model": opt.model, "base_url": opt.base_url,
+                **({"params": params} if params else {})}
 
     def _optimize(self, ask: Ask, items: Sequence[Item]) -> int:
         """The ask's optimised instructions: read back when stored under the same key, else the loop on the
@@ -228,7 +244,7 @@ class VerdictStage(Stage):
 
         def rewrite(chat: list[dict[str, str]]) -> str | None:
             reply = self._ask([chat], opt.max_new_tokens, model=opt.model, base_url=opt.base_url)[0]
-            return None if isinstance(reply, CallFailure) else reply
+            return None if isinstance(reply, CallFailure) else reply.text
 
         advance = self.ctx.progress(f"verdict: optimising the {ask.prompt} prompt [{self.ctx.dataset} | "
                                     f"{self.ctx.model}]", opt.rounds)
@@ -276,13 +292,15 @@ class VerdictStage(Stage):
         replies = self._ask(chats, self.max_new_tokens(prompt))
         per_item = (time.perf_counter() - start) / max(1, len(batch))
         verdicts: list[list[dict[str, Any]]] = [[] for _ in batch]
+        billed: list[list[Reply[str]]] = [[] for _ in batch]
         failed: dict[int, str] = {}
         for b, reply in zip(owners, replies, strict=True):
             if isinstance(reply, CallFailure):
                 failed[b] = f"{reply.error} (after {reply.attempts} attempts)"
                 continue
-            label, why = prompt.parse(reply)
-            verdicts[b].append({"reply": reply, "label": label,
+            billed[b].append(reply)
+            label, why = prompt.parse(reply.text)
+            verdicts[b].append({"reply": reply.text, "label": label,
                                 "reason": "" if label is not None else why or "the reply states no verdict"})
         out = []
         for b, item in enumerate(batch):
@@ -292,14 +310,16 @@ class VerdictStage(Stage):
             rec: dict[str, Any] = {"id": item.id, "key": self.ask_key(ask, item), "ask": ask.name,
                                    "judge": self.judge_name(), "seconds": per_item}
             rec.update(verdicts[b][0] if prompt.level == "response" else {"units": verdicts[b]})
+            if self.ctx.config.verdict.model is not None:  # an endpoint: the tokens this role billed, and USD
+                rec.update(billing(billed[b]))
             out.append(rec)
         return out
 
     def _ask(self, chats: list[list[dict[str, str]]], max_new_tokens: int, *, model: str | None = None,
-             base_url: str | None = None) -> list[str | CallFailure]:
-        """Each chat's raw reply (parsed later: an unparsable one is stored as such), or its failure after the
-        retries, through the structured-LLM client: the run's own backend, or the configured endpoint (`model` at
-        `base_url` instead of the judge's: a prompt optimiser of its own)."""
+             base_url: str | None = None) -> list[Reply[str] | CallFailure]:
+        """Each chat's raw reply (parsed later: an unparsable one is stored as such; an endpoint's with what it
+        billed), or its failure after the retries, through the structured-LLM client: the run's own backend, or the
+        configured endpoint (`model` at `base_url` instead of the judge's: a prompt optimiser of its own)."""
         cfg = self.ctx.config.verdict
         option, role = "verdict.model", "verdict model"
         if model is not None:
@@ -308,16 +328,18 @@ class VerdictStage(Stage):
         if cfg.model is None:
             settings = ClientSettings(model=self.ctx.model, backend="hf", retries=0, max_tokens=max_new_tokens,
                                       temperature=cfg.temperature, batch_size=cfg.batch_size,
-                                      count_prompt_tokens=False)
+                                      count_prompt_tokens=False, budget="verdict.max_new_tokens")
             client = StructuredClient(settings, correction=str, local=self.ctx.backend)
         else:
+            price = price_of(self.ctx.config.prices, cfg.model)  # USD per 1M tokens; (None, None): unknown
             settings = ClientSettings(model=cfg.model, base_url=cfg.base_url, api_key_env=cfg.api_key_env,
                                       timeout=cfg.timeout, concurrency=cfg.concurrency, retries=cfg.retries,
                                       backoff=cfg.backoff, max_tokens=max_new_tokens, temperature=cfg.temperature,
-                                      option=option, where=f"{role} {cfg.model}")
+                                      option=option, where=f"{role} {cfg.model}", params=cfg.params,
+                                      section="verdict", price_in=price[0], price_out=price[1],
+                                      budget="verdict.max_new_tokens")
             client = StructuredClient(settings, correction=str)
-        outcomes = client.ask([Request(chat, str) for chat in chats])  # `str` never refuses: no correction turn
-        return [o if isinstance(o, CallFailure) else o.text for o in outcomes]
+        return client.ask([Request(chat, str) for chat in chats])  # `str` never refuses: no correction turn
 
 
 def _predicted(prompt: VerdictPrompt, rec: Mapping[str, Any]) -> int | None:

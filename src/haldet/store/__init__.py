@@ -6,7 +6,7 @@ Layout:
     RUN/<dataset>/<model>/<stage>.jsonl   one record per item (`id`, `key`, payload)
     RUN/<dataset>/<model>/<stage>/*.h5    array shards, each written whole then renamed into place
     RUN/<dataset>/<model>/scores/<log>.jsonl  one detector's scores (`names.ScoreLog` builds and parses the names)
-    RUN/<dataset>/<model>/keys.json       which record of a stage each evaluated item used (the labels' keys)
+    RUN/<dataset>/<model>/keys.json       the key(s) of each item's record of every stage the run used
 
 Modules: `files` (atomic writes, `StageLog`, `ArrayStore`), `run` (`RunStore`, `CellStore`: writing), `names` (the
 run format, score-log names), `records` (reading JSONL logs whole), `reader` (`RunReader`: reading a run back as

@@ -13,9 +13,10 @@ from dataclasses import dataclass
 # The run directory's format, recorded in the manifest (`run_format`). 1: no version recorded (runs before it
 # existed): no score-log path per detector, no record of the stage keys a cell used (readers fall back, each
 # fallback marked "run_format 1"). 2: each detector entry names its score log (`log`), and each cell records the
-# key of every label it evaluated (`keys.json`).
-RUN_FORMAT = 2
-KEYS = "keys.json"  # per cell: {stage: {item id: the key of the record the run used}}
+# key of every label it evaluated (`keys.json`). 3: `keys.json` also records the keys of every evidence record the
+# run used (generate, sample, auxiliary, features, verdict, ...; fallbacks for format 2 are marked "run_format 2").
+RUN_FORMAT = 3
+KEYS = "keys.json"  # per cell: {stage: {item id: the key (or keys) of the record(s) the run used}}
 SCORES = "scores"
 RESPONSE = "response"
 

@@ -5,7 +5,9 @@ reads through `RunReader`, so they agree with results.json and with each other:
 - a cell's labels are the records under the keys the run recorded for the items it evaluated (`keys.json`), never
   the newest record per item: `haldet annotate --compare-with` appends a second judge's labels to the same log;
 - a detector's scores are those under the score key its manifest entry recorded, in the log it names;
-- other stage records (generate, ...) are the newest per item.
+- every other stage's records (generate, sample, auxiliary, features, verdict, ...) likewise under the keys the run
+  recorded (`keys.json`): a record from other settings appended later for the same item (another generation, a
+  second verdict model) is never shown as the run's.
 Older runs are read through fallbacks, each marked with the run format it serves (`names.RUN_FORMAT`).
 """
 
@@ -27,6 +29,7 @@ from haldet.store.run import CellStore, RunStore
 SCORE_FIELDS = pa.schema([("id", pa.string()), ("key", pa.string()), ("value", pa.float64()), ("reason", pa.string()),
                           ("values", pa.list_(pa.float64())), ("reasons", pa.list_(pa.string()))])
 LABEL_STAGE = "annotate"
+PRIMARY = "generate"  # the stage every cell records first: a cell without its keys recorded no evidence keys
 
 
 def run_format(manifest: Mapping[str, Any] | None) -> int:
@@ -64,6 +67,7 @@ class CellReader:
     def __init__(self, store: CellStore, entry: Mapping[str, Any], fmt: int, *, suite: bool) -> None:
         self.store, self.entry, self.run_format, self.suite = store, entry, fmt, suite
         self.root = store.root
+        self._keys: tuple[tuple[int, int], dict[str, Any]] | None = None  # keys.json, read once per version
 
     def split(self) -> dict[str, Any]:
         """`split.json`: the parts (train, val, test: item ids) and what the split recorded beside them."""
@@ -74,39 +78,68 @@ class CellReader:
         split = self.split()
         return {i: part for part in ("train", "val", "test") for i in split.get(part) or []}
 
-    def used_keys(self, stage: str) -> dict[str, str] | None:
-        """The key of each item's record of `stage` that the run used (None: not recorded)."""
-        used = self.store.read_json(KEYS) or {}
-        keys = used.get(stage)
-        return None if keys is None else dict(keys)
+    def used_keys(self, stage: str) -> dict[str, frozenset[str]] | None:
+        """The key(s) of each item's record(s) of `stage` that the run used (None: not recorded)."""
+        keys = self._recorded().get(stage)
+        if keys is None:
+            return None
+        return {item_id: frozenset([k] if isinstance(k, str) else k) for item_id, k in keys.items()}
 
     def records(self, stage: str) -> dict[str, dict[str, Any]]:
-        """The newest record per item of a stage log (labels: `labels`)."""
-        return {rec["id"]: rec for rec in read_records(self.store.log(stage).path)}
+        """Each item's record of a stage log under the keys the run recorded (a stage with several records per item,
+        e.g. one verdict per ask: the newest of them); labels: `labels`."""
+        keys = self.shown_keys(stage)
+        return {rec["id"]: rec for rec in read_records(self.store.log(stage).path)
+                if keys is None or rec.get("key") in keys.get(str(rec.get("id")), ())}
 
     def labels(self) -> dict[str, dict[str, Any]]:
         """Each evaluated item's label record (category, judge, reasoning, ...) under the run's judge key."""
-        keys = self._label_keys()
-        return {rec["id"]: rec for rec in read_records(self.store.log(LABEL_STAGE).path)
-                if keys is None or keys.get(str(rec.get("id"))) == rec.get("key")}
+        return self.records(LABEL_STAGE)
 
-    def label_table(self, fields: pa.Schema) -> tuple[pa.Table, np.ndarray]:
-        """`labels` as Arrow columns (`fields`, with `id` first) and each record's byte offset in the log."""
-        keys = self._label_keys()
+    def record_table(self, stage: str, fields: pa.Schema) -> tuple[pa.Table, np.ndarray]:
+        """`records` as Arrow columns (`fields`, with `id` first) and each record's byte offset in the log, in file
+        order (a repeated id: the later record is the newer)."""
+        keys = self.shown_keys(stage)
         wanted = fields if "key" in fields.names else fields.append(pa.field("key", pa.string()))
-        table, offsets = read_table(self.store.log(LABEL_STAGE).path, wanted)
+        table, offsets = read_table(self.store.log(stage).path, wanted)
         if keys is not None and table.num_rows:
-            expected = pa.array([keys.get(i) for i in table["id"].to_pylist()], type=pa.string())
-            keep = pc.fill_null(pc.equal(table["key"], expected), False)
+            pairs = pc.binary_join_element_wise(table["id"], pc.fill_null(table["key"], ""), "\x1f")
+            recorded = pa.array([f"{i}\x1f{k}" for i, ks in keys.items() for k in ks], type=pa.string())
+            keep = pc.fill_null(pc.is_in(pairs, value_set=recorded), False)
             table, offsets = table.filter(keep), offsets[keep.to_numpy(zero_copy_only=False)]
         return table.select(fields.names), offsets
 
-    def _label_keys(self) -> dict[str, str] | None:
-        """The keys of the labels the run evaluated; None: every record counts (`format1_labels`)."""
-        keys = self.used_keys(LABEL_STAGE)
-        if keys is None and self.run_format < 2:
-            return format1_labels()
-        return {} if keys is None else keys  # none recorded: not labelled by the judges (yet), or labels from data
+    def label_table(self, fields: pa.Schema) -> tuple[pa.Table, np.ndarray]:
+        """`labels` as Arrow columns (`record_table` of the labels)."""
+        return self.record_table(LABEL_STAGE, fields)
+
+    def _recorded(self) -> dict[str, Any]:
+        """`keys.json` as stored now (read again only when it changed)."""
+        path = self.root / KEYS
+        try:
+            st = path.stat()
+        except FileNotFoundError:
+            return {}
+        version = (st.st_size, st.st_mtime_ns)
+        if self._keys is None or self._keys[0] != version:
+            self._keys = (version, self.store.read_json(KEYS) or {})
+        return self._keys[1]
+
+    def shown_keys(self, stage: str) -> dict[str, frozenset[str]] | None:
+        """The keys of the records of `stage` the run used, which readers show; None: every record counts, the
+        newest per item winning (runs of older formats, a cell still running)."""
+        keys = self.used_keys(stage)
+        if keys is not None:
+            return keys
+        if stage == LABEL_STAGE:
+            if self.run_format < 2:
+                return format1_labels()
+            return {}  # none recorded: not labelled by the judges (yet), or labels from data
+        if self.run_format < 3 or PRIMARY not in self._recorded():
+            return format2_evidence()  # (also a cell of an older format kept in a resumed run, or still generating)
+        # a cell still running records its evidence keys as each stage finishes: what is stored so far; a finished
+        # cell that recorded none for this stage did not use it
+        return None if not self.entry else {}
 
     def detector_logs(self) -> list[tuple[ScoreLog, Mapping[str, Any]]]:
         """Each detector entry of the manifest with its score log."""
@@ -160,9 +193,16 @@ class CellReader:
 # Compatibility: how a run of an older format is read. Each fallback names the format it serves; retire it with that
 # format. (A score log without a recorded key, `_most_covering`, is no compatibility case: a cell still running has
 # recorded no keys yet.)
-def format1_labels() -> dict[str, str] | None:
+def format1_labels() -> dict[str, frozenset[str]] | None:
     """run_format 1 recorded no label keys: every label record counts, the newest per item winning (a second
     judge's labels added later to the same log then show; runs of format 2 never read labels this way)."""
+    return None
+
+
+def format2_evidence() -> dict[str, frozenset[str]] | None:
+    """run_formats 1 and 2 recorded no keys of evidence records (generate, sample, auxiliary, verdict, ...): every
+    record counts, the newest per item winning (a record from other settings appended later then shows; runs of
+    format 3 never read evidence this way)."""
     return None
 
 

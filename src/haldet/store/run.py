@@ -44,12 +44,30 @@ class CellStore:
         path = self.root / name
         return read_json(path) if path.exists() else None
 
-    def record_keys(self, stage: str, records: Mapping[str, Mapping[str, Any]]) -> None:
-        """Record which record of `stage` the run used for each item (`keys.json`: item id -> key), replacing what
-        an earlier run of this cell recorded for that stage: readers then show exactly these records."""
-        used = self.read_json(KEYS) or {}
-        used[stage] = {item_id: str(rec["key"]) for item_id, rec in records.items()}
-        self.write_json(KEYS, used)
+    def record_keys(self, stage: str, records: Mapping[str, Any], *, add: bool = False) -> None:
+        """Record which record(s) of `stage` the run used for each item (`keys.json`: item id -> key), replacing
+        what an earlier run of this cell recorded for that stage (`add`: adding to what this run recorded before):
+        readers then show exactly these records. `records`: item id -> a record (its `key`), a key or a list of
+        keys (a stage with several records per item)."""
+        self.record_stage_keys({stage: records}, add=add)
+
+    def record_stage_keys(self, used: Mapping[str, Mapping[str, Any]], *, add: bool = False) -> None:
+        """`record_keys` of several stages at once (one write of `keys.json`)."""
+        recorded = self.read_json(KEYS) or {}
+        for stage, records in used.items():
+            keys = {item_id: _keys_of(value) for item_id, value in records.items()}
+            if add:
+                for item_id, before in (recorded.get(stage) or {}).items():
+                    keys[item_id] = sorted(set(_keys_of(before)) | set(keys.get(item_id, ())))
+            recorded[stage] = {item_id: ks[0] if len(ks) == 1 else ks for item_id, ks in keys.items() if ks}
+        self.write_json(KEYS, recorded)
+
+
+def _keys_of(value: Any) -> list[str]:
+    """The key(s) a `record_keys` value names: a record's `key`, a key, or a list of keys."""
+    if isinstance(value, Mapping):
+        return [str(value["key"])]
+    return [value] if isinstance(value, str) else sorted({str(k) for k in value})
 
 
 def model_slug(model: str) -> str:

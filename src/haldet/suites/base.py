@@ -11,7 +11,7 @@ the user's config file and flags lie:
     @register("my_suite")
     class MySuite(Suite):
         title = "My benchmark"
-        paper = "seeds/my.txt"
+        paper = "My Benchmark (Doe et al., 2025)"
         datasets = ("my_dataset",)
         levels = ("sentence",)
         detectors = ("likelihood", "entropy")
@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from haldet.detectors.base import DETECTORS
 from haldet.errors import HaldetError, unknown_keys
 from haldet.evaluation.metrics import MetricValue
 from haldet.evaluation.units import UNIT_METRICS, UnitData, unit_metrics
@@ -124,6 +125,12 @@ class Suite:
         (every detector then gives it NaN with that reason). Default: unchanged."""
         return instances
 
+    def answers_of(self, dataset: str) -> str:
+        """Where the answers of `dataset` come from: `answer_source` by default. A suite whose datasets differ says
+        so per dataset; `generate_unjudged` generates the answers and leaves their labels to the suite (`answered`:
+        e.g. the longform suite's claims labelled by a verifier), no judge asked."""
+        return self.answer_source
+
     def answered(self, ctx: Any, items: list[Any]) -> None:
         """Called once the items have their answers (`Item.generation`), before labels and units are read: a suite
         may set units of the answers here (e.g. the longform suite's extracted claims, through the claims stage of
@@ -187,8 +194,6 @@ def get_suite(name: str, where: str = "--suite") -> Suite:
 
 def trained_detectors(config: Any) -> list[str]:
     """The selected detectors that fit on labels."""
-    from haldet.detectors.base import DETECTORS  # the detector registry loads every detector module: on use only
-
     return [name for name in config.detectors if DETECTORS.get(name, where="--detector").trains]
 
 

@@ -4,8 +4,8 @@ benchmark read (any number of items and detectors, no model needed).
 Item i of `synth_qa` x `synth-model`: label hallucination when i % 3 == 0 (else correct); split val when i % 5 == 0,
 train when i % 5 == 1, else test; detector `det<k>` scores `label + 0.1 * k + noise` under the manifest's key, NaN
 with reason "no answer tokens" for every 50th item, plus a newer record for item 3 under another key (other settings)
-that readers must ignore. Written in the current run format: the manifest names each detector's score log and the
-cell records its labels' keys (`keys.json`).
+that readers must ignore. Written in the current run format: the manifest names each detector's score log (and that
+it does not train), and the cell records the keys of its labels and evidence records (`keys.json`).
 """
 
 from __future__ import annotations
@@ -65,7 +65,8 @@ def write_synthetic_run(root: Path, n_items: int = 60, n_detectors: int = 3, see
         cell.log("auxiliary").append({"id": ids[i], "key": "x", "verbalized": f"Confidence {i % 10}",
                                       "verbalized_value": (i % 10) / 10, "self_eval_text": None, "p_true": None}
                                      for i in part)
-    cell.record_keys("annotate", {i: {"key": "a"} for i in ids})  # the labels the run evaluated
+    cell.record_stage_keys({stage: dict.fromkeys(ids, key) for stage, key in  # the labels and evidence the run used
+                            (("annotate", "a"), ("generate", "g"), ("sample", "s"), ("auxiliary", "x"))})
     splits = {s: [ids[i] for i in range(n_items) if split_of(i) == s] for s in ("train", "val", "test")}
     cell.write_json("split.json", {"seed": seed, "fractions": [0.2, 0.2, 0.6], **splits})
     labels = np.array([label_of(i) for i in range(n_items)])
@@ -82,7 +83,7 @@ def write_synthetic_run(root: Path, n_items: int = 60, n_detectors: int = 3, see
                     "reason": NAN_REASON if math.isnan(v) else ""} for i, v in enumerate(values))
         log.append([{"id": ids[3], "key": "stale", "value": 999.0, "reason": ""}])  # newer, other settings
         detectors.append({"name": name, "family": "gray", "level": "response", "key": f"key{k}", "error": "",
-                          "log": score_log.path})
+                          "log": score_log.path, "trains": False})
         ok = test & np.isfinite(values)
         rows.append({"dataset": DATASET, "scenario": "qa_open", "model": MODEL, "detector": name, "family": "gray",
                      "metric": "auroc", "level": "response", "value": auroc(labels[ok], values[ok]),

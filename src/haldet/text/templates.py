@@ -22,8 +22,16 @@ PROMPT_TEMPLATES = {
     "answer_routing": "prompt_routing.yaml",    # dataset / task-type instructions, context labels, demo answers
     "verbalized": "aux_verbalized.txt",         # follow-up question: verbalized confidence (one number in [0, 1])
     "self_eval": "aux_self_eval.txt",           # follow-up question: P(True) self-evaluation (True / False)
+    # the evaluator procedure (`auxiliary.procedure: evaluator`, OpenHalDet E.2/E.3): a separate chat per query
+    "evaluator_verbalized_system": "evaluator_verbalized_system.txt",
+    "evaluator_verbalized_user": "evaluator_verbalized_user.j2",    # Jinja2: question (the task), answer
+    "evaluator_self_eval_system": "evaluator_self_eval_system.txt",
+    "evaluator_self_eval_user": "evaluator_self_eval_user.j2",      # Jinja2: question (the task), answer
     "judge_system": "judge_system.txt",         # the LLM judge (OpenHalDet labels)
     "judge_user": "judge_user.txt",
+    "judge_user_reasoning": "judge_user_reasoning.txt",  # the same, showing a reasoning model's reasoning too
+    "judge_paper_system": "judge_paper_system.txt",  # `judge.prompt: paper`: OpenHalDet appendix D's structure
+    "judge_paper_user": "judge_paper_user.txt",      # (three rules; Context, Question, Acceptable Truths, Known Traps)
     "judge_correction": "judge_correction.txt",
     "judge_examples": "judge_examples.json",    # the judge's few-shot calibration examples
     "faithfulness_system": "faithfulness_system.txt",  # TRIVIA+ LLM judge and few-shot judge (verdict stage)
@@ -34,6 +42,8 @@ PROMPT_TEMPLATES = {
     "verigray_lynx": "verigray_lynx.j2",                # Lynx-style PASS/FAIL sentence verifier (Jinja2)
     "verigray_anah": "verigray_anah.j2",                # ANAH-v2-style sentence annotator (Jinja2)
     "claims_extract": "claims_extract.txt",             # the claims stage: split an answer into atomic claims
+    "claim_verify": "claim_verify.j2",                  # longform verifier labels: a claim vs retrieved passages
+    "claim_p_true": "claim_p_true.j2",                  # claim-level P(True): is this claim of your answer true?
 }
 
 

@@ -13,6 +13,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from haldet.util.tables import print_tables
+
 EXIT_FAILURES = 1  # the exit status of a command that finished with failures it did not accept
 ALLOW_HINT = "rerun to retry only the failed items, or pass --allow-failures to accept a partial result"
 
@@ -29,7 +31,7 @@ def print_error(message: str) -> None:
 def progress_bars() -> Iterator[Callable[[str, int], Callable[[int], None]]]:
     """A factory of progress displays for the stages, (description, total) -> advance(n): bars on a terminal,
     periodic log lines when stderr is redirected (haldet.util.progress)."""
-    from haldet.util.progress import progress_factory
+    from haldet.util.progress import progress_factory  # lazy: start-up
 
     with progress_factory(console) as make:
         yield make
@@ -57,8 +59,6 @@ def print_table(title: str, columns: Sequence[str], rows: Iterable[Sequence[str]
                 no_wrap: Collection[str] = ()) -> None:
     """A titled table on stdout; nothing is ever cut (`haldet.util.tables`), and columns named in `no_wrap` (names a
     user copies) are not even wrapped."""
-    from haldet.util.tables import print_tables
-
     table = Table(title=title)
     for col in columns:
         table.add_column(col, no_wrap=col in no_wrap)

@@ -25,9 +25,11 @@ import numpy as np
 import torch
 
 from haldet.backends.base import AnswerEvidence, EvidenceRequest, FollowUp, ForwardOutput, Reply, pooling_window
+from haldet.backends.hf.distribution import chernoff_terms
 from haldet.backends.hf.kv_cache import cache_arg, copy_rows
 from haldet.backends.hf.pool import Pool, Prefilled, fork, merge
 from haldet.backends.hf.states import icr_features
+from haldet.signals import CHERNOFF_EXPONENTS
 
 READ_ATTENTION = "haldet_sdpa_reading"  # attention implementation name: SDPA output, attention rows on the side
 _ROWS: list[torch.Tensor] | None = None  # while a step's attention rows are read: one [R, kv] per layer
@@ -136,6 +138,7 @@ class AnswerReader:
         self.answer: dict[int, list[torch.Tensor]] = {}  # row -> per answer token [layers, D]
         self.attention: dict[int, list[torch.Tensor]] = {}  # row -> per answer token [L, its read columns]
         self.entropies: dict[int, list[float]] = {}
+        self.chernoff: dict[int, list[list[float]]] = {}  # row -> per answer token, `Signal.TOKEN_CHERNOFF`'s row
         self.evidence: dict[int, AnswerEvidence] = {}
         # the branches, packed as one token tree (a prefix they share is read once): its tokens, each one's depth
         # below the answer, which tokens each sees (its ancestors and itself), each branch's last token
@@ -179,7 +182,7 @@ class AnswerReader:
     def _admitted(self, rows: torch.Tensor, state: Prefilled) -> None:
         for row, n in zip(rows.tolist(), state.mask.sum(dim=-1).tolist(), strict=True):
             self.prompt_tokens[row] = int(n)
-            self.answer[row], self.attention[row], self.entropies[row] = [], [], []
+            self.answer[row], self.attention[row], self.entropies[row], self.chernoff[row] = [], [], [], []
             self.prompt[row] = torch.empty(0)
         if not self.states:
             return
@@ -200,8 +203,10 @@ class AnswerReader:
         with self._timed("features"):
             logp = torch.log_softmax(logits, dim=-1)
             entropy = -(logp.exp() * logp).nan_to_num().sum(-1)
-        for row, value in zip(rows.tolist(), entropy.tolist(), strict=True):
+            chernoff = chernoff_terms(logp)
+        for row, value, terms in zip(rows.tolist(), entropy.tolist(), chernoff.tolist(), strict=True):
             self.entropies[row].append(value)
+            self.chernoff[row].append(terms)
 
     def stepping(self) -> contextlib.AbstractContextManager[Any]:
         self._rows = []
@@ -239,12 +244,13 @@ class AnswerReader:
     # --- a row's evidence ---------------------------------------------------------------------------------------
     def _finish(self, row: int, branch_states: dict[str, np.ndarray]) -> ForwardOutput:
         prompt, answer = self.prompt.pop(row), self.answer.pop(row)
-        attention, entropies = self.attention.pop(row), self.entropies.pop(row)
+        attention, entropies, chernoff = self.attention.pop(row), self.entropies.pop(row), self.chernoff.pop(row)
         out = ForwardOutput(key=str(row), n_tokens=self.prompt_tokens.pop(row) + len(answer),
                             branch_states=branch_states)
         if not answer:  # a stop token first: no answer span (only the branches)
             return out
         out.token_entropies = np.asarray(entropies[: len(answer)], dtype=np.float64)
+        out.token_chernoff = np.asarray(chernoff[: len(answer)], dtype=np.float64).reshape(-1, len(CHERNOFF_EXPONENTS))
         if not self.states:
             return out
         span = torch.stack(answer)  # [T, layers, D]

@@ -32,8 +32,9 @@ from haldet.backends.base import (
     TokenRequest,
     role_based_chat,
 )
-from haldet.backends.hf import lean, reference, tokens
+from haldet.backends.hf import lean, reference, thinking, tokens
 from haldet.backends.hf.forward import forward as forward_pass
+from haldet.backends.hf.given import read_given
 from haldet.backends.hf.loading import (
     check_attention,
     check_quantization,
@@ -46,6 +47,7 @@ from haldet.backends.hf.loading import (
     resolve_dtype,
     resolve_model_path,
 )
+from haldet.backends.hf.redeep import redeep_features
 from haldet.config import HFModelConfig
 from haldet.errors import HaldetError
 from haldet.util.assets import file_sha256
@@ -62,12 +64,15 @@ KV_POOL_BYTES = 3 << 29
 
 class HFBackend(Backend):
     kind = "hf"
-    capabilities = frozenset(Capability)  # white-box: everything a stage may ask
+    # white-box: everything a stage may ask; True/False P(True) is read by token id (`candidate_logprobs`), never
+    # from a reply's spellings (`self_eval_logprobs`, an endpoint's way)
+    capabilities = frozenset(Capability) - {Capability.SELF_EVAL_LOGPROBS}
     sampler = "seeded-nucleus-inverse-cdf-v2"  # SeededSampler.draw: per-row generator, one uniform per token
 
     def __init__(self, name: str, *, device: str = "auto", decoder: str = "haldet",
                  fast_numerics: str = "none", decode_rows: int = 96, settings: HFModelConfig | None = None,
-                 chat_template_kwargs: dict[str, Any] | None = None) -> None:
+                 chat_template_kwargs: dict[str, Any] | None = None, reasoning: dict[str, Any] | None = None
+                 ) -> None:
         super().__init__(name)
         # extra arguments of the chat template (e.g. enable_thinking=False for Qwen3); in the fingerprint when set
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
@@ -102,6 +107,8 @@ class HFBackend(Backend):
         self.stop_ids: set[int] = set()
         self.load_seconds = 0.0
         self.tokenizer = load_tokenizer(name, load_from=load_from)
+        # a reasoning model's thinking markers (haldet.backends.hf.thinking); None: whole outputs are answers
+        self.markers = thinking.resolve_markers(self, reasoning)
 
     @property
     def model(self) -> Any:
@@ -148,6 +155,8 @@ class HFBackend(Backend):
             fp["fast_numerics"] = self.fast_numerics
         if self.chat_template_kwargs:
             fp["chat_template_kwargs"] = self.chat_template_kwargs
+        if self.markers is not None:  # the reasoning/answer split: part of every stage key
+            fp["reasoning_split"] = self.markers.spec()
         cfg = self.settings
         if cfg.quantization is not None:
             fp["quantization"] = f"bitsandbytes-{cfg.quantization}"
@@ -199,6 +208,15 @@ class HFBackend(Backend):
     def encode_text(self, text: str) -> list[int]:
         return list(self.tokenizer(text, add_special_tokens=False).input_ids)
 
+    def start_ids(self) -> list[int]:
+        """The BOS token, or the EOS token for a tokenizer without one (GPT-2-style document separator)."""
+        for token in (self.tokenizer.bos_token_id, self.tokenizer.eos_token_id):
+            if token is not None:
+                return [int(token)]
+        raise HaldetError(f"the tokenizer of {self.name} has neither a BOS nor an EOS token, so an answer cannot be "
+                          "read without its prompt", where=f"model {self.name}",
+                          hint="drop the pointwise mutual information detectors (pmi, cpmi) for this model")
+
     def generate(self, prompts: list[str], *, max_new_tokens: int, batch_size: int,
                  progress: Any = None) -> list[GenOutput]:
         return self.generate_until(prompts, None, max_new_tokens=max_new_tokens, batch_size=batch_size,
@@ -244,14 +262,15 @@ class HFBackend(Backend):
     def shares_heads(self) -> bool:
         """The lean loop on a full-attention model: `paired_replies` reads two prompts' common head once (padding
         between a head and its tails would shift a sliding window). Read from the config: no weights loaded."""
-        from haldet.backends.hf.kv_cache import mergeable
+        from haldet.backends.hf.kv_cache import mergeable  # lazy: torch
 
         return self.decoder == "haldet" and mergeable(self.model_config)
 
     def fuses_evidence(self) -> bool:
         """Whether greedy decoding can also read each answer's white-box evidence and follow-up questions
         (`generate_with_evidence`): the lean loop on a full-attention model with SDPA attention."""
-        return self.shares_heads() and getattr(self.model_config, "_attn_implementation", None) in (None, "sdpa")
+        return (self.markers is None and self.shares_heads()  # a reasoning output's evidence is its answer's
+                and getattr(self.model_config, "_attn_implementation", None) in (None, "sdpa"))
 
     def generate_with_evidence(self, prompts: list[str], request: EvidenceRequest, *, max_new_tokens: int,
                                batch_size: int, progress: Any = None
@@ -359,27 +378,27 @@ class HFBackend(Backend):
 
     def redeep_features(self, prompt: str, answer_ids: list[int], context: str, *, top_ratio: float,
                         max_tokens: int) -> Any:
-        from haldet.backends.hf.redeep import redeep_features
-
         return redeep_features(self, prompt, answer_ids, context, top_ratio=top_ratio, max_tokens=max_tokens)
 
     def token_pass(self, requests: list[TokenRequest], *, top_k: int, entropies: bool, attention: bool,
-                   batch_size: int, progress: Any = None, layers: bool = False) -> list[TokenOutput]:
+                   batch_size: int, progress: Any = None, layers: bool = False,
+                   prev_attention: bool = False) -> list[TokenOutput]:
         """Token-level evidence from one teacher-forced pass (`haldet.backends.hf.tokens`)."""
         return tokens.token_pass(self, requests, top_k=top_k, entropies=entropies, attention=attention,
-                          batch_size=batch_size, progress=progress, layers=layers)
+                                 batch_size=batch_size, progress=progress, layers=layers,
+                                 prev_attention=prev_attention)
 
     def reads_given(self) -> bool:
         return True
 
     def read_given(self, requests: list[TokenRequest], evidence: EvidenceRequest | None, *, top_k: int,
                    entropies: bool, attention: bool, layers: bool, batch_size: int, token_budget: int,
-                   progress: Any = None) -> tuple[list[TokenOutput], list[ForwardOutput] | None]:
+                   progress: Any = None, prev_attention: bool = False
+                   ) -> tuple[list[TokenOutput], list[ForwardOutput] | None]:
         """Token evidence and pooled states of given responses from one pass (`haldet.backends.hf.given`)."""
-        from haldet.backends.hf.given import read_given
-
         return read_given(self, requests, evidence, top_k=top_k, entropies=entropies, attention=attention,
-                          layers=layers, batch_size=batch_size, token_budget=token_budget, progress=progress)
+                          layers=layers, batch_size=batch_size, token_budget=token_budget, progress=progress,
+                          prev_attention=prev_attention)
 
     def answer_text(self, ids: Sequence[int]) -> str:
         return str(self.tokenizer.decode(list(ids), skip_special_tokens=True)).strip()
@@ -402,5 +421,7 @@ class HFBackend(Backend):
         finish = "length" if cut is None else "stop"
         ids = token_ids if cut is None else token_ids[:cut]
         lps = logprobs[: len(ids)]
+        if self.markers is not None:
+            return thinking.split_output(self, self.markers, ids, lps, finish)
         return GenOutput(text=self.answer_text(ids), token_ids=ids, token_logprobs=[float(x) for x in lps],
                          finish_reason=finish)

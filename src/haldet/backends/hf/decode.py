@@ -12,7 +12,7 @@ a fixed batch runs at the pace of its longest answer. This loop does per step on
 - an evidence reader (`Reader`, haldet.backends.hf.answer_reader) may keep the states each step computes anyway and
   continue each ended row's cache (`fork`) before the row leaves the pool.
 Greedy answers are the argmax of the same logits `generate` sees, so they are identical up to the last bits of
-batched arithmetic (checked by tests/test_decode.py on real prompts and counted by benchmarks/generation.py).
+batched arithmetic (checked by tests/backends/test_decode.py on real prompts and counted by benchmarks/generation.py).
 This module is the loop; the cache it writes is `kv_cache`, its rows and their merges are `pool`.
 """
 

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from haldet.backends.base import POOLINGS, ForwardOutput, ForwardRequest, known_pooling
+from haldet.backends.hf.distribution import chernoff_terms
 from haldet.backends.hf.loading import LoadedModel, attention_hooks
 from haldet.backends.hf.states import icr_features, layer_index, pool_states
 from haldet.errors import HaldetError
@@ -112,7 +113,8 @@ def _row_output(backend: LoadedModel, key: str, r: _Row, row: int, hidden: Seque
     res = ForwardOutput(key=key, n_tokens=end, window=r.info)
     if end > start:
         if logprobs:
-            res.token_logprobs, res.token_entropies = _token_stats(backend, hidden[-1][row], r.ids, start)
+            res.token_logprobs, res.token_entropies, res.token_chernoff = _token_stats(backend, hidden[-1][row],
+                                                                                       r.ids, start)
         for name in poolings:
             res.pooled[name] = pool_states(hidden, chosen, row, start, end, name)
         if icr:
@@ -173,12 +175,13 @@ def forward_unpacked(backend: LoadedModel, requests: list[ForwardRequest], **kwa
 
 
 def _token_stats(backend: LoadedModel, last_hidden: Any, ids: list[int],
-                 start: int) -> tuple[np.ndarray, np.ndarray]:
-    """Log-prob and entropy at each answer position, from the final hidden states of that row only."""
+                 start: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Log-prob, entropy and log Chernoff coefficients to uniform at each answer position, from the final hidden
+    states of that row only."""
     import torch
 
     logp = backend.answer_log_softmax(last_hidden, ids, start)
     target = torch.tensor(ids[start:], dtype=torch.long, device=logp.device)
     token_lp = logp.gather(-1, target[:, None]).squeeze(-1)
     entropy = -(logp.exp() * logp).nan_to_num().sum(-1)
-    return token_lp.double().cpu().numpy(), entropy.double().cpu().numpy()
+    return token_lp.double().cpu().numpy(), entropy.double().cpu().numpy(), chernoff_terms(logp).cpu().numpy()

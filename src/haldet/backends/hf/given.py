@@ -8,7 +8,7 @@ the decoder layers pool each layer's output for every row as soon as the layer r
 states of one batch are alive at a time, and rows are grouped so that rows x padded width stays within the token
 budget (a single row longer than the budget runs alone). The output head reads the final states in chunks of
 positions, so the [T, vocab] log-softmax is never held whole. The values are the ones the two passes give (same
-tensors, same reductions; tests/test_given_pass.py).
+tensors, same reductions; tests/stages/test_given_pass.py).
 
 Parts that need every position of every layer at once or eager attention (ICR features, statement branches, token
 attention, LLM-Check's layers) still go through the two passes (`tokens.token_pass`, then `forward.forward`).
@@ -23,6 +23,7 @@ import numpy as np
 
 from haldet.backends.base import EvidenceRequest, ForwardOutput, ForwardRequest, TokenOutput, TokenRequest
 from haldet.backends.hf import tokens
+from haldet.backends.hf.distribution import chernoff_terms
 from haldet.backends.hf.forward import forward as forward_pass
 from haldet.backends.hf.loading import LoadedModel
 from haldet.backends.hf.states import layer_index, pool_states
@@ -33,7 +34,8 @@ HEAD_CHUNK = 256
 
 
 def fits_one_pass(evidence: EvidenceRequest | None, *, attention: bool, layers: bool) -> bool:
-    """Whether the single pooled pass gives everything asked (no eager attention, no all-position states)."""
+    """Whether the single pooled pass gives everything asked (no eager attention, no all-position states;
+    `attention` covers every attention part)."""
     return not (attention or layers or (evidence is not None and (evidence.icr or evidence.statements)))
 
 
@@ -62,13 +64,15 @@ def decoder_layers(backend: LoadedModel) -> list[Any] | None:
 
 def read_given(backend: LoadedModel, requests: list[TokenRequest], evidence: EvidenceRequest | None, *,
                top_k: int, entropies: bool, attention: bool, layers: bool, batch_size: int, token_budget: int,
-               progress: Any = None) -> tuple[list[TokenOutput], list[ForwardOutput] | None]:
+               progress: Any = None, prev_attention: bool = False
+               ) -> tuple[list[TokenOutput], list[ForwardOutput] | None]:
     """Token evidence of each request and, when `evidence` is given, its answer span's pooled states (as
     `forward` with `logprobs=True` gives them; None without `evidence`). One pass where `fits_one_pass`."""
     found = decoder_layers(backend)
-    if found is None or not fits_one_pass(evidence, attention=attention, layers=layers):
+    if found is None or not fits_one_pass(evidence, attention=attention or prev_attention, layers=layers):
         outs = tokens.token_pass(backend, requests, top_k=top_k, entropies=entropies, attention=attention,
-                                 batch_size=batch_size, progress=progress, layers=layers)
+                                 batch_size=batch_size, progress=progress, layers=layers,
+                                 prev_attention=prev_attention)
         if evidence is None:
             return outs, None
         fwd = [ForwardRequest(ids=list(r.prompt_ids) + list(r.answer_ids), start=len(r.prompt_ids), key=r.key,
@@ -142,11 +146,11 @@ def _one_pass(backend: LoadedModel, decoder: list[Any], requests: list[TokenRequ
                 pool(last_state, last)
                 for row, (index, ids, start, info) in enumerate(batch):
                     key = requests[index].key
-                    lp, ent, k_ids, k_lp = _answer_stats(backend, last[row], ids, start, top_k, entropies)
+                    lp, ent, k_ids, k_lp, chern = _answer_stats(backend, last[row], ids, start, top_k, entropies)
                     token_out[index] = TokenOutput(key=key, token_logprobs=lp, entropies=ent, topk_ids=k_ids,
                                                    topk_logprobs=k_lp, window=info)
                     res = ForwardOutput(key=key, n_tokens=len(ids), window=info, token_logprobs=lp,
-                                        token_entropies=ent)
+                                        token_entropies=ent, token_chernoff=chern)
                     for name in poolings:
                         by_state = pooled[row][name]
                         res.pooled[name] = np.stack([by_state[s] for s in wanted]).astype(np.float32)
@@ -161,12 +165,13 @@ def _one_pass(backend: LoadedModel, decoder: list[Any], requests: list[TokenRequ
 
 
 def _answer_stats(backend: LoadedModel, last_row: Any, ids: list[int], start: int, top_k: int,
-                  entropies: bool) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None, np.ndarray | None]:
-    """Log-prob (and entropy, top-k with the observed token first) of each answer token, `HEAD_CHUNK` positions
-    of the output head at a time."""
+                  entropies: bool) -> tuple[np.ndarray, np.ndarray | None, np.ndarray | None, np.ndarray | None,
+                                            np.ndarray | None]:
+    """Log-prob (and entropy with the log Chernoff coefficients to uniform, top-k with the observed token first) of
+    each answer token, `HEAD_CHUNK` positions of the output head at a time."""
     import torch
 
-    lps, ents, kids, klps = [], [], [], []
+    lps, ents, chern, kids, klps = [], [], [], [], []
     for a in range(start, len(ids), HEAD_CHUNK):
         b = min(len(ids), a + HEAD_CHUNK)
         logp = backend.answer_log_softmax(last_row, ids[:b], a)  # positions a - 1 .. b - 2 predict ids[a:b]
@@ -174,9 +179,11 @@ def _answer_stats(backend: LoadedModel, last_row: Any, ids: list[int], start: in
         lps.append(logp.gather(-1, observed[:, None]).squeeze(-1).double().cpu().numpy())
         if entropies:
             ents.append((-(logp.exp() * logp).nan_to_num().sum(-1)).double().cpu().numpy())
+            chern.append(chernoff_terms(logp).cpu().numpy())
         if top_k > 0:
             k_ids, k_lp = tokens.topk_with_observed(logp, observed, min(top_k, logp.shape[-1]))
             kids.append(k_ids.cpu().numpy().astype(np.int64))
             klps.append(k_lp.float().cpu().numpy())
     return (np.concatenate(lps), np.concatenate(ents) if entropies else None,
-            np.concatenate(kids) if top_k > 0 else None, np.concatenate(klps) if top_k > 0 else None)
+            np.concatenate(kids) if top_k > 0 else None, np.concatenate(klps) if top_k > 0 else None,
+            np.concatenate(chern) if entropies else None)

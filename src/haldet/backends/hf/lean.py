@@ -22,7 +22,7 @@ def generate_until(backend: DecodingModel, prompts: list[str], until: Callable[[
     """`HFBackend.generate_until` through the lean loop."""
     import torch
 
-    from haldet.backends.hf.decode import decode
+    from haldet.backends.hf.decode import decode  # lazy: torch
 
     encoded = [backend.encode_prompt(p) for p in prompts]
     order = sorted(range(len(prompts)), key=lambda i: len(encoded[i]))
@@ -44,7 +44,7 @@ def sample(backend: DecodingModel, prompts: list[str], *, k: int, temperature: f
     """`HFBackend.sample` through the lean loop."""
     import torch
 
-    from haldet.backends.hf.decode import decode
+    from haldet.backends.hf.decode import decode  # lazy: torch
 
     encoded = [backend.encode_prompt(p) for p in prompts]
     order = sorted(range(len(prompts)), key=lambda i: len(encoded[i]))
@@ -77,7 +77,7 @@ def candidate_logprobs(backend: DecodingModel, prompts: list[str], candidates: S
     """`HFBackend.candidate_logprobs` through the lean loop."""
     import torch
 
-    from haldet.backends.hf.pool import prefill, prefill_group
+    from haldet.backends.hf.pool import prefill, prefill_group  # lazy: torch
 
     encoded = [backend.encode_prompt(p) for p in prompts]
     order = sorted(range(len(prompts)), key=lambda i: len(encoded[i]))
@@ -110,8 +110,8 @@ def generate_with_evidence(backend: DecodingModel, prompts: list[str], request: 
     """`HFBackend.generate_with_evidence` through the lean loop."""
     import torch
 
-    from haldet.backends.hf.answer_reader import AnswerReader, reading_attention
-    from haldet.backends.hf.decode import decode
+    from haldet.backends.hf.answer_reader import AnswerReader, reading_attention  # lazy: torch
+    from haldet.backends.hf.decode import decode  # lazy: torch
 
     encoded = [backend.encode_prompt(p) for p in prompts]
     rows = backend.pool_rows(encoded, max_new_tokens, states=request.icr)
@@ -144,8 +144,8 @@ def paired_replies(backend: DecodingModel, first: list[str], second: list[str], 
     """`HFBackend.paired_replies` through the lean loop."""
     import torch
 
-    from haldet.backends.hf.decode import decode
-    from haldet.backends.hf.pool import common_prefix
+    from haldet.backends.hf.decode import decode  # lazy: torch
+    from haldet.backends.hf.pool import common_prefix  # lazy: torch
 
     pairs = [(backend.encode_prompt(a), backend.encode_prompt(b)) for a, b in zip(first, second, strict=True)]
     shared = [common_prefix(pair) for pair in pairs]

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from haldet.backends.hf.loading import attention_hooks
 from haldet.errors import HaldetError
 
 
@@ -76,8 +77,6 @@ def redeep_features(backend: Any, prompt: str, answer_ids: list[int], context: s
     """[L, H + 1]: per layer, each head's external-context score, then the feed-forward parametric-knowledge
     score; or the reason the item cannot be processed."""
     import torch
-
-    from haldet.backends.hf.loading import attention_hooks
 
     prompt_ids = backend.encode_prompt(prompt)
     n = len(prompt_ids) + len(answer_ids)

@@ -51,7 +51,7 @@ def sample(backend: DecodingModel, prompts: list[str], *, k: int, temperature: f
     import torch
     from transformers import GenerationConfig, LogitsProcessorList
 
-    from haldet.backends.hf.kv_cache import cache_arg
+    from haldet.backends.hf.kv_cache import cache_arg  # lazy: torch
 
     model = backend.model
     encoded = [backend.encode_prompt(p) for p in prompts]
@@ -94,7 +94,7 @@ def prompt_cache(backend: DecodingModel, input_ids: Any, attention: Any, k: int)
     ones generate derives from the attention mask, so the continuation is the same as without the cache."""
     from transformers import DynamicCache
 
-    from haldet.backends.hf.kv_cache import cache_arg
+    from haldet.backends.hf.kv_cache import cache_arg  # lazy: torch
 
     if input_ids.shape[1] < 2:
         return None

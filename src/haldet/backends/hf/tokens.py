@@ -89,10 +89,11 @@ def fit_to_window(req: TokenRequest, window: int) -> tuple[list[int], int, dict[
 
 
 def token_pass(backend: LoadedModel, requests: list[TokenRequest], *, top_k: int, entropies: bool, attention: bool,
-               batch_size: int, progress: Any = None, layers: bool = False) -> list[TokenOutput]:
+               batch_size: int, progress: Any = None, layers: bool = False,
+               prev_attention: bool = False) -> list[TokenOutput]:
     import torch
 
-    from haldet.backends.hf.llmcheck import unit_hidden_scores
+    from haldet.backends.hf.llmcheck import unit_hidden_scores  # lazy: sklearn, scipy
 
     model = backend.model
     window = backend.window()
@@ -112,6 +113,7 @@ def token_pass(backend: LoadedModel, requests: list[TokenRequest], *, top_k: int
     rows.sort(key=lambda r: len(r[1]))
     captured: list[Any] = []  # running max over layers of the head-max attention, [B, S, S]
     diagonals: list[Any] = []  # `layers`: per layer, sum over heads of log A[t, t], [B, S]
+    per_head: list[Any] = []  # `prev_attention`: per layer, every head's A[t, t], [B, H, S]
 
     def reduce(module: Any, args: Any, out: Any) -> None:
         if out[1] is None:
@@ -120,6 +122,8 @@ def token_pass(backend: LoadedModel, requests: list[TokenRequest], *, top_k: int
         weights = out[1].float()
         if layers:
             diagonals.append(torch.diagonal(weights, dim1=-2, dim2=-1).clamp_min(1e-30).log().sum(dim=1))
+        if prev_attention:
+            per_head.append(torch.diagonal(weights, dim1=-2, dim2=-1))
         if not attention:
             return
         layer_max = weights.amax(dim=1)
@@ -128,13 +132,14 @@ def token_pass(backend: LoadedModel, requests: list[TokenRequest], *, top_k: int
         else:
             captured.append(layer_max)
 
-    with attention_hooks(backend, reduce if attention or layers else None):
+    with attention_hooks(backend, reduce if attention or layers or prev_attention else None):
         step = max(1, batch_size)
         for begin in range(0, len(rows), step):
             batch = rows[begin : begin + step]
             ids_t, mask = right_padded([r[1] for r in batch], backend.tokenizer.pad_token_id)
             captured.clear()
             diagonals.clear()
+            per_head.clear()
             with torch.inference_mode():
                 out = model(input_ids=ids_t.to(backend.device), attention_mask=mask.to(backend.device),
                             output_hidden_states=True, use_cache=False, logits_to_keep=1)
@@ -153,6 +158,9 @@ def token_pass(backend: LoadedModel, requests: list[TokenRequest], *, top_k: int
                     if attention:
                         att = captured[0][row, start : len(ids), start : len(ids)]
                         res.attention = torch.tril(att, diagonal=-1).cpu().numpy().astype(np.float32)
+                    if prev_attention:  # the query that chooses answer token t is at position t - 1
+                        res.attn_prev = torch.stack([d[row, :, start - 1 : len(ids) - 1] for d in per_head]
+                                                    ).cpu().numpy().astype(np.float32)
                     if layers:
                         res.attn_logdiag = torch.stack([d[row, start : len(ids)] for d in diagonals]).cpu().numpy()
                         states = torch.stack([h[row, start : len(ids)] for h in out.hidden_states]).double()

@@ -96,6 +96,32 @@
     slider.addEventListener("input", () => show(Number(slider.value)));
     show(start);
   }
+  // one unit at a time on the item page: a click on its row marks its span of the answer (overlapping claims
+  // included); a second click on the same row shows every unit again
+  const answer = document.getElementById("answer");
+  if (answer && answer.dataset.answer !== undefined) {
+    const text = answer.dataset.answer;
+    const whole = Array.from(answer.childNodes).map((n) => n.cloneNode(true));
+    let focused = null;
+    for (const row of document.querySelectorAll("#units tr.unit-row")) {
+      row.addEventListener("click", () => {
+        for (const r of document.querySelectorAll("#units tr.unit-row.focused")) r.classList.remove("focused");
+        answer.replaceChildren();
+        if (focused === row) {
+          focused = null;
+          for (const n of whole) answer.appendChild(n.cloneNode(true));
+          return;
+        }
+        focused = row;
+        row.classList.add("focused");
+        const a = Number(row.dataset.start), b = Number(row.dataset.end);
+        const mark = document.createElement("mark");
+        mark.className = "claim-focus";
+        mark.textContent = text.slice(a, b);
+        answer.append(text.slice(0, a), mark, text.slice(b));
+      });
+    }
+  }
   // unit shading on the item page: the chosen detector's unit scores as background strength (min-max over the item)
   const shade = document.getElementById("unit-shade");
   if (shade) {

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from haldet.models.pairs.base import Pair, PairModel, device_name, load_error, local_only
+from haldet.util.assets import resolve_embedding
 
 PAIRS_PER_BERTSCORE_CALL = 1024  # bounds the token embeddings one call keeps (~100 MB at MiniLM's width)
 
@@ -27,8 +28,6 @@ class BERTScorePairs(PairModel):
         from bert_score import BERTScorer
         from bert_score.utils import model2layers
         from transformers import AutoConfig
-
-        from haldet.util.assets import resolve_embedding
 
         path = resolve_embedding(name)
         local = local_only(path)

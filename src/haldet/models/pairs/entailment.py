@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from haldet.backends.hf.backend import HFBackend
 from haldet.errors import HaldetError
 from haldet.models.pairs.base import NLI_COLUMNS, Pair, PairModel, sequence_classifier
 
@@ -95,7 +96,6 @@ class LLMEntailment(PairModel):
 
     def __init__(self, name: str, *, batch_size: int = 8, max_length: int = 1024, device: str = "auto") -> None:
         super().__init__(name, batch_size=batch_size)
-        from haldet.backends.hf.backend import HFBackend
 
         self.id = f"{self.id_prefix}:{name}"
         self.max_length = max_length

@@ -15,9 +15,11 @@ from haldet.errors import HaldetError
 from haldet.models.pairs.base import PairModel
 from haldet.models.pairs.bertscore import BERTScorePairs
 from haldet.models.pairs.entailment import HFEntailment, LLMEntailment
+from haldet.models.pairs.prompted import QUESTIONS, PromptedPairs
 from haldet.models.pairs.similarity import BiEncoderSimilarity, CrossEncoderSimilarity
 from haldet.models.pairs.support import ENDPOINT_PREFIX, ENDPOINT_SETTINGS, EndpointSupport, HFSupport, LLMSupport
-from haldet.util.assets import hub_reachable
+from haldet.models.provenance import locate
+from haldet.util.assets import EMBEDDING_ALIASES, hub_reachable
 
 log = logging.getLogger("haldet")
 
@@ -37,8 +39,6 @@ def _build(kind: str, name: str, **kw: Any) -> PairModel:
             else:
                 _LOADED[key] = HFEntailment(name, **kw)
         elif kind == "similarity":
-            from haldet.util.assets import EMBEDDING_ALIASES
-
             if name.startswith("bi:") or name in EMBEDDING_ALIASES:
                 kw.pop("max_length", None)
                 _LOADED[key] = BiEncoderSimilarity(name.removeprefix("bi:"), **kw)
@@ -55,6 +55,8 @@ def _build(kind: str, name: str, **kw: Any) -> PairModel:
                 _LOADED[key] = LLMSupport(name[4:], **local)
             else:
                 _LOADED[key] = HFSupport(name, **local)
+        elif kind in QUESTIONS:  # an LLM asked in words (local model, or an endpoint given `base_url`)
+            _LOADED[key] = PromptedPairs(name, QUESTIONS[kind], **kw)
         else:
             raise ValueError(f"unknown pair-model kind {kind!r}")
         _LOADED[key].id += model_suffix(name, _LOADED[key])
@@ -64,8 +66,6 @@ def _build(kind: str, name: str, **kw: Any) -> PairModel:
 def model_suffix(name: str, model: PairModel) -> str:
     """What else keys a pair model's numbers beyond its name: its files' fingerprint and its max_length (the pair
     cache is filed under `id`, so another revision or truncation never answers from it)."""
-    from haldet.models.provenance import locate
-
     if model.remote:  # its id names the endpoint already; no files here
         return ""
     length = getattr(model, "max_length", None)
@@ -77,10 +77,9 @@ def load_pair_model(kind: str, name: str, *, fallback: str | None = None,
     """The requested model, or the fallback when it cannot be loaded (logged and recorded in `meta`).
 
     kind: "nli" (`llm:<model>` for the prompted backend), "similarity" (`bi:<model>` or an embedding alias for
-    a bi-encoder), "bertscore". Models are loaded once per process.
+    a bi-encoder), "bertscore", "support", or a question of `haldet.models.pairs.prompted.QUESTIONS`. Models are
+    loaded once per process.
     """
-    from haldet.models.provenance import locate
-
     failed_key = (kind, name, json.dumps(kw, sort_keys=True, default=str))
     try:
         # tried once in this process: do not retry (or repeat the notice) for every use, unless its files have

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from haldet.models.pairs.base import Pair, PairModel, device_name, load_error, local_only
+from haldet.util.assets import resolve_embedding
 
 
 class CrossEncoderSimilarity(PairModel):
@@ -49,8 +50,6 @@ class BiEncoderSimilarity(PairModel):
     def __init__(self, name: str, *, batch_size: int = 64, device: str = "auto") -> None:
         super().__init__(name, batch_size=batch_size)
         from sentence_transformers import SentenceTransformer
-
-        from haldet.util.assets import resolve_embedding
 
         self.id = f"bi-encoder:{name}"
         path = resolve_embedding(name)

@@ -31,12 +31,15 @@ from haldet.backends.structured import ClientSettings
 from haldet.errors import HaldetError
 from haldet.models.pairs.base import Pair, PairModel, pair_id, sequence_classifier
 from haldet.models.pairs.entailment import LLMEntailment
+from haldet.text.templates import packaged_template
 
 SUPPORT_WORDS = ("support", "entail", "consistent", "faithful", "yes")
-SUPPORT_PROMPT = (
-    "Document:\n{premise}\n\nClaim:\n{hypothesis}\n\n"
-    "Is every part of the claim backed by the document? Reply Yes or No."
-)
+# The question a causal-LM checker answers (packaged template `support_check`, Python format fields premise and
+# hypothesis): haldet's wording in the structure Bespoke-MiniCheck-7B was trained to read (the instruction, then
+# "Document:", "Claim:", a yes/no question and "Answer:"). Its version names the wording in the checkers' ids, so a
+# pair scored under an older wording is never reused.
+SUPPORT_PROMPT = packaged_template("support_check.txt").strip()
+SUPPORT_PROMPT_VERSION = "2"
 
 
 class HFSupport(PairModel):
@@ -82,7 +85,7 @@ class LLMSupport(LLMEntailment):
     columns = ("supported",)  # type: ignore[assignment]
     words = ("yes", "no")
     prompt = SUPPORT_PROMPT
-    id_prefix = "llm-support"
+    id_prefix = f"llm-support-v{SUPPORT_PROMPT_VERSION}"
 
     def compute(self, pairs: Sequence[Pair]) -> np.ndarray:
         return super().compute(pairs)[:, :1]
@@ -135,7 +138,7 @@ class EndpointSupport(PairModel):
                                        where=f"fact checker {name} at {base_url or OPENAI_BASE_URL}")
         api_key(name, base_url, api_key_env, option)  # no key for a remote API: one error now, before any pair
         self.top_logprobs = int(top_logprobs)
-        self.id = f"endpoint-support:{name}@{base_url or OPENAI_BASE_URL}"
+        self.id = f"endpoint-support-v{SUPPORT_PROMPT_VERSION}:{name}@{base_url or OPENAI_BASE_URL}"
         self.pairs_per_call = max(self.batch_size, 8 * self.settings.concurrency)  # requests in flight per call
         self.usage = Usage()
         self._why: dict[str, str] = {}

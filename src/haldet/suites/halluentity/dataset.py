@@ -1,4 +1,4 @@
-"""HalluEntity (Yeh et al., 2025; seeds/halluentity.txt): ChatGPT biographies with entity-level labels.
+"""HalluEntity (Yeh et al., 2025): ChatGPT biographies with entity-level labels.
 
 Each row: `prompt` (the biography request), `response` (the generated biography), `entity` (the response's
 entities in reading order, as strings) and `entity_label` (one per entity, True = NOT hallucinated). The response

@@ -1,4 +1,4 @@
-"""The HalluEntity suite (seeds/halluentity.txt): entity-level hallucination detection on given biographies.
+"""The HalluEntity suite (Yeh et al., 2025): entity-level hallucination detection on given biographies.
 
 The responses ship with the data (ChatGPT biographies) and are teacher-forced through a proxy model, as the paper
 does with 17 open models (here the embedded SmolLM2-135M by default: a substitute, named in every result row).
@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from haldet.evaluation.breakdowns import breakdown_metrics, unit_attributes
 from haldet.evaluation.metrics import MetricValue
 from haldet.evaluation.units import UnitData
+from haldet.figures.data import Series
 from haldet.schema import Instance, SpanLabel
 from haldet.suites.base import Suite, TableLayout, register
 from haldet.suites.halluentity.analysis import (
@@ -38,7 +39,7 @@ HALLUENTITY_METRICS = ("auroc", "aupr", "f1_opt", "precision_opt", "recall_opt")
 @register("halluentity")
 class HalluEntitySuite(Suite):
     title = "HalluEntity: entity-level hallucination detection"
-    paper = "seeds/halluentity.txt (Yeh et al., 2025)"
+    paper = "HalluEntity: Benchmarking and Understanding Entity-Level Hallucination Detection (Yeh et al., 2025)"
     description = "Given ChatGPT biographies, entity labels; token scores from a proxy model, averaged per entity."
     datasets = ("halluentity",)
     answer_source = "provided"
@@ -87,10 +88,9 @@ class HalluEntitySuite(Suite):
     def html_section(self, rows: list[dict[str, Any]], figures: FigureSet | None = None) -> str:
         """Tables 2/3 and the tune-on-test variant, then FPR/FNR by position in the sentence (the paper's Figure 5,
         right) per detector, at the validation threshold."""
-        from haldet.figures.charts import line_figure  # matplotlib: loaded when a report draws, not with the suite
-        from haldet.figures.data import Series
-        from haldet.figures.render import FigureSet
-        from haldet.suites.report import html_tables
+        from haldet.figures.charts import line_figure  # lazy: matplotlib; loaded when a report draws
+        from haldet.figures.render import FigureSet  # lazy: matplotlib
+        from haldet.suites.report import html_tables  # lazy: h5py
 
         figures = figures if figures is not None else FigureSet(formats=())
         rows = [r for r in rows if r.get("level") == "entity"]

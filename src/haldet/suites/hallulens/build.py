@@ -29,9 +29,11 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from haldet.backends.structured import CallFailure
+from haldet.datasets.base import get_adapter
+from haldet.judges.json_reply import json_parser
 from haldet.suites.hallulens.existence import SourceCheck
 from haldet.suites.hallulens.llm import StructuredLLM
-from haldet.suites.hallulens.prompts import AnswerReply, NamesReply, Prompts, QuestionReply, json_parser
+from haldet.suites.hallulens.prompts import AnswerReply, NamesReply, Prompts, QuestionReply
 from haldet.suites.hallulens.sources import DOMAINS, Page, Species, sections
 from haldet.text.sentences import split_sentences
 
@@ -389,8 +391,6 @@ def build_generated(llms: Sequence[StructuredLLM], prompts: Prompts, cfg: BuildC
 def build_proxy(size: int, seed: int) -> tuple[list[Item], TaskReport]:
     """A static PreciseWikiQA-like PROXY: HaluEval-QA questions (packaged) asked closed-book, gold = the right
     answer. Not HalluLens data: no Wikipedia sections, no difficulty deciles, not dynamically generated."""
-    from haldet.datasets.base import get_adapter
-
     adapter = get_adapter("halueval_qa")
     rows = list(adapter.rows().rows)
     order = list(range(len(rows)))

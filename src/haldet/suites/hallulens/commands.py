@@ -124,10 +124,10 @@ def build(
     qa_tokens, long_tokens = str(given.get("qa_tokens", qa_tokens)), str(given.get("long_tokens", long_tokens))
     mixed_per_domain = int(given.get("mixed_per_domain", mixed_per_domain))
     generated = str(given.get("generated", generated))
-    from haldet.suites.hallulens.build import BuildConfig
-    from haldet.suites.hallulens.llm import StructuredLLM
-    from haldet.suites.hallulens.prompts import Prompts
-    from haldet.suites.hallulens.sets import build_sets
+    from haldet.suites.hallulens.build import BuildConfig  # lazy: start-up
+    from haldet.suites.hallulens.llm import StructuredLLM  # lazy: start-up
+    from haldet.suites.hallulens.prompts import Prompts  # lazy: start-up
+    from haldet.suites.hallulens.sets import build_sets  # lazy: start-up
 
     tasks = split_names(task) or [t for t, src in (("precisewikiqa", pages), ("longwiki", pages),
                                                    ("nonexistent", taxonomy)) if src] or ["proxy_qa"]
@@ -138,7 +138,7 @@ def build(
                       qa_min_tokens=qa_lo, qa_max_tokens=qa_hi, long_min_tokens=long_lo, long_max_tokens=long_hi,
                       generated=dict(zip(("business", "event", "product"), sizes, strict=True)))
     if places:
-        from haldet.suites.hallulens.sources import load_places
+        from haldet.suites.hallulens.sources import load_places  # lazy: start-up
 
         names, groups = load_places(places)
         cfg = cfg.model_copy(update={"places": names, "place_groups": groups})
@@ -182,6 +182,10 @@ def evaluate(
         help="TASK=MODEL: judge one task with its own model (same backend and endpoint as --judge-model; repeat "
              "per task). The paper: precisewikiqa and nonexistent Llama-3.1-70B-Instruct, longwiki "
              "Llama-3.1-405B-Instruct.")] = None,
+    judges: Annotated[str, typer.Option(help="cascade: rule judges decide first (a refusal phrase, the gold answer "
+                                             "stated, an empty reply, a claim quoted in a passage), the LLM the "
+                                             "rest; llm: the LLM judge decides everything (the paper's protocol)."
+                                        )] = "cascade",
     pages: Annotated[Path | None, typer.Option(help="Page file for LongWiki retrieval (default: the build's).")
                      ] = None,
     k: Annotated[int, typer.Option(help="K of Recall@K / F1@K.")] = 32,
@@ -199,14 +203,21 @@ def evaluate(
     left out of the rates; a rerun retries exactly those."""
     from rich.table import Table
 
-    from haldet.suites.hallulens.evaluate import MAX_NEW_TOKENS, TASK_TITLES, table_rows
-    from haldet.suites.hallulens.evaluate import evaluate as run_eval
-    from haldet.suites.hallulens.llm import StructuredLLM
-    from haldet.suites.hallulens.prompts import Prompts
-    from haldet.suites.hallulens.target import Target
+    from haldet.suites.hallulens.evaluate import MAX_NEW_TOKENS, TASK_TITLES, table_rows  # lazy: start-up
+    from haldet.suites.hallulens.evaluate import evaluate as run_eval  # lazy: start-up
+    from haldet.suites.hallulens.judges import JUDGE_MODES  # lazy: start-up
+    from haldet.suites.hallulens.llm import StructuredLLM  # lazy: start-up
+    from haldet.suites.hallulens.prompts import Prompts  # lazy: start-up
+    from haldet.suites.hallulens.target import Target  # lazy: start-up
 
     given = preset_defaults(ctx, preset, "evaluate")
     k = int(given.get("k", k))
+    judges = str(given.get("judges", judges))
+    if judges not in JUDGE_MODES:
+        raise HaldetError(f"unknown --judges {judges!r}", where="--judges", hint=f"one of {', '.join(JUDGE_MODES)}")
+    if judges == "llm" and not judge_model and not task_judge:
+        raise HaldetError("--judges llm needs an LLM judge", where="--judges",
+                          hint="name one with --judge-model (and --task-judge TASK=MODEL), or use --judges cascade")
     if given.get("max_new_tokens") is not None:
         max_new_tokens = int(given["max_new_tokens"])
     judge = StructuredLLM(_llm_config(judge_backend, judge_model, judge_base_url, retries, 256),
@@ -221,7 +232,7 @@ def evaluate(
         results = run_eval(set_dir, out, targets=targets, judge=judge, tasks=split_names(task) or None,
                            prompts=Prompts(prompts), pages=str(pages) if pages else None, k=k,
                            max_new_tokens=budgets, limit=limit, progress=make, preset=preset_record(preset),
-                           task_judges=task_judges)
+                           task_judges=task_judges, judges_mode=judges)
     present = [t for t in TASK_TITLES if any(t in m for m in results["models"].values())]
     for task_name in present:  # one narrow table per task; table.md holds the one-row-per-model Table 2 shape
         header, rows = table_rows(results, [task_name])

@@ -26,6 +26,7 @@ from typing import Any
 from haldet.backends.structured import CallFailure
 from haldet.config import digest
 from haldet.errors import HaldetError
+from haldet.models.passages import PassageIndex
 from haldet.store import StageLog, atomic_path, atomic_write_text, read_json
 from haldet.suites.hallulens.build import Item
 from haldet.suites.hallulens.judges import HalluLensJudges, Judgement
@@ -41,6 +42,7 @@ from haldet.suites.hallulens.rates import (
     rates_by_decile,
 )
 from haldet.suites.hallulens.sets import MANIFEST, read_items, trial_dirs
+from haldet.suites.hallulens.sources import load_pages
 from haldet.suites.hallulens.target import Target
 from haldet.util.assets import file_sha256
 from haldet.util.versions import library_versions
@@ -144,13 +146,11 @@ def evaluate(set_dir: Path, out: Path, *, targets: Sequence[Target], judge: Stru
              tasks: Sequence[str] | None = None, prompts: Any, pages: str | None = None, k: int = 32,
              max_new_tokens: dict[str, int] | None = None, limit: int | None = None,
              progress: ProgressFactory | None = None, preset: dict[str, str] | None = None,
-             task_judges: dict[str, StructuredLLM] | None = None) -> dict[str, Any]:
+             task_judges: dict[str, StructuredLLM] | None = None, judges_mode: str = "cascade") -> dict[str, Any]:
     """Answer, judge and rate every task of the set per target. `task_judges` replaces `judge` for the tasks it
-    names (the paper's judges differ per task); `preset` (name, hash, file) is recorded in results.json when the
+    names (the paper's judges differ per task); `judges_mode`: `cascade` (rule judges first) or `llm` (the LLM
+    decides everything, the paper's protocol); `preset` (name, hash, file) is recorded in results.json when the
     command took a preset's defaults."""
-    from haldet.suites.hallulens.retrieval import PassageIndex
-    from haldet.suites.hallulens.sources import load_pages
-
     manifest = read_json(set_dir / MANIFEST) if (set_dir / MANIFEST).exists() else {}
     trials = trial_dirs(set_dir)
     wanted = list(tasks or manifest.get("tasks") or [])
@@ -167,12 +167,13 @@ def evaluate(set_dir: Path, out: Path, *, targets: Sequence[Target], judge: Stru
                               hint="pass the original file with --pages, or rebuild the set")
         index = PassageIndex(load_pages(page_file))
     task_judges = dict(task_judges or {})
-    judges = HalluLensJudges(judge, prompts, index, progress)
-    per_task_judges = {t: HalluLensJudges(llm, prompts, index, progress) for t, llm in task_judges.items()}
+    judges = HalluLensJudges(judge, prompts, index, progress, judges_mode)
+    per_task_judges = {t: HalluLensJudges(llm, prompts, index, progress, judges_mode)
+                       for t, llm in task_judges.items()}
     results: dict[str, Any] = {"set": str(set_dir), "set_manifest": {k_: manifest.get(k_) for k_ in
                                                                        ("config", "sources", "generators",
                                                                         "prompts_digest", "preset", "built_at")},
-                               "preset": preset,
+                               "preset": preset, "judges": judges_mode,
                                "judge": judge.usage_report() if judge else None, "judge_fingerprint":
                                judges.fingerprint(), "task_judges": {t: {"judge": llm.usage_report(),
                                "judge_fingerprint": per_task_judges[t].fingerprint()} for t, llm in
@@ -213,8 +214,8 @@ def evaluate(set_dir: Path, out: Path, *, targets: Sequence[Target], judge: Stru
         results["task_judges"][t]["judge"] = llm.usage_report()
     atomic_write_text(out / "results.json", json.dumps(_no_nan(results), indent=2, allow_nan=False) + "\n")
     atomic_write_text(out / "table.md", table_markdown(results) + "\n")
-    from haldet.figures.render import FigureSet  # matplotlib: loaded once the numbers are in
-    from haldet.suites.hallulens.report import html_report
+    from haldet.figures.render import FigureSet  # lazy: matplotlib; matplotlib: loaded once the numbers are in
+    from haldet.suites.hallulens.report import html_report  # lazy: matplotlib
 
     figures = FigureSet()
     atomic_write_text(out / "report.html", html_report(_no_nan(results), *table_rows(results), figures=figures))

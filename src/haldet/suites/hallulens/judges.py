@@ -1,4 +1,6 @@
-"""HalluLens judges: rule judges first where they decide, the LLM (structured replies, own prompts) for the rest.
+"""HalluLens judges: rule judges first where they decide, the LLM (structured replies, own prompts) for the rest
+(`mode: cascade`, the default), or the LLM alone for every decision (`mode: llm`, the paper's protocol: no rule
+decides anything, `--judges llm`).
 
 Per task, a judgement record per answered item:
 - PreciseWikiQA / proxy: `abstained` (rule: a refusal phrase or an empty reply; the gold answer stated -> not
@@ -21,7 +23,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from haldet.backends.structured import CallFailure, Request
+from haldet.judges.claim_verify import PREFILL as VERIFY_PREFILL
+from haldet.judges.claim_verify import RULE_QUOTED, VerifyReply, quoted
+from haldet.judges.json_reply import json_parser
 from haldet.judges.text import contains_phrase, is_refusal, normalize
+from haldet.models.passages import PassageIndex
 from haldet.suites.hallulens.build import Item
 from haldet.suites.hallulens.llm import StructuredLLM
 from haldet.suites.hallulens.prompts import (
@@ -29,21 +35,19 @@ from haldet.suites.hallulens.prompts import (
     BeliefReply,
     ClaimsReply,
     Prompts,
-    VerifyReply,
-    json_parser,
     parse_correctness,
 )
-from haldet.suites.hallulens.retrieval import PassageIndex
+from haldet.text.sentences import split_sentences
 
 RULE_REFUSAL = "rule:refusal"
 RULE_EMPTY = "rule:empty"
 RULE_GOLD = "rule:gold_match"
-RULE_QUOTED = "rule:in_passage"
 MIN_SENTENCE_CHARS = 5
 JUDGE_VERSION = 2
+JUDGE_MODES = ("cascade", "llm")
 # reply openings forced on local models: the decision first, so a reply cut by the token budget has stated it
 PREFILL = {"abstention": '{"abstains": ', "correctness": '{"verdict": "', "belief": '{"believes": ',
-           "verify": '{"supported": '}
+           "verify": VERIFY_PREFILL}
 
 
 @dataclass
@@ -60,8 +64,6 @@ class Judgement:
 
 def sentence_spans(text: str) -> list[tuple[int, int, str]]:
     """(start, end, sentence) with character offsets into `text` (sentences found in order)."""
-    from haldet.text.sentences import split_sentences
-
     out, pos = [], 0
     for sent in split_sentences(text):
         start = text.find(sent, pos)
@@ -87,7 +89,11 @@ class HalluLensJudges:
     """All HalluLens judgements. `llm` may be None: then only the rule judges decide and the rest is listed."""
 
     def __init__(self, llm: StructuredLLM | None, prompts: Prompts, index: PassageIndex | None = None,
-                 progress: Callable[[str, int], Callable[[int], None]] | None = None) -> None:
+                 progress: Callable[[str, int], Callable[[int], None]] | None = None, mode: str = "cascade") -> None:
+        if mode not in JUDGE_MODES:
+            raise ValueError(f"HalluLens judges mode {mode!r}: one of {', '.join(JUDGE_MODES)}")
+        self.mode = mode
+        self.rules = mode == "cascade"  # rule judges decide first; `llm`: every decision is the LLM's
         self.llm = llm
         self.prompts = prompts
         self.index = index
@@ -95,7 +101,7 @@ class HalluLensJudges:
 
     def fingerprint(self) -> list[Any]:
         return ["hallulens-judges", JUDGE_VERSION, self.llm.fingerprint() if self.llm else None, self.prompts.digest,
-                self.index.fingerprint() if self.index else None]
+                self.index.fingerprint() if self.index else None, *([self.mode] if self.mode != "cascade" else [])]
 
     def _ask(self, out: Judgement, step: str, jobs: Sequence[tuple[str, Any, Request[Any]]],
              apply: Callable[[str, Any, Any], None]) -> None:
@@ -140,14 +146,15 @@ class HalluLensJudges:
         jobs = []
         for it in items:
             rec, text = out.records[it.id], responses[it.id]
-            states_gold = it.task != "longwiki" and bool(it.answer) and contains_phrase(text, it.answer)
-            if not normalize(text):
-                rec.update(abstained=True, abstained_by=RULE_EMPTY)
-            elif refuses(text, it.task) and not states_gold:
-                rec.update(abstained=True, abstained_by=RULE_REFUSAL)
-            elif states_gold:
-                rec.update(abstained=False, abstained_by=RULE_GOLD)
-            else:
+            if self.rules:  # the cascade: an empty reply, a refusal phrase, the gold answer stated decide first
+                states_gold = it.task != "longwiki" and bool(it.answer) and contains_phrase(text, it.answer)
+                if not normalize(text):
+                    rec.update(abstained=True, abstained_by=RULE_EMPTY)
+                elif refuses(text, it.task) and not states_gold:
+                    rec.update(abstained=True, abstained_by=RULE_REFUSAL)
+                elif states_gold:
+                    rec.update(abstained=False, abstained_by=RULE_GOLD)
+            if "abstained" not in rec:
                 jobs.append((it.id, None, self.prompts.request(
                     "abstention", json_parser(AbstentionReply), PREFILL["abstention"],
                     question=it.prompt, response=text)))
@@ -166,7 +173,7 @@ class HalluLensJudges:
             if rec is None or rec.get("abstained") is not False:
                 continue
             text = responses[it.id]
-            if contains_phrase(text, it.answer):
+            if self.rules and contains_phrase(text, it.answer):
                 rec.update(verdict="CORRECT", verdict_by=RULE_GOLD)
             else:
                 jobs.append((it.id, None, self.prompts.request(
@@ -185,9 +192,9 @@ class HalluLensJudges:
         for it in items:
             text = responses[it.id]
             rec = out.records[it.id]
-            if not normalize(text):
+            if self.rules and not normalize(text):
                 rec.update(believes=False, believes_by=RULE_EMPTY)
-            elif refuses(text, it.task):
+            elif self.rules and refuses(text, it.task):
                 rec.update(believes=False, believes_by=RULE_REFUSAL)
             else:
                 jobs.append((it.id, None, self.prompts.request(
@@ -234,7 +241,7 @@ class HalluLensJudges:
                     it = by_id[item_id]
                     passages = self.index.top(it.title, it.prompt, claim["text"]) if self.index else []
                     claim["passages"] = [p.title for p in passages]
-                    if any(f" {normalize(claim['text'])} " in f" {normalize(p.text)} " for p in passages):
+                    if self.rules and quoted(claim["text"], passages):
                         claim.update(supported=True, supported_by=RULE_QUOTED)
                         continue
                     verify.append((item_id, (k, j), self.prompts.request(

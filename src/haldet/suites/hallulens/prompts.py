@@ -9,23 +9,22 @@ is that label; anything else (no label, two labels) is malformed and retried, ne
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from haldet.backends.structured import Request
 from haldet.config import digest
 from haldet.errors import HaldetError, unknown_keys
+from haldet.judges.json_reply import parse_json
 from haldet.text.templates import packaged_template
 
 KEYS = ("qa_question", "qa_answer", "long_question", "long_answer", "entity_names", "entity_combine",
         "describe_prompts", "abstention", "correctness", "belief", "claims", "verify")
-M = TypeVar("M", bound=BaseModel)
 # reply budgets (tokens) per prompt: enough for the requested JSON, short enough that a rambling model stops
 BUDGETS = {"qa_question": 80, "qa_answer": 64, "long_question": 80, "long_answer": 384, "entity_names": 128,
            "entity_combine": 128,
@@ -117,49 +116,6 @@ class ClaimsReply(_Reply):
     claims: list[str] = Field(default_factory=list)
 
 
-class VerifyReply(_Reply):
-    reasoning: str = ""
-    supported: bool
-
-
-def parse_json(text: str, model: type[M]) -> M:
-    """The first JSON object in `text` that validates as `model`; `ValueError` naming the problem otherwise.
-
-    A reply cut off by the token budget (or rambling on past the wanted fields) is read up to its last complete
-    member: `{"believes": false, "reasoning": "The reply decl` -> `{"believes": false}`. Only members that are
-    complete JSON are kept and the result must still validate, so nothing is completed or guessed (an unfinished
-    string or list is never closed)."""
-    body = re.sub(r"```(?:json)?", "", text)
-    try:
-        return _first_object(body, model)
-    except ValueError as exc:
-        start = body.find("{")
-        for cut in sorted((m.start() for m in re.finditer(r',\s*"', body) if m.start() > start), reverse=True):
-            try:
-                return _first_object(body[start:cut] + "}", model)
-            except ValueError:
-                continue
-        raise exc from None
-
-
-def _first_object(body: str, model: type[M]) -> M:
-    decoder = json.JSONDecoder()
-    problem = f"no JSON object in the reply {body[:100]!r}"
-    for start in (i for i, c in enumerate(body) if c == "{"):
-        try:
-            obj, _ = decoder.raw_decode(body[start:])
-        except json.JSONDecodeError:
-            continue
-        if not isinstance(obj, dict):
-            continue
-        try:
-            return model.model_validate(obj)
-        except ValidationError as exc:
-            err = exc.errors()[0]
-            problem = f"field {'.'.join(map(str, err['loc'])) or '?'}: {err['msg']}"
-    raise ValueError(problem)
-
-
 _LABEL = re.compile(r"\b(UNVERIFIABLE|INCORRECT|CORRECT)\b", re.IGNORECASE)
 
 
@@ -173,8 +129,3 @@ def parse_correctness(text: str) -> CorrectnessReply:
             return CorrectnessReply.model_validate({"reasoning": "", "verdict": found.pop()})
         why = "names several verdicts" if found else str(exc)
         raise ValueError(f"no single verdict: {why}") from None
-
-
-def json_parser(model: type[M]) -> Any:
-    """A `Request.parse` for replies validated by `model`."""
-    return lambda text: parse_json(text, model)

@@ -155,17 +155,22 @@ RANKED = (("precisewikiqa", "hallucination"), ("precisewikiqa", "false_refusal")
           ("longwiki", "false_refusal"), ("nonexistent", "mixed"), ("nonexistent", "generated"), ("nonexistent", "far"))
 
 
+# pairs within one task that are compared: the two NonExistentRefusal subtasks, and each against their average
+SUBTASK_PAIRS = ({"mixed", "generated"}, {"mixed", "far"}, {"generated", "far"})
+
+
 def kendall_between_tasks(means: dict[str, dict[tuple[str, str], float]]) -> list[dict[str, Any]]:
     """Kendall's tau-b between the models' values of two headline metrics (`means`: model -> (task, metric) ->
     mean over trials), for every pair of metrics of different tasks or subtasks that at least 3 models share
-    (the paper: 0.59 between MixedEntities and GeneratedEntities). Same orientation as the metrics: a positive tau
+    (the paper: 0.59 between MixedEntities and GeneratedEntities), and each of the two against their average, the
+    task's false acceptance rate `far` (the paper: 0.74 and 0.85). Same orientation as the metrics: a positive tau
     means the models are ordered alike."""
     from scipy.stats import kendalltau
 
     out = []
     for i, a in enumerate(RANKED):
         for b in RANKED[i + 1:]:
-            if a[0] == b[0] and {a[1], b[1]} != {"mixed", "generated"}:
+            if a[0] == b[0] and {a[1], b[1]} not in SUBTASK_PAIRS:
                 continue
             models = sorted(m for m, v in means.items() if not math.isnan(v.get(a, NAN))
                             and not math.isnan(v.get(b, NAN)))

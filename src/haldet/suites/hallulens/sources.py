@@ -20,12 +20,12 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from haldet.datasets.formats import read_table
 from haldet.errors import HaldetError
+from haldet.models.passages import minilm_tokenizer
 
 DOC_FIELDS = ("document", "markdown", "text")
 KINGDOMS = {"animalia": "animal", "plantae": "plant", "bacteria": "bacteria"}
@@ -99,15 +99,6 @@ def load_pages(path: str | Path) -> list[Page]:
     for rank, i in enumerate(scored):
         deciles[i] = rank * 10 // len(scored)
     return [Page(t, d, int(dec or 0)) for t, d, dec in zip(titles, docs, deciles, strict=True)]
-
-
-@lru_cache(maxsize=1)
-def minilm_tokenizer() -> Any:
-    from transformers import AutoTokenizer
-
-    from haldet.util.assets import resolve_embedding
-
-    return AutoTokenizer.from_pretrained(resolve_embedding("minilm"), local_files_only=True)
 
 
 def token_count(text: str) -> int:

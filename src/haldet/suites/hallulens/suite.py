@@ -1,4 +1,4 @@
-"""HalluLens (seeds/hallulens.txt) as suites: detectors evaluated on the answers `haldet hallulens evaluate` judged.
+"""HalluLens (Bang et al., 2025) as suites: detectors evaluated on the answers `haldet hallulens evaluate` judged.
 
 HalluLens itself measures models (rates; `haldet hallulens build|evaluate`, this folder's other modules).
 These suites turn its judged answers into detection benchmarks: the answers are given text, teacher-forced
@@ -22,7 +22,7 @@ OUTPUTS = tuple((t, "`haldet hallulens evaluate`: OUT/table.md, OUT/report.html"
 @register("hallulens")
 class HalluLensSuite(Suite):
     title = "HalluLens: detection on PreciseWikiQA and NonExistentRefusal answers"
-    paper = "seeds/hallulens.txt (Bang et al., 2025)"
+    paper = "HalluLens: LLM Hallucination Benchmark (Bang et al., 2025)"
     description = ("Answers judged by `haldet hallulens evaluate` (--data-dir OUT/<model>/detection); "
                    "refusing a non-existent entity is correct, accepting it a hallucination.")
     datasets = ("hallulens_precisewikiqa", "hallulens_nonexistent")
@@ -36,7 +36,7 @@ class HalluLensSuite(Suite):
 @register("hallulens_longwiki")
 class HalluLensLongWikiSuite(Suite):
     title = "HalluLens LongWiki: detection on long answers, per response and per claim"
-    paper = "seeds/hallulens.txt (Bang et al., 2025)"
+    paper = "HalluLens: LLM Hallucination Benchmark (Bang et al., 2025)"
     description = ("LongWiki answers judged by `haldet hallulens evaluate`; claim units sit at the offsets of "
                    "the sentence they were extracted from.")
     datasets = ("hallulens_longwiki",)

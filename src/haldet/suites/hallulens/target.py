@@ -23,9 +23,10 @@ NEEDS = {"hallulens": frozenset({Signal.RESPONSE})}
 
 
 class Target:
-    """A tested model: `openai:<name>` (an OpenAI-compatible endpoint), `vllm:<model>`, or a local hf id / alias /
-    path. `config` carries the backend settings (default: haldet's); `base_url` is the endpoint of `openai:`
-    models (it overrides `config.endpoint.base_url`); `backend` an already loaded one (tests share one model)."""
+    """A tested model: `openai:<name>` (an OpenAI-compatible endpoint), `api:<provider>/<model>` (a hosted
+    provider), `vllm:<model>`, or a local hf id / alias / path. `config` carries the backend settings (default:
+    haldet's); `base_url` is the endpoint of `openai:` and `api:` models (it overrides `config.endpoint.base_url`);
+    `backend` an already loaded one (tests share one model)."""
 
     def __init__(self, spec: str, *, config: RunConfig | None = None, base_url: str | None = None,
                  backend: Backend | None = None) -> None:
@@ -36,7 +37,7 @@ class Target:
         endpoint["logprobs"] = False  # the answer text is all HalluLens reads
         self.config = config.model_copy(update={"models": [spec], "endpoint": EndpointConfig(**endpoint)})
         self.spec = spec
-        self.remote = backend_kind(spec) == "openai"
+        self.remote = backend_kind(spec) in ("openai", "api")
         check_model_names(self.config)
         check_signals(self.config, NEEDS, NEEDS)
         self._backend = backend
@@ -44,8 +45,10 @@ class Target:
     def fingerprint(self) -> Any:
         """Part of every answer's cache key (an endpoint's: the model and its address, as before a backend
         served it)."""
-        if self.remote:
-            return ["openai", self.spec, self.config.endpoint.base_url]
+        if self.remote:  # declared request parameters (reasoning endpoints) key the answers too, when set
+            params = self.config.endpoint.params.identity()
+            return [backend_kind(self.spec), self.spec, self.config.endpoint.base_url,
+                    *([{"params": params}] if params else [])]
         return [backend_kind(self.spec), self.spec, self.backend.fingerprint()]
 
     @property

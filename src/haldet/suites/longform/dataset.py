@@ -48,6 +48,29 @@ def _release(raw: RawFile) -> list[tuple[str | None, list[dict[str, Any]]]] | No
     return [("test", [with_line(r, line, **r, source_model=raw.path.stem) for r, line in recs])]
 
 
+def read_knowledge(spec: str, where: str) -> dict[str, str]:
+    """Pages of a knowledge source in FActScore's format: JSON lines of {title, text} (text a string or a list of
+    sections, joined by blank lines), title -> text."""
+    path = Path(spec).expanduser()
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise HaldetError(f"cannot read the knowledge source: {exc.strerror}", where=where,
+                          hint="a JSON lines file of {title, text} (FActScore's knowledge-source format)") from None
+    pages: dict[str, str] = {}
+    for n, line in enumerate(lines, 1):
+        if line.strip():
+            try:
+                rec = json.loads(line)
+                text = rec["text"]
+                pages[str(rec["title"])] = "\n\n".join(text) if isinstance(text, list) else str(text)
+            except (json.JSONDecodeError, KeyError, TypeError):
+                raise HaldetError(f"line {n} of the knowledge source is not a {{title, text}} record",
+                                  where=str(path), hint="FActScore's format: one JSON object per line "
+                                  "with title and text (a string or a list of sections)") from None
+    return pages
+
+
 @register("factscore_bio")
 class FActScoreBio(DatasetAdapter):
     scenario = "longform"
@@ -75,26 +98,7 @@ class FActScoreBio(DatasetAdapter):
         if self.options["knowledge"] is None:
             return ""
         if self._pages is None:
-            path = Path(self.options["knowledge"]).expanduser()
-            try:
-                lines = path.read_text(encoding="utf-8").splitlines()
-            except OSError as exc:
-                raise HaldetError(f"cannot read the knowledge source: {exc.strerror}",
-                                  where="dataset_params.factscore_bio.knowledge",
-                                  hint="a JSON lines file of {title, text} (FActScore's knowledge-source format)"
-                                  ) from None
-            pages: dict[str, str] = {}
-            for n, line in enumerate(lines, 1):
-                if line.strip():
-                    try:
-                        rec = json.loads(line)
-                        text = rec["text"]
-                        pages[str(rec["title"])] = "\n\n".join(text) if isinstance(text, list) else str(text)
-                    except (json.JSONDecodeError, KeyError, TypeError):
-                        raise HaldetError(f"line {n} of the knowledge source is not a {{title, text}} record",
-                                          where=str(path), hint="FActScore's format: one JSON object per line "
-                                          "with title and text (a string or a list of sections)") from None
-            self._pages = pages
+            self._pages = read_knowledge(self.options["knowledge"], f"dataset_params.{self.name}.knowledge")
         return self._pages.get(topic, "")
 
     def row_to_instance(self, row: dict[str, Any], index: int, split: str) -> Instance:

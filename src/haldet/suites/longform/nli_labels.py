@@ -9,7 +9,8 @@ pair model (`haldet.models.pairs`, the same models the consistency detectors use
 the knowledge source does not support counts as not supported. Each labelled claim records its source
 in `meta.labels` (hidden from detectors): `source` "nli:<model id>", the best entailment and contradiction
 probabilities and the passage; the data's own label, when there was one, is kept as `data_label` so the two can be
-compared (`label_agreement`). A claim of an item without reference text keeps its label (none for an extracted claim).
+compared (`agreement.label_agreement`). A claim of an item without reference text keeps its label (none for an
+extracted claim).
 """
 
 from __future__ import annotations
@@ -83,12 +84,3 @@ def label_claims(instances: Sequence[Instance], *, model: str, fallback: str | N
             "meta": {**claim_unit.meta, LABEL_META: labels}})
     return out, {**meta, "pairs": len(pairs), "claims": len(jobs), "k": k, "sentences": sentences}
 
-
-def label_agreement(instances: Sequence[Instance], level: str = "claim") -> dict[str, Any]:
-    """How often the NLI labels agree with the data's on the claims that have both (a hand-labelled sample's
-    accuracy check of the NLI labeller): n, accuracy, and the confusion counts."""
-    both = [(int(u.meta[LABEL_META]["data_label"]), u.binary) for inst in instances for u in inst.units
-            if u.kind == level and "data_label" in (u.meta.get(LABEL_META) or {}) and u.binary is not None]
-    counts = {f"data{a}_nli{b}": sum(1 for x in both if x == (a, b)) for a in (0, 1) for b in (0, 1)}
-    accuracy = sum(1 for a, b in both if a == b) / len(both) if both else None
-    return {"n": len(both), "accuracy": accuracy, **counts}

@@ -30,6 +30,9 @@ def claim_text(unit: SpanLabel) -> str:
 @register("selfcheck_claims")
 class SelfCheckClaims(Detector):
     """Per claim: mean over the K samples of P(c)/(P(c)+P(e)), premise = sample, hypothesis = claim."""
+    method_family = "sample consistency"
+    paper = "Manakul et al. 2023, SelfCheckGPT, on the answer's claims (long-form suite)"
+    peers = ("selfcheckgpt",)
 
     requires = frozenset({Signal.RESPONSE, Signal.SAMPLES})
     levels: ClassVar[tuple[str, ...]] = ("claim", "sentence", "clause", "response")
@@ -46,7 +49,7 @@ class SelfCheckClaims(Detector):
         """Per item, the score of each of its claim texts `units[i]` against its samples."""
         samples = [nonempty(s) for s in items.get(Signal.SAMPLES)]
         pairs = [(s, u) for us, ss in zip(units, samples, strict=True) if ss for u in us for s in ss]
-        probs = pair_scores(self, "nli", "nli_model", pairs, "selfcheck_claims pairs") if pairs else np.zeros((0, 3))
+        probs = pair_scores(self, "nli", "nli_model", pairs, f"{self.name} pairs") if pairs else np.zeros((0, 3))
         values: list[np.ndarray] = []
         reasons: list[list[str]] = []
         pos = 0
@@ -62,10 +65,13 @@ class SelfCheckClaims(Detector):
                 continue
             block = probs[pos : pos + len(us) * len(ss)].reshape(len(us), len(ss), -1)
             pos += len(us) * len(ss)
-            c, e = block[..., CONTRADICTION], block[..., ENTAILMENT]
-            values.append(np.where(c + e > 0, c / np.maximum(c + e, 1e-300), 0.5).mean(axis=1))
+            values.append(self.unit_scores(block[..., CONTRADICTION], block[..., ENTAILMENT]))
             reasons.append([""] * len(us))
         return UnitScores(values, reasons)
+
+    def unit_scores(self, c: np.ndarray, e: np.ndarray) -> np.ndarray:
+        """Per unit, from P(contradiction) and P(entailment) [units, samples]: the mean of c / (c + e)."""
+        return np.asarray(np.where(c + e > 0, c / np.maximum(c + e, 1e-300), 0.5).mean(axis=1))
 
     def score(self, items: SignalView) -> Scores:
         """Response level: the mean of the answer's claim scores (units of kind `unit`; an answer without such

@@ -12,20 +12,38 @@ split (never of claims), as the `responses` suite does. Levels: `suite_params.lo
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, ClassVar
 
+from haldet.config import digest
 from haldet.errors import HaldetError
 from haldet.evaluation.metrics import METRICS, MetricValue, evaluate
 from haldet.evaluation.units import UnitData, unit_metrics
+from haldet.models.passages import passage_index
 from haldet.schema import Instance
 from haldet.stages.claims import ClaimsStage, claim_units_of
 from haldet.suites.base import DATA, Suite, TableLayout, register, split_if_trained
+from haldet.suites.longform.agreement import LABELS, agreement_rows, read_hand_labels, with_hand_labels
 from haldet.suites.longform.from_claims import FROM_CLAIMS, from_claims_rows
-from haldet.suites.longform.nli_labels import label_agreement, label_claims
+from haldet.suites.longform.nli_labels import label_claims
+from haldet.suites.longform.verify_labels import pages_of, verifier_client, verify_claims
 
 CLAIM_METRICS = ("auroc", "aupr", "f1_opt", "precision_opt", "recall_opt")
-LABELS = "claim labels"  # the `table` of the NLI labels' agreement with the data's
+UNITS = "units"  # the cell log of the units each answer was scored with
+GENERATED = ("bio_entities",)  # datasets whose answers the run's model writes
 EXTRACTION = "extraction"  # an answer's claims-stage outcome (instance meta) and the `table` of its counts
+
+
+def record_units(ctx: Any, items: list[Any]) -> None:
+    """The units each answer was scored with (claims with their labels, label sources and evidence) in the cell's
+    `units.jsonl`, for readers of the run (the explorer's per-claim view); a record already there is not repeated."""
+    log = ctx.store.log(UNITS)
+    recs = {item.id: {"id": item.id, "question": item.instance.question, "response": item.instance.response,
+                      "units": [u.model_dump(mode="json") for u in item.instance.units]} for item in items}
+    keys = {i: digest([r["response"], r["units"]]) for i, r in recs.items()}
+    with ctx.store.lock(UNITS):
+        have = log.read(keys)
+        log.append([{**r, "key": keys[i]} for i, r in recs.items() if i not in have])
 
 
 def extraction_rows(instances: list[Instance]) -> list[dict[str, Any]]:
@@ -48,13 +66,13 @@ def extraction_rows(instances: list[Instance]) -> list[dict[str, Any]]:
 class LongformSuite(Suite):
     title = "Long answers: claim-level detection"
     paper = "FActScore (Min et al., 2023), docs/longform.md"
-    description = ("Given long answers (FActScore biographies) with labelled atomic claims; token scores of a proxy "
-                   "model aggregated per claim, and per answer from its claims.")
-    datasets = ("factscore_bio",)
-    protocol = "provided"
+    description = ("Long answers (FActScore's given biographies, or your model's from an entity list) with labelled "
+                   "atomic claims; token scores aggregated per claim, and per answer from its claims.")
+    datasets = ("factscore_bio", "bio_entities")
     levels = ("claim", "response")
     detectors = ("likelihood", "entropy", "ccp")
-    optional = ("selfcheck_claims",)  # K samples per answer and NLI pairs: run only when named
+    # run only when named: K samples per answer and NLI pairs (selfcheck_claims, luq), one prompt per claim
+    optional = ("selfcheck_claims", "luq", "p_true_claims")
     tables = (TableLayout("Claim level (pooled claims; threshold from validation when there is one)",
                           metrics=CLAIM_METRICS, level="claim"),
               TableLayout("Response level (token scores over the whole answer)", metrics=METRICS, level="response"),
@@ -63,11 +81,17 @@ class LongformSuite(Suite):
                           metrics=("auroc", "aupr", "spearman_unsupported_share")),
               TableLayout("Claims extracted (claims: extract)", table=EXTRACTION, level="claim", line=("detector",),
                           metrics=("answers", "answers_failed", "claims_kept", "claims_unmapped", "unmapped_share")),
-              TableLayout("Claim labels: NLI against the reference vs the data's (labels: nli)", table=LABELS,
-                          level="claim", line=("detector",), metrics=("nli_data_agreement",)))
+              TableLayout("Claim labels vs the human labels (labels: nli | verify): the labeller's accuracy",
+                          table=LABELS, level="claim", line=("detector", "labeller"), metrics=("agreement", "kappa")))
     params: ClassVar[dict[str, Any]] = {"levels": ["claim", "response"], "claims": "data", "labels": "data",
                                         "nli_model": "microsoft/deberta-base-mnli", "nli_fallback": None,
-                                        "nli_passages": 3, "nli_sentences": 3}
+                                        "nli_passages": 3, "nli_sentences": 3, "retrieval": "embedding",
+                                        "verify_passages": 5, "passage_tokens": 256, "label_sample": None}
+
+    def answers_of(self, dataset: str) -> str:
+        """FActScore's biographies ship with the data; an entity list's are written by the run's model and labelled
+        claim by claim here (no judge)."""
+        return "generate_unjudged" if dataset in GENERATED else "provided"
 
     def answered(self, ctx: Any, items: list[Any]) -> None:
         """The answers' claim units and their labels, once the answers exist.
@@ -75,13 +99,20 @@ class LongformSuite(Suite):
         `claims: extract`: units from the claims stage (`claims.extractor`: an LLM's atomic claims, replacing the
         data's claim units, unlabelled; or the offline `sentence` / `clause` units, added beside them); `claims:
         data` (default): the dataset's own claims. `labels: nli`: every claim labelled by NLI against the item's
-        reference text (`nli_labels`; the answer's label then follows its claims); `labels: data` (default): the
-        data's labels, the answer keeping the label its data gives."""
+        reference text (`nli_labels`), `labels: verify`: by retrieval + an LLM verifier (`verify_labels`); the
+        answer's label then follows its claims; `labels: data` (default): the data's labels, the answer keeping the
+        label its data gives. The units each answer ends up with are recorded in the cell's `units.jsonl`."""
         opts = self.options(ctx.config)
-        for key, allowed in (("claims", ("data", "extract")), ("labels", ("data", "nli"))):
+        for key, allowed in (("claims", ("data", "extract")), ("labels", ("data", "nli", "verify")),
+                             ("retrieval", ("embedding", "bm25"))):
             if opts[key] not in allowed:
                 raise HaldetError(f"{key} must be one of {', '.join(allowed)}, not {opts[key]!r}",
                                   where=f"suite_params.longform.{key}", hint="docs/longform.md")
+        if ctx.dataset in GENERATED and (opts["claims"] != "extract" or opts["labels"] == "data"):
+            raise HaldetError(f"the biographies of {ctx.dataset} are written by the model: they have no claims or "
+                              "labels of their own", where="suite_params.longform",
+                              hint="set claims: extract (claims.model or the run's model extracts them) and labels: "
+                                   "verify (judge.model verifies them) or nli; docs/longform.md")
         if opts["claims"] == "extract":
             records = ClaimsStage(ctx).ensure(items)
             ctx.store.record_keys(ClaimsStage.name, records)
@@ -97,13 +128,31 @@ class LongformSuite(Suite):
                 item.instance = inst.model_copy(update={"response_label": label, "meta": {
                     **inst.meta, EXTRACTION: {"extractor": rec["judge"], "unit": rec["unit"],
                                               "claims": len(rec["claims"]), "unmapped": rec["unmapped"]}}})
+        self._relabel(ctx, items, opts)
+        record_units(ctx, items)
+
+    def _relabel(self, ctx: Any, items: list[Any], opts: dict[str, Any]) -> None:
+        """`labels: nli | verify`: every claim relabelled (its source and details in `meta.labels`)."""
+        instances = [item.instance for item in items]
         if opts["labels"] == "nli":
-            labelled, meta = label_claims([item.instance for item in items], model=opts["nli_model"],
-                                          fallback=opts["nli_fallback"], k=int(opts["nli_passages"]),
-                                          sentences=int(opts["nli_sentences"]), cache=ctx.store.root)
-            for item, inst in zip(items, labelled, strict=True):
-                item.instance = inst.model_copy(update={"response_label": None, "meta": {**inst.meta,
-                                                                                        "nli_labels": meta}})
+            labelled, meta = label_claims(instances, model=opts["nli_model"], fallback=opts["nli_fallback"],
+                                          k=int(opts["nli_passages"]), sentences=int(opts["nli_sentences"]),
+                                          cache=ctx.store.root)
+        elif opts["labels"] == "verify":
+            judge = ctx.config.judge
+            index = passage_index(opts["retrieval"], pages_of(instances), passage_tokens=int(opts["passage_tokens"]),
+                                  top_k=int(opts["verify_passages"]))
+            client = verifier_client(judge, cache=Path(ctx.store.root) / "claim_verify.jsonl",
+                                     local=ctx.backend if judge.backend == "hf" and judge.model == ctx.model else None)
+            labelled, meta = verify_claims(instances, client=client, verifier_id=f"{judge.backend}:{judge.model}",
+                                           index=index, templates=ctx.config.templates)
+        else:
+            return
+        if opts["label_sample"]:  # a person's labels of some of these claims: the labeller's agreement with them
+            labelled, meta["label_sample_found"] = with_hand_labels(labelled, read_hand_labels(opts["label_sample"]))
+        for item, inst in zip(items, labelled, strict=True):  # the answer's label follows its relabelled claims
+            item.instance = inst.model_copy(update={"response_label": None, "meta": {
+                **inst.meta, f"{opts['labels']}_labels": meta}})
 
     def levels_for(self, config: Any) -> tuple[str, ...]:
         return self.levels_from_options(config)
@@ -122,11 +171,8 @@ class LongformSuite(Suite):
             del row["dataset"], row["model"]
         if self.options(config)["claims"] == "extract":
             out += extraction_rows(instances)
-        if self.options(config)["labels"] == "nli":
-            agree = label_agreement(instances)
-            out.append({"detector": DATA, "level": "claim", "table": LABELS, "metric": "nli_data_agreement",
-                        "value": agree["accuracy"], "n": agree["n"], **agree,
-                        "note": "" if agree["n"] else "no claim has both a data label and an NLI label"})
+        if self.options(config)["labels"] in ("nli", "verify"):
+            out += agreement_rows(instances, DATA)
         return out
 
     def unit_metrics(self, level: str, test: UnitData, val: UnitData | None, *, n_boot: int, ci: float,

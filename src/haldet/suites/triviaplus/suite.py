@@ -72,7 +72,7 @@ MAIN = ("auroc", "aupr", *_THRESHOLDED)
 @register("triviaplus")
 class TriviaPlusSuite(Suite):
     title = "TRIVIA+: RAG long-context faithfulness under label noise"
-    paper = "seeds/triviaplus.txt (Chen et al., 2025)"
+    paper = "Rethinking Evaluation for LLM Hallucination Detection (TRIVIA+; Chen et al., 2025)"
     description = ("Given answers over long articles (up to ~94K characters), human labels; noisy training-label "
                    "regimes, length strata; LLM-as-a-judge, SelfCheck and proxy-model detectors.")
     # + its Table 4 companions as given responses: HaluEval's prompted hallucinations, RAGTruth-QA, Dolly (NC)
@@ -81,7 +81,7 @@ class TriviaPlusSuite(Suite):
     levels = ("response",)
     detectors = ("llm_judge", "llm_judge_fs", "selfcheck_bertscore", "perplexity", "saplma")
     # a prompt-optimisation loop, a LoRA-tuned classifier model, an every-layer attention pass: named to run
-    optional = ("llm_judge_po", "sft", "redeep")
+    optional = ("llm_judge_po", "sft", "redeep", "lettucedetect")
     splits = "given"
     metrics = ("auroc", "aupr", "f1_opt", "precision_opt", "recall_opt", "accuracy_opt", "threshold")
     tables = (
@@ -122,7 +122,7 @@ class TriviaPlusSuite(Suite):
         with the reason when Table 12 could not be computed (the HTML tables carry no note column)."""
         from html import escape
 
-        from haldet.suites.report import html_tables
+        from haldet.suites.report import html_tables  # lazy: h5py
 
         tables = html_tables(self, rows)
         why = sorted({f"{r['dataset']}: {r['note']}" for r in rows if r.get("table") == T12

@@ -13,7 +13,12 @@ gives way to the recorded substitute). An endpoint reply without log-probs, or w
 token's alternatives, makes the sentence NaN with that reason (never 0.5).
 
 As MiniCheck does, a long document is cut into chunks of about `chunk_words` words (at sentence boundaries where
-possible) and a sentence's support is the highest over the chunks (NaN when a chunk got no answer). Score =
+possible) and a sentence's support is the highest over the chunks (NaN when a chunk got no answer). The chunk size
+is the checkpoint's own (`chunk_words: auto`, `CHUNKS`): the MiniCheck package reads its 7B checker
+(Bespoke-MiniCheck-7B) in chunks of about 32K tokens, here 24,000 words (0.75 words per token) with
+`max_length: auto` = 32,768 tokens, and its classifier heads in chunks of about 400 words; the resolved values are
+the detector's parameters, so they key its scores. The causal-LM question is haldet's wording in the structure the
+7B checkpoint was trained to read (`haldet/templates/support_check.txt`). Score =
 1 - P(supported), higher = less faithful; `decision_threshold` 0.5 is the checker's own binary verdict
 (unsupported = Unfaithful).
 """
@@ -32,6 +37,15 @@ from haldet.models.pairs.support import ENDPOINT_PREFIX, ENDPOINT_SETTINGS
 from haldet.signals import Signal, SignalView
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
+# per checkpoint (a part of the checker's name, lower case): (chunk words, max_length in tokens) for `auto`
+CHUNKS = {"minicheck-7b": (24000, 32768)}
+DEFAULT_CHUNK = (400, 2048)  # MiniCheck's classifier heads (roberta, deberta, flan-t5): about 400 words
+
+
+def checkpoint_chunks(checker: str) -> tuple[int, int]:
+    """(chunk words, max_length) the checker's own package uses (`CHUNKS`), else `DEFAULT_CHUNK`."""
+    name = checker.lower()
+    return next((sizes for part, sizes in CHUNKS.items() if part in name), DEFAULT_CHUNK)
 
 
 def chunks(document: str, words: int) -> list[str]:
@@ -59,6 +73,9 @@ def chunks(document: str, words: int) -> list[str]:
 @register("minicheck")
 class MiniCheck(Detector):
     """MiniCheck-style document -> sentence support; see the module docstring."""
+    method_family = "judges and verifiers"
+    paper = "Tang, Laban & Durrett 2024, MiniCheck: efficient fact-checking of LLMs on grounding documents"
+    peers = ("TruthTorchLM",)
 
     version = "1"
     requires = frozenset({Signal.RESPONSE})
@@ -66,11 +83,19 @@ class MiniCheck(Detector):
     levels: ClassVar[tuple[str, ...]] = ("response", "sentence", "claim", "span")
     decision_threshold: ClassVar[float] = 0.5  # P(supported) < 0.5: Unfaithful
     defaults: ClassVar[dict[str, Any]] = {"checker": "llm:bespokelabs/Bespoke-MiniCheck-7B", "fallback": None,
-                                          "chunk_words": 400, "batch_size": 8, "max_length": 2048,
+                                          "chunk_words": "auto", "batch_size": 8, "max_length": "auto",
                                           "device": "auto",
                                           # an `openai:<model>` checker's endpoint (vLLM serving the checker, ...)
                                           "base_url": None, "api_key_env": "OPENAI_API_KEY", "timeout": 60.0,
                                           "concurrency": 8, "retries": 4, "backoff": 1.0, "top_logprobs": 5}
+
+    def __init__(self, **params: Any) -> None:
+        super().__init__(**params)
+        words, length = checkpoint_chunks(str(self.params["checker"]))  # `auto`: the checkpoint's own sizes
+        if self.params["chunk_words"] == "auto":
+            self.params["chunk_words"] = words
+        if self.params["max_length"] == "auto":
+            self.params["max_length"] = length
 
     def score(self, items: SignalView) -> Scores:
         values, reasons = self._check(items, [[r] for r in items.get(Signal.RESPONSE)])

@@ -26,6 +26,9 @@ from haldet.suites.verigray.nli import VARIANTS, verify
 
 @register("nli_verifier")
 class NLIVerifier(Detector):
+    method_family = "judges and verifiers"
+    paper = "NLI entailment of each unit by the context (Honovich et al. 2022, TRUE); VeriGray's NLI baselines"
+    peers = ()
     version = "1"
     requires = frozenset({Signal.RESPONSE})
     auxiliary: ClassVar[dict[str, str]] = {"nli_model": "nli", "sentences": "splitter"}

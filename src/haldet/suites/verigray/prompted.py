@@ -123,6 +123,9 @@ ANAH = register_prompt(VerdictPrompt(
 @register("lynx")
 class Lynx(SentenceVerdicts):
     """Lynx-style PASS/FAIL faithfulness verifier per sentence; see the module docstring."""
+    method_family = "judges and verifiers"
+    paper = "Ravi et al. 2024, Lynx: an open source hallucination evaluation model"
+    peers = ()
 
     version = "1"
     decision_threshold: ClassVar[float] = 0.5  # FAIL = Unfaithful
@@ -133,6 +136,9 @@ class Lynx(SentenceVerdicts):
 @register("anah_v2")
 class AnahV2(SentenceVerdicts):
     """ANAH-v2-style sentence annotator (None / Contradictory / Unverifiable, or No Fact); see the module docstring."""
+    method_family = "judges and verifiers"
+    paper = "Gu et al. 2024, ANAH-v2: scaling analytical hallucination annotation of LLMs"
+    peers = ()
 
     version = "1"
     decision_threshold: ClassVar[float] = 1.5  # Unverifiable or Contradictory = Unfaithful

@@ -80,8 +80,8 @@ def _html_table(header: Sequence[str], body: Sequence[Sequence[str]]) -> str:
 
 def html_section(rows: Sequence[Row], figures: FigureSet | None = None) -> str:
     """The suite's part of the HTML report; its plot is drawn into `figures` (by default, the page's SVG only)."""
-    from haldet.figures.charts import line_figure  # matplotlib: loaded when a report draws, not with the suite
-    from haldet.figures.render import FigureSet
+    from haldet.figures.charts import line_figure  # lazy: matplotlib; loaded when a report draws
+    from haldet.figures.render import FigureSet  # lazy: matplotlib
 
     figures = figures if figures is not None else FigureSet(formats=())
     header, body = table4(rows)

@@ -50,13 +50,14 @@ def detector_output(name: str, scores: np.ndarray, detector: Any) -> DetectorOut
 @register("verigray")
 class VeriGraySuite(Suite):
     title = "VeriGray"
-    paper = "seeds/verigray.txt (Ding et al., The Gray Zone of Faithfulness)"
+    paper = "The Gray Zone of Faithfulness: Taming Ambiguity in Unfaithfulness Detection (Ding et al.)"
     description = ("summary sentences in 7 ordered faithfulness classes; protocol 1 (binary), ranking loss, "
                    "selective prediction")
     datasets = ("verigray",)
     levels = ("sentence",)
     detectors = ("likelihood", "entropy", "ccp", "focus", "llmcheck_hidden", "llmcheck_attention", "nli_verifier")
-    optional = ("verigray_llm", "minicheck", "lynx", "anah_v2")  # a classifier, checker or verifier model each
+    # a classifier, checker or verifier model each
+    optional = ("verigray_llm", "minicheck", "lynx", "anah_v2", "lettucedetect")
     tables = (TableLayout("Table 4", metrics=tuple(m for m, _ in TABLE4_COLUMNS), level="sentence"),
               TableLayout("Fig. 2 (class share per generator, all splits)", table=FIG2, level="sentence",
                           line=("generator",), metrics=CLASSES),
@@ -79,7 +80,7 @@ class VeriGraySuite(Suite):
         return analysis_rows(instances)
 
     def html_section(self, rows: list[dict[str, Any]], figures: FigureSet | None = None) -> str:
-        from haldet.suites.report import html_tables
+        from haldet.suites.report import html_tables  # lazy: h5py
 
         mine = [r for r in rows if r.get("level") == "sentence"]
         analyses = [r for r in mine if r.get("table") in (FIG2, FIG3, FIG6)]

@@ -105,6 +105,9 @@ class SentenceVerdicts(Detector):
 @register("verigray_llm")
 class VeriGrayLLM(SentenceVerdicts):
     """Zero-shot 7-way classifier; see the module docstring."""
+    method_family = "judges and verifiers"
+    paper = "VeriGray's zero-shot seven-class LLM classifier of sentence faithfulness"
+    peers = ()
 
     version = "1"
     decision_threshold: ClassVar[float] = float(TOP - IMPLICIT)  # score > 1: below Implicitly-Supported

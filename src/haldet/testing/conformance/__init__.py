@@ -5,7 +5,8 @@
 name (empty = conformant). The checks (`CHECKS`, in checks.py, one function per property) cover: declarations;
 reading only the declared signals; no test-label or gold access; order and subset invariance; NaN with a reason for
 missing evidence and no constant fallback; a deterministic fit and a save/load round trip (trained detectors);
-one aligned, label-blind, order-free score per unit (unit-level detectors). tests/test_conformance.py runs each as
+one aligned, label-blind, order-free score per unit (unit-level detectors). tests/testing/test_conformance.py
+runs each as
 its own test per detector and variant.
 
 A detector for which a property cannot hold declares it on its class, check name -> reason:

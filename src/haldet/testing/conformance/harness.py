@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from haldet.config import RunConfig
 from haldet.detectors.base import Detector, Scores, UnitScores
 from haldet.signals import SignalView
 from haldet.testing.conformance.synthetic import synthetic_view, with_missing, with_units
@@ -59,9 +60,8 @@ def run_through_runner(cls: type[Detector], params: dict[str, Any], view: Signal
                        spy: Spy | None = None) -> np.ndarray:
     """Test scores of `cls(**params)` from the run's scoring path (`score_detector`), exactly as a run computes them
     (in a fresh cell)."""
-    from haldet.config import RunConfig
-    from haldet.flow.scoring import ResponseScoring, score_detector
-    from haldet.store import CellStore
+    from haldet.flow.scoring import ResponseScoring, score_detector  # lazy: sklearn, scipy
+    from haldet.store import CellStore  # lazy: h5py
 
     spy = spy or Spy()
     split = split_of(view)

@@ -16,14 +16,16 @@ from typing import Any
 
 import numpy as np
 
-from haldet.schema import Generation, Instance
+from haldet.schema import Category, Generation, Instance, SpanLabel
 from haldet.signals import Signal, SignalView
+from haldet.stages.verdict_prompts import PROMPTS
 
 N_ITEMS, LAYERS, DIM, K = 60, 3, 16, 5
 MAX_TOKENS = 12  # token-aligned makers give this many positions; synthetic_view cuts them to each answer's length
 TOKEN_ALIGNED = {"answer_entropies": 1, "token_offsets": 1, "token_topk_ids": 1, "token_topk_logprobs": 1,
-                 "token_attention": 2}  # signal value -> leading axes that run over answer tokens
-TOKEN_ALIGNED_LAST = {"token_attn_logdiag"}  # signals whose last axis runs over answer tokens
+                 "token_attention": 2, "token_entropies": 1, "token_chernoff": 1,
+                 "answer_lm_logprobs": 1}  # signal value -> leading axes that run over answer tokens
+TOKEN_ALIGNED_LAST = {"token_attn_logdiag", "token_attn_prev"}  # signals whose last axis runs over answer tokens
 UNITS_PER_ITEM = 2  # units `with_units` gives every item at a unit level (per-unit makers follow it)
 
 
@@ -78,7 +80,36 @@ def _token_logprobs(rng: np.random.Generator, y: np.ndarray) -> list[Any]:
 
 @signal_maker(Signal.TOKEN_ENTROPIES)
 def _token_entropies(rng: np.random.Generator, y: np.ndarray) -> list[Any]:
-    return [rng.gamma(1.0 + 2 * v, 0.4, size=int(rng.integers(3, 12))) for v in y]
+    return [rng.gamma(1.0 + 2 * v, 0.4, size=MAX_TOKENS) for v in y]
+
+
+@signal_maker(Signal.TOKEN_CHERNOFF)
+def _token_chernoff(rng: np.random.Generator, y: np.ndarray) -> list[Any]:
+    # the coefficients of real distributions over V = 1000 outputs: peaked ones (correct) sit further from uniform
+    out = []
+    for v in y:
+        logits = rng.normal(size=(MAX_TOKENS, 1000)) * (3.0 - 1.5 * v)
+        logp = logits - np.logaddexp.reduce(logits, axis=1, keepdims=True)
+        out.append(np.stack([np.logaddexp.reduce(g * logp, axis=1) - (1 - g) * np.log(1000) for g in (0.25, 0.5)],
+                            axis=1))
+    return out
+
+
+@signal_maker(Signal.ANSWER_LM_LOGPROBS)
+def _answer_lm_logprobs(rng: np.random.Generator, y: np.ndarray) -> list[Any]:
+    # without the prompt the answer is less likely; hallucinated answers depend less on it (closer to the prompt's)
+    return [-rng.gamma(3.0 - v, 0.5, size=MAX_TOKENS) for v in y]
+
+
+@signal_maker(Signal.TOKEN_ATTN_PREV)
+def _token_attn_prev(rng: np.random.Generator, y: np.ndarray) -> list[Any]:
+    # [L, H, T] in (0, 1); head 1 of every layer attends to the previous token, less so for hallucinated items
+    out = []
+    for v in y:
+        a = rng.uniform(0.05, 0.3, size=(LAYERS, 2, MAX_TOKENS))
+        a[:, 1] += rng.uniform(0.3, 0.6, size=(LAYERS, MAX_TOKENS)) * (1.0 - 0.6 * v)
+        out.append(a.astype(np.float32))
+    return out
 
 
 @signal_maker(Signal.ANSWER_ENTROPIES)
@@ -171,8 +202,6 @@ class _AnyAsk(dict[str, Any]):
 
 @signal_maker(Signal.VERDICT)
 def _verdict(rng: np.random.Generator, y: np.ndarray) -> list[Any]:
-    from haldet.stages.verdict_prompts import PROMPTS
-
     out = []
     for v in y:
         asks = _AnyAsk()
@@ -197,7 +226,21 @@ def _self_eval(rng: np.random.Generator, y: np.ndarray) -> list[Any]:
     out = []
     for v in y:
         p = float(np.clip(0.7 - 0.4 * v + rng.normal(0, 0.15), 0.01, 0.99))
-        out.append({"p_true": p, "logp_true": float(np.log(0.8 * p)), "text": "Correct" if p > 0.5 else "Incorrect"})
+        verdict = "correct" if p > 0.5 else "incorrect"  # the evaluator procedure's fields too (`decision` variants)
+        out.append({"p_true": p, "logp_true": float(np.log(0.8 * p)), "text": verdict.title(), "procedure": "evaluator",
+                    "decision": verdict, "logp_decision": float(np.log(max(p, 1 - p)))})
+    return out
+
+
+@signal_maker(Signal.CLAIM_P_TRUE)
+def _claim_p_true(rng: np.random.Generator, y: np.ndarray) -> list[Any]:
+    # per unit kind, UNITS_PER_ITEM units (see `with_units`): the second one less believed for hallucinated items
+    out = []
+    for v in y:
+        ps = [float(np.clip(0.7 - (0.4 * v if u == 1 else 0.0) + rng.normal(0, 0.15), 0.01, 0.99))
+              for u in range(UNITS_PER_ITEM)]
+        out.append({kind: [{"start": None, "end": None, "p_true": p} for p in ps]
+                    for kind in ("claim", "sentence", "clause")})
     return out
 
 
@@ -246,6 +289,7 @@ def synthetic_view(signals: frozenset[Signal] | set[Signal], n: int = N_ITEMS, s
     ids = [f"synth/test/{i}" for i in range(n)]
     instances = [Instance(id=i, dataset="synth", scenario="qa_open", task_type="short_answer",
                           question="What is the capital of France?", references=["Paris"], incorrect=["Rome"],
+                          context="France is a country in Europe. Its capital is Paris, a large city.",
                           source={"answer": "Paris"}) for i in ids]
     generations = [_generation(i, values[Signal.RESPONSE][k], values[Signal.TOKEN_LOGPROBS][k])
                    for k, i in enumerate(ids)]
@@ -312,8 +356,6 @@ def _serves(view: SignalView, signal: Signal) -> bool:
 def with_units(view: SignalView, level: str) -> SignalView:
     """The view's instances carrying their response and UNITS_PER_ITEM (two) units of kind `level` over it (the
     second one hallucinated for hallucinated items), so unit-level scoring has something to align to."""
-    from haldet.schema import Category, SpanLabel
-
     instances = []
     labels = np.zeros(len(view), dtype=int) if view.labels is None else view.labels
     for inst, gen, y in zip(view.instances, view.generations, labels, strict=True):
@@ -330,8 +372,6 @@ def with_units(view: SignalView, level: str) -> SignalView:
 
 def flip_unit_labels(view: SignalView) -> SignalView:
     """The view with every unit's label swapped (correct <-> hallucinated)."""
-    from haldet.schema import Category
-
     flip = {Category.CORRECT: Category.HALLUCINATION, Category.HALLUCINATION: Category.CORRECT}
     instances = [inst.model_copy(update={"units": [u.model_copy(update={"category": flip.get(u.category, u.category)})
                                                    for u in inst.units]}) for inst in view.instances]

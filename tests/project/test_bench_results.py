@@ -1,0 +1,59 @@
+"""The benchmarks' own measuring: benchmarks/scale.py gives each child's own peak memory (not the largest child's so
+far), and benchmarks/results.py's --check fails loudly when a figure drifts past its noise."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from repo_paths import REPO
+
+BENCH = REPO / "benchmarks"
+
+
+def load(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def allocating(mb: int) -> list[str]:
+    return [sys.executable, "-c", f"x = b'\\x01' * ({mb} << 20); print(len(x))"]
+
+
+def test_each_child_reports_its_own_peak() -> None:
+    """A 200 MB child, then a 20 MB one: each reads its own peak (the former RUSAGE_CHILDREN reading gave the
+    second 208 MB too), however large the process measuring them (ballast here)."""
+    scale = load("scale")
+    ballast = b"\x02" * (150 << 20)  # a child forked from this process directly would count this until its exec
+    big = scale.timed_child(allocating(200))
+    small = scale.timed_child(allocating(20))  # after the big one: the largest child so far would say >= 200 MB
+    assert big["peak_rss_mb"] >= 200
+    assert 20 <= small["peak_rss_mb"] < 120, small
+    assert big["peak_rss_mb"] - small["peak_rss_mb"] > 150
+    assert len(ballast) == 150 << 20
+
+
+def test_check_fails_on_drift_and_passes_within_noise(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    results = load("results")
+    monkeypatch.setattr(results, "RESULTS", tmp_path)
+    figures = {"runs": [{"items": 100, "haldet_report": {"wall_s": 10.0, "peak_rss_mb": 500.0}}]}
+    results.finish("demo", figures, "demo", None, "demo")
+    results.finish("demo", {"runs": [{"items": 100, "haldet_report": {"wall_s": 11.0, "peak_rss_mb": 520.0}}]},
+                   None, "demo", "demo")  # within noise: returns
+    with pytest.raises(SystemExit) as stop:
+        results.finish("demo", {"runs": [{"items": 100, "haldet_report": {"wall_s": 10.0, "peak_rss_mb": 900.0}}]},
+                       None, "demo", "demo")
+    assert stop.value.code == 1
+    err = capsys.readouterr().err
+    assert "FIGURES DRIFTED" in err and "runs[items=100].haldet_report.peak_rss_mb: stored 500.0, now 900.0" in err
+    with pytest.raises(SystemExit):  # other sizes only: nothing compared is a failure too, not a pass
+        results.finish("demo", {"runs": [{"items": 7, "haldet_report": {"wall_s": 1.0}}]}, None, "demo", "demo")
+    assert "NOTHING TO CHECK" in capsys.readouterr().err
