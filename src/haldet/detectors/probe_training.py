@@ -204,7 +204,7 @@ def train_mlps(X: np.ndarray, labels: Sequence[np.ndarray], **settings: Any) -> 
     the same features). On CPU without dropout the trainings run side by side on the cores this process may use,
     each as `train_mlp` runs it: one intra-op thread, the seeded initial weights drawn under a lock from torch's
     global generator, the shuffling from its own generator. Nothing else draws from a shared generator, so each
-    model is bit-identical to training them one after another (tests/test_probe_training_parallel.py)."""
+    model is bit-identical to training them one after another (tests/detectors/test_probe_training_parallel.py)."""
     full = {name: p.default for name, p in inspect.signature(train_mlp).parameters.items()
             if p.kind is p.KEYWORD_ONLY} | settings
     dev = resolve_device(full.pop("device"))
