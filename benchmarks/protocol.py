@@ -15,6 +15,9 @@ times in turn (each time in a fresh run directory) and reports, per mode, the ru
 (`runs_wall_s` lists them all): on a shared machine the fastest run is the one least disturbed by others, and
 the ratios are computed from these. Prints JSON. Usage:
   python benchmarks/protocol.py [--n 50] [--modes transformers,haldet-separate,haldet] [--threads N] [--repeat R]
+                                [--store NAME] [--check NAME]
+`--store NAME` writes benchmarks/results/NAME.json (machine, load average, commit, date), from which
+benchmarks/render_docs.py renders docs/speed.md's protocol table; `--check NAME` exits 1 when a figure drifted.
 """
 
 from __future__ import annotations
@@ -27,6 +30,9 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from results import finish  # benchmarks/results.py: stored figures, --store and --check
 
 from haldet.config import RunConfig
 from haldet.util.threads import available_cores, configure_threads
@@ -68,6 +74,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--repeat", type=int, default=1, help="Run the modes this many times in turn; keep each "
                         "mode's fastest run.")
+    parser.add_argument("--store", metavar="NAME", help="write the result to benchmarks/results/NAME.json")
+    parser.add_argument("--check", metavar="NAME", help="exit 1 when a figure drifted from "
+                        "benchmarks/results/NAME.json")
     args = parser.parse_args()
     threads = configure_threads(args.threads)
     report: dict[str, Any] = {"n_items": args.n, "dataset": "halueval_qa", "model": "smollm2-135m",
@@ -96,6 +105,7 @@ def main() -> None:
         report["stage_speedup_wall"] = {s: round(before["stage_wall_s"][s] / after["stage_wall_s"][s], 2)
                                         for s in STAGES if after["stage_wall_s"][s] > 0}
     print(json.dumps(report, indent=2))
+    finish("protocol", report, args.store, args.check, " ".join(["python benchmarks/protocol.py", *sys.argv[1:]]))
 
 
 if __name__ == "__main__":

@@ -113,13 +113,66 @@ def scale_model(stored: dict[str, Any]) -> list[str]:
                    "generate s per 1,000 answer tokens", "stored bytes / item"], rows)
 
 
+MODE_NAMES = {"transformers": "`transformers`", "haldet-separate": "`haldet-separate` (`evidence_in_decoding: false`)",
+              "haldet": "`haldet` (default)"}
+
+
+def speed_protocol(stored: dict[str, Any]) -> list[str]:
+    if stored.get("transcribed"):
+        return transcribed(stored)
+    data = stored["data"]
+    rows = []
+    for mode, r in data["modes"].items():
+        st = r["stage_wall_s"]
+        rows.append([MODE_NAMES.get(mode, mode), f"{_n(r['wall_s'])} s", _n(r["cpu_s"]),
+                     _n(st["generate"]) + (" (with the evidence)" if mode == "haldet" else ""), _n(st["sample"]),
+                     _n(st["auxiliary"]) if st["auxiliary"] else "-", _n(st["features"]) if st["features"] else "-",
+                     _n(r["detectors_fit_score_s"]), f"{r['ratio_all_over_generate_plus_sample']:.2f}",
+                     " / ".join(_n(w) for w in r["runs_wall_s"])])
+    lines = _table(["mode", "whole run", "CPU s", "generate", "sample", "auxiliary", "features", "detectors",
+                    "all / (generate + sample)", "each run's wall s"], rows)
+    if data.get("ratio_over_decoding_alone") is not None:
+        lines += ["", f"The default's whole run over the decoding alone (`haldet-separate`'s generate + sample): "
+                      f"**{data['ratio_over_decoding_alone']:.3f}** (load average {data['loadavg_before'][0]} before, "
+                      f"{data['loadavg_after'][0]} after)."]
+    return lines
+
+
+def speed_protocol_detectors(stored: dict[str, Any]) -> list[str]:
+    """Each detector's fit + score seconds in the default run (the `haldet` mode), dearest first."""
+    per = stored["data"]["modes"]["haldet"]["per_detector_s"]
+    total = sum(per.values()) or 1.0
+    rows = [[f"`{name}`", f"{s:.3f}", f"{100 * s / total:.0f}%"]
+            for name, s in sorted(per.items(), key=lambda kv: (-kv[1], kv[0]))]
+    return [*_table(["detector", "fit + score s", "share"], rows), "", f"All {len(per)}: {_n(total, 2)} s."]
+
+
+def speed_peers(stored: dict[str, Any]) -> list[str]:
+    data = stored["data"]
+    h = data["contenders"]["haldet"]
+    rows = []
+    for name, r in data["contenders"].items():
+        tag = (" (default)" if name == data.get("lmpolygraph_default") else "") + (
+            " (best)" if name == data.get("lmpolygraph_best") else "")
+        rows.append([name + tag, _n(r["wall_s"]), _n(r["work_s"]), _n(r["cpu_s"]),
+                     "-" if name == "haldet" else f"{r['wall_s'] / h['wall_s']:.2f}x",
+                     "-" if name == "haldet" else f"{r['work_s'] / h['work_s']:.2f}x",
+                     "-" if name == "haldet" else f"{r['cpu_s'] / h['cpu_s']:.2f}x",
+                     r.get("greedy_identical", "-"), f"{r['loadavg_at_start']}"])
+    head = ["run", "process wall s", "work wall s", "CPU s", "haldet faster (process)", "haldet faster (work)",
+            "haldet faster (CPU)", "greedy answers equal to haldet's", "load average at start"]
+    peer = " / transformers ".join(data["peer"])
+    return [*_table(head, rows), "", f"{data['n_items']} items, {data['threads']} threads, lm-polygraph {peer}."]
+
+
 def transcribed(stored: dict[str, Any]) -> list[str]:
     """A table whose figures were transcribed: its columns and rows as stored."""
     return _table(stored["data"]["columns"], [[str(c) for c in row] for row in stored["data"]["rows"]])
 
 
-RENDER: dict[str, Callable[[dict[str, Any]], list[str]]] = {"scale-report": scale_report, "scale-flow": scale_flow,
-                                                            "scale-model": scale_model}
+RENDER: dict[str, Callable[[dict[str, Any]], list[str]]] = {
+    "scale-report": scale_report, "scale-flow": scale_flow, "scale-model": scale_model,
+    "speed-protocol": speed_protocol, "speed-protocol-detectors": speed_protocol_detectors, "speed-peers": speed_peers}
 
 
 def render(name: str, file: str) -> str:

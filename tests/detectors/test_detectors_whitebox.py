@@ -323,16 +323,16 @@ def test_haloscope_trains_each_distinct_pseudo_labelling_once(planted, monkeypat
     """38 quantiles of tens of wild items repeat pseudo-labels; a repeat trains the same seeded classifier, so it is
     trained once, and the choice equals trying every quantile (first best validation AUROC wins)."""
     from haldet.detectors import haloscope as hs
-    from haldet.detectors.probe_training import safe_auroc
+    from haldet.detectors.probe_training import safe_auroc, train_mlps
 
     train, val, _ = splits(planted.subset(range(50), with_labels=True))
     calls = []
 
-    def counting(Z, pseudo, **kw):  # type: ignore[no-untyped-def]
-        calls.append(pseudo.tobytes())
-        return train_mlp(Z, pseudo, **kw)
+    def counting(Z, pseudos, **kw):  # type: ignore[no-untyped-def]
+        calls.extend(pseudo.tobytes() for pseudo in pseudos)
+        return train_mlps(Z, pseudos, **kw)  # side by side where two cores are free; sequential below
 
-    monkeypatch.setattr(hs, "train_mlp", counting)
+    monkeypatch.setattr(hs, "train_mlps", counting)
     det = DETECTORS.get("haloscope")(epochs=3)
     det.fit(train, val)
     assert det.problem is None and len(calls) == len(set(calls)) < det.params["n_quantiles"]

@@ -54,3 +54,21 @@ def test_a_stored_figure_changed_without_rendering_is_caught(tmp_path: Path) -> 
     (results / "scale-report.json").write_text(json.dumps(stored))
     render.RESULTS = results
     assert any("scale-report" in d for d in render.differing())
+
+
+def test_a_protocol_report_renders_its_tables() -> None:
+    """benchmarks/protocol.py's JSON (as `--store` writes it) renders the protocol and per-detector tables."""
+    render = load_renderer()
+    stages = {"load_data": 0.5, "generate": 20.0, "annotate": 1.0, "sample": 50.0, "auxiliary": 0.0,
+              "features": 0.0}
+    mode = {"wall_s": 80.0, "cpu_s": 150.0, "stage_wall_s": stages, "detectors_fit_score_s": 3.0,
+            "per_detector_s": {"haloscope": 2.0, "msp": 0.001, "saplma": 1.0},
+            "ratio_all_over_generate_plus_sample": 1.143, "runs_wall_s": [80.0, 83.5]}
+    stored = {"data": {"modes": {"haldet-separate": {**mode, "wall_s": 110.0}, "haldet": mode},
+                       "ratio_over_decoding_alone": 1.149, "loadavg_before": [0.4], "loadavg_after": [0.9]}}
+    table = render.speed_protocol(stored)
+    assert table[2].startswith("| `haldet-separate`") and "| 110.0 s |" in table[2]
+    assert "| 20.0 (with the evidence) |" in table[3] and "80.0 / 83.5" in table[3]
+    assert "**1.149**" in table[-1]
+    per = render.speed_protocol_detectors(stored)
+    assert per[2] == "| `haloscope` | 2.000 | 67% |" and per[-1] == "All 3: 3.00 s."

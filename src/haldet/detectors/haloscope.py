@@ -36,7 +36,7 @@ from haldet.detectors.probe_training import (
     TrainedMLP,
     has_both_classes,
     safe_auroc,
-    train_mlp,
+    train_mlps,
     training_problem,
 )
 from haldet.signals import Signal, SignalView
@@ -160,6 +160,7 @@ class HaloScope(Detector):
             Zv, yv = self.scaler.transform(Fv[okv]), np.asarray(val.labels)[okv].astype(int)
         candidates = grid if Zv is not None else np.array([0.5])
         tried: set[bytes] = set()
+        pseudos: list[tuple[float, np.ndarray]] = []
         for q in candidates:
             pseudo = (zeta > np.quantile(zeta, q)).astype(int)
             if not has_both_classes(pseudo) or pseudo.tobytes() in tried:
@@ -167,12 +168,15 @@ class HaloScope(Detector):
                 # seeded classifier to the same validation AUROC, which never replaces the earlier choice
                 continue
             tried.add(pseudo.tobytes())
-            model = train_mlp(Z, pseudo, hidden=p["hidden"], n_out=1, epochs=p["epochs"],
-                              batch_size=p["batch_size"], lr=p["lr"], weight_decay=p["weight_decay"],
-                              optimizer=p["optimizer"], seed=p["seed"], device=p["device"])
+            pseudos.append((float(q), pseudo))
+        # the seeded trainings are independent: side by side on the free cores, each bit-identical to training alone
+        models = train_mlps(Z, [pseudo for _, pseudo in pseudos], hidden=p["hidden"], n_out=1, epochs=p["epochs"],
+                            batch_size=p["batch_size"], lr=p["lr"], weight_decay=p["weight_decay"],
+                            optimizer=p["optimizer"], seed=p["seed"], device=p["device"])
+        for (q, _), model in zip(pseudos, models, strict=True):
             auc = 0.0 if Zv is None or yv is None else safe_auroc(yv, model.predict(Zv, p["device"]))
             if chosen is None or (np.isfinite(auc) and auc > chosen[0]):
-                chosen = (auc, float(q), model)
+                chosen = (auc, q, model)
         if chosen is None:
             self.problem = "membership scores gave single-class pseudo-labels at every threshold"
             return

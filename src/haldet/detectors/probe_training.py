@@ -6,8 +6,11 @@ weights, early stopping / checkpointing and the device (CUDA when present, else 
 from __future__ import annotations
 
 import copy
+import inspect
+import threading
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,6 +18,8 @@ import numpy as np
 import torch
 from scipy.integrate import trapezoid
 from torch import nn
+
+from haldet.util.threads import available_cores
 
 MIN_TRAIN = 10  # fewer valid training items than this: the probe is not fitted (scores NaN with a reason)
 
@@ -191,13 +196,33 @@ def train_mlp(X: np.ndarray, y: np.ndarray, *, hidden: Sequence[int], n_out: int
                       val=val, select=select, patience=patience, tol=tol, optimizer=optimizer, dev=dev)
 
 
+_SEEDED_INIT = threading.Lock()  # torch's global generator draws a network's initial weights: one seeding at a time
+
+
+def train_mlps(X: np.ndarray, labels: Sequence[np.ndarray], **settings: Any) -> list[TrainedMLP]:
+    """`train_mlp(X, y, **settings)` for each label vector in `labels`, in order (HaloScope's pseudo-labellings of
+    the same features). On CPU without dropout the trainings run side by side on the cores this process may use,
+    each as `train_mlp` runs it: one intra-op thread, the seeded initial weights drawn under a lock from torch's
+    global generator, the shuffling from its own generator. Nothing else draws from a shared generator, so each
+    model is bit-identical to training them one after another (tests/detectors/test_probe_training_parallel.py)."""
+    full = {name: p.default for name, p in inspect.signature(train_mlp).parameters.items()
+            if p.kind is p.KEYWORD_ONLY} | settings
+    dev = resolve_device(full.pop("device"))
+    workers = min(len(labels), available_cores())
+    if workers < 2 or dev.type != "cpu" or full["input_dropout"] > 0:
+        return [train_mlp(X, y, device=str(dev), **full) for y in labels]
+    with small_model_threads(dev), ThreadPoolExecutor(workers) as pool:
+        return list(pool.map(lambda y: _train(X, y, dev=dev, init_lock=_SEEDED_INIT, **full), labels))
+
+
 def _train(X: np.ndarray, y: np.ndarray, *, hidden: Sequence[int], n_out: int, input_dropout: float, epochs: int,
            batch_size: int, lr: float, weight_decay: float, class_weight: bool, seed: int,
            val: tuple[np.ndarray, np.ndarray] | None, select: str | None, patience: int | None, tol: float,
-           optimizer: str, dev: torch.device) -> TrainedMLP:
-    torch.manual_seed(seed)
+           optimizer: str, dev: torch.device, init_lock: threading.Lock | None = None) -> TrainedMLP:
+    with init_lock or nullcontext():
+        torch.manual_seed(seed)
+        net = MLP(X.shape[1], hidden, n_out, input_dropout).to(dev)
     gen = torch.Generator().manual_seed(seed)
-    net = MLP(X.shape[1], hidden, n_out, input_dropout).to(dev)
     sched: torch.optim.lr_scheduler.LRScheduler | None = None
     if optimizer == "adam":
         opt: torch.optim.Optimizer = torch.optim.Adam(net.parameters(), lr=lr, weight_decay=weight_decay)
