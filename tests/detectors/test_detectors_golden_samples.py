@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -19,7 +20,6 @@ from haldet.detectors.base import DETECTORS
 from haldet.models.pairs.base import PairModel
 from haldet.schema import Generation, Instance
 from haldet.signals import Signal, SignalView
-from repo_paths import REPO
 
 HERE = Path(__file__).resolve()  # (a script too, see above: so not tests/repo_paths.py)
 FIXTURES = HERE.parents[1] / "fixtures"

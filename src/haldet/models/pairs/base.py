@@ -88,3 +88,11 @@ def sequence_classifier(name: str, what: str, device: str) -> tuple[Any, Any, An
 
 def pair_id(a: str, b: str) -> str:
     return hashlib.sha256(json.dumps([a, b]).encode()).hexdigest()[:24]
+
+
+def unanswered(where: str, option: str, n_failed: int, n: int, last_error: str) -> HaldetError:
+    """The error of a pair model at an endpoint that left requests unanswered after its retries (the pairs
+    answered in earlier batches stay cached)."""
+    return HaldetError(f"{where} gave no answer to {n_failed} of {n} requests: {last_error}", where=option,
+                       hint="start the server or correct base_url (it usually ends in /v1); the pairs answered in "
+                            "earlier batches are kept and not asked again")

@@ -25,8 +25,7 @@ import numpy as np
 
 from haldet.backends.openai_client import OPENAI_BASE_URL
 from haldet.backends.structured import CallFailure, ClientSettings, Request, StructuredClient
-from haldet.errors import HaldetError
-from haldet.models.pairs.base import Pair, PairModel, pair_id
+from haldet.models.pairs.base import Pair, PairModel, pair_id, unanswered
 
 
 @dataclass(frozen=True)
@@ -124,10 +123,7 @@ class PromptedPairs(PairModel):
         outcomes = self.client.ask([Request(self.question.messages(p, h), str) for p, h in pairs])
         failed = [o for o in outcomes if isinstance(o, CallFailure)]
         if failed:
-            raise HaldetError(f"{self.settings.where} gave no answer to {len(failed)} of {len(pairs)} requests: "
-                              f"{failed[-1].error}", where=self.settings.option,
-                              hint="start the server or correct base_url (it usually ends in /v1); the pairs "
-                                   "answered in earlier batches are kept and not asked again")
+            raise unanswered(self.settings.where, self.settings.option, len(failed), len(pairs), failed[-1].error)
         out = np.full((len(pairs), 1), np.nan)
         for row, (pair, outcome) in enumerate(zip(pairs, outcomes, strict=True)):
             assert not isinstance(outcome, CallFailure)

@@ -29,7 +29,7 @@ from haldet.backends.openai_client import (
 )
 from haldet.backends.structured import ClientSettings
 from haldet.errors import HaldetError
-from haldet.models.pairs.base import Pair, PairModel, pair_id, sequence_classifier
+from haldet.models.pairs.base import Pair, PairModel, pair_id, sequence_classifier, unanswered
 from haldet.models.pairs.entailment import LLMEntailment
 from haldet.text.templates import packaged_template
 
@@ -150,10 +150,7 @@ class EndpointSupport(PairModel):
         replies = run_coroutine(self._ask(pairs))
         failed = [r for r in replies if isinstance(r, CallFailed)]
         if failed:
-            raise HaldetError(f"{self.settings.where} gave no answer to {len(failed)} of {len(pairs)} requests: "
-                              f"{failed[-1].error}", where=self.settings.option,
-                              hint="start the server or correct base_url (it usually ends in /v1); the pairs "
-                                   "answered in earlier batches are kept and not asked again")
+            raise unanswered(self.settings.where, self.settings.option, len(failed), len(pairs), failed[-1].error)
         out = np.full((len(pairs), 1), np.nan)
         for row, (pair, reply) in enumerate(zip(pairs, replies, strict=True)):
             assert isinstance(reply, ChatReply)

@@ -36,7 +36,8 @@ EXTRACTION = "extraction"  # an answer's claims-stage outcome (instance meta) an
 
 def record_units(ctx: Any, items: list[Any]) -> None:
     """The units each answer was scored with (claims with their labels, label sources and evidence) in the cell's
-    `units.jsonl`, for readers of the run (the explorer's per-claim view); a record already there is not repeated."""
+    `units.jsonl`, for readers of the run (the explorer's per-claim view); a record already there is not repeated, and
+    the keys used go to `keys.json`, so a later run's other units for the same answer are not shown for this one."""
     log = ctx.store.log(UNITS)
     recs = {item.id: {"id": item.id, "question": item.instance.question, "response": item.instance.response,
                       "units": [u.model_dump(mode="json") for u in item.instance.units]} for item in items}
@@ -44,6 +45,7 @@ def record_units(ctx: Any, items: list[Any]) -> None:
     with ctx.store.lock(UNITS):
         have = log.read(keys)
         log.append([{**r, "key": keys[i]} for i, r in recs.items() if i not in have])
+    ctx.store.record_stage_keys({UNITS: {i: [k] for i, k in keys.items()}})  # readers show these units, no others
 
 
 def extraction_rows(instances: list[Instance]) -> list[dict[str, Any]]:
