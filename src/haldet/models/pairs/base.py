@@ -96,3 +96,13 @@ def unanswered(where: str, option: str, n_failed: int, n: int, last_error: str) 
     return HaldetError(f"{where} gave no answer to {n_failed} of {n} requests: {last_error}", where=option,
                        hint="start the server or correct base_url (it usually ends in /v1); the pairs answered in "
                             "earlier batches are kept and not asked again")
+
+
+def keep_value(why: dict[str, str], out: np.ndarray, row: int, pair: Pair, value: float | None, reason: str) -> None:
+    """An abstaining pair model's answer for one pair: its value in `out`, or, when it has none, the reason
+    remembered for `why(pair)` (a later value for the pair clears it)."""
+    if value is None:
+        why[pair_id(*pair)] = reason
+    else:
+        out[row, 0] = value
+        why.pop(pair_id(*pair), None)

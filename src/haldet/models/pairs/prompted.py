@@ -25,7 +25,7 @@ import numpy as np
 
 from haldet.backends.openai_client import OPENAI_BASE_URL
 from haldet.backends.structured import CallFailure, ClientSettings, Request, StructuredClient
-from haldet.models.pairs.base import Pair, PairModel, pair_id, unanswered
+from haldet.models.pairs.base import Pair, PairModel, keep_value, pair_id, unanswered
 
 
 @dataclass(frozen=True)
@@ -128,9 +128,5 @@ class PromptedPairs(PairModel):
         for row, (pair, outcome) in enumerate(zip(pairs, outcomes, strict=True)):
             assert not isinstance(outcome, CallFailure)
             value, why = self.question.read(outcome.text)
-            if value is None:
-                self._why[pair_id(*pair)] = why
-            else:
-                out[row, 0] = value
-                self._why.pop(pair_id(*pair), None)
+            keep_value(self._why, out, row, pair, value, why)
         return out

@@ -29,7 +29,7 @@ from haldet.backends.openai_client import (
 )
 from haldet.backends.structured import ClientSettings
 from haldet.errors import HaldetError
-from haldet.models.pairs.base import Pair, PairModel, pair_id, sequence_classifier, unanswered
+from haldet.models.pairs.base import Pair, PairModel, keep_value, pair_id, sequence_classifier, unanswered
 from haldet.models.pairs.entailment import LLMEntailment
 from haldet.text.templates import packaged_template
 
@@ -159,11 +159,7 @@ class EndpointSupport(PairModel):
                 value, why = None, "the endpoint returned no log-probs (serve the checker with log-probs enabled)"
             else:
                 value, why = yes_no_support(choice.top_logprobs[0])
-            if value is None:
-                self._why[pair_id(*pair)] = why
-            else:
-                out[row, 0] = value
-                self._why.pop(pair_id(*pair), None)
+            keep_value(self._why, out, row, pair, value, why)
         return out
 
     async def _ask(self, pairs: Sequence[Pair]) -> list[ChatReply | CallFailed]:
