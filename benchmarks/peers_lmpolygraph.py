@@ -27,7 +27,7 @@ reads it through a copy of its config with `rope_theta` spelled the old way (wit
 instead of 100,000 and every answer differs) and the tokenizer loaded as `PreTrainedTokenizerFast`.
 
   python benchmarks/peers_lmpolygraph.py [--n 20] [--batch-sizes 1] [--lean-batch-sizes 20] [--repeat 1]
-      [--threads 2] [--peer-python /work/peers/bin/python] [--peer-path DIR] [--store NAME] [--check NAME]
+      [--threads 2] [--peer-python PEER_VENV/bin/python] [--peer-path DIR] [--store NAME] [--check NAME]
 """
 
 from __future__ import annotations
@@ -193,7 +193,7 @@ def main() -> None:
                         "greedy hidden states off")
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--peer-python", default="/work/peers/bin/python")
+    parser.add_argument("--peer-python", default=os.environ.get("HALDET_PEER_PYTHON", "peers/bin/python"))
     parser.add_argument("--peer-path", default="", help="folders put first on the peer's PYTHONPATH (e.g. a "
                         "pyarrow built for its numpy, when its virtualenv's own does not import)")
     parser.add_argument("--keep", type=Path, help="also keep each run's raw output (answers, scores) in this folder")
