@@ -1,10 +1,9 @@
 """The annotate stage: incremental labels, the failures file, reruns that retry only failures, no invented labels,
-a crash that keeps what was written; Cohen's kappa by hand; `haldet run` + `haldet annotate` end to end."""
+a crash that keeps what was written; `haldet run` + `haldet annotate` end to end."""
 
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,7 +13,6 @@ import pytest
 from haldet.backends.base import Backend
 from haldet.config import JudgeConfig, RunConfig
 from haldet.errors import HaldetError
-from haldet.judges.agreement import agreement, cohen_kappa
 from haldet.schema import Category, Generation, Instance, Label
 from haldet.stages.annotate import FAILED, AnnotateStage, labels_of
 from haldet.stages.base import CellContext, Item
@@ -123,34 +121,6 @@ def test_rule_only_run_marks_undecidable_invalid_and_changes_key(tmp_path: Path)
     # another judge kind gets its own key: both label sets stay on disk
     other = AnnotateStage(ctx, JudgeConfig(kind="exec"))
     assert other.key(items[0]) != AnnotateStage(ctx).key(items[0])
-
-
-# --- agreement ----------------------------------------------------------------------------------------------
-def test_cohen_kappa_hand_computed() -> None:
-    # 10 items; a: 6 correct, 4 hallucination; b agrees on 5 correct + 3 hallucination.
-    a = ["correct"] * 6 + ["hallucination"] * 4
-    b = ["correct"] * 5 + ["hallucination"] + ["hallucination"] * 3 + ["correct"]
-    # p_o = 8/10; a: 0.6/0.4, b: 0.6/0.4 -> p_e = 0.36 + 0.16 = 0.52; kappa = (0.8 - 0.52) / 0.48 = 0.58333
-    kappa, observed = cohen_kappa(a, b)
-    assert observed == pytest.approx(0.8) and kappa == pytest.approx(0.28 / 0.48)
-    assert cohen_kappa(["correct"] * 3, ["correct"] * 3)[0] == 1.0
-    assert math.isnan(cohen_kappa([], [])[0])
-
-
-def test_agreement_confusion_table() -> None:
-    def lab(i: int, c: str) -> Label:
-        return Label(id=f"t/test/{i}", category=Category(c), judge="j")
-
-    a = {f"t/test/{i}": lab(i, c) for i, c in enumerate(["correct", "correct", "hallucination", "abstention"])}
-    b = {f"t/test/{i}": lab(i, c) for i, c in enumerate(["correct", "hallucination", "hallucination", "invalid"])}
-    agr = agreement(a, b, judge_a="rule", judge_b="llm")
-    assert agr.n == 4 and agr.observed == pytest.approx(0.5)
-    cats = agr.categories
-    assert agr.table[cats.index("correct")][cats.index("hallucination")] == 1
-    assert agr.table[cats.index("abstention")][cats.index("invalid")] == 1
-    assert agr.disagreements == ["t/test/1", "t/test/3"]
-    binary = agreement(a, b, binary=True)
-    assert binary.n == 3 and binary.table == [[1, 1], [0, 1]]
 
 
 # --- end to end on the embedded model -----------------------------------------------------------------------

@@ -1,16 +1,21 @@
-"""Agreement of two judges on the same items: Cohen's kappa and the confusion table.
+"""Agreement of two raters on the same items (two judges, or a claim labeller and the human labels): Cohen's
+kappa and the confusion table.
 
-kappa = (p_o - p_e) / (1 - p_e), with p_o the share of items both judges put in the same category and p_e the
-agreement expected by chance from each judge's own category shares. All four categories count (an item one
-judge calls `invalid` and the other `correct` is a disagreement); `binary=True` restricts to items both judges
-label correct/hallucination, the part that enters the metrics.
+kappa = (p_o - p_e) / (1 - p_e), with p_o the share of items both raters put in the same category and p_e the
+agreement expected by chance from each rater's own category shares; computed by scikit-learn's
+`cohen_kappa_score` (the one implementation in haldet). When both raters put every item in one and the same
+category, p_e = 1 and kappa is undefined (NaN, reported as null / n/a), as scikit-learn has it. For judges, all
+four categories count (an item one judge calls `invalid` and the other `correct` is a disagreement);
+`binary=True` restricts to items both judges label correct/hallucination, the part that enters the metrics.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
+
+from sklearn.metrics import cohen_kappa_score
 
 from haldet.schema import Category, Label
 
@@ -35,20 +40,20 @@ class Agreement:
                 "categories": self.categories, "confusion": self.table, "disagreements": self.disagreements}
 
 
-def cohen_kappa(a: list[str], b: list[str], categories: list[str] | None = None) -> tuple[float, float]:
-    """(kappa, observed agreement) of two equally long label lists; NaN for no items. When both judges use one
-    and the same category for everything, p_e = 1 and kappa is undefined: 1.0 if they agree fully, else NaN."""
+def cohen_kappa(a: Sequence[Hashable], b: Sequence[Hashable],
+                categories: Sequence[Hashable] | None = None) -> tuple[float, float]:
+    """(kappa, observed agreement) of two equally long label lists (scikit-learn's `cohen_kappa_score` over
+    `categories`, default the labels used); NaN for no items, and a NaN kappa when both raters use one and the same
+    category for everything (p_e = 1: undefined)."""
     if len(a) != len(b):
         raise ValueError(f"label lists differ in length: {len(a)} vs {len(b)}")
-    n = len(a)
-    if n == 0:
+    if not a:
         return math.nan, math.nan
-    cats = categories or sorted(set(a) | set(b))
-    p_o = sum(x == y for x, y in zip(a, b, strict=True)) / n
-    p_e = sum((a.count(c) / n) * (b.count(c) / n) for c in cats)
-    if math.isclose(p_e, 1.0):
-        return (1.0 if p_o == 1.0 else math.nan), p_o
-    return (p_o - p_e) / (1 - p_e), p_o
+    observed = sum(x == y for x, y in zip(a, b, strict=True)) / len(a)
+    if len(set(a) | set(b)) < 2:
+        return math.nan, observed
+    labels = list(categories) if categories is not None else sorted(set(a) | set(b), key=str)
+    return float(cohen_kappa_score(list(a), list(b), labels=labels)), observed
 
 
 def agreement(labels_a: Mapping[str, Label], labels_b: Mapping[str, Label], *, binary: bool = False,

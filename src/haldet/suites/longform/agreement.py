@@ -4,8 +4,8 @@ labeller's accuracy on a hand-labelled sample, as the response-level judges repo
 The sample is every claim that carries both a human label (the data's own, kept as `meta.labels.data_label` when
 the labeller relabels it: FActScore's S / NS) and a label from the labeller; a claim the labeller could not label
 (a failed verification) or the data left unlabelled (FActScore's IR) is not in it. Reported: n, accuracy, Cohen's
-kappa (scikit-learn; chance-corrected, undefined when both raters use one class only) and the four confusion counts
-`data<d>_labeller<l>` (1 = not supported / hallucination).
+kappa (`haldet.judges.agreement.cohen_kappa`, scikit-learn's; chance-corrected, undefined when both raters use
+one class only) and the four confusion counts `data<d>_labeller<l>` (1 = not supported / hallucination).
 """
 
 from __future__ import annotations
@@ -16,9 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from sklearn.metrics import cohen_kappa_score
-
 from haldet.errors import HaldetError
+from haldet.judges.agreement import cohen_kappa
 from haldet.judges.text import normalize
 from haldet.schema import LABEL_META, Instance
 
@@ -82,10 +81,8 @@ def label_agreement(instances: Sequence[Instance], level: str = "claim") -> dict
                 sources.add(str(labels.get("source")))
     counts = {f"data{a}_labeller{b}": sum(1 for x in both if x == (a, b)) for a in (0, 1) for b in (0, 1)}
     accuracy = sum(1 for a, b in both if a == b) / len(both) if both else None
-    kappa = None
-    if both and len({a for a, _ in both} | {b for _, b in both}) == 2:
-        value = float(cohen_kappa_score([a for a, _ in both], [b for _, b in both]))
-        kappa = value if math.isfinite(value) else None
+    value = cohen_kappa([a for a, _ in both], [b for _, b in both], (0, 1))[0]
+    kappa = value if math.isfinite(value) else None
     return {"n": len(both), "accuracy": accuracy, "kappa": kappa, "labeller": ", ".join(sorted(sources)), **counts}
 
 
