@@ -251,7 +251,10 @@ def test_detection_set_adapters_and_suites(tmp_path: Path) -> None:
     assert inst.response_label == Category.HALLUCINATION
     claims = inst.units_of("claim")
     assert [u.binary for u in claims] == [0, 1]
-    assert response[claims[1].start:claims[1].end] == "She was born on the Moon."
+    # each claim located inside the sentence it came from (verbatim, else by its content words), as FActScore's
+    assert [response[u.start:u.end] for u in claims] == ["Curie won the Nobel Prize in 1903", "born on the Moon"]
+    assert claims[1].meta["sentence"] == [35, 60] and claims[1].meta["claim"] == "Curie was born on the Moon."
+    assert claims[1].meta["labels"] == {"data": "hallucination", "source": "data", "by": None}
     assert get_suite("hallulens_longwiki").levels == ("response", "claim")
     assert set(get_suite("hallulens").datasets) == {"hallulens_precisewikiqa", "hallulens_nonexistent"}
 

@@ -99,7 +99,8 @@ def detection_rows(task: str, items: Sequence[Item], responses: dict[str, str], 
                    ) -> list[dict[str, Any]]:
     """Judged answers as a detection set: response label hallucination / correct / abstention (excluded by the
     evaluation). NonExistentRefusal: acceptance = hallucination, refusal = correct (never an abstention).
-    LongWiki: claim units (offsets of the sentence each claim came from) labelled by verification."""
+    LongWiki: claim units (offsets of the sentence each claim came from) labelled by verification, with who
+    decided each (`by`), and the page title (the longform suite's `hallulens_longwiki` reads both)."""
     by_id = {it.id: it for it in items}
     rows = []
     for item_id, rec in judgement.records.items():
@@ -113,14 +114,16 @@ def detection_rows(task: str, items: Sequence[Item], responses: dict[str, str], 
             for sent in rec.get("sentences", []):
                 for claim in sent["claims"]:
                     units.append({"kind": "claim", "start": sent["start"], "end": sent["end"], "text": claim["text"],
-                                  "label": "correct" if claim["supported"] else "hallucination"})
+                                  "label": "correct" if claim["supported"] else "hallucination",
+                                  "by": claim.get("supported_by")})
             if not units:
                 continue
             label = "hallucination" if any(u["label"] == "hallucination" for u in units) else "correct"
         else:
             label = "correct" if rec["verdict"] == "CORRECT" else "hallucination"
         rows.append({"id": item_id, "task": task, "prompt": it.prompt, "response": responses[item_id],
-                     "label": label, "units": units, "gold": it.answer, "name": it.name, "domain": it.domain})
+                     "label": label, "units": units, "gold": it.answer, "name": it.name, "domain": it.domain,
+                     **({"title": it.title} if task == "longwiki" else {})})
     return rows
 
 

@@ -101,6 +101,14 @@ def load_pages(path: str | Path) -> list[Page]:
     return [Page(t, d, int(dec or 0)) for t, d, dec in zip(titles, docs, deciles, strict=True)]
 
 
+def page_texts(path: str | Path) -> dict[str, str]:
+    """title -> article text of a page file (the deciles are not needed): the knowledge source LongWiki's claims
+    are verified against, read by the `hallulens_longwiki` adapter for the longform suite's labels."""
+    rows = _read(path, "page file")
+    return {str(_field(row, ("title",), f"{path}, row {i}")): str(_field(row, DOC_FIELDS, f"{path}, row {i}"))
+            for i, row in enumerate(rows)}
+
+
 def token_count(text: str) -> int:
     return len(minilm_tokenizer()(text, add_special_tokens=False, verbose=False).input_ids)
 

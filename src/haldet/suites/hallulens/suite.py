@@ -37,8 +37,10 @@ class HalluLensSuite(Suite):
 class HalluLensLongWikiSuite(Suite):
     title = "HalluLens LongWiki: detection on long answers, per response and per claim"
     paper = "HalluLens: LLM Hallucination Benchmark (Bang et al., 2025)"
-    description = ("LongWiki answers judged by `haldet hallulens evaluate`; claim units sit at the offsets of "
-                   "the sentence they were extracted from.")
+    description = ("LongWiki answers judged by `haldet hallulens evaluate`; each claim located inside the "
+                   "sentence it was extracted from. The same answers run through the longform flow (extracted "
+                   "claims, other label sources, response rows from claims): haldet run --dataset "
+                   "hallulens_longwiki --level claim.")
     datasets = ("hallulens_longwiki",)
     answer_source = "provided"
     levels = ("response", "claim")

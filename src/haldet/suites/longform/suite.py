@@ -1,9 +1,10 @@
 """The `longform` suite: long answers scored claim by claim, and per answer from their claims.
 
-Protocol: the answers ship with the data (FActScore's biographies) and are teacher-forced through the proxy model
-(the generate stage's one token pass); labels are the data's own, per claim. The token-score detectors (likelihood,
-entropy, CCP, ...) score each claim by aggregating over the tokens its span overlaps (`UnitDetector`), at level
-`claim`; at level `response` over the whole answer. The `response from claims` table adds, for each claim-level
+Protocol: the answers ship with the data (FActScore's biographies; HalluLens LongWiki's judged answers, the
+`hallulens_longwiki` detection rows) and are teacher-forced through the proxy model (the generate stage's one token
+pass); labels are the data's own, per claim (FActScore's annotators, HalluLens's verifier), or a labeller's. The
+token-score detectors (likelihood, entropy, CCP, ...) score each claim by aggregating over the tokens its span
+overlaps (`UnitDetector`), at level `claim`; at level `response` over the whole answer. The `response from claims` table adds, for each claim-level
 detector, the answer's score from its claims (worst claim, share of suspect claims; `from_claims`). Nothing is
 fitted by the default detectors, so every item is a test item; a trained detector gets a seeded 60/20/20 item
 split (never of claims), as the `responses` suite does. Levels: `suite_params.longform.levels` or `haldet run
@@ -67,10 +68,11 @@ def extraction_rows(instances: list[Instance]) -> list[dict[str, Any]]:
 @register("longform")
 class LongformSuite(Suite):
     title = "Long answers: claim-level detection"
-    paper = "FActScore (Min et al., 2023), docs/longform.md"
-    description = ("Long answers (FActScore's given biographies, or your model's from an entity list) with labelled "
-                   "atomic claims; token scores aggregated per claim, and per answer from its claims.")
-    datasets = ("factscore_bio", "bio_entities")
+    paper = "FActScore (Min et al., 2023); HalluLens LongWiki (Bang et al., 2025); docs/longform.md"
+    description = ("Long answers (FActScore's given biographies, HalluLens LongWiki's judged answers, or your "
+                   "model's biographies from an entity list) with labelled atomic claims; token scores aggregated "
+                   "per claim, and per answer from its claims.")
+    datasets = ("factscore_bio", "bio_entities", "hallulens_longwiki")
     levels = ("claim", "response")
     detectors = ("likelihood", "entropy", "ccp")
     # run only when named: K samples per answer and NLI pairs (selfcheck_claims, luq), one prompt per claim
