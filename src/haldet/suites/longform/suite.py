@@ -3,12 +3,12 @@
 Protocol: the answers ship with the data (FActScore's biographies; HalluLens LongWiki's judged answers, the
 `hallulens_longwiki` detection rows) and are teacher-forced through the proxy model (the generate stage's one token
 pass); labels are the data's own, per claim (FActScore's annotators, HalluLens's verifier), or a labeller's. The
-token-score detectors (likelihood, entropy, CCP, ...) score each claim by aggregating over the tokens its span
-overlaps (`UnitDetector`), at level `claim`; at level `response` over the whole answer. The `response from claims` table adds, for each claim-level
-detector, the answer's score from its claims (worst claim, share of suspect claims; `from_claims`). Nothing is
-fitted by the default detectors, so every item is a test item; a trained detector gets a seeded 60/20/20 item
-split (never of claims), as the `responses` suite does. Levels: `suite_params.longform.levels` or `haldet run
---level claim`.
+token-score detectors (likelihood, entropy, CCP, Focus, unit_sar, ...) score each claim by aggregating over the
+tokens its span overlaps (`UnitDetector`), at level `claim`; at level `response` over the whole answer. The
+`response from claims` table adds, for each claim-level detector, the answer's score from its claims (worst claim,
+share of suspect claims; `from_claims`). Nothing is fitted by the default detectors, so every item is a test item;
+a trained detector gets a seeded 60/20/20 item split (never of claims), as the `responses` suite does. Levels:
+`suite_params.longform.levels` or `haldet run --level claim`.
 """
 
 from __future__ import annotations
