@@ -13,7 +13,7 @@ import pytest
 from haldet.backends.base import Backend
 from haldet.config import JudgeConfig, RunConfig
 from haldet.errors import HaldetError
-from haldet.schema import Category, Generation, Instance, Label
+from haldet.schema import Category, Generation, Instance
 from haldet.stages.annotate import FAILED, AnnotateStage, labels_of
 from haldet.stages.base import CellContext, Item
 from haldet.store import CellStore
