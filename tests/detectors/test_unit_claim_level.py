@@ -38,8 +38,8 @@ def _view(claims: list[tuple[int, int]], signals: dict[Signal, Any]) -> SignalVi
              for s, e in claims]
     inst = Instance(id="d/test/ada", dataset="d", scenario="longform", task_type="long_form", question="q",
                     response=ANSWER, units=units)
-    gen = Generation(id=inst.id, prompt="p", response=ANSWER, token_ids=list(range(10)), token_logprobs=list(np.log(P_OBS)),
-                     finish_reason="provided", n_tokens=10, model="tok")
+    gen = Generation(id=inst.id, prompt="p", response=ANSWER, token_ids=list(range(10)),
+                     token_logprobs=list(np.log(P_OBS)), finish_reason="provided", n_tokens=10, model="tok")
     values = {Signal.TOKEN_OFFSETS: [OFFSETS], Signal.RESPONSE: [ANSWER], **signals}
     return SignalView(ids=[inst.id], instances=[inst.without_labels()], generations=[gen],
                       loader=lambda signal, ids: values[signal])
