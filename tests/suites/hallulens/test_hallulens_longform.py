@@ -212,3 +212,9 @@ def test_longwiki_answers_through_the_longform_flow(tmp_path: Path) -> None:
     assert counts["answers"] == 5 and counts["claims_unmapped"] == 1 and counts["claims_kept"] == 16
     claims = [r for r in _rows(out, "unit_scores.csv") if r["level"] == "claim"]
     assert len(claims) == 16 and all(r["label"] != "" for r in claims)  # every extracted claim verified
+    results = _rows(out, "results.json")
+    y, s = [int(float(r["label"])) for r in claims], [float(r["score"]) for r in claims]
+    reported = next(r for r in results if r["level"] == "claim" and r["metric"] == "auroc" and not r.get("table"))
+    assert 0 < sum(y) < 16 and reported["value"] == pytest.approx(roc_auc_score(y, s), abs=1e-9)
+    assert {r["aggregate"] for r in results if r.get("table") == "response from claims"} == {"worst_claim",
+                                                                                             "claim_share"}
