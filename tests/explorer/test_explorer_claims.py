@@ -130,3 +130,16 @@ def test_clicking_a_claim_marks_its_span_in_chromium(tmp_path) -> None:
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_a_data_label_names_who_gave_it() -> None:
+    """HalluLens LongWiki's claims carry its verifier's label (source `data`) and who decided it (`by`)."""
+    from haldet.explorer.app import _label_details
+
+    unit = SpanLabel(start=0, end=5, text="Marta", kind="claim", category=Category.CORRECT,
+                     meta={"claim": "Marta is a botanist", LABEL_META: {"data": "correct", "source": "data",
+                                                                       "by": "rule:in_passage"}})
+    details = _label_details(unit)
+    assert details["source"] == "data (rule:in_passage)" and details["human"] == "correct"
+    plain = unit.model_copy(update={"meta": {LABEL_META: {"data": "S", "source": "data"}}})
+    assert _label_details(plain)["source"] == "data"

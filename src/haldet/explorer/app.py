@@ -366,7 +366,8 @@ def _label_details(unit: Any) -> dict[str, Any]:
     if labels.get("p_entail") is not None:
         why = f"P(entail) {labels['p_entail']:.3f}, P(contradict) {labels.get('p_contradict') or 0:.3f}"
     human = labels.get("data_label", labels.get("data"))
-    return {"source": str(labels.get("source") or ""), "why": str(why), "evidence": evidence,
+    source = str(labels.get("source") or "") + (f" ({labels['by']})" if labels.get("by") else "")  # LongWiki's judge
+    return {"source": source, "why": str(why), "evidence": evidence,
             "claim": str(unit.meta.get("claim") or ""), "human": "" if human is None else str(human)}
 
 
