@@ -12,7 +12,7 @@ DEFAULT_DETECTORS = [
     "mahalanobis", "relative_mahalanobis",
     # the next-token distributions' distance from uniform (read while decoding) and the answer's mutual information
     # with its prompt (one extra pass over the answer alone): together under 3% of a default run; RAUQ's per-head
-    # attention rides on the token pass the run already makes (2% more for that pass) (docs/detectors.md)
+    # attention and topk_margin's top-k are read while decoding, as the entropies are (docs/detectors.md)
     "renyi_divergence", "fisher_rao", "pmi", "cpmi", "rauq",
 ]
 _NLI = ("needs an NLI model; offline the only one is the prompted 135M LLM, which cannot judge entailment, so its "

@@ -67,7 +67,9 @@ class Signal(StrEnum):
                      the model's start token alone; the `unconditional` stage's one teacher-forced pass)
     TOKEN_ATTN_PREV  float32 [L, H, T]: per layer and head, in the step that chooses answer token t, the attention of
                      that step's query on the token just before t (its own position: answer token t - 1, or the last
-                     prompt token for t = 0), from the generate stage's token pass (RAUQ's a_{t,t-1})
+                     prompt token for t = 0), from the generate stage's token pass (RAUQ's a_{t,t-1}), or read while
+                     decoding (`stages.tokens.parts_in_decoding`), where column t = 0 is NaN (the prompt's last query
+                     is not kept; RAUQ does not read it)
     REDEEP_FEATURES  float32 [L, H + 1]: per layer, ReDeEP's external-context score of each of its H heads, then the
                      parametric-knowledge score of its feed-forward update (haldet.stages.redeep); or, for an item
                      it could not process, the reason (str)

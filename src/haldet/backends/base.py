@@ -75,6 +75,10 @@ class ForwardOutput:
     icr: np.ndarray | None = None
     branch_states: dict[str, np.ndarray] = field(default_factory=dict)
     window: dict[str, Any] | None = None
+    # read while decoding when `EvidenceRequest.top_k` / `prev_attention` ask (as `TokenOutput`'s fields)
+    topk_ids: np.ndarray | None = None
+    topk_logprobs: np.ndarray | None = None
+    attn_prev: np.ndarray | None = None
 
 
 @dataclass
@@ -134,6 +138,10 @@ class EvidenceRequest:
     icr: bool = False
     statements: dict[str, list[int]] = field(default_factory=dict)
     follow_ups: dict[str, FollowUp] = field(default_factory=dict)
+    # the token pass's parts a decoding step already computes: each answer token's k most likely tokens (observed
+    # first; 0 = none) and every head's attention of the choosing query on its own position (RAUQ)
+    top_k: int = 0
+    prev_attention: bool = False
 
 
 @dataclass

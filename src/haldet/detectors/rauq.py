@@ -89,7 +89,7 @@ class RAUQ(Detector):
             if attn.ndim != 3 or attn.shape[-1] != len(lp):
                 out.invalid(i, f"attention of shape {attn.shape} for {len(lp)} answer tokens")
                 continue
-            if not np.all(np.isfinite(attn)):
+            if not np.all(np.isfinite(attn[..., 1:])):  # column 0 (the prompt's last query) is never read
                 out.invalid(i, "non-finite attention weight")
                 continue
             layers = self._layers(attn.shape[0])

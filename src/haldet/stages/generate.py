@@ -24,6 +24,7 @@ from haldet.stages.plan import plan
 from haldet.stages.tokens import (
     TOKEN_PASS_SIGNALS,
     beyond_context,
+    parts_in_decoding,
     run_given_pass,
     run_token_pass,
     token_record,
@@ -44,8 +45,9 @@ class GenerateStage(Stage):
         if response is not None:
             return stage_key(self.name, fingerprint, item.prompt, {"provided": response}, spec)
         limit = max_new_tokens(self.ctx.config, item.instance)
-        if spec["parts"]:
-            return stage_key(self.name, fingerprint, item.prompt, limit, spec)
+        if spec["parts"]:  # a generated answer's token parts read while decoding say so (equal within tolerance)
+            return stage_key(self.name, fingerprint, item.prompt, limit,
+                             {**spec, "read": "decoding"} if parts_in_decoding(self.ctx) else spec)
         return stage_key(self.name, fingerprint, item.prompt, limit)
 
     def items_per_batch(self) -> int:
@@ -77,9 +79,14 @@ class GenerateStage(Stage):
         request = EvidenceRequest(layers=[], poolings=[])
         for stage in readers:  # one request for every reading stage
             request = stage.reads(request)
+        in_decoding = parts_in_decoding(self.ctx)
+        if in_decoding:  # the token parts ride on the same decoding (`tokens.DECODING_PARTS`)
+            parts = token_spec(self.ctx)["parts"]
+            request.top_k = self.ctx.config.tokens.top_k if "topk" in parts else 0
+            request.prev_attention = "prev_attention" in parts
         for limit, positions in by_limit([max_new_tokens(self.ctx.config, item.instance) for item in batch]).items():
             prompts = [batch[p].prompt for p in positions]
-            if readers:
+            if readers or in_decoding:
                 outs, found = self.ctx.backend.generate_with_evidence(
                     prompts, request, max_new_tokens=limit, batch_size=gen.batch_size, progress=self.item_done)
             else:
@@ -88,7 +95,8 @@ class GenerateStage(Stage):
             for k, pos in enumerate(positions):
                 outputs[pos], evidence[pos] = outs[k], found[k] if found else None
         per_item = (time.perf_counter() - start) / max(1, len(batch))
-        reading = [ev.seconds for ev in evidence if ev is not None]
+        # the reader's seconds go to the reading stages' records (without one, they stay the decoding's)
+        reading = [ev.seconds for ev in evidence if ev is not None] if readers else []
         charged = dict.fromkeys(name for s in reading for name in s)  # the stages the reader charged, in its order
         read_s = {stage: sum(s.get(stage, 0.0) for s in reading) / len(reading) for stage in charged}
         per_item -= sum(read_s.values()) * len(reading) / max(1, len(batch))  # the decoding's own share
@@ -106,8 +114,13 @@ class GenerateStage(Stage):
             records[item.id] = {**record.model_dump(exclude={"skipped"}), **remote_usage([out])}
         ok = [item for item in batch if "failed" not in records[item.id]]
         if token_spec(self.ctx)["parts"] and ok:
-            passes = run_token_pass(self.ctx, ok, {item.id: records[item.id]["token_ids"] for item in ok},
-                                    prefixes={item.id: records[item.id]["reasoning_ids"] for item in ok})
+            passes = {} if not in_decoding else {
+                item.id: found for item, ev in zip(batch, evidence, strict=True)
+                if ev is not None and (found := decoded_tokens(item.id, records[item.id], ev.output)) is not None}
+            rest = [item for item in ok if item.id not in passes]  # evidence not read: the teacher-forced pass
+            if rest:
+                passes.update(run_token_pass(self.ctx, rest, {item.id: records[item.id]["token_ids"] for item in rest},
+                                             prefixes={item.id: records[item.id]["reasoning_ids"] for item in rest}))
             for item in ok:
                 rec = records[item.id]
                 offsets = self.ctx.backend.token_offsets(rec["token_ids"], rec["response"])
@@ -262,3 +275,17 @@ def attach_generations(items: list[Item], records: dict[str, dict[str, Any]]) ->
     for item in items:
         item.generation = generation_of(records[item.id])
 
+
+def decoded_tokens(key: str, record: dict[str, Any], found: ForwardOutput) -> TokenOutput | None:
+    """The token pass's output of a generated answer from the evidence its decoding read (None when that evidence
+    does not cover the answer's tokens, or the answer came after reasoning: then the pass runs)."""
+    if "failed" in record or record.get("reasoning_ids"):
+        return None
+    n = len(record["token_ids"])
+    if n == 0:
+        return TokenOutput(key=key, token_logprobs=np.zeros(0))
+    if found.token_entropies is None or len(found.token_entropies) != n:
+        return None
+    return TokenOutput(key=key, token_logprobs=np.asarray(record["token_logprobs"], dtype=np.float64),
+                       entropies=found.token_entropies, topk_ids=found.topk_ids, topk_logprobs=found.topk_logprobs,
+                       attn_prev=found.attn_prev)

@@ -36,6 +36,9 @@ PART_SIGNALS: dict[str, frozenset[Signal]] = {
 }
 ARRAY_PARTS = {"topk": ("topk_ids", "topk_logprobs"), "attention": ("attention",),
                "layers": ("attn_logdiag", "span_hidden"), "prev_attention": ("attn_prev",)}
+# the parts a greedy decoding that reads evidence (`Backend.generate_with_evidence`) computes on the way: the
+# choosing distributions' entropies and top-k, each step's attention on its own position; offsets need no pass
+DECODING_PARTS = frozenset({"entropies", "offsets", "topk", "prev_attention"})
 # every signal of the token pass (the generate stage provides them beyond the generation record itself)
 TOKEN_PASS_SIGNALS: frozenset[Signal] = frozenset().union(*PART_SIGNALS.values())
 SIGNAL_ARRAYS = {Signal.TOKEN_TOPK_IDS: "topk_ids", Signal.TOKEN_TOPK_LOGPROBS: "topk_logprobs",
@@ -48,6 +51,16 @@ def token_parts(signals: frozenset[Signal] | None) -> list[str]:
     if not signals:
         return []
     return sorted(part for part, read_by in PART_SIGNALS.items() if read_by & signals)
+
+
+def parts_in_decoding(ctx: CellContext) -> bool:
+    """Whether the token parts this cell reads come from the greedy decoding itself (`evidence_in_decoding`, a
+    backend that reads evidence while decoding, only `DECODING_PARTS`) rather than a teacher-forced pass over
+    prompt + answer again: the same quantities, equal within float tolerance
+    (tests/stages/test_tokens_in_decoding.py)."""
+    parts = token_parts(ctx.signals)
+    return bool(parts and set(parts) <= DECODING_PARTS and ctx.config.evidence_in_decoding
+                and ctx.backend.fuses_evidence())
 
 
 def token_spec(ctx: CellContext) -> dict[str, Any]:

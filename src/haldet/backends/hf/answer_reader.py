@@ -6,7 +6,10 @@ computed. `AnswerReader` keeps them instead (`decode(reader=...)`): every layer'
 (from the prefill: the SEP token-before-generation state, the ICR context) and of each answer token (from its
 step: mean/last/second-to-last pooling, ICR), the entropy of each choosing distribution, and, for ICR, each
 answer token's head-averaged attention row (`reading_attention`: the SDPA kernel still computes the output, so
-answers are unchanged). When a row ends, its cache (prompt + answer, as decoded) is copied once (`pool.fork`)
+answers are unchanged). Two parts of the token pass ride along too, when asked: each answer token's top-k
+log-probs (from the step's own logits) and, per layer and head, the attention of the query that chooses a token on
+its own position (RAUQ's a_{t,t-1}; the step's query reads its own key in the last cache column).
+When a row ends, its cache (prompt + answer, as decoded) is copied once (`pool.fork`)
 and continued by branches in one packed pass: the CCS/PRISM statements (their last token's states) and the
 follow-up questions of the answered conversation (verbalized confidence, self-evaluation: first reply position's
 log-probs, then a greedy reply while it is wanted). A row cut by the token limit feeds its last token once more
@@ -29,20 +32,23 @@ from haldet.backends.hf.distribution import chernoff_terms
 from haldet.backends.hf.kv_cache import cache_arg, copy_rows
 from haldet.backends.hf.pool import Pool, Prefilled, fork, merge
 from haldet.backends.hf.states import icr_features
+from haldet.backends.hf.tokens import topk_with_observed
 from haldet.signals import CHERNOFF_EXPONENTS
 
 READ_ATTENTION = "haldet_sdpa_reading"  # attention implementation name: SDPA output, attention rows on the side
 _ROWS: list[torch.Tensor] | None = None  # while a step's attention rows are read: one [R, kv] per layer
+_SELF: list[torch.Tensor] | None = None  # while a step's own-position attention is read: one [R, heads] per layer
 
 
 def _read_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                     attention_mask: torch.Tensor | None, **kwargs: Any) -> tuple[torch.Tensor, Any]:
     """SDPA attention (the output the model uses); while `_ROWS` is set, also the head-averaged attention
-    probabilities of the last query position over every key column ([batch, kv], float32)."""
+    probabilities of the last query position over every key column ([batch, kv], float32); while `_SELF` is set,
+    each head's probability on the last key column, the query's own position in a decoding step ([batch, heads])."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     out = sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
-    if _ROWS is not None:
+    if _ROWS is not None or _SELF is not None:
         batch, heads, _, dim = query.shape
         kv_heads, columns = key.shape[1], key.shape[2]
         # [batch, kv heads, query heads per kv head, dim] @ [batch, kv heads, dim, columns]: no repeated keys
@@ -54,7 +60,11 @@ def _read_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: 
                 scores.masked_fill_(~mask, float("-inf"))
             else:
                 scores += mask
-        _ROWS.append(torch.softmax(scores, dim=-1).mean(dim=(1, 2)))
+        probs = torch.softmax(scores, dim=-1)  # [batch, kv heads, query heads per kv head, columns]
+        if _ROWS is not None:
+            _ROWS.append(probs.mean(dim=(1, 2)))
+        if _SELF is not None:  # query head h reads kv head h // (heads // kv_heads): the grouping above, in order
+            _SELF.append(probs[..., -1].reshape(batch, heads))
     return out
 
 
@@ -80,13 +90,13 @@ def reading_attention(model: Any) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _collect(rows: list[torch.Tensor]) -> Iterator[None]:
-    global _ROWS
-    _ROWS = rows
+def _collect(rows: list[torch.Tensor] | None, own: list[torch.Tensor] | None) -> Iterator[None]:
+    global _ROWS, _SELF
+    _ROWS, _SELF = rows, own
     try:
         yield
     finally:
-        _ROWS = None
+        _ROWS, _SELF = None, None
 
 
 def token_tree(branches: Sequence[Sequence[int]]) -> tuple[list[int], list[int], torch.Tensor, list[int],
@@ -139,6 +149,8 @@ class AnswerReader:
         self.attention: dict[int, list[torch.Tensor]] = {}  # row -> per answer token [L, its read columns]
         self.entropies: dict[int, list[float]] = {}
         self.chernoff: dict[int, list[list[float]]] = {}  # row -> per answer token, `Signal.TOKEN_CHERNOFF`'s row
+        self.topk: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = {}  # row -> per answer token (ids, log-probs)
+        self.own: dict[int, list[torch.Tensor]] = {}  # row -> per token fed, [L, heads] attention on its own position
         self.evidence: dict[int, AnswerEvidence] = {}
         # the branches, packed as one token tree (a prefix they share is read once): its tokens, each one's depth
         # below the answer, which tokens each sees (its ancestors and itself), each branch's last token
@@ -147,6 +159,7 @@ class AnswerReader:
         self.depth = torch.tensor(depth, dtype=torch.long)
         self.ends = torch.tensor(ends, dtype=torch.long)
         self._rows: list[torch.Tensor] = []  # the current step's attention rows (ICR)
+        self._own: list[torch.Tensor] = []  # the current step's own-position attention (`prev_attention`)
         self.room = len(self.tails) + max((f.max_new_tokens for f in request.follow_ups.values()), default=0)
         self.prompt_tokens: dict[int, int] = {}
         self.pool_rows = pool_rows  # replies decoded together (`flush`)
@@ -183,6 +196,7 @@ class AnswerReader:
         for row, n in zip(rows.tolist(), state.mask.sum(dim=-1).tolist(), strict=True):
             self.prompt_tokens[row] = int(n)
             self.answer[row], self.attention[row], self.entropies[row], self.chernoff[row] = [], [], [], []
+            self.topk[row], self.own[row] = [], []
             self.prompt[row] = torch.empty(0)
         if not self.states:
             return
@@ -204,19 +218,29 @@ class AnswerReader:
             logp = torch.log_softmax(logits, dim=-1)
             entropy = -(logp.exp() * logp).nan_to_num().sum(-1)
             chernoff = chernoff_terms(logp)
+            if self.request.top_k:  # greedy: the observed token is the argmax of the logits
+                k_ids, k_lp = topk_with_observed(logp, logits.argmax(dim=-1), min(self.request.top_k, logp.shape[-1]))
+                for i, row in enumerate(rows.tolist()):
+                    self.topk[row].append((k_ids[i], k_lp[i]))
         for row, value, terms in zip(rows.tolist(), entropy.tolist(), chernoff.tolist(), strict=True):
             self.entropies[row].append(value)
             self.chernoff[row].append(terms)
 
     def stepping(self) -> contextlib.AbstractContextManager[Any]:
-        self._rows = []
-        return _collect(self._rows) if self.request.icr else contextlib.nullcontext()
+        self._rows, self._own = [], []
+        if not (self.request.icr or self.request.prev_attention):
+            return contextlib.nullcontext()
+        return _collect(self._rows if self.request.icr else None, self._own if self.request.prev_attention else None)
 
     def stepped(self, pool: Pool, fed: torch.Tensor, states: tuple[torch.Tensor, ...]) -> None:
         with self._timed("features"):
             self._stepped(pool, fed, states)
 
     def _stepped(self, pool: Pool, fed: torch.Tensor, states: tuple[torch.Tensor, ...]) -> None:
+        if self.request.prev_attention:
+            own = torch.stack(self._own, dim=1)  # [R, L, heads]
+            for i, row in zip(fed.tolist(), pool.rows[fed].tolist(), strict=True):
+                self.own[row].append(own[i])
         if not self.states:
             for row in pool.rows[fed].tolist():
                 self.answer[row].append(torch.empty(0))  # the answer's length is still counted
@@ -245,12 +269,21 @@ class AnswerReader:
     def _finish(self, row: int, branch_states: dict[str, np.ndarray]) -> ForwardOutput:
         prompt, answer = self.prompt.pop(row), self.answer.pop(row)
         attention, entropies, chernoff = self.attention.pop(row), self.entropies.pop(row), self.chernoff.pop(row)
+        topk, own = self.topk.pop(row), self.own.pop(row)
         out = ForwardOutput(key=str(row), n_tokens=self.prompt_tokens.pop(row) + len(answer),
                             branch_states=branch_states)
         if not answer:  # a stop token first: no answer span (only the branches)
             return out
         out.token_entropies = np.asarray(entropies[: len(answer)], dtype=np.float64)
         out.token_chernoff = np.asarray(chernoff[: len(answer)], dtype=np.float64).reshape(-1, len(CHERNOFF_EXPONENTS))
+        if self.request.top_k:
+            out.topk_ids = torch.stack([ids for ids, _ in topk[: len(answer)]]).cpu().numpy().astype(np.int64)
+            out.topk_logprobs = torch.stack([lp for _, lp in topk[: len(answer)]]).float().cpu().numpy()
+        if self.request.prev_attention:  # [L, heads, T]: token t's column from the step that fed token t - 1
+            first = torch.full_like(own[0], float("nan")) if own else None  # the prompt's last query: not kept
+            columns = [first, *own[: len(answer) - 1]] if first is not None else []
+            out.attn_prev = (torch.stack(columns, dim=-1).cpu().numpy().astype(np.float32) if columns
+                             else None)
         if not self.states:
             return out
         span = torch.stack(answer)  # [T, layers, D]

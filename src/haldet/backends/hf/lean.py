@@ -121,7 +121,8 @@ def generate_with_evidence(backend: DecodingModel, prompts: list[str], request: 
         return backend.generate(prompts, max_new_tokens=max_new_tokens, batch_size=batch_size,
                                 progress=progress), None
     order = sorted(range(len(prompts)), key=lambda i: len(encoded[i]))
-    with torch.inference_mode(), reading_attention(backend.model) if request.icr else contextlib.nullcontext():
+    with torch.inference_mode(), reading_attention(backend.model) if request.icr or request.prev_attention \
+            else contextlib.nullcontext():
         out = decode(backend.model, [encoded[i] for i in order], max_new_tokens=max_new_tokens,
                      stop_ids=sorted(backend.stop_ids), pad_id=backend.tokenizer.pad_token_id, prefill_batch=batch_size,
                      pool_rows=rows, on_prompt_done=(lambda _: progress(1)) if progress is not None else None,
