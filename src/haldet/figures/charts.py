@@ -1,6 +1,7 @@
 """The report's other charts: the scenario x detector heatmap, accuracy against cost on a log axis with every
-detector named (names never overlap each other or a marker), and lines with labelled markers (risk against
-coverage, reliability diagrams, the suites' paper figures)."""
+detector named (names never overlap each other or a marker), lines with labelled markers (risk against
+coverage, reliability diagrams, the suites' paper figures), grouped bars with intervals and labelled point clouds
+(the suites' paper figures)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, NullLocator
 
 from haldet.figures.curves import thin
-from haldet.figures.data import Point, Series
+from haldet.figures.data import Bars, Point, Series
 from haldet.figures.labels import beside, place_labels
 from haldet.figures.style import REFERENCE, colour_for, drawing, framed, legend_right, new_figure
 
@@ -162,4 +163,40 @@ def line_figure(series: Sequence[Series], *, title: str = "", xlabel: str = "", 
             legend_right(fig, ax)
         else:
             ax.text(0.5, 0.5, "no points", ha="center", va="center", transform=ax.transAxes)
+    return fig
+
+
+def bar_figure(categories: Sequence[str], bars: Sequence[Bars], *, title: str = "", ylabel: str = "",
+               top: float | None = None) -> Figure:
+    """Grouped bars: one group per category, one bar per series (its colour in the legend on the right), an error
+    bar where the series has the interval's ends; a missing value leaves a gap marked with a dash. y runs from 0
+    to `top` (default: the largest value or interval end, at least 0.1)."""
+    ends = [v for b in bars for seq in (b.values, b.high or ()) for v in seq if v is not None and math.isfinite(v)]
+    width = 0.8 / max(1, len(bars))
+    with drawing():
+        fig, ax = framed(max(2.4, 0.28 * len(categories) * max(1, len(bars)) ** 0.5 + 1.0), 2.4,
+                         [b.name for b in bars], bottom=0.5 + 0.05 * max((len(c) for c in categories), default=0))
+        ymax = top if top is not None else max([0.1, *ends]) * 1.08
+        for k, b in enumerate(bars):
+            xs = np.arange(len(categories)) - 0.4 + width * (k + 0.5)
+            vals = [v if v is not None and math.isfinite(v) else np.nan for v in b.values]
+            ax.bar(xs, np.nan_to_num(vals), width=width * 0.92, color=colour_for(k), label=b.name,
+                   alpha=0.9, zorder=2)
+            if b.low is not None and b.high is not None:
+                lo = [v - w if w is not None and math.isfinite(v) else 0.0 for v, w in zip(vals, b.low, strict=True)]
+                hi = [w - v if w is not None and math.isfinite(v) else 0.0 for v, w in zip(vals, b.high, strict=True)]
+                ax.errorbar(xs, np.nan_to_num(vals), yerr=[lo, hi], fmt="none", ecolor="#333333", lw=0.7,
+                            capsize=1.5, zorder=3)
+            for x, v in zip(xs, vals, strict=True):
+                if math.isnan(v):
+                    ax.text(x, 0.01 * ymax, "–", ha="center", va="bottom", fontsize=6, color=REFERENCE)
+        ax.set_xticks(range(len(categories)), list(categories), rotation=35 if len(categories) > 4 else 0,
+                      ha="right" if len(categories) > 4 else "center")
+        ax.set_xlim(-0.5, len(categories) - 0.5)
+        ax.set_ylim(0, ymax)
+        ax.set_ylabel(ylabel)
+        ax.set_title(title, loc="left")
+        ax.grid(True, axis="y", color="#eeeeee", lw=0.6, zorder=0)
+        if bars:
+            legend_right(fig, ax)
     return fig

@@ -45,3 +45,14 @@ class Series:
 
     name: str
     points: Sequence[tuple[float, float, str]]
+
+
+@dataclass(frozen=True)
+class Bars:
+    """One series of a `bar_figure`: a value per category (None: no bar, a dash), optionally with the interval's
+    ends (`low`, `high`, drawn as an error bar)."""
+
+    name: str
+    values: Sequence[float | None]
+    low: Sequence[float | None] | None = None
+    high: Sequence[float | None] | None = None
