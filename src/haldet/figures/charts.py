@@ -174,8 +174,10 @@ def bar_figure(categories: Sequence[str], bars: Sequence[Bars], *, title: str = 
     ends = [v for b in bars for seq in (b.values, b.high or ()) for v in seq if v is not None and math.isfinite(v)]
     width = 0.8 / max(1, len(bars))
     with drawing():
+        tilted = len(categories) > 4  # long rows of names are written at an angle, with room below for them
         fig, ax = framed(max(2.4, 0.28 * len(categories) * max(1, len(bars)) ** 0.5 + 1.0), 2.4,
-                         [b.name for b in bars], bottom=0.5 + 0.05 * max((len(c) for c in categories), default=0))
+                         [b.name for b in bars],
+                         bottom=0.5 + (0.05 * max((len(c) for c in categories), default=0) if tilted else 0.0))
         ymax = top if top is not None else max([0.1, *ends]) * 1.08
         for k, b in enumerate(bars):
             xs = np.arange(len(categories)) - 0.4 + width * (k + 0.5)
@@ -183,15 +185,17 @@ def bar_figure(categories: Sequence[str], bars: Sequence[Bars], *, title: str = 
             ax.bar(xs, np.nan_to_num(vals), width=width * 0.92, color=colour_for(k), label=b.name,
                    alpha=0.9, zorder=2)
             if b.low is not None and b.high is not None:
-                lo = [v - w if w is not None and math.isfinite(v) else 0.0 for v, w in zip(vals, b.low, strict=True)]
-                hi = [w - v if w is not None and math.isfinite(v) else 0.0 for v, w in zip(vals, b.high, strict=True)]
+                lo = [max(0.0, v - w) if w is not None and math.isfinite(v) else 0.0  # rounding: never below 0
+                      for v, w in zip(vals, b.low, strict=True)]
+                hi = [max(0.0, w - v) if w is not None and math.isfinite(v) else 0.0
+                      for v, w in zip(vals, b.high, strict=True)]
                 ax.errorbar(xs, np.nan_to_num(vals), yerr=[lo, hi], fmt="none", ecolor="#333333", lw=0.7,
                             capsize=1.5, zorder=3)
             for x, v in zip(xs, vals, strict=True):
                 if math.isnan(v):
                     ax.text(x, 0.01 * ymax, "–", ha="center", va="bottom", fontsize=6, color=REFERENCE)
-        ax.set_xticks(range(len(categories)), list(categories), rotation=35 if len(categories) > 4 else 0,
-                      ha="right" if len(categories) > 4 else "center")
+        ax.set_xticks(range(len(categories)), list(categories), rotation=35 if tilted else 0,
+                      ha="right" if tilted else "center")
         ax.set_xlim(-0.5, len(categories) - 0.5)
         ax.set_ylim(0, ymax)
         ax.set_ylabel(ylabel)
