@@ -15,7 +15,9 @@ Protocol (seed triviaplus.txt, sections 4-5; haldet's protocol where they differ
   exact test of each stratum's share of correct predictions against the rest;
 - Table 12: AUROC per ROUGE bin of the answer against the source question's ground-truth answer, when the items
   carry one (`meta["gold_answers"]`: a release-format gold column, a user's gold-answers file, HaluEval's right
-  answer, MS MARCO's answers); without any, one line saying so instead of the table.
+  answer, MS MARCO's answers); without any, one line saying so instead of the table;
+- Table 2 (the data's context lengths) and Table 13 (self-detect: the responses the proxy model wrote vs all), in
+  `paper_tables`.
 """
 
 from __future__ import annotations
@@ -41,6 +43,16 @@ from haldet.suites.triviaplus.analysis import (
     strata_rows,
 )
 from haldet.suites.triviaplus.gold import Rouge
+from haldet.suites.triviaplus.paper_tables import (
+    PROXY,
+    T2,
+    T2_METRICS,
+    T13,
+    T13_METRICS,
+    self_generator,
+    table2,
+    table13,
+)
 from haldet.suites.triviaplus.protocol import (
     CLEAN,
     REGIME_COLUMNS,
@@ -104,11 +116,16 @@ class TriviaPlusSuite(Suite):
                     "labels)", table=T12, line=("detector", "rouge_bin"), metrics=("halluc_rate", "auroc")),
         TableLayout("Table 12, AUROC spread across ROUGE bins (max - min; the paper: <= 0.05)", table=T12_SPREAD,
                     metrics=("spread",)),
+        TableLayout("Table 2 (context length in characters as released; items, hallucinated share, generators; "
+                    "domains in the note)", table=T2, line=("split",), metrics=T2_METRICS),
+        TableLayout("Table 13 (self-detect: the test responses the proxy model wrote, and all test responses)",
+                    table=T13, line=("detector", "responses", "tune_on"), metrics=T13_METRICS),
         TableLayout("Measured label noise (disagreement with the clean labels)", table=NOISE,
                     line=("eval_labels", "split"), metrics=("n_items", "disagree", "share")),
     )
     params: ClassVar[dict[str, Any]] = {"train_labels": [CLEAN], "long_context": "truncate", "context_tokens": None,
-                                        "vote_noise_rate": 0.15, "vote_noise_seed": 0, "rouge_type": "rougeL"}
+                                        "vote_noise_rate": 0.15, "vote_noise_seed": 0, "rouge_type": "rougeL",
+                                        "self_generator": None}
     settings: ClassVar[dict[str, Any]] = {"verdict": {"max_new_tokens": 256}}
 
     # --- options -----------------------------------------------------------------------------------------------
@@ -144,6 +161,8 @@ class TriviaPlusSuite(Suite):
             return len(backend.encode_text(text))
 
         out = []
+        proxy = str(getattr(backend, "name", "") or "")  # Table 13: which generator's responses are the model's own
+        instances = [i.model_copy(update={"meta": {**i.meta, PROXY: proxy}}) for i in instances]
         for inst in instances:
             budget = opts["context_tokens"]
             if budget is None:
@@ -184,7 +203,7 @@ class TriviaPlusSuite(Suite):
 
     def extra_rows(self, instances: list[Instance], split: dict[str, list[str]], runs: list[Any],
                    config: Any) -> list[dict[str, Any]]:
-        """Tables 3, 5, 6, 8-12, the tune-on-test variant of Table 4 and the measured label noise, as tidy rows."""
+        """Tables 2, 3, 5, 6, 8-13, the tune-on-test variant of Table 4 and the measured label noise, as tidy rows."""
         items = {i.id: i for i in instances}
         regimes = self.regimes(config)
         rouge = Rouge(str(self.options(config)["rouge_type"]))
@@ -227,6 +246,8 @@ class TriviaPlusSuite(Suite):
             rows += _metric_rows({"detector": "", "level": "response", "table": r["table"], "dimension": r["dimension"],
                                   "stratum": r["stratum"]}, r, ("rate", "ci_low", "ci_high"))
         rows += rouge_table(rouge_binned(items, split["test"], rouge), items, primaries)
+        rows += table2(instances, split)
+        rows += table13(primaries, items, *self_generator(instances, self.options(config)["self_generator"]))
         splits = {i: part for part, ids in split.items() for i in ids}
         for d in label_disagreement(labels, splits):
             rows += _metric_rows({"detector": "", "level": "response", "table": NOISE, "eval_labels": d["regime"],
