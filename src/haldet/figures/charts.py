@@ -15,7 +15,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, NullLocator
 
 from haldet.figures.curves import thin
-from haldet.figures.data import Bars, Point, Series
+from haldet.figures.data import Bars, Point, Scatter, Series
 from haldet.figures.labels import beside, place_labels
 from haldet.figures.style import REFERENCE, colour_for, drawing, framed, legend_right, new_figure
 
@@ -202,5 +202,25 @@ def bar_figure(categories: Sequence[str], bars: Sequence[Bars], *, title: str = 
         ax.set_title(title, loc="left")
         ax.grid(True, axis="y", color="#eeeeee", lw=0.6, zorder=0)
         if bars:
+            legend_right(fig, ax)
+    return fig
+
+
+def scatter_figure(plot: Scatter) -> Figure:
+    """Each group's points as small translucent dots in its colour (`plot.colours`, else the palette), legend on the
+    right with each group's count; equal scales on both axes (a map: distances mean the same both ways)."""
+    with drawing():
+        names = [f"{g} ({len(pts)})" for g, pts in plot.groups.items()]
+        fig, ax = framed(3.0, 3.0, names)
+        for k, ((group, pts), name) in enumerate(zip(plot.groups.items(), names, strict=True)):
+            xy = np.asarray(pts, dtype=float).reshape(-1, 2)
+            ax.scatter(xy[:, 0], xy[:, 1], s=9, alpha=0.6, linewidths=0, color=plot.colours.get(group, colour_for(k)),
+                       label=name, zorder=2)
+        ax.set_aspect("equal", adjustable="datalim")
+        ax.set_xlabel(plot.xlabel)
+        ax.set_ylabel(plot.ylabel)
+        ax.set_title(plot.title, loc="left")
+        ax.grid(True, color="#eeeeee", lw=0.6, zorder=0)
+        if plot.groups:
             legend_right(fig, ax)
     return fig

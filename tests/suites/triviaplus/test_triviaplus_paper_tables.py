@@ -18,8 +18,9 @@ LLAMA, GPT = "llama-2-7b-chat", "gpt-4"
 
 
 def item(name: str, y: int, generator: str, chars: int = 100, domain: str = "NQ") -> Instance:
-    return Instance(id=f"ragtruth_qa/x/{name}", dataset="ragtruth_qa", scenario="rag", task_type="span", question="q", context="c",
-                    response="r", response_label=Category.HALLUCINATION if y else Category.CORRECT,
+    return Instance(id=f"ragtruth_qa/x/{name}", dataset="ragtruth_qa", scenario="rag", task_type="span",
+                    question="q", context="c", response="r",
+                    response_label=Category.HALLUCINATION if y else Category.CORRECT,
                     meta={"generator": generator, "context_chars": chars, "domain": domain,
                           PROXY: "meta-llama/Llama-2-7b-chat-hf"})
 

@@ -17,12 +17,13 @@ Protocol (seed triviaplus.txt, sections 4-5; haldet's protocol where they differ
   carry one (`meta["gold_answers"]`: a release-format gold column, a user's gold-answers file, HaluEval's right
   answer, MS MARCO's answers); without any, one line saying so instead of the table;
 - Table 2 (the data's context lengths) and Table 13 (self-detect: the responses the proxy model wrote vs all), in
-  `paper_tables`.
+  `paper_tables`; Fig. 1, the test answers on a UMAP map fitted on the training answers, in `embedding_map`.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from haldet.evaluation.metrics import MetricValue
@@ -42,6 +43,7 @@ from haldet.suites.triviaplus.analysis import (
     rouge_binned,
     strata_rows,
 )
+from haldet.suites.triviaplus.embedding_map import answer_maps
 from haldet.suites.triviaplus.gold import Rouge
 from haldet.suites.triviaplus.paper_tables import (
     PROXY,
@@ -64,7 +66,9 @@ from haldet.suites.triviaplus.protocol import (
 from haldet.text.long_context import POLICIES, fit_context
 
 if TYPE_CHECKING:  # annotations only: matplotlib loads when a report draws
+    from haldet.figures.data import Scatter
     from haldet.figures.render import FigureSet
+    from haldet.store.reader import RunReader
 
 NOISY = (*(r for r in REGIME_COLUMNS if r != CLEAN), *VOTE_REGIMES)
 MARGIN_TOKENS = 512  # room left in the window beside the article: prompt template, question, answer, a judge's reply
@@ -125,7 +129,7 @@ class TriviaPlusSuite(Suite):
     )
     params: ClassVar[dict[str, Any]] = {"train_labels": [CLEAN], "long_context": "truncate", "context_tokens": None,
                                         "vote_noise_rate": 0.15, "vote_noise_seed": 0, "rouge_type": "rougeL",
-                                        "self_generator": None}
+                                        "self_generator": None, "answer_map": "umap"}
     settings: ClassVar[dict[str, Any]] = {"verdict": {"max_new_tokens": 256}}
 
     # --- options -----------------------------------------------------------------------------------------------
@@ -146,6 +150,13 @@ class TriviaPlusSuite(Suite):
                       and r.get("detector") == DATA and r.get("note")})
         notes = "".join(f"<p class=muted>{escape(n)}</p>" for n in why)
         return f"<h2 id=triviaplus>{escape(self.title)}</h2>\n{tables}{notes}" if tables else ""
+
+    def run_plots(self, run: RunReader, labels: Callable[[str], dict[str, str]]) -> list[Scatter]:
+        """Fig. 1: each cell's test answers on a map fitted on its training answers (`embedding_map`; the run's
+        `answer_map` option: umap, falling back to PCA without umap-learn; pca; none)."""
+        config = ((run.manifest or {}).get("config") or {}).get("suite_params") or {}
+        how = str((config.get(self.name) or {}).get("answer_map", self.params["answer_map"]))
+        return [] if how == "none" else answer_maps(run, labels, self.datasets, how)
 
     def prepare_instances(self, instances: list[Instance], backend: Any, config: Any) -> list[Instance]:
         """Fit each article into the token budget by the `long_context` policy; the record lands in
