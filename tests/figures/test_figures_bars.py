@@ -1,17 +1,20 @@
 """Grouped bars (`charts.bar_figure`): each bar's height is its value, an interval is drawn as its ends, a missing
-value leaves a dash instead of a bar of zero that would read as a measured 0."""
+value leaves a dash instead of a bar of zero that would read as a measured 0; panels share one legend."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from haldet.figures.charts import bar_figure
-from haldet.figures.data import Bars
+from haldet.figures.data import Bars, Panel
 
 
 def test_bar_heights_intervals_and_gaps() -> None:
-    fig = bar_figure(["a", "b", "c"], [Bars("x", [0.2, None, 0.9], [0.1, None, 0.8], [0.3, None, 1.0]),
-                                       Bars("y", [0.5, 0.4, 0.0])], top=1.0)
+    fig = bar_figure([Panel("p", ["a", "b", "c"], [Bars("x", [0.2, None, 0.9], [0.1, None, 0.8], [0.3, None, 1.0]),
+                                                   Bars("y", [0.5, 0.4, 0.0])]),
+                      Panel("q", ["d"], [Bars("x", [0.7]), Bars("y", [None])])], top=1.0)
+    assert len(fig.axes) == 2 and [t.get_text() for t in fig.legends[0].get_texts()] == ["x", "y"]  # one legend
+    assert [p.get_height() for p in fig.axes[1].patches] == [0.7, 0.0]
     ax = fig.axes[0]
     heights = [p.get_height() for p in ax.patches]
     assert heights == [0.2, 0.0, 0.9, 0.5, 0.4, 0.0]

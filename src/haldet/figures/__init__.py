@@ -8,6 +8,6 @@ where their output lives. Imports only the core layer.
 This package's own import is light (the records in `data`); matplotlib loads with `curves`, `charts` or `render`.
 """
 
-from haldet.figures.data import PR, ROC, Bars, Curve, CurveKind, Point, Scatter, Series
+from haldet.figures.data import PR, ROC, Bars, Curve, CurveKind, Panel, Point, Scatter, Series
 
-__all__ = ["PR", "ROC", "Bars", "Curve", "CurveKind", "Point", "Scatter", "Series"]
+__all__ = ["PR", "ROC", "Bars", "Curve", "CurveKind", "Panel", "Point", "Scatter", "Series"]

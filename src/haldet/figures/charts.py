@@ -15,9 +15,9 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, NullLocator
 
 from haldet.figures.curves import thin
-from haldet.figures.data import Bars, Point, Scatter, Series
+from haldet.figures.data import Bars, Panel, Point, Scatter, Series
 from haldet.figures.labels import beside, place_labels
-from haldet.figures.style import REFERENCE, colour_for, drawing, framed, legend_right, new_figure
+from haldet.figures.style import CHAR_W, REFERENCE, colour_for, drawing, framed, legend_right, new_figure
 
 MISSING = "#eeeeee"
 # below chance towards purple, above towards green, white at chance (0.5)
@@ -166,43 +166,69 @@ def line_figure(series: Sequence[Series], *, title: str = "", xlabel: str = "", 
     return fig
 
 
-def bar_figure(categories: Sequence[str], bars: Sequence[Bars], *, title: str = "", ylabel: str = "",
-               top: float | None = None) -> Figure:
-    """Grouped bars: one group per category, one bar per series (its colour in the legend on the right), an error
-    bar where the series has the interval's ends; a missing value leaves a gap marked with a dash. y runs from 0
-    to `top` (default: the largest value or interval end, at least 0.1)."""
-    ends = [v for b in bars for seq in (b.values, b.high or ()) for v in seq if v is not None and math.isfinite(v)]
+def _bars_on(ax: Axes, categories: Sequence[str], bars: Sequence[Bars], ymax: float, tilted: bool) -> None:
     width = 0.8 / max(1, len(bars))
+    for k, b in enumerate(bars):
+        xs = np.arange(len(categories)) - 0.4 + width * (k + 0.5)
+        vals = [v if v is not None and math.isfinite(v) else np.nan for v in b.values]
+        ax.bar(xs, np.nan_to_num(vals), width=width * 0.92, color=colour_for(k), label=b.name, alpha=0.9, zorder=2)
+        if b.low is not None and b.high is not None:
+            lo = [max(0.0, v - w) if w is not None and math.isfinite(v) else 0.0  # rounding: never below 0
+                  for v, w in zip(vals, b.low, strict=True)]
+            hi = [max(0.0, w - v) if w is not None and math.isfinite(v) else 0.0
+                  for v, w in zip(vals, b.high, strict=True)]
+            ax.errorbar(xs, np.nan_to_num(vals), yerr=[lo, hi], fmt="none", ecolor="#333333", lw=0.7, capsize=1.5,
+                        zorder=3)
+        for x, v in zip(xs, vals, strict=True):
+            if math.isnan(v):
+                ax.text(x, 0.01 * ymax, "–", ha="center", va="bottom", fontsize=6, color=REFERENCE)
+    ax.set_xticks(range(len(categories)), list(categories), rotation=35 if tilted else 0,
+                  ha="right" if tilted else "center")
+    ax.set_xlim(-0.5, len(categories) - 0.5)
+    ax.set_ylim(0, ymax)
+    ax.grid(True, axis="y", color="#eeeeee", lw=0.6, zorder=0)
+
+
+def bar_figure(panels: Sequence[Panel], *, title: str = "", ylabel: str = "", top: float | None = None,
+               columns: int = 2) -> Figure:
+    """Grouped bars, one panel per `Panel` (side by side, `columns` to a row, one shared legend on the right): one
+    group per category, one bar per series, an error bar where the series has the interval's ends; a missing
+    value leaves a gap marked with a dash. y runs from 0 to `top` (default: the largest value or interval end, at
+    least 0.1), the same in every panel. One figure for a paper's multi-panel figure: a PDF's fonts are embedded
+    once per figure, the slow part of a render."""
+    ends = [v for p in panels for b in p.bars for seq in (b.values, b.high or ()) for v in seq
+            if v is not None and math.isfinite(v)]
+    ymax = top if top is not None else max([0.1, *ends]) * 1.08
+    cols = max(1, min(columns, len(panels)))
+    rows = max(1, math.ceil(len(panels) / cols))
+    tilted = [len(p.categories) > 4 for p in panels]  # long rows of names at an angle, with room below
+    below = 0.42 + max([0.05 * max((len(c) for c in p.categories), default=0) for p, t in zip(panels, tilted,
+                                                                                              strict=True) if t] + [0])
+    panel_w = max([1.6, *(0.28 * len(p.categories) * max(1, len(p.bars)) ** 0.5 + 0.4 for p in panels)])
+    names = list(dict.fromkeys(b.name for p in panels for b in p.bars))
+    left, gap, head, panel_h = 0.55, 0.35, 0.3, 1.9
+    right = 0.2 + (0.45 + CHAR_W * max(len(n) for n in names) if names else 0.0)
+    width = left + cols * panel_w + (cols - 1) * gap + right
+    height = 0.3 + rows * (head + panel_h + below)
     with drawing():
-        tilted = len(categories) > 4  # long rows of names are written at an angle, with room below for them
-        fig, ax = framed(max(2.4, 0.28 * len(categories) * max(1, len(bars)) ** 0.5 + 1.0), 2.4,
-                         [b.name for b in bars],
-                         bottom=0.5 + (0.05 * max((len(c) for c in categories), default=0) if tilted else 0.0))
-        ymax = top if top is not None else max([0.1, *ends]) * 1.08
-        for k, b in enumerate(bars):
-            xs = np.arange(len(categories)) - 0.4 + width * (k + 0.5)
-            vals = [v if v is not None and math.isfinite(v) else np.nan for v in b.values]
-            ax.bar(xs, np.nan_to_num(vals), width=width * 0.92, color=colour_for(k), label=b.name,
-                   alpha=0.9, zorder=2)
-            if b.low is not None and b.high is not None:
-                lo = [max(0.0, v - w) if w is not None and math.isfinite(v) else 0.0  # rounding: never below 0
-                      for v, w in zip(vals, b.low, strict=True)]
-                hi = [max(0.0, w - v) if w is not None and math.isfinite(v) else 0.0
-                      for v, w in zip(vals, b.high, strict=True)]
-                ax.errorbar(xs, np.nan_to_num(vals), yerr=[lo, hi], fmt="none", ecolor="#333333", lw=0.7,
-                            capsize=1.5, zorder=3)
-            for x, v in zip(xs, vals, strict=True):
-                if math.isnan(v):
-                    ax.text(x, 0.01 * ymax, "–", ha="center", va="bottom", fontsize=6, color=REFERENCE)
-        ax.set_xticks(range(len(categories)), list(categories), rotation=35 if tilted else 0,
-                      ha="right" if tilted else "center")
-        ax.set_xlim(-0.5, len(categories) - 0.5)
-        ax.set_ylim(0, ymax)
-        ax.set_ylabel(ylabel)
-        ax.set_title(title, loc="left")
-        ax.grid(True, axis="y", color="#eeeeee", lw=0.6, zorder=0)
-        if bars:
-            legend_right(fig, ax)
+        fig = new_figure(width, height, layout=None)
+        first = None
+        for k, panel in enumerate(panels):
+            r, c = divmod(k, cols)
+            x0 = left + c * (panel_w + gap)
+            y0 = height - 0.3 - (r + 1) * (head + panel_h + below) + below
+            ax = fig.add_axes((x0 / width, y0 / height, panel_w / width, panel_h / height))
+            _bars_on(ax, panel.categories, panel.bars, ymax, tilted[k])
+            ax.set_title(panel.title, loc="left", fontsize=8)
+            if c == 0:
+                ax.set_ylabel(ylabel)
+            first = first or ax
+        fig.suptitle(title, x=0.1 / width, y=1 - 0.04 / height, ha="left", va="top", fontsize=9)
+        if first is not None and names:
+            handles, labels = first.get_legend_handles_labels()
+            box = first.get_position()
+            fig.legend(handles, labels, loc="upper left", frameon=False, borderaxespad=0,
+                       bbox_to_anchor=(1 - (right - 0.12) / width, box.y1))
     return fig
 
 

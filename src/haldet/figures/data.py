@@ -59,6 +59,15 @@ class Bars:
 
 
 @dataclass(frozen=True)
+class Panel:
+    """One panel of a `bar_figure`: its title, the categories (groups of bars) and one `Bars` per series."""
+
+    title: str
+    categories: Sequence[str]
+    bars: Sequence[Bars]
+
+
+@dataclass(frozen=True)
 class Scatter:
     """A point cloud a suite hands the report to draw (`charts.scatter_figure`): (x, y) points per group (one colour
     each, in order), the figure's file-name stem `name`, its title and axis names, and a line printed under it."""

@@ -7,8 +7,8 @@ The rows come from `haldet.evaluation.breakdowns.paper_breakdowns` (the run stor
   F1-optimal threshold of the evaluated entities;
 - Fig. 6: FPR and FNR per POS tag at the same threshold.
 Every detector of the run gets a bar (the paper shows Likelihood, SAR and Focus). Tags are ordered by their number
-of entities, the `MAX_TAGS` most frequent shown. Each figure is drawn into the report's `FigureSet`, which writes it
-as PDF and PNG under the report's `figures/`.
+of entities, the `MAX_TAGS` most frequent shown. Each figure (one per paper figure, its panels side by side) is drawn
+into the report's `FigureSet`, which writes it as PDF and PNG under the report's `figures/`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from haldet.evaluation.breakdowns import RATE_GROUPS
-from haldet.figures.data import Bars
+from haldet.figures.data import Bars, Panel
 
 if TYPE_CHECKING:  # annotations only: matplotlib loads when a report draws
     from matplotlib.figure import Figure
@@ -70,22 +70,27 @@ def fig3c_bars(rows: Sequence[Row]) -> dict[str, list[Bars]]:
 
 def paper_figures(rows: Sequence[Row], figures: FigureSet, where: str, bar_figure: Callable[..., Figure]
                   ) -> list[str]:
-    """The figures' HTML elements (Fig. 3c per detector, Fig. 5, Fig. 6) of one cell's rows, drawn with
-    `bar_figure` (`haldet.figures.charts.bar_figure`, imported by the caller when a report draws); `where` names
-    the cell in the figures' names."""
+    """The figures' HTML elements (Figs. 3c, 5 and 6, one figure each, a panel per detector or per tag and rate)
+    of one cell's rows, drawn with `bar_figure` (`haldet.figures.charts.bar_figure`, imported by the caller when a
+    report draws); `where` names the cell in the figures' names."""
     out = []
-    for det, bars in fig3c_bars(rows).items():
-        title = f"Fig. 3c: {det} by hallucination rate"
-        out.append(figures.add(f"halluentity-fig3c-{det}-{where}", bar_figure(
-            RATE_GROUPS, bars, title=title, ylabel="score at F1_Opt", top=1.0), f"HalluEntity {title} ({where})"))
-    for fig, tag, label in (("fig5", "ner", "entity type"), ("fig5", "position", "position in sentence"),
-                            ("fig6", "pos", "POS tag")):
-        for metric in ("fpr", "fnr"):
-            cats, bars = error_bars(rows, metric, tag, POSITIONS if tag == "position" else None)
-            if not bars:
-                continue
-            title = f"{fig[:3].capitalize()}. {fig[3:]}: {metric.upper()} by {label}"
-            out.append(figures.add(f"halluentity-{fig}-{tag}-{metric}-{where}", bar_figure(
-                cats, bars, title=title, ylabel=f"{metric.upper()} at the F1-opt threshold", top=1.0),
-                f"HalluEntity {title} ({where})"))
+    fig3c = [Panel(det, RATE_GROUPS, bars) for det, bars in fig3c_bars(rows).items()]
+    if fig3c:
+        title = "Fig. 3c: F1_Opt, Precision_Opt, Recall_Opt by hallucination rate"
+        out.append(figures.add(f"halluentity-fig3c-{where}", bar_figure(fig3c, title=title, ylabel="score",
+                                                                        top=1.0, columns=3),
+                               f"HalluEntity {title} ({where})"))
+    for fig, tags in (("fig5", (("ner", "entity type"), ("position", "position in sentence"))),
+                      ("fig6", (("pos", "POS tag"),))):
+        panels = []
+        for tag, label in tags:
+            for metric in ("fpr", "fnr"):
+                cats, bars = error_bars(rows, metric, tag, POSITIONS if tag == "position" else None)
+                if bars:
+                    panels.append(Panel(f"{metric.upper()} by {label}", cats, bars))
+        if panels:
+            title = f"Fig. {fig[3:]}: FPR / FNR at the F1-optimal threshold"
+            out.append(figures.add(f"halluentity-{fig}-{where}", bar_figure(panels, title=title, ylabel="rate",
+                                                                             top=1.0),
+                                   f"HalluEntity {title} ({where})"))
     return out

@@ -2,9 +2,9 @@
 sentences) and Fig. 6 (appendix C: the same per generating model, and between sentences k = 2, 3, 4 apart), as
 bars of p(to | from) with their 95% Wilson intervals.
 
-Per cell: `verigray-fig3-CELL` (every target polarity), `verigray-fig6-generators-faithful|unfaithful-CELL` (one bar
-per generator) and `verigray-fig6-steps-faithful|unfaithful-CELL` (one bar per k, k = 1 being Fig. 3), the
-report's `FigureSet` writing each as PDF and PNG under `figures/`.
+Per cell: `verigray-fig3-CELL` (every target polarity), `verigray-fig6-generators-CELL` (one bar per generator) and
+`verigray-fig6-steps-CELL` (one bar per k, k = 1 being Fig. 3), the last two with a panel for p(Faithful | from)
+and one for p(Unfaithful | from); the report's `FigureSet` writes each as PDF and PNG under `figures/`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from haldet.figures.data import Bars
+from haldet.figures.data import Bars, Panel
 from haldet.suites.verigray.analysis import FIG3, FIG6, POLARITIES
 
 if TYPE_CHECKING:  # annotations only: matplotlib loads when a report draws
@@ -56,16 +56,14 @@ def transition_figures(rows: Sequence[Row], figures: FigureSet, where: str, bar_
     bars = fig3_bars(rows)
     if bars:
         title = "Fig. 3: transitions between consecutive sentences"
-        out.append(figures.add(f"verigray-fig3-{where}", bar_figure(POLARITIES, bars, title=title,
-                                                                    ylabel="p(to | from), 95% CI", top=1.0),
-                               f"VeriGray {title} ({where})"))
-    for kind, label in (("generator", "per generator"), ("k", "every k sentences")):
-        for target in ("Faithful", "Unfaithful"):
-            bars = fig6_bars(rows, kind, target)
-            if not bars:
-                continue
-            title = f"Fig. 6: p({target} | from) {label}"
-            name = f"verigray-fig6-{'generators' if kind == 'generator' else 'steps'}-{target.lower()}-{where}"
-            out.append(figures.add(name, bar_figure(POLARITIES, bars, title=title, ylabel="p, 95% CI", top=1.0),
-                                   f"VeriGray {title} ({where})"))
+        out.append(figures.add(f"verigray-fig3-{where}", bar_figure(
+            [Panel("p(to | from)", POLARITIES, bars)], title=title, ylabel="p, 95% CI", top=1.0),
+            f"VeriGray {title} ({where})"))
+    for kind, label, stem in (("generator", "per generator", "generators"), ("k", "every k sentences", "steps")):
+        panels = [Panel(f"p({target} | from)", POLARITIES, found) for target in ("Faithful", "Unfaithful")
+                  if (found := fig6_bars(rows, kind, target))]
+        if panels:
+            title = f"Fig. 6: transitions {label}"
+            out.append(figures.add(f"verigray-fig6-{stem}-{where}", bar_figure(
+                panels, title=title, ylabel="p, 95% CI", top=1.0), f"VeriGray {title} ({where})"))
     return out
