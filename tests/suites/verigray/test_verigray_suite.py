@@ -185,7 +185,7 @@ def test_data_analyses_count_classes_and_transitions(suite_run) -> None:
     pairs = Counter((a.grade_name, b.grade_name) for i in items
                     for a, b in zip(sorted(i.units, key=lambda u: u.start), sorted(i.units, key=lambda u: u.start)[1:],
                                     strict=False))
-    fig6 = {(r["from"], r["metric"]): r for r in rows if r.get("table") == "Fig. 6"}
+    fig6 = {(r["from"], r["metric"]): r for r in rows if r.get("table") == "7-class transitions"}
     for (a, b), n in pairs.items():
         out_of_a = sum(v for (x, _), v in pairs.items() if x == a)
         assert fig6[(a, b)]["value"] == pytest.approx(n / out_of_a)

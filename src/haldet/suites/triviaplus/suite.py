@@ -15,12 +15,15 @@ Protocol (seed triviaplus.txt, sections 4-5; haldet's protocol where they differ
   exact test of each stratum's share of correct predictions against the rest;
 - Table 12: AUROC per ROUGE bin of the answer against the source question's ground-truth answer, when the items
   carry one (`meta["gold_answers"]`: a release-format gold column, a user's gold-answers file, HaluEval's right
-  answer, MS MARCO's answers); without any, one line saying so instead of the table.
+  answer, MS MARCO's answers); without any, one line saying so instead of the table;
+- Table 2 (the data's context lengths) and Table 13 (self-detect: the responses the proxy model wrote vs all), in
+  `paper_tables`; Fig. 1, the test answers on a UMAP map fitted on the training answers, in `embedding_map`.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from haldet.evaluation.metrics import MetricValue
@@ -40,7 +43,18 @@ from haldet.suites.triviaplus.analysis import (
     rouge_binned,
     strata_rows,
 )
+from haldet.suites.triviaplus.embedding_map import answer_maps
 from haldet.suites.triviaplus.gold import Rouge
+from haldet.suites.triviaplus.paper_tables import (
+    PROXY,
+    T2,
+    T2_METRICS,
+    T13,
+    T13_METRICS,
+    self_generator,
+    table2,
+    table13,
+)
 from haldet.suites.triviaplus.protocol import (
     CLEAN,
     REGIME_COLUMNS,
@@ -52,7 +66,9 @@ from haldet.suites.triviaplus.protocol import (
 from haldet.text.long_context import POLICIES, fit_context
 
 if TYPE_CHECKING:  # annotations only: matplotlib loads when a report draws
+    from haldet.figures.data import Scatter
     from haldet.figures.render import FigureSet
+    from haldet.store.reader import RunReader
 
 NOISY = (*(r for r in REGIME_COLUMNS if r != CLEAN), *VOTE_REGIMES)
 MARGIN_TOKENS = 512  # room left in the window beside the article: prompt template, question, answer, a judge's reply
@@ -104,11 +120,16 @@ class TriviaPlusSuite(Suite):
                     "labels)", table=T12, line=("detector", "rouge_bin"), metrics=("halluc_rate", "auroc")),
         TableLayout("Table 12, AUROC spread across ROUGE bins (max - min; the paper: <= 0.05)", table=T12_SPREAD,
                     metrics=("spread",)),
+        TableLayout("Table 2 (context length in characters as released; items, hallucinated share, generators; "
+                    "domains in the note)", table=T2, line=("split",), metrics=T2_METRICS),
+        TableLayout("Table 13 (self-detect: the test responses the proxy model wrote, and all test responses)",
+                    table=T13, line=("detector", "responses", "tune_on"), metrics=T13_METRICS),
         TableLayout("Measured label noise (disagreement with the clean labels)", table=NOISE,
                     line=("eval_labels", "split"), metrics=("n_items", "disagree", "share")),
     )
     params: ClassVar[dict[str, Any]] = {"train_labels": [CLEAN], "long_context": "truncate", "context_tokens": None,
-                                        "vote_noise_rate": 0.15, "vote_noise_seed": 0, "rouge_type": "rougeL"}
+                                        "vote_noise_rate": 0.15, "vote_noise_seed": 0, "rouge_type": "rougeL",
+                                        "self_generator": None, "answer_map": "umap"}
     settings: ClassVar[dict[str, Any]] = {"verdict": {"max_new_tokens": 256}}
 
     # --- options -----------------------------------------------------------------------------------------------
@@ -130,6 +151,13 @@ class TriviaPlusSuite(Suite):
         notes = "".join(f"<p class=muted>{escape(n)}</p>" for n in why)
         return f"<h2 id=triviaplus>{escape(self.title)}</h2>\n{tables}{notes}" if tables else ""
 
+    def run_plots(self, run: RunReader, labels: Callable[[str], dict[str, str]]) -> list[Scatter]:
+        """Fig. 1: each cell's test answers on a map fitted on its training answers (`embedding_map`; the run's
+        `answer_map` option: umap, falling back to PCA without umap-learn; pca; none)."""
+        config = ((run.manifest or {}).get("config") or {}).get("suite_params") or {}
+        how = str((config.get(self.name) or {}).get("answer_map", self.params["answer_map"]))
+        return [] if how == "none" else answer_maps(run, labels, self.datasets, how)
+
     def prepare_instances(self, instances: list[Instance], backend: Any, config: Any) -> list[Instance]:
         """Fit each article into the token budget by the `long_context` policy; the record lands in
         `meta["long_context"]`, and an item the policy cannot feed gets `meta["unscorable"]` (NaN everywhere)."""
@@ -144,6 +172,8 @@ class TriviaPlusSuite(Suite):
             return len(backend.encode_text(text))
 
         out = []
+        proxy = str(getattr(backend, "name", "") or "")  # Table 13: which generator's responses are the model's own
+        instances = [i.model_copy(update={"meta": {**i.meta, PROXY: proxy}}) for i in instances]
         for inst in instances:
             budget = opts["context_tokens"]
             if budget is None:
@@ -184,7 +214,7 @@ class TriviaPlusSuite(Suite):
 
     def extra_rows(self, instances: list[Instance], split: dict[str, list[str]], runs: list[Any],
                    config: Any) -> list[dict[str, Any]]:
-        """Tables 3, 5, 6, 8-12, the tune-on-test variant of Table 4 and the measured label noise, as tidy rows."""
+        """Tables 2, 3, 5, 6, 8-13, the tune-on-test variant of Table 4 and the measured label noise, as tidy rows."""
         items = {i.id: i for i in instances}
         regimes = self.regimes(config)
         rouge = Rouge(str(self.options(config)["rouge_type"]))
@@ -227,6 +257,8 @@ class TriviaPlusSuite(Suite):
             rows += _metric_rows({"detector": "", "level": "response", "table": r["table"], "dimension": r["dimension"],
                                   "stratum": r["stratum"]}, r, ("rate", "ci_low", "ci_high"))
         rows += rouge_table(rouge_binned(items, split["test"], rouge), items, primaries)
+        rows += table2(instances, split)
+        rows += table13(primaries, items, *self_generator(instances, self.options(config)["self_generator"]))
         splits = {i: part for part, ids in split.items() for i in ids}
         for d in label_disagreement(labels, splits):
             rows += _metric_rows({"detector": "", "level": "response", "table": NOISE, "eval_labels": d["regime"],
