@@ -16,6 +16,10 @@ Few-shot examples (response level) are validation items the zero-shot ask got wr
 shown with their training-regime labels: they need the split and labels (`CellContext.split`,
 `CellContext.labels`), and their ids and labels are part of the few-shot key. Test items are never examples.
 
+Where a suite fitted a long article to the judge's own window (`verdict.context_window`; TRIVIA+), the judge reads
+that fit (`judge_view`), and its digest is in the key; otherwise the judge reads the context the detectors' model
+read, which the rendered prompt in the key already covers.
+
 Record: {id, key, ask, judge, reply, label, reason, seconds}; at a unit level {id, key, ask, judge, units:
 [{reply, label, reason}], seconds}.
 """
@@ -44,7 +48,15 @@ from haldet.signals import Signal
 from haldet.stages.base import STAGES, Item, Stage
 from haldet.stages.prompt_optimizer import TEMPLATES as OPTIMIZER_TEMPLATES
 from haldet.stages.prompt_optimizer import Mistake, Optimize, optimize_instructions
-from haldet.stages.verdict_prompts import Ask, Example, VerdictPrompt, asks_of, get_prompt
+from haldet.stages.verdict_prompts import (
+    Ask,
+    Example,
+    VerdictPrompt,
+    asks_of,
+    get_prompt,
+    judge_context_key,
+    judge_view,
+)
 from haldet.text.templates import override_digest, template_text
 
 OPTIMIZED_FILE = "verdict_po.json"  # optimised instructions and their trials, by optimisation key
@@ -81,12 +93,14 @@ class VerdictStage(Stage):
         cfg = self.ctx.config.verdict
         prompt = get_prompt(ask.prompt)
         labels = self.ctx.labels or {}
-        examples = [(e.id, labels.get(e.id)) for e in self._examples.get(ask, [])] if ask.shots else []
+        examples = ([(e.id, labels.get(e.id), *judge_context_key(e.instance)) for e in self._examples.get(ask, [])]
+                    if ask.shots else [])
         response = item.generation.response if item.generation is not None else None
         optimized = [self._instructions.get(ask)] if ask.optimize is not None else []
         return stage_key(self.name, self.judge_id(), ask.name, prompt.version, examples, item.prompt, response,
                          cfg.temperature, self.max_new_tokens(prompt),
-                         *override_digest(prompt.templates, self.ctx.config.templates), *optimized)
+                         *override_digest(prompt.templates, self.ctx.config.templates), *optimized,
+                         *judge_context_key(item.instance))
 
     def max_new_tokens(self, prompt: VerdictPrompt) -> int:
         return self.ctx.config.verdict.max_new_tokens or prompt.max_new_tokens
@@ -239,7 +253,7 @@ class VerdictStage(Stage):
 
         def mistake(item_id: str, reply: str) -> Mistake:
             item = by_id[item_id]
-            return Mistake(item.instance, item.generation.response if item.generation else "", reply,
+            return Mistake(judge_view(item.instance), item.generation.response if item.generation else "", reply,
                            _label_word(prompt, train[item_id]))
 
         def rewrite(chat: list[dict[str, str]]) -> str | None:
@@ -273,7 +287,7 @@ class VerdictStage(Stage):
         ask: Ask = self._current
         prompt = ask.check()
         labels = self.ctx.labels or {}
-        examples = [Example(it.instance, it.generation.response if it.generation else "",
+        examples = [Example(judge_view(it.instance), it.generation.response if it.generation else "",
                             _label_word(prompt, labels.get(it.id))) for it in self._examples.get(ask, [])]
         texts = {name: template_text(name, self.ctx.config.templates) for name in prompt.templates}
         if ask.optimize is not None:
@@ -286,7 +300,8 @@ class VerdictStage(Stage):
             units: list[SpanLabel | None] = (
                 [None] if prompt.level == "response" else list(item.instance.units_of(prompt.level)))
             for unit in units:
-                chats.append(prompt.messages(item.instance, item.generation.response, examples, unit, texts))
+                chats.append(prompt.messages(judge_view(item.instance), item.generation.response, examples, unit,
+                                             texts))
                 owners.append(b)
         start = time.perf_counter()
         replies = self._ask(chats, self.max_new_tokens(prompt))

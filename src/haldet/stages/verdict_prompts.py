@@ -48,6 +48,23 @@ class VerdictPrompt:
 
 PROMPTS: dict[str, VerdictPrompt] = {}
 
+# `Instance.meta` key of the article as fitted to the judge's own window (`verdict.context_window`), set by a suite
+# that fits long contexts (TRIVIA+); absent, the judge reads `Instance.context` as the detectors' model does
+JUDGE_CONTEXT = "judge_context"
+
+
+def judge_view(instance: Instance) -> Instance:
+    """The item as the judge reads it: its context replaced by the judge's own fit when a suite made one."""
+    own = instance.meta.get(JUDGE_CONTEXT)
+    return instance if own is None else instance.model_copy(update={"context": own})
+
+
+def judge_context_key(instance: Instance) -> list[str]:
+    """The digest of the judge's own context for a verdict key ([] when the judge reads the detectors' context,
+    which the rendered prompt in the key already covers: those keys stay as they were)."""
+    own = instance.meta.get(JUDGE_CONTEXT)
+    return [] if own is None else [digest(["judge_context", own])]
+
 
 def register_prompt(prompt: VerdictPrompt) -> VerdictPrompt:
     PROMPTS[prompt.name] = prompt
