@@ -222,3 +222,33 @@ def test_minicheck_chunks_each_checkpoint_as_its_package_does() -> None:
     head = MiniCheck(checker="lytang/MiniCheck-RoBERTa-Large")
     assert (head.params["chunk_words"], head.params["max_length"]) == (400, 2048)
     assert MiniCheck(checker="llm:bespokelabs/Bespoke-MiniCheck-7B", chunk_words=6).params["chunk_words"] == 6
+
+
+def test_minicheck_prompt_override_changes_the_text_sent_and_the_identity(tmp_path: Path) -> None:
+    """`prompt` (inline or {path: FILE}) replaces the packaged question of an asked checker: the endpoint gets the
+    replaced text, and the detector's identity and the checker's id (the pair cache's key) change with it; the
+    default keeps the packaged question and the ids as they were; a template without its two fields, or a prompt
+    for a classifier head, is one clear error."""
+    from mock_openai import FakeOpenAI, text_content
+
+    claim = "Ada was born in 1815."
+    mine = "Source text:\n{premise}\n\nStatement: {hypothesis}\nIs the statement backed by the source? yes/no:"
+    file = tmp_path / "check.txt"
+    file.write_text(mine + "\n", encoding="utf-8")
+    with FakeOpenAI(content=text_content, default="ok:Yes") as srv:
+        plain = _endpoint(srv)
+        plain.score(_view(DOC, claim, [(0, len(claim))]))
+        assert srv.requests[-1]["messages"][-1]["content"].startswith("Decide whether the claim agrees")
+        assert plain.meta["checker"]["used"] == f"endpoint-support-v2:mc@{srv.base_url}"  # unchanged by default
+        for given in (mine, {"path": str(file)}):
+            custom = _endpoint(srv, prompt=given)
+            custom.score(_view(DOC, claim, [(0, len(claim))]))
+            assert srv.requests[-1]["messages"] == [{"role": "user", "content": mine.format(premise=DOC,
+                                                                                              hypothesis=claim)}]
+            assert custom.params["prompt"] == mine and custom.identity() != plain.identity()
+            assert custom.meta["checker"]["used"].startswith(f"endpoint-support-v2:mc@{srv.base_url}+prompt-")
+    with pytest.raises(HaldetError, match="fields") as exc:
+        MiniCheck(checker="openai:mc", base_url="http://127.0.0.1:1/v1", prompt="Document: {doc}\nClaim: {claim}")
+    assert exc.value.where == "detector_params.minicheck.prompt"
+    with pytest.raises(HaldetError, match="classifier head"):
+        MiniCheck(checker="lytang/MiniCheck-RoBERTa-Large", prompt=mine)
