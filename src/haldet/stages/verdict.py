@@ -20,8 +20,11 @@ Where a suite fitted a long article to the judge's own window (`verdict.context_
 that fit (`judge_view`), and its digest is in the key; otherwise the judge reads the context the detectors' model
 read, which the rendered prompt in the key already covers.
 
+A prompt of several turns (`VerdictPrompt.follow`, e.g. ANAH-v2's fact / reference / hallucination dialogue) goes
+on turn by turn; its record keeps every reply (`turns`), `reply` being the last, the one parsed.
+
 Record: {id, key, ask, judge, reply, label, reason, seconds}; at a unit level {id, key, ask, judge, units:
-[{reply, label, reason}], seconds}.
+[{reply, label, reason[, turns]}], seconds}.
 """
 
 from __future__ import annotations
@@ -293,7 +296,7 @@ class VerdictStage(Stage):
         if ask.optimize is not None:
             texts[prompt.instructions] = self._instructions[ask]
         chats: list[list[dict[str, str]]] = []
-        owners: list[int] = []  # batch index of each chat
+        owners: list[tuple[int, SpanLabel | None]] = []  # batch index and unit of each chat
         for b, item in enumerate(batch):
             if item.generation is None:
                 raise ValueError(f"verdict stage needs the answer of {item.id}")
@@ -302,21 +305,26 @@ class VerdictStage(Stage):
             for unit in units:
                 chats.append(prompt.messages(judge_view(item.instance), item.generation.response, examples, unit,
                                              texts))
-                owners.append(b)
+                owners.append((b, unit))
         start = time.perf_counter()
-        replies = self._ask(chats, self.max_new_tokens(prompt))
+        dialogues = self._converse(prompt, chats, [(judge_view(batch[b].instance),
+                                                    batch[b].generation.response if batch[b].generation else "", u)
+                                                   for b, u in owners], texts)
         per_item = (time.perf_counter() - start) / max(1, len(batch))
         verdicts: list[list[dict[str, Any]]] = [[] for _ in batch]
         billed: list[list[Reply[str]]] = [[] for _ in batch]
         failed: dict[int, str] = {}
-        for b, reply in zip(owners, replies, strict=True):
+        for (b, _), replies in zip(owners, dialogues, strict=True):
+            reply = replies[-1]
             if isinstance(reply, CallFailure):
                 failed[b] = f"{reply.error} (after {reply.attempts} attempts)"
                 continue
-            billed[b].append(reply)
+            said = [r for r in replies if not isinstance(r, CallFailure)]
+            billed[b] += said
             label, why = prompt.parse(reply.text)
             verdicts[b].append({"reply": reply.text, "label": label,
-                                "reason": "" if label is not None else why or "the reply states no verdict"})
+                                "reason": "" if label is not None else why or "the reply states no verdict",
+                                **({"turns": [r.text for r in said]} if len(said) > 1 else {})})
         out = []
         for b, item in enumerate(batch):
             if b in failed:  # no record: never a label, asked again on the next run
@@ -329,6 +337,28 @@ class VerdictStage(Stage):
                 rec.update(billing(billed[b]))
             out.append(rec)
         return out
+
+    def _converse(self, prompt: VerdictPrompt, chats: list[list[dict[str, str]]],
+                  asked: list[tuple[Any, str, SpanLabel | None]], texts: Mapping[str, str],
+                  ) -> list[list[Reply[str] | CallFailure]]:
+        """Each chat's replies: one, or, for a prompt with `follow`, one per turn until `follow` ends the dialogue
+        (the chats still open asked together each round); a failed call ends its dialogue (the last entry)."""
+        replies: list[list[Reply[str] | CallFailure]] = [[] for _ in chats]
+        open_ = list(range(len(chats)))
+        while open_:
+            got = self._ask([chats[i] for i in open_], self.max_new_tokens(prompt))
+            still = []
+            for i, reply in zip(open_, got, strict=True):
+                replies[i].append(reply)
+                if isinstance(reply, CallFailure) or prompt.follow is None or len(replies[i]) >= prompt.max_turns:
+                    continue
+                turn = prompt.follow(*asked[i], texts, [r.text for r in replies[i] if not isinstance(r, CallFailure)])
+                if turn is not None:
+                    chats[i] = [*chats[i], {"role": "assistant", "content": reply.text},
+                                {"role": "user", "content": turn}]
+                    still.append(i)
+            open_ = still
+        return replies
 
     def _ask(self, chats: list[list[dict[str, str]]], max_new_tokens: int, *, model: str | None = None,
              base_url: str | None = None) -> list[Reply[str] | CallFailure]:

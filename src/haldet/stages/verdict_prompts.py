@@ -31,7 +31,9 @@ class VerdictPrompt:
     unit asked about at a unit level, else None; `texts` the prompt's `templates` by name, as the run config's
     `templates:` gives them or packaged), `parse(reply)` returns (label, "") with a label of `labels`, or (None, why)
     when the reply states none; `scores` maps labels to a detector score (higher = more likely hallucinated). Bump
-    `version` when the packaged wording or parsing changes (it is in the key; replaced texts are keyed themselves)."""
+    `version` when the packaged wording or parsing changes (it is in the key; replaced texts are keyed themselves).
+    With `follow`, the chat goes on: each reply is appended as the assistant's turn and `follow`'s text as the next
+    user turn, until `follow` returns None (at most `max_turns` replies); every reply is recorded."""
 
     name: str
     version: str
@@ -44,6 +46,11 @@ class VerdictPrompt:
     templates: tuple[str, ...] = ()  # names in haldet.text.templates.PROMPT_TEMPLATES
     # the template of `templates` holding the instructions a prompt optimiser may rewrite ("" = not optimisable)
     instructions: str = ""
+    # a dialogue of several turns (as a model trained on one reads it, e.g. ANAH-v2's three): given the item, the
+    # answer, the unit, the texts and the replies so far, the next user turn, or None when the last reply is the
+    # one `parse` reads; None here = one turn
+    follow: Callable[[Instance, str, SpanLabel | None, Mapping[str, str], Sequence[str]], str | None] | None = None
+    max_turns: int = 4
 
 
 PROMPTS: dict[str, VerdictPrompt] = {}
