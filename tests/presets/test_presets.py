@@ -57,6 +57,9 @@ def test_presets_hold_the_papers_values() -> None:
     he = load_config(None, preset="halluentity")
     assert he.evaluation.evaluate_on == "all" and he.limit is None and he.tokens.top_k == 10
     assert he.detector_params["ccp"]["nli_model"] == "microsoft/deberta-base-mnli"
+    # Focus's IDF over 1M RedPajama documents, streamed from the hub (section 4)
+    assert (he.detector_params["focus"]["idf_corpus"], he.detector_params["focus"]["idf_documents"]) == (
+        "hf:togethercomputer/RedPajama-Data-1T-Sample", 1_000_000)
     vg = load_config(None, preset="verigray")
     assert vg.evaluation.evaluate_on == "all" and vg.verdict.temperature == 0.6
     params = vg.detector_params
