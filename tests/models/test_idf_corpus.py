@@ -131,7 +131,9 @@ def test_detectors_idf_command_writes_the_table(tmp_path: Path, tokenizer: str) 
     args = ["detectors", "idf", str(txt), str(jsonl), "--tokenizer", tokenizer, "--out", str(out)]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
-    assert "3 documents of files" in " ".join(result.output.split()) and read_table(out).df.tolist() == [0, 1, 2, 2, 1, 0]
-    refused = CliRunner().invoke(app, args)  # an existing table is never overwritten unasked
-    assert isinstance(refused.exception, HaldetError) and "exists" in str(refused.exception)  # `entry`: exit 2
+    assert "3 documents of files" in " ".join(result.output.split())
+    assert read_table(out).df.tolist() == [0, 1, 2, 2, 1, 0]
+    refused = CliRunner().invoke(app, args)
+    # an existing table is never overwritten unasked (`haldet.cli.entry` makes the error exit status 2)
+    assert isinstance(refused.exception, HaldetError) and "exists" in str(refused.exception)
     assert CliRunner().invoke(app, [*args, "--overwrite"]).exit_code == 0

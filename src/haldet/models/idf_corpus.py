@@ -159,7 +159,7 @@ def build_table(source: CorpusSource, tokenizer_name: str, out: Path, progress: 
         raise HaldetError(f"the IDF corpus {source.identity()['corpus']} gave no document", where="IDF corpus",
                           hint="check the files (empty lines are skipped) or the hub split and text field")
     meta = {"format": TABLE_FORMAT, "version": IDF_VERSION, **source.identity(), "tokenizer": tokenizer_name,
-            "vocab": int(len(df)), "documents": n}
+            "vocab": len(df), "documents": n}
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.stem}.tmp.npz")
     np.savez(tmp, df=df, meta=json.dumps(meta))

@@ -46,7 +46,7 @@ from haldet.backends.structured import (
 from haldet.config import digest, stage_key
 from haldet.endpoint_params import price_of
 from haldet.errors import HaldetError
-from haldet.schema import SpanLabel
+from haldet.schema import Instance, SpanLabel
 from haldet.signals import Signal
 from haldet.stages.base import STAGES, Item, Stage
 from haldet.stages.prompt_optimizer import TEMPLATES as OPTIMIZER_TEMPLATES
@@ -297,19 +297,18 @@ class VerdictStage(Stage):
             texts[prompt.instructions] = self._instructions[ask]
         chats: list[list[dict[str, str]]] = []
         owners: list[tuple[int, SpanLabel | None]] = []  # batch index and unit of each chat
+        asked: list[tuple[Instance, str, SpanLabel | None]] = []  # what each chat is about, as the judge reads it
         for b, item in enumerate(batch):
             if item.generation is None:
                 raise ValueError(f"verdict stage needs the answer of {item.id}")
             units: list[SpanLabel | None] = (
                 [None] if prompt.level == "response" else list(item.instance.units_of(prompt.level)))
             for unit in units:
-                chats.append(prompt.messages(judge_view(item.instance), item.generation.response, examples, unit,
-                                             texts))
+                asked.append((judge_view(item.instance), item.generation.response, unit))
+                chats.append(prompt.messages(*asked[-1][:2], examples, unit, texts))
                 owners.append((b, unit))
         start = time.perf_counter()
-        dialogues = self._converse(prompt, chats, [(judge_view(batch[b].instance),
-                                                    batch[b].generation.response if batch[b].generation else "", u)
-                                                   for b, u in owners], texts)
+        dialogues = self._converse(prompt, chats, asked, texts)
         per_item = (time.perf_counter() - start) / max(1, len(batch))
         verdicts: list[list[dict[str, Any]]] = [[] for _ in batch]
         billed: list[list[Reply[str]]] = [[] for _ in batch]
@@ -339,7 +338,7 @@ class VerdictStage(Stage):
         return out
 
     def _converse(self, prompt: VerdictPrompt, chats: list[list[dict[str, str]]],
-                  asked: list[tuple[Any, str, SpanLabel | None]], texts: Mapping[str, str],
+                  asked: list[tuple[Instance, str, SpanLabel | None]], texts: Mapping[str, str],
                   ) -> list[list[Reply[str] | CallFailure]]:
         """Each chat's replies: one, or, for a prompt with `follow`, one per turn until `follow` ends the dialogue
         (the chats still open asked together each round); a failed call ends its dialogue (the last entry)."""

@@ -25,12 +25,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from haldet.detectors.llm_judge import FAITHFULNESS
 from haldet.errors import HaldetError
 from haldet.evaluation.metrics import MetricValue
 from haldet.evaluation.thresholds import at_threshold
 from haldet.evaluation.units import UnitData, unit_metrics
 from haldet.schema import Category, Instance
-from haldet.detectors.llm_judge import FAITHFULNESS
 from haldet.stages.verdict_prompts import JUDGE_CONTEXT
 from haldet.suites.base import DATA, Suite, TableLayout, register
 from haldet.suites.triviaplus.analysis import (
