@@ -44,6 +44,7 @@ PROMPT_TEMPLATES = {
     "verigray_anah_facts": "verigray_anah_facts.j2",          # 1: does the sentence state checkable facts?
     "verigray_anah_reference": "verigray_anah_reference.j2",  # 2: the related information in the document
     "verigray_anah_verdict": "verigray_anah_verdict.j2",      # 3: the hallucination type given that information
+    "support_check": "support_check.txt",               # MiniCheck's Yes/No question (format: premise, hypothesis)
     "claims_extract": "claims_extract.txt",             # the claims stage: split an answer into atomic claims
     "claim_verify": "claim_verify.j2",                  # longform verifier labels: a claim vs retrieved passages
     "claim_p_true": "claim_p_true.j2",                  # claim-level P(True): is this claim of your answer true?

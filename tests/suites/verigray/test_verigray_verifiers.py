@@ -249,6 +249,16 @@ def test_minicheck_prompt_override_changes_the_text_sent_and_the_identity(tmp_pa
                                                                                               hypothesis=claim)}]
             assert custom.params["prompt"] == mine and custom.identity() != plain.identity()
             assert custom.meta["checker"]["used"].startswith(f"endpoint-support-v2:mc@{srv.base_url}+prompt-")
+    # the run config's `templates: {support_check: ...}` reaches the detector as its parameter (which wins)
+    from haldet.config import RunConfig
+    from haldet.flow.scoring import make_detector
+
+    config = RunConfig(detectors=["minicheck"], templates={"support_check": {"path": str(file)}},
+                       detector_params={"minicheck": {"checker": "openai:mc", "base_url": "http://127.0.0.1:1/v1"}})
+    assert make_detector("minicheck", config).params["prompt"] == mine
+    own = config.model_copy(update={"detector_params": {"minicheck": {
+        "checker": "openai:mc", "base_url": "http://127.0.0.1:1/v1", "prompt": "D {premise} C {hypothesis}"}}})
+    assert make_detector("minicheck", own).params["prompt"] == "D {premise} C {hypothesis}"
     with pytest.raises(HaldetError, match="fields") as exc:
         MiniCheck(checker="openai:mc", base_url="http://127.0.0.1:1/v1", prompt="Document: {doc}\nClaim: {claim}")
     assert exc.value.where == "detector_params.minicheck.prompt"

@@ -20,7 +20,8 @@ is the checkpoint's own (`chunk_words: auto`, `CHUNKS`): the MiniCheck package r
 the detector's parameters, so they key its scores. The causal-LM question is haldet's wording in the structure the
 7B checkpoint was trained to read (`haldet/templates/support_check.txt`, the documented default); the `prompt`
 parameter replaces it for an asked checker (text or {path: FILE}, a Python format string with the fields premise
-and hypothesis): the text is in the detector's parameters and the checker's id, so it keys the scores. Score =
+and hypothesis), as does a run config's `templates: {support_check: ...}` where the parameter is unset: the text is
+in the detector's parameters and the checker's id, so it keys the scores. Score =
 1 - P(supported), higher = less faithful; `decision_threshold` 0.5 is the checker's own binary verdict
 (unsupported = Unfaithful).
 """
@@ -106,6 +107,7 @@ class MiniCheck(Detector):
     auxiliary: ClassVar[dict[str, str]] = {"checker": "support"}
     levels: ClassVar[tuple[str, ...]] = ("response", "sentence", "claim", "span")
     decision_threshold: ClassVar[float] = 0.5  # P(supported) < 0.5: Unfaithful
+    prompt_templates: ClassVar[dict[str, str]] = {"support_check": "prompt"}  # `templates: {support_check: ...}`
     defaults: ClassVar[dict[str, Any]] = {"checker": "llm:bespokelabs/Bespoke-MiniCheck-7B", "fallback": None,
                                           "chunk_words": "auto", "batch_size": 8, "max_length": "auto",
                                           "device": "auto",
