@@ -53,7 +53,11 @@ def _corpus(tmp: Path) -> tuple[Path, Path]:
 def test_built_table_matches_the_hand_computed_idf(tmp_path: Path, tokenizer: str) -> None:
     txt, jsonl = _corpus(tmp_path)
     source = CorpusSource.parse([str(txt), str(jsonl)])
-    table = build_table(source, tokenizer, tmp_path / "t.npz")
+    bars: list[tuple[str, int]] = []
+    counted: list[int] = []
+    table = build_table(source, tokenizer, tmp_path / "t.npz",
+                        lambda what, total: bars.append((what, total)) or counted.append)
+    assert bars == [("IDF table: counting documents of files", 3)] and sum(counted) == 3  # the progress bar
     # df by hand: apple 1 (twice in one document), banana 2, cherry 2, date 1, elder 0, [UNK] 0; N = 3
     assert table.documents == 3 and table.df.tolist() == [0, 1, 2, 2, 1, 0]
     expected = [math.log(3 / (df + 1)) for df in (0, 1, 2, 2, 1, 0)]  # Focus: ln(N / (df + 1))

@@ -90,6 +90,17 @@ class CorpusSource:
                 **({"text_field": self.text_field} if any(p.suffix == ".jsonl" for p in self.files) else {}),
                 "limit": self.limit}
 
+    def expected(self) -> int:
+        """How many documents the progress bar counts to: the cap, or, for local files, their non-empty lines
+        (one quick pass); 0 (a one-line note) for a hub dataset without a cap."""
+        if self.hub is not None:
+            return self.limit or 0
+        lines = 0
+        for path in self.files:
+            with open(path, encoding="utf-8") as fh:
+                lines += sum(1 for line in fh if line.strip())
+        return lines if self.limit is None else min(lines, self.limit)
+
     def documents(self) -> Iterator[str]:
         """The documents in order, at most `limit` of them."""
         stream = self._hub() if self.hub is not None else self._files()
@@ -147,7 +158,7 @@ def build_table(source: CorpusSource, tokenizer_name: str, out: Path, progress: 
     if tokenizer is None:
         tokenizer = load_tokenizer(tokenizer_name)
     advance = (progress or (lambda description, total: lambda n: None))(
-        f"IDF table: counting documents of {source.identity()['corpus']}", source.limit or 0)
+        f"IDF table: counting documents of {source.identity()['corpus']}", source.expected())
 
     def tokenize(texts: list[str]) -> list[list[int]]:
         ids = tokenizer(texts, add_special_tokens=False).input_ids
