@@ -89,6 +89,11 @@ class VerdictConfig(Section):
     api_key_env: str = "OPENAI_API_KEY"
     temperature: float = Field(0.0, ge=0)
     max_new_tokens: int | None = Field(None, ge=1)  # reply budget; None = the prompt's own (reasoning first)
+    # the judge's own window, where a suite fits long articles (TRIVIA+): None = the judge reads the article as fitted
+    # for the detectors' model; else the article is fitted anew into this many `context_unit`s, less the reply
+    # budget, the question, the answer and the prompt's wording (CONTEXT_MARGIN)
+    context_window: int | None = Field(None, ge=256)
+    context_unit: Literal["tokens", "chars"] = "tokens"  # tokens: the run's model's tokenizer; chars: characters
     batch_size: int = Field(4, ge=1)             # local backend: prompts per generate call (long contexts)
     concurrency: int = Field(8, ge=1)            # endpoint: requests in flight at once
     retries: int = Field(4, ge=0)

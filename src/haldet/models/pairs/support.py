@@ -13,7 +13,10 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import string
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -40,6 +43,32 @@ SUPPORT_WORDS = ("support", "entail", "consistent", "faithful", "yes")
 # pair scored under an older wording is never reused.
 SUPPORT_PROMPT = packaged_template("support_check.txt").strip()
 SUPPORT_PROMPT_VERSION = "2"
+
+
+def support_prompt(text: str | None, where: str) -> str:
+    """The question a causal-LM checker is asked: `text` (a user's replacement, checked to be a Python format string
+    with exactly the fields premise and hypothesis), else the packaged `SUPPORT_PROMPT`."""
+    if text is None:
+        return SUPPORT_PROMPT
+    try:
+        fields = {name for _, name, _, _ in string.Formatter().parse(text) if name is not None}
+    except ValueError as exc:
+        raise HaldetError(f"the fact checker's prompt is not a valid template: {exc}", where=where,
+                          hint="write {premise} and {hypothesis} where the document and the claim go; double any "
+                               "other brace ({{ }})") from None
+    if fields != {"premise", "hypothesis"}:
+        raise HaldetError(f"the fact checker's prompt has the fields {sorted(fields)}", where=where,
+                          hint="it needs exactly {premise} (the document) and {hypothesis} (the claim); double any "
+                               "other brace ({{ }})")
+    return text.strip()
+
+
+def prompt_suffix(prompt: str) -> str:
+    """What a replaced prompt adds to a checker's id ("" for the packaged one, so its ids stay as they were): a
+    digest of the text, so pairs scored under another wording are never reused."""
+    if prompt == SUPPORT_PROMPT:
+        return ""
+    return "+prompt-" + hashlib.sha256(prompt.encode()).hexdigest()[:12]
 
 
 class HFSupport(PairModel):
@@ -87,6 +116,11 @@ class LLMSupport(LLMEntailment):
     prompt = SUPPORT_PROMPT
     id_prefix = f"llm-support-v{SUPPORT_PROMPT_VERSION}"
 
+    def __init__(self, name: str, *, prompt: str | None = None, **kw: Any) -> None:
+        super().__init__(name, **kw)
+        self.prompt = support_prompt(prompt, "detector_params (prompt)")
+        self.id += prompt_suffix(self.prompt)
+
     def compute(self, pairs: Sequence[Pair]) -> np.ndarray:
         return super().compute(pairs)[:, :1]
 
@@ -129,8 +163,9 @@ class EndpointSupport(PairModel):
 
     def __init__(self, name: str, *, base_url: str | None = None, api_key_env: str = "OPENAI_API_KEY",
                  timeout: float = 60.0, concurrency: int = 8, retries: int = 4, backoff: float = 1.0,
-                 top_logprobs: int = 5, batch_size: int = 8) -> None:
+                 top_logprobs: int = 5, batch_size: int = 8, prompt: str | None = None) -> None:
         super().__init__(name, batch_size=batch_size)
+        self.prompt = support_prompt(prompt, "detector_params (prompt)")
         option = "detector_params (checker, base_url)"
         self.settings = ClientSettings(model=name, base_url=base_url, api_key_env=api_key_env, timeout=timeout,
                                        concurrency=max(1, int(concurrency)), retries=max(0, int(retries)),
@@ -138,7 +173,8 @@ class EndpointSupport(PairModel):
                                        where=f"fact checker {name} at {base_url or OPENAI_BASE_URL}")
         api_key(name, base_url, api_key_env, option)  # no key for a remote API: one error now, before any pair
         self.top_logprobs = int(top_logprobs)
-        self.id = f"endpoint-support-v{SUPPORT_PROMPT_VERSION}:{name}@{base_url or OPENAI_BASE_URL}"
+        self.id = (f"endpoint-support-v{SUPPORT_PROMPT_VERSION}:{name}@{base_url or OPENAI_BASE_URL}"
+                   f"{prompt_suffix(self.prompt)}")
         self.pairs_per_call = max(self.batch_size, 8 * self.settings.concurrency)  # requests in flight per call
         self.usage = Usage()
         self._why: dict[str, str] = {}

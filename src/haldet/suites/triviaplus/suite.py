@@ -24,12 +24,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from haldet.detectors.llm_judge import FAITHFULNESS
+from haldet.errors import HaldetError
 from haldet.evaluation.metrics import MetricValue
 from haldet.evaluation.thresholds import at_threshold
 from haldet.evaluation.units import UnitData, unit_metrics
 from haldet.schema import Category, Instance
+from haldet.stages.verdict_prompts import JUDGE_CONTEXT
 from haldet.suites.base import DATA, Suite, TableLayout, register
 from haldet.suites.triviaplus.analysis import (
     RATE_TABLES,
@@ -72,6 +76,8 @@ if TYPE_CHECKING:  # annotations only: matplotlib loads when a report draws
 
 NOISY = (*(r for r in REGIME_COLUMNS if r != CLEAN), *VOTE_REGIMES)
 MARGIN_TOKENS = 512  # room left in the window beside the article: prompt template, question, answer, a judge's reply
+JUDGE_MARGIN = 256  # tokens of the judge's window kept for its prompt's wording (the judges' own window)
+CHARS_PER_TOKEN = 4  # a reply budget in tokens as characters, for a window counted in characters
 T4, T4_TEST, T3, T5, T6, T11, NOISE = ("Table 4", "Table 4 (tuned on test)", "Table 3 / A.7", "Table 5", "Table 6",
                                        "Table 11", "label noise")
 T12, T12_SPREAD = "Table 12", "Table 12 spread"
@@ -171,6 +177,7 @@ class TriviaPlusSuite(Suite):
         def count(text: str) -> int:
             return len(backend.encode_text(text))
 
+        judge = JudgeWindow.of(config, backend, count)
         out = []
         proxy = str(getattr(backend, "name", "") or "")  # Table 13: which generator's responses are the model's own
         instances = [i.model_copy(update={"meta": {**i.meta, PROXY: proxy}}) for i in instances]
@@ -185,6 +192,8 @@ class TriviaPlusSuite(Suite):
                                       f"{backend.window()}-token window")
                 out.append(inst.model_copy(update={"meta": meta}))
                 continue
+            if judge is not None:
+                meta.update(judge.fit(inst))
             fit = fit_context(inst.context, f"{inst.question} {inst.response or ''}", int(budget), count, policy)
             meta["long_context"] = fit.record()
             if fit.too_long:
@@ -266,6 +275,42 @@ class TriviaPlusSuite(Suite):
                                                          "share": d["share"], "n": d["n"]},
                                  ("n_items", "disagree", "share"))
         return rows
+
+
+@dataclass(frozen=True)
+class JudgeWindow:
+    """The LLM judges' own window (`verdict.context_window`, in `verdict.context_unit`): each article is fitted anew
+    from its full text, apart from the detectors' model's fit, by the `truncate` policy (a judge always gets the
+    most relevant passages, never a skip), less the reply budget, the question, the answer and `JUDGE_MARGIN` for
+    the prompt's wording. A local judge (no `verdict.model`) is the run's model: its window caps the setting."""
+
+    window: int
+    unit: str
+    reply: int  # the judge's reply budget, in the window's unit
+    count: Callable[[str], int]
+
+    @classmethod
+    def of(cls, config: Any, backend: Any, count_tokens: Callable[[str], int]) -> JudgeWindow | None:
+        cfg = config.verdict
+        if cfg.context_window is None:
+            return None
+        reply = cfg.max_new_tokens or FAITHFULNESS.max_new_tokens
+        if cfg.context_unit == "chars":
+            return cls(cfg.context_window, "chars", reply * CHARS_PER_TOKEN, len)
+        window = cfg.context_window if cfg.model is not None else min(cfg.context_window, backend.window())
+        return cls(window, "tokens", reply, count_tokens)
+
+    def fit(self, inst: Instance) -> dict[str, Any]:
+        """The `meta` entries of one item: the judge's context and the record of its fit."""
+        margin = JUDGE_MARGIN * (CHARS_PER_TOKEN if self.unit == "chars" else 1)
+        budget = self.window - self.reply - margin - self.count(f"{inst.question}\n{inst.response or ''}")
+        if budget <= 0:
+            raise HaldetError(f"the judge's {self.window}-{self.unit} window leaves no room for the article of "
+                              f"{inst.id} beside a {self.reply}-{self.unit} reply", where="verdict.context_window",
+                              hint="raise verdict.context_window or lower verdict.max_new_tokens")
+        fit = fit_context(inst.context, f"{inst.question} {inst.response or ''}", budget, self.count, "truncate")
+        return {JUDGE_CONTEXT: fit.text, "judge_long_context": {**fit.record(), "unit": self.unit,
+                                                                "window": self.window}}
 
 
 def rouge_table(binned: Any, items: dict[str, Instance], detectors: list[DetectorScores]) -> list[dict[str, Any]]:

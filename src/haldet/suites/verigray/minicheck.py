@@ -18,7 +18,10 @@ is the checkpoint's own (`chunk_words: auto`, `CHUNKS`): the MiniCheck package r
 (Bespoke-MiniCheck-7B) in chunks of about 32K tokens, here 24,000 words (0.75 words per token) with
 `max_length: auto` = 32,768 tokens, and its classifier heads in chunks of about 400 words; the resolved values are
 the detector's parameters, so they key its scores. The causal-LM question is haldet's wording in the structure the
-7B checkpoint was trained to read (`haldet/templates/support_check.txt`). Score =
+7B checkpoint was trained to read (`haldet/templates/support_check.txt`, the documented default); the `prompt`
+parameter replaces it for an asked checker (text or {path: FILE}, a Python format string with the fields premise
+and hypothesis), as does a run config's `templates: {support_check: ...}` where the parameter is unset: the text is
+in the detector's parameters and the checker's id, so it keys the scores. Score =
 1 - P(supported), higher = less faithful; `decision_threshold` 0.5 is the checker's own binary verdict
 (unsupported = Unfaithful).
 """
@@ -26,6 +29,7 @@ the detector's parameters, so they key its scores. The causal-LM question is hal
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
@@ -33,7 +37,8 @@ import numpy as np
 from haldet.detectors._consistency import cache_for, pair_model
 from haldet.detectors.base import Detector, Scores, register
 from haldet.detectors.unit import UnitScores
-from haldet.models.pairs.support import ENDPOINT_PREFIX, ENDPOINT_SETTINGS
+from haldet.errors import HaldetError
+from haldet.models.pairs.support import ENDPOINT_PREFIX, ENDPOINT_SETTINGS, support_prompt
 from haldet.signals import Signal, SignalView
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
@@ -70,6 +75,26 @@ def chunks(document: str, words: int) -> list[str]:
     return pieces or [document.strip()]
 
 
+def checker_prompt(value: Any, checker: str) -> str:
+    """A user's question for an asked checker (`prompt`: the text, or {path: FILE}), read and checked (fields
+    premise and hypothesis); an error for a classifier-head checker, which is asked no question."""
+    where = "detector_params.minicheck.prompt"
+    if not checker.startswith(("llm:", ENDPOINT_PREFIX)):
+        raise HaldetError(f"checker {checker!r} is a classifier head: it reads the (document, claim) pair, not a "
+                          "prompt", where=where, hint="drop prompt, or use an llm: or openai: checker")
+    if isinstance(value, dict) and set(value) == {"path"}:
+        path = Path(str(value["path"])).expanduser()
+        try:
+            value = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise HaldetError(f"cannot read the fact checker's prompt {path}: {exc.strerror}", where=where,
+                              hint="give a readable file, or the text inline") from None
+    if not isinstance(value, str):
+        raise HaldetError(f"prompt must be text or {{path: FILE}}, not {value!r}", where=where,
+                          hint="e.g. prompt: {path: my_check.txt}")
+    return support_prompt(value, where)
+
+
 @register("minicheck")
 class MiniCheck(Detector):
     """MiniCheck-style document -> sentence support; see the module docstring."""
@@ -82,12 +107,16 @@ class MiniCheck(Detector):
     auxiliary: ClassVar[dict[str, str]] = {"checker": "support"}
     levels: ClassVar[tuple[str, ...]] = ("response", "sentence", "claim", "span")
     decision_threshold: ClassVar[float] = 0.5  # P(supported) < 0.5: Unfaithful
+    prompt_templates: ClassVar[dict[str, str]] = {"support_check": "prompt"}  # `templates: {support_check: ...}`
     defaults: ClassVar[dict[str, Any]] = {"checker": "llm:bespokelabs/Bespoke-MiniCheck-7B", "fallback": None,
                                           "chunk_words": "auto", "batch_size": 8, "max_length": "auto",
                                           "device": "auto",
                                           # an `openai:<model>` checker's endpoint (vLLM serving the checker, ...)
                                           "base_url": None, "api_key_env": "OPENAI_API_KEY", "timeout": 60.0,
-                                          "concurrency": 8, "retries": 4, "backoff": 1.0, "top_logprobs": 5}
+                                          "concurrency": 8, "retries": 4, "backoff": 1.0, "top_logprobs": 5,
+                                          # an asked checker's question (llm: / openai:): null = the packaged
+                                          # support_check (the 7B checkpoint's format); text, or {path: FILE}
+                                          "prompt": None}
 
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)
@@ -96,6 +125,8 @@ class MiniCheck(Detector):
             self.params["chunk_words"] = words
         if self.params["max_length"] == "auto":
             self.params["max_length"] = length
+        if self.params["prompt"] is not None:  # the text itself in the parameters: it keys the scores
+            self.params["prompt"] = checker_prompt(self.params["prompt"], str(self.params["checker"]))
 
     def score(self, items: SignalView) -> Scores:
         values, reasons = self._check(items, [[r] for r in items.get(Signal.RESPONSE)])
@@ -124,9 +155,10 @@ class MiniCheck(Detector):
         if wanted:
             checker = str(self.params["checker"])
             endpoint = checker.startswith(ENDPOINT_PREFIX)
+            asked = {"prompt": self.params["prompt"]} if self.params["prompt"] is not None else {}
             model = pair_model(self, "support", "checker", batch_size=self.params["batch_size"],
                                max_length=self.params["max_length"],
-                               **({k: self.params[k] for k in ENDPOINT_SETTINGS} if endpoint else {}))
+                               **({k: self.params[k] for k in ENDPOINT_SETTINGS} if endpoint else {}), **asked)
             usage = getattr(model, "usage", None)
             calls_before = usage.calls if usage is not None else 0
             pairs = [p for _, _, ps in wanted for p in ps]
