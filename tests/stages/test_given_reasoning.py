@@ -30,7 +30,8 @@ RESPONSES = {"think": THOUGHT, "plain": "canberra .", "cut": "<think> the capita
 def test_split_given_keeps_every_character_apart() -> None:
     think = Markers("<think>", "</think>")
     cut = split_given(" <think> hmm, sydney? </think>\n\nCanberra. ", think)
-    assert (cut.before, cut.trace, cut.between, cut.answer) == (" <think>", " hmm, sydney? ", "</think>\n\n", "Canberra.")
+    parts = (cut.before, cut.trace, cut.between, cut.answer)
+    assert parts == (" <think>", " hmm, sydney? ", "</think>\n\n", "Canberra.")
     assert cut.reasoning == "hmm, sydney?" and cut.no_answer is None
     assert split_given("Canberra.", think) is None
     # a template that opened the block in the prompt: the response starts inside it

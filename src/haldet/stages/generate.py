@@ -211,7 +211,7 @@ class GenerateStage(Stage):
                                      {i.id: encoded[i.id][1] for i in runnable}, request,
                                      prefixes=prefixes) if runnable else ({}, {})
         for item_id in cut:
-            info = {"policy": "skipped", "reason": parts[item_id].no_answer}
+            info: dict[str, Any] = {"policy": "skipped", "reason": parts[item_id].no_answer}
             outs[item_id] = TokenOutput(key=item_id, window=info)
             if found:
                 found[item_id] = ForwardOutput(key=item_id, n_tokens=0, window=info)
