@@ -58,8 +58,10 @@ def _view(with_reasoning: bool = True) -> SignalView:
                      finish_reason="stop", n_tokens=0, model="m",
                      reasoning=f"{STEP1} {STEP2}" if with_reasoning else None)
     samples = SampleTexts(["Paris", "Lyon"], ["Paris is the capital.", "Lyon is the capital."])
+    values = {Signal.SAMPLES: samples, Signal.RESPONSE: "Paris",
+              Signal.TRACE_ANSWER_ENTROPIES: np.array([0.4, 1.0])}  # the sampled answers read after the trace
     return SignalView(ids=[inst.id], instances=[inst], generations=[gen],
-                      loader=lambda signal, ids: [samples] if signal is Signal.SAMPLES else ["Paris"])
+                      loader=lambda signal, ids: [values[signal]])
 
 
 @pytest.fixture
@@ -74,13 +76,21 @@ def test_race_by_hand(fake_pairs: None) -> None:
     s_ca = np.mean([0.1 / 0.8, 0.6 / 0.7])                       # sampled answers against the primary trace
     s_aa = math.log(2)  # "Paris" (primary and a sample: one distinct text) and "Lyon", cosine 0.3: two clusters
     assert s_cc == pytest.approx(0.475) and s_ca == pytest.approx(0.4910714, abs=1e-6)
-    got = {v: DETECTORS.get("race")(variant=v).score(_view()).values[0] for v in ("race", "cc", "aa", "ca")}
+    got = {v: DETECTORS.get("race")(variant=v, alignment="nli").score(_view()).values[0]
+           for v in ("race", "cc", "aa", "ca")}
     assert got["cc"] == pytest.approx(s_cc) and got["ca"] == pytest.approx(s_ca) and got["aa"] == pytest.approx(s_aa)
     assert got["race"] == pytest.approx(s_cc + s_aa + s_ca) == pytest.approx(1.6592186, abs=1e-6)
+    # alignment: entropy (the default): S_CA = the mean over samples of each sampled answer's mean token entropy
+    # after the primary trace (the target model as the paper's proxy)
+    race = DETECTORS.get("race")()
+    assert Signal.TRACE_ANSWER_ENTROPIES in race.signals()
+    assert Signal.TRACE_ANSWER_ENTROPIES not in DETECTORS.get("race")(variant="cc").signals()
+    assert DETECTORS.get("race")(variant="ca").score(_view()).values[0] == pytest.approx(0.7)
+    assert race.score(_view()).values[0] == pytest.approx(s_cc + s_aa + 0.7)
 
 
 def test_race_needs_a_trace_and_refuses_other_views(fake_pairs: None) -> None:
-    scores = DETECTORS.get("race")().score(_view(with_reasoning=False))
+    scores = DETECTORS.get("race")(alignment="nli").score(_view(with_reasoning=False))
     assert np.isnan(scores.values[0]) and scores.reasons[0] == NO_TRACE
     assert DETECTORS.get("race")(variant="aa").score(_view(with_reasoning=False)).values[0] == pytest.approx(
         math.log(2))  # the answers alone need no trace

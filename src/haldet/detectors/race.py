@@ -20,11 +20,13 @@ What haldet does differently, each a named setting recorded in the identity:
   extractor drops, so with the trace's own sentences it is 0 by construction and left out of the sum.
 - `weights: uniform`. The paper weights the steps by the attention a proxy LLM's answer tokens pay them; haldet
   uses the public code's fallback without that model, w_j = 1 / m.
-- `alignment: nli`. The paper's S_CA is the mean token entropy of each sampled answer forced after the primary
-  steps ("Thought: ... Answer:") through the proxy LLM; haldet reads the same relation with the NLI model the run
-  already uses, S_CA = mean_k P(c) / (P(c) + P(e)) of the sampled answer k (hypothesis) against the primary steps
-  joined by newlines (premise), so no proxy model is loaded. It is not the paper's measure: a study that reports RACE
-  numbers beside the paper's must say so.
+- `alignment`. The paper's S_CA is the mean token entropy of each sampled answer forced after the primary steps
+  ("Thought: ... Answer:") through a proxy LLM, averaged over the samples. `entropy` (the default) does that with the
+  target model itself as the proxy, reading each sampled answer after the prompt and the primary output's own
+  reasoning (TRACE_ANSWER_ENTROPIES, the `trace_answer` stage: one teacher-forced pass per sample); `nli` reads the
+  relation with the NLI model instead, S_CA = mean_k P(c) / (P(c) + P(e)) of sampled answer k (hypothesis) against the
+  primary steps joined by newlines (premise), for black-box targets (no token pass). Neither is the paper's proxy
+  model: a study that puts RACE numbers beside the paper's must say which ran.
 - The cosine of S_AA comes from the similarity pair model (`embedder`, default MiniLM, the encoder the paper names),
   clipped to [0, 1] as every haldet similarity is.
 NLI pairs and embeddings go through the run's pair cache, shared with every other detector that asks the same pairs.
@@ -86,7 +88,9 @@ class RACE(Detector):
     peers = ()
 
     version = "1"
-    requires = frozenset({Signal.RESPONSE, Signal.SAMPLES})
+    # the default reads the sampled answers' entropies after the primary trace (gray box); `signals` drops them where
+    # they are not read (`alignment: nli`, the `cc` and `aa` variants: black box)
+    requires = frozenset({Signal.RESPONSE, Signal.SAMPLES, Signal.TRACE_ANSWER_ENTROPIES})
     auxiliary: ClassVar[dict[str, str]] = {"nli_model": "nli", "embedder": "similarity", "sentences": "splitter"}
     variants: ClassVar[dict[str, str]] = {
         "race": "S_CC + S_AA + S_CA: reasoning consistency, answer SINdex and reasoning-answer alignment (RACE)",
@@ -95,12 +99,12 @@ class RACE(Detector):
         "ca": "S_CA alone: the sampled answers against the primary trace (NLI)",
     }
     defaults: ClassVar[dict[str, Any]] = {
-        "variant": "race", "steps": "sentences", "weights": "uniform", "alignment": "nli", "threshold": 0.9,
+        "variant": "race", "steps": "sentences", "weights": "uniform", "alignment": "entropy", "threshold": 0.9,
         "nli_model": "roberta-large-mnli", "fallback": "llm:smollm2-135m", "embedder": "minilm",
         "batch_size": 16, "max_length": 512, "device": "auto",
     }
     CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {"steps": ("sentences",), "weights": ("uniform",),
-                                                      "alignment": ("nli",)}
+                                                      "alignment": ("entropy", "nli")}
 
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)
@@ -113,6 +117,12 @@ class RACE(Detector):
                                  f"alternative needs a model haldet does not run for it), not {self.params[name]!r}")
         if not 0.0 < float(self.params["threshold"]) <= 1.0:
             raise ValueError(f"detector 'race': threshold must be in (0, 1], not {self.params['threshold']!r}")
+
+    def signals(self) -> frozenset[Signal]:
+        """The sampled answers' entropies after the primary trace too, when S_CA is read that way."""
+        if self.params["alignment"] == "entropy" and self.params["variant"] in ("race", "ca"):
+            return self.requires
+        return self.requires - {Signal.TRACE_ANSWER_ENTROPIES}
 
     def score(self, items: SignalView) -> Scores:
         out = Scores.empty(len(items))
@@ -140,6 +150,8 @@ class RACE(Detector):
         premises = iter(["\n".join(s) or t for s, t in zip(split_many(flat), flat, strict=True)])
         self.meta["sentence_splitter"] = splitter_id()
         parts = {"cc": variant in ("race", "cc"), "aa": variant in ("race", "aa"), "ca": variant in ("race", "ca")}
+        entropy = parts["ca"] and self.params["alignment"] == "entropy"
+        aligned = items.get(Signal.TRACE_ANSWER_ENTROPIES) if entropy else [None] * len(items)
         nli_pairs: list[tuple[str, str]] = []
         sim_pairs: list[tuple[str, str]] = []
         texts: list[list[str]] = []
@@ -147,7 +159,7 @@ class RACE(Detector):
             joined = [next(premises) for _ in traces]
             if parts["cc"]:
                 nli_pairs += [(premise, step) for step in own for premise in joined]
-            if parts["ca"] and own:
+            if parts["ca"] and own and not entropy:
                 nli_pairs += [("\n".join(own), a) for a in answers]
             distinct = sorted({f"{question} [SEP] {a}" for a in [answer, *answers]})
             texts.append(distinct)
@@ -166,7 +178,13 @@ class RACE(Detector):
                 else:  # w_j = 1 / m: the mean over steps of the mean over sampled traces
                     total += float(contradiction_ratio(nli[at_nli : at_nli + n]).reshape(len(own), -1).mean())
                 at_nli += n
-            if parts["ca"]:
+            if entropy:
+                values = np.asarray(aligned[row] if aligned[row] is not None else [], dtype=np.float64)
+                if np.isfinite(values).any():
+                    total += float(np.nanmean(values))
+                else:
+                    why = "no sampled answer was read after the trace (TRACE_ANSWER_ENTROPIES missing)"
+            elif parts["ca"]:
                 if own:
                     total += float(contradiction_ratio(nli[at_nli : at_nli + len(answers)]).mean())
                     at_nli += len(answers)

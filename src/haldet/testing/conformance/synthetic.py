@@ -177,6 +177,19 @@ def _samples(rng: np.random.Generator, y: np.ndarray) -> list[Any]:
     return out
 
 
+@signal_maker(Signal.TRACE_ANSWER_ENTROPIES)
+def _trace_answer_entropies(rng: np.random.Generator, y: np.ndarray) -> list[Any]:
+    # the sampled answers read after the primary trace: more uncertain for hallucinated items; one sample without
+    # an answer (NaN) now and then
+    out = []
+    for v in y:
+        e = rng.gamma(1.0 + 2 * v, 0.5, size=K)
+        if rng.random() < 0.2:
+            e[int(rng.integers(K))] = np.nan
+        out.append(e)
+    return out
+
+
 @signal_maker(Signal.SAMPLE_LOGLIKS)
 def _sample_logliks(rng: np.random.Generator, y: np.ndarray) -> list[Any]:
     out = []
