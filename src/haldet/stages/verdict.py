@@ -44,7 +44,7 @@ from haldet.backends.structured import (
     billing,
 )
 from haldet.config import digest, stage_key
-from haldet.endpoint_params import price_of
+from haldet.endpoint_params import price_of, reply_budget
 from haldet.errors import HaldetError
 from haldet.schema import Instance, SpanLabel
 from haldet.signals import Signal
@@ -106,7 +106,11 @@ class VerdictStage(Stage):
                          *judge_context_key(item.instance))
 
     def max_new_tokens(self, prompt: VerdictPrompt) -> int:
-        return self.ctx.config.verdict.max_new_tokens or prompt.max_new_tokens
+        """`verdict.max_new_tokens`, else the prompt's own budget, raised to `REASONING_REPLY_BUDGET` when the model
+        that answers reasons (an endpoint whose `verdict.params` declare it, the run's own model when it thinks)."""
+        cfg = self.ctx.config.verdict
+        reasons = cfg.params.reasons() if cfg.model is not None else self.ctx.backend.thinks()
+        return reply_budget(cfg.max_new_tokens, prompt.max_new_tokens, reasons=reasons)
 
     def key(self, item: Item) -> str:
         return digest([self.ask_key(ask, item) for ask in self.asks])
@@ -260,7 +264,10 @@ class VerdictStage(Stage):
                            _label_word(prompt, train[item_id]))
 
         def rewrite(chat: list[dict[str, str]]) -> str | None:
-            reply = self._ask([chat], opt.max_new_tokens, model=opt.model, base_url=opt.base_url)[0]
+            cfg = self.ctx.config.verdict  # the optimiser: an endpoint under verdict.params, or the judge itself
+            reasons = cfg.params.reasons() if opt.model or cfg.model else self.ctx.backend.thinks()
+            budget = reply_budget(None, opt.max_new_tokens, reasons=reasons)
+            reply = self._ask([chat], budget, model=opt.model, base_url=opt.base_url)[0]
             return None if isinstance(reply, CallFailure) else reply.text
 
         advance = self.ctx.progress(f"verdict: optimising the {ask.prompt} prompt [{self.ctx.dataset} | "

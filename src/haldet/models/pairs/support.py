@@ -7,13 +7,16 @@
 - `EndpointSupport` (`openai:<model>` with a `base_url`): the same question asked of a checker served behind an
   OpenAI-compatible endpoint, read from the first generated token's top log-probs. It may abstain
   (`PairModel.abstains`): a pair without a usable answer is NaN with `why(pair)`, never stored, so it is asked
-  again next time.
+  again next time. Its requests carry what its `params` declare (`haldet.endpoint_params.EndpointParams`, as every
+  role that asks an endpoint): a declaration is part of its id, so of the pair cache's and the detector's keys, and
+  a parameter the server refuses stops the scoring with one message naming the setting to change.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import string
 from collections.abc import Sequence
 from typing import Any
@@ -31,6 +34,7 @@ from haldet.backends.openai_client import (
     run_coroutine,
 )
 from haldet.backends.structured import ClientSettings
+from haldet.endpoint_params import EndpointParams
 from haldet.errors import HaldetError
 from haldet.models.pairs.base import Pair, PairModel, keep_value, pair_id, sequence_classifier, unanswered
 from haldet.models.pairs.entailment import LLMEntailment
@@ -127,7 +131,21 @@ class LLMSupport(LLMEntailment):
 
 ENDPOINT_PREFIX = "openai:"
 # detector parameters that reach an `openai:` checker (the names of the endpoint settings elsewhere in haldet)
-ENDPOINT_SETTINGS = ("base_url", "api_key_env", "timeout", "concurrency", "retries", "backoff", "top_logprobs")
+ENDPOINT_SETTINGS = ("base_url", "api_key_env", "timeout", "concurrency", "retries", "backoff", "top_logprobs",
+                     "params", "section")
+
+
+def checker_params(declared: Any, where: str) -> EndpointParams:
+    """A checker's declared request parameters (a mapping, or None for the defaults), validated with the setting
+    named on a mistake."""
+    if isinstance(declared, EndpointParams):
+        return declared
+    try:
+        return EndpointParams.model_validate(dict(declared or {}))
+    except (TypeError, ValueError) as exc:
+        raise HaldetError(f"bad request parameters for the fact checker: {exc}", where=where,
+                          hint="set temperature, top_p (true/false), max_tokens_field (max_tokens or "
+                               "max_completion_tokens), reasoning_effort, reasoning") from None
 
 
 def yes_no_support(top: dict[str, float] | None) -> tuple[float | None, str]:
@@ -163,18 +181,23 @@ class EndpointSupport(PairModel):
 
     def __init__(self, name: str, *, base_url: str | None = None, api_key_env: str = "OPENAI_API_KEY",
                  timeout: float = 60.0, concurrency: int = 8, retries: int = 4, backoff: float = 1.0,
-                 top_logprobs: int = 5, batch_size: int = 8, prompt: str | None = None) -> None:
+                 top_logprobs: int = 5, batch_size: int = 8, prompt: str | None = None, params: Any = None,
+                 section: str = "detector_params (checker)") -> None:
         super().__init__(name, batch_size=batch_size)
         self.prompt = support_prompt(prompt, "detector_params (prompt)")
         option = "detector_params (checker, base_url)"
+        declared = checker_params(params, f"{section}.params")
         self.settings = ClientSettings(model=name, base_url=base_url, api_key_env=api_key_env, timeout=timeout,
                                        concurrency=max(1, int(concurrency)), retries=max(0, int(retries)),
                                        backoff=backoff, max_tokens=1, temperature=0.0, option=option,
-                                       where=f"fact checker {name} at {base_url or OPENAI_BASE_URL}")
+                                       where=f"fact checker {name} at {base_url or OPENAI_BASE_URL}",
+                                       params=declared, section=section)
         api_key(name, base_url, api_key_env, option)  # no key for a remote API: one error now, before any pair
         self.top_logprobs = int(top_logprobs)
+        shaped = declared.identity()  # declared request parameters change replies: in the id (pair cache, keys)
         self.id = (f"endpoint-support-v{SUPPORT_PROMPT_VERSION}:{name}@{base_url or OPENAI_BASE_URL}"
-                   f"{prompt_suffix(self.prompt)}")
+                   f"{prompt_suffix(self.prompt)}"
+                   + (f"|params={json.dumps(shaped, sort_keys=True)}" if shaped else ""))
         self.pairs_per_call = max(self.batch_size, 8 * self.settings.concurrency)  # requests in flight per call
         self.usage = Usage()
         self._why: dict[str, str] = {}
@@ -202,7 +225,9 @@ class EndpointSupport(PairModel):
         """Each pair's reply, or its `CallFailed`, with at most `concurrency` requests in flight."""
         s = self.settings
         client = OpenAIEndpoint(s.model, base_url=s.base_url, api_key_env=s.api_key_env, timeout=s.timeout,
-                                breaker_after=s.breaker_after, where=s.where, option=s.option)
+                                breaker_after=s.breaker_after, where=s.where, option=s.option, section=s.section)
+        # the one token read, at temperature 0, shaped as `params` declare (a refused parameter: one HaldetError)
+        shaped = s.params.build(temperature=0.0, top_p=None, max_tokens=1)
         limit = asyncio.Semaphore(s.concurrency)
 
         async def one(premise: str, hypothesis: str) -> ChatReply | CallFailed:
@@ -210,8 +235,7 @@ class EndpointSupport(PairModel):
             async with limit:
                 try:
                     return await client.call(messages, attempts=s.retries + 1, backoff=s.backoff, usage=self.usage,
-                                             temperature=0.0, max_tokens=1, logprobs=True,
-                                             top_logprobs=self.top_logprobs)
+                                             logprobs=True, top_logprobs=self.top_logprobs, **shaped)
                 except CallFailed as exc:
                     return exc
 

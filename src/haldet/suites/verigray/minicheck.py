@@ -5,8 +5,9 @@ The checker is an auxiliary model of kind "support" (`haldet.models.pairs`): a s
 (MiniCheck's roberta/deberta heads; hub id or local path); with `llm:<model>`, a causal LM asked Yes/No
 (Bespoke-MiniCheck-7B; hub id, local path or an embedded alias); or with `openai:<model>`, the same question asked
 of a checker served behind an OpenAI-compatible endpoint (`base_url`, `api_key_env`, `timeout`, `concurrency`,
-`retries`, `backoff`: the endpoint settings' names elsewhere), read from the first generated token's
-`top_logprobs` alternatives. Its identity (requested, loaded, fingerprint; an endpoint's model name and base URL)
+`retries`, `backoff`: the endpoint settings' names elsewhere; `params`: its request parameters as every role
+declares them, `haldet.endpoint_params`), read from the first generated token's `top_logprobs` alternatives.
+Its identity (requested, loaded, fingerprint; an endpoint's model name and base URL)
 keys the scores and lands in the manifest; a checker that cannot be loaded, or an endpoint that does not answer,
 is an error naming it (or, only when the `fallback` parameter names one, a local checker that cannot be loaded
 gives way to the recorded substitute). An endpoint reply without log-probs, or without Yes or No among the first
@@ -38,7 +39,7 @@ from haldet.detectors._consistency import cache_for, pair_model
 from haldet.detectors.base import Detector, Scores, register
 from haldet.detectors.unit import UnitScores
 from haldet.errors import HaldetError
-from haldet.models.pairs.support import ENDPOINT_PREFIX, ENDPOINT_SETTINGS, support_prompt
+from haldet.models.pairs.support import ENDPOINT_PREFIX, ENDPOINT_SETTINGS, checker_params, support_prompt
 from haldet.signals import Signal, SignalView
 
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
@@ -116,7 +117,10 @@ class MiniCheck(Detector):
                                           "concurrency": 8, "retries": 4, "backoff": 1.0, "top_logprobs": 5,
                                           # an asked checker's question (llm: / openai:): null = the packaged
                                           # support_check (the 7B checkpoint's format); text, or {path: FILE}
-                                          "prompt": None}
+                                          "prompt": None,
+                                          # its request parameters (temperature, max_tokens_field, ...; None: the
+                                          # defaults, left out of the identity so earlier keys stay)
+                                          "params": None}
 
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)
@@ -127,6 +131,23 @@ class MiniCheck(Detector):
             self.params["max_length"] = length
         if self.params["prompt"] is not None:  # the text itself in the parameters: it keys the scores
             self.params["prompt"] = checker_prompt(self.params["prompt"], str(self.params["checker"]))
+        # validated now (a mistake named before any pair); the declaration as set, or None for the defaults
+        declared = checker_params(self.params["params"], f"detector_params.{self.name}.params").identity()
+        self.params["params"] = declared
+
+    def identity(self) -> dict[str, Any]:
+        out = super().identity()
+        if out["params"].get("params") is None:  # no declaration: the identity it had before `params` existed
+            out["params"] = {k: v for k, v in out["params"].items() if k != "params"}
+        return out
+
+    def _endpoint_settings(self) -> dict[str, Any]:
+        """What an `openai:` checker is given: the endpoint settings, its declared parameters (hashable: the loaded
+        checker is shared by its settings) and the section a refused parameter's hint names."""
+        out = {k: self.params[k] for k in ENDPOINT_SETTINGS if k in self.params and k != "params"}
+        declared = self.params["params"]
+        return {**out, "params": tuple(sorted(declared.items())) if declared else None,
+                "section": f"detector_params.{self.name}"}
 
     def score(self, items: SignalView) -> Scores:
         values, reasons = self._check(items, [[r] for r in items.get(Signal.RESPONSE)])
@@ -158,7 +179,7 @@ class MiniCheck(Detector):
             asked = {"prompt": self.params["prompt"]} if self.params["prompt"] is not None else {}
             model = pair_model(self, "support", "checker", batch_size=self.params["batch_size"],
                                max_length=self.params["max_length"],
-                               **({k: self.params[k] for k in ENDPOINT_SETTINGS} if endpoint else {}), **asked)
+                               **(self._endpoint_settings() if endpoint else {}), **asked)
             usage = getattr(model, "usage", None)
             calls_before = usage.calls if usage is not None else 0
             pairs = [p for _, _, ps in wanted for p in ps]
