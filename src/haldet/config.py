@@ -14,7 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from haldet.defaults import DEFAULT_DETECTORS
-from haldet.endpoint_params import EndpointParams, fill_prices
+from haldet.endpoint_params import EndpointParams, fill_prices, reply_budget
 
 
 class Section(BaseModel):
@@ -89,12 +89,21 @@ class VerdictConfig(Section):
     api_key_env: str = "OPENAI_API_KEY"
     temperature: float = Field(0.0, ge=0)
     max_new_tokens: int | None = Field(None, ge=1)  # reply budget; None = the prompt's own (reasoning first)
+    # the judge's own window, where a suite fits long articles (TRIVIA+): None = the judge reads the article as fitted
+    # for the detectors' model; else the article is fitted anew into this many `context_unit`s, less the reply
+    # budget, the question, the answer and the prompt's wording (CONTEXT_MARGIN)
+    context_window: int | None = Field(None, ge=256)
+    context_unit: Literal["tokens", "chars"] = "tokens"  # tokens: the run's model's tokenizer; chars: characters
     batch_size: int = Field(4, ge=1)             # local backend: prompts per generate call (long contexts)
     concurrency: int = Field(8, ge=1)            # endpoint: requests in flight at once
     retries: int = Field(4, ge=0)
     backoff: float = Field(1.0, ge=0)
     timeout: float = Field(60.0, gt=0)
     params: EndpointParams = Field(default_factory=EndpointParams)  # request parameters by model (also the optimiser)
+
+
+CLAIMS_REPLY_BUDGET = 512  # the claim extractor's default reply budget (a model that does not reason)
+JUDGE_REPLY_BUDGET = 256  # the LLM judge's default reply budget (a judge that does not reason)
 
 
 class ClaimsConfig(Section):
@@ -106,7 +115,7 @@ class ClaimsConfig(Section):
     model: str | None = None                     # endpoint model name; None = the run's model (local backend)
     base_url: str | None = None
     api_key_env: str = "OPENAI_API_KEY"
-    max_new_tokens: int = Field(512, ge=16)
+    max_new_tokens: int | None = Field(None, ge=16)  # reply budget; None: 512, 4096 for a reasoning model
     min_coverage: float = Field(0.6, gt=0, le=1)  # share of a claim's content words a span must hold
     batch_size: int = Field(4, ge=1)
     concurrency: int = Field(8, ge=1)
@@ -114,6 +123,12 @@ class ClaimsConfig(Section):
     backoff: float = Field(1.0, ge=0)
     timeout: float = Field(60.0, gt=0)
     params: EndpointParams = Field(default_factory=EndpointParams)  # request parameters by model
+
+    def reply_budget(self, own_model_thinks: bool) -> int:
+        """`max_new_tokens`, else 512, or `REASONING_REPLY_BUDGET` when the extractor reasons (an endpoint whose
+        `params` declare it, or the run's own model when it thinks: `own_model_thinks`)."""
+        reasons = self.params.reasons() if self.model is not None else own_model_thinks
+        return reply_budget(self.max_new_tokens, CLAIMS_REPLY_BUDGET, reasons=reasons)
 
 
 class RedeepConfig(Section):
@@ -200,7 +215,7 @@ class JudgeConfig(Section):
     backoff: float = Field(1.0, ge=0)            # first retry wait in seconds, doubled each retry
     timeout: float = Field(60.0, gt=0)           # seconds per request
     breaker_after: int = Field(5, ge=1)          # consecutive timeouts/connection failures that stop all calls
-    max_tokens: int = Field(256, ge=16)          # judge reply budget
+    max_tokens: int | None = Field(None, ge=16)  # reply budget; None: 256, 4096 for a reasoning judge
     seed: int = 0                                # sent with every request (deterministic decoding)
     json_mode: bool = True                       # ask the endpoint for a JSON object (response_format)
     params: EndpointParams = Field(default_factory=EndpointParams)  # request parameters by model (reasoning)
@@ -215,6 +230,11 @@ class JudgeConfig(Section):
     exec_memory_mb: int = Field(1024, ge=64)     # code: address-space limit per program
     exec_workers: int = Field(2, ge=1)           # code: programs run in parallel
     extra: list[str] = Field(default_factory=list)  # registered plugin judges (@register), tried first
+
+    def reply_budget(self) -> int:
+        """`max_tokens`, else 256 (a direct verdict), or `REASONING_REPLY_BUDGET` when the judge is declared to reason
+        (`params.reasoning`, a reasoning effort)."""
+        return reply_budget(self.max_tokens, JUDGE_REPLY_BUDGET, reasons=self.params.reasons())
 
 
 # The backend of every LLM haldet asks (a run's LLM judge, a suite's generator and judge): one default, the judge

@@ -23,6 +23,8 @@ NOT_IN_DEFAULT = {
     "semantic_entropy": _NLI,
     "sep": "its training target is semantic entropy, which " + _NLI,
     "kle": "its kernel is built from NLI entailment, which " + _NLI + " (its `jaccard` variant runs offline)",
+    "race": "it reads a reasoning model's traces (the default model does not think), and its trace consistency "
+            + _NLI,
 }
 
 

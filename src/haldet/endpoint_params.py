@@ -14,6 +14,10 @@ from pydantic import BaseModel, ConfigDict
 
 ReasoningEffort = Literal["none", "minimal", "low", "medium", "high"]
 TokenField = Literal["max_tokens", "max_completion_tokens"]
+# the reply budget a role's defaults grow to when its model reasons (declared `params.reasoning`, a reasoning effort
+# other than "none", or a local model whose chat template thinks): a thinking block takes hundreds to thousands of
+# tokens before the answer, and a reply cut off inside it is a failure, never a verdict
+REASONING_REPLY_BUDGET = 4096
 
 
 class EndpointParams(BaseModel):
@@ -27,6 +31,11 @@ class EndpointParams(BaseModel):
     top_p: bool = True                            # send `top_p`
     max_tokens_field: TokenField = "max_tokens"   # or max_completion_tokens (OpenAI reasoning models)
     reasoning_effort: ReasoningEffort | None = None  # sent as `reasoning_effort` when set
+    reasoning: bool = False                       # declared: the model thinks before it answers (never sent)
+
+    def reasons(self) -> bool:
+        """Whether the model is declared to reason: `reasoning: true`, or a reasoning effort other than "none"."""
+        return self.reasoning or self.reasoning_effort not in (None, "none")
 
     def identity(self) -> dict[str, Any] | None:
         """The settings that differ from the defaults (None when none do, so keys made before they existed stay)."""
@@ -53,6 +62,15 @@ class EndpointParams(BaseModel):
             return None
         return (f"{section}.temperature is false (the endpoint is declared to refuse `temperature`), but the samples "
                 f"must be drawn at temperature {temperature:g}")
+
+
+def reply_budget(set_budget: int | None, default: int, *, reasons: bool) -> int:
+    """A role's reply budget: the one its section sets, else its `default` (sized for direct answers), raised to
+    `REASONING_REPLY_BUDGET` when the model reasons. A non-reasoning role's budget is its default as before, so the
+    keys made with it stay; a reasoning role's is keyed as the larger number it is."""
+    if set_budget is not None:
+        return set_budget
+    return max(default, REASONING_REPLY_BUDGET) if reasons else default
 
 
 # what to set when a server refuses a parameter: parameter -> (setting under the role's `params` or section, value)

@@ -65,6 +65,9 @@ class Signal(StrEnum):
                      divergence and Fisher-Rao distance to uniform at any temperature T with g/T in that set)
     ANSWER_LM_LOGPROBS float64 [T]: log p(y_t | y_<t) of each answer token WITHOUT the prompt (the answer read after
                      the model's start token alone; the `unconditional` stage's one teacher-forced pass)
+    TRACE_ANSWER_ENTROPIES float64 [K]: per sample, the mean token entropy (nats) of that sample's answer read after
+                     the prompt and the PRIMARY output's reasoning (RACE's alignment; the `trace_answer` stage); NaN
+                     for a sample without an answer
     TOKEN_ATTN_PREV  float32 [L, H, T]: per layer and head, in the step that chooses answer token t, the attention of
                      that step's query on the token just before t (its own position: answer token t - 1, or the last
                      prompt token for t = 0), from the generate stage's token pass (RAUQ's a_{t,t-1}), or read while
@@ -105,6 +108,7 @@ class Signal(StrEnum):
     REDEEP_FEATURES = "redeep_features"      # [L, H + 1] ReDeEP's per-head ECS and per-layer PKS
     TOKEN_CHERNOFF = "token_chernoff"        # [T, 2] log Chernoff coefficients of p_t and uniform
     ANSWER_LM_LOGPROBS = "answer_lm_logprobs"  # [T] log p(y_t | y_<t) without the prompt
+    TRACE_ANSWER_ENTROPIES = "trace_answer_entropies"  # [K] mean entropy of each sample's answer after the trace
     TOKEN_ATTN_PREV = "token_attn_prev"      # [L, H, T] per-head attention on the previous token
     CLAIM_P_TRUE = "claim_p_true"            # per claim unit: the model's P(True) about the claim
 
@@ -129,6 +133,7 @@ SIGNAL_ACCESS: dict[Signal, Access] = {
     Signal.TOKEN_TOPK_LOGPROBS: Access.GRAY,
     Signal.TOKEN_CHERNOFF: Access.GRAY,
     Signal.ANSWER_LM_LOGPROBS: Access.GRAY,
+    Signal.TRACE_ANSWER_ENTROPIES: Access.GRAY,
 }
 
 

@@ -27,7 +27,7 @@ def test_provided_signals_follow_the_declared_capabilities() -> None:
     # needs each step's whole next-token distribution (vLLM returns its top alternatives only)
     assert provided_signals("vllm:m", with_lp) == BLACK | ENDPOINT_GRAY | {
         Signal.TOKEN_ENTROPIES, Signal.ANSWER_ENTROPIES, Signal.TOKEN_TOPK_IDS, Signal.TOKEN_TOPK_LOGPROBS,
-        Signal.ANSWER_LM_LOGPROBS}
+        Signal.ANSWER_LM_LOGPROBS, Signal.TRACE_ANSWER_ENTROPIES}
     assert provided_signals("smollm2-135m", with_lp) is None  # white-box: every signal
     assert signals_of(HFBackend.capabilities) == frozenset(Signal)
     assert signals_of(Backend.capabilities) == frozenset()  # a bare backend declares nothing

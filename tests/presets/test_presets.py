@@ -57,6 +57,9 @@ def test_presets_hold_the_papers_values() -> None:
     he = load_config(None, preset="halluentity")
     assert he.evaluation.evaluate_on == "all" and he.limit is None and he.tokens.top_k == 10
     assert he.detector_params["ccp"]["nli_model"] == "microsoft/deberta-base-mnli"
+    # Focus's IDF over 1M RedPajama documents, streamed from the hub (section 4)
+    assert (he.detector_params["focus"]["idf_corpus"], he.detector_params["focus"]["idf_documents"]) == (
+        "hf:togethercomputer/RedPajama-Data-1T-Sample", 1_000_000)
     vg = load_config(None, preset="verigray")
     assert vg.evaluation.evaluate_on == "all" and vg.verdict.temperature == 0.6
     params = vg.detector_params
@@ -67,7 +70,9 @@ def test_presets_hold_the_papers_values() -> None:
     assert (tp.sample.k, tp.sample.temperature) == (3, 1.0)
     assert tp.detector_params["selfcheck_nli"] == {"variant": "selfcheckgpt",
                                                    "nli_model": "potsawee/deberta-v3-large-mnli"}
-    assert tp.verdict.max_new_tokens == 256  # the suite's own setting still lies under the preset
+    # the judges' own window and think-first reply budget: the preset's over the suite's own 256-token setting
+    assert (tp.verdict.context_window, tp.verdict.context_unit, tp.verdict.max_new_tokens) == (200000, "tokens", 1024)
+    assert get_suite("triviaplus").config_base()["verdict"] == {"max_new_tokens": 256}
     assert load_preset("hallulens").hallulens_commands["build"]["trials"] == 3
 
 

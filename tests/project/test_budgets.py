@@ -55,7 +55,8 @@ def test_type_ignores_are_counted_in_comments_only(tmp_path: Path) -> None:
 #   `# lazy: public API`      `haldet/__init__.py` only: `import haldet` runs before every haldet module;
 #   `# cycle: haldet.x.y`     haldet.x.y imports the importing module at import time;
 # optionally followed by `; a note`. The test checks each reason against the import graph.
-LAZY_IMPORT_BUDGET = 103  # was 159 when issue 40 was filed (176 when it was done), 102 after; +1 HalluLens `--judges`
+LAZY_IMPORT_BUDGET = 104  # was 159 when issue 40 was filed (176 when it was done), 102 after; +1 HalluLens `--judges`;
+# +1 `haldet detectors idf` (the IDF builder pulls h5py, kept out of the CLI start-up)
 HEAVY = ("torch", "transformers", "spacy", "sklearn", "matplotlib", "scipy", "pandas", "datasets", "openai", "fastapi",
          "uvicorn", "jinja2", "h5py", "pyarrow", "peft", "bert_score", "sentence_transformers", "ray", "vllm")
 # what a heavy library loads with it at import time (measured with `python -c "import X; print(sys.modules)"`)

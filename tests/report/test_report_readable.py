@@ -92,7 +92,7 @@ def test_fit_time_is_a_dash_for_detectors_that_do_not_train(tmp_path: Path) -> N
 
 def test_default_run_names_the_detectors_it_left_out(tmp_path: Path) -> None:
     assert set(skipped_detectors(compose_config(None).detectors)) == {"selfcheck_nli", "semantic_entropy", "sep",
-                                                                         "kle"}
+                                                                         "kle", "race"}
     assert skipped_detectors(compose_config(None, detectors=["perplexity"]).detectors) == {}
     root = make_run(tmp_path / "run")
     manifest = json.loads((root / "manifest.json").read_text())

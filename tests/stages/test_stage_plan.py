@@ -42,7 +42,7 @@ def test_every_signal_has_one_stage() -> None:
     by_signal = providers()
     assert set(by_signal) == set(Signal)
     assert list(stage_provides()) == ["generate", "sample", "auxiliary", "claim_p_true", "features", "redeep",
-                                     "unconditional",
+                                     "trace_answer", "unconditional",
                                      "verdict"]
 
 

@@ -290,6 +290,11 @@ class Backend:
         """Whether greedy decoding can also read each answer's evidence (`generate_with_evidence`)."""
         return False
 
+    def thinks(self) -> bool:
+        """Whether this model writes a thinking block before its answer: a local model whose reasoning markers were
+        resolved, an endpoint declared to reason (`params`). A role that asks it sizes its reply budget for it."""
+        return False
+
     def generate_with_evidence(self, prompts: list[str], request: EvidenceRequest, *, max_new_tokens: int,
                                batch_size: int, progress: Any = None
                                ) -> tuple[list[GenOutput], list[AnswerEvidence] | None]:

@@ -95,6 +95,9 @@ class OpenAIBackend(Backend):
     def check_key(self) -> None:
         api_key(self.model, self.config.base_url, self.config.api_key_env, "--model")
 
+    def thinks(self) -> bool:
+        return self.config.params.reasons()
+
     def fingerprint(self) -> dict[str, Any]:
         c = self.config
         fp: dict[str, Any] = {"backend": self.kind, "model": self.model, "base_url": c.base_url, "logprobs": c.logprobs,

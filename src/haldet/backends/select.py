@@ -45,6 +45,7 @@ SIGNAL_NEEDS: dict[Signal, Capability] = {
     Signal.ICR_FEATURES: Capability.ATTENTIONS,
     Signal.REDEEP_FEATURES: Capability.ATTENTIONS,
     Signal.ANSWER_LM_LOGPROBS: Capability.TEACHER_FORCED,
+    Signal.TRACE_ANSWER_ENTROPIES: Capability.TEACHER_FORCED,
     Signal.TOKEN_ATTN_PREV: Capability.ATTENTIONS,
 }
 

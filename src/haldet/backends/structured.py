@@ -38,7 +38,7 @@ from haldet.backends.openai_client import (
 )
 from haldet.backends.providers import PROVIDER_PREFIX, ProviderEndpoint
 from haldet.config import JudgeConfig, digest
-from haldet.endpoint_params import EndpointParams
+from haldet.endpoint_params import EndpointParams, reply_budget
 from haldet.store import StageLog
 from haldet.text.reasoning import Markers, split_text
 
@@ -114,6 +114,14 @@ class ClientSettings:
     price_out: float | None = None
     budget: str = "the reply budget"  # the setting that sizes replies (named when a reply ends inside its thinking)
 
+    def reply_tokens(self, own: int | None) -> int:
+        """A request's reply budget: its own (a prompt's, sized for a direct reply) raised to
+        `REASONING_REPLY_BUDGET` when `params` declare the model to reason, else the role's `max_tokens` (which the
+        role has already sized)."""
+        if own is None:
+            return self.max_tokens
+        return reply_budget(None, own, reasons=self.params.reasons())
+
     @classmethod
     def of_judge(cls, config: JudgeConfig, *, option: str, where: str,
                  count_prompt_tokens: bool = True) -> ClientSettings:
@@ -122,7 +130,7 @@ class ClientSettings:
         return cls(model=config.model, backend=config.backend, base_url=config.base_url,
                    api_key_env=config.api_key_env, timeout=config.timeout, breaker_after=config.breaker_after,
                    concurrency=config.concurrency, retries=config.retries, backoff=config.backoff,
-                   max_tokens=config.max_tokens, temperature=0.0, top_p=1.0, seed=config.seed,
+                   max_tokens=config.reply_budget(), temperature=0.0, top_p=1.0, seed=config.seed,
                    json_mode=config.json_mode, count_prompt_tokens=count_prompt_tokens, option=option, where=where,
                    params=config.params, section="judge", price_in=config.price_in, price_out=config.price_out,
                    budget="judge.max_tokens")
@@ -168,7 +176,7 @@ class StructuredClient:
 
     def request_key(self, request: Request[Any]) -> str:
         return digest([self.fingerprint(), request.messages, request.prefill,
-                       request.max_tokens or self.settings.max_tokens], length=24)
+                       self.settings.reply_tokens(request.max_tokens)], length=24)
 
     def ask(self, requests: Sequence[Request[Any]], progress: Callable[[int], None] | None = None, *,
             on_done: Callable[[int, Outcome], None] | None = None) -> list[Outcome]:
@@ -242,7 +250,7 @@ class StructuredClient:
     def params(self, request: Request[Any]) -> dict[str, Any]:
         """The parameters sent with a request, as the role's `params` declare them."""
         s = self.settings
-        params = s.params.build(temperature=s.temperature, top_p=s.top_p, max_tokens=request.max_tokens or s.max_tokens)
+        params = s.params.build(temperature=s.temperature, top_p=s.top_p, max_tokens=s.reply_tokens(request.max_tokens))
         if s.seed is not None:
             params["seed"] = s.seed
         if s.json_mode:
@@ -302,7 +310,7 @@ class StructuredClient:
         for attempt in range(1, attempts + 1):
             by_budget: dict[int, list[int]] = {}
             for i in sorted(messages):
-                by_budget.setdefault(requests[i].max_tokens or s.max_tokens, []).append(i)
+                by_budget.setdefault(s.reply_tokens(requests[i].max_tokens), []).append(i)
             for budget, group in by_budget.items():
                 prompts = [backend.render_chat(messages[i]) + requests[i].prefill for i in group]
                 outputs = self._generate(backend, prompts, budget)

@@ -1,13 +1,15 @@
-"""`haldet detectors list|show`: every registered detector (built-in and from plugin packages), and one detector with
-the file and line that define it."""
+"""`haldet detectors list|show|idf`: every registered detector (built-in and from plugin packages), one detector with
+the file and line that define it, and Focus's IDF table built from a corpus."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from haldet.util.console import origin_column, print_json, print_table
+from haldet.errors import HaldetError
+from haldet.util.console import console, origin_column, print_json, print_table, progress_bars
 
 NOT_DECLARED = "(method family not declared)"  # a plugin detector without `method_family`
 
@@ -76,3 +78,30 @@ def detectors_show(
     shown = {"defined": str(found) if found is not None else "(no Python source)", **info}
     rows = ([key, ", ".join(v) if isinstance(v := value, list) else str(v)] for key, value in shown.items())
     print_table(f"detector {name}", ("field", "value"), rows, no_wrap={"value"})
+
+
+@app.command("idf")
+def detectors_idf(
+    corpus: Annotated[list[str], typer.Argument(help="hf:DATASET_ID (streamed from the Hugging Face hub), or local "
+                                                     ".txt (one document per line) / .jsonl files.")],
+    tokenizer: Annotated[str, typer.Option(help="The scored model (alias, hub id or local path): its tokenizer's "
+                                                "ids are counted.")],
+    out: Annotated[Path, typer.Option(help="The table file to write (.npz).")],
+    documents: Annotated[int | None, typer.Option(help="Count at most this many documents (the HalluEntity paper: "
+                                                       "1000000 of RedPajama).")] = None,
+    text_field: Annotated[str, typer.Option(help="The documents' field in .jsonl lines and hub rows.")] = "text",
+    split: Annotated[str, typer.Option(help="The hub dataset's split.")] = "train",
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace an existing table file.")] = False,
+) -> None:
+    """Build Focus's IDF table from any corpus: the document frequency of each token id over the corpus, streamed
+    with a progress bar, written with what made it (corpus id or file hashes, tokenizer, documents counted). Score
+    with it: `detector_params: {focus: {idf_table: FILE}}` (its record joins the detector's identity)."""
+    from haldet.models.idf_corpus import CorpusSource, build_table  # lazy: h5py
+
+    if out.exists() and not overwrite:
+        raise HaldetError(f"{out} exists", where="--out", hint="choose another file, or pass --overwrite")
+    source = CorpusSource.parse(corpus, split=split, text_field=text_field, limit=documents, where="CORPUS")
+    with progress_bars() as make:
+        table = build_table(source, tokenizer, out, make)
+    console.print(f"IDF table {out}: {table.documents} documents of {table.meta['corpus']}, tokenizer {tokenizer}, "
+                  f"{int((table.df > 0).sum())} of {len(table.df)} token ids seen", highlight=False)

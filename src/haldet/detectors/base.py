@@ -98,6 +98,9 @@ class Detector:
     conformance_exemptions: ClassVar[dict[str, str]] = {}
     # the view it reads unless `reads` says otherwise: "answer", or the view of a `NAME@VIEW` study row
     view: ClassVar[str] = "answer"
+    # packaged prompt templates it sends (haldet.text.templates) -> the parameter a run config's `templates:` entry
+    # of that name fills when the detector's own parameters leave it unset (so the text is in its identity)
+    prompt_templates: ClassVar[dict[str, str]] = {}
 
     def __init__(self, **params: Any) -> None:
         # which part of a reasoning model's output it reads (`haldet.signals.READS`): every detector has it

@@ -21,8 +21,11 @@ Named settings (each value a variant, recorded in the detector's identity):
   renormalisation: the paper's whole-vocabulary p_hat; exact from the top-k where the top-k holds every token with
   p >= `p_threshold`, i.e. its last entry is below the threshold, and NaN with the reason elsewhere; a
   `tokens.top_k` of 1 + 1 / p_threshold (101 at 0.01) makes that hold).
-IDF comes from a recorded local corpus (`idf_corpus`, `haldet.models.idf`; default the packaged HaluEval texts, a
-substitute for the paper's 1M RedPajama documents). A unit with no keyword token scores 0 (the method's mask).
+IDF comes from a recorded corpus (`idf_corpus`: default the packaged HaluEval texts, a substitute for the paper's
+1M RedPajama documents, or one local file, `haldet.models.idf`; `hf:DATASET_ID` streamed from the hub or a list of
+local files, capped at `idf_documents`, built once into the user cache, `haldet.models.idf_corpus`), or from a table
+file built by `haldet detectors idf` (`idf_table`); the table's record (corpus, tokenizer, documents) is in the
+identity. A unit with no keyword token scores 0 (the method's mask).
 Response level: the mean over keyword tokens.
 """
 
@@ -104,7 +107,10 @@ class Focus(UnitDetector):
     version = "2"
     defaults: ClassVar[dict[str, Any]] = {**UnitDetector.defaults, "gamma": 0.9, "p_threshold": 0.01,
                                           "idf_corpus": "halueval", "tokenizer": None, "propagation": "keywords",
-                                          "idf_formula": "focus", "support": "topk"}
+                                          "idf_formula": "focus", "support": "topk",
+                                          # a table file from `haldet detectors idf` (instead of idf_corpus), and
+                                          # the most documents counted of an hf: / multi-file idf_corpus
+                                          "idf_table": None, "idf_documents": None}
 
     def __init__(self, **params: Any) -> None:
         from haldet.models.idf import IDF_FORMULAS  # lazy: h5py
@@ -114,20 +120,23 @@ class Focus(UnitDetector):
             if self.params[name] not in known:
                 raise ValueError(f"detector 'focus': {name} must be one of {', '.join(known)}, "
                                  f"not {self.params[name]!r}")
+        if self.params["idf_table"] is not None and self.params["idf_corpus"] != "halueval":
+            raise ValueError("detector 'focus': give idf_table (a built table) or idf_corpus (a corpus), not both")
 
     def reads_linguistics(self) -> bool:
         return True
 
     def identity(self) -> dict[str, Any]:
-        """Adds the IDF corpus's file fingerprint: a changed corpus re-scores."""
-        from haldet.models.idf import corpus_identity  # lazy: h5py
+        """Adds where the IDF comes from (the table file's record, or the corpus): a changed one re-scores."""
+        from haldet.models.idf_corpus import focus_idf_identity  # lazy: h5py
 
         out = super().identity()
-        out["models"] = {**out.get("models", {}), "idf": corpus_identity(self.params["idf_corpus"])}
+        out["models"] = {**out.get("models", {}), "idf": focus_idf_identity(
+            self.params["idf_corpus"], self.params["idf_table"], self.params["idf_documents"])}
         return out
 
     def _focus(self, items: SignalView) -> list[tuple[np.ndarray, np.ndarray] | str]:
-        from haldet.models.idf import IDF_FORMULAS, idf_table  # lazy: h5py
+        from haldet.models.idf_corpus import IDF_FORMULAS, focus_table  # lazy: h5py
 
         responses = items.get(Signal.RESPONSE)
         try:
@@ -151,7 +160,8 @@ class Focus(UnitDetector):
             if len(ids) == 0:
                 out.append("no answer tokens")
                 continue
-            table = idf_table(self.params["tokenizer"] or gen.model, self.params["idf_corpus"])
+            table = focus_table(self.params["idf_corpus"], self.params["idf_table"], self.params["idf_documents"],
+                                self.params["tokenizer"] or gen.model, self.progress)
             self.meta["idf"] = table.meta
             h = corrected_uncertainty(ids, lps, table.idf(formula), threshold, support)
             if support == "vocab":

@@ -7,6 +7,11 @@ last six words, by its first word) and whether it is a content unit (not only pu
 adpositions, conjunctions, particles). Result rows `metric[tag=group]`: F1/P/R and AUROC per rate group, FPR and
 FNR per POS / entity type / position, at the threshold chosen on validation; `metric[content]` repeats the main
 metrics on content units only.
+
+The paper's own convention (HalluEntity Figs. 3c, 5, 6) is a labelled variant, `paper_breakdowns`: FPR and FNR per
+POS / entity type / position at the F1-optimal threshold of the evaluated units themselves (`metric_test[tag=group]`,
+the threshold in `threshold_test`), and per hallucination-rate group that group's own F1_Opt with its precision and
+recall (the best F1 over every threshold on the group's units, as the paper defines F1_Opt).
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import numpy as np
 from sklearn.metrics import average_precision_score, roc_auc_score
 
 from haldet.evaluation.metrics import MetricValue
-from haldet.evaluation.thresholds import at_threshold
+from haldet.evaluation.thresholds import at_threshold, best_f1_threshold
 from haldet.evaluation.units import UnitData, f1_precision_recall
 from haldet.schema import Instance, SpanLabel
 from haldet.text.linguistics import FUNCTION_POS, analyse, overlapping
@@ -94,4 +99,42 @@ def breakdown_metrics(test: UnitData, threshold: float | None, coverage: float) 
         for m in ("auroc", "aupr", "f1_opt", "precision_opt", "recall_opt"):
             out.append(MetricValue(f"{m}[content]", found[m], None, None, len(y), int(y.sum()), coverage,
                                    "content units only (no punctuation/determiners/adpositions/conjunctions)"))
+    return out
+
+
+PAPER_NOTE = "threshold tuned on the evaluated units (the paper's F1_Opt convention)"
+
+
+def paper_breakdowns(test: UnitData, coverage: float) -> list[MetricValue]:
+    """HalluEntity's Figs. 3c, 5 and 6 as the paper computes them (module docstring): `threshold_test`,
+    `fpr_test[tag=group]` / `fnr_test[tag=group]` at it, and `f1_opt_test` / `precision_opt_test` /
+    `recall_opt_test[rate=group]` at each rate group's own best-F1 threshold."""
+    data = test.valid().labelled()
+    if "rate" not in data.tags:
+        return []
+    threshold = best_f1_threshold(data.y, data.s)
+    out = [MetricValue("threshold_test", threshold, None, None, len(data.y), int(data.y.sum()), coverage,
+                       PAPER_NOTE if threshold is not None else "no hallucinated unit with a valid score")]
+    if threshold is None:
+        return out
+    for tag in ("pos", "ner", "position"):
+        values = data.tags[tag]
+        for g in sorted(set(values)):
+            mask = values == g
+            y, s = data.y[mask], data.s[mask]
+            found = _rates(y, s, threshold)
+            for m in ("fpr", "fnr"):
+                out.append(MetricValue(f"{m}_test[{tag}={g}]", found[m], None, None, len(y), int(y.sum()), coverage,
+                                       PAPER_NOTE if found[m] is not None else "one class in this group"))
+    for g in RATE_GROUPS:
+        mask = data.tags["rate"] == g
+        if not mask.any():
+            continue
+        y, s = data.y[mask], data.s[mask]
+        own = best_f1_threshold(y, s)
+        found = _rates(y, s, own) if own is not None else {}
+        for m in ("f1_opt", "precision_opt", "recall_opt"):
+            out.append(MetricValue(f"{m}_test[rate={g}]", found.get(m), None, None, len(y), int(y.sum()), coverage,
+                                   "the group's own F1-optimal threshold (the paper's F1_Opt)" if own is not None
+                                   else "no hallucinated unit in this group"))
     return out

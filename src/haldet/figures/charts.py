@@ -1,6 +1,7 @@
 """The report's other charts: the scenario x detector heatmap, accuracy against cost on a log axis with every
-detector named (names never overlap each other or a marker), and lines with labelled markers (risk against
-coverage, reliability diagrams, the suites' paper figures)."""
+detector named (names never overlap each other or a marker), lines with labelled markers (risk against
+coverage, reliability diagrams, the suites' paper figures), grouped bars with intervals and labelled point clouds
+(the suites' paper figures)."""
 
 from __future__ import annotations
 
@@ -14,9 +15,9 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, NullLocator
 
 from haldet.figures.curves import thin
-from haldet.figures.data import Point, Series
+from haldet.figures.data import Bars, Panel, Point, Scatter, Series
 from haldet.figures.labels import beside, place_labels
-from haldet.figures.style import REFERENCE, colour_for, drawing, framed, legend_right, new_figure
+from haldet.figures.style import CHAR_W, REFERENCE, colour_for, drawing, framed, legend_right, new_figure
 
 MISSING = "#eeeeee"
 # below chance towards purple, above towards green, white at chance (0.5)
@@ -162,4 +163,90 @@ def line_figure(series: Sequence[Series], *, title: str = "", xlabel: str = "", 
             legend_right(fig, ax)
         else:
             ax.text(0.5, 0.5, "no points", ha="center", va="center", transform=ax.transAxes)
+    return fig
+
+
+def _bars_on(ax: Axes, categories: Sequence[str], bars: Sequence[Bars], ymax: float, tilted: bool) -> None:
+    width = 0.8 / max(1, len(bars))
+    for k, b in enumerate(bars):
+        xs = np.arange(len(categories)) - 0.4 + width * (k + 0.5)
+        vals = [v if v is not None and math.isfinite(v) else np.nan for v in b.values]
+        ax.bar(xs, np.nan_to_num(vals), width=width * 0.92, color=colour_for(k), label=b.name, alpha=0.9, zorder=2)
+        if b.low is not None and b.high is not None:
+            lo = [max(0.0, v - w) if w is not None and math.isfinite(v) else 0.0  # rounding: never below 0
+                  for v, w in zip(vals, b.low, strict=True)]
+            hi = [max(0.0, w - v) if w is not None and math.isfinite(v) else 0.0
+                  for v, w in zip(vals, b.high, strict=True)]
+            ax.errorbar(xs, np.nan_to_num(vals), yerr=[lo, hi], fmt="none", ecolor="#333333", lw=0.7, capsize=1.5,
+                        zorder=3)
+        for x, v in zip(xs, vals, strict=True):
+            if math.isnan(v):
+                ax.text(x, 0.01 * ymax, "–", ha="center", va="bottom", fontsize=6, color=REFERENCE)
+    ax.set_xticks(range(len(categories)), list(categories), rotation=35 if tilted else 0,
+                  ha="right" if tilted else "center")
+    ax.set_xlim(-0.5, len(categories) - 0.5)
+    ax.set_ylim(0, ymax)
+    ax.grid(True, axis="y", color="#eeeeee", lw=0.6, zorder=0)
+
+
+def bar_figure(panels: Sequence[Panel], *, title: str = "", ylabel: str = "", top: float | None = None,
+               columns: int = 2) -> Figure:
+    """Grouped bars, one panel per `Panel` (side by side, `columns` to a row, one shared legend on the right): one
+    group per category, one bar per series, an error bar where the series has the interval's ends; a missing
+    value leaves a gap marked with a dash. y runs from 0 to `top` (default: the largest value or interval end, at
+    least 0.1), the same in every panel. One figure for a paper's multi-panel figure: a PDF's fonts are embedded
+    once per figure, the slow part of a render."""
+    ends = [v for p in panels for b in p.bars for seq in (b.values, b.high or ()) for v in seq
+            if v is not None and math.isfinite(v)]
+    ymax = top if top is not None else max([0.1, *ends]) * 1.08
+    cols = max(1, min(columns, len(panels)))
+    rows = max(1, math.ceil(len(panels) / cols))
+    tilted = [len(p.categories) > 4 for p in panels]  # long rows of names at an angle, with room below
+    below = 0.42 + max([0.05 * max((len(c) for c in p.categories), default=0) for p, t in zip(panels, tilted,
+                                                                                              strict=True) if t] + [0])
+    panel_w = max([1.6, *(0.28 * len(p.categories) * max(1, len(p.bars)) ** 0.5 + 0.4 for p in panels)])
+    names = list(dict.fromkeys(b.name for p in panels for b in p.bars))
+    left, gap, head, panel_h = 0.55, 0.35, 0.3, 1.9
+    right = 0.2 + (0.45 + CHAR_W * max(len(n) for n in names) if names else 0.0)
+    width = left + cols * panel_w + (cols - 1) * gap + right
+    height = 0.3 + rows * (head + panel_h + below)
+    with drawing():
+        fig = new_figure(width, height, layout=None)
+        first = None
+        for k, panel in enumerate(panels):
+            r, c = divmod(k, cols)
+            x0 = left + c * (panel_w + gap)
+            y0 = height - 0.3 - (r + 1) * (head + panel_h + below) + below
+            ax = fig.add_axes((x0 / width, y0 / height, panel_w / width, panel_h / height))
+            _bars_on(ax, panel.categories, panel.bars, ymax, tilted[k])
+            ax.set_title(panel.title, loc="left", fontsize=8)
+            if c == 0:
+                ax.set_ylabel(ylabel)
+            first = first or ax
+        fig.suptitle(title, x=0.1 / width, y=1 - 0.04 / height, ha="left", va="top", fontsize=9)
+        if first is not None and names:
+            handles, labels = first.get_legend_handles_labels()
+            box = first.get_position()
+            fig.legend(handles, labels, loc="upper left", frameon=False, borderaxespad=0,
+                       bbox_to_anchor=(1 - (right - 0.12) / width, box.y1))
+    return fig
+
+
+def scatter_figure(plot: Scatter) -> Figure:
+    """Each group's points as small translucent dots in its colour (`plot.colours`, else the palette), legend on the
+    right with each group's count; equal scales on both axes (a map: distances mean the same both ways)."""
+    with drawing():
+        names = [f"{g} ({len(pts)})" for g, pts in plot.groups.items()]
+        fig, ax = framed(3.0, 3.0, names)
+        for k, ((group, pts), name) in enumerate(zip(plot.groups.items(), names, strict=True)):
+            xy = np.asarray(pts, dtype=float).reshape(-1, 2)
+            ax.scatter(xy[:, 0], xy[:, 1], s=9, alpha=0.6, linewidths=0, color=plot.colours.get(group, colour_for(k)),
+                       label=name, zorder=2)
+        ax.set_aspect("equal", adjustable="datalim")
+        ax.set_xlabel(plot.xlabel)
+        ax.set_ylabel(plot.ylabel)
+        ax.set_title(plot.title, loc="left")
+        ax.grid(True, color="#eeeeee", lw=0.6, zorder=0)
+        if plot.groups:
+            legend_right(fig, ax)
     return fig

@@ -3,8 +3,8 @@ when it loads and the drawing library is imported only when a report draws."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
@@ -45,3 +45,37 @@ class Series:
 
     name: str
     points: Sequence[tuple[float, float, str]]
+
+
+@dataclass(frozen=True)
+class Bars:
+    """One series of a `bar_figure`: a value per category (None: no bar, a dash), optionally with the interval's
+    ends (`low`, `high`, drawn as an error bar)."""
+
+    name: str
+    values: Sequence[float | None]
+    low: Sequence[float | None] | None = None
+    high: Sequence[float | None] | None = None
+
+
+@dataclass(frozen=True)
+class Panel:
+    """One panel of a `bar_figure`: its title, the categories (groups of bars) and one `Bars` per series."""
+
+    title: str
+    categories: Sequence[str]
+    bars: Sequence[Bars]
+
+
+@dataclass(frozen=True)
+class Scatter:
+    """A point cloud a suite hands the report to draw (`charts.scatter_figure`): (x, y) points per group (one colour
+    each, in order), the figure's file-name stem `name`, its title and axis names, and a line printed under it."""
+
+    name: str
+    title: str
+    groups: Mapping[str, Sequence[tuple[float, float]]]
+    xlabel: str = ""
+    ylabel: str = ""
+    note: str = ""
+    colours: Mapping[str, str] = field(default_factory=dict)

@@ -30,6 +30,7 @@ from haldet.evaluation.rejection import risk_coverage
 from haldet.schema import Instance
 from haldet.signals import TRACE_READS, Signal, SignalView, access_of
 from haldet.store import CellStore, ScoreLog
+from haldet.text.templates import override_text
 
 
 @dataclass
@@ -67,6 +68,9 @@ def make_detector(name: str, config: RunConfig) -> Detector:
     params = config.detector_params.get(name)
     if params is None:
         params = {k: v for k, v in config.detector_params.get(name.partition("@")[0], {}).items() if k != "reads"}
+    for template, param in cls.prompt_templates.items():  # a replaced prompt from `templates:`; its own param wins
+        if params.get(param) is None and (text := override_text(template, config.templates)) is not None:
+            params = {**params, param: text}
     return cls(**params)
 
 

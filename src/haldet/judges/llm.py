@@ -197,7 +197,7 @@ class LLMJudge(Judge):
     def fingerprint(self) -> Any:
         c = self.config
         params = [{"params": c.params.identity()}] if c.backend == "openai" and c.params.identity() else []
-        return [self.id, c.backend, c.base_url if c.backend == "openai" else None, c.max_tokens, c.seed,
+        return [self.id, c.backend, c.base_url if c.backend == "openai" else None, c.reply_budget(), c.seed,
                 c.json_mode, self.prompts.digest, *params, *(["sees reasoning"] if self.see_reasoning else [])]
 
     def applies(self, instance: Instance) -> bool:

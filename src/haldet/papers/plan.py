@@ -186,7 +186,7 @@ def build_plan(preset: str, config: RunConfig, model: str, stages_by_detector: M
         if not given_answers and config.judge.kind in ("llm", "cascade") and config.judge.model:
             judge.calls += n
             judge.prompt_tokens += n * (p + ans + JUDGE_OVERHEAD)
-            judge.generated_tokens += n * config.judge.max_tokens
+            judge.generated_tokens += n * config.judge.reply_budget()
         if "verdict" in stages:
             m = n * len(verdict_detectors)
             verdict.calls += m

@@ -33,9 +33,9 @@ from haldet.evaluation.aggregate import (
 from haldet.evaluation.compare import paired_bootstrap
 from haldet.evaluation.cost import usd_text
 from haldet.evaluation.metrics import MAX_ORIENTATION, MAX_ORIENTATION_NOTE, aupr, auroc
-from haldet.figures.charts import cost_scatter, heatmap
+from haldet.figures.charts import cost_scatter, heatmap, scatter_figure
 from haldet.figures.curves import MAX_POINTS, curve_figure
-from haldet.figures.data import PR, ROC, Curve, Point
+from haldet.figures.data import PR, ROC, Curve, Point, Scatter
 from haldet.figures.render import FigureSet
 from haldet.figures.style import EVIDENCE_COLOURS
 from haldet.report.deployment import deployment_section
@@ -43,6 +43,7 @@ from haldet.report.learned import learned_html
 from haldet.report.marks import COVERAGE_NOTE, SUBSET_NOTE, Marks, coverage_suffix, detector_marks
 from haldet.report.rundata import RunData, preset_lines, skipped_in_runs, skipped_lines
 from haldet.report.tables import table_cells
+from haldet.store.reader import RunReader
 from haldet.suites.base import get_suite
 from haldet.version import __version__
 
@@ -393,7 +394,17 @@ def suite_sections(runs: Sequence[RunData], rows: Sequence[Mapping[str, Any]],
         suite = get_suite(name)
         parts.append(suite.html_section([dict(r) for r in rows if r.get("dataset") in suite.datasets],
                                         figures=figures))
+        for run in runs:  # what a suite draws from a run's stored evidence (read through the run's reader)
+            if run.manifest.get("config", {}).get("suite") == name:
+                parts += [run_plot(plot, figures) for plot in suite.run_plots(RunReader(run.root), run.data_labels)]
     return "\n".join(p for p in parts if p)
+
+
+def run_plot(plot: Scatter, figures: FigureSet | None) -> str:
+    """One plot a suite computed from a run's evidence (`Suite.run_plots`), drawn, with its note under it."""
+    figures = figures if figures is not None else FigureSet(formats=())
+    note = f"<p class=muted>{_e(plot.note)}</p>" if plot.note else ""
+    return f"<div class=figs>{figures.add(plot.name, scatter_figure(plot), plot.title)}</div>{note}"
 
 
 def build_html(runs: Sequence[RunData], rows: Sequence[Mapping[str, Any]], *, title: str = "haldet report",

@@ -91,7 +91,7 @@ class ClaimsStage(Stage):
     def key(self, item: Item) -> str:
         cfg = self.ctx.config.claims
         response = item.generation.response if item.generation is not None else item.instance.response
-        wording = ([VERSION, *override_digest([TEMPLATE], self.ctx.config.templates), cfg.max_new_tokens]
+        wording = ([VERSION, *override_digest([TEMPLATE], self.ctx.config.templates), self.reply_budget()]
                    if cfg.extractor == "llm" else [])
         return stage_key(self.name, self.extractor_id(), *wording, cfg.min_coverage, item.instance.question,
                          response)
@@ -138,17 +138,22 @@ class ClaimsStage(Stage):
                         **(billing([reply]) if cfg.model is not None and reply is not None else {})})
         return out
 
+    def reply_budget(self) -> int:
+        """The extractor's reply budget (`ClaimsConfig.reply_budget`): raised for a model that reasons."""
+        cfg = self.ctx.config.claims
+        return cfg.reply_budget(cfg.model is None and self.ctx.backend.thinks())
+
     def _client(self) -> StructuredClient:
         cfg = self.ctx.config.claims
         if cfg.model is None:
-            settings = ClientSettings(model=self.ctx.model, backend="hf", retries=0, max_tokens=cfg.max_new_tokens,
+            settings = ClientSettings(model=self.ctx.model, backend="hf", retries=0, max_tokens=self.reply_budget(),
                                       batch_size=cfg.batch_size, count_prompt_tokens=False,
                                       budget="claims.max_new_tokens")
             return StructuredClient(settings, correction=_correction, local=self.ctx.backend)
         price = price_of(self.ctx.config.prices, cfg.model)  # USD per 1M tokens; (None, None): unknown
         settings = ClientSettings(model=cfg.model, base_url=cfg.base_url, api_key_env=cfg.api_key_env,
                                   timeout=cfg.timeout, concurrency=cfg.concurrency, retries=cfg.retries,
-                                  backoff=cfg.backoff, max_tokens=cfg.max_new_tokens, option="claims.model",
+                                  backoff=cfg.backoff, max_tokens=self.reply_budget(), option="claims.model",
                                   where=f"claim extractor {cfg.model}", params=cfg.params, section="claims",
                                   price_in=price[0], price_out=price[1], budget="claims.max_new_tokens")
         return StructuredClient(settings, correction=_correction)

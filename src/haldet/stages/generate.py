@@ -14,7 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from haldet.backends.base import EvidenceRequest, ForwardOutput, TokenOutput
+from haldet.backends.base import EvidenceRequest, ForwardOutput, TokenOutput, TokenRequest
+from haldet.backends.select import reasoning_settings
 from haldet.config import stage_key
 from haldet.errors import HaldetError
 from haldet.schema import Generation
@@ -30,7 +31,7 @@ from haldet.stages.tokens import (
     token_record,
     token_spec,
 )
-from haldet.text.reasoning import no_answer_reason
+from haldet.text.reasoning import GivenParts, Markers, no_answer_reason, split_given
 from haldet.util.limits import by_limit, max_new_tokens
 
 
@@ -43,7 +44,11 @@ class GenerateStage(Stage):
         spec = token_spec(self.ctx)
         response = item.instance.response
         if response is not None:
-            return stage_key(self.name, fingerprint, item.prompt, {"provided": response}, spec)
+            given: dict[str, Any] = {"provided": response}
+            markers = self._given_markers()
+            if markers is not None and split_given(response, markers) is not None:  # keys of plain responses stay
+                given["reasoning_split"] = markers.spec()
+            return stage_key(self.name, fingerprint, item.prompt, given, spec)
         limit = max_new_tokens(self.ctx.config, item.instance)
         if spec["parts"]:  # a generated answer's token parts read while decoding say so (equal within tolerance)
             return stage_key(self.name, fingerprint, item.prompt, limit,
@@ -166,24 +171,63 @@ class GenerateStage(Stage):
         return [cls(self.ctx) for cls in plan(self.ctx.signals)
                 if issubclass(cls, DecodingReader) and cls.reads_given]
 
+    def _given_markers(self) -> Markers | None:
+        """The thinking markers a given response is split at: the `reasoning` section's (its `by_model` entry for this
+        model), None under `split: off`. A given text has no chat template to read, so `auto` splits like `markers`:
+        at a closing marker (an opening one at the start is optional)."""
+        settings = reasoning_settings(self.ctx.config, self.ctx.model)
+        if settings.get("split", "auto") == "off":
+            return None
+        return Markers(open=settings.get("open", "<think>"), close=settings.get("close", "</think>"))
+
+    def _given_parts(self, batch: list[Item]) -> dict[str, GivenParts]:
+        """The given responses of `batch` that hold a thinking block, split (`haldet.text.reasoning.split_given`).
+        One whose units are labelled on the whole text is refused: their offsets would not index its answer."""
+        markers = self._given_markers()
+        if markers is None:
+            return {}
+        parts = {item.id: cut for item in batch if (cut := split_given(item.instance.response or "", markers))}
+        labelled = [item.id for item in batch if item.id in parts and item.instance.units]
+        if labelled:
+            raise HaldetError(f"{len(labelled)} given response(s) hold a thinking block ({markers.open} ... "
+                              f"{markers.close}) and carry unit labels on the whole text, e.g. {labelled[0]}",
+                              where="the dataset's responses",
+                              hint="give the units' offsets on the answer alone with the thinking block removed, "
+                                   "or set reasoning.split: off to read the whole text as the answer")
+        return parts
+
     def _teacher_force(self, batch: list[Item], arrays: dict[str, dict[str, np.ndarray]]) -> dict[str, dict[str, Any]]:
         """Given responses: tokenised once with offsets, read by one teacher-forced pass that also yields the
-        pooled states the reading stages (features) store."""
+        pooled states the reading stages (features) store. A response that holds a thinking block is stored like a
+        generated reasoning output: its answer is read after its reasoning (`_given_reasoning`), and one without an
+        answer (the block never closes) is read by no pass."""
         start = time.perf_counter()
         backend = self.ctx.backend
         window = context_window(backend)
+        parts = self._given_parts(batch)
+        answers = {item.id: parts[item.id].answer if item.id in parts else item.instance.response or ""
+                   for item in batch}
         # an answer past the model's context is never tokenised whole (a megabyte would take gigabytes)
         too_long = {item.id: why for item in batch if window is not None
-                    and (why := beyond_context(backend.encode_response, item.instance.response or "", window))}
-        encoded = {item.id: ([], []) if item.id in too_long else backend.encode_response(item.instance.response or "")
-                   for item in batch}
+                    and (why := beyond_context(backend.encode_response, answers[item.id], window))}
+        cut = {item_id for item_id, p in parts.items() if p.no_answer}
+        encoded = {item.id: ([], []) if item.id in too_long or item.id in cut else backend.encode_response(
+                   answers[item.id]) for item in batch}
+        reasoning = self._given_reasoning(batch, parts, {i: len(e[0]) for i, e in encoded.items()})
         readers = self._given_readers()
         request = None
         for stage in readers:
             request = stage.reads(request or EvidenceRequest(layers=[], poolings=[]))
-        runnable = [item for item in batch if item.id not in too_long]
+        runnable = [item for item in batch if item.id not in too_long and item.id not in cut]
+        prefixes = {i: r["reasoning_ids"] for i, r in reasoning.items() if i not in cut}
         outs, found = run_given_pass(self.ctx, runnable, {i.id: encoded[i.id][0] for i in runnable},
-                                     {i.id: encoded[i.id][1] for i in runnable}, request) if runnable else ({}, {})
+                                     {i.id: encoded[i.id][1] for i in runnable}, request,
+                                     prefixes=prefixes) if runnable else ({}, {})
+        for item_id in cut:
+            info: dict[str, Any] = {"policy": "skipped", "reason": parts[item_id].no_answer}
+            outs[item_id] = TokenOutput(key=item_id, window=info)
+            if found:
+                found[item_id] = ForwardOutput(key=item_id, n_tokens=0, window=info)
         for item_id, why in too_long.items():
             info = {"policy": "skipped", "window": window, "reason": why}
             outs[item_id] = TokenOutput(key=item_id, window=info)
@@ -195,14 +239,16 @@ class GenerateStage(Stage):
             out, (ids, offsets) = outs[item.id], encoded[item.id]
             logprobs = out.token_logprobs
             valid = logprobs is not None
-            record = Generation(id=item.id, prompt=item.prompt, response=item.instance.response or "",
+            no_answer = item.id in cut
+            record = Generation(id=item.id, prompt=item.prompt, response=answers[item.id],
                                 token_ids=ids if valid else [],
                                 token_logprobs=[float(x) for x in logprobs] if logprobs is not None else [],
-                                finish_reason="provided" if valid else "skipped",
+                                finish_reason="provided" if valid or no_answer else "skipped",
                                 n_tokens=len(ids) if valid else 0, model=self.ctx.model, seconds=per_item,
-                                provided=True, skipped=None if valid else (out.window or {}).get("reason"))
+                                provided=True, skipped=None if valid or no_answer else (out.window or {}).get("reason"),
+                                **reasoning.get(item.id, {}))
             arrays[item.id] = {}
-            records[item.id] = {**record.model_dump(exclude={"skipped"} if valid else None),
+            records[item.id] = {**record.model_dump(exclude={"skipped"} if valid or no_answer else None),
                                 "tokens": token_record(self.ctx, out, offsets, arrays[item.id])}
         if found:
             items = [Item(instance=item.instance, prompt=item.prompt, generation=generation_of(records[item.id]))
@@ -214,6 +260,33 @@ class GenerateStage(Stage):
 
                 self._store_read(stage, items, given)
         return records
+
+    def _given_reasoning(self, batch: list[Item], parts: dict[str, GivenParts],
+                         n_answer: dict[str, int]) -> dict[str, dict[str, Any]]:
+        """The `Generation` reasoning fields of the split given responses, as a generated output has them: the ids of
+        everything before the answer (each part tokenised on its own, so `reasoning_span` marks the thinking text's
+        ids exactly), their log-probs from one pass over prompt + those ids, and the answer's token offsets."""
+        backend = self.ctx.backend
+        ids: dict[str, tuple[list[int], list[int]]] = {}
+        for item_id, p in parts.items():
+            before, trace = backend.encode_text(p.before) if p.before else [], backend.encode_text(p.trace)
+            ids[item_id] = ([*before, *trace, *(backend.encode_text(p.between) if p.between else [])],
+                            [len(before), len(before) + len(trace)])
+        passed = backend.token_pass([TokenRequest(prompt_ids=backend.encode_prompt(item.prompt),
+                                                  answer_ids=ids[item.id][0], key=item.id)
+                                     for item in batch if item.id in parts and ids[item.id][0]],
+                                    top_k=0, entropies=False, attention=False,
+                                    batch_size=self.ctx.config.tokens.batch_size) if parts else []
+        logprobs = {out.key: out.token_logprobs for out in passed}
+        out: dict[str, dict[str, Any]] = {}
+        for item_id, p in parts.items():
+            prefix, span = ids[item_id]
+            lps = logprobs.get(item_id)
+            out[item_id] = {"reasoning": p.reasoning, "reasoning_ids": prefix, "reasoning_span": span,
+                            "reasoning_logprobs": [] if lps is None else [float(x) for x in lps],
+                            "answer_tokens": [len(prefix), len(prefix) + n_answer[item_id]],
+                            "no_answer": p.no_answer}
+        return out
 
     def _store_read(self, stage: DecodingReader, items: list[Item],
                     make: Callable[[list[Item]], list[dict[str, Any]]]) -> None:

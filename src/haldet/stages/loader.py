@@ -140,6 +140,9 @@ def _value(signal: Signal, rec: dict[str, Any]) -> Any:
     if signal is Signal.ANSWER_LM_LOGPROBS:
         values = rec.get("lm_logprobs")
         return None if values is None else np.asarray(values, dtype=np.float64)
+    if signal is Signal.TRACE_ANSWER_ENTROPIES:  # a sample without an answer is NaN (null in the record)
+        values = rec.get("entropies")
+        return None if values is None else np.array([np.nan if v is None else v for v in values], dtype=np.float64)
     if signal is Signal.TOKEN_CHERNOFF:
         values = rec.get("token_chernoff")
         return None if values is None else np.asarray(values, dtype=np.float64).reshape(len(values), -1)

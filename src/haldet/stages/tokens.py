@@ -108,14 +108,16 @@ def run_token_pass(ctx: CellContext, batch: list[Item], answers: dict[str, list[
 
 
 def run_given_pass(ctx: CellContext, batch: list[Item], answers: dict[str, list[int]],
-                   offsets: dict[str, list[tuple[int, int]]], evidence: EvidenceRequest | None
+                   offsets: dict[str, list[tuple[int, int]]], evidence: EvidenceRequest | None,
+                   prefixes: dict[str, list[int]] | None = None
                    ) -> tuple[dict[str, TokenOutput], dict[str, ForwardOutput]]:
     """Given responses read once (`Backend.read_given`, where the backend can): the token pass's outputs and, for
-    `evidence`, each answer's pooled states, batched by `tokens.token_budget`. Elsewhere the token pass alone."""
+    `evidence`, each answer's pooled states, batched by `tokens.token_budget`. Elsewhere the token pass alone.
+    `prefixes`: a given response's reasoning ids, read after the prompt before its answer."""
     if not ctx.backend.reads_given():
-        return run_token_pass(ctx, batch, answers, offsets), {}
+        return run_token_pass(ctx, batch, answers, offsets, prefixes), {}
     parts, cfg = token_parts(ctx.signals), ctx.config.tokens
-    outs, found = ctx.backend.read_given(_requests(ctx, batch, answers, offsets), evidence,
+    outs, found = ctx.backend.read_given(_requests(ctx, batch, answers, offsets, prefixes), evidence,
                                          top_k=cfg.top_k if "topk" in parts else 0, entropies="entropies" in parts,
                                          attention="attention" in parts, layers="layers" in parts,
                                          batch_size=cfg.batch_size, token_budget=cfg.token_budget,

@@ -16,8 +16,15 @@ Few-shot examples (response level) are validation items the zero-shot ask got wr
 shown with their training-regime labels: they need the split and labels (`CellContext.split`,
 `CellContext.labels`), and their ids and labels are part of the few-shot key. Test items are never examples.
 
+Where a suite fitted a long article to the judge's own window (`verdict.context_window`; TRIVIA+), the judge reads
+that fit (`judge_view`), and its digest is in the key; otherwise the judge reads the context the detectors' model
+read, which the rendered prompt in the key already covers.
+
+A prompt of several turns (`VerdictPrompt.follow`, e.g. ANAH-v2's fact / reference / hallucination dialogue) goes
+on turn by turn; its record keeps every reply (`turns`), `reply` being the last, the one parsed.
+
 Record: {id, key, ask, judge, reply, label, reason, seconds}; at a unit level {id, key, ask, judge, units:
-[{reply, label, reason}], seconds}.
+[{reply, label, reason[, turns]}], seconds}.
 """
 
 from __future__ import annotations
@@ -37,14 +44,22 @@ from haldet.backends.structured import (
     billing,
 )
 from haldet.config import digest, stage_key
-from haldet.endpoint_params import price_of
+from haldet.endpoint_params import price_of, reply_budget
 from haldet.errors import HaldetError
-from haldet.schema import SpanLabel
+from haldet.schema import Instance, SpanLabel
 from haldet.signals import Signal
 from haldet.stages.base import STAGES, Item, Stage
 from haldet.stages.prompt_optimizer import TEMPLATES as OPTIMIZER_TEMPLATES
 from haldet.stages.prompt_optimizer import Mistake, Optimize, optimize_instructions
-from haldet.stages.verdict_prompts import Ask, Example, VerdictPrompt, asks_of, get_prompt
+from haldet.stages.verdict_prompts import (
+    Ask,
+    Example,
+    VerdictPrompt,
+    asks_of,
+    get_prompt,
+    judge_context_key,
+    judge_view,
+)
 from haldet.text.templates import override_digest, template_text
 
 OPTIMIZED_FILE = "verdict_po.json"  # optimised instructions and their trials, by optimisation key
@@ -81,15 +96,21 @@ class VerdictStage(Stage):
         cfg = self.ctx.config.verdict
         prompt = get_prompt(ask.prompt)
         labels = self.ctx.labels or {}
-        examples = [(e.id, labels.get(e.id)) for e in self._examples.get(ask, [])] if ask.shots else []
+        examples = ([(e.id, labels.get(e.id), *judge_context_key(e.instance)) for e in self._examples.get(ask, [])]
+                    if ask.shots else [])
         response = item.generation.response if item.generation is not None else None
         optimized = [self._instructions.get(ask)] if ask.optimize is not None else []
         return stage_key(self.name, self.judge_id(), ask.name, prompt.version, examples, item.prompt, response,
                          cfg.temperature, self.max_new_tokens(prompt),
-                         *override_digest(prompt.templates, self.ctx.config.templates), *optimized)
+                         *override_digest(prompt.templates, self.ctx.config.templates), *optimized,
+                         *judge_context_key(item.instance))
 
     def max_new_tokens(self, prompt: VerdictPrompt) -> int:
-        return self.ctx.config.verdict.max_new_tokens or prompt.max_new_tokens
+        """`verdict.max_new_tokens`, else the prompt's own budget, raised to `REASONING_REPLY_BUDGET` when the model
+        that answers reasons (an endpoint whose `verdict.params` declare it, the run's own model when it thinks)."""
+        cfg = self.ctx.config.verdict
+        reasons = cfg.params.reasons() if cfg.model is not None else self.ctx.backend.thinks()
+        return reply_budget(cfg.max_new_tokens, prompt.max_new_tokens, reasons=reasons)
 
     def key(self, item: Item) -> str:
         return digest([self.ask_key(ask, item) for ask in self.asks])
@@ -239,11 +260,14 @@ class VerdictStage(Stage):
 
         def mistake(item_id: str, reply: str) -> Mistake:
             item = by_id[item_id]
-            return Mistake(item.instance, item.generation.response if item.generation else "", reply,
+            return Mistake(judge_view(item.instance), item.generation.response if item.generation else "", reply,
                            _label_word(prompt, train[item_id]))
 
         def rewrite(chat: list[dict[str, str]]) -> str | None:
-            reply = self._ask([chat], opt.max_new_tokens, model=opt.model, base_url=opt.base_url)[0]
+            cfg = self.ctx.config.verdict  # the optimiser: an endpoint under verdict.params, or the judge itself
+            reasons = cfg.params.reasons() if opt.model or cfg.model else self.ctx.backend.thinks()
+            budget = reply_budget(None, opt.max_new_tokens, reasons=reasons)
+            reply = self._ask([chat], budget, model=opt.model, base_url=opt.base_url)[0]
             return None if isinstance(reply, CallFailure) else reply.text
 
         advance = self.ctx.progress(f"verdict: optimising the {ask.prompt} prompt [{self.ctx.dataset} | "
@@ -273,35 +297,40 @@ class VerdictStage(Stage):
         ask: Ask = self._current
         prompt = ask.check()
         labels = self.ctx.labels or {}
-        examples = [Example(it.instance, it.generation.response if it.generation else "",
+        examples = [Example(judge_view(it.instance), it.generation.response if it.generation else "",
                             _label_word(prompt, labels.get(it.id))) for it in self._examples.get(ask, [])]
         texts = {name: template_text(name, self.ctx.config.templates) for name in prompt.templates}
         if ask.optimize is not None:
             texts[prompt.instructions] = self._instructions[ask]
         chats: list[list[dict[str, str]]] = []
-        owners: list[int] = []  # batch index of each chat
+        owners: list[tuple[int, SpanLabel | None]] = []  # batch index and unit of each chat
+        asked: list[tuple[Instance, str, SpanLabel | None]] = []  # what each chat is about, as the judge reads it
         for b, item in enumerate(batch):
             if item.generation is None:
                 raise ValueError(f"verdict stage needs the answer of {item.id}")
             units: list[SpanLabel | None] = (
                 [None] if prompt.level == "response" else list(item.instance.units_of(prompt.level)))
             for unit in units:
-                chats.append(prompt.messages(item.instance, item.generation.response, examples, unit, texts))
-                owners.append(b)
+                asked.append((judge_view(item.instance), item.generation.response, unit))
+                chats.append(prompt.messages(*asked[-1][:2], examples, unit, texts))
+                owners.append((b, unit))
         start = time.perf_counter()
-        replies = self._ask(chats, self.max_new_tokens(prompt))
+        dialogues = self._converse(prompt, chats, asked, texts)
         per_item = (time.perf_counter() - start) / max(1, len(batch))
         verdicts: list[list[dict[str, Any]]] = [[] for _ in batch]
         billed: list[list[Reply[str]]] = [[] for _ in batch]
         failed: dict[int, str] = {}
-        for b, reply in zip(owners, replies, strict=True):
+        for (b, _), replies in zip(owners, dialogues, strict=True):
+            reply = replies[-1]
             if isinstance(reply, CallFailure):
                 failed[b] = f"{reply.error} (after {reply.attempts} attempts)"
                 continue
-            billed[b].append(reply)
+            said = [r for r in replies if not isinstance(r, CallFailure)]
+            billed[b] += said
             label, why = prompt.parse(reply.text)
             verdicts[b].append({"reply": reply.text, "label": label,
-                                "reason": "" if label is not None else why or "the reply states no verdict"})
+                                "reason": "" if label is not None else why or "the reply states no verdict",
+                                **({"turns": [r.text for r in said]} if len(said) > 1 else {})})
         out = []
         for b, item in enumerate(batch):
             if b in failed:  # no record: never a label, asked again on the next run
@@ -314,6 +343,28 @@ class VerdictStage(Stage):
                 rec.update(billing(billed[b]))
             out.append(rec)
         return out
+
+    def _converse(self, prompt: VerdictPrompt, chats: list[list[dict[str, str]]],
+                  asked: list[tuple[Instance, str, SpanLabel | None]], texts: Mapping[str, str],
+                  ) -> list[list[Reply[str] | CallFailure]]:
+        """Each chat's replies: one, or, for a prompt with `follow`, one per turn until `follow` ends the dialogue
+        (the chats still open asked together each round); a failed call ends its dialogue (the last entry)."""
+        replies: list[list[Reply[str] | CallFailure]] = [[] for _ in chats]
+        open_ = list(range(len(chats)))
+        while open_:
+            got = self._ask([chats[i] for i in open_], self.max_new_tokens(prompt))
+            still = []
+            for i, reply in zip(open_, got, strict=True):
+                replies[i].append(reply)
+                if isinstance(reply, CallFailure) or prompt.follow is None or len(replies[i]) >= prompt.max_turns:
+                    continue
+                turn = prompt.follow(*asked[i], texts, [r.text for r in replies[i] if not isinstance(r, CallFailure)])
+                if turn is not None:
+                    chats[i] = [*chats[i], {"role": "assistant", "content": reply.text},
+                                {"role": "user", "content": turn}]
+                    still.append(i)
+            open_ = still
+        return replies
 
     def _ask(self, chats: list[list[dict[str, str]]], max_new_tokens: int, *, model: str | None = None,
              base_url: str | None = None) -> list[Reply[str] | CallFailure]:

@@ -31,7 +31,9 @@ class VerdictPrompt:
     unit asked about at a unit level, else None; `texts` the prompt's `templates` by name, as the run config's
     `templates:` gives them or packaged), `parse(reply)` returns (label, "") with a label of `labels`, or (None, why)
     when the reply states none; `scores` maps labels to a detector score (higher = more likely hallucinated). Bump
-    `version` when the packaged wording or parsing changes (it is in the key; replaced texts are keyed themselves)."""
+    `version` when the packaged wording or parsing changes (it is in the key; replaced texts are keyed themselves).
+    With `follow`, the chat goes on: each reply is appended as the assistant's turn and `follow`'s text as the next
+    user turn, until `follow` returns None (at most `max_turns` replies); every reply is recorded."""
 
     name: str
     version: str
@@ -44,9 +46,31 @@ class VerdictPrompt:
     templates: tuple[str, ...] = ()  # names in haldet.text.templates.PROMPT_TEMPLATES
     # the template of `templates` holding the instructions a prompt optimiser may rewrite ("" = not optimisable)
     instructions: str = ""
+    # a dialogue of several turns (as a model trained on one reads it, e.g. ANAH-v2's three): given the item, the
+    # answer, the unit, the texts and the replies so far, the next user turn, or None when the last reply is the
+    # one `parse` reads; None here = one turn
+    follow: Callable[[Instance, str, SpanLabel | None, Mapping[str, str], Sequence[str]], str | None] | None = None
+    max_turns: int = 4
 
 
 PROMPTS: dict[str, VerdictPrompt] = {}
+
+# `Instance.meta` key of the article as fitted to the judge's own window (`verdict.context_window`), set by a suite
+# that fits long contexts (TRIVIA+); absent, the judge reads `Instance.context` as the detectors' model does
+JUDGE_CONTEXT = "judge_context"
+
+
+def judge_view(instance: Instance) -> Instance:
+    """The item as the judge reads it: its context replaced by the judge's own fit when a suite made one."""
+    own = instance.meta.get(JUDGE_CONTEXT)
+    return instance if own is None else instance.model_copy(update={"context": own})
+
+
+def judge_context_key(instance: Instance) -> list[str]:
+    """The digest of the judge's own context for a verdict key ([] when the judge reads the detectors' context,
+    which the rendered prompt in the key already covers: those keys stay as they were)."""
+    own = instance.meta.get(JUDGE_CONTEXT)
+    return [] if own is None else [digest(["judge_context", own])]
 
 
 def register_prompt(prompt: VerdictPrompt) -> VerdictPrompt:

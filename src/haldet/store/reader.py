@@ -7,7 +7,7 @@ reads through `RunReader`, so they agree with results.json and with each other:
 - a detector's scores are those under the score key its manifest entry recorded, in the log it names;
 - every other stage's records (generate, sample, auxiliary, features, verdict, ...) likewise under the keys the run
   recorded (`keys.json`): a record from other settings appended later for the same item (another generation, a
-  second verdict model) is never shown as the run's.
+  second verdict model) is never shown as the run's; their arrays (`CellReader.arrays`) are those records' arrays.
 Older runs are read through fallbacks, each marked with the run format it serves (`names.RUN_FORMAT`).
 """
 
@@ -91,6 +91,13 @@ class CellReader:
         keys = self.shown_keys(stage)
         return {rec["id"]: rec for rec in read_records(self.store.log(stage).path)
                 if keys is None or rec.get("key") in keys.get(str(rec.get("id")), ())}
+
+    def arrays(self, stage: str, name: str) -> dict[str, np.ndarray]:
+        """Array `name` of each item whose record of `stage` (under the run's keys, `records`) holds it, read from
+        the record's HDF5 shard (e.g. the features stage's `hidden_mean` [layers, D])."""
+        refs = [(str(rec["shard"]), item_id) for item_id, rec in self.records(stage).items()
+                if rec.get("shard") and name in (rec.get("arrays") or {})]
+        return dict(zip((i for _, i in refs), self.store.arrays(stage).read_many(refs, name), strict=True))
 
     def labels(self) -> dict[str, dict[str, Any]]:
         """Each evaluated item's label record (category, judge, reasoning, ...) under the run's judge key."""

@@ -23,6 +23,7 @@ the user's config file and flags lie:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -30,11 +31,13 @@ from haldet.detectors.base import DETECTORS
 from haldet.errors import HaldetError, unknown_keys
 from haldet.evaluation.metrics import MetricValue
 from haldet.evaluation.units import UNIT_METRICS, UnitData, unit_metrics
+from haldet.figures.data import Scatter
 from haldet.registry import Registry
 from haldet.schema import LEVELS, Instance, SpanLabel
 
 if TYPE_CHECKING:  # annotations only: matplotlib loads when a report draws
     from haldet.figures.render import FigureSet
+    from haldet.store.reader import RunReader
 
 DATA = "(data)"  # the `detector` of a suite's rows that describe the data (label statistics), not a detector
 ACROSS_MODELS = "(across models)"  # the `model` of rows comparing the cells of a run (e.g. proxy correlation)
@@ -163,6 +166,13 @@ class Suite:
         """The suite's own part of the HTML report (its tables and plots from the result rows); empty by default.
         Plots are drawn into `figures` (`figures.add`), which embeds them and keeps their PDF and PNG files."""
         return ""
+
+    def run_plots(self, run: RunReader, labels: Callable[[str], dict[str, str]]) -> list[Scatter]:
+        """Plots the report draws from a run's stored evidence rather than its result rows (e.g. TRIVIA+'s map of
+        the answers' hidden states), read through the run's reader `run`; `labels(dataset)`: item id -> the
+        category that ships with the data. The report draws each into `report.html` and `figures/` (PDF, PNG);
+        none by default."""
+        return []
 
     def unit_metrics(self, level: str, test: UnitData, val: UnitData | None, *, n_boot: int, ci: float,
                      seed: int, detector: Any = None) -> list[MetricValue]:

@@ -109,3 +109,43 @@ def template_markers(render: Callable[[], str], template: str, open_marker: str,
     if not force and not (open_marker in template and close_marker in template):
         return None
     return Markers(open=open_marker, close=close_marker, opens_in_prompt=render().rstrip().endswith(open_marker))
+
+
+@dataclass(frozen=True)
+class GivenParts:
+    """A response given with the data, cut where a generated output is cut: `before` (blanks and the opening marker),
+    `trace` (the thinking text as written), `between` (the closing marker and the blanks after it) and `answer`;
+    `before + trace + between + answer` is the response up to trailing blanks. `no_answer`: the block never closes."""
+
+    before: str
+    trace: str
+    between: str
+    answer: str
+    no_answer: str | None = None
+
+    @property
+    def reasoning(self) -> str:
+        return self.trace.strip()
+
+
+def given_no_answer(markers: Markers) -> str:
+    return (f"{NO_ANSWER}: the given response opens a thinking block ({markers.open}) that never closes "
+            f"({markers.close}); give the answer after the closing marker, or set reasoning.split: off to read the "
+            "whole text as the answer")
+
+
+def split_given(text: str, markers: Markers) -> GivenParts | None:
+    """A given response split like a generated output (`split_text`'s rule, the prompt never opening the block):
+    None when it holds no thinking block (the whole text is the answer)."""
+    if split_text(text, Markers(markers.open, markers.close)).reasoning is None:
+        return None
+    lead = len(text) - len(text.lstrip())
+    start = lead + len(markers.open) if text[lead:].startswith(markers.open) else lead
+    close = text.find(markers.close, start)
+    if close < 0:
+        return GivenParts(before=text[:start], trace=text[start:], between="", answer="",
+                          no_answer=given_no_answer(markers))
+    after = close + len(markers.close)
+    a0 = after + len(text[after:]) - len(text[after:].lstrip())
+    return GivenParts(before=text[:start], trace=text[start:close], between=text[close:a0],
+                      answer=text[a0:].rstrip())

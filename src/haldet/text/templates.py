@@ -40,7 +40,11 @@ PROMPT_TEMPLATES = {
     "po_optimizer_user": "po_optimizer_user.j2",        # instructions (Jinja2: instructions, mistakes)
     "verigray_classify": "verigray_classify.txt",       # VeriGray's 7-way sentence classifier (Jinja2)
     "verigray_lynx": "verigray_lynx.j2",                # Lynx-style PASS/FAIL sentence verifier (Jinja2)
-    "verigray_anah": "verigray_anah.j2",                # ANAH-v2-style sentence annotator (Jinja2)
+    # ANAH-v2-style sentence annotator, its three turns (Jinja2: question, sentence, document; reference)
+    "verigray_anah_facts": "verigray_anah_facts.j2",          # 1: does the sentence state checkable facts?
+    "verigray_anah_reference": "verigray_anah_reference.j2",  # 2: the related information in the document
+    "verigray_anah_verdict": "verigray_anah_verdict.j2",      # 3: the hallucination type given that information
+    "support_check": "support_check.txt",               # MiniCheck's Yes/No question (format: premise, hypothesis)
     "claims_extract": "claims_extract.txt",             # the claims stage: split an answer into atomic claims
     "claim_verify": "claim_verify.j2",                  # longform verifier labels: a claim vs retrieved passages
     "claim_p_true": "claim_p_true.j2",                  # claim-level P(True): is this claim of your answer true?

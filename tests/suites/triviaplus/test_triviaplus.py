@@ -139,7 +139,7 @@ def test_suite_end_to_end_on_the_embedded_model(tmp_path: Path, cli) -> None:
     cfg.write_text("detectors: [perplexity, saplma]\nevaluation: {bootstrap: 50}\n"
                    "features: {layers: [-1]}\n"
                    f"dataset_params: {{triviaplus: {{gold_answers: {gold}}}}}\n"
-                   "suite_params: {triviaplus: {train_labels: [clean, rf], context_tokens: 96}}\n")
+                   "suite_params: {triviaplus: {train_labels: [clean, rf], context_tokens: 96, answer_map: pca}}\n")
     out = tmp_path / "run"
     res = cli("run", "--suite", "triviaplus", "--dataset", "triviaplus", "--config", str(cfg), "--data-dir",
               str(FIXTURE.parent.parent),
@@ -148,6 +148,8 @@ def test_suite_end_to_end_on_the_embedded_model(tmp_path: Path, cli) -> None:
     rows = json.loads((out / "results.json").read_text())
     main = [r for r in rows if r.get("table") is None and r["metric"] == "auroc"]
     assert {r["detector"] for r in main} >= {"perplexity", "saplma"}
+    # Fig. 1 from SAPLMA's stored hidden states (PCA here: UMAP's numba compilation would cost ~35 s)
+    assert (out / "figures" / "triviaplus-fig1-triviaplus-smollm2-135m.png").stat().st_size > 1000
     # the probe trained on random-flip labels: evaluated on the clean test labels (Table 6), never on noisy ones
     t6 = [r for r in rows if r.get("table") == "Table 6" and r["detector"] == "saplma"]
     assert {r["train_labels"] for r in t6} == {"clean", "rf"}

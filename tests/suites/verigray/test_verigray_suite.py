@@ -25,10 +25,21 @@ LETTER = {grade: letter for letter, grade in OPTIONS.items()}
 GARBLED = "Would you like to know more?"  # its reply is unparsable
 
 
+_ANAH_SENTENCE = re.compile(r"Read the part of the answer:\*\*\s*\n\n(.*?)\n\n###", re.S)
+_LYNX_SENTENCE = re.compile(r"\n--\nANSWER:\n(.*?)\n\n--\n", re.S)
+
+
 def sentence_of(body: dict[str, Any]) -> str:
     content = body["messages"][-1]["content"]
-    marker = next(m for m in ("Sentence to judge:", "Sentence to annotate:", "ANSWER:") if m in content)
-    return str(content.rsplit(marker, 1)[1].strip())
+    for pattern in (_ANAH_SENTENCE, _LYNX_SENTENCE):
+        if match := pattern.search(content):
+            return match.group(1).strip()
+    return str(content.rsplit("Sentence to judge:", 1)[1].strip())
+
+
+def anah_turns(degree: int) -> int:
+    """Requests ANAH-v2's dialogue makes for a sentence of `degree` under `reply_of`'s plan."""
+    return 1 if degree == NO_FACT else 2 if degree < IMPLICIT and degree != CONTRADICTING else 3
 
 
 def reply_of(arg: str, body: dict[str, Any], j: int) -> str:
@@ -36,12 +47,15 @@ def reply_of(arg: str, body: dict[str, Any], j: int) -> str:
     content = body["messages"][-1]["content"]
     letter = arg.rsplit("Option: ", 1)[1] if "Option: " in arg else None
     degree = OPTIONS[letter] if letter else None
-    if "ANSWER:" in content and degree is not None:  # Lynx: FAIL below Implicitly-Supported
+    if _LYNX_SENTENCE.search(content) and degree is not None:  # Lynx: FAIL below Implicitly-Supported
         return '{"REASONING": ["checked"], "SCORE": "%s"}' % ("FAIL" if degree < IMPLICIT else "PASS")
-    if "Sentence to annotate:" in content and degree is not None:
-        tag = {CONTRADICTING: "<Hallucination> Contradictory", NO_FACT: "<No Fact>"}.get(degree)
-        return "Facts listed.\n" + (tag or ("<Hallucination> None" if degree >= IMPLICIT
-                                             else "<Hallucination> Unverifiable"))
+    if _ANAH_SENTENCE.search(content) and degree is not None:  # ANAH-v2's turns (`anah_turns` of them)
+        turn = sum(m["role"] == "user" for m in body["messages"])
+        if turn == 1:
+            return "<No Facts>" if degree == NO_FACT else "<Facts Present>"
+        if turn == 2:
+            return "<No Reference Information>" if anah_turns(degree) == 2 else "A passage.<SEP>Another one."
+        return "<Contradictory>" if degree == CONTRADICTING else "<No Hallucination>"
     return text_content(arg, body, j)
 
 
@@ -84,7 +98,10 @@ def value(rows: list[dict], detector: str, metric: str) -> Any:
 def test_suite_runs_with_document_grouped_split(suite_run) -> None:
     out, rows, cells, items, n_requests = suite_run
     assert not cells[0].error and {r["level"] for r in rows} == {"sentence"}
-    assert n_requests == 3 * sum(len(i.units) for i in items)  # one verdict per sentence and prompt
+    # one 7-way verdict and one Lynx verdict per sentence, ANAH-v2's dialogue of one to three turns (three for
+    # the garbled sentence, whose replies never end it early)
+    assert n_requests == sum(2 + (3 if u.text == GARBLED else anah_turns(6 - u.grade)) for i in items
+                             for u in i.units)
     split = json.loads((out / "verigray" / "smollm2-135m" / "split.json").read_text())
     doc = {i.id: i.meta["document_id"] for i in items}
     assert [len({doc[i] for i in split[p]}) for p in ("train", "val", "test")] == [2, 2, 2]
@@ -185,7 +202,7 @@ def test_data_analyses_count_classes_and_transitions(suite_run) -> None:
     pairs = Counter((a.grade_name, b.grade_name) for i in items
                     for a, b in zip(sorted(i.units, key=lambda u: u.start), sorted(i.units, key=lambda u: u.start)[1:],
                                     strict=False))
-    fig6 = {(r["from"], r["metric"]): r for r in rows if r.get("table") == "Fig. 6"}
+    fig6 = {(r["from"], r["metric"]): r for r in rows if r.get("table") == "7-class transitions"}
     for (a, b), n in pairs.items():
         out_of_a = sum(v for (x, _), v in pairs.items() if x == a)
         assert fig6[(a, b)]["value"] == pytest.approx(n / out_of_a)

@@ -37,6 +37,8 @@ def test_lynx_reply_parser(reply: str, label: str | None) -> None:
     ("It is not contradicted, but <Hallucination> Unverifiable", "Unverifiable"),
     ("<hallucination>: contradictory", "Contradictory"),
     ("the second fact contradicts the reference", "Contradictory"),
+    ("<No Facts>", "No Fact"), ("<No Reference Information>", "Unverifiable"), ("<Contradictory>", "Contradictory"),
+    ("<No Hallucination>", "No Hallucination"), ("<Unverifiable>", "Unverifiable"),
     ("hard to say", None)])
 def test_anah_reply_parser(reply: str, label: str | None) -> None:
     assert parse_anah(reply)[0] == label
@@ -222,3 +224,118 @@ def test_minicheck_chunks_each_checkpoint_as_its_package_does() -> None:
     head = MiniCheck(checker="lytang/MiniCheck-RoBERTa-Large")
     assert (head.params["chunk_words"], head.params["max_length"]) == (400, 2048)
     assert MiniCheck(checker="llm:bespokelabs/Bespoke-MiniCheck-7B", chunk_words=6).params["chunk_words"] == 6
+
+
+def test_minicheck_prompt_override_changes_the_text_sent_and_the_identity(tmp_path: Path) -> None:
+    """`prompt` (inline or {path: FILE}) replaces the packaged question of an asked checker: the endpoint gets the
+    replaced text, and the detector's identity and the checker's id (the pair cache's key) change with it; the
+    default keeps the packaged question and the ids as they were; a template without its two fields, or a prompt
+    for a classifier head, is one clear error."""
+    from mock_openai import FakeOpenAI, text_content
+
+    claim = "Ada was born in 1815."
+    mine = "Source text:\n{premise}\n\nStatement: {hypothesis}\nIs the statement backed by the source? yes/no:"
+    file = tmp_path / "check.txt"
+    file.write_text(mine + "\n", encoding="utf-8")
+    with FakeOpenAI(content=text_content, default="ok:Yes") as srv:
+        plain = _endpoint(srv)
+        plain.score(_view(DOC, claim, [(0, len(claim))]))
+        assert srv.requests[-1]["messages"][-1]["content"].startswith("Decide whether the claim agrees")
+        assert plain.meta["checker"]["used"] == f"endpoint-support-v2:mc@{srv.base_url}"  # unchanged by default
+        for given in (mine, {"path": str(file)}):
+            custom = _endpoint(srv, prompt=given)
+            custom.score(_view(DOC, claim, [(0, len(claim))]))
+            assert srv.requests[-1]["messages"] == [{"role": "user", "content": mine.format(premise=DOC,
+                                                                                              hypothesis=claim)}]
+            assert custom.params["prompt"] == mine and custom.identity() != plain.identity()
+            assert custom.meta["checker"]["used"].startswith(f"endpoint-support-v2:mc@{srv.base_url}+prompt-")
+    # the run config's `templates: {support_check: ...}` reaches the detector as its parameter (which wins)
+    from haldet.config import RunConfig
+    from haldet.flow.scoring import make_detector
+
+    config = RunConfig(detectors=["minicheck"], templates={"support_check": {"path": str(file)}},
+                       detector_params={"minicheck": {"checker": "openai:mc", "base_url": "http://127.0.0.1:1/v1"}})
+    assert make_detector("minicheck", config).params["prompt"] == mine
+    own = config.model_copy(update={"detector_params": {"minicheck": {
+        "checker": "openai:mc", "base_url": "http://127.0.0.1:1/v1", "prompt": "D {premise} C {hypothesis}"}}})
+    assert make_detector("minicheck", own).params["prompt"] == "D {premise} C {hypothesis}"
+    with pytest.raises(HaldetError, match="fields") as exc:
+        MiniCheck(checker="openai:mc", base_url="http://127.0.0.1:1/v1", prompt="Document: {doc}\nClaim: {claim}")
+    assert exc.value.where == "detector_params.minicheck.prompt"
+    with pytest.raises(HaldetError, match="classifier head"):
+        MiniCheck(checker="lytang/MiniCheck-RoBERTa-Large", prompt=mine)
+
+
+# --- Lynx and ANAH-v2 asked in the structure their models were trained on, through the verdict stage ---------------
+ANAH_SENTENCES = ("Hello there!", "She won a prize.", "Ada was born in 1820.")
+
+
+def _anah_key(body: dict) -> str:
+    """The mock's key of an ANAH-v2 turn: "<turn number>|<sentence>"."""
+    users = [m["content"] for m in body["messages"] if m["role"] == "user"]
+    sentence = next((s for s in ANAH_SENTENCES if s in users[-1]), "")
+    return f"{len(users)}|{sentence}"
+
+
+def _verdict_records(tmp_path: Path, srv, detector: str) -> dict:
+    from haldet.config import RunConfig
+    from haldet.flow.scoring import make_detector
+    from haldet.stages.base import CellContext, Item
+    from haldet.stages.verdict import VerdictStage
+    from haldet.store import RunStore
+
+    response = " ".join(ANAH_SENTENCES)
+    starts = [response.index(s) for s in ANAH_SENTENCES]
+    units = [SpanLabel(kind="sentence", start=a, end=a + len(s), text=s, category=Category.CORRECT)
+             for a, s in zip(starts, ANAH_SENTENCES, strict=True)]
+    inst = Instance(id=ID, dataset="verigray", scenario="summarization", task_type="summarization",
+                    question="Summarise the passage.", context=DOC, response=response, units=units)
+    gen = Generation(id=ID, prompt="p", response=response, token_ids=[], token_logprobs=[],
+                     finish_reason="provided", n_tokens=0, model="given")
+    config = RunConfig(detectors=[detector], verdict={"model": "verifier", "base_url": srv.base_url, "retries": 0,
+                                                       "backoff": 0, "timeout": 5})
+    ctx = CellContext(config=config, dataset="verigray", model="m", store=RunStore(tmp_path).cell("verigray", "m"),
+                      backend_factory=lambda: (_ for _ in ()).throw(AssertionError("no local backend")),
+                      detectors=[make_detector(detector, config)])
+    return VerdictStage(ctx).ensure([Item(instance=inst, prompt="p", generation=gen)])[ID]["asks"]
+
+
+def test_anah_v2_is_asked_its_three_turn_dialogue(tmp_path: Path) -> None:
+    """Turn 1 (facts?) ends the dialogue on "<No Facts>"; turn 2 (the related information from the document) ends
+    it on "<No Reference Information>" (Unverifiable); turn 3 gets turn 2's reply as its reference points and the
+    earlier turns as the chat so far, and gives the type. Every reply is recorded, the last one parsed."""
+    from mock_openai import FakeOpenAI, text_content
+
+    no_fact, no_ref, typed = ANAH_SENTENCES
+    with FakeOpenAI(content=text_content, key_of=_anah_key, default="ok:<Facts Present>") as srv:
+        srv.plans[f"1|{no_fact}"] = ["ok:<No Facts>"]
+        srv.plans[f"2|{no_ref}"] = ["ok:<No Reference Information>"]
+        srv.plans[f"2|{typed}"] = ["ok:Ada Lovelace was born in 1815."]
+        srv.plans[f"3|{typed}"] = ["ok:<Contradictory>"]
+        units = _verdict_records(tmp_path, srv, "anah_v2")["verigray_anah"]["units"]
+        assert [u["label"] for u in units] == ["No Fact", "Unverifiable", "Contradictory"]
+        assert [len(u.get("turns", [u["reply"]])) for u in units] == [1, 2, 3]
+        assert units[2]["turns"] == ["<Facts Present>", "Ada Lovelace was born in 1815.", "<Contradictory>"]
+        assert sorted(srv.calls.values()) == [1, 1, 1, 1, 1, 1]  # 1 + 2 + 3 requests
+        last = next(r["messages"] for r in srv.requests if _anah_key(r) == f"3|{typed}")
+        assert [m["role"] for m in last] == ["user", "assistant", "user", "assistant", "user"]
+        assert "<No Facts>" in last[0]["content"] and DOC in last[2]["content"]
+        assert "Ada Lovelace was born in 1815." in last[4]["content"] and "<Unverifiable>" in last[4]["content"]
+        assert DOC not in last[0]["content"] and "Summarise the passage." in last[0]["content"]
+
+
+def test_lynx_is_asked_in_its_trained_layout(tmp_path: Path) -> None:
+    """One user turn: the instructions, then QUESTION, DOCUMENT and ANSWER (the sentence) between "--" lines, and
+    the JSON reply format with REASONING and SCORE last."""
+    from mock_openai import FakeOpenAI, text_content
+
+    reply = '{"REASONING": ["- the date differs"], "SCORE": "FAIL"}'
+    with FakeOpenAI(content=text_content, default=f"ok:{reply}") as srv:
+        units = _verdict_records(tmp_path, srv, "lynx")["verigray_lynx"]["units"]
+        assert [u["label"] for u in units] == ["FAIL"] * 3
+        sent = next(r["messages"] for r in srv.requests if ANAH_SENTENCES[2] in r["messages"][-1]["content"])
+    assert len(sent) == 1 and sent[0]["role"] == "user"
+    text = sent[0]["content"]
+    marks = [text.index(m) for m in ("QUESTION", "\n--\nQUESTION", "\n--\nDOCUMENT:\n" + DOC,
+                                     "\n--\nANSWER:\n" + ANAH_SENTENCES[2], '"REASONING"', '"SCORE"')]
+    assert marks == sorted(marks) and text.rstrip().endswith("}")

@@ -266,6 +266,9 @@ class HFBackend(Backend):
 
         return self.decoder == "haldet" and mergeable(self.model_config)
 
+    def thinks(self) -> bool:
+        return self.markers is not None
+
     def fuses_evidence(self) -> bool:
         """Whether greedy decoding can also read each answer's white-box evidence and follow-up questions
         (`generate_with_evidence`): the lean loop on a full-attention model with SDPA attention."""

@@ -47,14 +47,15 @@ def _build(kind: str, name: str, **kw: Any) -> PairModel:
         elif kind == "bertscore":
             _LOADED[key] = BERTScorePairs(name, **kw)
         elif kind == "support":
-            local = {k: v for k, v in kw.items() if k not in ENDPOINT_SETTINGS}  # e.g. a local fallback's
+            local = {k: v for k, v in kw.items() if k not in (*ENDPOINT_SETTINGS, "prompt")}  # a local fallback's
+            prompt = {"prompt": kw["prompt"]} if kw.get("prompt") is not None else {}  # an asked checker's question
             if name.startswith(ENDPOINT_PREFIX):
                 _LOADED[key] = EndpointSupport(name.removeprefix(ENDPOINT_PREFIX), batch_size=kw.get("batch_size", 8),
-                                               **{k: v for k, v in kw.items() if k in ENDPOINT_SETTINGS})
+                                               **{k: v for k, v in kw.items() if k in ENDPOINT_SETTINGS}, **prompt)
             elif name.startswith("llm:"):
-                _LOADED[key] = LLMSupport(name[4:], **local)
+                _LOADED[key] = LLMSupport(name[4:], **local, **prompt)
             else:
-                _LOADED[key] = HFSupport(name, **local)
+                _LOADED[key] = HFSupport(name, **local)  # a classifier head reads the pair, not a question
         elif kind in QUESTIONS:  # an LLM asked in words (local model, or an endpoint given `base_url`)
             _LOADED[key] = PromptedPairs(name, QUESTIONS[kind], **kw)
         else:

@@ -7,13 +7,19 @@
 - `EndpointSupport` (`openai:<model>` with a `base_url`): the same question asked of a checker served behind an
   OpenAI-compatible endpoint, read from the first generated token's top log-probs. It may abstain
   (`PairModel.abstains`): a pair without a usable answer is NaN with `why(pair)`, never stored, so it is asked
-  again next time.
+  again next time. Its requests carry what its `params` declare (`haldet.endpoint_params.EndpointParams`, as every
+  role that asks an endpoint): a declaration is part of its id, so of the pair cache's and the detector's keys, and
+  a parameter the server refuses stops the scoring with one message naming the setting to change.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
+import string
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -28,6 +34,7 @@ from haldet.backends.openai_client import (
     run_coroutine,
 )
 from haldet.backends.structured import ClientSettings
+from haldet.endpoint_params import EndpointParams
 from haldet.errors import HaldetError
 from haldet.models.pairs.base import Pair, PairModel, keep_value, pair_id, sequence_classifier, unanswered
 from haldet.models.pairs.entailment import LLMEntailment
@@ -40,6 +47,32 @@ SUPPORT_WORDS = ("support", "entail", "consistent", "faithful", "yes")
 # pair scored under an older wording is never reused.
 SUPPORT_PROMPT = packaged_template("support_check.txt").strip()
 SUPPORT_PROMPT_VERSION = "2"
+
+
+def support_prompt(text: str | None, where: str) -> str:
+    """The question a causal-LM checker is asked: `text` (a user's replacement, checked to be a Python format string
+    with exactly the fields premise and hypothesis), else the packaged `SUPPORT_PROMPT`."""
+    if text is None:
+        return SUPPORT_PROMPT
+    try:
+        fields = {name for _, name, _, _ in string.Formatter().parse(text) if name is not None}
+    except ValueError as exc:
+        raise HaldetError(f"the fact checker's prompt is not a valid template: {exc}", where=where,
+                          hint="write {premise} and {hypothesis} where the document and the claim go; double any "
+                               "other brace ({{ }})") from None
+    if fields != {"premise", "hypothesis"}:
+        raise HaldetError(f"the fact checker's prompt has the fields {sorted(fields)}", where=where,
+                          hint="it needs exactly {premise} (the document) and {hypothesis} (the claim); double any "
+                               "other brace ({{ }})")
+    return text.strip()
+
+
+def prompt_suffix(prompt: str) -> str:
+    """What a replaced prompt adds to a checker's id ("" for the packaged one, so its ids stay as they were): a
+    digest of the text, so pairs scored under another wording are never reused."""
+    if prompt == SUPPORT_PROMPT:
+        return ""
+    return "+prompt-" + hashlib.sha256(prompt.encode()).hexdigest()[:12]
 
 
 class HFSupport(PairModel):
@@ -87,13 +120,32 @@ class LLMSupport(LLMEntailment):
     prompt = SUPPORT_PROMPT
     id_prefix = f"llm-support-v{SUPPORT_PROMPT_VERSION}"
 
+    def __init__(self, name: str, *, prompt: str | None = None, **kw: Any) -> None:
+        super().__init__(name, **kw)
+        self.prompt = support_prompt(prompt, "detector_params (prompt)")
+        self.id += prompt_suffix(self.prompt)
+
     def compute(self, pairs: Sequence[Pair]) -> np.ndarray:
         return super().compute(pairs)[:, :1]
 
 
 ENDPOINT_PREFIX = "openai:"
 # detector parameters that reach an `openai:` checker (the names of the endpoint settings elsewhere in haldet)
-ENDPOINT_SETTINGS = ("base_url", "api_key_env", "timeout", "concurrency", "retries", "backoff", "top_logprobs")
+ENDPOINT_SETTINGS = ("base_url", "api_key_env", "timeout", "concurrency", "retries", "backoff", "top_logprobs",
+                     "params", "section")
+
+
+def checker_params(declared: Any, where: str) -> EndpointParams:
+    """A checker's declared request parameters (a mapping, or None for the defaults), validated with the setting
+    named on a mistake."""
+    if isinstance(declared, EndpointParams):
+        return declared
+    try:
+        return EndpointParams.model_validate(dict(declared or {}))
+    except (TypeError, ValueError) as exc:
+        raise HaldetError(f"bad request parameters for the fact checker: {exc}", where=where,
+                          hint="set temperature, top_p (true/false), max_tokens_field (max_tokens or "
+                               "max_completion_tokens), reasoning_effort, reasoning") from None
 
 
 def yes_no_support(top: dict[str, float] | None) -> tuple[float | None, str]:
@@ -129,16 +181,23 @@ class EndpointSupport(PairModel):
 
     def __init__(self, name: str, *, base_url: str | None = None, api_key_env: str = "OPENAI_API_KEY",
                  timeout: float = 60.0, concurrency: int = 8, retries: int = 4, backoff: float = 1.0,
-                 top_logprobs: int = 5, batch_size: int = 8) -> None:
+                 top_logprobs: int = 5, batch_size: int = 8, prompt: str | None = None, params: Any = None,
+                 section: str = "detector_params (checker)") -> None:
         super().__init__(name, batch_size=batch_size)
+        self.prompt = support_prompt(prompt, "detector_params (prompt)")
         option = "detector_params (checker, base_url)"
+        declared = checker_params(params, f"{section}.params")
         self.settings = ClientSettings(model=name, base_url=base_url, api_key_env=api_key_env, timeout=timeout,
                                        concurrency=max(1, int(concurrency)), retries=max(0, int(retries)),
                                        backoff=backoff, max_tokens=1, temperature=0.0, option=option,
-                                       where=f"fact checker {name} at {base_url or OPENAI_BASE_URL}")
+                                       where=f"fact checker {name} at {base_url or OPENAI_BASE_URL}",
+                                       params=declared, section=section)
         api_key(name, base_url, api_key_env, option)  # no key for a remote API: one error now, before any pair
         self.top_logprobs = int(top_logprobs)
-        self.id = f"endpoint-support-v{SUPPORT_PROMPT_VERSION}:{name}@{base_url or OPENAI_BASE_URL}"
+        shaped = declared.identity()  # declared request parameters change replies: in the id (pair cache, keys)
+        self.id = (f"endpoint-support-v{SUPPORT_PROMPT_VERSION}:{name}@{base_url or OPENAI_BASE_URL}"
+                   f"{prompt_suffix(self.prompt)}"
+                   + (f"|params={json.dumps(shaped, sort_keys=True)}" if shaped else ""))
         self.pairs_per_call = max(self.batch_size, 8 * self.settings.concurrency)  # requests in flight per call
         self.usage = Usage()
         self._why: dict[str, str] = {}
@@ -166,7 +225,9 @@ class EndpointSupport(PairModel):
         """Each pair's reply, or its `CallFailed`, with at most `concurrency` requests in flight."""
         s = self.settings
         client = OpenAIEndpoint(s.model, base_url=s.base_url, api_key_env=s.api_key_env, timeout=s.timeout,
-                                breaker_after=s.breaker_after, where=s.where, option=s.option)
+                                breaker_after=s.breaker_after, where=s.where, option=s.option, section=s.section)
+        # the one token read, at temperature 0, shaped as `params` declare (a refused parameter: one HaldetError)
+        shaped = s.params.build(temperature=0.0, top_p=None, max_tokens=1)
         limit = asyncio.Semaphore(s.concurrency)
 
         async def one(premise: str, hypothesis: str) -> ChatReply | CallFailed:
@@ -174,8 +235,7 @@ class EndpointSupport(PairModel):
             async with limit:
                 try:
                     return await client.call(messages, attempts=s.retries + 1, backoff=s.backoff, usage=self.usage,
-                                             temperature=0.0, max_tokens=1, logprobs=True,
-                                             top_logprobs=self.top_logprobs)
+                                             logprobs=True, top_logprobs=self.top_logprobs, **shaped)
                 except CallFailed as exc:
                     return exc
 

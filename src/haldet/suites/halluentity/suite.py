@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from haldet.evaluation.breakdowns import breakdown_metrics, unit_attributes
+from haldet.evaluation.breakdowns import breakdown_metrics, paper_breakdowns, unit_attributes
 from haldet.evaluation.metrics import MetricValue
 from haldet.evaluation.units import UnitData
 from haldet.figures.data import Series
@@ -29,6 +29,7 @@ from haldet.suites.halluentity.analysis import (
     label_statistics,
     proxy_correlation,
 )
+from haldet.suites.halluentity.figures import paper_figures
 
 if TYPE_CHECKING:  # annotations only: matplotlib loads when a report draws
     from haldet.figures.render import FigureSet
@@ -83,12 +84,14 @@ class HalluEntitySuite(Suite):
         out = super().unit_metrics(level, test, val, n_boot=n_boot, ci=ci, seed=seed)
         threshold = next(m.value for m in out if m.metric == "threshold")
         coverage = out[0].coverage
-        return out + breakdown_metrics(test, threshold, coverage)
+        return out + breakdown_metrics(test, threshold, coverage) + paper_breakdowns(test, coverage)
 
     def html_section(self, rows: list[dict[str, Any]], figures: FigureSet | None = None) -> str:
-        """Tables 2/3 and the tune-on-test variant, then FPR/FNR by position in the sentence (the paper's Figure 5,
-        right) per detector, at the validation threshold."""
-        from haldet.figures.charts import line_figure  # lazy: matplotlib; loaded when a report draws
+        """Tables 2/3 and the tune-on-test variant, FPR/FNR by position in the sentence per detector at the validation
+        threshold, then the paper's Figs. 3c, 5 and 6 at its F1-optimal thresholds (`figures.paper_figures`)."""
+        from html import escape
+
+        from haldet.figures.charts import bar_figure, line_figure  # lazy: matplotlib; loaded when a report draws
         from haldet.figures.render import FigureSet  # lazy: matplotlib
         from haldet.suites.report import html_tables  # lazy: h5py
 
@@ -114,6 +117,16 @@ class HalluEntitySuite(Suite):
                 parts.append("<div class=figs>" + figures.add(f"halluentity-{kind}-position", line_figure(
                     series, title=title, xlabel="first / middle / last words", ylabel=kind.upper()),
                     f"HalluEntity: {title}") + "</div>")
+        cells = sorted({(str(r["dataset"]), str(r.get("model", ""))) for r in rows})
+        for dataset, model in cells:
+            drawn = paper_figures([r for r in rows if (r["dataset"], r.get("model", "")) == (dataset, model)],
+                                  figures, f"{dataset}-{model}", bar_figure)
+            if drawn:
+                parts += [f"<h3>Figs. 3c, 5, 6 at the paper's F1-optimal thresholds: {escape(dataset)} | "
+                          f"{escape(model)}</h3><p class=muted>Tuned on the evaluated entities, as the paper: Fig. 3c "
+                          "at each rate group's own best-F1 threshold, Figs. 5 and 6 at the best-F1 threshold of all "
+                          "test entities (the curves above use the validation threshold).</p>",
+                          "<div class=figs>" + "".join(drawn) + "</div>"]
         if data:
             parts += ["<h3>Label statistics and proxy-model correlation</h3>", html_tables(self, data)]
         return "\n".join(parts)

@@ -15,18 +15,25 @@ Protocol (seed triviaplus.txt, sections 4-5; haldet's protocol where they differ
   exact test of each stratum's share of correct predictions against the rest;
 - Table 12: AUROC per ROUGE bin of the answer against the source question's ground-truth answer, when the items
   carry one (`meta["gold_answers"]`: a release-format gold column, a user's gold-answers file, HaluEval's right
-  answer, MS MARCO's answers); without any, one line saying so instead of the table.
+  answer, MS MARCO's answers); without any, one line saying so instead of the table;
+- Table 2 (the data's context lengths) and Table 13 (self-detect: the responses the proxy model wrote vs all), in
+  `paper_tables`; Fig. 1, the test answers on a UMAP map fitted on the training answers, in `embedding_map`.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from haldet.detectors.llm_judge import FAITHFULNESS
+from haldet.errors import HaldetError
 from haldet.evaluation.metrics import MetricValue
 from haldet.evaluation.thresholds import at_threshold
 from haldet.evaluation.units import UnitData, unit_metrics
 from haldet.schema import Category, Instance
+from haldet.stages.verdict_prompts import JUDGE_CONTEXT
 from haldet.suites.base import DATA, Suite, TableLayout, register
 from haldet.suites.triviaplus.analysis import (
     RATE_TABLES,
@@ -40,7 +47,18 @@ from haldet.suites.triviaplus.analysis import (
     rouge_binned,
     strata_rows,
 )
+from haldet.suites.triviaplus.embedding_map import answer_maps
 from haldet.suites.triviaplus.gold import Rouge
+from haldet.suites.triviaplus.paper_tables import (
+    PROXY,
+    T2,
+    T2_METRICS,
+    T13,
+    T13_METRICS,
+    self_generator,
+    table2,
+    table13,
+)
 from haldet.suites.triviaplus.protocol import (
     CLEAN,
     REGIME_COLUMNS,
@@ -52,10 +70,14 @@ from haldet.suites.triviaplus.protocol import (
 from haldet.text.long_context import POLICIES, fit_context
 
 if TYPE_CHECKING:  # annotations only: matplotlib loads when a report draws
+    from haldet.figures.data import Scatter
     from haldet.figures.render import FigureSet
+    from haldet.store.reader import RunReader
 
 NOISY = (*(r for r in REGIME_COLUMNS if r != CLEAN), *VOTE_REGIMES)
 MARGIN_TOKENS = 512  # room left in the window beside the article: prompt template, question, answer, a judge's reply
+JUDGE_MARGIN = 256  # tokens of the judge's window kept for its prompt's wording (the judges' own window)
+CHARS_PER_TOKEN = 4  # a reply budget in tokens as characters, for a window counted in characters
 T4, T4_TEST, T3, T5, T6, T11, NOISE = ("Table 4", "Table 4 (tuned on test)", "Table 3 / A.7", "Table 5", "Table 6",
                                        "Table 11", "label noise")
 T12, T12_SPREAD = "Table 12", "Table 12 spread"
@@ -104,11 +126,16 @@ class TriviaPlusSuite(Suite):
                     "labels)", table=T12, line=("detector", "rouge_bin"), metrics=("halluc_rate", "auroc")),
         TableLayout("Table 12, AUROC spread across ROUGE bins (max - min; the paper: <= 0.05)", table=T12_SPREAD,
                     metrics=("spread",)),
+        TableLayout("Table 2 (context length in characters as released; items, hallucinated share, generators; "
+                    "domains in the note)", table=T2, line=("split",), metrics=T2_METRICS),
+        TableLayout("Table 13 (self-detect: the test responses the proxy model wrote, and all test responses)",
+                    table=T13, line=("detector", "responses", "tune_on"), metrics=T13_METRICS),
         TableLayout("Measured label noise (disagreement with the clean labels)", table=NOISE,
                     line=("eval_labels", "split"), metrics=("n_items", "disagree", "share")),
     )
     params: ClassVar[dict[str, Any]] = {"train_labels": [CLEAN], "long_context": "truncate", "context_tokens": None,
-                                        "vote_noise_rate": 0.15, "vote_noise_seed": 0, "rouge_type": "rougeL"}
+                                        "vote_noise_rate": 0.15, "vote_noise_seed": 0, "rouge_type": "rougeL",
+                                        "self_generator": None, "answer_map": "umap"}
     settings: ClassVar[dict[str, Any]] = {"verdict": {"max_new_tokens": 256}}
 
     # --- options -----------------------------------------------------------------------------------------------
@@ -130,6 +157,13 @@ class TriviaPlusSuite(Suite):
         notes = "".join(f"<p class=muted>{escape(n)}</p>" for n in why)
         return f"<h2 id=triviaplus>{escape(self.title)}</h2>\n{tables}{notes}" if tables else ""
 
+    def run_plots(self, run: RunReader, labels: Callable[[str], dict[str, str]]) -> list[Scatter]:
+        """Fig. 1: each cell's test answers on a map fitted on its training answers (`embedding_map`; the run's
+        `answer_map` option: umap, falling back to PCA without umap-learn; pca; none)."""
+        config = ((run.manifest or {}).get("config") or {}).get("suite_params") or {}
+        how = str((config.get(self.name) or {}).get("answer_map", self.params["answer_map"]))
+        return [] if how == "none" else answer_maps(run, labels, self.datasets, how)
+
     def prepare_instances(self, instances: list[Instance], backend: Any, config: Any) -> list[Instance]:
         """Fit each article into the token budget by the `long_context` policy; the record lands in
         `meta["long_context"]`, and an item the policy cannot feed gets `meta["unscorable"]` (NaN everywhere)."""
@@ -143,7 +177,10 @@ class TriviaPlusSuite(Suite):
         def count(text: str) -> int:
             return len(backend.encode_text(text))
 
+        judge = JudgeWindow.of(config, backend, count)
         out = []
+        proxy = str(getattr(backend, "name", "") or "")  # Table 13: which generator's responses are the model's own
+        instances = [i.model_copy(update={"meta": {**i.meta, PROXY: proxy}}) for i in instances]
         for inst in instances:
             budget = opts["context_tokens"]
             if budget is None:
@@ -155,6 +192,8 @@ class TriviaPlusSuite(Suite):
                                       f"{backend.window()}-token window")
                 out.append(inst.model_copy(update={"meta": meta}))
                 continue
+            if judge is not None:
+                meta.update(judge.fit(inst))
             fit = fit_context(inst.context, f"{inst.question} {inst.response or ''}", int(budget), count, policy)
             meta["long_context"] = fit.record()
             if fit.too_long:
@@ -184,7 +223,7 @@ class TriviaPlusSuite(Suite):
 
     def extra_rows(self, instances: list[Instance], split: dict[str, list[str]], runs: list[Any],
                    config: Any) -> list[dict[str, Any]]:
-        """Tables 3, 5, 6, 8-12, the tune-on-test variant of Table 4 and the measured label noise, as tidy rows."""
+        """Tables 2, 3, 5, 6, 8-13, the tune-on-test variant of Table 4 and the measured label noise, as tidy rows."""
         items = {i.id: i for i in instances}
         regimes = self.regimes(config)
         rouge = Rouge(str(self.options(config)["rouge_type"]))
@@ -227,6 +266,8 @@ class TriviaPlusSuite(Suite):
             rows += _metric_rows({"detector": "", "level": "response", "table": r["table"], "dimension": r["dimension"],
                                   "stratum": r["stratum"]}, r, ("rate", "ci_low", "ci_high"))
         rows += rouge_table(rouge_binned(items, split["test"], rouge), items, primaries)
+        rows += table2(instances, split)
+        rows += table13(primaries, items, *self_generator(instances, self.options(config)["self_generator"]))
         splits = {i: part for part, ids in split.items() for i in ids}
         for d in label_disagreement(labels, splits):
             rows += _metric_rows({"detector": "", "level": "response", "table": NOISE, "eval_labels": d["regime"],
@@ -234,6 +275,42 @@ class TriviaPlusSuite(Suite):
                                                          "share": d["share"], "n": d["n"]},
                                  ("n_items", "disagree", "share"))
         return rows
+
+
+@dataclass(frozen=True)
+class JudgeWindow:
+    """The LLM judges' own window (`verdict.context_window`, in `verdict.context_unit`): each article is fitted anew
+    from its full text, apart from the detectors' model's fit, by the `truncate` policy (a judge always gets the
+    most relevant passages, never a skip), less the reply budget, the question, the answer and `JUDGE_MARGIN` for
+    the prompt's wording. A local judge (no `verdict.model`) is the run's model: its window caps the setting."""
+
+    window: int
+    unit: str
+    reply: int  # the judge's reply budget, in the window's unit
+    count: Callable[[str], int]
+
+    @classmethod
+    def of(cls, config: Any, backend: Any, count_tokens: Callable[[str], int]) -> JudgeWindow | None:
+        cfg = config.verdict
+        if cfg.context_window is None:
+            return None
+        reply = cfg.max_new_tokens or FAITHFULNESS.max_new_tokens
+        if cfg.context_unit == "chars":
+            return cls(cfg.context_window, "chars", reply * CHARS_PER_TOKEN, len)
+        window = cfg.context_window if cfg.model is not None else min(cfg.context_window, backend.window())
+        return cls(window, "tokens", reply, count_tokens)
+
+    def fit(self, inst: Instance) -> dict[str, Any]:
+        """The `meta` entries of one item: the judge's context and the record of its fit."""
+        margin = JUDGE_MARGIN * (CHARS_PER_TOKEN if self.unit == "chars" else 1)
+        budget = self.window - self.reply - margin - self.count(f"{inst.question}\n{inst.response or ''}")
+        if budget <= 0:
+            raise HaldetError(f"the judge's {self.window}-{self.unit} window leaves no room for the article of "
+                              f"{inst.id} beside a {self.reply}-{self.unit} reply", where="verdict.context_window",
+                              hint="raise verdict.context_window or lower verdict.max_new_tokens")
+        fit = fit_context(inst.context, f"{inst.question} {inst.response or ''}", budget, self.count, "truncate")
+        return {JUDGE_CONTEXT: fit.text, "judge_long_context": {**fit.record(), "unit": self.unit,
+                                                                "window": self.window}}
 
 
 def rouge_table(binned: Any, items: dict[str, Instance], detectors: list[DetectorScores]) -> list[dict[str, Any]]:

@@ -3,13 +3,19 @@ by the `verdict` stage: through the run's model (`--model PatronusAI/Llama-3-Pat
 local path, ...) or an OpenAI-compatible endpoint serving it (`verdict.model` / `verdict.base_url`). The verdict
 records name the model that answered (`judge`), and the detectors' scores are keyed by it.
 
-- `lynx` (Lynx, Ravi et al. 2024): QUESTION / DOCUMENT / ANSWER (the sentence) and a JSON reply {"REASONING": ...,
-  "SCORE": "PASS" | "FAIL"}. Read robustly: the JSON object (also inside a code fence or with single quotes), else
-  a `SCORE: X` line, else the last standalone PASS / FAIL word. FAIL = Unfaithful (score 1), PASS = 0.
-- `anah_v2` (ANAH-v2, Gu et al. 2024): the sentence is first checked for facts ("<No Fact>"), else annotated
-  "<Hallucination> None | Contradictory | Unverifiable". Three-way (+ No Fact), as the paper uses it; protocol 1's
-  merge: Contradictory and Unverifiable = Unfaithful. Scores order the labels for the ranking metrics:
-  No Hallucination 0, No Fact 1, Unverifiable 2, Contradictory 3; `decision_threshold` 1.5.
+- `lynx` (Lynx, Ravi et al. 2024), in the layout Lynx was trained on: one user turn, the instructions first, then
+  QUESTION, DOCUMENT and ANSWER (the sentence) as sections between "--" lines, and last the JSON reply format
+  {"REASONING": bullet points, "SCORE": "PASS" | "FAIL"} (`verigray_lynx`). Read robustly: the JSON object (also
+  inside a code fence or with single quotes), else a `SCORE: X` line, else the last standalone PASS / FAIL word.
+  FAIL = Unfaithful (score 1), PASS = 0.
+- `anah_v2` (ANAH-v2, Gu et al. 2024), as its annotator was trained to work: a dialogue of up to three user turns
+  about the sentence (the "partial answer") and the item's question: (1) does it state checkable facts ("<No
+  Facts>" ends it: No Fact; `verigray_anah_facts`); (2) the related information from the reference document,
+  pieces separated by <SEP> ("<No Reference Information>" ends it: Unverifiable; `verigray_anah_reference`);
+  (3) the hallucination type given those reference points: <No Hallucination>, <Contradictory> or <Unverifiable>
+  (`verigray_anah_verdict`). Three-way (+ No Fact), as the paper uses it; protocol 1's merge: Contradictory and
+  Unverifiable = Unfaithful. Scores order the labels for the ranking metrics: No Hallucination 0, No Fact 1,
+  Unverifiable 2, Contradictory 3; `decision_threshold` 1.5. Every turn's reply is in the verdict record.
 
 A reply that states none of the labels is unparsable: label None with the reason, and the sentence scores NaN with
 it, never a guessed verdict. Reasoning models' <think> blocks are ignored.
@@ -37,8 +43,10 @@ _WORD = re.compile(r"(?<![A-Za-z])(PASS|FAIL)(?![A-Za-z])")
 PASS, FAIL = "PASS", "FAIL"
 NO_HALLU, NO_FACT, UNVERIFIABLE, CONTRADICTORY = "No Hallucination", "No Fact", "Unverifiable", "Contradictory"
 _TAG = re.compile(r"<\s*hallucination\s*>\W*(none|no|contradictory|contradiction|unverifiable)\b", re.I)
-_NO_FACT_TAG = re.compile(r"<\s*no[\s_-]*fact\s*>", re.I)
-_ANAH = [(re.compile(r"<\s*no[\s_-]*fact\s*>|\bno[\s_-]*fact\b", re.I), NO_FACT),
+_NO_FACT_TAG = re.compile(r"<\s*no[\s_-]*facts?\s*>", re.I)
+_NO_REFERENCE = re.compile(r"no[\s_-]*reference[\s_-]*information", re.I)
+_ANAH = [(re.compile(r"<\s*no[\s_-]*facts?\s*>|\bno[\s_-]*facts?\b", re.I), NO_FACT),
+         (_NO_REFERENCE, UNVERIFIABLE),
          (re.compile(r"<\s*hallucination\s*>\s*[:\-]?\s*(none|no\b)|\bno[\s_-]*hallucination\b", re.I), NO_HALLU),
          (re.compile(r"\bcontradict(ory|ion|ed|s)?\b", re.I), CONTRADICTORY),
          (re.compile(r"\bunverifiable\b|\bcannot be verified\b", re.I), UNVERIFIABLE)]
@@ -83,8 +91,8 @@ def parse_lynx(reply: str) -> tuple[str | None, str]:
 
 
 def parse_anah(reply: str) -> tuple[str | None, str]:
-    """(one of the four labels, "") or (None, why): the last "<Hallucination> X" tag, else the last "<No Fact>"
-    tag, else the label named last."""
+    """(one of the four labels, "") or (None, why) from the dialogue's last reply: the last "<Hallucination> X"
+    tag, else a "<No Facts>" tag, else the label named last ("<No Reference Information>" = Unverifiable)."""
     body = _body(reply)
     tags = _TAG.findall(body)
     if tags:
@@ -105,19 +113,39 @@ def _lynx_messages(instance: Instance, response: str, examples: Sequence[Example
                    sentence=_sentence(response, unit))
 
 
+def _anah_fields(instance: Instance, response: str, unit: SpanLabel | None) -> dict[str, str]:
+    return {"question": instance.question or instance.instruction or "", "sentence": _sentence(response, unit),
+            "document": instance.context or instance.question or ""}
+
+
 def _anah_messages(instance: Instance, response: str, examples: Sequence[Example], unit: SpanLabel | None,
                    texts: Mapping[str, str]) -> list[dict[str, str]]:
-    return _render(texts["verigray_anah"], document=instance.context or instance.question, summary=response,
-                   sentence=_sentence(response, unit))
+    """ANAH-v2's first turn: does the sentence state checkable facts?"""
+    return _render(texts["verigray_anah_facts"], **_anah_fields(instance, response, unit))
+
+
+def _anah_follow(instance: Instance, response: str, unit: SpanLabel | None, texts: Mapping[str, str],
+                 replies: Sequence[str]) -> str | None:
+    """ANAH-v2's next turn after `replies`: the reference extraction after facts were found, the hallucination
+    type given the extracted reference points; None once the dialogue has its answer ("<No Facts>", "<No
+    Reference Information>", or the type)."""
+    fields = _anah_fields(instance, response, unit)
+    last = _body(replies[-1])
+    if len(replies) == 1:
+        return None if _NO_FACT_TAG.search(last) else _render(texts["verigray_anah_reference"], **fields)[0]["content"]
+    if len(replies) == 2 and not _NO_REFERENCE.search(last):
+        return _render(texts["verigray_anah_verdict"], **fields, reference=last)[0]["content"]
+    return None
 
 
 LYNX = register_prompt(VerdictPrompt(
-    name="verigray_lynx", version="lynx-v1", labels=(PASS, FAIL), scores={PASS: 0.0, FAIL: 1.0},
+    name="verigray_lynx", version="lynx-v2", labels=(PASS, FAIL), scores={PASS: 0.0, FAIL: 1.0},
     messages=_lynx_messages, parse=parse_lynx, max_new_tokens=384, level="sentence", templates=("verigray_lynx",)))
 ANAH = register_prompt(VerdictPrompt(
-    name="verigray_anah", version="anah-v1", labels=(NO_HALLU, NO_FACT, UNVERIFIABLE, CONTRADICTORY),
+    name="verigray_anah", version="anah-v2", labels=(NO_HALLU, NO_FACT, UNVERIFIABLE, CONTRADICTORY),
     scores={NO_HALLU: 0.0, NO_FACT: 1.0, UNVERIFIABLE: 2.0, CONTRADICTORY: 3.0}, messages=_anah_messages,
-    parse=parse_anah, max_new_tokens=512, level="sentence", templates=("verigray_anah",)))
+    parse=parse_anah, max_new_tokens=512, level="sentence", follow=_anah_follow, max_turns=3,
+    templates=("verigray_anah_facts", "verigray_anah_reference", "verigray_anah_verdict")))
 
 
 @register("lynx")

@@ -1,6 +1,7 @@
 """VeriGray's tables and plots from its result rows (`evaluate`): Table 4 (BAcc, Hallu. Rec./Prec./F1, ranking
 loss per detector, with the continuous ranking loss, AUROC and the perfect binary predictor's floor beside),
-per-class F1 of the 7-way classifiers, selective risk against coverage, and the breakdown by generator.
+per-class F1 of the 7-way classifiers, selective risk against coverage, the transition Figs. 3 and 6
+(`transition_figures`) and the breakdown by generator.
 
 Rows may carry `model` (the proxy or classifier model); detectors are listed per model.
 """
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from haldet.figures.data import Series
 from haldet.suites.verigray.evaluate import split_metric
 from haldet.suites.verigray.labels import CLASSES
+from haldet.suites.verigray.transition_figures import transition_figures
 
 if TYPE_CHECKING:
     from haldet.figures.render import FigureSet
@@ -78,9 +80,10 @@ def _html_table(header: Sequence[str], body: Sequence[Sequence[str]]) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{rows}</tbody></table>"
 
 
-def html_section(rows: Sequence[Row], figures: FigureSet | None = None) -> str:
-    """The suite's part of the HTML report; its plot is drawn into `figures` (by default, the page's SVG only)."""
-    from haldet.figures.charts import line_figure  # lazy: matplotlib; loaded when a report draws
+def html_section(rows: Sequence[Row], figures: FigureSet | None = None, analyses: Sequence[Row] = ()) -> str:
+    """The suite's part of the HTML report; its plots are drawn into `figures` (by default, the page's SVG only):
+    selective prediction from the detectors' `rows`, the transition Figs. 3 and 6 from the data `analyses` rows."""
+    from haldet.figures.charts import bar_figure, line_figure  # lazy: matplotlib; loaded when a report draws
     from haldet.figures.render import FigureSet  # lazy: matplotlib
 
     figures = figures if figures is not None else FigureSet(formats=())
@@ -101,6 +104,12 @@ def html_section(rows: Sequence[Row], figures: FigureSet | None = None) -> str:
         title = "Selective risk vs coverage"
         parts.append("<h3>Selective prediction</h3><div class=figs>" + figures.add("verigray-selective", line_figure(
             series, title=title, xlabel="coverage", ylabel="selective risk"), f"VeriGray: {title}") + "</div>")
+    for dataset, model in sorted({(str(r["dataset"]), str(r.get("model", ""))) for r in analyses}):
+        drawn = transition_figures([r for r in analyses if (r["dataset"], r.get("model", "")) == (dataset, model)],
+                                   figures, f"{dataset}-{model}", bar_figure)
+        if drawn:
+            parts.append(f"<h3>Transition probabilities (Figs. 3 and 6): {escape(dataset)} | {escape(model)}</h3>"
+                         "<div class=figs>" + "".join(drawn) + "</div>")
     groups = {str(r.get("group") or split_metric(str(r["metric"]))[1]) for r in rows}
     generators = sorted(g.split("=", 1)[1] for g in groups if g.startswith("generator="))
     if generators:

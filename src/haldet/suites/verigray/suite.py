@@ -22,7 +22,7 @@ from haldet.evaluation.metrics import MetricValue
 from haldet.evaluation.units import UnitData
 from haldet.schema import Instance, SpanLabel
 from haldet.suites.base import Suite, TableLayout, register
-from haldet.suites.verigray.analysis import FIG2, FIG3, FIG6, POLARITIES, analysis_rows
+from haldet.suites.verigray.analysis import FIG2, FIG3, FIG6, POLARITIES, SEVEN, analysis_rows
 from haldet.suites.verigray.evaluate import DetectorOutput, Sentences, evaluate, metric_name
 from haldet.suites.verigray.labels import CLASSES
 from haldet.suites.verigray.report import TABLE4_COLUMNS, html_section
@@ -63,7 +63,10 @@ class VeriGraySuite(Suite):
                           line=("generator",), metrics=CLASSES),
               TableLayout("Fig. 3 (transition probabilities between consecutive sentences' polarities)", table=FIG3,
                           level="sentence", line=("from",), metrics=POLARITIES),
-              TableLayout("Fig. 6 (transition probabilities between consecutive sentences' classes)", table=FIG6,
+              TableLayout("Fig. 6 (transition probabilities of the polarities per generator, and between sentences "
+                          "k = 2, 3, 4 apart)", table=FIG6, level="sentence", line=("view", "from"),
+                          metrics=POLARITIES),
+              TableLayout("Transition probabilities between consecutive sentences' seven classes", table=SEVEN,
                           level="sentence", line=("from",), metrics=CLASSES))
     settings: ClassVar[dict[str, Any]] = {}
 
@@ -76,15 +79,15 @@ class VeriGraySuite(Suite):
     def extra_rows(self, instances: list[Instance], split: dict[str, list[str]], runs: list[Any],
                    config: Any) -> list[dict[str, Any]]:
         """The data's class distribution per generator (Fig. 2) and the sentence-to-sentence transition matrices
-        (Figs. 3 and 6), over every item of the cell."""
+        (Figs. 3 and 6, the seven classes), over every item of the cell."""
         return analysis_rows(instances)
 
     def html_section(self, rows: list[dict[str, Any]], figures: FigureSet | None = None) -> str:
         from haldet.suites.report import html_tables  # lazy: h5py
 
         mine = [r for r in rows if r.get("level") == "sentence"]
-        analyses = [r for r in mine if r.get("table") in (FIG2, FIG3, FIG6)]
-        return "\n".join([html_section([r for r in mine if not r.get("table")], figures),
+        analyses = [r for r in mine if r.get("table") in (FIG2, FIG3, FIG6, SEVEN)]
+        return "\n".join([html_section([r for r in mine if not r.get("table")], figures, analyses),
                           "<h3>Data analyses (Figs. 2, 3, 6; 95% Wilson intervals)</h3>" if analyses else "",
                           html_tables(self, analyses)])
 

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from haldet.schema import Category, Generation, Instance, SpanLabel
-from haldet.signals import Signal, SignalView
+from haldet.signals import SampleTexts, Signal, SignalView
 from haldet.stages.verdict_prompts import PROMPTS
 
 N_ITEMS, LAYERS, DIM, K = 60, 3, 16, 5
@@ -66,6 +66,12 @@ _WORDS = ["paris", "rome", "berlin", "madrid", "lisbon", "vienna", "oslo", "prag
 def _answer(rng: np.random.Generator, hallucinated: bool) -> str:
     city = _WORDS[int(rng.integers(len(_WORDS)))] if hallucinated else "paris"
     return f"The capital is {city}. It is a large city."
+
+
+def _trace(answer: str) -> str | None:
+    """The reasoning a synthetic output thought before its answer (a reasoning model's outputs: every detector reads
+    the answer unless it reads the trace, as RACE does); none for an empty answer."""
+    return f"Let me recall the country. {answer}" if answer else None
 
 
 @signal_maker(Signal.RESPONSE, missing="")
@@ -167,7 +173,20 @@ def _samples(rng: np.random.Generator, y: np.ndarray) -> list[Any]:
         s = [_answer(rng, bool(v) and rng.random() < 0.8) for _ in range(K)]
         if rng.random() < 0.2:
             s[int(rng.integers(K))] = ""
-        out.append(s)
+        out.append(SampleTexts(s, [_trace(a) for a in s]))
+    return out
+
+
+@signal_maker(Signal.TRACE_ANSWER_ENTROPIES)
+def _trace_answer_entropies(rng: np.random.Generator, y: np.ndarray) -> list[Any]:
+    # the sampled answers read after the primary trace: more uncertain for hallucinated items; one sample without
+    # an answer (NaN) now and then
+    out = []
+    for v in y:
+        e = rng.gamma(1.0 + 2 * v, 0.5, size=K)
+        if rng.random() < 0.2:
+            e[int(rng.integers(K))] = np.nan
+        out.append(e)
     return out
 
 
@@ -299,7 +318,7 @@ def synthetic_view(signals: frozenset[Signal] | set[Signal], n: int = N_ITEMS, s
 def _generation(item_id: str, response: str, logprobs: Any) -> Generation:
     lp = [float(x) for x in np.asarray(logprobs)]
     return Generation(id=item_id, prompt="p", response=response, token_ids=list(range(len(lp))), token_logprobs=lp,
-                      finish_reason="stop", n_tokens=len(lp), model="smollm2-135m")
+                      finish_reason="stop", n_tokens=len(lp), model="smollm2-135m", reasoning=_trace(response))
 
 
 def _view(ids: list[str], instances: list[Instance], generations: list[Generation], values: dict[Signal, list[Any]],
