@@ -74,3 +74,17 @@ def test_stored_evidence_equals_the_models_own_numbers(tmp_path: Path, tiny_smol
     for name in ("renyi_divergence", "fisher_rao", "pmi", "cpmi", "rauq"):
         scores = DETECTORS.get(name)().score(view)
         assert np.isfinite(scores.values).all(), (name, scores.reasons)
+
+
+def test_the_prompt_free_pass_reads_as_many_answers_as_the_token_budget_holds(tmp_path: Path) -> None:
+    from haldet.backends.base import TokenRequest
+    from haldet.stages.unconditional import UnconditionalStage
+
+    def rows(budget: int, batch_size: int) -> int:
+        config = RunConfig.model_validate({"tokens": {"token_budget": budget, "batch_size": batch_size}})
+        ctx = CellContext(config=config, dataset="toy", model="m", store=CellStore(tmp_path), signals=SIGNALS,
+                          backend_factory=lambda: None)
+        requests = [TokenRequest(prompt_ids=[1], answer_ids=[5] * n) for n in (9, 24, 3)]  # longest row: 25 tokens
+        return UnconditionalStage(ctx).rows_per_pass(requests)
+
+    assert rows(100, 2) == 4 and rows(4096, 4) == 163 and rows(10, 2) == 2 and rows(10, 1) == 1

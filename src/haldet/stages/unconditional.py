@@ -34,7 +34,16 @@ class UnconditionalStage(Stage):
                          self.ctx.backend.start_ids(), UNCONDITIONAL_VERSION)
 
     def items_per_batch(self) -> int:
-        return max(1, self.ctx.config.tokens.batch_size) * 4
+        return max(64, self.ctx.config.tokens.batch_size * 4)
+
+    def rows_per_pass(self, requests: list[TokenRequest]) -> int:
+        """Answers read together: as many as `tokens.token_budget` tokens hold (short answers after one start token:
+        dozens of rows, where `tokens.batch_size` rows of ~30 tokens leave the matrix products small), at least
+        `tokens.batch_size`. Rows are sorted by length and right-padded, so this changes values only in float
+        rounding (tests/stages/test_graybox_evidence.py)."""
+        cfg = self.ctx.config.tokens
+        longest = max(len(r.prompt_ids) + len(r.answer_ids) for r in requests)
+        return max(1, cfg.batch_size, cfg.token_budget // longest)
 
     def compute(self, batch: list[Item]) -> list[dict[str, Any]]:
         start = time.perf_counter()
@@ -54,7 +63,7 @@ class UnconditionalStage(Stage):
                 requests.append(TokenRequest(prompt_ids=head, answer_ids=list(gen.token_ids), key=item.id))
         if requests:
             outs = backend.token_pass(requests, top_k=0, entropies=False, attention=False,
-                                      batch_size=self.ctx.config.tokens.batch_size, progress=self.item_done)
+                                      batch_size=self.rows_per_pass(requests), progress=self.item_done)
             for out in outs:
                 rec = records[out.key]
                 rec["window"] = out.window
