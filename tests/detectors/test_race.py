@@ -94,7 +94,7 @@ def test_race_needs_a_trace_and_refuses_other_views(fake_pairs: None) -> None:
     assert np.isnan(scores.values[0]) and scores.reasons[0] == NO_TRACE
     assert DETECTORS.get("race")(variant="aa").score(_view(with_reasoning=False)).values[0] == pytest.approx(
         math.log(2))  # the answers alone need no trace
-    with pytest.raises(ValueError, match="apart by definition"):
+    with pytest.raises(ValueError, match="cannot read 'reasoning'"):  # the entropy alignment: refused by its signal
         DETECTORS.get("race")(reads="reasoning")
     with pytest.raises(ValueError, match="steps must be one of sentences"):
         DETECTORS.get("race")(steps="llm")

@@ -108,9 +108,8 @@ class RACE(Detector):
 
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)
-        if self.reads != "answer":
-            raise ValueError(f"detector 'race' cannot read {self.reads!r}: it reads the answer and the reasoning "
-                             "apart by definition")
+        # another `reads` is refused by the base class: TRACE_ANSWER_ENTROPIES exists for the answer alone (the
+        # detector reads the answer and the reasoning apart by definition)
         for name, choices in self.CHOICES.items():
             if self.params[name] not in choices:
                 raise ValueError(f"detector 'race': {name} must be one of {', '.join(choices)} (the paper's "
