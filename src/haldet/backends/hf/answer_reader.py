@@ -29,7 +29,7 @@ from haldet.backends.hf.distribution import chernoff_terms
 from haldet.backends.hf.kv_cache import cache_arg, copy_rows
 from haldet.backends.hf.pool import Pool, Prefilled, fork, merge
 from haldet.backends.hf.states import icr_features
-from haldet.signals import CHERNOFF_EXPONENTS
+from haldet.signals import CHERNOFF_WIDTH
 
 READ_ATTENTION = "haldet_sdpa_reading"  # attention implementation name: SDPA output, attention rows on the side
 _ROWS: list[torch.Tensor] | None = None  # while a step's attention rows are read: one [R, kv] per layer
@@ -250,7 +250,7 @@ class AnswerReader:
         if not answer:  # a stop token first: no answer span (only the branches)
             return out
         out.token_entropies = np.asarray(entropies[: len(answer)], dtype=np.float64)
-        out.token_chernoff = np.asarray(chernoff[: len(answer)], dtype=np.float64).reshape(-1, len(CHERNOFF_EXPONENTS))
+        out.token_chernoff = np.asarray(chernoff[: len(answer)], dtype=np.float64).reshape(-1, CHERNOFF_WIDTH)
         if not self.states:
             return out
         span = torch.stack(answer)  # [T, layers, D]
