@@ -12,7 +12,7 @@ import torch
 from haldet.backends.hf.distribution import chernoff_terms
 from haldet.detectors.base import DETECTORS
 from haldet.schema import Generation, Instance
-from haldet.signals import Signal, SignalView
+from haldet.signals import SignalView
 
 
 def view(rows: list[np.ndarray]) -> SignalView:

@@ -5,8 +5,9 @@ out-of-distribution data"; lm-polygraph's `RenyiNeg`, "neg" for negentropy).
 D_a(q || u) = 1/(a - 1) log sum_v q_v^a u_v^(1 - a), u = 1/V, q the model's distribution at temperature T
 (q ~ p^(1/T)); D is 0 for a uniform q and log V for a one-hot one. At a = 1 the formula is 0/0; D_1 is its limit,
 the KL divergence KL(q || u) = sum_v q_v log(V q_v) = log V - H(q), read from the signal's KL columns (never a
-division by zero; the limit is continuous in a, tests/detectors/test_renyi_divergence_limit.py). A distribution far from uniform is a confident
-one, so the score is s = -(1/N) sum_t D_a(q_t || u) (higher = closer to uniform = more likely hallucinated).
+division by zero; the limit is continuous in a, tests/detectors/test_renyi_divergence_limit.py). A distribution
+far from uniform is a confident one, so the score is s = -(1/N) sum_t D_a(q_t || u) (higher = closer to uniform =
+more likely hallucinated).
 Defaults a = 0.5, T = 2 (lm-polygraph 0.7.0's and the Rainproof code's). lm-polygraph 0.7.0 returns
 (1/N) sum_t [D_a(q_t || u) - 2 log V] (a normalisation slip, and the divergence's sign, higher = more confident);
 haldet returns the divergence itself, negated (docs/detectors.md).
