@@ -74,7 +74,9 @@ class EmbeddingStore:
             made = encoder.embed(wanted)
             memo.update(zip(wanted, made, strict=True))
             if log is not None:
-                log.append({"id": text_id(t), "key": key, "v": _pack(v)} for t, v in zip(wanted, made, strict=True))
+                records = [{"id": text_id(t), "key": key, "v": _pack(v)} for t, v in zip(wanted, made, strict=True)]
+                log.append(records)
+                self._disk.setdefault(key, {}).update((r["id"], r["v"]) for r in records)
         if not texts:
             return np.zeros((0, 0), dtype=np.float32)
         return np.stack([memo[t] for t in texts])

@@ -79,7 +79,8 @@ class BiEncoderSimilarity(PairModel):
                                             convert_to_numpy=True, show_progress_bar=False), dtype=np.float32)
 
     def use_cell(self, root: Path | None) -> None:
-        self.store = EmbeddingStore(root)  # the cell's embeddings log, shared with the embedding relation matrices
+        if self.store.root != root:  # the cell's embeddings log, shared with the embedding relation matrices
+            self.store = EmbeddingStore(root)
 
     def prepare(self, pairs: Sequence[Pair]) -> None:
         kept_now = self.embeddings
