@@ -1,9 +1,9 @@
-"""What the gray-box baselines of issue 43 add to a run's evidence: the decoding loop with and without the log
-Chernoff coefficients (TOKEN_CHERNOFF, for renyi_divergence and fisher_rao) read beside the entropies, alternated in
-one process on the same prompts (CPU seconds of the process, and the seconds spent inside the coefficients'
-computation itself), and the `unconditional` stage's one extra teacher-forced pass (pmi, cpmi) against
-the greedy generation of the same answers, and RAUQ's `prev_attention` part of the token pass (eager attention) beside
-the top-k part a default run already computes.
+"""What the gray-box baselines of issue 43 add to a run's evidence: the decoding loop with and without the log Chernoff
+coefficients and KL columns (TOKEN_CHERNOFF, for renyi_divergence, fisher_rao, rauq's entropy variant) read beside the
+entropies, alternated in one process on the same prompts (CPU seconds of the process, and the seconds spent inside the
+coefficients' computation itself), and the `unconditional` stage's one extra teacher-forced pass (pmi, cpmi) against the
+greedy generation of the same answers, and RAUQ's `prev_attention` part of the token pass (eager attention) beside the
+top-k part a default run already computes.
 
 The reader asks for nothing but what the coefficients ride with (no hidden states, no statements), so the ratio is
 the worst case: a default run's decoding also reads hidden states and statements, which the coefficients do not
@@ -24,7 +24,7 @@ from haldet.backends.base import EvidenceRequest, TokenRequest
 from haldet.backends.hf import answer_reader
 from haldet.backends.hf.backend import HFBackend
 from haldet.datasets.base import get_adapter
-from haldet.signals import CHERNOFF_EXPONENTS
+from haldet.signals import CHERNOFF_WIDTH
 
 
 def main() -> None:
@@ -42,7 +42,7 @@ def main() -> None:
     with_terms = answer_reader.chernoff_terms
 
     def without_terms(logp: torch.Tensor) -> torch.Tensor:
-        return torch.zeros((logp.shape[0], len(CHERNOFF_EXPONENTS)), dtype=torch.float64)
+        return torch.zeros((logp.shape[0], CHERNOFF_WIDTH), dtype=torch.float64)
 
     inside = [0.0]  # CPU seconds spent computing the coefficients themselves
 

@@ -4,8 +4,9 @@ JSON (and writes it with --out).
 
 Items: the first N questions of the packaged HaluEval-QA, the answer a sentence around its right or its hallucinated
 answer (never verbatim among the samples, so Semantic Density finds none of its pairs already asked: the worst
-case), K samples drawn (seeded) from the two answers and short variants of them, sample log-likelihoods drawn at
-random. NLI: an HF
+case), K samples drawn (seeded) from the two answers and short variants of them (`--distinct`: K different
+phrasings, so semantic entropy asks all K(K-1) ordered pairs and Semantic Density K: the case its cost floor
+1/(K-1) describes, see docs/detectors.md), sample log-likelihoods drawn at random. NLI: an HF
 sequence-classification model with roberta-large-mnli's architecture (`--arch large`, or base) and random weights
 (the default model's cost without hub access; weights do not change speed).
 
@@ -22,7 +23,8 @@ Sets:
 The prompted detectors (selfcheck_prompt, llm_panel) ask an LLM: they cost generation, like verbalized confidence,
 and are not part of this comparison.
 
-Usage: python benchmarks/sample_detectors.py [--n 16] [--k 5] [--arch base] [--repeats 2] [--out FILE]
+Usage: python benchmarks/sample_detectors.py [--n 16] [--k 5] [--arch base] [--repeats 2] [--distinct]
+       [--sets se,se+all] [--out FILE]
 """
 
 from __future__ import annotations
@@ -59,7 +61,11 @@ SETS = {"se": [("semantic_entropy", {})], "se+free": [("semantic_entropy", {}), 
         "se+all": [("semantic_entropy", {}), *FREE, ("semantic_density", {})]}
 
 
-def items(n: int, k: int, seed: int = 0) -> SignalView:
+PHRASINGS = ("{}", "It is {}.", "I believe {}", "{}, I think.", "Probably {}.", "The answer should be {}.",
+             "My guess: {}", "I'd say {}.", "{} is the answer.", "Most likely {}.", "That would be {}.", "Answer: {}")
+
+
+def items(n: int, k: int, seed: int = 0, distinct: bool = False) -> SignalView:
     rng = np.random.default_rng(seed)
     rows = []
     from haldet.util.assets import package_dir
@@ -76,6 +82,9 @@ def items(n: int, k: int, seed: int = 0) -> SignalView:
     for i, row in enumerate(rows):
         right, wrong = row["right_answer"], row["hallucinated_answer"]
         pool = [right, wrong, f"It is {right}.", f"I believe {wrong}", f"{right}, I think."]
+        if distinct:
+            pool = [p.format(x) for p in PHRASINGS for x in (right, wrong)]
+            assert k <= len(pool), f"--distinct draws at most {len(pool)} samples"
         answer = f"The answer is {right if i % 2 else wrong}."  # never verbatim among its samples: the worst case
         words = max(1, len(answer.split()))
         instances.append(Instance(id=ids[i], dataset="bench", scenario="qa_open", task_type="short_answer",
@@ -83,7 +92,8 @@ def items(n: int, k: int, seed: int = 0) -> SignalView:
         gens.append(Generation(id=ids[i], prompt="p", response=answer, token_ids=list(range(words)),
                                token_logprobs=list(-rng.gamma(1.0, 0.3, size=words)), finish_reason="stop",
                                n_tokens=words, model="m"))
-        samples.append([pool[j] for j in rng.integers(len(pool), size=k)])
+        draw = rng.choice(len(pool), size=k, replace=False) if distinct else rng.integers(len(pool), size=k)
+        samples.append([pool[j] for j in draw])
         lens = rng.integers(3, 12, size=k).astype(float)
         logliks.append(np.stack([-lens * rng.gamma(1.0, 0.3, size=k), lens], axis=1))
         entropies.append(rng.gamma(1.0, 0.4, size=words))
@@ -120,16 +130,19 @@ def main() -> None:
     ap.add_argument("--k", type=int, default=5)
     ap.add_argument("--arch", default="base", choices=["base", "large"])
     ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--distinct", action="store_true", help="K different sample texts per item")
+    ap.add_argument("--sets", default=",".join(SETS), help="comma-separated sets to time (se always)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
-    view = items(args.n, args.k)
+    chosen = ["se", *[s for s in args.sets.split(",") if s in SETS and s != "se"]]
+    view = items(args.n, args.k, distinct=args.distinct)
     halueval_pairs(1)  # the data is there
     with tempfile.TemporaryDirectory() as tmp:
         nli = random_encoder(args.arch, Path(tmp), classifier=True)
         score_set("se+all", view, nli)  # warm-up: model load, imports, spaCy and rouge-score loaded once
-        runs: dict[str, list[dict[str, Any]]] = {name: [] for name in SETS}
+        runs: dict[str, list[dict[str, Any]]] = {name: [] for name in chosen}
         for _ in range(args.repeats):
-            for name in SETS:  # alternated: load drifts hit every set alike
+            for name in chosen:  # alternated: load drifts hit every set alike
                 runs[name].append(score_set(name, view, nli))
     best = {name: min(r["seconds"] for r in rs) for name, rs in runs.items()}
     # in-run share: the added detectors' scoring seconds over semantic entropy's own in the same set run (robust to
@@ -139,13 +152,20 @@ def main() -> None:
                                     / r["detector_seconds"][se_key] for r in rs])) for name, rs in runs.items()}
     result = {
         "benchmark": "sample_detectors", "n_items": args.n, "k": args.k, "nli": f"random roberta-{args.arch}",
+        "distinct_samples": args.distinct,
         "load_avg": os.getloadavg(), "seconds": best,
         "nli_pairs": {name: rs[0]["nli_pairs"] for name, rs in runs.items()},
-        "ratio_vs_se": {name: best[name] / best["se"] for name in SETS},
+        "ratio_vs_se": {name: best[name] / best["se"] for name in chosen},
         "added_share_in_run": added,
         "nli_pairs_ratio": {name: rs[0]["nli_pairs"] / max(1, runs["se"][0]["nli_pairs"]) for name, rs in runs.items()},
         "runs": runs,
     }
+    if "se+all" in runs:  # Semantic Density's seconds per pair of its own over semantic entropy's per pair (same run)
+        own = runs["se+all"][0]["nli_pairs"] - runs["se"][0]["nli_pairs"]
+        result["sd_pair_cost_over_se_pair_cost"] = float(np.median([
+            (r["detector_seconds"]["semantic_density/default"] / max(1, own))
+            / (r["detector_seconds"][se_key] / max(1, runs["se"][0]["nli_pairs"])) for r in runs["se+all"]]))
+        result["floor_share"] = own / max(1, runs["se"][0]["nli_pairs"])
     text = json.dumps(result, indent=2)
     print(text)
     if args.out:

@@ -59,10 +59,12 @@ class Signal(StrEnum):
     VERDICT          dict {ask name: verdict-stage record (judge, reply, label, reason)} (haldet.stages.verdict)
     ICR_FEATURES     float32 [L, F]: per-layer ICR features, F = 4 columns (backends.base.ICR_COLUMNS):
                      mean/std/max over answer tokens of the ICR score, mean relative residual-update norm
-    TOKEN_CHERNOFF   float64 [T, 2]: per answer token, log sum_v p_v^g (1/V)^(1 - g) for g in CHERNOFF_EXPONENTS
-                     (0.25, 0.5): the log Chernoff coefficient between the model's next-token distribution p over
-                     its V outputs and the uniform one (read from the same logits as TOKEN_ENTROPIES; Renyi
-                     divergence and Fisher-Rao distance to uniform at any temperature T with g/T in that set)
+    TOKEN_CHERNOFF   float64 [T, 5]: per answer token, first log sum_v p_v^g (1/V)^(1 - g) for g in
+                     CHERNOFF_EXPONENTS (0.25, 0.5): the log Chernoff coefficient between the model's next-token
+                     distribution p over its V outputs and the uniform one u; then KL(q_g || u) for g in
+                     KL_EXPONENTS (0.25, 0.5, 1), q_g = p^g / sum p^g (p at temperature 1/g): the Renyi
+                     divergence's alpha -> 1 limit (read from the same logits as TOKEN_ENTROPIES; Renyi divergence
+                     and Fisher-Rao distance to uniform at any temperature T with g/T in those sets)
     ANSWER_LM_LOGPROBS float64 [T]: log p(y_t | y_<t) of each answer token WITHOUT the prompt (the answer read after
                      the model's start token alone; the `unconditional` stage's one teacher-forced pass)
     TRACE_ANSWER_ENTROPIES float64 [K]: per sample, the mean token entropy (nats) of that sample's answer read after
@@ -106,15 +108,17 @@ class Signal(StrEnum):
     TOKEN_ATTN_LOGDIAG = "token_attn_logdiag"  # [L, T] per-layer log attention diagonal (summed over heads)
     UNIT_HIDDEN_SCORES = "unit_hidden_scores"  # [L + 1, U + 1] per-layer hidden-state log-det of each unit
     REDEEP_FEATURES = "redeep_features"      # [L, H + 1] ReDeEP's per-head ECS and per-layer PKS
-    TOKEN_CHERNOFF = "token_chernoff"        # [T, 2] log Chernoff coefficients of p_t and uniform
+    TOKEN_CHERNOFF = "token_chernoff"        # [T, 5] log Chernoff coefficients of p_t and uniform, then KLs
     ANSWER_LM_LOGPROBS = "answer_lm_logprobs"  # [T] log p(y_t | y_<t) without the prompt
     TRACE_ANSWER_ENTROPIES = "trace_answer_entropies"  # [K] mean entropy of each sample's answer after the trace
     TOKEN_ATTN_PREV = "token_attn_prev"      # [L, H, T] per-head attention on the previous token
     CLAIM_P_TRUE = "claim_p_true"            # per claim unit: the model's P(True) about the claim
 
 
-# the exponents g of TOKEN_CHERNOFF's columns, in order
+# the exponents g of TOKEN_CHERNOFF's columns, in order: log Chernoff coefficients, then KL(p^g / sum p^g || uniform)
 CHERNOFF_EXPONENTS: tuple[float, ...] = (0.25, 0.5)
+KL_EXPONENTS: tuple[float, ...] = (0.25, 0.5, 1.0)
+CHERNOFF_WIDTH = len(CHERNOFF_EXPONENTS) + len(KL_EXPONENTS)
 
 
 SIGNAL_ACCESS: dict[Signal, Access] = {

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from haldet.models.pairs import cache, loader, similarity
+from haldet.models.pairs import cache, embeddings, loader, similarity
 from haldet.models.pairs.base import NLI_COLUMNS, PairModel
 from haldet.models.pairs.cache import PairCache
 from haldet.models.pairs.loader import load_pair_model
@@ -121,7 +121,8 @@ def test_bi_encoder_similarity() -> None:
 def test_bi_encoder_embeds_each_text_once_across_pair_batches(monkeypatch: pytest.MonkeyPatch) -> None:
     """SAR asks every ordered pair of an item's samples: the pair cache batches them, and each distinct text is
     embedded once (not once per batch it appears in), with the same cosines as embedding the pair alone."""
-    loader._LOADED.clear()   # a fresh model instance: no embeddings kept from other tests
+    loader._LOADED.clear()   # a fresh model instance, and no embeddings kept from other tests
+    embeddings.clear_memory()
     model, _ = load_pair_model("similarity", "minilm", batch_size=2)
     encoded: list[str] = []
     encode = model.model.encode

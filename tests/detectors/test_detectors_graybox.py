@@ -64,13 +64,15 @@ def test_renyi_and_fisher_rao_by_hand() -> None:
 
 def test_renyi_and_fisher_rao_refuse_what_the_signal_cannot_give() -> None:
     with pytest.raises(ValueError, match="alpha"):
-        DETECTORS.get("renyi_divergence")(alpha=1.0)
+        DETECTORS.get("renyi_divergence")(alpha=0.0)
+    with pytest.raises(ValueError, match="KL limit"):
+        DETECTORS.get("renyi_divergence")(alpha=1.0, temperature=3.0)
     with pytest.raises(ValueError, match="exponent"):
         DETECTORS.get("renyi_divergence")(alpha=0.7)  # needs sum p^0.35
     with pytest.raises(ValueError, match="exponent"):
         DETECTORS.get("fisher_rao")(temperature=3.0)
     assert DETECTORS.get("renyi_divergence")(alpha=2.0, temperature=2.0)  # sum p^1 and sum p^0.5
-    v = view({Signal.TOKEN_CHERNOFF: [None, np.zeros((0, 2)), np.array([[np.nan, 0.0]])]})
+    v = view({Signal.TOKEN_CHERNOFF: [None, np.zeros((0, 5)), np.array([[np.nan, 0.0, 0.0, 0.0, 0.0]])]})
     got = DETECTORS.get("fisher_rao")().score(v)
     assert np.isnan(got.values).all()
     assert got.reasons == ["next-token distribution statistics (TOKEN_CHERNOFF) missing", "empty response",

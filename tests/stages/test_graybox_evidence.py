@@ -15,7 +15,7 @@ from haldet.backends.hf.backend import HFBackend
 from haldet.config import RunConfig
 from haldet.detectors.base import DETECTORS
 from haldet.schema import Instance
-from haldet.signals import CHERNOFF_EXPONENTS, Signal, SignalView
+from haldet.signals import CHERNOFF_EXPONENTS, KL_EXPONENTS, Signal, SignalView
 from haldet.stages.base import CellContext, Item
 from haldet.stages.generate import GenerateStage, attach_generations
 from haldet.stages.loader import EvidenceLoader, ensure_stages, needed_stages
@@ -60,8 +60,10 @@ def test_stored_evidence_equals_the_models_own_numbers(tmp_path: Path, tiny_smol
         logp = torch.log_softmax(out.logits[0, s - 1 : s - 1 + n].double(), dim=-1)
         vocab = logp.shape[-1]
         want = np.stack([(torch.logsumexp(g * logp, -1) - (1 - g) * math.log(vocab)).numpy()
-                         for g in CHERNOFF_EXPONENTS], axis=1)
-        assert chern[k].shape == (n, 2) and np.allclose(chern[k], want, atol=1e-4)
+                         for g in CHERNOFF_EXPONENTS]
+                        + [(torch.special.xlogy(q, q).sum(-1) + math.log(vocab)).numpy()
+                           for q in (torch.softmax(g * logp, -1) for g in KL_EXPONENTS)], axis=1)
+        assert chern[k].shape == (n, 5) and np.allclose(chern[k], want, atol=1e-4)
         # the step that chooses answer token t has its query at position s + t - 1; its weight on that same key
         diag = torch.stack([a[0].diagonal(dim1=-2, dim2=-1)[:, s - 1 : s - 1 + n] for a in out.attentions])
         assert attn[k].shape == (model.config.num_hidden_layers, model.config.num_attention_heads, n)

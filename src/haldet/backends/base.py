@@ -70,7 +70,7 @@ class ForwardOutput:
     n_tokens: int
     token_logprobs: np.ndarray | None = None
     token_entropies: np.ndarray | None = None
-    token_chernoff: np.ndarray | None = None  # [T, 2] (`Signal.TOKEN_CHERNOFF`), beside the entropies
+    token_chernoff: np.ndarray | None = None  # [T, 5] (`Signal.TOKEN_CHERNOFF`), beside the entropies
     pooled: dict[str, np.ndarray] = field(default_factory=dict)
     icr: np.ndarray | None = None
     branch_states: dict[str, np.ndarray] = field(default_factory=dict)

@@ -12,6 +12,10 @@ Kinds (entry [i, j] relates text i to text j; an entry that involves an empty te
 - "rougeL": ROUGE-L F1 (rouge-score's tokenizer, stemming per `use_stemmer`); [n, n], symmetric.
 - "nli": P(entailment, neutral, contradiction) with premise i and hypothesis j; [n, n, 3]. A text paired with
   itself, or with an identical text, is entailment (1, 0, 0) without a model call.
+- "embedding": cosine of the texts' unit sentence embeddings (the detector's `embedding_model`, a bi-encoder: `bi:`
+  name or an alias such as `minilm`), clipped to [0, 1] as the bi-encoder similarity pair model clips it; [n, n].
+  The embeddings are shared evidence (`haldet.models.pairs.embeddings`): each text embedded once per encoder and
+  settings, kept in process memory and in the cell's `embeddings/` log, read by every embedding reader.
 
 A package-private helper module of `haldet.detectors` (the leading underscore keeps the detector registry from
 scanning it).
@@ -29,8 +33,11 @@ from haldet.detectors._consistency import pair_model, pair_scores
 from haldet.detectors.base import Detector
 from haldet.detectors.lexical_similarity import _OnceTokenizer
 from haldet.models.pairs.base import ENTAILMENT
+from haldet.models.pairs.embeddings import EmbeddingStore
+from haldet.models.pairs.loader import load_pair_model
+from haldet.models.pairs.similarity import BiEncoderSimilarity
 
-KINDS = ("jaccard", "rougeL", "nli")
+KINDS = ("jaccard", "rougeL", "nli", "embedding")
 MAX_KEPT = 50_000  # matrices kept in process memory (oldest dropped first)
 
 _MEMORY: OrderedDict[tuple[Any, ...], np.ndarray] = OrderedDict()
@@ -50,7 +57,37 @@ def _settings(det: Detector, kind: str) -> tuple[Any, ...]:
     if kind == "nli":
         return (pair_model(det, "nli", "nli_model", batch_size=det.params["batch_size"],
                            max_length=det.params["max_length"]).id,)
+    if kind == "embedding":
+        return (encoder(det).embedding_key,)
     return ()
+
+
+def encoder(det: Detector) -> BiEncoderSimilarity:
+    """The detector's `embedding_model` as a bi-encoder (loaded once per process; recorded in `det.meta`)."""
+    name = str(det.params["embedding_model"])
+    model, meta = load_pair_model("similarity", name if name.startswith("bi:") else f"bi:{name}",
+                                  device=det.params.get("device", "auto"))
+    if not isinstance(model, BiEncoderSimilarity):
+        raise ValueError(f"{det.name}: embedding_model {name!r} is not a sentence encoder")
+    det.meta["embedding_model"] = meta
+    return model
+
+
+def _embedding(det: Detector, groups: Sequence[Sequence[str]]) -> list[np.ndarray]:
+    """Cosine matrices of the groups' texts from their shared embeddings (every distinct text embedded once)."""
+    model = encoder(det)
+    texts = list(dict.fromkeys(t for g in groups for t in g if t))
+    vec = dict(zip(texts, EmbeddingStore(det.workdir).vectors(model, texts), strict=True)) if texts else {}
+    out = []
+    for g in groups:
+        n = len(g)
+        m = np.full((n, n), np.nan)
+        for i in range(n):
+            for j in range(n):
+                if g[i] and g[j]:
+                    m[i, j] = 1.0 if g[i] == g[j] else min(1.0, max(0.0, float((vec[g[i]] * vec[g[j]]).sum(-1))))
+        out.append(m)
+    return out
 
 
 def _remember(key: tuple[Any, ...], value: np.ndarray) -> None:
@@ -91,9 +128,12 @@ def relation_matrices(det: Detector, kind: str, groups: Sequence[Sequence[str]],
     if not groups:
         return []  # nothing to relate: no model is loaded
     settings = _settings(det, kind)
-    keys = [(kind, settings, tuple(g), None if kind == "nli" else rows) for g in groups]
+    keys = [(kind, settings, tuple(g), rows if kind in ("jaccard", "rougeL") else None) for g in groups]
     missing = [k for k in dict.fromkeys(keys) if k not in _MEMORY]
-    if kind != "nli":
+    if kind == "embedding":
+        for key, matrix in zip(missing, _embedding(det, [k[2] for k in missing]), strict=True):
+            _remember(key, matrix)
+    elif kind != "nli":
         for key in missing:
             _remember(key, _lexical(kind, key[2], bool(settings and settings[0]), rows))
     elif missing:

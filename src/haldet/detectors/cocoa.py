@@ -6,8 +6,10 @@ confidence-based uncertainty (variants): "msp" -log P(y* | x) = -sum_t log p_t; 
 -(1/T) sum_t log p_t; "entropy" the mean token entropy (1/T) sum_t H_t of the answer (ANSWER_ENTROPIES, from the
 generate stage's token pass). s is a lexical similarity, so the method runs without any model: ROUGE-L F1
 (`similarity` "rougeL", default; rouge-score, stemmed) or the Jaccard similarity of word sets ("jaccard"), taken
-from the shared relation matrix of answer + samples (`haldet.detectors._relations`). The paper's default s is a
-cross-encoder similarity; the lexical choice is part of every score's identity."""
+from the shared relation matrix of answer + samples (`haldet.detectors._relations`). "embedding" takes s from
+sentence embeddings instead (cosine clipped to [0, 1], `embedding_model`, default the embedded MiniLM), shared
+evidence: each text embedded once for every reader (`haldet.models.pairs.embeddings`). The paper's default s is a
+cross-encoder similarity; the similarity chosen is part of every score's identity."""
 
 from __future__ import annotations
 
@@ -33,12 +35,17 @@ class CoCoA(Detector):
         "ppl": "(-(1/T) sum_t log p_t) x mean sample dissimilarity (CoCoA_PPL)",
         "entropy": "mean token entropy x mean sample dissimilarity (CoCoA_MTE)",
     }
-    defaults: ClassVar[dict[str, Any]] = {"variant": "msp", "similarity": "rougeL", "use_stemmer": True}
+    auxiliary: ClassVar[dict[str, str]] = {"embedding_model": "similarity"}
+    defaults: ClassVar[dict[str, Any]] = {"variant": "msp", "similarity": "rougeL", "use_stemmer": True,
+                                          "embedding_model": "minilm", "device": "auto"}
 
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)
-        if self.params["similarity"] not in ("rougeL", "jaccard"):
-            raise ValueError(f"cocoa: similarity must be 'rougeL' or 'jaccard', not {self.params['similarity']!r}")
+        if self.params["similarity"] not in ("rougeL", "jaccard", "embedding"):
+            raise ValueError(f"cocoa: similarity must be 'rougeL', 'jaccard' or 'embedding', "
+                             f"not {self.params['similarity']!r}")
+        if self.params["similarity"] != "embedding":
+            self.params["embedding_model"] = None  # no model produces these numbers: none is named in the identity
 
     def signals(self) -> frozenset[Signal]:
         if self.params["variant"] == "entropy":

@@ -28,9 +28,6 @@ class FisherRao(UniformDistanceDetector):
 
     defaults: ClassVar[dict[str, Any]] = {"temperature": 2.0}
 
-    def exponents(self) -> list[float]:
-        return [0.5]
-
     def distance(self, terms: np.ndarray) -> np.ndarray:
         bc = np.exp(tempered_log_coefficient(terms, 0.5, float(self.params["temperature"])))
         return (2.0 / np.pi) * np.arccos(np.clip(bc, 0.0, 1.0))

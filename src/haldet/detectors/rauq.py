@@ -10,7 +10,13 @@ uncertainty u_l = -(1/N) sum_t log c_l(y_t); the score s = max_l u_l. a_{t,t-1} 
 chooses y_t, of that step's query on y_{t-1} (TOKEN_ATTN_PREV, from the generate stage's teacher-forced token pass
 over the exact answer ids: the attention decoding computed). lm-polygraph 0.7.0 and the paper's code return
 1 + max_l u_l (the same ranking). Default alpha 0.2, the paper's setting (lm-polygraph uses 0.5 for instruction-tuned
-models). The paper's entropy variant (log p replaced by log(log V - H_t)) is not implemented.
+models).
+
+Variants (the paper's and its code's): "probability" (above); "entropy", the token confidence p(y_t) replaced by
+log V - H_t (the distance of the next-token entropy from its maximum; the KL column of TOKEN_CHERNOFF at T = 1, so
+no second signal; plus 1e-10 as the authors' code, clipped at 0 against float rounding), default alpha 0.8 (the
+authors' setting for it in lm-polygraph). The single-head variant, whose head per layer is chosen once on training
+answers, is `rauq_single_head` (a detector of its own: it trains).
 """
 
 from __future__ import annotations
@@ -22,7 +28,10 @@ import numpy as np
 
 from haldet.detectors.base import Detector, Scores, register
 from haldet.detectors.msp import answer_logprobs
-from haldet.signals import Signal, SignalView
+from haldet.signals import CHERNOFF_EXPONENTS, KL_EXPONENTS, Signal, SignalView
+
+KL_AT_T1 = len(CHERNOFF_EXPONENTS) + KL_EXPONENTS.index(1.0)  # TOKEN_CHERNOFF's column KL(p || uniform) = log V - H
+ALPHA = {"probability": 0.2, "entropy": 0.8}  # default alpha per variant
 
 
 def middle_layers(n_layers: int) -> list[int]:
@@ -30,14 +39,15 @@ def middle_layers(n_layers: int) -> list[int]:
     return [x for x in range(n_layers // 3, math.ceil(n_layers / 3 * 2) + 1) if x < n_layers]
 
 
-def layer_uncertainty(lp: np.ndarray, attn: np.ndarray, alpha: float) -> float:
-    """u_l = -(1/N) sum_t log c_t for one layer: `lp` [N] token log-probs, `attn` [H, N] each head's a_{t,t-1}
-    (column 0 unused); the head is the one with the highest mean over t >= 2 (head 0 for a one-token answer)."""
-    p = np.exp(lp)
-    head = int(np.argmax(attn[:, 1:].mean(axis=1))) if len(lp) > 1 else 0
-    c = np.empty(len(lp))
+def layer_uncertainty(p: np.ndarray, attn: np.ndarray, alpha: float, head: int | None = None) -> float:
+    """u_l = -(1/N) sum_t log c_t for one layer: `p` [N] token confidences (probabilities, or log V - H_t), `attn`
+    [H, N] each head's a_{t,t-1} (column 0 unused); the head given, or the one with the highest mean over t >= 2 of
+    this answer (head 0 for a one-token answer, where no attention is read)."""
+    if head is None:
+        head = int(np.argmax(attn[:, 1:].mean(axis=1))) if len(p) > 1 else 0
+    c = np.empty(len(p))
     c[0] = p[0]
-    for t in range(1, len(lp)):
+    for t in range(1, len(p)):
         c[t] = alpha * p[t] + (1.0 - alpha) * float(attn[head, t]) * c[t - 1]
     return float(-np.log(c).mean())
 
@@ -45,17 +55,23 @@ def layer_uncertainty(lp: np.ndarray, attn: np.ndarray, alpha: float) -> float:
 @register("rauq")
 class RAUQ(Detector):
     """s = max over layers l of -(1/N) sum_t log c_l(y_t), c_l the recurrent attention-weighted confidence of the
-    layer's most previous-token-attentive head (`layers`: "middle" (default), "all", or a list of layer indices)."""
+    layer's most previous-token-attentive head (`layers`: "middle" (default), "all", or a list of layer indices;
+    `variant` "probability" or "entropy"; `alpha` None takes the variant's default, recorded resolved)."""
     method_family = "attention"
     paper = ("Vazhentsev et al. 2025, Uncertainty-aware attention heads: efficient unsupervised uncertainty "
              "quantification for LLMs (RAUQ)")
-    peers = ("lm-polygraph",)
+    peers: ClassVar[tuple[str, ...]] = ("lm-polygraph",)
 
     requires = frozenset({Signal.TOKEN_LOGPROBS, Signal.TOKEN_ATTN_PREV})
-    defaults: ClassVar[dict[str, Any]] = {"alpha": 0.2, "layers": "middle"}
+    variants: ClassVar[dict[str, str]] = {
+        "probability": "token confidence p(y_t) (the paper's main method)",
+        "entropy": "token confidence log V - H_t, the entropy's distance from its maximum (the paper's variant)"}
+    defaults: ClassVar[dict[str, Any]] = {"variant": "probability", "alpha": None, "layers": "middle"}
 
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)
+        if self.params["alpha"] is None:
+            self.params["alpha"] = ALPHA[self.params["variant"]]
         if not 0.0 <= float(self.params["alpha"]) <= 1.0:
             raise ValueError(f"detector 'rauq': alpha must lie in [0, 1], got {self.params['alpha']}")
         layers = self.params["layers"]
@@ -73,28 +89,60 @@ class RAUQ(Detector):
         bad = [x for x in layers if not -n_layers <= x < n_layers]
         return f"layers {bad} outside the model's {n_layers}" if bad else [x % n_layers for x in layers]
 
+    def signals(self) -> frozenset[Signal]:
+        if self.params["variant"] == "entropy":
+            return frozenset({Signal.TOKEN_CHERNOFF, Signal.TOKEN_ATTN_PREV})
+        return self.requires
+
+    def _confidences(self, items: SignalView) -> list[tuple[np.ndarray | None, str]]:
+        """Per item the token confidences [N] (p(y_t), or log V - H_t + 1e-10), or None with why not."""
+        if self.params["variant"] == "probability":
+            out = [answer_logprobs(v) for v in items.get(Signal.TOKEN_LOGPROBS)]
+            return [(np.exp(lp), why) if lp is not None else (None, why) for lp, why in out]
+        found: list[tuple[np.ndarray | None, str]] = []
+        for value in items.get(Signal.TOKEN_CHERNOFF):
+            terms = None if value is None else np.asarray(value, dtype=np.float64)
+            if terms is None:
+                found.append((None, "next-token distribution statistics (TOKEN_CHERNOFF) missing"))
+            elif terms.size == 0:
+                found.append((None, "empty response"))
+            elif terms.ndim != 2 or terms.shape[1] <= KL_AT_T1 or not np.all(np.isfinite(terms[:, KL_AT_T1])):
+                found.append((None, f"TOKEN_CHERNOFF of shape {terms.shape} without finite log V - H"))
+            else:
+                found.append((np.maximum(terms[:, KL_AT_T1], 0.0) + 1e-10, ""))
+        return found
+
+    def _valid_attention(self, value: Any, n: int) -> np.ndarray | str:
+        if value is None:
+            return "per-head attention on the previous token (TOKEN_ATTN_PREV) missing"
+        attn = np.asarray(value, dtype=np.float64)
+        if attn.ndim != 3 or attn.shape[-1] != n:
+            return f"attention of shape {attn.shape} for {n} answer tokens"
+        if not np.all(np.isfinite(attn[..., 1:])):  # column 0 (the prompt's last query) is never read
+            return "non-finite attention weight"
+        return attn
+
+    def _heads(self, attn: np.ndarray, layers: list[int]) -> list[int | None] | str:
+        """The head of each layer: None, chosen per answer (`rauq_single_head` overrides)."""
+        return [None] * len(layers)
+
     def score(self, items: SignalView) -> Scores:
         out = Scores.empty(len(items))
         alpha = float(self.params["alpha"])
-        for i, (logprobs, value) in enumerate(zip(items.get(Signal.TOKEN_LOGPROBS), items.get(Signal.TOKEN_ATTN_PREV),
-                                                  strict=True)):
-            lp, why = answer_logprobs(logprobs)
-            if lp is None:
+        for i, ((conf, why), value) in enumerate(zip(self._confidences(items), items.get(Signal.TOKEN_ATTN_PREV),
+                                                     strict=True)):
+            if conf is None:
                 out.invalid(i, why)
                 continue
-            if value is None:
-                out.invalid(i, "per-head attention on the previous token (TOKEN_ATTN_PREV) missing")
-                continue
-            attn = np.asarray(value, dtype=np.float64)
-            if attn.ndim != 3 or attn.shape[-1] != len(lp):
-                out.invalid(i, f"attention of shape {attn.shape} for {len(lp)} answer tokens")
-                continue
-            if not np.all(np.isfinite(attn[..., 1:])):  # column 0 (the prompt's last query) is never read
-                out.invalid(i, "non-finite attention weight")
+            attn = self._valid_attention(value, len(conf))
+            if isinstance(attn, str):
+                out.invalid(i, attn)
                 continue
             layers = self._layers(attn.shape[0])
-            if isinstance(layers, str):
-                out.invalid(i, layers)
+            heads = self._heads(attn, layers) if not isinstance(layers, str) else layers
+            if isinstance(heads, str) or isinstance(layers, str):
+                out.invalid(i, heads if isinstance(heads, str) else str(layers))
                 continue
-            out.set(i, max(layer_uncertainty(lp, attn[layer], alpha) for layer in layers))
+            out.set(i, max(layer_uncertainty(conf, attn[layer], alpha, head)
+                           for layer, head in zip(layers, heads, strict=True)))
         return out

@@ -47,7 +47,7 @@ from haldet.stages.base import STAGES, DecodingReader, Item
 from haldet.stages.generate import GenerateStage
 
 STATEMENT_VERSION = "stmt-v2"  # bump when the statement wording changes: it is part of the cache key
-CHERNOFF_VERSION = "chernoff-v1"  # in the key when a selected detector reads TOKEN_CHERNOFF
+CHERNOFF_VERSION = "chernoff-v2"  # in the key when a selected detector reads TOKEN_CHERNOFF
 
 # statement branch -> text appended after the answer (tokenised on its own, no special tokens)
 STATEMENTS = {
@@ -110,7 +110,7 @@ class FeatureStage(DecodingReader):
         poolings = [self.pass_pooling(p) for p in self.poolings()] if "hidden" in groups else []
         parts = [cfg.layers, poolings, cfg.dtype, groups, STATEMENT_VERSION]
         if self.ctx.signals is None or Signal.TOKEN_CHERNOFF in self.ctx.signals:
-            parts.append(CHERNOFF_VERSION)  # records made before the coefficients were recorded lack them
+            parts.append(CHERNOFF_VERSION)  # v1 records lack the coefficients or (v2) the KL columns
         return stage_key(self.name, self.ctx.backend.fingerprint(), item.prompt, gen_key, *parts)
 
     def items_per_batch(self) -> int:

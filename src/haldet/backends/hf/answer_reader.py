@@ -33,7 +33,7 @@ from haldet.backends.hf.kv_cache import cache_arg, copy_rows
 from haldet.backends.hf.pool import Pool, Prefilled, fork, merge
 from haldet.backends.hf.states import icr_features
 from haldet.backends.hf.tokens import topk_with_observed
-from haldet.signals import CHERNOFF_EXPONENTS
+from haldet.signals import CHERNOFF_WIDTH
 
 READ_ATTENTION = "haldet_sdpa_reading"  # attention implementation name: SDPA output, attention rows on the side
 _ROWS: list[torch.Tensor] | None = None  # while a step's attention rows are read: one [R, kv] per layer
@@ -275,7 +275,7 @@ class AnswerReader:
         if not answer:  # a stop token first: no answer span (only the branches)
             return out
         out.token_entropies = np.asarray(entropies[: len(answer)], dtype=np.float64)
-        out.token_chernoff = np.asarray(chernoff[: len(answer)], dtype=np.float64).reshape(-1, len(CHERNOFF_EXPONENTS))
+        out.token_chernoff = np.asarray(chernoff[: len(answer)], dtype=np.float64).reshape(-1, CHERNOFF_WIDTH)
         if self.request.top_k:
             out.topk_ids = torch.stack([ids for ids, _ in topk[: len(answer)]]).cpu().numpy().astype(np.int64)
             out.topk_logprobs = torch.stack([lp for _, lp in topk[: len(answer)]]).float().cpu().numpy()

@@ -64,6 +64,10 @@ class PairModel:
         """Called by `PairCache` with every pair it is about to compute (before batching them into `compute`
         calls): a model whose work is per text rather than per pair does that work once here."""
 
+    def use_cell(self, root: Path | None) -> None:
+        """Called by `PairCache` before `prepare` with its cell directory (None: process memory only): a model
+        that keeps per-text evidence of its own there (a bi-encoder's embeddings) keeps it in that cell."""
+
     def why(self, pair: Pair) -> str:
         """Why an abstaining model gave `pair` no value in its last `compute` ("" when it gave one)."""
         return ""

@@ -45,6 +45,7 @@ class PairCache:
         if progress is not None and len(set(ids)) > len(todo):
             progress(len(set(ids)) - len(todo))  # already known: the bar counts distinct pairs
         if todo:
+            model.use_cell(self.root)
             order = sorted(todo, key=lambda k: len(todo[k][0]) + len(todo[k][1]))
             step = model.pairs_per_call
             prepared = 0

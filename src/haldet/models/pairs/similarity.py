@@ -2,16 +2,19 @@
 
 - `CrossEncoderSimilarity`: a sentence-transformers cross-encoder (default cross-encoder/stsb-distilroberta-base).
 - `BiEncoderSimilarity` (name `bi:<model>` or an embedding alias such as `minilm`): cosine of sentence
-  embeddings clipped to [0, 1]; the offline stand-in for the cross-encoder.
+  embeddings clipped to [0, 1]; the offline stand-in for the cross-encoder. Its embeddings are the shared ones of
+  `haldet.models.pairs.embeddings` (one encoding per text for every reader).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 
 from haldet.models.pairs.base import Pair, PairModel, device_name, load_error, local_only
+from haldet.models.pairs.embeddings import EmbeddingStore, kept
 from haldet.util.assets import resolve_embedding
 
 
@@ -42,8 +45,9 @@ MAX_KEPT_EMBEDDINGS = 200_000  # texts whose embedding a bi-encoder keeps (~300 
 class BiEncoderSimilarity(PairModel):
     """Cosine similarity of sentence embeddings, clipped to [0, 1] (negative cosine = unrelated).
 
-    Each distinct text is embedded once per process (kept by text): the pairs of K samples share their texts, and
-    the pair batches of `PairCache` would otherwise embed the same text again in every batch it appears in."""
+    Each distinct text is embedded once per process and encoder settings, in the memory every embedding reader
+    shares (`haldet.models.pairs.embeddings`): the pairs of K samples share their texts, and the pair batches of
+    `PairCache` would otherwise embed the same text again in every batch it appears in."""
 
     kind = "similarity"
 
@@ -57,21 +61,37 @@ class BiEncoderSimilarity(PairModel):
             self.model = SentenceTransformer(path, device=device_name(device), local_files_only=local_only(path))
         except (OSError, ValueError) as exc:
             raise load_error(name, exc, "sentence encoder") from None
-        self.embeddings: dict[str, np.ndarray] = {}
+        self.store = EmbeddingStore(None)  # process memory only until a pair cache names its cell (`use_cell`)
+
+    @property
+    def embedding_key(self) -> str:
+        """What keys its embeddings: the model's id (with its files' fingerprint), normalised, its max length."""
+        return f"{self.id}:normalized:msl{self.model.max_seq_length}"
+
+    @property
+    def embeddings(self) -> dict[str, np.ndarray]:
+        """The kept text -> embedding map, shared with every reader of this encoder's embeddings."""
+        return kept(self.embedding_key)
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """The one encoder call: unit-length float32 embeddings of `texts`."""
+        return np.asarray(self.model.encode(list(texts), batch_size=self.batch_size, normalize_embeddings=True,
+                                            convert_to_numpy=True, show_progress_bar=False), dtype=np.float32)
+
+    def use_cell(self, root: Path | None) -> None:
+        if self.store.root != root:  # the cell's embeddings log, shared with the embedding relation matrices
+            self.store = EmbeddingStore(root)
 
     def prepare(self, pairs: Sequence[Pair]) -> None:
-        wanted = {t for p in pairs for t in p}
-        texts = sorted(wanted - self.embeddings.keys())
-        if texts:
-            if len(self.embeddings) + len(texts) > MAX_KEPT_EMBEDDINGS:  # a long multi-cell process: bounded
-                self.embeddings.clear()
-                texts = sorted(wanted)
-            emb = self.model.encode(texts, batch_size=self.batch_size, normalize_embeddings=True,
-                                    convert_to_numpy=True, show_progress_bar=False)
-            self.embeddings.update(zip(texts, emb, strict=True))
+        kept_now = self.embeddings
+        wanted = sorted({t for p in pairs for t in p})
+        if len(kept_now) + sum(t not in kept_now for t in wanted) > MAX_KEPT_EMBEDDINGS:  # a long process: bounded
+            kept_now.clear()
+        self.store.vectors(self, wanted)
 
     def compute(self, pairs: Sequence[Pair]) -> np.ndarray:
         self.prepare(pairs)
-        a = np.stack([self.embeddings[p[0]] for p in pairs])
-        b = np.stack([self.embeddings[p[1]] for p in pairs])
+        kept_now = self.embeddings
+        a = np.stack([kept_now[p[0]] for p in pairs])
+        b = np.stack([kept_now[p[1]] for p in pairs])
         return np.clip((a * b).sum(-1).astype(np.float64), 0.0, 1.0)[:, None]

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from haldet.schema import Category, Generation, Instance, SpanLabel
-from haldet.signals import SampleTexts, Signal, SignalView
+from haldet.signals import CHERNOFF_EXPONENTS, KL_EXPONENTS, SampleTexts, Signal, SignalView
 from haldet.stages.verdict_prompts import PROMPTS
 
 N_ITEMS, LAYERS, DIM, K = 60, 3, 16, 5
@@ -96,8 +96,11 @@ def _token_chernoff(rng: np.random.Generator, y: np.ndarray) -> list[Any]:
     for v in y:
         logits = rng.normal(size=(MAX_TOKENS, 1000)) * (3.0 - 1.5 * v)
         logp = logits - np.logaddexp.reduce(logits, axis=1, keepdims=True)
-        out.append(np.stack([np.logaddexp.reduce(g * logp, axis=1) - (1 - g) * np.log(1000) for g in (0.25, 0.5)],
-                            axis=1))
+        cols = [np.logaddexp.reduce(g * logp, axis=1) - (1 - g) * np.log(1000) for g in CHERNOFF_EXPONENTS]
+        for g in KL_EXPONENTS:  # KL(q || u) = sum q log q + log V, q the tempered distribution
+            logq = g * logp - np.logaddexp.reduce(g * logp, axis=1, keepdims=True)
+            cols.append((np.exp(logq) * logq).sum(axis=1) + np.log(1000))
+        out.append(np.stack(cols, axis=1))
     return out
 
 
