@@ -34,8 +34,8 @@ class RAUQSingleHead(RAUQ):
         self.shape: tuple[int, ...] | None = None
         for value in train.get(Signal.TOKEN_ATTN_PREV):
             attn = None if value is None else np.asarray(value, dtype=np.float64)
-            if attn is None or attn.ndim != 3 or attn.shape[-1] < 2
-                    or not np.all(np.isfinite(attn[:, :, 1:])):  # column 0 is never read (NaN from decoding)
+            # column 0 (the prompt's last query) is never read: NaN when the attention was read while decoding
+            if attn is None or attn.ndim != 3 or attn.shape[-1] < 2 or not np.all(np.isfinite(attn[:, :, 1:])):
                 continue
             if self.shape is not None and attn.shape[:2] != self.shape:
                 raise ValueError(f"rauq_single_head: training answers with attention of {attn.shape[:2]} and "

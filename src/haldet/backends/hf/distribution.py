@@ -3,8 +3,9 @@ Chernoff coefficients between the model's distribution and the uniform one, and 
 distributions from it (`Signal.TOKEN_CHERNOFF`), from which the Renyi divergence (alpha = 1 included, as its KL
 limit) and the Fisher-Rao distance to uniform follow at any temperature the detectors allow.
 
-One exponential over the vocabulary per exponent (0.25, 0.5, 1) per token beside the entropy's, computed in the same batched tensors, so the
-decoding loop, the teacher-forced pass and the given-response pass give the same numbers.
+One exponential over the vocabulary per exponent (0.25, 0.5, 1) per token beside the entropy's, computed in the
+same batched tensors, so the decoding loop, the teacher-forced pass and the given-response pass give the same
+numbers.
 """
 
 from __future__ import annotations
