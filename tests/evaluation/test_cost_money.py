@@ -58,8 +58,8 @@ def test_prices_reach_every_role_and_a_declared_price_wins() -> None:
     assert (config.judge.price_in, config.judge.price_out) == (0.25, 2.0)
     from haldet.backends.select import priced_endpoint
 
-    assert priced_endpoint("openai:gpt-5-mini", config).price_in == 0.25
-    assert priced_endpoint("openai:other", config).price_in is None
+    assert priced_endpoint("openai:gpt-5-mini", config)[0].price_in == 0.25
+    assert priced_endpoint("openai:other", config)[0].price_in is None
 
 
 def test_reports_show_the_usd_column_only_for_billed_models() -> None:

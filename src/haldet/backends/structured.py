@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Generic, Literal, TypeVar
 
@@ -39,6 +39,7 @@ from haldet.backends.openai_client import (
 from haldet.backends.providers import PROVIDER_PREFIX, ProviderEndpoint
 from haldet.config import JudgeConfig, digest
 from haldet.endpoint_params import EndpointParams, reply_budget
+from haldet.model_prices import resolve_price
 from haldet.store import StageLog
 from haldet.text.reasoning import Markers, split_text
 
@@ -152,6 +153,12 @@ class StructuredClient:
 
     def __init__(self, settings: ClientSettings, *, correction: Callable[[str], str], cache: Path | None = None,
                  local: Any = None) -> None:
+        self.price_source = "a local model: no price"
+        if settings.backend != "hf":  # an endpoint: the price given (declared), else genai-prices', else unknown
+            price = resolve_price({}, settings.model, (settings.price_in, settings.price_out),
+                                  base_url=settings.base_url)
+            settings = replace(settings, price_in=price.price_in, price_out=price.price_out)
+            self.price_source = price.source
         self.settings = settings
         self.correction = correction
         self.cache = StageLog(cache) if cache is not None else None
