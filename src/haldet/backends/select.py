@@ -106,6 +106,7 @@ def check_signals(config: RunConfig, requires: Mapping[str, frozenset[Signal]],
         check_provider(sample_model, config.model_copy(update={"endpoint": sample_endpoint}))
     check_sampling_temperature(config, requires)
     check_roles(config)  # judge, verdict and claim models on a provider: client, key, JSON mode
+    check_self_eval_thinking(config, requires)
     for model in config.models:
         if backend_kind(model) == "openai":  # a missing API key is known now, not after the run started
 
@@ -159,6 +160,26 @@ def check_sampling_temperature(config: RunConfig, requires: Mapping[str, frozens
         raise SignalUnavailableError(f"{', '.join(needing)} need K samples at temperature "
                                      f"{config.sample.temperature:g} from {remote[0]}: {why}", where="--detector",
                                      hint="sample from another model (sample.model), or drop these detectors")
+
+
+def declared_thinking(model: str, config: RunConfig) -> bool:
+    """Whether `model` is known to think before the run: an endpoint whose `endpoint.params` declare it, a local
+    model split by markers (`reasoning.split: markers`); `auto` is resolved when the model loads."""
+    if backend_kind(model) in ("openai", "api"):
+        return config.endpoint.params.reasons()
+    return reasoning_settings(config, model)["split"] == "markers"
+
+
+def check_self_eval_thinking(config: RunConfig, requires: Mapping[str, frozenset[Signal]]) -> None:
+    """Refuse before the run a self-evaluation P(True) read at the first reply token of a model declared to think
+    (the auxiliary stage refuses it too, before its first question, when the chat template says so)."""
+    needing = sorted(name for name, req in requires.items() if Signal.SELF_EVAL in req)
+    for model in config.models if needing else []:
+        why = config.auxiliary.self_eval_refusal(declared_thinking(model, config), model)
+        if why:
+            raise SignalUnavailableError(f"{', '.join(needing)}: {why}", where="auxiliary.procedure",
+                                         hint="set `auxiliary.procedure: evaluator` (the decision word after the "
+                                              "reasoning), or drop these detectors")
 
 
 def priced_endpoint(model: str, config: RunConfig) -> tuple[EndpointConfig, str]:
