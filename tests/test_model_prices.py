@@ -56,3 +56,9 @@ def test_usage_reports_name_the_price_source() -> None:
     assert (client.settings.price_in, client.settings.price_out) == (1.0, 5.0) and "genai-prices" in client.price_source
     unknown = StructuredClient(ClientSettings(model="judge-x", base_url="http://127.0.0.1:9/v1"), correction=str)
     assert unknown.settings.price_in is None and unknown.price_source.startswith("price unknown")
+    # a verdict or claim record's billing names what made its USD
+    from haldet.backends.structured import Reply, billing
+
+    billed = billing([Reply("x", "x", prompt_tokens=2000, completion_tokens=300, cost_usd=0.0035,
+                            price_source=client.price_source)])
+    assert billed["cost_usd"] == 0.0035 and billed["price_source"] == client.price_source

@@ -94,4 +94,4 @@ def test_verdict_model_requests_billed_per_record() -> None:
     assert [r.text for r in replies] == ["Yes", "No"]
     assert [r.cost_usd for r in replies] == [pytest.approx(0.00028)] * 2
     assert billing(replies) == {"api_prompt_tokens": 200, "api_completion_tokens": 40,
-                                "cost_usd": pytest.approx(0.00056)}
+                                "cost_usd": pytest.approx(0.00056), "price_source": "config"}

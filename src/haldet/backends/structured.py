@@ -79,6 +79,7 @@ class Reply(Generic[T]):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cost_usd: float | None = None
+    price_source: str = ""  # what made `cost_usd` (`haldet.model_prices`): an endpoint's replies only
 
 
 Outcome = Reply[Any] | CallFailure
@@ -143,7 +144,8 @@ def billing(replies: Sequence[Reply[Any]]) -> dict[str, Any]:
     costs = [r.cost_usd for r in replies]
     return {"api_prompt_tokens": sum(r.prompt_tokens for r in replies),
             "api_completion_tokens": sum(r.completion_tokens for r in replies),
-            "cost_usd": None if any(c is None for c in costs) else float(sum(c for c in costs if c is not None))}
+            "cost_usd": None if any(c is None for c in costs) else float(sum(c for c in costs if c is not None)),
+            **({"price_source": replies[0].price_source} if replies and replies[0].price_source else {})}
 
 
 class StructuredClient:
@@ -305,7 +307,8 @@ class StructuredClient:
         finally:
             self.usage.merge(billed)
         return Reply(parsed[-1], texts[-1], prompt_tokens=billed.prompt_tokens,
-                     completion_tokens=billed.completion_tokens, cost_usd=billed.cost_usd(s.price_in, s.price_out))
+                     completion_tokens=billed.completion_tokens, cost_usd=billed.cost_usd(s.price_in, s.price_out),
+                     price_source=self.price_source)
 
     # --- local model ------------------------------------------------------------------------------------------
     def _ask_local(self, requests: Sequence[Request[Any]], done: Callable[[int, Outcome], None]) -> None:
