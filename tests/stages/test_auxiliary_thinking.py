@@ -22,6 +22,7 @@ from haldet.stages.aux_evaluator import self_eval_fields
 from haldet.stages.auxiliary import AuxiliaryStage, _answer_only, reply_answer
 from haldet.stages.base import CellContext, Item
 from haldet.store import CellStore
+from haldet.text.confidence import confidence_complete
 from haldet.text.reasoning import Markers
 from tiny_thinking import build_tiny_thinking
 
@@ -61,6 +62,9 @@ def test_follow_ups_of_a_thinking_target_get_the_reasoning_budget_and_read_the_a
     assert cut["verbalized"] is None and cut["verbalized_value"] is None
     assert cut["verbalized_no_answer"].startswith("no answer") and "auxiliary.max_new_tokens" in cut[
         "verbalized_no_answer"]
+    # the reply stops at its first stated number in the answer, never at one in the reasoning
+    done = stage.until()
+    assert confidence_complete("hmm 0.2. hmm") and not done("hmm 0.2. hmm") and done("hmm 0.2. </think> 0.9. I")
     # a target that answers directly keeps its 24 tokens (and its keys)
     plain = RunConfig.model_validate({"device": "cpu", "reasoning": {"split": "off"}})
     assert plain.auxiliary.reply_budget(False) == 24 and plain.auxiliary.evaluator_budget(False) == 512
