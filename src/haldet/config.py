@@ -62,6 +62,10 @@ class ReasoningConfig(Section):
     judges_see_reasoning: bool = False
 
 
+AUX_REPLY_BUDGET = 24  # a follow-up reply of a model that answers directly: one number or verdict word
+EVALUATOR_REPLY_BUDGET = 512
+
+
 class AuxiliaryConfig(Section):
     """Verbalized confidence and self-evaluation P(True) (paper appendix E.1), greedy."""
 
@@ -69,9 +73,26 @@ class AuxiliaryConfig(Section):
     self_eval: bool = True
     # follow_up: a next user turn of the answered chat; evaluator: a separate evaluator chat (OpenHalDet E.2/E.3)
     procedure: Literal["follow_up", "evaluator"] = "follow_up"
-    max_new_tokens: int = Field(24, ge=1)
-    evaluator_max_new_tokens: int = Field(512, ge=1)  # the evaluator's reply budget (it may reason first)
+    max_new_tokens: int | None = Field(None, ge=1)  # follow-up reply budget; None: 24, 4096 for a thinking target
+    evaluator_max_new_tokens: int | None = Field(None, ge=1)  # evaluator reply budget; None: 512, 4096 if it thinks
     batch_size: int = Field(8, ge=1)
+
+    def reply_budget(self, target_thinks: bool) -> int:
+        """The follow-up questions' reply budget (`reply_budget`): the one set, else 24 (a number, a verdict word),
+        or `REASONING_REPLY_BUDGET` when the target thinks first (it writes its thinking block before the reply)."""
+        return reply_budget(self.max_new_tokens, AUX_REPLY_BUDGET, reasons=target_thinks)
+
+    def self_eval_refusal(self, target_thinks: bool, model: str) -> str | None:
+        """Why self-evaluation cannot run on `model` as configured (None when it can): the follow-up procedure reads
+        P(True) at the first reply token, which on a thinking target is its thinking block's, not a verdict."""
+        if not (target_thinks and self.self_eval and self.procedure == "follow_up"):
+            return None
+        return (f"self-evaluation reads P(True) at the first reply token, but {model} thinks before it replies (its "
+                "first token opens or continues a thinking block, not a True/False verdict)")
+
+    def evaluator_budget(self, target_thinks: bool) -> int:
+        """The evaluator chats' reply budget: the one set, else 512 (room to reason), 4096 on a thinking target."""
+        return reply_budget(self.evaluator_max_new_tokens, EVALUATOR_REPLY_BUDGET, reasons=target_thinks)
 
 
 FeatureGroup = Literal["hidden", "sep", "ccs", "prism", "icr"]

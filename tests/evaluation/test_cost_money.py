@@ -58,8 +58,8 @@ def test_prices_reach_every_role_and_a_declared_price_wins() -> None:
     assert (config.judge.price_in, config.judge.price_out) == (0.25, 2.0)
     from haldet.backends.select import priced_endpoint
 
-    assert priced_endpoint("openai:gpt-5-mini", config).price_in == 0.25
-    assert priced_endpoint("openai:other", config).price_in is None
+    assert priced_endpoint("openai:gpt-5-mini", config)[0].price_in == 0.25
+    assert priced_endpoint("openai:other", config)[0].price_in is None
 
 
 def test_reports_show_the_usd_column_only_for_billed_models() -> None:
@@ -94,4 +94,4 @@ def test_verdict_model_requests_billed_per_record() -> None:
     assert [r.text for r in replies] == ["Yes", "No"]
     assert [r.cost_usd for r in replies] == [pytest.approx(0.00028)] * 2
     assert billing(replies) == {"api_prompt_tokens": 200, "api_completion_tokens": 40,
-                                "cost_usd": pytest.approx(0.00056)}
+                                "cost_usd": pytest.approx(0.00056), "price_source": "config"}

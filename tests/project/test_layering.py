@@ -21,6 +21,7 @@ DOCS = REPO / "docs" / "developing.md"
 # bottom first; a module belongs to the layer of its longest matching prefix
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("core", ("haldet.version", "haldet.errors", "haldet.registry", "haldet.schema", "haldet.endpoint_params",
+              "haldet.model_prices",
               "haldet.config", "haldet.config_files", "haldet.defaults", "haldet.signals", "haldet.presets")),
     ("util and text", ("haldet.util", "haldet.text")),
     ("drawing", ("haldet.figures",)),

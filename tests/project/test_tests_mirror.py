@@ -12,6 +12,7 @@ from repo_paths import PACKAGE, TESTS
 PROJECT = "project"
 ROOT_TESTS = {  # test file at tests/ -> the top-level module (or package entry) it tests
     "test_config.py": "config.py",
+    "test_model_prices.py": "model_prices.py",
     "test_plugins.py": "registry.py",
     "test_public_api.py": "__init__.py",
     "test_registry_where.py": "registry.py",

@@ -42,6 +42,9 @@ class _Backend:
     def shares_heads(self) -> bool:
         return False
 
+    def thinks(self) -> bool:  # a model that answers directly (the follow-ups' 24-token budget)
+        return False
+
 
 def _aux(tmp_path: Path, templates: dict[str, Any]) -> tuple[AuxiliaryStage, Item]:
     ctx = CellContext(config=RunConfig.model_validate({"templates": templates}), dataset="d", model="m",

@@ -76,6 +76,8 @@ class OpenAIBackend(Backend):
     def declared(cls, config: Any) -> frozenset[Capability]:
         return endpoint_capabilities(config.endpoint)
 
+    price_source = "price unknown: not looked up"  # set by `make_backend` (`haldet.model_prices`)
+
     def __init__(self, name: str, config: EndpointConfig, *,
                  chat_template_kwargs: dict[str, Any] | None = None) -> None:
         super().__init__(name)
@@ -240,6 +242,7 @@ class OpenAIBackend(Backend):
         up on (for the rest of this process: later cells do not call a dead endpoint again)."""
         report = self.usage.report(self.config.price_in, self.config.price_out)
         report["model"] = self.name
+        report["price_source"] = self.price_source
         report["breaker_open"] = bool(self._shared_breaker and self._shared_breaker.open)
         return report
 

@@ -20,8 +20,8 @@ from haldet.backends.openai_client import api_key
 from haldet.backends.providers import ProviderBackend, check_provider, check_roles
 from haldet.backends.vllm import VLLMBackend
 from haldet.config import EndpointConfig, RunConfig
-from haldet.endpoint_params import price_of
 from haldet.errors import HaldetError, SignalUnavailableError
+from haldet.model_prices import resolve_price
 from haldet.signals import Signal
 from haldet.util.assets import check_alias
 
@@ -106,6 +106,7 @@ def check_signals(config: RunConfig, requires: Mapping[str, frozenset[Signal]],
         check_provider(sample_model, config.model_copy(update={"endpoint": sample_endpoint}))
     check_sampling_temperature(config, requires)
     check_roles(config)  # judge, verdict and claim models on a provider: client, key, JSON mode
+    check_self_eval_thinking(config, requires)
     for model in config.models:
         if backend_kind(model) == "openai":  # a missing API key is known now, not after the run started
 
@@ -161,19 +162,42 @@ def check_sampling_temperature(config: RunConfig, requires: Mapping[str, frozens
                                      hint="sample from another model (sample.model), or drop these detectors")
 
 
-def priced_endpoint(model: str, config: RunConfig) -> EndpointConfig:
-    """The endpoint section with the model's price: declared there, else from `prices` (else unknown)."""
+def declared_thinking(model: str, config: RunConfig) -> bool:
+    """Whether `model` is known to think before the run: an endpoint whose `endpoint.params` declare it, a local
+    model split by markers (`reasoning.split: markers`); `auto` is resolved when the model loads."""
+    if backend_kind(model) in ("openai", "api"):
+        return config.endpoint.params.reasons()
+    return reasoning_settings(config, model)["split"] == "markers"
+
+
+def check_self_eval_thinking(config: RunConfig, requires: Mapping[str, frozenset[Signal]]) -> None:
+    """Refuse before the run a self-evaluation P(True) read at the first reply token of a model declared to think
+    (the auxiliary stage refuses it too, before its first question, when the chat template says so)."""
+    needing = sorted(name for name, req in requires.items() if Signal.SELF_EVAL in req)
+    for model in config.models if needing else []:
+        why = config.auxiliary.self_eval_refusal(declared_thinking(model, config), model)
+        if why:
+            raise SignalUnavailableError(f"{', '.join(needing)}: {why}", where="auxiliary.procedure",
+                                         hint="set `auxiliary.procedure: evaluator` (the decision word after the "
+                                              "reasoning), or drop these detectors")
+
+
+def priced_endpoint(model: str, config: RunConfig) -> tuple[EndpointConfig, str]:
+    """The endpoint section with the model's price: declared there, else from `prices`, else genai-prices' (else
+    unknown), and the price's source (`haldet.model_prices`)."""
     ep = config.endpoint
-    price_in, price_out = price_of(config.prices, model, (ep.price_in, ep.price_out))
-    return ep.model_copy(update={"price_in": price_in, "price_out": price_out})
+    price = resolve_price(config.prices, model, (ep.price_in, ep.price_out), base_url=ep.base_url)
+    return ep.model_copy(update={"price_in": price.price_in, "price_out": price.price_out}), price.source
 
 
 def make_backend(model: str, config: RunConfig) -> Backend:
     kind = backend_kind(model)
-    if kind == "api":
-        return ProviderBackend(model, priced_endpoint(model, config))
-    if kind == "openai":
-        return OpenAIBackend(model, priced_endpoint(model, config), chat_template_kwargs=config.chat_template_kwargs)
+    if kind in ("api", "openai"):
+        endpoint, source = priced_endpoint(model, config)
+        remote = (ProviderBackend(model, endpoint) if kind == "api" else
+                  OpenAIBackend(model, endpoint, chat_template_kwargs=config.chat_template_kwargs))
+        remote.price_source = source
+        return remote
     if kind == "vllm":
         return VLLMBackend(model, device=config.device, settings=config.vllm,
                            chat_template_kwargs=config.chat_template_kwargs,

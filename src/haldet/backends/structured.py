@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Generic, Literal, TypeVar
 
@@ -39,6 +39,7 @@ from haldet.backends.openai_client import (
 from haldet.backends.providers import PROVIDER_PREFIX, ProviderEndpoint
 from haldet.config import JudgeConfig, digest
 from haldet.endpoint_params import EndpointParams, reply_budget
+from haldet.model_prices import resolve_price
 from haldet.store import StageLog
 from haldet.text.reasoning import Markers, split_text
 
@@ -78,6 +79,7 @@ class Reply(Generic[T]):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cost_usd: float | None = None
+    price_source: str = ""  # what made `cost_usd` (`haldet.model_prices`): an endpoint's replies only
 
 
 Outcome = Reply[Any] | CallFailure
@@ -142,7 +144,8 @@ def billing(replies: Sequence[Reply[Any]]) -> dict[str, Any]:
     costs = [r.cost_usd for r in replies]
     return {"api_prompt_tokens": sum(r.prompt_tokens for r in replies),
             "api_completion_tokens": sum(r.completion_tokens for r in replies),
-            "cost_usd": None if any(c is None for c in costs) else float(sum(c for c in costs if c is not None))}
+            "cost_usd": None if any(c is None for c in costs) else float(sum(c for c in costs if c is not None)),
+            **({"price_source": replies[0].price_source} if replies and replies[0].price_source else {})}
 
 
 class StructuredClient:
@@ -152,6 +155,12 @@ class StructuredClient:
 
     def __init__(self, settings: ClientSettings, *, correction: Callable[[str], str], cache: Path | None = None,
                  local: Any = None) -> None:
+        self.price_source = "a local model: no price"
+        if settings.backend != "hf":  # an endpoint: the price given (declared), else genai-prices', else unknown
+            price = resolve_price({}, settings.model, (settings.price_in, settings.price_out),
+                                  base_url=settings.base_url)
+            settings = replace(settings, price_in=price.price_in, price_out=price.price_out)
+            self.price_source = price.source
         self.settings = settings
         self.correction = correction
         self.cache = StageLog(cache) if cache is not None else None
@@ -298,7 +307,8 @@ class StructuredClient:
         finally:
             self.usage.merge(billed)
         return Reply(parsed[-1], texts[-1], prompt_tokens=billed.prompt_tokens,
-                     completion_tokens=billed.completion_tokens, cost_usd=billed.cost_usd(s.price_in, s.price_out))
+                     completion_tokens=billed.completion_tokens, cost_usd=billed.cost_usd(s.price_in, s.price_out),
+                     price_source=self.price_source)
 
     # --- local model ------------------------------------------------------------------------------------------
     def _ask_local(self, requests: Sequence[Request[Any]], done: Callable[[int, Outcome], None]) -> None:

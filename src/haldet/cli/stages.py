@@ -54,7 +54,8 @@ def sample(
 
 def auxiliary(
     run_dir: RunDirArg,
-    max_new_tokens: Annotated[int | None, typer.Option(help="Max tokens of each auxiliary reply.")] = None,
+    max_new_tokens: Annotated[int | None, typer.Option(
+        help="Max tokens of each auxiliary reply (unset: 24, 4096 when the model thinks).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print per-cell summaries as JSON.")] = False,
 ) -> None:
     """Verbalized confidence and self-evaluation P(True) per item (greedy; appendix E.1). Resumable."""

@@ -266,7 +266,8 @@ def detector_cost(requires: Iterable[Signal | str], evidence: Mapping[str, Mappi
         out["prep_usd_item"] = None if any(u is None for u in extra) else float(sum(u for u in extra if u is not None))
         out["usd_at_n"] = None if out["prep_usd_item"] is None else n * out["prep_usd_item"]
         if out["prep_usd_item"] is None or out["gen_usd_item"] is None:
-            notes.append(f"{PRICE_UNKNOWN}: declare it (endpoint.price_in/price_out, judge.price_*, or prices)")
+            notes.append(f"{PRICE_UNKNOWN}: not declared and not listed by genai-prices (each usage report's "
+                         "price_source says why); declare it (endpoint.price_in/price_out, judge.price_*, or prices)")
     infer = score_s / n_scored if score_s is not None and n_scored else None
     out.update({
         "prep_s_item": prep, "fit_s": fit_s, "score_s": score_s, "infer_s_item": infer,

@@ -228,8 +228,10 @@ class LLMJudge(Judge):
         self.client.ask(requests, on_done=done)
 
     def usage_report(self) -> dict[str, Any]:
-        report = self.usage.report(self.config.price_in, self.config.price_out)
+        priced = self.client.settings  # the declared price, else genai-prices' (`haldet.model_prices`)
+        report = self.usage.report(priced.price_in, priced.price_out)
         report["model"] = self.config.model
+        report["price_source"] = self.client.price_source
         report["backend"] = self.config.backend
         return report
 

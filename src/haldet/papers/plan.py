@@ -167,7 +167,7 @@ def build_plan(preset: str, config: RunConfig, model: str, stages_by_detector: M
             target.generated_tokens += n * k * ans
             prefill, decoded = prefill + n * p, decoded + n * k * ans  # the K samples share the prompt's cache
         if "auxiliary" in stages and config.auxiliary.procedure == "evaluator":  # two separate chats per answer
-            reply = AUX_REPLY + min(EVALUATOR_REASONING, config.auxiliary.evaluator_max_new_tokens)
+            reply = AUX_REPLY + min(EVALUATOR_REASONING, config.auxiliary.evaluator_budget(False))
             target.calls += 2 * n
             target.prompt_tokens += 2 * n * (p + ans + EVALUATOR_OVERHEAD)
             target.generated_tokens += n * reply
@@ -213,7 +213,7 @@ def build_plan(preset: str, config: RunConfig, model: str, stages_by_detector: M
     if "auxiliary" in stages and config.auxiliary.procedure == "evaluator":
         plan.assumptions.append(f"auxiliary (evaluator procedure): two separate chats per answer, a {AUX_REPLY}-token "
                                 f"confidence and a self-evaluation of about {EVALUATOR_REASONING} tokens (at most "
-                                f"{config.auxiliary.evaluator_max_new_tokens})")
+                                f"{config.auxiliary.evaluator_budget(False)})")
     if given_answers:
         plan.notes.append("the suite's answers are given: the model under test reads them (one teacher-forced "
                           "pass per item), it generates no answers")

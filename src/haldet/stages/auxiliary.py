@@ -27,17 +27,20 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
 from haldet.backends.base import AnswerEvidence, Backend, Capability, EvidenceRequest, FollowUp
 from haldet.config import stage_key
+from haldet.errors import HaldetError
 from haldet.signals import Signal
 from haldet.stages.aux_evaluator import EVALUATOR_TEMPLATES, EVALUATOR_VERSION, ask_evaluator, self_eval_fields
 from haldet.stages.base import STAGES, DecodingReader, Item
 from haldet.stages.generate import GenerateStage
 from haldet.text.confidence import confidence_complete, confidence_statement, parse_confidence
 from haldet.text.prompts import PromptBuilder
+from haldet.text.reasoning import Markers, split_text
 from haldet.text.templates import override_digest, packaged_template, template_text
 
 PROMPT_VERSION = "aux-v3"  # bump when the packaged wording changes: it is part of the cache key
@@ -112,11 +115,35 @@ class AuxiliaryStage(DecodingReader):
         gen_key = GenerateStage(self.ctx).key(item)
         if self.evaluator():  # the paper's procedure: its own prompts and reply budget (the default keys unchanged)
             return stage_key(self.name, self.ctx.backend.fingerprint(), item.prompt, gen_key, EVALUATOR_VERSION,
-                             *self.queries(), cfg.evaluator_max_new_tokens,
+                             *self.queries(), cfg.evaluator_budget(self.ctx.backend.thinks()),
                              *override_digest(EVALUATOR_TEMPLATES, self.ctx.config.templates))
         return stage_key(self.name, self.ctx.backend.fingerprint(), item.prompt, gen_key, PROMPT_VERSION,
-                         *self.queries(), cfg.max_new_tokens, DECODING + (SHARED_HEAD if self.paired() else ""),
+                         *self.queries(), self.reply_budget(), DECODING + (SHARED_HEAD if self.paired() else ""),
                          *override_digest(QUESTION_TEMPLATES, self.ctx.config.templates))
+
+    def reply_budget(self) -> int:
+        """The follow-up replies' budget: `auxiliary.max_new_tokens`, else 24, or 4096 when the target thinks (the
+        same rule as every role that asks an LLM: `haldet.endpoint_params.reply_budget`)."""
+        return self.ctx.config.auxiliary.reply_budget(self.ctx.backend.thinks())
+
+    def check_thinking(self) -> None:
+        """Refuse, before any follow-up is asked, a self-evaluation that would read P(True) from a thinking block."""
+        cfg, backend = self.ctx.config.auxiliary, self.ctx.backend
+        if not self.queries()[1]:
+            return
+        why = cfg.self_eval_refusal(backend.thinks(), self.ctx.model)
+        if why:
+            raise HaldetError(why, where="auxiliary.procedure",
+                              hint="set `auxiliary.procedure: evaluator` (the decision word after the reasoning), or "
+                                   "drop self_eval")
+
+    def until(self) -> Callable[[str], bool]:
+        """When a verbalized reply is complete: its first stated number, read in the answer after the thinking block
+        on a thinking target (a number inside the reasoning does not stop it)."""
+        markers = thinking_markers(self.ctx.backend, self.ctx.config)
+        if markers is None:
+            return confidence_complete
+        return lambda text: _answer_complete(text, markers)
 
     def evaluator(self) -> bool:
         """Whether the queries are asked as separate evaluator chats (`auxiliary.procedure: evaluator`)."""
@@ -146,13 +173,14 @@ class AuxiliaryStage(DecodingReader):
 
     def reads(self, request: EvidenceRequest) -> EvidenceRequest:
         """`request` with the queries added as follow-ups of each answer's own cache (`generate_with_evidence`)."""
-        cfg, backend = self.ctx.config.auxiliary, self.ctx.backend
+        backend = self.ctx.backend
         verbalized, self_eval = self.queries()
         verbalized_question, self_eval_question = self.questions()
         follow_ups: dict[str, FollowUp] = {}
+        self.check_thinking()
         if verbalized:
             follow_ups["verbalized"] = FollowUp(tail=backend.encode_text(backend.turn_suffix(verbalized_question)),
-                                                max_new_tokens=cfg.max_new_tokens, until=confidence_complete)
+                                                max_new_tokens=self.reply_budget(), until=self.until())
         if self_eval:
             true_ids, false_ids = answer_candidates(backend)
             follow_ups["self_eval"] = FollowUp(tail=backend.encode_text(backend.turn_suffix(self_eval_question)),
@@ -164,7 +192,7 @@ class AuxiliaryStage(DecodingReader):
         """Records from the follow-ups' replies read while the answers were decoded (`evidence[i]` of `batch[i]`)."""
         backend = self.ctx.backend
         verbalized, self_eval = self.queries()
-        outs = [backend.reply_output(ev.replies["verbalized"], confidence_complete)
+        outs = [backend.reply_output(ev.replies["verbalized"], self.until())
                 for ev in evidence] if verbalized else []
         verdicts = ([backend.reply_output(ev.replies["self_eval"]) for ev in evidence]
                     if self_eval else [])
@@ -174,7 +202,9 @@ class AuxiliaryStage(DecodingReader):
     def compute(self, batch: list[Item]) -> list[dict[str, Any]]:
         if self.evaluator():
             return self._evaluate(batch)
+        self.check_thinking()
         cfg = self.ctx.config.auxiliary
+        budget, until = self.reply_budget(), self.until()
         verbalized, self_eval = self.queries()
         backend = self.ctx.backend
         start = time.perf_counter()
@@ -184,12 +214,12 @@ class AuxiliaryStage(DecodingReader):
         if self.paired():
             true_ids, false_ids = answer_candidates(backend)
             replies, verdicts = backend.paired_replies(
-                verbalized_prompts, self_eval_prompts, confidence_complete, candidates=true_ids + false_ids,
-                max_new_tokens=cfg.max_new_tokens, batch_size=cfg.batch_size)
+                verbalized_prompts, self_eval_prompts, until, candidates=true_ids + false_ids,
+                max_new_tokens=budget, batch_size=cfg.batch_size)
             judged = _true_false(verdicts, len(true_ids))
         else:
-            replies = (backend.generate_until(verbalized_prompts, confidence_complete,
-                                              max_new_tokens=cfg.max_new_tokens, batch_size=cfg.batch_size)
+            replies = (backend.generate_until(verbalized_prompts, until, max_new_tokens=budget,
+                                              batch_size=cfg.batch_size)
                        if verbalized else [])
             judged = self._self_eval(self_eval_prompts) if self_eval else []
         return self._records(batch, replies, judged, "prompt", (time.perf_counter() - start) / max(1, len(batch)))
@@ -206,32 +236,40 @@ class AuxiliaryStage(DecodingReader):
                 raise ValueError(f"auxiliary stage needs the generation of {item.id}")
             answers.append(item.generation.response)
         replies, verdicts = ask_evaluator(backend, tasks, answers, self.queries(), templates=config.templates,
-                                          max_new_tokens=cfg.evaluator_max_new_tokens, batch_size=cfg.batch_size)
+                                          max_new_tokens=cfg.evaluator_budget(backend.thinks()),
+                                          batch_size=cfg.batch_size)
         seconds = (time.perf_counter() - start) / max(1, len(batch))
         records: list[dict[str, Any]] = [{"id": item.id, "procedure": "evaluator", "verbalized": None,
                                           "verbalized_value": None, "self_eval_text": None, "p_true": None,
                                           "logp_true": None, "logp_false": None, "decision": None,
                                           "logp_decision": None, "source": "prompt", "seconds": seconds}
                                          for item in batch]
+        markers = thinking_markers(backend, config)
         for rec, out in zip(records, replies, strict=False):
-            _fail_or(rec, out, verbalized=out.text, verbalized_value=parse_confidence(out.text),
-                     verbalized_n_tokens=out.n_tokens)
+            text, no_answer = reply_answer(out, markers)
+            _fail_or(rec, out, verbalized=text, verbalized_value=parse_confidence(text),
+                     verbalized_n_tokens=out.n_tokens, **_no_answer("verbalized", no_answer))
         for rec, out in zip(records, verdicts, strict=False):
-            _fail_or(rec, out, **self_eval_fields(backend, out))
+            text, no_answer = reply_answer(out, markers)  # the decision word is read in the answer, after the thinking
+            fields = self_eval_fields(backend, out if text == out.text else _answer_only(out, text))
+            _fail_or(rec, out, **fields, **_no_answer("self_eval", no_answer))
         return records
 
     def _records(self, batch: list[Item], replies: list[Any], judged: list[tuple[Any, list[float], list[float]]],
                  source: str, seconds: float) -> list[dict[str, Any]]:
         verbalized, self_eval = self.queries()
+        markers = thinking_markers(self.ctx.backend, self.ctx.config)
         records: list[dict[str, Any]] = [{"id": item.id, "verbalized": None, "verbalized_value": None,
                                           "self_eval_text": None, "p_true": None, "logp_true": None,
                                           "logp_false": None, "source": source, "seconds": seconds}
                                          for item in batch]
         if verbalized:
             for rec, out in zip(records, replies, strict=True):
-                stated = confidence_statement(out.text)
+                text, no_answer = reply_answer(out, markers)  # the thinking block split off before parsing
+                stated = confidence_statement(text) if no_answer is None else None
                 _fail_or(rec, out, verbalized=stated, verbalized_value=parse_confidence(stated),
-                         verbalized_n_tokens=out.n_tokens, **_billed("verbalized", out))
+                         verbalized_n_tokens=out.n_tokens, **_billed("verbalized", out),
+                         **_no_answer("verbalized", no_answer))
         if self_eval:
             for rec, (out, true_lps, false_lps) in zip(records, judged, strict=True):
                 p, lt, lf = p_true_from_logprobs(true_lps, false_lps)
@@ -241,7 +279,7 @@ class AuxiliaryStage(DecodingReader):
 
     def _self_eval(self, prompts: list[str]) -> list[tuple[Any, list[float], list[float]]]:
         cfg = self.ctx.config.auxiliary
-        return true_false_logprobs(self.ctx.backend, prompts, max_new_tokens=cfg.max_new_tokens,
+        return true_false_logprobs(self.ctx.backend, prompts, max_new_tokens=self.reply_budget(),
                                    batch_size=cfg.batch_size)
 
 
@@ -274,6 +312,44 @@ def _fail_or(rec: dict[str, Any], out: Any, **values: Any) -> None:
 def _billed(part: str, out: Any) -> dict[str, Any]:
     """A remote reply's USD as `<part>_cost_usd` (None: price unknown); nothing for a local model."""
     return {f"{part}_cost_usd": out.extra["cost_usd"]} if "cost_usd" in out.extra else {}
+
+
+def thinking_markers(backend: Backend, config: Any) -> Markers | None:
+    """The target's thinking markers when it thinks (a local model's resolved ones, else the `reasoning` section's);
+    None for a model that answers directly."""
+    if not backend.thinks():
+        return None
+    own = getattr(backend, "markers", None)
+    return own if isinstance(own, Markers) else Markers(config.reasoning.open, config.reasoning.close)
+
+
+def reply_answer(out: Any, markers: Markers | None) -> tuple[str, str | None]:
+    """(the reply's answer text, why it has none): a local thinking model's reply comes split (`extra`), an inline
+    thinking block is split here (`haldet.text.reasoning.split_text`); a reply cut off inside its thinking has no
+    answer (its reason names the reply budget), never a number parsed from the reasoning."""
+    if out.extra.get("no_answer"):
+        return "", f"{out.extra['no_answer']} (auxiliary.max_new_tokens / auxiliary.evaluator_max_new_tokens)"
+    if markers is None or "reasoning" in out.extra:
+        return out.text, None
+    cut = split_text(out.text, replace(markers, opens_in_prompt=False), finish_reason=out.finish_reason)
+    return cut.answer, (f"{cut.no_answer} (auxiliary.max_new_tokens)" if cut.no_answer else None)
+
+
+def _answer_only(out: Any, text: str) -> Any:
+    """A reply whose thinking was split off here: its answer text, without the token ids and strings that no longer
+    line up with it (its decision's log-prob is then unknown, never read from a misaligned token)."""
+    return replace(out, text=text, token_ids=[], token_logprobs=[],
+                   extra={k: v for k, v in out.extra.items() if k != "tokens"})
+
+
+def _answer_complete(text: str, markers: Markers) -> bool:
+    """`confidence_complete` of the answer after the thinking block (False while the block is still open)."""
+    cut = split_text(text, markers)
+    return cut.no_answer is None and confidence_complete(cut.answer)
+
+
+def _no_answer(part: str, reason: str | None) -> dict[str, Any]:
+    return {f"{part}_no_answer": reason} if reason else {}
 
 
 def _finite(x: float) -> float | None:
