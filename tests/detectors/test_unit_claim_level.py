@@ -18,7 +18,7 @@ from haldet.detectors import unit_sar as unit_sar_module
 from haldet.detectors.ccp import CCP
 from haldet.detectors.focus import Focus
 from haldet.detectors.unit_sar import UnitSAR
-from haldet.models import idf as idf_module
+from haldet.models import idf_corpus as idf_module  # Focus reaches the table through its focus_table
 from haldet.models.idf import IDFTable
 from haldet.schema import Category, Generation, Instance, SpanLabel
 from haldet.signals import Signal, SignalView
