@@ -124,15 +124,19 @@ def speed_protocol(stored: dict[str, Any]) -> list[str]:
     rows = []
     for mode, r in data["modes"].items():
         st = r["stage_wall_s"]
-        rows.append([MODE_NAMES.get(mode, mode), f"{_n(r['wall_s'])} s", _n(r["cpu_s"]),
-                     _n(st["generate"]) + (" (with the evidence)" if mode == "haldet" else ""), _n(st["sample"]),
+        token_pass = r.get("token_pass_s") or 0.0
+        generate = _n(st["generate"]) + (" (with the evidence)" if mode == "haldet" else
+                                         f" (token pass {_n(token_pass)})" if token_pass else "")
+        rows.append([MODE_NAMES.get(mode, mode), f"{_n(r['wall_s'])} s", _n(r["cpu_s"]), generate, _n(st["sample"]),
                      _n(st["auxiliary"]) if st["auxiliary"] else "-", _n(st["features"]) if st["features"] else "-",
+                     _n(st["unconditional"]) if st.get("unconditional") else "-",
                      _n(r["detectors_fit_score_s"]), f"{r['ratio_all_over_generate_plus_sample']:.2f}",
                      " / ".join(_n(w) for w in r["runs_wall_s"])])
-    lines = _table(["mode", "whole run", "CPU s", "generate", "sample", "auxiliary", "features", "detectors",
-                    "all / (generate + sample)", "each run's wall s"], rows)
+    lines = _table(["mode", "whole run", "CPU s", "generate", "sample", "auxiliary", "features", "unconditional",
+                    "detectors", "all / (generate + sample)", "each run's wall s"], rows)
     if data.get("ratio_over_decoding_alone") is not None:
-        lines += ["", f"The default's whole run over the decoding alone (`haldet-separate`'s generate + sample): "
+        lines += ["", f"The default's whole run over the decoding alone (`haldet-separate`'s generate + sample "
+                      f"less its token pass: {_n(data.get('decoding_alone_s', 0.0))} s): "
                       f"**{data['ratio_over_decoding_alone']:.3f}** (load average {data['loadavg_before'][0]} before, "
                       f"{data['loadavg_after'][0]} after)."]
     return lines
