@@ -50,6 +50,27 @@ def build_tiny_llama_with_embedded_tokenizer(path: Path, *, seed: int = 0, layer
     return path
 
 
+MNLI_LABELS = ("ENTAILMENT", "NEUTRAL", "CONTRADICTION")
+
+
+def build_tiny_nli(path: Path, *, seed: int = 0, labels: tuple[str, ...] = MNLI_LABELS) -> Path:
+    """A randomly initialised 2-layer BERT NLI classifier with MiniLM's tokenizer saved as a local checkpoint, its
+    classes named `labels` in column order (a pair model reads the columns by these names)."""
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
+
+    from haldet.util.assets import resolve_embedding
+
+    tok = AutoTokenizer.from_pretrained(resolve_embedding("minilm"))
+    torch.manual_seed(seed)
+    config = BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, num_labels=len(labels), id2label=dict(enumerate(labels)),
+                        label2id={name: i for i, name in enumerate(labels)})
+    BertForSequenceClassification(config).save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
 def build_tiny_checker(path: Path, *, seed: int = 5) -> Path:
     """A MiniCheck-style 2-way sequence classifier (randomly initialised, MiniLM's tokenizer) saved as a local
     checkpoint: `minicheck` loads it by path like a hub checkpoint."""

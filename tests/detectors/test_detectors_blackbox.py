@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from test_detectors_standard import view
 
 from haldet.detectors import _consistency
 from haldet.detectors.base import DETECTORS
@@ -20,25 +21,12 @@ from haldet.detectors.self_eval import parse_verdict
 from haldet.detectors.selfcheck_nli import expand_option
 from haldet.detectors.semantic_entropy import cluster_ids
 from haldet.models.pairs.base import PairModel
-from haldet.schema import Generation, Instance
 from haldet.signals import Signal, SignalView
 
 
 def make_view(responses: list[str], signals: dict[Signal, list[Any]], *, question: str = "Q?",
               options: dict[str, str] | None = None, logprobs: list[list[float]] | None = None) -> SignalView:
-    n = len(responses)
-    ids = [f"t/test/{i}" for i in range(n)]
-    instances = [Instance(id=ids[i], dataset="t", scenario="qa_open", task_type="short_answer", question=question,
-                          options=options or {}) for i in range(n)]
-    lps = logprobs or [[-0.1] * max(1, len(r.split())) for r in responses]
-    gens = [Generation(id=ids[i], prompt="p", response=responses[i], token_ids=list(range(len(lps[i]))),
-                       token_logprobs=lps[i], finish_reason="stop", n_tokens=len(lps[i]), model="m")
-            for i in range(n)]
-
-    def loader(signal: Signal, wanted: Any) -> list[Any]:
-        return [signals[signal][int(i.rsplit("/", 1)[1])] for i in wanted]
-
-    return SignalView(ids=ids, instances=instances, generations=gens, loader=loader)
+    return view(responses, signals, logprobs, question=question, options=options)
 
 
 class TablePairs(PairModel):

@@ -12,7 +12,6 @@ from haldet.models.pairs import cache, embeddings, loader, similarity
 from haldet.models.pairs.base import NLI_COLUMNS, PairModel
 from haldet.models.pairs.cache import PairCache
 from haldet.models.pairs.loader import load_pair_model
-from haldet.util.assets import resolve_embedding
 
 PAIRS = [("Paris is the capital of France.", "Paris is in France."),
          ("The cat sat on the mat.", "A dog ran in the park and barked loudly at the mailman."),
@@ -21,20 +20,11 @@ PAIRS = [("Paris is the capital of France.", "Paris is in France."),
 
 @pytest.fixture(scope="module")
 def tiny_nli(tmp_path_factory) -> Path:
-    """A randomly initialised 2-layer BERT NLI classifier with MiniLM's tokenizer, labels in MNLI order."""
-    import torch
-    from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
+    """A randomly initialised 2-layer BERT NLI classifier, its labels in the reverse of MNLI's order (the columns
+    must be read by name)."""
+    from tiny_llama import build_tiny_nli
 
-    path = tmp_path_factory.mktemp("tiny-nli")
-    tok = AutoTokenizer.from_pretrained(resolve_embedding("minilm"))
-    torch.manual_seed(0)
-    config = BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=64, num_labels=3,
-                        id2label={0: "CONTRADICTION", 1: "NEUTRAL", 2: "ENTAILMENT"},
-                        label2id={"CONTRADICTION": 0, "NEUTRAL": 1, "ENTAILMENT": 2})
-    BertForSequenceClassification(config).save_pretrained(path)
-    tok.save_pretrained(path)
-    return path
+    return build_tiny_nli(tmp_path_factory.mktemp("tiny-nli"), labels=("CONTRADICTION", "NEUTRAL", "ENTAILMENT"))
 
 
 def test_hf_nli_columns_follow_id2label(tiny_nli: Path) -> None:

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from haldet.detectors import _consistency, _relations
+from haldet.detectors import _relations
 from haldet.detectors._graph import degree, eccentricity, eigv, laplacian
 from haldet.detectors.base import DETECTORS
 from haldet.models.pairs.base import PairModel
@@ -23,11 +23,13 @@ from haldet.signals import Signal, SignalView
 
 
 def view(responses: list[str], signals: dict[Signal, list[Any]], logprobs: list[list[float]] | None = None,
-         labels: list[int] | None = None) -> SignalView:
+         labels: list[int] | None = None, *, question: str = "Q?",
+         options: dict[str, str] | None = None) -> SignalView:
+    """Items t/test/0.. answering `question` with `responses`; `signals` holds each signal's value per item."""
     n = len(responses)
     ids = [f"t/test/{i}" for i in range(n)]
-    instances = [Instance(id=ids[i], dataset="t", scenario="qa_open", task_type="short_answer", question="Q?")
-                 for i in range(n)]
+    instances = [Instance(id=ids[i], dataset="t", scenario="qa_open", task_type="short_answer", question=question,
+                          options=options or {}) for i in range(n)]
     lps = logprobs or [[-0.1] * max(1, len(r.split())) for r in responses]
     gens = [Generation(id=ids[i], prompt="p", response=responses[i], token_ids=list(range(len(lps[i]))),
                        token_logprobs=lps[i], finish_reason="stop", n_tokens=len(lps[i]), model="m")
@@ -60,14 +62,6 @@ class TableNLI(PairModel):
         return np.array([self.table[p] for p in pairs], dtype=np.float64)
 
 
-@pytest.fixture
-def nli(monkeypatch):  # type: ignore[no-untyped-def]
-    def install(table: dict[tuple[str, str], list[float]]) -> TableNLI:
-        model = TableNLI(table)
-        monkeypatch.setattr(_consistency, "load_pair_model",
-                            lambda kind, name, fallback=None, **kw: (model, {"requested": name, "used": model.id}))
-        return model
-    return install
 
 
 # ------------------------------------------------------------------------------------------------ gray-box

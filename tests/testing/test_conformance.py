@@ -45,22 +45,13 @@ def small_models(tmp_path_factory) -> dict[str, str]:
     """Small local stand-ins for each auxiliary model kind: a random 2-layer NLI classifier (MNLI labels) with
     MiniLM's tokenizer, a random 2-way fact-checking head, a random 2-label ModernBERT token classifier; the
     packaged MiniLM for similarity and BERTScore."""
-    import torch
-    from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
+    from transformers import AutoTokenizer
 
     from haldet.util.assets import resolve_embedding
+    from tiny_llama import build_tiny_checker, build_tiny_llama, build_tiny_nli
 
-    path = tmp_path_factory.mktemp("tiny-nli")
+    path = build_tiny_nli(tmp_path_factory.mktemp("tiny-nli"))
     tok = AutoTokenizer.from_pretrained(resolve_embedding("minilm"))
-    torch.manual_seed(0)
-    config = BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=64, num_labels=3,
-                        id2label={0: "ENTAILMENT", 1: "NEUTRAL", 2: "CONTRADICTION"},
-                        label2id={"ENTAILMENT": 0, "NEUTRAL": 1, "CONTRADICTION": 2})
-    BertForSequenceClassification(config).save_pretrained(path)
-    tok.save_pretrained(path)
-    from tiny_llama import build_tiny_checker, build_tiny_llama
-
     support = build_tiny_checker(tmp_path_factory.mktemp("tiny-minicheck"))  # a 2-way head (label 1 = supported)
 
     llama = build_tiny_llama(tmp_path_factory.mktemp("tiny-llama"))

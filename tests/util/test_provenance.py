@@ -16,20 +16,9 @@ from haldet.testing.conformance import split_of, synthetic_view
 
 
 def tiny_nli(path: Path, seed: int) -> Path:
-    import torch
-    from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
+    from tiny_llama import build_tiny_nli
 
-    from haldet.util.assets import resolve_embedding
-
-    tok = AutoTokenizer.from_pretrained(resolve_embedding("minilm"))
-    torch.manual_seed(seed)
-    config = BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=64, num_labels=3,
-                        id2label={0: "ENTAILMENT", 1: "NEUTRAL", 2: "CONTRADICTION"},
-                        label2id={"ENTAILMENT": 0, "NEUTRAL": 1, "CONTRADICTION": 2})
-    BertForSequenceClassification(config).save_pretrained(path)
-    tok.save_pretrained(path)
-    return path
+    return build_tiny_nli(path, seed=seed)
 
 
 def run_nli(cell: Path, requested: Path, fallback: Path) -> DetectorRun:
