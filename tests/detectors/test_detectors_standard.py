@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from haldet.detectors import _relations
+from haldet.detectors import _consistency, _relations
 from haldet.detectors._graph import degree, eccentricity, eigv, laplacian
 from haldet.detectors.base import DETECTORS
 from haldet.models.pairs.base import PairModel
@@ -40,6 +40,17 @@ def view(responses: list[str], signals: dict[Signal, list[Any]], logprobs: list[
 
     return SignalView(ids=ids, instances=instances, generations=gens, loader=loader,
                       labels=None if labels is None else np.asarray(labels))
+
+
+@pytest.fixture
+def nli(monkeypatch):  # type: ignore[no-untyped-def]
+    """Installs a `TableNLI` as every detector's NLI model; returns it (its `seen` lists the pairs asked)."""
+    def install(table: dict[tuple[str, str], list[float]]) -> TableNLI:
+        model = TableNLI(table)
+        monkeypatch.setattr(_consistency, "load_pair_model",
+                            lambda kind, name, fallback=None, **kw: (model, {"requested": name, "used": model.id}))
+        return model
+    return install
 
 
 def scores(name: str, v: SignalView, **params: Any) -> tuple[np.ndarray, list[str]]:
