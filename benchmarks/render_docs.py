@@ -57,9 +57,12 @@ def provenance(stored: dict[str, Any]) -> str:
                     else ": a rerun's figures are written into this file by hand, then rendered."))
     m = stored["machine"]
     load = stored["loadavg"]
-    busy = load[0] > 0.75 * (m.get("cores") or 1)
+    start = stored.get("loadavg_start")  # before the benchmark's own work; older files have only the end's
+    busy = (start or load)[0] > 0.75 * (m.get("cores") or 1)
+    where = (f"load average {start[0]} / {start[1]} / {start[2]} at the start ({load[0]} at the end, its own work "
+             "included)" if start else f"load average {load[0]} / {load[1]} / {load[2]} at the end")
     return (f"Stored {stored['date']}, commit {stored['commit']}, {m['cpu']} ({m['cores']} cores, "
-            f"OMP_NUM_THREADS={m['omp_threads']}), load average {load[0]} / {load[1]} / {load[2]} at the end"
+            f"OMP_NUM_THREADS={m['omp_threads']}), {where}"
             + (": **taken under load**, wall seconds inflated" if busy else "") + f" (`{stored['command']}`).")
 
 

@@ -1,7 +1,7 @@
 """Stored benchmark figures: what docs/speed.md and docs/scale.md print, and what a rerun is checked against.
 
 A benchmark run with `--store NAME` writes benchmarks/results/NAME.json: its figures under "data", with the machine
-(CPU model, cores, Python, numpy), the load average at the end, the commit and the date, so every number in the
+(CPU model, cores, Python, numpy), the load average at the start and at the end, the commit and the date, so every number in the
 docs says where it came from (benchmarks/render_docs.py renders the tables from these files). `--check NAME`
 compares a fresh run with the stored figures and exits 1, naming each figure, when one moved by more than its noise:
 a relative tolerance per kind of figure (`NOISE`), wide for seconds because this machine is shared, narrow for
@@ -56,11 +56,14 @@ def commit() -> str:
 
 
 _STARTED = commit()  # the code measured: the commit when the benchmark started (imported this module)
+# the load before the benchmark's own work (the load at the end counts the benchmark itself: 2 threads read as a
+# busy 2-core machine)
+_LOAD_AT_START = [round(x, 2) for x in os.getloadavg()]
 
 
 def stamped(name: str, data: dict[str, Any], command: str) -> dict[str, Any]:
     return {"benchmark": name, "command": command, "machine": machine(),
-            "loadavg": [round(x, 2) for x in os.getloadavg()], "commit": _STARTED,
+            "loadavg": [round(x, 2) for x in os.getloadavg()], "loadavg_start": _LOAD_AT_START, "commit": _STARTED,
             "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), "data": data}
 
 

@@ -207,6 +207,22 @@ def fork(pool: Pool, index: torch.Tensor, room: int) -> Prefilled:
                      logits=torch.empty(0))
 
 
+def joined(states: Sequence[Prefilled], room: int) -> Prefilled:
+    """Forked states (`fork`) as one: their caches copied into one, left-padded to the widest, with `room` free
+    positions after it (rows in the order given; `merge` does the copying)."""
+    parts, offset = [], 0
+    for state in states:
+        n = state.mask.shape[0]
+        live = torch.ones(n, dtype=torch.bool, device=state.mask.device)
+        parts.append(Pool(cache=state.cache, mask=state.mask, last_pos=state.last_pos,
+                          rows=torch.arange(offset, offset + n, device=live.device), chosen=torch.zeros_like(state.last_pos),
+                          live=live, flush=~live, width=torch.full_like(state.last_pos, -1)))
+        offset += n
+    pool = merge(parts, room=room)
+    assert pool is not None  # every row is live
+    return Prefilled(cache=pool.cache, mask=pool.mask, last_pos=pool.last_pos, logits=torch.empty(0))
+
+
 def prefill_group(seqs: Sequence[Sequence[int]], first: int, most: int, waste: float = 0.25) -> int:
     """How many prompts from `first` on to read together: at most `most`, and no more once left-padding them to the
     longest would add over `waste` of their own tokens (in length order, an outlier waits for its own group)."""

@@ -94,6 +94,7 @@ def token_pass(backend: LoadedModel, requests: list[TokenRequest], *, top_k: int
     import torch
 
     from haldet.backends.hf.llmcheck import unit_hidden_scores  # lazy: sklearn, scipy
+    from haldet.backends.hf.pool import prefill_group  # lazy: torch
 
     model = backend.model
     window = backend.window()
@@ -133,9 +134,13 @@ def token_pass(backend: LoadedModel, requests: list[TokenRequest], *, top_k: int
             captured.append(layer_max)
 
     with attention_hooks(backend, reduce if attention or layers or prev_attention else None):
-        step = max(1, batch_size)
-        for begin in range(0, len(rows), step):
-            batch = rows[begin : begin + step]
+        begin = 0
+        while begin < len(rows):
+            # at most `batch_size` rows, and no more once right-padding them to the longest would add over a quarter
+            # of their own tokens (answers of 2 and 64 tokens in one pass would mostly compute padding)
+            count = prefill_group([r[1] for r in rows], begin, max(1, batch_size))
+            batch = rows[begin : begin + count]
+            begin += count
             ids_t, mask = right_padded([r[1] for r in batch], backend.tokenizer.pad_token_id)
             captured.clear()
             diagonals.clear()
