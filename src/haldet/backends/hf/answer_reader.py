@@ -38,7 +38,8 @@ from haldet.signals import CHERNOFF_WIDTH
 READ_ATTENTION = "haldet_sdpa_reading"  # attention implementation name: SDPA output, attention rows on the side
 _ROWS: list[torch.Tensor] | None = None  # while a step's attention rows are read: one [R, kv] per layer
 _SELF: list[torch.Tensor] | None = None
-BRANCH_ROWS = 16  # ended rows whose branches are read in one pass (fewer only when the replies' pool is smaller)  # while a step's own-position attention is read: one [R, heads] per layer
+# ended rows whose branches are read in one pass (fewer only when the replies' pool is smaller)
+BRANCH_ROWS = 16  # while a step's own-position attention is read: one [R, heads] per layer
 
 
 def _read_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
@@ -169,7 +170,8 @@ class AnswerReader:
         self.pool_rows = reply_rows(self.room)  # replies decoded together (`flush`)
         self.waiting: dict[str, tuple[list[Pool], list[Reply]]] = {}  # follow-up -> pool parts, their replies
         # ended rows whose branches are still to be read: (forked cache, rows, their replies, their branch states)
-        self.forked: list[tuple[Prefilled, list[int], dict[int, dict[str, Reply]], dict[int, dict[str, np.ndarray]]]] = []
+        self.forked: list[tuple[Prefilled, list[int], dict[int, dict[str, Reply]],
+                                dict[int, dict[str, np.ndarray]]]] = []
         # the branches' shared work (cache copy, packed pass) is charged by token count; a token both kinds of
         # branch read counts half to each
         statements = len(request.statements)

@@ -215,8 +215,9 @@ def joined(states: Sequence[Prefilled], room: int) -> Prefilled:
         n = state.mask.shape[0]
         live = torch.ones(n, dtype=torch.bool, device=state.mask.device)
         parts.append(Pool(cache=state.cache, mask=state.mask, last_pos=state.last_pos,
-                          rows=torch.arange(offset, offset + n, device=live.device), chosen=torch.zeros_like(state.last_pos),
-                          live=live, flush=~live, width=torch.full_like(state.last_pos, -1)))
+                          rows=torch.arange(offset, offset + n, device=live.device),
+                          chosen=torch.zeros_like(state.last_pos), live=live, flush=~live,
+                          width=torch.full_like(state.last_pos, -1)))
         offset += n
     pool = merge(parts, room=room)
     assert pool is not None  # every row is live
