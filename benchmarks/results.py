@@ -3,9 +3,9 @@
 A benchmark run with `--store NAME` writes benchmarks/results/NAME.json: its figures under "data", with the machine
 (CPU model, cores, Python, numpy), the load average at the start and at the end, the commit and the date, so
 every number in the docs says where it came from (benchmarks/render_docs.py renders the tables from these files).
-`--check NAME` compares a fresh run with the stored figures and exits 1, naming each figure, when one moved by more than its noise:
-a relative tolerance per kind of figure (`NOISE`), wide for seconds because this machine is shared, narrow for
-memory and for old/new ratios measured alternately in one process.
+`--check NAME` compares a fresh run with the stored figures and exits 1, naming each figure, when one moved by
+more than its noise: a relative tolerance per kind of figure (`NOISE`), wide for seconds because this machine is
+shared, narrow for memory and for old/new ratios measured alternately in one process.
 """
 
 from __future__ import annotations
