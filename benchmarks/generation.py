@@ -10,7 +10,9 @@ The new path reads prompts in groups of `--new-batch` and decodes them in one co
 `--decode-rows` rows. Defaults: the protocol's (generation.batch_size 8, 64 new tokens for short answers).
 Usage: python benchmarks/generation.py [--n 64] [--old-batch 8] [--new-batch 8] [--max-new-tokens 64]
        [--rounds 1] [--one-at-a-time 8] [--numerics bf16,int8] [--sample-prompts 8] [--threads 1]
-       [--decode-rows 96]
+       [--decode-rows 96] [--store NAME] [--check NAME]
+`--store NAME` writes benchmarks/results/NAME.json, from which benchmarks/render_docs.py renders docs/speed.md's
+decoding table; `--check NAME` exits 1 when a figure drifted.
 """
 
 from __future__ import annotations
@@ -20,9 +22,13 @@ import json
 import os
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from results import finish  # benchmarks/results.py: stored figures, --store and --check
 
 from haldet.backends.hf.backend import HFBackend
 from haldet.datasets.base import DATASETS
@@ -73,6 +79,9 @@ def main() -> None:
     parser.add_argument("--sample-max-new-tokens", type=int, default=64)
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--store", metavar="NAME", help="write the result to benchmarks/results/NAME.json")
+    parser.add_argument("--check", metavar="NAME", help="exit 1 when a figure drifted from "
+                        "benchmarks/results/NAME.json")
     args = parser.parse_args()
     threads = configure_threads(args.threads)
     load_before = os.getloadavg()
@@ -133,6 +142,7 @@ def main() -> None:
         m["speedup_wall_vs_batched_today"] = round(m["items_per_s_wall"] / base["items_per_s_wall"], 2)
         m["speedup_cpu_vs_batched_today"] = round(m["items_per_s_cpu"] / base["items_per_s_cpu"], 2)
     print(json.dumps(report, indent=2))
+    finish("generation", report, args.store, args.check, " ".join(["python benchmarks/generation.py", *sys.argv[1:]]))
 
 
 if __name__ == "__main__":

@@ -8,6 +8,9 @@ above the loaded model, and per 1,000 tokens read; seconds are wall and CPU (rob
 machine) of the passes alone, also per 1,000 tokens. `--check` also compares the two modes' outputs (log-probs and
 pooled states, largest absolute difference). Prints JSON. Usage:
   python benchmarks/long_inputs.py [--lengths 1024,4096,8192] [--items 2] [--modes before,after] [--check]
+                                   [--store NAME] [--check-stored NAME]
+`--store NAME` writes benchmarks/results/NAME.json, from which benchmarks/render_docs.py renders docs/speed.md's
+long-input table; `--check-stored NAME` exits 1 when a figure drifted from it.
 """
 
 from __future__ import annotations
@@ -19,9 +22,13 @@ import resource
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from results import finish  # benchmarks/results.py: stored figures, --store and --check
 
 PROMPT = "Read the article below and say whether every statement in it is supported.\n"
 PARAGRAPH = ("The river town grew around a stone bridge built by merchants who traded wool, salt and timber. "
@@ -82,6 +89,9 @@ def main() -> None:
     parser.add_argument("--check", action="store_true", help="compare the modes' outputs")
     parser.add_argument("--child", nargs=2, metavar=("MODE", "LENGTH"), help=argparse.SUPPRESS)
     parser.add_argument("--dump", help=argparse.SUPPRESS)
+    parser.add_argument("--store", metavar="NAME", help="write the result to benchmarks/results/NAME.json")
+    parser.add_argument("--check-stored", metavar="NAME", help="exit 1 when a figure drifted from "
+                        "benchmarks/results/NAME.json")
     args = parser.parse_args()
     if args.child:
         print(json.dumps(child(args.child[0], int(args.child[1]), args.items, args.token_budget, args.dump)))
@@ -107,9 +117,11 @@ def main() -> None:
                   flush=True)
             for p in dumps.values():
                 os.remove(p)
-    print(json.dumps({"model": "smollm2-135m (embedded GGUF, fp32 on CPU)", "loadavg": os.getloadavg(),
-                      "token_budget": args.token_budget, "results": results,
-                      "max_abs_gap_between_modes": gaps or None}, indent=1))
+    report = {"model": "smollm2-135m (embedded GGUF, fp32 on CPU)", "loadavg": os.getloadavg(),
+              "token_budget": args.token_budget, "results": results, "max_abs_gap_between_modes": gaps or None}
+    print(json.dumps(report, indent=1))
+    finish("long_inputs", report, args.store, args.check_stored,
+           " ".join(["python benchmarks/long_inputs.py", *sys.argv[1:]]))
 
 
 if __name__ == "__main__":

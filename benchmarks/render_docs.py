@@ -172,6 +172,54 @@ def speed_peers(stored: dict[str, Any]) -> list[str]:
     return [*_table(head, rows), "", f"{data['n_items']} items, {data['threads']} threads, lm-polygraph {peer}."]
 
 
+GENERATION_MODES = {"batched_today": "today (`decoder: transformers`, `generate`)",
+                    "one_at_a_time_today": "one at a time (`decoder: transformers`)"}
+
+
+def speed_generation(stored: dict[str, Any]) -> list[str]:
+    if stored.get("transcribed"):
+        return transcribed(stored)
+    data = stored["data"]
+    rows = []
+    for mode, r in data["modes"].items():
+        name = GENERATION_MODES.get(mode) or (f"new (`decoder: haldet`, pool of {data['decode_rows']} rows)"
+                                              + (f", `fast_numerics: {r['fast_numerics']}`" if r["fast_numerics"]
+                                                 not in (None, "none") else ""))
+        rows.append([name, str(r["batch_size"]), _n(r["wall_s"]), _n(r["cpu_s"]), _n(r["items_per_s_wall"], 2),
+                     _n(r["tokens_per_s_wall"]), f"{r['speedup_wall_vs_batched_today']:.2f}x",
+                     r["identical_greedy_answers_vs_batched_today"]])
+    lines = _table(["mode", "prompts read together", "wall s", "CPU s", "items/s", "tokens/s", "vs today",
+                    "identical greedy answers"], rows)
+    sampling = data.get("sampling")
+    if sampling:
+        lines += ["", f"Sampling K={sampling['k']} of {sampling['prompts']} prompts (top-p 0.9, "
+                      f"{sampling['max_new_tokens']} new tokens): today {_n(sampling['today']['wall_s'])} s wall / "
+                      f"{_n(sampling['today']['cpu_s'])} CPU s, new {_n(sampling['new']['wall_s'])} s / "
+                      f"{_n(sampling['new']['cpu_s'])} CPU s (**{sampling['speedup_cpu_per_item']:.2f}x** CPU per "
+                      f"item); identical samples {sampling['identical_samples']}."]
+    return lines
+
+
+def speed_long_inputs(stored: dict[str, Any]) -> list[str]:
+    if stored.get("transcribed"):
+        return transcribed(stored)
+    ways = {"before": "two passes (before)", "after": "one pass (after)"}
+    rows, seen = [], set()
+    for r in stored["data"]["results"]:
+        first = r["length"] not in seen
+        seen.add(r["length"])
+        rows.append([f"{r['length'] // 1024}K tokens" if first else "", ways.get(r["mode"], r["mode"]),
+                     _n(r["cpu_s_per_1k_tokens"]), _n(r["wall_s_per_1k_tokens"]), f"{r['peak_rss_mb'] / 1000:.2f} GB",
+                     f"{r['peak_above_load_mb']:,} MB", f"{r['peak_above_load_mb_per_1k_tokens']:,.0f} MB"])
+    lines = _table(["response", "way", "CPU s per 1K tokens", "wall s per 1K tokens", "peak RSS",
+                    "above the loaded model", "per 1K tokens"], rows)
+    gaps = stored["data"].get("max_abs_gap_between_modes")
+    if gaps:
+        lines += ["", "Largest difference between the two ways' outputs (log-probs and pooled states): "
+                      + ", ".join(f"{int(k) // 1024}K {v:.1e}" for k, v in gaps.items()) + "."]
+    return lines
+
+
 def transcribed(stored: dict[str, Any]) -> list[str]:
     """A table whose figures were transcribed: its columns and rows as stored."""
     return _table(stored["data"]["columns"], [[str(c) for c in row] for row in stored["data"]["rows"]])
@@ -179,7 +227,8 @@ def transcribed(stored: dict[str, Any]) -> list[str]:
 
 RENDER: dict[str, Callable[[dict[str, Any]], list[str]]] = {
     "scale-report": scale_report, "scale-flow": scale_flow, "scale-model": scale_model,
-    "speed-protocol": speed_protocol, "speed-protocol-detectors": speed_protocol_detectors, "speed-peers": speed_peers}
+    "speed-generation": speed_generation, "speed-long-inputs": speed_long_inputs, "speed-protocol": speed_protocol,
+    "speed-protocol-detectors": speed_protocol_detectors, "speed-peers": speed_peers}
 
 
 def render(name: str, file: str) -> str:
