@@ -11,7 +11,10 @@ avoid. In `haldet` mode the generate stage also reads the evidence, so its gener
 with `haldet-separate` in the same run, `ratio_over_decoding_alone` divides `haldet`'s whole run by
 `haldet-separate`'s generate + sample less its teacher-forced token pass (timed apart, `token_pass_s`): the same
 decoding, nothing else in it; `ratio_over_decoding_alone_own_samples` puts `haldet`'s own sample stage in that
-denominator (the same work in both modes, whose wall time still moves between runs). Also CPU seconds of this process
+denominator (the same work in both modes, whose wall time still moves between runs). `model_positions` counts the
+token positions the target model computes per stage (rows x width of its forward calls; the token pass apart), and
+`ratio_positions_over_decoding_alone` is the first ratio in that work instead of seconds: noise-free, and what no
+scheduling can lower without reading fewer tokens. Also CPU seconds of this process
 per mode (robust to other processes on a shared machine) and `os.getloadavg()`. `--repeat R` runs the modes R
 times in turn (each time in a fresh run directory) and reports, per mode, the run with the smallest wall time
 (`runs_wall_s` lists them all): on a shared machine the fastest run is the one least disturbed by others, and
@@ -25,11 +28,14 @@ benchmarks/render_docs.py renders docs/speed.md's protocol table; `--check NAME`
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
 import tempfile
 import time
+from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,8 +48,39 @@ from haldet.util.threads import available_cores, configure_threads
 STAGES = ("load_data", "generate", "annotate", "sample", "auxiliary", "features", "unconditional")
 
 
+class Positions:
+    """Token positions the target model computes (rows x width of each of its forward calls, padding included), by
+    the stage running: the work the run asks of the model, free of the machine's noise (seeded, so the same in
+    every run of the same code)."""
+
+    def __init__(self) -> None:
+        self.stage = "other"
+        self.counted: Counter[str] = Counter()
+        self.hooked: set[int] = set()
+
+    def hook(self, model: Any) -> None:
+        if id(model) not in self.hooked:
+            self.hooked.add(id(model))
+            model.register_forward_pre_hook(self._count, with_kwargs=True)
+
+    def _count(self, _module: Any, args: Any, kwargs: Any) -> None:
+        ids = kwargs.get("input_ids") if kwargs.get("input_ids") is not None else (args[0] if args else None)
+        if ids is not None:
+            self.counted[self.stage] += int(ids.numel())
+
+    @contextlib.contextmanager
+    def during(self, stage: str) -> Iterator[None]:
+        before, self.stage = self.stage, stage
+        try:
+            yield
+        finally:
+            self.stage = before
+
+
 def run_mode(decoder: str, n: int, max_new_tokens: int | None, root: Path) -> dict[str, Any]:
     import haldet as pipeline
+    import haldet.backends.hf.backend as hf_backend
+    import haldet.stages.base as stage_base
 
     overrides: dict[str, Any] = {"limit": n, "decoder": "transformers" if decoder == "transformers" else "haldet",
                                  "evidence_in_decoding": decoder == "haldet"}
@@ -56,20 +93,37 @@ def run_mode(decoder: str, n: int, max_new_tokens: int | None, root: Path) -> di
 
     token_pass_s = [0.0]
     real_pass = generate_stage.run_token_pass
+    positions = Positions()
 
     def timed_pass(*args: Any, **kwargs: Any) -> Any:
         start = time.perf_counter()
         try:
-            return real_pass(*args, **kwargs)
+            with positions.during("token_pass"):
+                return real_pass(*args, **kwargs)
         finally:
             token_pass_s[0] += time.perf_counter() - start
 
+    real_compute, real_model = stage_base.Stage._compute_missing, hf_backend.HFBackend.model
+
+    def compute_missing(stage: Any, *args: Any, **kwargs: Any) -> Any:
+        with positions.during(stage.name):
+            return real_compute(stage, *args, **kwargs)
+
+    def model(backend: Any) -> Any:
+        loaded = real_model.fget(backend)
+        positions.hook(loaded)
+        return loaded
+
     generate_stage.run_token_pass = timed_pass
+    stage_base.Stage._compute_missing = compute_missing
+    hf_backend.HFBackend.model = property(model)
     wall, cpu = time.perf_counter(), time.process_time()
     try:
         _, cells = pipeline.run(config, root / decoder)
     finally:
         generate_stage.run_token_pass = real_pass
+        stage_base.Stage._compute_missing = real_compute
+        hf_backend.HFBackend.model = real_model
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     cell = cells[0]
     if cell.error:
@@ -80,6 +134,7 @@ def run_mode(decoder: str, n: int, max_new_tokens: int | None, root: Path) -> di
     return {
         "decoder": decoder, "wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "stage_wall_s": stages,
         "token_pass_s": round(token_pass_s[0], 2),  # inside generate: a second pass over prompt + answer
+        "model_positions": dict(sorted(positions.counted.items())),
         "detectors_fit_score_s": round(sum(detectors.values()), 2), "per_detector_s": detectors,
         "ratio_all_over_generate_plus_sample": round(wall / decoding, 3) if decoding else None,
         "detector_errors": {d.name: d.error for d in cell.detectors if d.error},
@@ -125,6 +180,13 @@ def main() -> None:
         own = alone["generate"] - modes["haldet-separate"]["token_pass_s"] + modes["haldet"]["stage_wall_s"]["sample"]
         report["decoding_alone_own_samples_s"] = round(own, 2)
         report["ratio_over_decoding_alone_own_samples"] = round(modes["haldet"]["wall_s"] / own, 3)
+        # the same comparison in the model's work: token positions computed, not seconds
+        counted = modes["haldet-separate"]["model_positions"]
+        floor = counted.get("generate", 0) + counted.get("sample", 0)
+        if floor:
+            report["decoding_alone_positions"] = floor
+            report["ratio_positions_over_decoding_alone"] = round(
+                sum(modes["haldet"]["model_positions"].values()) / floor, 3)
     if "transformers" in modes and "haldet" in modes:
         before, after = modes["transformers"], modes["haldet"]
         report["speedup_wall"] = round(before["wall_s"] / after["wall_s"], 2)
