@@ -142,6 +142,17 @@ def speed_protocol(stored: dict[str, Any]) -> list[str]:
                       f"less its token pass: {_n(data.get('decoding_alone_s', 0.0))} s): "
                       f"**{data['ratio_over_decoding_alone']:.3f}** (load average {data['loadavg_before'][0]} before, "
                       f"{data['loadavg_after'][0]} after)."]
+    if data.get("ratio_over_decoding_alone_own_samples") is not None:
+        own = data["ratio_over_decoding_alone_own_samples"]
+        lines += ["", f"With the default run's own sample stage in the denominator (the same work in both modes): "
+                      f"{_n(data['decoding_alone_own_samples_s'])} s, **{own:.3f}**."]
+    if data.get("ratio_positions_over_decoding_alone") is not None:
+        per_mode = "; ".join(
+            f"{mode}: " + ", ".join(f"{stage} {count:,}" for stage, count in r["model_positions"].items())
+            for mode, r in data["modes"].items() if r.get("model_positions"))
+        lines += ["", f"Token positions the model computes (rows x width of its forward calls, padding included) "
+                      f"per stage, {per_mode}. The default's over the decoding alone's "
+                      f"({data['decoding_alone_positions']:,}): **{data['ratio_positions_over_decoding_alone']:.3f}**."]
     return lines
 
 
