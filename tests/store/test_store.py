@@ -19,6 +19,24 @@ def test_append_and_read_with_keys(tmp_path):
     assert log.read({"a": "k3"}) == {}
 
 
+def test_reading_a_few_ids_parses_only_their_records(tmp_path, monkeypatch):
+    """A stage checks each batch against its whole log before appending: reading a few ids must not parse every
+    record (that made a 5,000-item run's generate stage quadratic, docs/scale.md)."""
+    import haldet.store.files as files
+
+    log = StageLog(tmp_path / "generate.jsonl")
+    log.append([{"id": f"item{i}", "key": "k", "nested": {"id": "item7", "v": list(range(5))}} for i in range(500)])
+    with open(log.path, "a") as fh:  # an older writer's spacing: parsed whole, still filtered right
+        fh.write(json.dumps({"id": "item7", "key": "old"}) + "\n")
+    parsed = []
+    real_loads = files.json.loads
+    monkeypatch.setattr(files.json, "loads", lambda raw, *a, **k: parsed.append(raw) or real_loads(raw, *a, **k))
+    found = log.read({"item7": "k", "item300": "k", "missing": "k"})
+    assert sorted(found) == ["item300", "item7"] and found["item7"]["nested"]["v"] == [0, 1, 2, 3, 4]
+    assert len(parsed) == 3  # the two wanted records and the line whose id is not its first field
+    assert log.read({"item7": "old"})["item7"]["key"] == "old"
+
+
 def test_torn_last_line_is_ignored_then_repaired(tmp_path):
     path = tmp_path / "s.jsonl"
     log = StageLog(path)

@@ -186,7 +186,9 @@ class StageLog:
     def read(self, key: str | Mapping[str, str] | None = None) -> dict[str, dict[str, Any]]:
         """Complete records by id (first matching record per id wins).
 
-        `key` filters: one key for all records, or a mapping id -> wanted key (ids not in it are skipped).
+        `key` filters: one key for all records, or a mapping id -> wanted key (ids not in it are skipped, unparsed
+        when the id is the record's first field, as `append` writes the stages' records: a stage checks each batch
+        against its log before appending, and parsing every record each time made a run quadratic in its items).
         """
         out: dict[str, dict[str, Any]] = {}
         if not self.path.exists():
@@ -197,6 +199,10 @@ class StageLog:
         for lineno, raw in enumerate(lines[:-1], start=1):
             if not raw.strip():
                 continue
+            if isinstance(key, Mapping):
+                found = _leading_id(raw)
+                if found is not _UNKNOWN and found not in key:
+                    continue
             try:
                 rec = json.loads(raw)
             except json.JSONDecodeError as exc:
@@ -208,6 +214,22 @@ class StageLog:
                 continue
             out.setdefault(rec["id"], rec)
         return out
+
+
+_ID_FIELD = b'{"id":'
+_DECODER = json.JSONDecoder()
+_UNKNOWN = object()
+
+
+def _leading_id(raw: bytes) -> Any:
+    """A record line's id when it is its first field, read alone (the rest unparsed); `_UNKNOWN` otherwise."""
+    if not raw.startswith(_ID_FIELD):
+        return _UNKNOWN
+    try:
+        found = _DECODER.raw_decode(raw.decode(), len(_ID_FIELD))[0]
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return _UNKNOWN  # the full parse names the damage
+    return found if isinstance(found, str) else _UNKNOWN
 
 
 class ArrayStore:
