@@ -10,9 +10,10 @@ answers are unchanged). Two parts of the token pass ride along too, when asked: 
 log-probs (from the step's own logits) and, per layer and head, the attention of the query that chooses a token on
 its own position (RAUQ's a_{t,t-1}; the step's query reads its own key in the last cache column).
 When a row ends, its cache (prompt + answer, as decoded) is copied once (`pool.fork`)
-and continued by branches in one packed pass: the CCS/PRISM statements (their last token's states) and the
-follow-up questions of the answered conversation (verbalized confidence, self-evaluation: first reply position's
-log-probs, then a greedy reply while it is wanted). A row cut by the token limit feeds its last token once more
+and, once 16 ended rows have gathered (`BRANCH_ROWS`), continued by branches in one packed pass over them all: the
+CCS/PRISM statements (their last token's states) and the follow-up questions of the answered conversation
+(verbalized confidence, self-evaluation: first reply position's log-probs, then a greedy reply while it is wanted,
+the replies decoded together in a pool sized for their caches). A row cut by the token limit feeds its last token once more
 first (`decode`'s flush), so its cache and states hold the whole answer, as a teacher-forced pass would.
 """
 
