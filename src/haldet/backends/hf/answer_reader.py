@@ -12,8 +12,8 @@ its own position (RAUQ's a_{t,t-1}; the step's query reads its own key in the la
 When a row ends, its cache (prompt + answer, as decoded) is copied once (`pool.fork`)
 and, once 16 ended rows have gathered (`BRANCH_ROWS`), continued by branches in one packed pass over them all: the
 CCS/PRISM statements (their last token's states) and the follow-up questions of the answered conversation
-(verbalized confidence, self-evaluation: first reply position's log-probs, then a greedy reply while it is wanted,
-the replies decoded together in a pool sized for their caches). A row cut by the token limit feeds its last token once more
+(verbalized confidence, self-evaluation: first reply position's log-probs, then a greedy reply while it is
+wanted, the replies decoded together in a pool sized for their caches). A row cut by the token limit feeds its last token once more
 first (`decode`'s flush), so its cache and states hold the whole answer, as a teacher-forced pass would.
 """
 
