@@ -13,8 +13,9 @@ When a row ends, its cache (prompt + answer, as decoded) is copied once (`pool.f
 and, once 16 ended rows have gathered (`BRANCH_ROWS`), continued by branches in one packed pass over them all: the
 CCS/PRISM statements (their last token's states) and the follow-up questions of the answered conversation
 (verbalized confidence, self-evaluation: first reply position's log-probs, then a greedy reply while it is
-wanted, the replies decoded together in a pool sized for their caches). A row cut by the token limit feeds its last token once more
-first (`decode`'s flush), so its cache and states hold the whole answer, as a teacher-forced pass would.
+wanted, the replies decoded together in a pool sized for their caches). A row cut by the token limit feeds its
+last token once more first (`decode`'s flush), so its cache and states hold the whole answer, as a teacher-forced
+pass would.
 """
 
 from __future__ import annotations
