@@ -1,7 +1,7 @@
 """The rows the lean loop decodes together (`haldet.backends.hf.decode`): reading prompts into a cache (`prefill`,
 its shared token prefix once; `extend` for further tokens), the `Pool` of rows with one decoding `step`, merging
-pools as rows end and prompts join (`merge`), copying ended rows out to be continued (`fork`), and how many prompts
-to read at once (`prefill_group`).
+pools as rows end and prompts join (`merge`), copying ended rows out to be continued (`fork`) and such copies into
+one (`joined`), and how many prompts to read at once (`prefill_group`).
 """
 
 from __future__ import annotations
