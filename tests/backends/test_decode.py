@@ -14,7 +14,8 @@ import torch
 
 from haldet.backends.hf import decode as decode_module
 from haldet.backends.hf.backend import KV_POOL_BYTES, HFBackend
-from haldet.backends.hf.pool import common_prefix, prefill_group
+from haldet.backends.hf.padding import padded_group
+from haldet.backends.hf.pool import common_prefix
 from haldet.errors import HaldetError
 from haldet.text.confidence import confidence_complete, confidence_statement, parse_confidence
 from haldet.util.threads import available_cores, cgroup_cpu_limit, thread_count
@@ -116,12 +117,12 @@ def test_samples_do_not_depend_on_the_pool_size(backends, small_pool, prompts):
     assert len({tuple(s.token_ids) for outs in wide for s in outs}) > len(prompts)  # samples do differ
 
 
-def test_prefill_group_caps_the_padding():
+def test_padded_group_caps_the_padding():
     seqs = [[0] * n for n in (10, 10, 11, 30, 31)]
-    assert prefill_group(seqs, 0, 8) == 3  # 3 x 11 = 33 <= 1.25 x 31; with 30: 4 x 30 = 120 > 1.25 x 61
-    assert prefill_group(seqs, 0, 2) == 2  # at most `most`
-    assert prefill_group(seqs, 3, 8) == 2  # 30 and 31 read together
-    assert prefill_group(seqs, 4, 8) == 1  # the last prompt alone
+    assert padded_group(seqs, 0, 8) == 3  # 3 x 11 = 33 <= 1.25 x 31; with 30: 4 x 30 = 120 > 1.25 x 61
+    assert padded_group(seqs, 0, 2) == 2  # at most `most`
+    assert padded_group(seqs, 3, 8) == 2  # 30 and 31 read together
+    assert padded_group(seqs, 4, 8) == 1  # the last prompt alone
 
 
 def test_first_token_p_true_equals_a_direct_forward_pass(backends, prompts):

@@ -26,7 +26,8 @@ from typing import Any, Protocol
 import torch
 
 from haldet.backends.hf.kv_cache import mergeable
-from haldet.backends.hf.pool import Pool, Prefilled, extend, merge, prefill, prefill_group
+from haldet.backends.hf.padding import padded_group
+from haldet.backends.hf.pool import Pool, Prefilled, extend, merge, prefill
 
 # choose(logits [n, V] float32, rows [n] original row indices) -> chosen token ids [n]
 Chooser = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -186,7 +187,7 @@ def decode(model: Any, seqs: Sequence[Sequence[int]], *, max_new_tokens: int, st
             parts = [pool] if pool is not None and busy else []
             leave(pool)
             while waiting < len(seqs) and (free >= repeat or not parts):
-                count = prefill_group(seqs, waiting, min(prefill_batch, max(1, free // repeat)))
+                count = padded_group(seqs, waiting, min(prefill_batch, max(1, free // repeat)))
                 part = admit(waiting, count)
                 leave(part)  # rows that ended at their first token (a stop token) leave at the merge below
                 parts.append(part)

@@ -13,6 +13,7 @@ import numpy as np
 
 from haldet.backends.base import AnswerEvidence, EvidenceRequest, GenOutput
 from haldet.backends.hf.loading import DecodingModel
+from haldet.backends.hf.padding import padded_group
 from haldet.backends.hf.sampling import row_seed, sampler_class
 from haldet.backends.hf.states import layer_index
 
@@ -77,7 +78,7 @@ def candidate_logprobs(backend: DecodingModel, prompts: list[str], candidates: S
     """`HFBackend.candidate_logprobs` through the lean loop."""
     import torch
 
-    from haldet.backends.hf.pool import prefill, prefill_group  # lazy: torch
+    from haldet.backends.hf.pool import prefill  # lazy: torch
 
     encoded = [backend.encode_prompt(p) for p in prompts]
     order = sorted(range(len(prompts)), key=lambda i: len(encoded[i]))
@@ -86,7 +87,7 @@ def candidate_logprobs(backend: DecodingModel, prompts: list[str], candidates: S
     in_order = [encoded[i] for i in order]
     start = 0
     while start < len(order):
-        batch = order[start : start + prefill_group(in_order, start, batch_size)]
+        batch = order[start : start + padded_group(in_order, start, batch_size)]
         start += len(batch)
         seqs = [encoded[i] for i in batch]
         with torch.inference_mode():

@@ -1,7 +1,7 @@
 """The rows the lean loop decodes together (`haldet.backends.hf.decode`): reading prompts into a cache (`prefill`,
 its shared token prefix once; `extend` for further tokens), the `Pool` of rows with one decoding `step`, merging
 pools as rows end and prompts join (`merge`), copying ended rows out to be continued (`fork`) and such copies into
-one (`joined`), and how many prompts to read at once (`prefill_group`).
+one (`joined`). How many prompts to read at once is `padding.padded_group`.
 """
 
 from __future__ import annotations
@@ -222,15 +222,3 @@ def joined(states: Sequence[Prefilled], room: int) -> Prefilled:
     pool = merge(parts, room=room)
     assert pool is not None  # every row is live
     return Prefilled(cache=pool.cache, mask=pool.mask, last_pos=pool.last_pos, logits=torch.empty(0))
-
-
-def prefill_group(seqs: Sequence[Sequence[int]], first: int, most: int, waste: float = 0.25) -> int:
-    """How many prompts from `first` on to read together: at most `most`, and no more once left-padding them to the
-    longest would add over `waste` of their own tokens (in length order, an outlier waits for its own group)."""
-    count, tokens, longest = 1, len(seqs[first]), len(seqs[first])
-    while count < most and first + count < len(seqs):
-        nxt = len(seqs[first + count])
-        if max(longest, nxt) * (count + 1) > (1 + waste) * (tokens + nxt):
-            break
-        count, tokens, longest = count + 1, tokens + nxt, max(longest, nxt)
-    return count

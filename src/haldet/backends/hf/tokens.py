@@ -17,6 +17,7 @@ import numpy as np
 
 from haldet.backends.base import TokenOutput, TokenRequest
 from haldet.backends.hf.loading import LoadedModel, attention_hooks
+from haldet.backends.hf.padding import padded_group
 from haldet.errors import HaldetError
 
 
@@ -94,7 +95,6 @@ def token_pass(backend: LoadedModel, requests: list[TokenRequest], *, top_k: int
     import torch
 
     from haldet.backends.hf.llmcheck import unit_hidden_scores  # lazy: sklearn, scipy
-    from haldet.backends.hf.pool import prefill_group  # lazy: torch
 
     model = backend.model
     window = backend.window()
@@ -138,7 +138,7 @@ def token_pass(backend: LoadedModel, requests: list[TokenRequest], *, top_k: int
         while begin < len(rows):
             # at most `batch_size` rows, and no more once right-padding them to the longest would add over a quarter
             # of their own tokens (answers of 2 and 64 tokens in one pass would mostly compute padding)
-            count = prefill_group([r[1] for r in rows], begin, max(1, batch_size))
+            count = padded_group([r[1] for r in rows], begin, max(1, batch_size))
             batch = rows[begin : begin + count]
             begin += count
             ids_t, mask = right_padded([r[1] for r in batch], backend.tokenizer.pad_token_id)
