@@ -13,7 +13,7 @@ When a row ends, its cache (prompt + answer, as decoded) is copied once (`pool.f
 and, once 16 ended rows have gathered (`BRANCH_ROWS`), continued by branches in one packed pass over them all: the
 CCS/PRISM statements (their last token's states) and the follow-up questions of the answered conversation
 (verbalized confidence, self-evaluation: first reply position's log-probs, then a greedy reply while it is
-wanted, the replies decoded together in a pool sized for their caches). A row cut by the token limit feeds its
+wanted, the replies decoded together in one pool). A row cut by the token limit feeds its
 last token once more first (`decode`'s flush), so its cache and states hold the whole answer, as a teacher-forced
 pass would.
 """
@@ -138,14 +138,11 @@ def token_tree(branches: Sequence[Sequence[int]]) -> tuple[list[int], list[int],
 class AnswerReader:
     """`decode.Reader` for greedy answers: keeps what `EvidenceRequest` asks, per row, and finishes each row's
     `AnswerEvidence` when it ends (`evidence[row]`). `head(last_hidden)` maps final states to logits, `text(ids)`
-    decodes a reply for its follow-up's `until`. `reply_rows(room)`: how many replies to decode together, given the
-    cache positions each needs after its answered conversation (`room`): the replies wait, holding their caches (no
-    hidden states), until that many have gathered or decoding has ended (`flush`), so one pool decodes them in as
-    few steps as the budget allows."""
+    decodes a reply for its follow-up's `until`."""
 
     def __init__(self, model: Any, request: EvidenceRequest, *, stop_ids: Sequence[int],
                  head: Callable[[torch.Tensor], torch.Tensor], text: Callable[[Sequence[int]], str],
-                 reply_rows: Callable[[int], int] = lambda room: 64) -> None:
+                 pool_rows: int = 64) -> None:
         self.model, self.request, self.head, self.text = model, request, head, text
         self.stops = frozenset(stop_ids)
         # states kept per token: every layer for ICR (its context is every layer), else the requested ones
@@ -169,7 +166,7 @@ class AnswerReader:
         self._own: list[torch.Tensor] = []  # the current step's own-position attention (`prev_attention`)
         self.room = len(self.tails) + max((f.max_new_tokens for f in request.follow_ups.values()), default=0)
         self.prompt_tokens: dict[int, int] = {}
-        self.pool_rows = reply_rows(self.room)  # replies decoded together (`flush`)
+        self.pool_rows = pool_rows  # replies decoded together (`flush`)
         self.waiting: dict[str, tuple[list[Pool], list[Reply]]] = {}  # follow-up -> pool parts, their replies
         # ended rows whose branches are still to be read: (forked cache, rows, their replies, their branch states)
         self.forked: list[tuple[Prefilled, list[int], dict[int, dict[str, Reply]],

@@ -116,10 +116,8 @@ def generate_with_evidence(backend: DecodingModel, prompts: list[str], request: 
 
     encoded = [backend.encode_prompt(p) for p in prompts]
     rows = backend.pool_rows(encoded, max_new_tokens, states=request.icr)
-    # the replies' pool holds key/value caches only (no hidden states): it fits more rows than the answers' pool
     reader = AnswerReader(backend.model, request, stop_ids=sorted(backend.stop_ids), head=backend.head_logits,
-                          text=backend.answer_text,
-                          reply_rows=lambda room: max(rows, backend.pool_rows(encoded, max_new_tokens + room)))
+                          text=backend.answer_text, pool_rows=rows)
     if max(len(e) for e in encoded) + max_new_tokens + reader.room > backend.window():
         return backend.generate(prompts, max_new_tokens=max_new_tokens, batch_size=batch_size,
                                 progress=progress), None
