@@ -12,9 +12,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from test_detectors_standard import TableNLI, scores, view
+from test_detectors_standard import install_table_nli, scores, view
 
-from haldet.detectors import _consistency
 from haldet.detectors._consistency import with_question
 from haldet.detectors.semantic_entropy import cluster_entropy
 from haldet.models.pairs import cache as pair_cache
@@ -24,13 +23,8 @@ from mock_openai import FakeOpenAI, text_content
 
 @pytest.fixture
 def nli(monkeypatch):  # type: ignore[no-untyped-def]
-    """Installs a `TableNLI` as every detector's NLI model; returns it (its `seen` lists the pairs asked)."""
-    def install(table: dict[tuple[str, str], list[float]]) -> TableNLI:
-        model = TableNLI(table)
-        monkeypatch.setattr(_consistency, "load_pair_model",
-                            lambda kind, name, fallback=None, **kw: (model, {"requested": name, "used": model.id}))
-        return model
-    return install
+    """`install_table_nli` bound to this test's monkeypatch (the fixture of test_detectors_standard.py)."""
+    return lambda table: install_table_nli(monkeypatch, table)
 
 
 A, B, C = "Q? paris", "Q? lyon", "Q? nice"

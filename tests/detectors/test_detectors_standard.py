@@ -42,15 +42,18 @@ def view(responses: list[str], signals: dict[Signal, list[Any]], logprobs: list[
                       labels=None if labels is None else np.asarray(labels))
 
 
+def install_table_nli(monkeypatch: pytest.MonkeyPatch, table: dict[tuple[str, str], list[float]]) -> TableNLI:
+    """A `TableNLI` installed as every detector's NLI model; returned (its `seen` lists the pairs asked)."""
+    model = TableNLI(table)
+    monkeypatch.setattr(_consistency, "load_pair_model",
+                        lambda kind, name, fallback=None, **kw: (model, {"requested": name, "used": model.id}))
+    return model
+
+
 @pytest.fixture
 def nli(monkeypatch):  # type: ignore[no-untyped-def]
-    """Installs a `TableNLI` as every detector's NLI model; returns it (its `seen` lists the pairs asked)."""
-    def install(table: dict[tuple[str, str], list[float]]) -> TableNLI:
-        model = TableNLI(table)
-        monkeypatch.setattr(_consistency, "load_pair_model",
-                            lambda kind, name, fallback=None, **kw: (model, {"requested": name, "used": model.id}))
-        return model
-    return install
+    """`install_table_nli` bound to this test's monkeypatch."""
+    return lambda table: install_table_nli(monkeypatch, table)
 
 
 def scores(name: str, v: SignalView, **params: Any) -> tuple[np.ndarray, list[str]]:

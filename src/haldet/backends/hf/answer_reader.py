@@ -13,9 +13,8 @@ When a row ends, its cache (prompt + answer, as decoded) is copied once (`pool.f
 and, once 16 ended rows have gathered (`BRANCH_ROWS`), continued by branches in one packed pass over them all: the
 CCS/PRISM statements (their last token's states) and the follow-up questions of the answered conversation
 (verbalized confidence, self-evaluation: first reply position's log-probs, then a greedy reply while it is
-wanted, the replies decoded together in one pool). A row cut by the token limit feeds its
-last token once more first (`decode`'s flush), so its cache and states hold the whole answer, as a teacher-forced
-pass would.
+wanted, the replies decoded together in one pool). A row cut by the token limit feeds its last token once more
+first (`decode`'s flush), so its cache and states hold the whole answer, as a teacher-forced pass would.
 """
 
 from __future__ import annotations
@@ -39,9 +38,8 @@ from haldet.signals import CHERNOFF_WIDTH
 
 READ_ATTENTION = "haldet_sdpa_reading"  # attention implementation name: SDPA output, attention rows on the side
 _ROWS: list[torch.Tensor] | None = None  # while a step's attention rows are read: one [R, kv] per layer
-_SELF: list[torch.Tensor] | None = None
-# ended rows whose branches are read in one pass (fewer only when the replies' pool is smaller)
-BRANCH_ROWS = 16  # while a step's own-position attention is read: one [R, heads] per layer
+_SELF: list[torch.Tensor] | None = None  # while a step's own-position attention is read: one [R, heads] per layer
+BRANCH_ROWS = 16  # ended rows whose branches are read in one pass (fewer only when the replies' pool is smaller)
 
 
 def _read_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
@@ -282,11 +280,8 @@ class AnswerReader:
         rows = [row for _, part, _, _ in waiting for row in part]
         replies = {row: r for _, _, made, _ in waiting for row, r in made.items()}
         branch_states = {row: b for _, _, _, found in waiting for row, b in found.items()}
-        if len(waiting) == 1:
-            state = waiting[0][0]
-        else:  # one cache of them all, left-padded to the widest (as `merge` joins decoding pools)
-            with self._timed("features", share=self.statement_share):
-                state = joined([w[0] for w in waiting], self.room)
+        with self._timed("features", share=self.statement_share):  # one cache of them all
+            state = joined([w[0] for w in waiting], self.room)
         self._branches(state, rows, replies, branch_states)
 
     # --- a row's evidence ---------------------------------------------------------------------------------------

@@ -209,7 +209,10 @@ def fork(pool: Pool, index: torch.Tensor, room: int) -> Prefilled:
 
 def joined(states: Sequence[Prefilled], room: int) -> Prefilled:
     """Forked states (`fork`) as one: their caches copied into one, left-padded to the widest, with `room` free
-    positions after it (rows in the order given; `merge` does the copying)."""
+    positions after it (rows in the order given; `merge` does the copying). A single state is returned as it is: a
+    fork already has that room."""
+    if len(states) == 1:
+        return states[0]
     parts, offset = [], 0
     for state in states:
         n = state.mask.shape[0]

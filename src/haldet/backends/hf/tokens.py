@@ -134,11 +134,11 @@ def token_pass(backend: LoadedModel, requests: list[TokenRequest], *, top_k: int
             captured.append(layer_max)
 
     with attention_hooks(backend, reduce if attention or layers or prev_attention else None):
-        begin = 0
+        begin, sequences = 0, [r[1] for r in rows]
         while begin < len(rows):
             # at most `batch_size` rows, and no more once right-padding them to the longest would add over a quarter
             # of their own tokens (answers of 2 and 64 tokens in one pass would mostly compute padding)
-            count = padded_group([r[1] for r in rows], begin, max(1, batch_size))
+            count = padded_group(sequences, begin, max(1, batch_size))
             batch = rows[begin : begin + count]
             begin += count
             ids_t, mask = right_padded([r[1] for r in batch], backend.tokenizer.pad_token_id)
