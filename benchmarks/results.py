@@ -28,6 +28,11 @@ NOISE = {  # figure name -> relative drift still counted as noise
 }
 
 
+# the fields that name one run in a list of runs, most specific first: (mode, length) for long_inputs.py's runs,
+# items for the scale runs
+MATCH_BY = (("mode", "length"), ("items",))
+
+
 def machine() -> dict[str, Any]:
     model = ""
     try:
@@ -76,8 +81,8 @@ def load(name: str) -> dict[str, Any]:
 
 def drift(stored: Any, now: Any, path: str = "", seen: list[str] | None = None) -> list[str]:
     """Every figure named in NOISE that is in both and moved by more than its noise (relative to the stored one).
-    Lists of runs are matched by their "items" (a rerun at other sizes compares the sizes both have); `seen`
-    collects the figures compared."""
+    Lists of runs are matched by the fields that name a run (`MATCH_BY`: a rerun at other sizes or lengths compares
+    the runs both have); `seen` collects the figures compared."""
     out: list[str] = []
     seen = [] if seen is None else seen
     if isinstance(stored, dict) and isinstance(now, dict):
@@ -92,11 +97,16 @@ def drift(stored: Any, now: Any, path: str = "", seen: list[str] | None = None) 
             else:
                 out += drift(old, new, here, seen)
     elif isinstance(stored, list) and isinstance(now, list):
-        if all(isinstance(r, dict) and "items" in r for r in stored + now):
-            by_items = {r["items"]: r for r in now}
+        fields = next((f for f in MATCH_BY if all(isinstance(r, dict) and set(f) <= r.keys() for r in stored + now)),
+                      None)
+        if fields is not None:
+            def ident(r: dict[str, Any]) -> str:
+                return ",".join(f"{f}={r[f]}" for f in fields)
+
+            by_ident = {ident(r): r for r in now}
             for old in stored:
-                if old["items"] in by_items:
-                    out += drift(old, by_items[old["items"]], f"{path}[items={old['items']}]", seen)
+                if ident(old) in by_ident:
+                    out += drift(old, by_ident[ident(old)], f"{path}[{ident(old)}]", seen)
         elif len(stored) == len(now):
             for i, (old, new) in enumerate(zip(stored, now, strict=True)):
                 out += drift(old, new, f"{path}[{i}]", seen)

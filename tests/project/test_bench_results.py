@@ -57,3 +57,15 @@ def test_check_fails_on_drift_and_passes_within_noise(tmp_path: Path, monkeypatc
     with pytest.raises(SystemExit):  # other sizes only: nothing compared is a failure too, not a pass
         results.finish("demo", {"runs": [{"items": 7, "haldet_report": {"wall_s": 1.0}}]}, None, "demo", "demo")
     assert "NOTHING TO CHECK" in capsys.readouterr().err
+
+
+def test_runs_named_by_mode_and_length_are_compared_with_their_own_stored_run() -> None:
+    """long_inputs.py lists runs of two modes at several lengths, each with the same `items`: a rerun of one
+    (mode, length) is compared with that run only (matched by `items`, the 8K run's figures were compared with a
+    1K run's and every figure "drifted")."""
+    results = load("results")
+    stored = {"results": [{"mode": m, "length": n, "items": 2, "cpu_s": c} for m, n, c in
+                          (("before", 1024, 24.0), ("after", 1024, 15.0), ("after", 8192, 190.0))]}
+    assert results.drift(stored, {"results": [{"mode": "after", "length": 1024, "items": 2, "cpu_s": 16.0}]}) == []
+    moved = results.drift(stored, {"results": [{"mode": "after", "length": 8192, "items": 2, "cpu_s": 400.0}]})
+    assert moved == ["results[mode=after,length=8192].cpu_s: stored 190.0, now 400.0 (+111%; noise ±30%)"]
