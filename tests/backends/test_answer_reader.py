@@ -125,6 +125,48 @@ def test_follow_ups_equal_asking_them_as_prompts(backend, prompts):
         assert backend.reply_output(ev.replies["self_eval"]).text == verdict.text
 
 
+def test_replies_ride_in_the_answers_steps(backend, prompts, monkeypatch):
+    """Replies made while answers are still decoded ride in the answers' pool (`boarding`, `rode`): decoded in the
+    answers' own steps, the same replies as when every reply waits for a pool of its own after the answers, in no
+    more forward calls (and without holding every reply's cache until the answers end). Negative control: with
+    `boarding` handing nothing over, no reply rides."""
+    request = _request(backend)
+    calls: list[int] = []
+    hook = backend.model.register_forward_pre_hook(lambda *_: calls.append(1))
+    in_own_pool = [False]
+    rode_beside_answers: list[int] = []
+    real_rode, real_alone = answer_reader.AnswerReader.rode, answer_reader.AnswerReader._decode_waiting
+
+    def counted(self, ids, logits):
+        if not in_own_pool[0]:
+            rode_beside_answers.extend(ids.tolist())
+        return real_rode(self, ids, logits)
+
+    def alone(self):
+        in_own_pool[0] = True
+        try:
+            real_alone(self)
+        finally:
+            in_own_pool[0] = False
+
+    def replies_of(evidence):
+        return [(ev.replies["verbalized"].tokens, ev.replies["self_eval"].tokens) for ev in evidence]
+
+    monkeypatch.setattr(answer_reader.AnswerReader, "rode", counted)
+    monkeypatch.setattr(answer_reader.AnswerReader, "_decode_waiting", alone)
+    try:
+        _, riding = backend.generate_with_evidence(prompts, request, max_new_tokens=8, batch_size=2)
+        with_riders, ridden = len(calls), set(rode_beside_answers)
+        calls.clear()
+        monkeypatch.setattr(answer_reader.AnswerReader, "boarding", lambda self: [])
+        _, waited = backend.generate_with_evidence(prompts, request, max_new_tokens=8, batch_size=2)
+    finally:
+        hook.remove()
+    assert replies_of(riding) == replies_of(waited)
+    assert len(ridden) >= 3 and all(rid < 0 for rid in ridden)  # the reader's rows, never an answer's
+    assert with_riders <= len(calls), (with_riders, len(calls))
+
+
 def _cell(tmp_path: Path, backend: HFBackend, fused: bool) -> CellContext:
     config = RunConfig.model_validate({"generation": {"max_new_tokens": 6}, "auxiliary": {"max_new_tokens": 6},
                                        "evidence_in_decoding": fused})

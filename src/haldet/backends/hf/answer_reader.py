@@ -13,7 +13,9 @@ When a row ends, its cache (prompt + answer, as decoded) is copied once (`pool.f
 and, once 16 ended rows have gathered (`BRANCH_ROWS`), continued by branches in one packed pass over them all: the
 CCS/PRISM statements (their last token's states) and the follow-up questions of the answered conversation
 (verbalized confidence, self-evaluation: first reply position's log-probs, then a greedy reply while it is
-wanted, the replies decoded together in one pool). A row cut by the token limit feeds its last token once more
+wanted). The replies ride in the answers' own pool (`boarding`: rows with negative ids, decoded in its steps, which
+cost about the same with a few rows more); those made after the answers have all ended are decoded together in one
+pool of their own (`flush`). A row cut by the token limit feeds its last token once more
 first (`decode`'s flush), so its cache and states hold the whole answer, as a teacher-forced pass would.
 """
 
@@ -164,8 +166,11 @@ class AnswerReader:
         self._own: list[torch.Tensor] = []  # the current step's own-position attention (`prev_attention`)
         self.room = len(self.tails) + max((f.max_new_tokens for f in request.follow_ups.values()), default=0)
         self.prompt_tokens: dict[int, int] = {}
-        self.pool_rows = pool_rows  # replies decoded together (`flush`)
-        self.waiting: dict[str, tuple[list[Pool], list[Reply]]] = {}  # follow-up -> pool parts, their replies
+        self.pool_rows = pool_rows  # the answers' pool rows: at most as many ended rows wait for their branches
+        # every reply still being decoded, with its follow-up; a reply's row id in a pool is -1 - its index here
+        # (answers' rows are >= 0), so reply rows can ride in the answers' own pool (`boarding`, `rode`)
+        self.replying: list[tuple[FollowUp, Reply]] = []
+        self.waiting: list[Pool] = []  # replies' pool parts not yet decoded
         # ended rows whose branches are still to be read: (forked cache, rows, their replies, their branch states)
         self.forked: list[tuple[Prefilled, list[int], dict[int, dict[str, Reply]],
                                 dict[int, dict[str, np.ndarray]]]] = []
@@ -271,6 +276,11 @@ class AnswerReader:
                 self.evidence[row] = AnswerEvidence(output=self._finish(row, branch_states[row]),
                                                     replies=replies[row])
 
+    def finish_branches(self) -> None:
+        """No answer will end any more (`decode`): read the branches still waiting now, so that their replies can
+        ride with the replies still being decoded."""
+        self._run_branches()
+
     def _run_branches(self) -> None:
         """The branches of every ended row still waiting, in one packed pass (rows rarely end together: a pass over
         a few rows' branches runs the matrix products at a fifth less throughput than one over 16 rows)."""
@@ -361,7 +371,8 @@ class AnswerReader:
                own: torch.Tensor, replies: dict[int, dict[str, Reply]]) -> None:
         """Follow-up `name`'s reply in every row: its first token (greedy) and candidates' log-probs from `logits`;
         rows whose reply goes on wait, with a copy of the cache in which they see the answered conversation and
-        this question only, for `flush` to decode them with every other waiting row."""
+        this question only, to ride in the answers' pool (`boarding`) or, after it, to be decoded with every other
+        waiting reply (`flush`)."""
         f = self.request.follow_ups[name]
         logp = torch.log_softmax(logits, dim=-1)
         candidates = logp[:, f.candidates].tolist() if f.candidates else [[] for _ in rows]
@@ -376,41 +387,53 @@ class AnswerReader:
         cache = (copy_rows(state.cache, None, state.cache.get_seq_length(), self.room)  # another follow-up reads it
                  if len(self.request.follow_ups) > k + 1 else state.cache)
         device = state.mask.device
-        waiting = self.waiting.setdefault(name, ([], []))
-        ids = torch.arange(len(waiting[1]), len(waiting[1]) + len(rows), device=device)
-        waiting[1].extend(made)
-        waiting[0].append(Pool(
+        start = len(self.replying)
+        self.replying.extend((f, reply) for reply in made)
+        ids = -1 - torch.arange(start, start + len(rows), device=device)
+        self.waiting.append(Pool(
             cache=cache, mask=torch.cat([state.mask, own.to(device)[None].expand(len(rows), -1).long()], dim=-1),
             last_pos=state.last_pos + len(f.tail), rows=ids, chosen=first, live=live,
             flush=torch.zeros_like(live), width=torch.full((len(rows),), -1, device=device)))
-        if sum(int(p.live.sum()) for p in waiting[0]) >= self.pool_rows:
-            self._decode_replies(name)
+
+    def boarding(self) -> list[Pool]:
+        """The replies' pool parts waiting to be decoded, handed over to ride in the answers' pool (their rows'
+        ids are negative; `decode` gives each step's logits of them to `rode`)."""
+        parts, self.waiting = self.waiting, []
+        return parts
+
+    def rode(self, ids: torch.Tensor, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Replies `ids` (negative row ids) chose their next token from `logits` [n, V] in a decoding step: the
+        greedy tokens and which replies have ended. (Riding steps are the decoding's time, as the attention rows.)"""
+        logp = torch.log_softmax(logits.float(), dim=-1)
+        chosen = logp.argmax(dim=-1)
+        picked = logp.gather(-1, chosen[:, None]).squeeze(-1).tolist()
+        ended = []
+        for rid, token, lp in zip(ids.tolist(), chosen.tolist(), picked, strict=True):
+            f, reply = self.replying[-1 - rid]
+            reply.tokens.append(int(token))
+            reply.logprobs.append(float(lp))
+            ended.append(self._ended(reply.tokens, f))
+        return chosen, torch.tensor(ended, dtype=torch.bool, device=logits.device)
 
     def flush(self) -> None:
         """Read the branches and decode every reply still waiting (call once decoding has ended)."""
         self._run_branches()
         with self._timed("auxiliary"):
-            for name in list(self.waiting):
-                self._decode_replies(name)
+            self._decode_waiting()
 
-    def _decode_replies(self, name: str) -> None:
-        """The waiting replies of follow-up `name`, decoded greedily together in one pool until each has ended."""
-        parts, made = self.waiting.pop(name)
-        f = self.request.follow_ups[name]
-        pool = merge(parts, room=f.max_new_tokens)
+    def _decode_waiting(self) -> None:
+        """The waiting replies, decoded greedily together in one pool of their own until each has ended."""
+        parts, self.waiting = self.waiting, []
+        room = max((f.max_new_tokens for f in self.request.follow_ups.values()), default=0)
+        pool = merge(parts, room=room)
         while pool is not None and bool(pool.live.any()):
             logits, _ = pool.step(self.model, False)
-            logp = torch.log_softmax(logits, dim=-1)
-            chosen = logp.argmax(dim=-1)
-            for i in pool.live.nonzero().flatten().tolist():
-                reply = made[int(pool.rows[i])]
-                reply.tokens.append(int(chosen[i]))
-                reply.logprobs.append(float(logp[i, chosen[i]]))
-                if self._ended(reply.tokens, f):
-                    pool.live[i] = False
-            pool.chosen = chosen
+            index = pool.live.nonzero().flatten()
+            chosen, ended = self.rode(pool.rows[index], logits[index])
+            pool.chosen[index] = chosen
+            pool.live[index[ended]] = False
             if 4 * int((~pool.live).sum()) >= int(pool.live.sum()):  # ended replies are a fifth: drop them
-                pool = merge([pool], room=f.max_new_tokens)
+                pool = merge([pool], room=room)
 
     def _ended(self, tokens: list[int], f: FollowUp) -> bool:
         return (tokens[-1] in self.stops or len(tokens) >= f.max_new_tokens

@@ -65,6 +65,15 @@ class Reader(Protocol):
     def ended(self, pool: Pool, index: torch.Tensor) -> None:
         """Rows `index` of the pool have ended and are about to leave it (`fork` copies their caches)."""
 
+    def boarding(self) -> list[Pool]:
+        """Pool parts of the reader's own rows (negative row ids: follow-up replies) to decode in the pool."""
+
+    def rode(self, ids: torch.Tensor, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The reader's rows `ids` chose from `logits` [n, V]: their next tokens and which have ended."""
+
+    def finish_branches(self) -> None:
+        """No answer row will end any more: read what waits for more rows now (its replies then board)."""
+
 
 def decode(model: Any, seqs: Sequence[Sequence[int]], *, max_new_tokens: int, stop_ids: Sequence[int],
            pad_id: int, choose: Chooser = greedy, repeat: int = 1, share_prefix: bool = True,
@@ -91,7 +100,11 @@ def decode(model: Any, seqs: Sequence[Sequence[int]], *, max_new_tokens: int, st
     state is read too; a stop token is not part of the answer (nor of its state); an empty answer's state is NaN.
 
     `reader` (`Reader`) is shown each row's prompt states, choosing logits and step states as they are computed,
-    and each ended row once, with its cache, before the row leaves the pool (the same flush rule applies).
+    and each ended row once, with its cache, before the row leaves the pool (the same flush rule applies). Rows of
+    its own (`boarding`: follow-up replies, negative row ids) join the pool at its merges and ride in its steps
+    (`rode`): a decoding step of a small model costs mostly the same with a few rows more, so replies decoded
+    beside the answers cost a fraction of the steps they would take alone. They do not count against `pool_rows`
+    (their caches waited in memory before boarding too).
     Call under `torch.inference_mode()`.
     """
     n_rows = len(seqs) * repeat
@@ -169,17 +182,24 @@ def decode(model: Any, seqs: Sequence[Sequence[int]], *, max_new_tokens: int, st
         raise ValueError("reading answers' branches needs a full-attention cache")
 
     def leave(pool: Pool | None) -> None:
-        """The pool's ended rows are about to leave it: the reader sees each once, with its cache."""
+        """The pool's ended rows are about to leave it: the reader sees each once, with its cache (its own riding
+        rows are not answers)."""
         if reader is not None and pool is not None:
             index = (~pool.active).nonzero().flatten()
+            index = index[pool.rows[index] >= 0]
             if len(index):
                 reader.ended(pool, index)
+
+    def riders() -> list[Pool]:
+        return reader.boarding() if reader is not None else []
 
     refill_at = max(repeat, pool_rows // 4)  # free rows that make it worth reading more prompts (one merge copy)
     pool: Pool | None = None
     waiting = 0  # the next prompt to read
+    answers_over = reader is None  # every answer row has ended and left, the reader told so (`finish_branches`)
     while True:
-        live = pool.n_live if pool is not None else 0
+        answer = pool.rows >= 0 if pool is not None else None  # the pool's answer rows (not the reader's riders)
+        live = int((pool.live & answer).sum()) if pool is not None else 0
         busy = int(pool.active.sum()) if pool is not None else 0
         free = pool_rows - live
         wanted = min(refill_at, (len(seqs) - waiting) * repeat)
@@ -195,26 +215,40 @@ def decode(model: Any, seqs: Sequence[Sequence[int]], *, max_new_tokens: int, st
                 free -= count * repeat
                 if not can_merge:
                     break
-            pool = merge(parts, room=max_new_tokens)
+            pool = merge([*parts, *riders()], room=max_new_tokens)
             del parts  # the merged-in parts' caches are gone; drop them before decoding on
         elif pool is None or busy == 0:
             leave(pool)
             break
+        elif not answers_over and waiting == len(seqs) and not bool((pool.active & answer).any()):
+            # only riders are left: the reader's last branches now, their replies ride with them
+            answers_over = True
+            leave(pool)
+            reader.finish_branches()  # type: ignore[union-attr]
+            pool = merge([pool, *riders()], room=max_new_tokens)
         elif 4 * (pool.n - busy) >= busy:  # ended rows are a fifth of the pool: stop computing them
             leave(pool)
-            pool = merge([pool], room=max_new_tokens)
+            pool = merge([pool, *riders()], room=max_new_tokens)
         if pool is None or not bool(pool.active.any()):
             continue
         fed = pool.active.nonzero().flatten()
         with reader.stepping() if reader is not None else nullcontext():
             logits, hidden = pool.step(model, capture)
+        live_index = pool.live.nonzero().flatten()
+        if reader is not None:  # the reader's riding rows: their tokens are its own
+            fed = fed[pool.rows[fed] >= 0]
+            riding = live_index[pool.rows[live_index] < 0]
+            live_index = live_index[pool.rows[live_index] >= 0]
+            if len(riding):
+                chosen, ended = reader.rode(pool.rows[riding], logits[riding])
+                pool.chosen[riding] = chosen
+                pool.live[riding[ended]] = False
         if hidden is not None:
             if hidden_layer is not None:
                 absorb(pool, fed, hidden[hidden_layer][:, -1].float())
             if reader is not None:
                 reader.stepped(pool, fed, hidden)
             pool.flush[:] = False
-        live_index = pool.live.nonzero().flatten()
         if len(live_index):
             chosen, ended = record(logits if len(live_index) == pool.n else logits[live_index],
                                    pool.rows[live_index])
