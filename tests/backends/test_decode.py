@@ -219,45 +219,6 @@ def test_pool_rows_fit_the_kv_budget(backends):
     assert lean.pool_rows([[0] * 5_000], 28) == KV_POOL_BYTES // (46_080 * 5_028) == 6  # long prompts: fewer rows
 
 
-def test_pool_rows_fit_the_kv_budget_of_the_pools_own_longest_prompt(backends):
-    """`row_limit`: a pool holds as many rows as the budget allows for the longest prompt it has read so far, not
-    for the longest of all (prompts are read shortest first). 8 prompts of 3..10 tokens; the budget holds 6 rows of
-    prompts up to 5 tokens, 2 of longer ones. Every decoding step has at most the rows the budget allows for the
-    prompts read by then, the pool does hold 6 rows while its prompts are short (negative control: sized for the
-    longest prompt of all, it never holds more than 2), and the answers are the plain loop's."""
-    from haldet.backends.hf.decode import decode
-
-    model = backends["haldet"].model
-    seqs = [[1, *range(20 + i, 22 + i + i // 2)] for i in range(6)] + [[1, *range(30, 36 + i)] for i in range(3)]
-
-    def row_limit(longest: int) -> int:
-        return 6 if longest <= 5 else 2
-
-    admitted = [0]
-    steps: list[tuple[int, int]] = []  # (rows in the step, rows the budget allows for the prompts read so far)
-
-    def count(_module, _args, kwargs):
-        ids = kwargs["input_ids"]
-        if ids.shape[1] == 1:
-            steps.append((ids.shape[0], row_limit(len(seqs[admitted[0] - 1]))))
-
-    def on_first(rows, _logits):
-        admitted[0] += len(rows)
-
-    hook = model.register_forward_pre_hook(count, with_kwargs=True)
-    try:
-        with torch.inference_mode():
-            budgeted = decode(model, seqs, max_new_tokens=6, stop_ids=[-1], pad_id=0, prefill_batch=2, pool_rows=96,
-                              row_limit=row_limit, on_first=on_first)
-            plain = decode(model, seqs, max_new_tokens=6, stop_ids=[-1], pad_id=0, prefill_batch=2, pool_rows=96)
-    finally:
-        hook.remove()
-    assert budgeted.tokens == plain.tokens
-    budgeted_steps = steps[: len(steps) // 2]  # the first run's steps (both runs take as many: no stop token)
-    assert all(rows <= allowed for rows, allowed in budgeted_steps), budgeted_steps
-    assert max(rows for rows, _ in budgeted_steps) == 6
-
-
 @pytest.mark.parametrize("pooling", ["mean", "last"])
 def test_hidden_states_pooled_while_sampling_equal_a_teacher_forced_pass(backends, small_pool, prompts, pooling):
     """EigenScore's per-sample state, read from the decoding steps (each ended row feeds its last token once more),

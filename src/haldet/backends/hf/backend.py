@@ -176,17 +176,14 @@ class HFBackend(Backend):
         """Rows to decode together: `decode_rows`, fewer when their KV cache (every layer's keys and values for the
         longest prompt plus the answer; with `states`, also every layer's float32 hidden state of each token, which
         the ICR features read) would pass `KV_POOL_BYTES` (a larger model, long prompts)."""
-        return self.rows_for_width(max((len(s) for s in encoded), default=1) + max_new_tokens, states=states)
-
-    def rows_for_width(self, width: int, *, states: bool = False) -> int:
-        """`pool_rows` for rows of `width` tokens each (prompt and answer)."""
         config = self._text_config()
         heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
         per_token = 2 * config.num_hidden_layers * heads * head_dim * self.model.dtype.itemsize
         if states:
             per_token += (config.num_hidden_layers + 1) * config.hidden_size * 4
-        return max(1, min(self.decode_rows, KV_POOL_BYTES // (per_token * width)))
+        per_row = per_token * (max((len(s) for s in encoded), default=1) + max_new_tokens)
+        return max(1, min(self.decode_rows, KV_POOL_BYTES // per_row))
 
     @property
     def has_chat_template(self) -> bool:

@@ -78,8 +78,7 @@ class Reader(Protocol):
 def decode(model: Any, seqs: Sequence[Sequence[int]], *, max_new_tokens: int, stop_ids: Sequence[int],
            pad_id: int, choose: Chooser = greedy, repeat: int = 1, share_prefix: bool = True,
            row_done: Callable[[int, list[int]], bool] | None = None, prefill_batch: int = 8, pool_rows: int = 64,
-           on_prompt_done: Callable[[int], None] | None = None, row_limit: Callable[[int], int] | None = None,
-           hidden_layer: int | None = None,
+           on_prompt_done: Callable[[int], None] | None = None, hidden_layer: int | None = None,
            hidden_pooling: str = "mean", tails: Sequence[Sequence[Sequence[int]]] | None = None,
            on_first: Callable[[torch.Tensor, torch.Tensor], None] | None = None,
            reader: Reader | None = None) -> Decoded:
@@ -89,9 +88,7 @@ def decode(model: Any, seqs: Sequence[Sequence[int]], *, max_new_tokens: int, st
     Continuous batching: prompts are read in the order given (sort them by length: less padding), at most
     `prefill_batch` at a time, and their rows join one pool of up to `pool_rows` rows decoded together; rows that
     end leave it and waiting prompts take their places. `row_done(row, tokens)` may end a row early (e.g. once a
-    number has been read); `on_prompt_done(i)` is called once every row of prompt i has ended. `row_limit(n)`, when
-    given, is the rows a pool may hold while its longest prompt has n tokens (a memory budget: a pool of short
-    prompts holds more rows than one sized for the longest prompt of all); `pool_rows` bounds it.
+    number has been read); `on_prompt_done(i)` is called once every row of prompt i has ended.
 
     `tails[i][j]` (non-empty token lists): row j of prompt i reads these tokens after the prompt, which is then a
     head its rows share (read once: two questions about the same text). `on_first(rows, logits)` receives each
@@ -199,37 +196,23 @@ def decode(model: Any, seqs: Sequence[Sequence[int]], *, max_new_tokens: int, st
     refill_at = max(repeat, pool_rows // 4)  # free rows that make it worth reading more prompts (one merge copy)
     pool: Pool | None = None
     waiting = 0  # the next prompt to read
-    widest = 0  # the longest prompt read so far (prompts are read in the order given: shortest first, if sorted)
-
-    def limit(upto: int) -> int:
-        """Rows the pool may hold once the prompts before `upto` have been read."""
-        if row_limit is None:
-            return pool_rows
-        longest = max(widest, max((len(s) for s in seqs[waiting:upto]), default=0))
-        return min(pool_rows, row_limit(longest))
-
     answers_over = reader is None  # every answer row has ended and left, the reader told so (`finish_branches`)
     while True:
         answer = pool.rows >= 0 if pool is not None else None  # the pool's answer rows (not the reader's riders)
         live = int((pool.live & answer).sum()) if pool is not None else 0
         busy = int(pool.active.sum()) if pool is not None else 0
-        taken = live  # answer rows in the pool, then also those read in this round
-        free = limit(waiting + 1) - taken
+        free = pool_rows - live
         wanted = min(refill_at, (len(seqs) - waiting) * repeat)
         if waiting < len(seqs) and (busy == 0 or (can_merge and free >= wanted)):
             parts = [pool] if pool is not None and busy else []
             leave(pool)
             while waiting < len(seqs) and (free >= repeat or not parts):
                 count = padded_group(seqs, waiting, min(prefill_batch, max(1, free // repeat)))
-                while count > 1 and taken + count * repeat > limit(waiting + count):
-                    count -= 1  # longer prompts in the group: the budget holds fewer rows
                 part = admit(waiting, count)
                 leave(part)  # rows that ended at their first token (a stop token) leave at the merge below
                 parts.append(part)
-                widest = max(widest, max(len(s) for s in seqs[waiting : waiting + count]))
                 waiting += count
-                taken += count * repeat
-                free = limit(waiting + 1) - taken
+                free -= count * repeat
                 if not can_merge:
                     break
             pool = merge([*parts, *riders()], room=max_new_tokens)

@@ -115,10 +115,7 @@ def generate_with_evidence(backend: DecodingModel, prompts: list[str], request: 
     from haldet.backends.hf.decode import decode  # lazy: torch
 
     encoded = [backend.encode_prompt(p) for p in prompts]
-    rows = backend.pool_rows(encoded, max_new_tokens, states=request.icr)  # sized for the longest prompt of all
-
-    def row_limit(longest: int) -> int:  # the pool sized for its own longest prompt: more rows of short prompts
-        return backend.rows_for_width(longest + max_new_tokens, states=request.icr)
+    rows = backend.pool_rows(encoded, max_new_tokens, states=request.icr)
     reader = AnswerReader(backend.model, request, stop_ids=sorted(backend.stop_ids), head=backend.head_logits,
                           text=backend.answer_text, pool_rows=rows)
     if max(len(e) for e in encoded) + max_new_tokens + reader.room > backend.window():
@@ -129,8 +126,8 @@ def generate_with_evidence(backend: DecodingModel, prompts: list[str], request: 
             else contextlib.nullcontext():
         out = decode(backend.model, [encoded[i] for i in order], max_new_tokens=max_new_tokens,
                      stop_ids=sorted(backend.stop_ids), pad_id=backend.tokenizer.pad_token_id, prefill_batch=batch_size,
-                     pool_rows=backend.decode_rows, row_limit=row_limit,
-                     on_prompt_done=(lambda _: progress(1)) if progress is not None else None, reader=reader)
+                     pool_rows=rows, on_prompt_done=(lambda _: progress(1)) if progress is not None else None,
+                     reader=reader)
         reader.flush()
     answers: list[GenOutput | None] = [None] * len(prompts)
     evidence: list[AnswerEvidence | None] = [None] * len(prompts)

@@ -56,13 +56,10 @@ class DecodingModel(LoadedModel, Protocol):
     """What the two decoders (`lean`, `reference`) read of the `hf` backend besides a teacher-forced pass's needs."""
 
     stop_ids: set[int]
-    decode_rows: int
 
     def encode_prompt(self, prompt: str) -> list[int]: ...
 
     def pool_rows(self, encoded: Sequence[Sequence[int]], max_new_tokens: int, *, states: bool = False) -> int: ...
-
-    def rows_for_width(self, width: int, *, states: bool = False) -> int: ...
 
     def answer_text(self, ids: Sequence[int]) -> str: ...
 
