@@ -56,6 +56,10 @@ def provenance(stored: dict[str, Any]) -> str:
                     f": `{stored['command']} --store {stored['file']}` replaces them." if stored.get("storable")
                     else ": a rerun's figures are written into this file by hand, then rendered."))
     m = stored["machine"]
+    if m.get("gpu"):  # a lent GPU machine: nothing else ran on it
+        return (f"Measured {stored['date']} on one {m['gpu']} ({m['gpu_memory_mib']:,} MiB, driver {m['driver']}; "
+                f"{m['lent']}, {m['cores']} host cores), Python {m['python']}, torch {m['torch']}, transformers "
+                f"{m['transformers']}, commit {stored['commit']} (`{stored['command']}`).")
     load = stored["loadavg"]
     start = stored.get("loadavg_start")  # before the benchmark's own work; older files have only the end's
     busy = (start or load)[0] > 0.75 * (m.get("cores") or 1)
@@ -221,6 +225,58 @@ def speed_long_inputs(stored: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _per_call_ms(r: dict[str, Any]) -> str:
+    return f"{1000 * r['seconds'] / r['forward_calls']:.0f}" if r.get("forward_calls") else "-"
+
+
+def speed_gpu(stored: dict[str, Any]) -> list[str]:
+    """benchmarks/gpu.py's run: the 8B-shaped model's decoding, each decoder's forward calls, the CUDA/CPU
+    agreement and the protocol's stages."""
+    data = stored["data"]
+    t = data["throughput"]
+    rows = []
+    for kind, label in (("greedy", "greedy"), ("sample_k5", "K=5 sampling")):
+        for decoder in ("haldet", "transformers"):
+            r = t[f"{kind}_{decoder}"]
+            ratio = r["tokens_per_s"] / t[f"{kind}_transformers"]["tokens_per_s"]
+            rows.append([label, f"`{decoder}`", _n(r["seconds"], 2), _n(r["tokens_per_s"]), str(r["forward_calls"]),
+                         _per_call_ms(r), f"{r['peak_gib']:.1f}", f"{ratio:.2f}x"])
+    lines = [f"{t['model']}, {t['prompts']} prompts, {t['new_tokens']} new tokens (greedy read 16 prompts at a time, "
+             f"sampling 40), each decoder after a warm-up call:", "",
+             *_table(["decoding", "decoder", "seconds", "tokens/s", "forward calls", "ms per call", "peak GiB",
+                      "tokens/s vs transformers"], rows)]
+    early = data.get("earlier_run")
+    if early:
+        e = early["throughput"]
+        rate = {name: _n(r["tokens_per_s"]) for name, r in e.items()}
+        lines += ["", f"An earlier run ({early['note']}): greedy `haldet` {rate['greedy_haldet']} vs `transformers` "
+                      f"{rate['greedy_transformers']} tokens/s, K=5 sampling {rate['sample_k5_haldet']} vs "
+                      f"{rate['sample_k5_transformers']}."]
+    profiled = [t.get(f"greedy_profiled_{d}") for d in ("haldet", "transformers")]
+    if all(profiled):
+        lines += ["", "Greedy on " + str(profiled[0]["prompts"]) + " prompts with every forward call synchronised: "
+                  + "; ".join(f"`{d}` {_n(r['inside_forward_s'], 2)} of {_n(r['seconds'], 2)} s inside the model's "
+                              f"{r['forward_calls']} calls ({1000 * r['inside_forward_s'] / r['forward_calls']:.0f} ms "
+                              "each)" for d, r in zip(("haldet", "transformers"), profiled, strict=True)) + "."]
+    eq = data["equivalence"]
+    gap = eq["bf16"]["max_logprob_gap"]
+    lines += ["", f"CUDA against CPU float32 ({eq['model']}, {eq['prompts']} prompts; log-probs up to "
+                  f"{eq['largest_given_logprob']:.1f} nats in magnitude): float32 "
+                  f"{eq['fp32']['identical_greedy_answers']} identical greedy answers, largest log-prob gap "
+                  f"{eq['fp32']['max_logprob_gap']:.1e} (answers) and {eq['fp32']['max_given_logprob_gap']:.1e} "
+                  f"(given text), against a tolerance of {eq['fp32']['tolerance']:g}; bfloat16 "
+                  f"{eq['bf16']['identical_greedy_answers']} identical answers"
+                  + (f", largest gap {gap:.2f}" if gap is not None else "")
+                  + f", given-text gap {eq['bf16']['max_given_logprob_gap']:.2f} nats."]
+    pr = data["protocol"]
+    stages = ", ".join(f"{k} {_n(v)} s" for k, v in pr["stage_seconds"].items())
+    detectors = ", ".join(f"{k} {v:.2f} s" for k, v in pr.get("detector_seconds", {}).items())
+    lines += ["", f"`haldet run` on {pr['items']} HaluEval-QA items with that model (perplexity, ln_entropy, SAPLMA): "
+                  f"{_n(pr['seconds'])} s ({stages}" + (f"; detectors {detectors}" if detectors else "") + ")"
+                  + (f"; labels {data['protocol_labels']}" if data.get("protocol_labels") else "") + "."]
+    return lines
+
+
 def transcribed(stored: dict[str, Any]) -> list[str]:
     """A table whose figures were transcribed: its columns and rows as stored."""
     return _table(stored["data"]["columns"], [[str(c) for c in row] for row in stored["data"]["rows"]])
@@ -229,7 +285,7 @@ def transcribed(stored: dict[str, Any]) -> list[str]:
 RENDER: dict[str, Callable[[dict[str, Any]], list[str]]] = {
     "scale-report": scale_report, "scale-flow": scale_flow, "scale-model": scale_model,
     "speed-generation": speed_generation, "speed-long-inputs": speed_long_inputs, "speed-protocol": speed_protocol,
-    "speed-protocol-detectors": speed_protocol_detectors, "speed-peers": speed_peers}
+    "speed-protocol-detectors": speed_protocol_detectors, "speed-peers": speed_peers, "speed-gpu": speed_gpu}
 
 
 def render(name: str, file: str) -> str:

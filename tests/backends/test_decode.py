@@ -219,6 +219,19 @@ def test_pool_rows_fit_the_kv_budget(backends):
     assert lean.pool_rows([[0] * 5_000], 28) == KV_POOL_BYTES // (46_080 * 5_028) == 6  # long prompts: fewer rows
 
 
+def test_the_pool_budget_grows_with_a_cuda_devices_free_memory(monkeypatch):
+    """CPU: the fixed budget. CUDA: a quarter of the free memory when that is more, never less than the fixed one
+    (torch.cuda.mem_get_info stands in for a card)."""
+    from haldet.backends.hf.backend import kv_pool_budget
+
+    free = {"bytes": 40 << 30}
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (free["bytes"], 80 << 30))
+    assert kv_pool_budget(torch.device("cpu")) == KV_POOL_BYTES
+    assert kv_pool_budget(torch.device("cuda", 0)) == 10 << 30
+    free["bytes"] = 2 << 30  # a nearly full card: the fixed budget still holds
+    assert kv_pool_budget(torch.device("cuda", 0)) == KV_POOL_BYTES
+
+
 @pytest.mark.parametrize("pooling", ["mean", "last"])
 def test_hidden_states_pooled_while_sampling_equal_a_teacher_forced_pass(backends, small_pool, prompts, pooling):
     """EigenScore's per-sample state, read from the decoding steps (each ended row feeds its last token once more),

@@ -32,4 +32,11 @@ def test_cpu_smoke_runs_every_part(tmp_path: Path, monkeypatch: Any, capsys: Any
     for name in ("greedy_haldet", "greedy_transformers", "sample_k5_haldet", "sample_k5_transformers"):
         assert runs[name]["tokens"] > 0 and runs[name]["tokens_per_s"] > 0
     assert runs["sample_k5_haldet"]["tokens"] <= 5 * 4 * 4
-    assert report["protocol"]["error"] == "" and report["protocol"]["stage_seconds"]["generate"] > 0
+    # each greedy answer of 4 tokens: one call per token at least, the prompts read in one call (batch 16)
+    assert runs["greedy_haldet"]["forward_calls"] >= 4 and runs["greedy_transformers"]["forward_calls"] >= 4
+    for name in ("greedy_profiled_haldet", "greedy_profiled_transformers"):
+        assert 0 < runs[name]["inside_forward_s"] <= runs[name]["seconds"]
+    protocol = report["protocol"]
+    assert protocol["error"] == "" and protocol["stage_seconds"]["generate"] > 0
+    assert set(protocol["detector_seconds"]) == {"perplexity", "ln_entropy", "saplma"}
+    assert protocol["detector_errors"] == {}
