@@ -73,7 +73,7 @@ class LLMJudgeDetector(Detector):
     reply has no verdict or the call failed."""
     method_family = "judges and verifiers"
     paper = "Zheng et al. 2023, Judging LLM-as-a-judge; TRIVIA+'s zero-shot judge"
-    peers = ("uqlm",)
+    peers: ClassVar[tuple[str, ...]] = ("uqlm",)
 
     requires = frozenset({Signal.VERDICT})
     defaults: ClassVar[dict[str, Any]] = {"prompt": "faithfulness", "shots": 0, "seed": 42}

@@ -120,8 +120,8 @@ class GenerateStage(Stage):
         ok = [item for item in batch if "failed" not in records[item.id]]
         if token_spec(self.ctx)["parts"] and ok:
             passes = {} if not in_decoding else {
-                item.id: found for item, ev in zip(batch, evidence, strict=True)
-                if ev is not None and (found := decoded_tokens(item.id, records[item.id], ev.output)) is not None}
+                item.id: read for item, ev in zip(batch, evidence, strict=True)
+                if ev is not None and (read := decoded_tokens(item.id, records[item.id], ev.output)) is not None}
             rest = [item for item in ok if item.id not in passes]  # evidence not read: the teacher-forced pass
             if rest:
                 passes.update(run_token_pass(self.ctx, rest, {item.id: records[item.id]["token_ids"] for item in rest},

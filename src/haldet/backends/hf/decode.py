@@ -190,6 +190,10 @@ def decode(model: Any, seqs: Sequence[Sequence[int]], *, max_new_tokens: int, st
             if len(index):
                 reader.ended(pool, index)
 
+    def answers(pool: Pool) -> torch.Tensor:
+        """The pool's answer rows (not the reader's riders)."""
+        return pool.rows >= 0
+
     def riders() -> list[Pool]:
         return reader.boarding() if reader is not None else []
 
@@ -198,8 +202,7 @@ def decode(model: Any, seqs: Sequence[Sequence[int]], *, max_new_tokens: int, st
     waiting = 0  # the next prompt to read
     answers_over = reader is None  # every answer row has ended and left, the reader told so (`finish_branches`)
     while True:
-        answer = pool.rows >= 0 if pool is not None else None  # the pool's answer rows (not the reader's riders)
-        live = int((pool.live & answer).sum()) if pool is not None else 0
+        live = int((pool.live & answers(pool)).sum()) if pool is not None else 0
         busy = int(pool.active.sum()) if pool is not None else 0
         free = pool_rows - live
         wanted = min(refill_at, (len(seqs) - waiting) * repeat)
@@ -220,7 +223,7 @@ def decode(model: Any, seqs: Sequence[Sequence[int]], *, max_new_tokens: int, st
         elif pool is None or busy == 0:
             leave(pool)
             break
-        elif not answers_over and waiting == len(seqs) and not bool((pool.active & answer).any()):
+        elif not answers_over and waiting == len(seqs) and not bool((pool.active & answers(pool)).any()):
             # only riders are left: the reader's last branches now, their replies ride with them
             answers_over = True
             leave(pool)
