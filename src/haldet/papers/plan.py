@@ -38,6 +38,10 @@ KNOWN_MODELS: dict[str, tuple[float, int, int]] = {
     "mistral-7b": (7.24e9, 32, 4096), "llama-2-7b": (6.74e9, 32, 4096), "meta-llama-3-8b": (8.03e9, 32, 4096),
 }
 PEAK_FLOPS, BANDWIDTH = 989e12, 3.35e12  # H100 SXM bf16 dense, HBM3
+# measured by benchmarks/gpu.py on one H200 (Llama-3.1-8B's shape, bf16, eager PyTorch, 100 prompts x 64 tokens):
+# seconds per decoded token of haldet's loop, greedy and K=5 sampling (docs/speed.md); the roofline decoding above
+# gives an 8B model 0.14 ms, so eager decoding is host-bound far above it
+MEASURED_8B_H200 = {"greedy": 3.1e-3, "sampling": 0.79e-3}
 JUDGE_OVERHEAD = 700     # judge instructions and three calibration examples, tokens
 VERDICT_OVERHEAD = 300   # a verdict prompt's instructions, tokens
 VERDICT_REPLY = 512      # a verdict reply when the prompt sets its own budget (reasoning first), tokens
@@ -58,7 +62,11 @@ class Assumptions:
     def lines(self) -> list[str]:
         return [f"GPU: H100 SXM ({PEAK_FLOPS / 1e12:.0f} TFLOP/s bf16, {BANDWIDTH / 1e12:.2f} TB/s); prefill at "
                 f"{self.mfu:.0%} of peak, decoding at {self.bw_use:.0%} of the bandwidth, {self.rows} rows per "
-                f"step, x{self.step_overhead:g} per-step overhead (docs/scale.md; replace with measured figures)",
+                f"step, x{self.step_overhead:g} per-step overhead (docs/scale.md): a lower bound. Measured once "
+                f"(benchmarks/gpu.py, one H200, an 8B model, eager PyTorch): "
+                f"{MEASURED_8B_H200['greedy'] * 1e3:.1f} ms a greedy token, "
+                f"{MEASURED_8B_H200['sampling'] * 1e3:.2f} ms a sampled one, where these constants give "
+                f"{gpu_seconds(KNOWN_MODELS['llama-3.1-8b'][0], 0, 1, self) * 1e3:.2f} ms",
                 "prompt and answer tokens per item: per-dataset estimates (haldet.papers.plan.SPLITS), answers "
                 "capped at the config's token limit; a whole split counts the split sizes listed there",
                 f"judge prompt = item + answer + {JUDGE_OVERHEAD} tokens (instructions, three examples); verdict "
