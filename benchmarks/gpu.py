@@ -211,8 +211,8 @@ def throughput(path: Path, device: str, n: int, new_tokens: int) -> dict[str, An
         start = time.perf_counter()
         backend.generate(texts[: max(1, n // 3)], max_new_tokens=new_tokens, batch_size=16)
         wall = time.perf_counter() - start
-        out[f"greedy_profiled_{decoder}"] = {"prompts": max(1, n // 3), "seconds": round(wall, 2),
-                                             "inside_forward_s": round(calls.inside, 2), **calls.close()}
+        out[f"greedy_profiled_{decoder}"] = {"prompts": max(1, n // 3), "seconds": round(wall, 4),
+                                             "inside_forward_s": round(calls.inside, 4), **calls.close()}
     del model
     return out
 
