@@ -36,6 +36,8 @@ def test_cpu_smoke_runs_every_part(tmp_path: Path, monkeypatch: Any, capsys: Any
     assert runs["greedy_haldet"]["forward_calls"] >= 4 and runs["greedy_transformers"]["forward_calls"] >= 4
     for name in ("greedy_profiled_haldet", "greedy_profiled_transformers"):
         assert 0 < runs[name]["inside_forward_s"] <= runs[name]["seconds"]
+    for name in ("greedy_ops_haldet", "greedy_ops_transformers"):  # the model's matrix products are among them
+        assert any(row["op"] in ("aten::mm", "aten::addmm", "aten::linear") for row in runs[name]["host"])
     protocol = report["protocol"]
     assert protocol["error"] == "" and protocol["stage_seconds"]["generate"] > 0
     assert set(protocol["detector_seconds"]) == {"perplexity", "ln_entropy", "saplma"}
