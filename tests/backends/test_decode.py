@@ -220,15 +220,17 @@ def test_pool_rows_fit_the_kv_budget(backends):
 
 
 def test_the_pool_budget_grows_with_a_cuda_devices_free_memory(monkeypatch):
-    """CPU: the fixed budget. CUDA: a quarter of the free memory when that is more, never less than the fixed one
-    (torch.cuda.mem_get_info stands in for a card)."""
+    """CPU: the fixed budget. CUDA: a quarter of the free memory (the card's, plus what torch's allocator holds
+    unused) when that is more, never less than the fixed one (the torch.cuda calls stand in for a card)."""
     from haldet.backends.hf.backend import kv_pool_budget
 
-    free = {"bytes": 40 << 30}
+    free, held = {"bytes": 36 << 30}, {"reserved": 12 << 30, "allocated": 8 << 30}
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (free["bytes"], 80 << 30))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: held["reserved"])
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: held["allocated"])
     assert kv_pool_budget(torch.device("cpu")) == KV_POOL_BYTES
-    assert kv_pool_budget(torch.device("cuda", 0)) == 10 << 30
-    free["bytes"] = 2 << 30  # a nearly full card: the fixed budget still holds
+    assert kv_pool_budget(torch.device("cuda", 0)) == 10 << 30  # (36 + 12 - 8) GiB / 4
+    free["bytes"], held["reserved"] = 2 << 30, 8 << 30  # a nearly full card: the fixed budget still holds
     assert kv_pool_budget(torch.device("cuda", 0)) == KV_POOL_BYTES
 
 

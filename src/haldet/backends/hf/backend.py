@@ -68,12 +68,14 @@ CUDA_FREE_SHARE = 0.25
 
 def kv_pool_budget(device: Any) -> int:
     """The bytes the decoding pool's KV cache may take on `device` (a torch.device): `KV_POOL_BYTES`, or on CUDA a
-    quarter of the memory free now when that is more."""
+    quarter of the memory free now when that is more (free on the card plus what torch's caching allocator holds
+    unused: an earlier pool's freed cache is free for the next one)."""
     if getattr(device, "type", "cpu") != "cuda":
         return KV_POOL_BYTES
     import torch
 
     free, _total = torch.cuda.mem_get_info(device)
+    free += torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
     return max(KV_POOL_BYTES, int(free * CUDA_FREE_SHARE))
 
 
