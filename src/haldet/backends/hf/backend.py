@@ -62,7 +62,7 @@ FAST_NUMERICS = ("none", "bf16", "int8")
 KV_POOL_BYTES = 3 << 29
 # on a CUDA device the pool may also take this share of the memory free when it is sized, where that is more (a
 # merge briefly holds two copies: half the free memory at most); the CPU figure fits an 8 GB machine, but holds an
-# 8B model (131 KB a token) to 53 of 96 rows for HaluEval-QA's prompts on a 141 GB card (docs/speed.md)
+# 8B model (131 KB a token) to about 53 of 96 rows for HaluEval-QA's prompts on a 141 GB card (docs/speed.md)
 CUDA_FREE_SHARE = 0.25
 
 
