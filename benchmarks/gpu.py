@@ -140,17 +140,21 @@ class _Calls:
         self.inside = 0.0
         self._start = 0.0
 
+        def sync() -> None:
+            if device.startswith("cuda"):
+                torch.cuda.synchronize()
+
         def before(_: Any, args: Any, kwargs: Any) -> None:
             ids = kwargs.get("input_ids", args[0] if args else None)
             self.calls += 1
             self.positions += ids.numel() if ids is not None else 0
             if synced:
-                torch.cuda.synchronize() if device.startswith("cuda") else None
+                sync()
                 self._start = time.perf_counter()
 
         def after(*_: Any) -> None:
             if synced:
-                torch.cuda.synchronize() if device.startswith("cuda") else None
+                sync()
                 self.inside += time.perf_counter() - self._start
 
         self._hooks = [model.register_forward_pre_hook(before, with_kwargs=True), model.register_forward_hook(after)]

@@ -142,3 +142,17 @@ def test_the_plan_prints_the_measured_gpu_decoding_beside_its_roofline():
     assert abs(gpu_seconds(8.03e9, 0, 1, a) - 2 * 2 * 8.03e9 / (3.35e12 * 0.7) / 96) < 1e-12
     first = a.lines()[0]
     assert "3.1 ms a greedy token" in first and "0.79 ms a sampled one" in first and "give 0.14 ms" in first
+
+
+def test_the_plans_measured_gpu_figures_are_the_stored_benchmarks():
+    """MEASURED_8B_H200 is benchmarks/results/gpu.json's haldet throughput (seconds per token, 2 significant
+    figures): a re-stored GPU run that moves them fails here until the plan says the same."""
+    import json
+
+    from haldet.papers.plan import MEASURED_8B_H200
+    from repo_paths import REPO
+
+    runs = json.loads((REPO / "benchmarks" / "results" / "gpu.json").read_text())["data"]["throughput"]
+    for key, run in (("greedy", "greedy_haldet"), ("sampling", "sample_k5_haldet")):
+        per_token = runs[run]["seconds"] / runs[run]["tokens"]
+        assert float(f"{per_token:.2g}") == MEASURED_8B_H200[key], (key, per_token)
