@@ -166,7 +166,8 @@ class _Calls:
 
 
 def _timed(device: str, model: Any, fn: Any) -> tuple[Any, dict[str, Any]]:
-    """`fn()`'s wall seconds, peak GPU memory and the model calls it made."""
+    """`fn()`'s wall seconds (to 4 decimals: rounded to 2, a tiny model's short run on CPU read 0.00 and its tokens/s
+    divided by zero), peak GPU memory and the model calls it made."""
     import torch
 
     if device.startswith("cuda"):
@@ -179,7 +180,7 @@ def _timed(device: str, model: Any, fn: Any) -> tuple[Any, dict[str, Any]]:
         torch.cuda.synchronize()
     seconds = time.perf_counter() - start
     peak = torch.cuda.max_memory_allocated() / 2**30 if device.startswith("cuda") else None
-    return result, {"seconds": round(seconds, 2), "peak_gib": peak, **calls.close()}
+    return result, {"seconds": round(seconds, 4), "peak_gib": peak, **calls.close()}
 
 
 def throughput(path: Path, device: str, n: int, new_tokens: int) -> dict[str, Any]:

@@ -48,10 +48,10 @@ def tiny_smol_llama(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_tiny_llama_with_embedded_tokenizer(tmp_path_factory.mktemp("tiny_smol_llama"))
 
 
-
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups into the test ids
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     sys.path.insert(0, str(Path(__file__).parent))
-    from xdist_groups import group_by_module_fixture
+    from xdist_groups import group_by_module_fixture, slow_files_first
 
     group_by_module_fixture(items)
+    slow_files_first(items)

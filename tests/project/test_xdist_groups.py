@@ -7,12 +7,14 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 HERE = Path(__file__).resolve().parents[1]  # tests/, where xdist_groups.py sits
 
 MODULE = """
 import os
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -82,3 +84,19 @@ def test_a_group_runs_on_one_worker(tmp_path: Path) -> None:
     # negative control: without groups the same tests are spread over both workers, so the check above can fail
     spread = workers_by_group(tmp_path, "load")
     assert len(spread["shared"]) == 2 or len(spread["named"]) == 2, spread
+
+
+def test_files_that_run_the_model_go_out_first_each_file_together() -> None:
+    def item(nodeid: str, slow: bool = False) -> SimpleNamespace:
+        return SimpleNamespace(nodeid=nodeid,
+                               get_closest_marker=lambda name: object() if slow and name == "slow" else None)
+
+    items = [item("a.py::t1"), item("a.py::t2"), item("b.py::t1"), item("b.py::t2", slow=True), item("c.py::t1"),
+             item("d.py::t1", slow=True)]
+    order = [i.nodeid for i in items]
+    sys.path.insert(0, str(HERE))
+    from xdist_groups import slow_files_first
+
+    slow_files_first(items)  # type: ignore[arg-type]
+    assert [i.nodeid for i in items] == ["b.py::t1", "b.py::t2", "d.py::t1", "a.py::t1", "a.py::t2", "c.py::t1"]
+    assert order != [i.nodeid for i in items]  # negative control: the collection order alone fails the check
