@@ -14,7 +14,6 @@ HERE = Path(__file__).resolve().parents[1]  # tests/, where xdist_groups.py sits
 MODULE = """
 import os
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
