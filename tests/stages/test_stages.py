@@ -242,6 +242,36 @@ def test_changed_settings_recompute_only_the_affected_stage(tmp_path, backend, i
     assert rerun() == [0, 0, 0]  # the original records are still there and current again
 
 
+def test_evidence_keys_of_a_cells_detectors_compute_each_stage_key_once_per_item(tmp_path, backend, items,
+                                                                                   monkeypatch):
+    """A cell's detectors read overlapping stages: with `known` shared among them, each stage key is computed once
+    per item (keys hash prompts and earlier stages' keys; per detector, a 10,000-item run paid minutes), and every
+    detector's evidence key is the one computed from scratch."""
+    from haldet.stages.plan import stage_class
+
+    ctx = _cell(tmp_path, backend)
+    attach_generations(items, GenerateStage(ctx).ensure(items))
+    stages = ["sample", "auxiliary", "features"]
+    ensure_stages(ctx, items, stages)
+    calls = {"n": 0}
+    for name in ["generate", *stages]:
+        cls, real = stage_class(name), stage_class(name).key
+
+        def counted(self, item, real=real):
+            calls["n"] += 1
+            return real(self, item)
+
+        monkeypatch.setattr(cls, "key", counted)
+    detectors = [["sample"], ["features"], ["sample", "features"], ["auxiliary"], [], ["auxiliary", "sample"]]
+    fresh = [evidence_key(ctx, items, reads) for reads in detectors]
+    per_detector, calls["n"] = calls["n"], 0
+    evidence_key(ctx, items, stages)  # every stage once: the floor
+    once, calls["n"] = calls["n"], 0
+    known: dict[str, dict[str, str]] = {}
+    assert [evidence_key(ctx, items, reads, known=known) for reads in detectors] == fresh
+    assert calls["n"] == once < per_detector  # the negative control: without `known`, keys are recomputed
+
+
 def test_stages_compute_only_what_the_selected_detectors_read(tmp_path, backend, items):
     from haldet.flow.cell import detector_signals
     from haldet.stages.features import FeatureStage

@@ -220,6 +220,7 @@ class CellScoring:
     result: CellResult
     previous: dict[str, Any]
     gaps: dict[str, list[str]] = field(default_factory=dict)  # stage -> items it holds no full record for
+    stage_keys: dict[str, dict[str, str]] = field(default_factory=dict)  # stage -> item -> key (`evidence_key`)
 
 
 def _score_all(cs: CellScoring, view: SignalView, train_labels: tuple[str, dict[str, int]], *,
@@ -240,7 +241,8 @@ def _score_all(cs: CellScoring, view: SignalView, train_labels: tuple[str, dict[
                 continue
             try:
                 detector = make_detector(name, config)
-                ev_key = evidence_key(ctx, cs.items, needed_stages(detector.signals()), cs.gaps)
+                ev_key = evidence_key(ctx, cs.items, needed_stages(detector.signals()), cs.gaps,
+                                      known=cs.stage_keys)
                 run = score_detector(name, level, protocol, ctx.store, view, cs.split, ev_key,
                                      progress=ctx.progress, train_labels=train_labels, detector=detector,
                                      unscored=cs.unscored)

@@ -50,13 +50,23 @@ def evidence_gaps(ctx: CellContext, items: Sequence[Item], records: Mapping[str,
 
 
 def evidence_key(ctx: CellContext, items: Sequence[Item], stages: Iterable[str],
-                 gaps: Mapping[str, list[str]] | None = None) -> str:
+                 gaps: Mapping[str, list[str]] | None = None, *,
+                 known: dict[str, dict[str, str]] | None = None) -> str:
     """One hash over every item's key in every stage a detector reads, and the items any of them still lacks
-    (`evidence_gaps`): score caches follow any change. Without gaps the key is the keys' hash alone."""
+    (`evidence_gaps`): score caches follow any change. Without gaps the key is the keys' hash alone.
+
+    `known` (stage -> item id -> key) keeps the keys computed for one cell's detectors, which read the same stages
+    of the same items: each stage key once per item, not once per detector (a key hashes the item's prompt and the
+    keys of the stages before it)."""
     primary = providers()[PRIMARY].name
     names = [primary, *[s for s in stages if s != primary]]
-    classes = [stage_class(n)(ctx) for n in names]
-    keys = sorted((item.id, [stage.key(item) for stage in classes]) for item in items)
+    memo = {} if known is None else known
+    columns = []
+    for name in names:
+        stage, done = stage_class(name)(ctx), memo.setdefault(name, {})
+        columns.append([done[item.id] if item.id in done else done.setdefault(item.id, stage.key(item))
+                        for item in items])
+    keys = sorted((item.id, [column[i] for column in columns]) for i, item in enumerate(items))
     missing = {name: (gaps or {})[name] for name in names if (gaps or {}).get(name)}
     return digest([keys, missing]) if missing else digest(keys)
 

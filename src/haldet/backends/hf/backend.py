@@ -121,6 +121,7 @@ class HFBackend(Backend):
         self._source = load_from
         self._model: Any = None
         self._config: Any = None
+        self._mergeable: bool | None = None  # `shares_heads`: the config's layers all full attention
         self.stop_ids: set[int] = set()
         self.load_seconds = 0.0
         self.tokenizer = load_tokenizer(name, load_from=load_from)
@@ -279,9 +280,11 @@ class HFBackend(Backend):
     def shares_heads(self) -> bool:
         """The lean loop on a full-attention model: `paired_replies` reads two prompts' common head once (padding
         between a head and its tails would shift a sliding window). Read from the config: no weights loaded."""
-        from haldet.backends.hf.kv_cache import mergeable  # lazy: torch
+        if self._mergeable is None:  # builds a cache to ask: once, as stage keys ask for every item
+            from haldet.backends.hf.kv_cache import mergeable  # lazy: torch
 
-        return self.decoder == "haldet" and mergeable(self.model_config)
+            self._mergeable = mergeable(self.model_config)
+        return self.decoder == "haldet" and self._mergeable
 
     def thinks(self) -> bool:
         return self.markers is not None
