@@ -180,6 +180,29 @@ def test_sampler_sanitises_non_finite_logits_and_respects_top_p():
     assert torch.isfinite(forced).sum(-1).tolist() == [1, 1, 1, 1]
 
 
+def test_sampler_draws_the_same_when_the_finiteness_check_takes_its_long_way():
+    """The sampler looks at every logit only when their sum is not finite. A sum of finite logits can overflow:
+    then nothing is sanitised and every row draws as through the short way; an inf with a -inf elsewhere (a NaN sum)
+    is still found."""
+    from haldet.backends.hf.sampling import sampler_class
+
+    make = sampler_class()
+    base = torch.tensor([[2.0, 5.0, 0.0, 1.0], [0.5, 0.0, 4.0, 1.0], [3.0, 3.0, 0.0, 1.0]])
+    rows = torch.arange(3)
+    plain = make([0, 1, 2], 1.0, 0.9, "cpu").draw(base, rows)
+    huge = base.clone()
+    huge[1, 3] = huge[2, 3] = 3e38  # finite, but their sum is inf: the long way, nothing to sanitise
+    assert not torch.isfinite(huge.sum())
+    sampler = make([0, 1, 2], 1.0, 0.9, "cpu")
+    drawn = sampler.draw(huge, rows)
+    assert sampler.sanitised == 0 and drawn[0] == plain[0] and drawn.tolist()[1:] == [3, 3]  # 3e38 clamps to 1e4
+    both = base.clone()
+    both[0, 0], both[2, 2] = float("inf"), float("-inf")  # the sum is NaN
+    sampler = make([0, 1, 2], 1.0, 0.9, "cpu")
+    drawn = sampler.draw(both, rows)
+    assert sampler.sanitised_rows == [1, 0, 1] and drawn[0] == 0 and drawn[1] == plain[1]
+
+
 def test_p_true_hand_computed():
     p, lt, _ = p_true_from_logprobs([math.log(0.3)], [math.log(0.1)])
     assert p == pytest.approx(0.75) and lt == pytest.approx(math.log(0.3))

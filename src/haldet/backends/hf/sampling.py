@@ -45,13 +45,17 @@ def sampler_class() -> type:
             import torch
 
             logits = scores.float()
-            bad = ~torch.isfinite(logits)
-            if bool(bad.any()):
+            # a finite sum means every logit is finite (an inf or NaN makes the sum inf or NaN): one reduction per
+            # step instead of a mask of the whole [rows, vocab] array; only a non-finite sum looks closer
+            bad = None if bool(torch.isfinite(logits.sum())) else ~torch.isfinite(logits)
+            if bad is not None and bool(bad.any()):
                 self.sanitised += int(bad.sum())
                 for row, n in zip(rows.tolist(), bad.sum(dim=-1).tolist(), strict=True):
                     self.sanitised_rows[row] += int(n)
                 logits = torch.nan_to_num(logits, nan=-1e4, posinf=1e4, neginf=-1e4)
-            logits = logits.clamp(-1e4, 1e4) / self.temperature
+            logits = logits.clamp(-1e4, 1e4)
+            if self.temperature != 1.0:  # x / 1.0 is x: no pass over the array for it
+                logits = logits / self.temperature
             probs = torch.softmax(logits, dim=-1)
             uniforms = torch.stack([torch.rand((), generator=self.generators[row], device=self.generators[row].device)
                                     for row in rows.tolist()])
