@@ -364,15 +364,17 @@ class AnswerReader:
         with self._timed("auxiliary"):
             # the next-token logits after each follow-up's last question token
             first = self.head(out.hidden_states[-1][:, ends[len(names):]]).float()  # [n, follow-ups, V]
-            for k, name in enumerate(follow):
-                self._reply(state, rows, k, name, first[:, k], self.sees[self.ends[len(names) + k]], replies)
+            started = [self._reply(state, rows, name, first[:, k], replies) for k, name in enumerate(follow)]
+            going = [k for k, (_, _, live) in enumerate(started) if bool(live.any())]
+            for k in going:  # the cache itself to the last follow-up whose replies go on, a copy to each other
+                cache = (state.cache if k == going[-1]
+                         else copy_rows(state.cache, None, state.cache.get_seq_length(), self.room))
+                self._wait(state, rows, follow[k], cache, *started[k], self.sees[self.ends[len(names) + k]])
 
-    def _reply(self, state: Prefilled, rows: list[int], k: int, name: str, logits: torch.Tensor,
-               own: torch.Tensor, replies: dict[int, dict[str, Reply]]) -> None:
+    def _reply(self, state: Prefilled, rows: list[int], name: str, logits: torch.Tensor,
+               replies: dict[int, dict[str, Reply]]) -> tuple[list[Reply], torch.Tensor, torch.Tensor]:
         """Follow-up `name`'s reply in every row: its first token (greedy) and candidates' log-probs from `logits`;
-        rows whose reply goes on wait, with a copy of the cache in which they see the answered conversation and
-        this question only, to ride in the answers' pool (`boarding`) or, after it, to be decoded with every other
-        waiting reply (`flush`)."""
+        returns the replies, their first tokens and which of them go on (`_wait`)."""
         f = self.request.follow_ups[name]
         logp = torch.log_softmax(logits, dim=-1)
         candidates = logp[:, f.candidates].tolist() if f.candidates else [[] for _ in rows]
@@ -381,11 +383,14 @@ class AnswerReader:
                 for i, t in enumerate(first.tolist())]
         for row, reply in zip(rows, made, strict=True):
             replies[row][name] = reply
-        live = torch.tensor([not self._ended(r.tokens, f) for r in made], device=state.mask.device)
-        if not bool(live.any()):
-            return
-        cache = (copy_rows(state.cache, None, state.cache.get_seq_length(), self.room)  # another follow-up reads it
-                 if len(self.request.follow_ups) > k + 1 else state.cache)
+        return made, first, torch.tensor([not self._ended(r.tokens, f) for r in made], device=state.mask.device)
+
+    def _wait(self, state: Prefilled, rows: list[int], name: str, cache: Any, made: list[Reply],
+              first: torch.Tensor, live: torch.Tensor, own: torch.Tensor) -> None:
+        """Rows whose reply to follow-up `name` goes on wait, with `cache` (theirs alone: no other follow-up
+        continues it), in which they see the answered conversation and this question only, to ride in the answers'
+        pool (`boarding`) or, after it, to be decoded with every other waiting reply (`flush`)."""
+        f = self.request.follow_ups[name]
         device = state.mask.device
         start = len(self.replying)
         self.replying.extend((f, reply) for reply in made)
