@@ -62,6 +62,22 @@ def test_dtype_and_settings_reach_the_weights_and_the_fingerprint(tiny: Path) ->
         HFBackend(str(tiny), device="cpu", fast_numerics="bf16", settings=HFModelConfig(dtype="fp32"))
 
 
+def test_reading_evidence_while_decoding_is_decided_once_whether_the_weights_are_loaded_or_not(tiny: Path) -> None:
+    """Stage keys ask `fuses_evidence` before the weights load (the files' config names no attention kernel),
+    after, and inside the reader's kernel swap: one answer each time, from the settings. Read from the loaded
+    config, an eager model answered yes, then no, and a rerun recomputed its auxiliary records."""
+    from haldet.backends.hf.answer_reader import reading_attention
+
+    for kernel, fused in (("sdpa", True), ("eager", False)):
+        backend = HFBackend(str(tiny), device="cpu", settings=HFModelConfig(attn_implementation=kernel))
+        before = backend.fuses_evidence()
+        assert backend._model is None and getattr(backend.model_config, "_attn_implementation", None) is None
+        assert backend.model.config._attn_implementation == kernel
+        with reading_attention(backend.model):
+            inside = backend.fuses_evidence()
+        assert before == backend.fuses_evidence() == inside == fused, kernel
+
+
 def test_quantisation_and_flash_attention_are_refused_with_what_is_missing(tiny: Path, monkeypatch: Any) -> None:
     import importlib.util
 

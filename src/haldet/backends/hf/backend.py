@@ -291,9 +291,11 @@ class HFBackend(Backend):
 
     def fuses_evidence(self) -> bool:
         """Whether greedy decoding can also read each answer's white-box evidence and follow-up questions
-        (`generate_with_evidence`): the lean loop on a full-attention model with SDPA attention."""
+        (`generate_with_evidence`): the lean loop on a full-attention model with SDPA attention. Read from the
+        settings the weights load with, not the loaded config: stage keys ask this before and after loading (the
+        files' config names no kernel) and while the reader swaps the kernel, and must get one answer."""
         return (self.markers is None and self.shares_heads()  # a reasoning output's evidence is its answer's
-                and getattr(self.model_config, "_attn_implementation", None) in (None, "sdpa"))
+                and self.settings.attn_implementation == "sdpa")
 
     def generate_with_evidence(self, prompts: list[str], request: EvidenceRequest, *, max_new_tokens: int,
                                batch_size: int, progress: Any = None
