@@ -282,7 +282,6 @@ class HFBackend(Backend):
         between a head and its tails would shift a sliding window). Read from the config: no weights loaded."""
         if self._mergeable is None:  # builds a cache to ask: once, as stage keys ask for every item
             from haldet.backends.hf.kv_cache import mergeable  # lazy: torch
-
             self._mergeable = mergeable(self.model_config)
         return self.decoder == "haldet" and self._mergeable
 
@@ -291,9 +290,8 @@ class HFBackend(Backend):
 
     def fuses_evidence(self) -> bool:
         """Whether greedy decoding can also read each answer's white-box evidence and follow-up questions
-        (`generate_with_evidence`): the lean loop on a full-attention model with SDPA attention. Read from the
-        settings the weights load with, not the loaded config: stage keys ask this before and after loading (the
-        files' config names no kernel) and while the reader swaps the kernel, and must get one answer."""
+        (`generate_with_evidence`): the lean loop on a full-attention model with SDPA attention, read from the
+        settings (stage keys ask before and after loading, and during the reader's kernel swap: one answer)."""
         return (self.markers is None and self.shares_heads()  # a reasoning output's evidence is its answer's
                 and self.settings.attn_implementation == "sdpa")
 
