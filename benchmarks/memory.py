@@ -79,10 +79,10 @@ def main() -> None:
     args = parser.parse_args()
     configure_threads(args.threads)
     import haldet as pipeline
-    from haldet.backends.hf import backend as hf_backend
+    from haldet.backends.hf import pool_budget
 
     if args.kv_pool_gb is not None:
-        hf_backend.KV_POOL_BYTES = int(args.kv_pool_gb * (1 << 30))
+        pool_budget.KV_POOL_BYTES = int(args.kv_pool_gb * (1 << 30))
     overrides: dict[str, Any] = {"limit": args.n}
     if args.decode_rows is not None:
         overrides["decode_rows"] = args.decode_rows
@@ -94,7 +94,7 @@ def main() -> None:
         wall = time.perf_counter() - start
     mb = 1 << 20
     print(json.dumps({
-        "n": args.n, "decode_rows": config.decode_rows, "kv_pool_bytes": hf_backend.KV_POOL_BYTES,
+        "n": args.n, "decode_rows": config.decode_rows, "kv_pool_bytes": pool_budget.KV_POOL_BYTES,
         "detectors": config.detectors, "rss_before_run_mb": round(before / mb),
         "peak_rss_by_stage_mb": {stage: round(v / mb) for stage, v in peaks.peaks.items()},
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),

@@ -13,9 +13,10 @@ import pytest
 import torch
 
 from haldet.backends.hf import decode as decode_module
-from haldet.backends.hf.backend import KV_POOL_BYTES, HFBackend
+from haldet.backends.hf.backend import HFBackend
 from haldet.backends.hf.padding import padded_group
 from haldet.backends.hf.pool import common_prefix
+from haldet.backends.hf.pool_budget import KV_POOL_BYTES
 from haldet.errors import HaldetError
 from haldet.text.confidence import confidence_complete, confidence_statement, parse_confidence
 from haldet.util.threads import available_cores, cgroup_cpu_limit, thread_count
@@ -222,7 +223,7 @@ def test_pool_rows_fit_the_kv_budget(backends):
 def test_the_pool_budget_grows_with_a_cuda_devices_free_memory(monkeypatch):
     """CPU: the fixed budget. CUDA: a quarter of the free memory (the card's, plus what torch's allocator holds
     unused) when that is more, never less than the fixed one (the torch.cuda calls stand in for a card)."""
-    from haldet.backends.hf.backend import kv_pool_budget
+    from haldet.backends.hf.pool_budget import kv_pool_budget
 
     free, held = {"bytes": 36 << 30}, {"reserved": 12 << 30, "allocated": 8 << 30}
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (free["bytes"], 80 << 30))

@@ -47,6 +47,7 @@ from haldet.backends.hf.loading import (
     resolve_dtype,
     resolve_model_path,
 )
+from haldet.backends.hf.pool_budget import rows_within_budget
 from haldet.backends.hf.redeep import redeep_features
 from haldet.config import HFModelConfig
 from haldet.errors import HaldetError
@@ -57,26 +58,6 @@ from haldet.util.threads import thread_count
 DECODERS = ("haldet", "transformers")
 # faster numerics on CPU, never the default (they change answers): bfloat16 weights, int8 dynamic quantisation
 FAST_NUMERICS = ("none", "bf16", "int8")
-# the most memory the decoding pool's KV cache may take (rows are capped to fit; a merge briefly holds two copies,
-# so the decoding peak is about the model plus twice this: with 1.5 GiB the default run fits in 8 GB, docs/speed.md)
-KV_POOL_BYTES = 3 << 29
-# on a CUDA device the pool may also take this share of the memory free when it is sized, where that is more (a
-# merge briefly holds two copies: half the free memory at most); the CPU figure fits an 8 GB machine, but holds an
-# 8B model (131 KB a token) to about 53 of 96 rows for HaluEval-QA's prompts on a 141 GB card (docs/speed.md)
-CUDA_FREE_SHARE = 0.25
-
-
-def kv_pool_budget(device: Any) -> int:
-    """The bytes the decoding pool's KV cache may take on `device` (a torch.device): `KV_POOL_BYTES`, or on CUDA a
-    quarter of the memory free now when that is more (free on the card plus what torch's caching allocator holds
-    unused: an earlier pool's freed cache is free for the next one)."""
-    if getattr(device, "type", "cpu") != "cuda":
-        return KV_POOL_BYTES
-    import torch
-
-    free, _total = torch.cuda.mem_get_info(device)
-    free += torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
-    return max(KV_POOL_BYTES, int(free * CUDA_FREE_SHARE))
 
 
 class HFBackend(Backend):
@@ -191,17 +172,11 @@ class HFBackend(Backend):
         return fp
 
     def pool_rows(self, encoded: Sequence[Sequence[int]], max_new_tokens: int, *, states: bool = False) -> int:
-        """Rows to decode together: `decode_rows`, fewer when their KV cache (every layer's keys and values for the
-        longest prompt plus the answer; with `states`, also every layer's float32 hidden state of each token, which
-        the ICR features read) would pass the pool's budget (`kv_pool_budget`: a larger model, long prompts)."""
-        config = self._text_config()
-        heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
-        head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-        per_token = 2 * config.num_hidden_layers * heads * head_dim * self.model.dtype.itemsize
-        if states:
-            per_token += (config.num_hidden_layers + 1) * config.hidden_size * 4
-        per_row = per_token * (max((len(s) for s in encoded), default=1) + max_new_tokens)
-        return max(1, min(self.decode_rows, kv_pool_budget(self.model.device) // per_row))
+        """Rows to decode together: `decode_rows`, fewer where the pool's memory budget holds fewer rows of the
+        longest prompt plus the answer (`pool_budget.rows_within_budget`; `states`: with ICR's hidden states)."""
+        return rows_within_budget(self._text_config(), self.model.dtype.itemsize,
+                                  max((len(s) for s in encoded), default=1), max_new_tokens, states=states,
+                                  most=self.decode_rows, device=self.model.device)
 
     @property
     def has_chat_template(self) -> bool:
@@ -282,6 +257,7 @@ class HFBackend(Backend):
         between a head and its tails would shift a sliding window). Read from the config: no weights loaded."""
         if self._mergeable is None:  # builds a cache to ask: once, as stage keys ask for every item
             from haldet.backends.hf.kv_cache import mergeable  # lazy: torch
+
             self._mergeable = mergeable(self.model_config)
         return self.decoder == "haldet" and self._mergeable
 
