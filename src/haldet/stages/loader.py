@@ -64,8 +64,10 @@ def evidence_key(ctx: CellContext, items: Sequence[Item], stages: Iterable[str],
     columns = []
     for name in names:
         stage, done = stage_class(name)(ctx), memo.setdefault(name, {})
-        columns.append([done[item.id] if item.id in done else done.setdefault(item.id, stage.key(item))
-                        for item in items])
+        for item in items:
+            if item.id not in done:
+                done[item.id] = stage.key(item)
+        columns.append([done[item.id] for item in items])
     keys = sorted((item.id, [column[i] for column in columns]) for i, item in enumerate(items))
     missing = {name: (gaps or {})[name] for name in names if (gaps or {}).get(name)}
     return digest([keys, missing]) if missing else digest(keys)
