@@ -18,9 +18,17 @@ scheduling can lower without reading fewer tokens. Also CPU seconds of this proc
 per mode (robust to other processes on a shared machine) and `os.getloadavg()`. `--repeat R` runs the modes R
 times in turn (each time in a fresh run directory) and reports, per mode, the run with the smallest wall time
 (`runs_wall_s` lists them all): on a shared machine the fastest run is the one least disturbed by others, and
-the ratios are computed from these. Prints JSON. Usage:
+the ratios are computed from these.
+
+What each part of the default table costs: a mode `haldet-without-GROUP` runs the default with the detectors of
+one group of `GROUPS` left out (those that need one kind of evidence beyond the decoding and the samples: ICR's
+prompt states, the statements after each answer, the follow-up questions, the prompt-free pass, the pooled hidden
+states; `haldet-without-all` leaves every group out). Beside `haldet` and `haldet-separate`, `groups` then says
+per group the seconds and token positions the default spends on it (the default's whole run less the mode's) and
+the ratio over the decoding alone without it. Prints JSON. Usage:
   python benchmarks/protocol.py [--n 50] [--modes transformers,haldet-separate,haldet] [--threads N] [--repeat R]
                                 [--store NAME] [--check NAME]
+  python benchmarks/protocol.py --modes haldet-separate,haldet,haldet-without-icr,...,haldet-without-all
 `--store NAME` writes benchmarks/results/NAME.json (machine, load average, commit, date), from which
 benchmarks/render_docs.py renders docs/speed.md's protocol table; `--check NAME` exits 1 when a figure drifted.
 """
@@ -46,6 +54,30 @@ from haldet.config import RunConfig
 from haldet.util.threads import available_cores, configure_threads
 
 STAGES = ("load_data", "generate", "annotate", "sample", "auxiliary", "features", "unconditional")
+# the default table's detectors that need evidence beyond the decoding's tokens and distributions and the samples,
+# grouped by that evidence (each group's evidence is read for it alone): group -> (detectors, what they need)
+GROUPS = {
+    "icr": (("icr_probe",), "every layer's state of each prompt and answer token, kept until the answer ends"),
+    "statements": (("ccs", "prism"), "the statements read after each answer"),
+    "questions": (("verbalized", "self_eval"), "the two follow-up questions after each answer, and the verbalized "
+                  "replies decoded"),
+    "prompt_free": (("pmi", "cpmi"), "a pass over each answer without its prompt"),
+    "pooled_states": (("saplma", "mind", "haloscope", "mahalanobis", "relative_mahalanobis"),
+                      "pooled hidden states of prompt and answer, and their trainings"),
+}
+WITHOUT = "haldet-without-"
+
+
+def left_out(mode: str) -> tuple[str, ...]:
+    """The detectors a `haldet-without-GROUP` mode leaves out of the default table (none for the other modes)."""
+    if not mode.startswith(WITHOUT):
+        return ()
+    group = mode[len(WITHOUT):]
+    if group == "all":
+        return tuple(name for names, _ in GROUPS.values() for name in names)
+    if group not in GROUPS:
+        raise SystemExit(f"unknown mode {mode!r}: the groups are {', '.join(GROUPS)} and all")
+    return GROUPS[group][0]
 
 
 class Positions:
@@ -56,6 +88,7 @@ class Positions:
     def __init__(self) -> None:
         self.stage = "other"
         self.counted: Counter[str] = Counter()
+        self.calls: Counter[str] = Counter()  # forward calls: a decoding step costs much the same at 30 rows as at 90
         self.hooked: set[int] = set()
 
     def hook(self, model: Any) -> None:
@@ -67,6 +100,7 @@ class Positions:
         ids = kwargs.get("input_ids") if kwargs.get("input_ids") is not None else (args[0] if args else None)
         if ids is not None:
             self.counted[self.stage] += int(ids.numel())
+            self.calls[self.stage] += 1
 
     @contextlib.contextmanager
     def during(self, stage: str) -> Iterator[None]:
@@ -83,7 +117,9 @@ def run_mode(decoder: str, n: int, max_new_tokens: int | None, root: Path) -> di
     import haldet.stages.base as stage_base
 
     overrides: dict[str, Any] = {"limit": n, "decoder": "transformers" if decoder == "transformers" else "haldet",
-                                 "evidence_in_decoding": decoder == "haldet"}
+                                 "evidence_in_decoding": decoder == "haldet" or decoder.startswith(WITHOUT)}
+    if left_out(decoder):
+        overrides["detectors"] = [name for name in RunConfig().detectors if name not in left_out(decoder)]
     if max_new_tokens is not None:
         overrides.update(generation={"max_new_tokens": max_new_tokens}, sample={"max_new_tokens": max_new_tokens})
     config = RunConfig.model_validate(overrides)
@@ -135,11 +171,37 @@ def run_mode(decoder: str, n: int, max_new_tokens: int | None, root: Path) -> di
         "decoder": decoder, "wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "stage_wall_s": stages,
         "token_pass_s": round(token_pass_s[0], 2),  # inside generate: a second pass over prompt + answer
         "model_positions": dict(sorted(positions.counted.items())),
+        "model_calls": dict(sorted(positions.calls.items())),
         "detectors_fit_score_s": round(sum(detectors.values()), 2), "per_detector_s": detectors,
         "ratio_all_over_generate_plus_sample": round(wall / decoding, 3) if decoding else None,
         "detector_errors": {d.name: d.error for d in cell.detectors if d.error},
         "labels": cell.label_counts,
     }
+
+
+def group_costs(modes: dict[str, Any], decoding_alone: float, floor: int) -> dict[str, Any]:
+    """Per `haldet-without-GROUP` mode run: the detectors left out, the seconds, token positions and forward calls
+    the default run spends on them (its whole run less the mode's; the seconds without the sample stage, the same
+    work in every mode, whose wall time moves by seconds between runs), and the mode's whole run over the decoding
+    alone, in seconds and in positions (`floor`: the decoding alone's)."""
+    default = modes["haldet"]
+
+    def besides_samples(r: dict[str, Any]) -> float:
+        return float(r["wall_s"] - r["stage_wall_s"]["sample"])
+
+    out = {}
+    for mode, r in modes.items():
+        if mode.startswith(WITHOUT):
+            out[mode[len(WITHOUT):]] = {
+                "detectors": list(left_out(mode)), "wall_s": r["wall_s"],
+                "needs": GROUPS[mode[len(WITHOUT):]][1] if mode[len(WITHOUT):] in GROUPS else "all of the above",
+                "default_spends_s": round(besides_samples(default) - besides_samples(r), 2),
+                "default_spends_positions": sum(default["model_positions"].values()) - sum(
+                    r["model_positions"].values()),
+                "default_spends_calls": sum(default["model_calls"].values()) - sum(r["model_calls"].values()),
+                "ratio_positions_over_decoding_alone": round(sum(r["model_positions"].values()) / floor, 3),
+                "ratio_over_decoding_alone": round(r["wall_s"] / decoding_alone, 3)}
+    return out
 
 
 def main() -> None:
@@ -159,6 +221,9 @@ def main() -> None:
                               "threads": threads, "available_cores": available_cores(),
                               "loadavg_before": [round(x, 2) for x in os.getloadavg()], "modes": {}}
     runs: dict[str, list[dict[str, Any]]] = {decoder: [] for decoder in args.modes.split(",")}
+    for mode in runs:  # an unknown mode fails before any run, not after the first ones
+        if mode not in ("transformers", "haldet-separate", "haldet") and not left_out(mode):
+            raise SystemExit(f"unknown mode {mode!r}: transformers, haldet-separate, haldet or {WITHOUT}GROUP")
     for attempt in range(args.repeat):
         for decoder, done in runs.items():
             with tempfile.TemporaryDirectory() as tmp:
@@ -193,6 +258,8 @@ def main() -> None:
         report["speedup_cpu"] = round(before["cpu_s"] / after["cpu_s"], 2)
         report["stage_speedup_wall"] = {s: round(before["stage_wall_s"][s] / after["stage_wall_s"][s], 2)
                                         for s in STAGES if after["stage_wall_s"][s] > 0}
+    if "haldet" in modes and "decoding_alone_positions" in report:
+        report["groups"] = group_costs(modes, report["decoding_alone_s"], report["decoding_alone_positions"])
     print(json.dumps(report, indent=2))
     finish("protocol", report, args.store, args.check, " ".join(["python benchmarks/protocol.py", *sys.argv[1:]]))
 

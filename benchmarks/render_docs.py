@@ -163,6 +163,26 @@ def speed_protocol_detectors(stored: dict[str, Any]) -> list[str]:
     return [*_table(["detector", "fit + score s", "share"], rows), "", f"All {len(per)}: {_n(total, 2)} s."]
 
 
+def speed_protocol_groups(stored: dict[str, Any]) -> list[str]:
+    """What the default run spends on each group of its detectors that needs evidence beyond the decoding and the
+    samples (benchmarks/protocol.py's `haldet-without-GROUP` modes beside `haldet`): token positions and forward
+    calls (seeded: the same in every run), and seconds (one run each: they move with the machine)."""
+    data = stored["data"]
+    default = data["modes"]["haldet"]
+    rows = [["nothing (the default table)", "-", "-", "-", f"**{data['ratio_positions_over_decoding_alone']:.3f}**",
+             "-", f"{data['ratio_over_decoding_alone']:.3f}", f"{_n(default['wall_s'])} s"]]
+    for group, g in data["groups"].items():
+        names = ", ".join(f"`{name}`" for name in g["detectors"]) if group != "all" else "every group above"
+        rows.append([names, g["needs"], f"{g['default_spends_positions']:,}", f"{g['default_spends_calls']:,}",
+                     f"**{g['ratio_positions_over_decoding_alone']:.3f}**", _n(g["default_spends_s"]),
+                     f"{g['ratio_over_decoding_alone']:.3f}", f"{_n(g['wall_s'])} s"])
+    return [*_table(["left out", "the evidence they need", "token positions the default spends on them",
+                     "forward calls", "whole run / decoding alone, positions", "seconds the default spends on them",
+                     "whole run / decoding alone, seconds", "whole run"], rows), "",
+            f"The decoding alone (`haldet-separate`'s generate + sample less its token pass): "
+            f"{data['decoding_alone_positions']:,} positions, {_n(data['decoding_alone_s'])} s."]
+
+
 def speed_peers(stored: dict[str, Any]) -> list[str]:
     data = stored["data"]
     h = data["contenders"]["haldet"]
@@ -285,7 +305,8 @@ def transcribed(stored: dict[str, Any]) -> list[str]:
 RENDER: dict[str, Callable[[dict[str, Any]], list[str]]] = {
     "scale-report": scale_report, "scale-flow": scale_flow, "scale-model": scale_model,
     "speed-generation": speed_generation, "speed-long-inputs": speed_long_inputs, "speed-protocol": speed_protocol,
-    "speed-protocol-detectors": speed_protocol_detectors, "speed-peers": speed_peers, "speed-gpu": speed_gpu}
+    "speed-protocol-detectors": speed_protocol_detectors, "speed-protocol-groups": speed_protocol_groups,
+    "speed-peers": speed_peers, "speed-gpu": speed_gpu}
 
 
 def render(name: str, file: str) -> str:

@@ -69,3 +69,29 @@ def test_runs_named_by_mode_and_length_are_compared_with_their_own_stored_run() 
     assert results.drift(stored, {"results": [{"mode": "after", "length": 1024, "items": 2, "cpu_s": 16.0}]}) == []
     moved = results.drift(stored, {"results": [{"mode": "after", "length": 8192, "items": 2, "cpu_s": 400.0}]})
     assert moved == ["results[mode=after,length=8192].cpu_s: stored 190.0, now 400.0 (+111%; noise ±30%)"]
+
+
+def test_protocol_groups_cost_the_default_less_the_mode_without_them() -> None:
+    """benchmarks/protocol.py's `haldet-without-GROUP` modes: the detectors they leave out are the group's (all of
+    them for `all`, an unknown group is refused), and a group's cost is the default's run less the mode's, in
+    seconds (the sample stage, the same work in both, left out), positions and calls, with the mode's ratios over
+    the decoding alone."""
+    protocol = load("protocol")
+    assert protocol.left_out("haldet") == () and protocol.left_out("haldet-without-prompt_free") == ("pmi", "cpmi")
+    everything = protocol.left_out("haldet-without-all")
+    assert set(everything) == {name for names, _ in protocol.GROUPS.values() for name in names}
+    assert "icr_probe" in everything and "perplexity" not in everything
+    with pytest.raises(SystemExit, match="unknown mode"):
+        protocol.left_out("haldet-without-nothing")
+    modes = {"haldet": {"wall_s": 100.0, "stage_wall_s": {"sample": 50.0},
+                        "model_positions": {"generate": 120, "sample": 80},
+                        "model_calls": {"generate": 30, "sample": 20}},
+             "haldet-without-icr": {"wall_s": 92.5, "stage_wall_s": {"sample": 48.0},  # samples 2 s faster: 50 - 44.5
+                                    "model_positions": {"generate": 110, "sample": 80},
+                                    "model_calls": {"generate": 24, "sample": 20}}}
+    groups = protocol.group_costs(modes, decoding_alone=80.0, floor=160)
+    assert list(groups) == ["icr"]
+    assert groups["icr"] == {"detectors": ["icr_probe"], "wall_s": 92.5, "needs": protocol.GROUPS["icr"][1],
+                             "default_spends_s": 5.5, "default_spends_positions": 10, "default_spends_calls": 6,
+                             "ratio_positions_over_decoding_alone": 1.188,  # 190 / 160
+                             "ratio_over_decoding_alone": 1.156}  # 92.5 / 80
