@@ -189,18 +189,22 @@ def group_costs(modes: dict[str, Any], decoding_alone: float, floor: int) -> dic
     def besides_samples(r: dict[str, Any]) -> float:
         return float(r["wall_s"] - r["stage_wall_s"]["sample"])
 
+    def total(r: dict[str, Any], counted: str) -> int:
+        return int(sum(r[counted].values()))
+
     out = {}
     for mode, r in modes.items():
-        if mode.startswith(WITHOUT):
-            out[mode[len(WITHOUT):]] = {
-                "detectors": list(left_out(mode)), "wall_s": r["wall_s"],
-                "needs": GROUPS[mode[len(WITHOUT):]][1] if mode[len(WITHOUT):] in GROUPS else "all of the above",
-                "default_spends_s": round(besides_samples(default) - besides_samples(r), 2),
-                "default_spends_positions": sum(default["model_positions"].values()) - sum(
-                    r["model_positions"].values()),
-                "default_spends_calls": sum(default["model_calls"].values()) - sum(r["model_calls"].values()),
-                "ratio_positions_over_decoding_alone": round(sum(r["model_positions"].values()) / floor, 3),
-                "ratio_over_decoding_alone": round(r["wall_s"] / decoding_alone, 3)}
+        if not mode.startswith(WITHOUT):
+            continue
+        group = mode[len(WITHOUT):]
+        out[group] = {
+            "detectors": list(left_out(mode)), "wall_s": r["wall_s"],
+            "needs": GROUPS[group][1] if group in GROUPS else "all of the above",
+            "default_spends_s": round(besides_samples(default) - besides_samples(r), 2),
+            "default_spends_positions": total(default, "model_positions") - total(r, "model_positions"),
+            "default_spends_calls": total(default, "model_calls") - total(r, "model_calls"),
+            "ratio_positions_over_decoding_alone": round(total(r, "model_positions") / floor, 3),
+            "ratio_over_decoding_alone": round(r["wall_s"] / decoding_alone, 3)}
     return out
 
 

@@ -86,12 +86,13 @@ def test_protocol_groups_cost_the_default_less_the_mode_without_them() -> None:
     modes = {"haldet": {"wall_s": 100.0, "stage_wall_s": {"sample": 50.0},
                         "model_positions": {"generate": 120, "sample": 80},
                         "model_calls": {"generate": 30, "sample": 20}},
-             "haldet-without-icr": {"wall_s": 92.5, "stage_wall_s": {"sample": 48.0},  # samples 2 s faster: 50 - 44.5
+             "haldet-without-icr": {"wall_s": 92.5, "stage_wall_s": {"sample": 48.0},  # samples 2 s faster
                                     "model_positions": {"generate": 110, "sample": 80},
                                     "model_calls": {"generate": 24, "sample": 20}}}
     groups = protocol.group_costs(modes, decoding_alone=80.0, floor=160)
     assert list(groups) == ["icr"]
     assert groups["icr"] == {"detectors": ["icr_probe"], "wall_s": 92.5, "needs": protocol.GROUPS["icr"][1],
-                             "default_spends_s": 5.5, "default_spends_positions": 10, "default_spends_calls": 6,
+                             "default_spends_s": 5.5,  # (100 - 50) - (92.5 - 48), not 7.5
+                             "default_spends_positions": 10, "default_spends_calls": 6,
                              "ratio_positions_over_decoding_alone": 1.188,  # 190 / 160
                              "ratio_over_decoding_alone": 1.156}  # 92.5 / 80
