@@ -9,7 +9,8 @@ asking for the same evidence.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -324,6 +325,16 @@ class Backend:
 
     def reset_usage(self) -> None:
         """Start a new accounting period (`Capability.USAGE`); nothing to reset elsewhere."""
+
+    @contextlib.contextmanager
+    def keeping_prompts(self, keep: bool = True) -> Iterator[None]:
+        """While inside (with `keep`), greedy decoding keeps each prompt's read state, so that the samples of the
+        same prompts start from it instead of reading them again (a local model's lean loop; elsewhere nothing is
+        kept: a remote model's prompt cache is its server's)."""
+        yield
+
+    def forget_prompts(self) -> None:
+        """Drop what `keeping_prompts` kept (the samples are drawn); nothing to drop elsewhere."""
 
     def usage_report(self) -> dict[str, Any]:
         """Calls, tokens and cost since `reset_usage` (`Capability.USAGE`); empty where nothing is accounted."""

@@ -163,7 +163,9 @@ def run_cell(config: RunConfig, store: RunStore, dataset: str, model: str, progr
              f"(split {result.data['split']})", 0)
     ctx.backend.reset_usage()  # a remote model's calls and cost are reported per cell
     items = protocol.scorable(all_items, result)
-    gen_records = GenerateStage(ctx).ensure(items)
+    ctx.backend.forget_prompts()  # what an earlier cell of this model kept and never sampled
+    with ctx.backend.keeping_prompts(samples_follow(ctx)):
+        gen_records = GenerateStage(ctx).ensure(items)
     items = [item for item in items if item.id in gen_records]  # failed remote calls: no answer, not evaluated
     if not items:  # nothing to label or score: the cell ends here, its failures listed (outcome summary)
         result.error = "no item got an answer from the model (see generate.failed.jsonl)"
@@ -203,8 +205,16 @@ def run_cell(config: RunConfig, store: RunStore, dataset: str, model: str, progr
         _score_all(CellScoring(protocol, ctx, evaluated, split, unscored, result, previous, gaps), view,
                    (regime, train),
                    first_pass=r == 0)
+    ctx.backend.forget_prompts()
     result.extra_rows = protocol.extra_rows(all_items, split, result.detectors)
     return _finish(result, ctx)
+
+
+def samples_follow(ctx: CellContext) -> bool:
+    """Whether this process draws the cell's samples from its own model after the greedy answers: then the greedy
+    decoding keeps each prompt's read state for them (`Backend.keeping_prompts`)."""
+    return (ctx.sampler is None and ctx.shard_runner is None
+            and "sample" in needed_stages(ctx.signals or ()))
 
 
 @dataclass

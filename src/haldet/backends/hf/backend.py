@@ -13,8 +13,9 @@ and its KV cache repeated for the K rows. Where the weights come from is `loadin
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -105,6 +106,8 @@ class HFBackend(Backend):
         self._mergeable: bool | None = None  # `shares_heads`: the config's layers all full attention
         self.stop_ids: set[int] = set()
         self.load_seconds = 0.0
+        self._prompt_states: Any = None  # greedy prompts' read states, for their samples (`keeping_prompts`)
+        self.keeping = False
         self.tokenizer = load_tokenizer(name, load_from=load_from)
         # a reasoning model's thinking markers (haldet.backends.hf.thinking); None: whole outputs are answers
         self.markers = thinking.resolve_markers(self, reasoning)
@@ -209,6 +212,27 @@ class HFBackend(Backend):
         raise HaldetError(f"the tokenizer of {self.name} has neither a BOS nor an EOS token, so an answer cannot be "
                           "read without its prompt", where=f"model {self.name}",
                           hint="drop the pointwise mutual information detectors (pmi, cpmi) for this model")
+
+    @contextlib.contextmanager
+    def keeping_prompts(self, keep: bool = True) -> Iterator[None]:
+        self.keeping = keep and self.decoder == "haldet"
+        try:
+            yield
+        finally:
+            self.keeping = False
+
+    def forget_prompts(self) -> None:
+        if self._prompt_states is not None:
+            self._prompt_states.clear()
+
+    @property
+    def prompt_states(self) -> Any:
+        """The prompt states kept (`haldet.backends.hf.prompt_states`, made on first use: it imports torch)."""
+        if self._prompt_states is None:
+            from haldet.backends.hf.prompt_states import PromptStates
+
+            self._prompt_states = PromptStates()
+        return self._prompt_states
 
     def generate(self, prompts: list[str], *, max_new_tokens: int, batch_size: int,
                  progress: Any = None) -> list[GenOutput]:

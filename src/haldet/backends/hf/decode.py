@@ -28,6 +28,7 @@ import torch
 from haldet.backends.hf.kv_cache import mergeable
 from haldet.backends.hf.padding import padded_group
 from haldet.backends.hf.pool import Pool, Prefilled, extend, merge, prefill
+from haldet.backends.hf.prompt_states import PromptStates
 
 # choose(logits [n, V] float32, rows [n] original row indices) -> chosen token ids [n]
 Chooser = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -81,7 +82,8 @@ def decode(model: Any, seqs: Sequence[Sequence[int]], *, max_new_tokens: int, st
            on_prompt_done: Callable[[int], None] | None = None, hidden_layer: int | None = None,
            hidden_pooling: str = "mean", tails: Sequence[Sequence[Sequence[int]]] | None = None,
            on_first: Callable[[torch.Tensor, torch.Tensor], None] | None = None,
-           reader: Reader | None = None) -> Decoded:
+           reader: Reader | None = None, keep_into: PromptStates | None = None,
+           take_from: PromptStates | None = None) -> Decoded:
     """Decode each prompt (token ids) for at most `max_new_tokens` steps; `repeat` rows per prompt (row
     `i * repeat + j` is copy j of prompt i: the K samples share the prompt's prefill, and its logits).
 
@@ -105,6 +107,8 @@ def decode(model: Any, seqs: Sequence[Sequence[int]], *, max_new_tokens: int, st
     (`rode`): a decoding step of a small model costs mostly the same with a few rows more, so replies decoded
     beside the answers cost a fraction of the steps they would take alone. They do not count against `pool_rows`
     (their caches waited in memory before boarding too).
+    `keep_into` keeps each prompt's read state (`PromptStates.keep`: the greedy answers' prompts, for their samples);
+    a group of prompts all kept in `take_from` starts from those states instead of being read again (the samples).
     Call under `torch.inference_mode()`.
     """
     n_rows = len(seqs) * repeat
@@ -138,8 +142,12 @@ def decode(model: Any, seqs: Sequence[Sequence[int]], *, max_new_tokens: int, st
         group = seqs[first : first + count]
         group_tails = [tail for per_prompt in tails[first : first + count] for tail in per_prompt] if tails else []
         room = max((len(t) for t in group_tails), default=0) + max_new_tokens
-        state = prefill(model, group, capacity=max(len(s) for s in group) + room,
-                        pad_id=pad_id, share_prefix=share_prefix, states=reader is not None)
+        state = take_from.take(group, room) if take_from is not None and reader is None and can_merge else None
+        if state is None:
+            state = prefill(model, group, capacity=max(len(s) for s in group) + room,
+                            pad_id=pad_id, share_prefix=share_prefix, states=reader is not None)
+            if keep_into is not None and can_merge:
+                keep_into.keep(group, state)
         if reader is not None:
             reader.admitted(torch.arange(first * repeat, (first + count) * repeat, device=model.device), state)
         cache, mask, last_pos, logits = state.cache, state.mask, state.last_pos, state.logits

@@ -33,7 +33,8 @@ def generate_until(backend: DecodingModel, prompts: list[str], until: Callable[[
                      stop_ids=sorted(backend.stop_ids), pad_id=backend.tokenizer.pad_token_id,
                      row_done=backend.until_done(until) if until is not None else None,
                      prefill_batch=batch_size, pool_rows=backend.pool_rows(encoded, max_new_tokens),
-                     on_prompt_done=(lambda _: progress(1)) if progress is not None else None)
+                     on_prompt_done=(lambda _: progress(1)) if progress is not None else None,
+                     keep_into=backend.prompt_states if backend.keeping else None)
     for row, item in enumerate(order):
         results[item] = backend.finish_until(out.tokens[row], out.logprobs[row], until)
     return [r for r in results if r is not None]
@@ -61,7 +62,7 @@ def sample(backend: DecodingModel, prompts: list[str], *, k: int, temperature: f
                      pool_rows=max(backend.pool_rows(encoded, max_new_tokens), k),
                      on_prompt_done=(lambda _: progress(1)) if progress is not None else None,
                      hidden_layer=layer_index(hidden[0], backend.layer_count() + 1) if hidden else None,
-                     hidden_pooling=hidden[1] if hidden else "mean")
+                     hidden_pooling=hidden[1] if hidden else "mean", take_from=backend.prompt_states)
     for pos, item in enumerate(order):
         rows = range(pos * k, (pos + 1) * k)
         outs = [backend.finish(out.tokens[r], out.logprobs[r]) for r in rows]
@@ -127,7 +128,7 @@ def generate_with_evidence(backend: DecodingModel, prompts: list[str], request: 
         out = decode(backend.model, [encoded[i] for i in order], max_new_tokens=max_new_tokens,
                      stop_ids=sorted(backend.stop_ids), pad_id=backend.tokenizer.pad_token_id, prefill_batch=batch_size,
                      pool_rows=rows, on_prompt_done=(lambda _: progress(1)) if progress is not None else None,
-                     reader=reader)
+                     reader=reader, keep_into=backend.prompt_states if backend.keeping else None)
         reader.flush()
     answers: list[GenOutput | None] = [None] * len(prompts)
     evidence: list[AnswerEvidence | None] = [None] * len(prompts)

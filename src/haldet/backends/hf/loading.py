@@ -56,6 +56,8 @@ class DecodingModel(LoadedModel, Protocol):
     """What the two decoders (`lean`, `reference`) read of the `hf` backend besides a teacher-forced pass's needs."""
 
     stop_ids: set[int]
+    prompt_states: Any  # greedy prompts' read states, kept for their samples (`prompt_states.PromptStates`)
+    keeping: bool  # whether greedy decoding keeps them now (`keeping_prompts`)
 
     def encode_prompt(self, prompt: str) -> list[int]: ...
 
