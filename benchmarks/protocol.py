@@ -25,7 +25,10 @@ one group of `GROUPS` left out (those that need one kind of evidence beyond the 
 prompt states, the statements after each answer, the follow-up questions, the prompt-free pass, the pooled hidden
 states; `haldet-without-all` leaves every group out). Beside `haldet` and `haldet-separate`, `groups` then says
 per group the seconds and token positions the default spends on it (the default's whole run less the mode's) and
-the ratio over the decoding alone without it. Prints JSON. Usage:
+the ratio over the decoding alone without it. A mode `haldet-reread` runs the default with the samples reading
+their prompts again (no `PromptStates` kept by the greedy decoding); beside `haldet`, `reread` then says what
+starting the samples from the greedy answers' read prompts saves (sample stage seconds, token positions, calls).
+Prints JSON. Usage:
   python benchmarks/protocol.py [--n 50] [--modes transformers,haldet-separate,haldet] [--threads N] [--repeat R]
                                 [--store NAME] [--check NAME]
   python benchmarks/protocol.py --modes haldet-separate,haldet,haldet-without-icr,...,haldet-without-all
@@ -66,6 +69,8 @@ GROUPS = {
                       "pooled hidden states of prompt and answer, and their trainings"),
 }
 WITHOUT = "haldet-without-"
+REREAD = "haldet-reread"  # the default with the samples reading their prompts again
+MODES = ("transformers", "haldet-separate", "haldet", REREAD)
 
 
 def left_out(mode: str) -> tuple[str, ...]:
@@ -114,10 +119,11 @@ class Positions:
 def run_mode(decoder: str, n: int, max_new_tokens: int | None, root: Path) -> dict[str, Any]:
     import haldet as pipeline
     import haldet.backends.hf.backend as hf_backend
+    import haldet.flow.cell as cell_flow
     import haldet.stages.base as stage_base
 
     overrides: dict[str, Any] = {"limit": n, "decoder": "transformers" if decoder == "transformers" else "haldet",
-                                 "evidence_in_decoding": decoder == "haldet" or decoder.startswith(WITHOUT)}
+                                 "evidence_in_decoding": decoder in ("haldet", REREAD) or decoder.startswith(WITHOUT)}
     if left_out(decoder):
         overrides["detectors"] = [name for name in RunConfig().detectors if name not in left_out(decoder)]
     if max_new_tokens is not None:
@@ -150,9 +156,12 @@ def run_mode(decoder: str, n: int, max_new_tokens: int | None, root: Path) -> di
         positions.hook(loaded)
         return loaded
 
+    real_follow = cell_flow.samples_follow
     generate_stage.run_token_pass = timed_pass
     stage_base.Stage._compute_missing = compute_missing
     hf_backend.HFBackend.model = property(model)
+    if decoder == REREAD:
+        cell_flow.samples_follow = lambda ctx: False
     wall, cpu = time.perf_counter(), time.process_time()
     try:
         _, cells = pipeline.run(config, root / decoder)
@@ -160,6 +169,7 @@ def run_mode(decoder: str, n: int, max_new_tokens: int | None, root: Path) -> di
         generate_stage.run_token_pass = real_pass
         stage_base.Stage._compute_missing = real_compute
         hf_backend.HFBackend.model = real_model
+        cell_flow.samples_follow = real_follow
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
     cell = cells[0]
     if cell.error:
@@ -208,6 +218,15 @@ def group_costs(modes: dict[str, Any], decoding_alone: float, floor: int) -> dic
     return out
 
 
+def reread_costs(default: dict[str, Any], reread: dict[str, Any]) -> dict[str, Any]:
+    """What the samples' reading their prompts again costs: the `haldet-reread` run less the default's, in the
+    sample stage's seconds, token positions and forward calls, and in the whole run."""
+    return {"sample_s": round(reread["stage_wall_s"]["sample"] - default["stage_wall_s"]["sample"], 2),
+            "sample_positions": reread["model_positions"]["sample"] - default["model_positions"]["sample"],
+            "sample_calls": reread["model_calls"]["sample"] - default["model_calls"]["sample"],
+            "wall_s": round(reread["wall_s"] - default["wall_s"], 2)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--n", type=int, default=50)
@@ -226,8 +245,8 @@ def main() -> None:
                               "loadavg_before": [round(x, 2) for x in os.getloadavg()], "modes": {}}
     runs: dict[str, list[dict[str, Any]]] = {decoder: [] for decoder in args.modes.split(",")}
     for mode in runs:  # an unknown mode fails before any run, not after the first ones
-        if mode not in ("transformers", "haldet-separate", "haldet") and not left_out(mode):
-            raise SystemExit(f"unknown mode {mode!r}: transformers, haldet-separate, haldet or {WITHOUT}GROUP")
+        if mode not in MODES and not left_out(mode):
+            raise SystemExit(f"unknown mode {mode!r}: {', '.join(MODES)} or {WITHOUT}GROUP")
     for attempt in range(args.repeat):
         for decoder, done in runs.items():
             with tempfile.TemporaryDirectory() as tmp:
@@ -262,6 +281,8 @@ def main() -> None:
         report["speedup_cpu"] = round(before["cpu_s"] / after["cpu_s"], 2)
         report["stage_speedup_wall"] = {s: round(before["stage_wall_s"][s] / after["stage_wall_s"][s], 2)
                                         for s in STAGES if after["stage_wall_s"][s] > 0}
+    if "haldet" in modes and REREAD in modes:
+        report["reread"] = reread_costs(modes["haldet"], modes[REREAD])
     if "haldet" in modes and "decoding_alone_positions" in report:
         report["groups"] = group_costs(modes, report["decoding_alone_s"], report["decoding_alone_positions"])
     print(json.dumps(report, indent=2))

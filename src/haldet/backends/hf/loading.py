@@ -56,8 +56,10 @@ class DecodingModel(LoadedModel, Protocol):
     """What the two decoders (`lean`, `reference`) read of the `hf` backend besides a teacher-forced pass's needs."""
 
     stop_ids: set[int]
-    prompt_states: Any  # greedy prompts' read states, kept for their samples (`prompt_states.PromptStates`)
-    keeping: bool  # whether greedy decoding keeps them now (`keeping_prompts`)
+    keeping: bool  # whether greedy decoding keeps each prompt's read state now (`keeping_prompts`)
+
+    @property
+    def prompt_states(self) -> Any: ...
 
     def encode_prompt(self, prompt: str) -> list[int]: ...
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+
 import torch
 
 from haldet.backends.hf.kv_cache import copy_rows, rebuilt
@@ -42,20 +43,24 @@ class PromptStates:
 
     def keep(self, seqs: Sequence[Sequence[int]], state: Prefilled) -> None:
         """Copy each row of a fresh prefill (`pool.prefill`, rows in the order of `seqs`) while the budget lasts."""
+        per_column = sum(2 * layer.keys.shape[1] * layer.keys.shape[3] * layer.keys.element_size()
+                         for layer in state.cache.layers)  # keys and values of one token, every layer
         for row, seq in enumerate(seqs):
             key = tuple(seq)
-            if key in self.kept:
-                continue
             columns = state.mask[row].bool().nonzero().flatten()  # its prompt's columns (a shared prefix, its rest)
-            cache = rebuilt(state.cache, lambda filled, r=row, c=columns: filled[r : r + 1, :, c], 0)
-            nbytes = sum(t.numel() * t.element_size() for layer in cache.layers for t in (layer.keys, layer.values))
-            if self.used + nbytes > self.budget:
-                return
+            nbytes = per_column * len(columns)
+            if key in self.kept or self.used + nbytes > self.budget:
+                continue
+
+            def own(filled: torch.Tensor, r: int = row, c: torch.Tensor = columns) -> torch.Tensor:
+                return filled[r : r + 1, :, c]
+
+            cache = rebuilt(state.cache, own, 0)
             self.used += nbytes
-            own = Prefilled(cache=cache, mask=torch.ones((1, len(columns)), dtype=state.mask.dtype,
-                                                         device=state.mask.device),
-                            last_pos=state.last_pos[row : row + 1].clone(), logits=torch.empty(0))
-            self.kept[key] = _Kept(state=own, logits=state.logits[row : row + 1].clone(), nbytes=nbytes)
+            alone = Prefilled(cache=cache, mask=torch.ones((1, len(columns)), dtype=state.mask.dtype,
+                                                           device=state.mask.device),
+                              last_pos=state.last_pos[row : row + 1].clone(), logits=torch.empty(0))
+            self.kept[key] = _Kept(state=alone, logits=state.logits[row : row + 1].clone(), nbytes=nbytes)
 
     def take(self, seqs: Sequence[Sequence[int]], room: int) -> Prefilled | None:
         """The read state of every prompt of `seqs` as one (left-padded to the longest, `room` free positions after
