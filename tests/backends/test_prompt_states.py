@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from haldet.backends.hf.backend import HFBackend
+from haldet.backends.hf.pool import rows_joined
 from haldet.backends.hf.prompt_states import PromptStates
 
 QUESTIONS = ["What is the capital of France?", "Who wrote the play Hamlet?",
@@ -58,9 +59,9 @@ def test_samples_from_kept_prompts_equal_samples_read_afresh(backend, prompts, a
 def test_a_kept_state_is_what_the_samples_read(backend, prompts, afresh):
     """Negative control: a kept prompt's cache damaged on purpose changes its samples (the state is really read)."""
     _keep(backend, prompts)
-    damaged = backend.prompt_states.kept[tuple(backend.encode_prompt(prompts[0]))]
+    damaged, _ = backend.prompt_states.kept[tuple(backend.encode_prompt(prompts[0]))]
     with torch.inference_mode():
-        for layer in damaged.state.cache.layers:
+        for layer in damaged.cache.layers:
             layer.keys.mul_(0.0)
     reused = backend.sample(prompts, **SAMPLING)
     assert _tokens(reused)[0] != _tokens(afresh)[0]
@@ -71,27 +72,27 @@ def test_nothing_is_kept_outside_keeping_prompts_or_past_the_budget(backend, pro
     backend.forget_prompts()
     backend.generate(prompts, max_new_tokens=4, batch_size=2)
     assert len(backend.prompt_states) == 0
-    one = PromptStates()
     _keep(backend, prompts[:1])
     one_prompt = backend.prompt_states.used
     backend.forget_prompts()
     small = PromptStates(budget=2 * one_prompt)  # room for about two prompts of this length
-    backend._prompt_states, before = small, backend._prompt_states
+    backend.prompt_states, before = small, backend.prompt_states
     try:
         _keep(backend, prompts)
         assert 0 < len(small) < len(prompts) and small.used <= small.budget
     finally:
-        backend._prompt_states = before
-    assert len(one) == 0
+        backend.prompt_states = before
 
 
 def test_take_gives_nothing_unless_every_prompt_is_kept(backend, prompts):
     backend.forget_prompts()
     _keep(backend, prompts[:2])
     states = backend.prompt_states
-    ids = [backend.encode_prompt(p) for p in prompts[:3]]
-    assert states.take(ids, room=4) is None and len(states) == 2  # the third is missing: nothing taken
-    state = states.take(ids[:2], room=4)
-    assert state is not None and state.logits.shape[0] == 2 and len(states) == 0
+    ids = [tuple(backend.encode_prompt(p)) for p in prompts[:3]]
+    assert states.take(ids) is None and len(states) == 2  # the third is missing: nothing taken
+    assert states.take([ids[0], ids[0]]) is None and len(states) == 2  # a prompt twice: read again
+    state = rows_joined(states.take(ids[:2]), room=4)
+    assert len(states) == 0 and states.used == 0
+    assert state.logits.shape[0] == 2 and torch.isfinite(state.logits).all()
     assert state.mask.sum(dim=-1).tolist() == [len(ids[0]), len(ids[1])]  # each row holds its own prompt
-    assert torch.isfinite(state.logits).all()
+    assert state.last_pos.tolist() == [len(ids[0]) - 1, len(ids[1]) - 1]

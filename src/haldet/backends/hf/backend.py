@@ -6,7 +6,8 @@ batch wastes little compute on padding; outputs are returned in input order. Dec
 (`reference`).
 Sampling draws K answers per prompt over K rows per prompt, each row with its own seeded generator
 (`haldet.backends.hf.sampling`), so samples are reproducible whatever the batch composition; the prompt is read once
-and its KV cache repeated for the K rows. Where the weights come from is `loading`; the teacher-forced passes are
+and its KV cache repeated for the K rows (not read at all when the greedy decoding kept its state: `keeping_prompts`,
+`prompt_states`). Where the weights come from is `loading`; the teacher-forced passes are
 `forward` (hidden states, ICR) and `tokens` (token-level evidence); evidence read while decoding is
 `answer_reader`. Those modules take this backend as an argument and never import this one.
 """
@@ -49,6 +50,7 @@ from haldet.backends.hf.loading import (
     resolve_model_path,
 )
 from haldet.backends.hf.pool_budget import rows_within_budget
+from haldet.backends.hf.prompt_states import PromptStates
 from haldet.backends.hf.redeep import redeep_features
 from haldet.config import HFModelConfig
 from haldet.errors import HaldetError
@@ -106,7 +108,7 @@ class HFBackend(Backend):
         self._mergeable: bool | None = None  # `shares_heads`: the config's layers all full attention
         self.stop_ids: set[int] = set()
         self.load_seconds = 0.0
-        self._prompt_states: Any = None  # greedy prompts' read states, for their samples (`keeping_prompts`)
+        self.prompt_states = PromptStates()  # greedy prompts' read states, for their samples (`keeping_prompts`)
         self.keeping = False
         self.tokenizer = load_tokenizer(name, load_from=load_from)
         # a reasoning model's thinking markers (haldet.backends.hf.thinking); None: whole outputs are answers
@@ -222,17 +224,7 @@ class HFBackend(Backend):
             self.keeping = False
 
     def forget_prompts(self) -> None:
-        if self._prompt_states is not None:
-            self._prompt_states.clear()
-
-    @property
-    def prompt_states(self) -> Any:
-        """The prompt states kept (`haldet.backends.hf.prompt_states`, made on first use: it imports torch)."""
-        if self._prompt_states is None:
-            from haldet.backends.hf.prompt_states import PromptStates
-
-            self._prompt_states = PromptStates()
-        return self._prompt_states
+        self.prompt_states.clear()
 
     def generate(self, prompts: list[str], *, max_new_tokens: int, batch_size: int,
                  progress: Any = None) -> list[GenOutput]:

@@ -18,6 +18,7 @@ This module is the loop; the cache it writes is `kv_cache`, its rows and their m
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
@@ -27,7 +28,7 @@ import torch
 
 from haldet.backends.hf.kv_cache import mergeable
 from haldet.backends.hf.padding import padded_group
-from haldet.backends.hf.pool import Pool, Prefilled, extend, merge, prefill
+from haldet.backends.hf.pool import Pool, Prefilled, column_bytes, extend, merge, prefill, row_alone, rows_joined
 from haldet.backends.hf.prompt_states import PromptStates
 
 # choose(logits [n, V] float32, rows [n] original row indices) -> chosen token ids [n]
@@ -74,6 +75,13 @@ class Reader(Protocol):
 
     def finish_branches(self) -> None:
         """No answer row will end any more: read what waits for more rows now (its replies then board)."""
+
+
+def keep(states: PromptStates, seqs: Sequence[Sequence[int]], state: Prefilled) -> None:
+    """Keep each prompt's row of a fresh prefill in `states` while their budget lasts (copied: decoding writes on)."""
+    per_column = column_bytes(state.cache)
+    for row, seq in enumerate(seqs):
+        states.keep(tuple(seq), per_column * int(state.mask[row].sum()), functools.partial(row_alone, state, row))
 
 
 def decode(model: Any, seqs: Sequence[Sequence[int]], *, max_new_tokens: int, stop_ids: Sequence[int],
@@ -142,12 +150,14 @@ def decode(model: Any, seqs: Sequence[Sequence[int]], *, max_new_tokens: int, st
         group = seqs[first : first + count]
         group_tails = [tail for per_prompt in tails[first : first + count] for tail in per_prompt] if tails else []
         room = max((len(t) for t in group_tails), default=0) + max_new_tokens
-        state = take_from.take(group, room) if take_from is not None and reader is None and can_merge else None
-        if state is None:
+        kept = take_from.take([tuple(s) for s in group]) if take_from is not None and can_merge else None
+        if kept is not None:  # every prompt of the group was read by the greedy decoding: start from its state
+            state = rows_joined(kept, room)
+        else:
             state = prefill(model, group, capacity=max(len(s) for s in group) + room,
                             pad_id=pad_id, share_prefix=share_prefix, states=reader is not None)
             if keep_into is not None and can_merge:
-                keep_into.keep(group, state)
+                keep(keep_into, group, state)
         if reader is not None:
             reader.admitted(torch.arange(first * repeat, (first + count) * repeat, device=model.device), state)
         cache, mask, last_pos, logits = state.cache, state.mask, state.last_pos, state.logits

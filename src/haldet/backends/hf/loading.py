@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from haldet.backends.base import GenOutput
+from haldet.backends.hf.prompt_states import PromptStates
 from haldet.errors import HaldetError
 from haldet.util.assets import MODEL_ALIASES, cache_dir, check_alias, file_sha256
 
@@ -57,9 +58,7 @@ class DecodingModel(LoadedModel, Protocol):
 
     stop_ids: set[int]
     keeping: bool  # whether greedy decoding keeps each prompt's read state now (`keeping_prompts`)
-
-    @property
-    def prompt_states(self) -> Any: ...
+    prompt_states: PromptStates
 
     def encode_prompt(self, prompt: str) -> list[int]: ...
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from haldet.backends.hf.kv_cache import all_growing, cache_arg, growing_cache, rebuilt
+from haldet.backends.hf.kv_cache import all_growing, cache_arg, copy_rows, growing_cache, rebuilt
 
 
 def common_prefix(seqs: Sequence[Sequence[int]]) -> int:
@@ -225,3 +225,35 @@ def joined(states: Sequence[Prefilled], room: int) -> Prefilled:
     pool = merge(parts, room=room)
     assert pool is not None  # every row is live
     return Prefilled(cache=pool.cache, mask=pool.mask, last_pos=pool.last_pos, logits=torch.empty(0))
+
+
+def column_bytes(cache: Any) -> int:
+    """Memory of one cache column: every layer's key and value of one token in one row."""
+    return sum(2 * layer.keys.shape[1] * layer.keys.shape[3] * layer.keys.element_size() for layer in cache.layers)
+
+
+def row_alone(state: Prefilled, row: int) -> Prefilled:
+    """Row `row` of a fresh prefill as a state of its own (`prompt_states`): its prompt's columns (a shared prefix
+    and its rest, without the padding between them) copied into a cache with no room after them, and its
+    first-token logits ([1, V])."""
+    columns = state.mask[row].bool().nonzero().flatten()
+
+    def own(filled: torch.Tensor) -> torch.Tensor:
+        return filled[row : row + 1, :, columns]
+
+    return Prefilled(cache=rebuilt(state.cache, own, 0),
+                     mask=torch.ones((1, len(columns)), dtype=state.mask.dtype, device=state.mask.device),
+                     last_pos=state.last_pos[row : row + 1].clone(), logits=state.logits[row : row + 1].clone())
+
+
+def rows_joined(states: Sequence[Prefilled], room: int) -> Prefilled:
+    """States of single rows (`row_alone`) as one prefill: left-padded to the longest, `room` free positions after
+    it, their first-token logits stacked. The states are consumed."""
+    logits = torch.cat([s.logits for s in states])
+    if len(states) == 1:  # `joined` returns a single state as it is: this one has no room
+        only = states[0]
+        return Prefilled(cache=copy_rows(only.cache, None, only.mask.shape[1], room), mask=only.mask,
+                         last_pos=only.last_pos, logits=logits)
+    state = joined(states, room)
+    state.logits = logits
+    return state
