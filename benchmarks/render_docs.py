@@ -117,7 +117,8 @@ def scale_model(stored: dict[str, Any]) -> list[str]:
 
 
 MODE_NAMES = {"transformers": "`transformers`", "haldet-separate": "`haldet-separate` (`evidence_in_decoding: false`)",
-              "haldet": "`haldet` (default)"}
+              "haldet": "`haldet` (default)",
+              "haldet-reread": "`haldet-reread` (the default, samples reading their prompts again)"}
 
 
 def speed_protocol(stored: dict[str, Any]) -> list[str]:
@@ -126,7 +127,7 @@ def speed_protocol(stored: dict[str, Any]) -> list[str]:
     for mode, r in data["modes"].items():
         st = r["stage_wall_s"]
         token_pass = r.get("token_pass_s") or 0.0
-        generate = _n(st["generate"]) + (" (with the evidence)" if mode == "haldet" else
+        generate = _n(st["generate"]) + (" (with the evidence)" if mode in ("haldet", "haldet-reread") else
                                          f" (token pass {_n(token_pass)})" if token_pass else "")
         rows.append([MODE_NAMES.get(mode, mode), f"{_n(r['wall_s'])} s", _n(r["cpu_s"]), generate, _n(st["sample"]),
                      _n(st["auxiliary"]) if st["auxiliary"] else "-", _n(st["features"]) if st["features"] else "-",
@@ -151,6 +152,10 @@ def speed_protocol(stored: dict[str, Any]) -> list[str]:
         lines += ["", f"Token positions the model computes (rows x width of its forward calls, padding included) "
                       f"per stage, {per_mode}. The default's over the decoding alone's "
                       f"({data['decoding_alone_positions']:,}): **{data['ratio_positions_over_decoding_alone']:.3f}**."]
+    if (reread := data.get("reread")) is not None:
+        lines += ["", f"Reading the samples' prompts again (`haldet-reread` less `haldet`) costs the sample stage "
+                      f"{_n(reread['sample_s'])} s, {reread['sample_positions']:,} token positions and "
+                      f"{reread['sample_calls']:,} forward calls more, and the whole run {_n(reread['wall_s'])} s."]
     return lines
 
 

@@ -96,3 +96,18 @@ def test_protocol_groups_cost_the_default_less_the_mode_without_them() -> None:
                              "default_spends_positions": 10, "default_spends_calls": 6,
                              "ratio_positions_over_decoding_alone": 1.188,  # 190 / 160
                              "ratio_over_decoding_alone": 1.156}  # 92.5 / 80
+
+
+def test_protocol_reread_costs_the_reread_run_less_the_default() -> None:
+    """benchmarks/protocol.py's `haldet-reread` mode (the samples read their prompts again) beside `haldet`: what
+    starting the samples from the greedy answers' read prompts saves, and the rendered sentence says it."""
+    protocol, render = load("protocol"), load("render_docs")
+    default = {"wall_s": 80.0, "stage_wall_s": {"sample": 36.5}, "model_positions": {"generate": 120, "sample": 90},
+               "model_calls": {"generate": 30, "sample": 150}}
+    reread = {"wall_s": 86.25, "stage_wall_s": {"sample": 42.0}, "model_positions": {"generate": 120, "sample": 160},
+              "model_calls": {"generate": 30, "sample": 170}}
+    costs = protocol.reread_costs(default, reread)
+    assert costs == {"sample_s": 5.5, "sample_positions": 70, "sample_calls": 20, "wall_s": 6.25}
+    assert protocol.REREAD in protocol.MODES
+    rendered = "\n".join(render.speed_protocol({"data": {"modes": {}, "reread": costs}}))
+    assert "5.5 s, 70 token positions and 20 forward calls more, and the whole run 6.2" in rendered
