@@ -125,17 +125,23 @@ def copy_rows(cache: Any, index: torch.Tensor | None, width: int, room: int) -> 
     return rebuilt(cache, lambda filled: (filled if index is None else filled[index])[:, :, :width], room)
 
 
-def rebuilt(cache: Any, take: Callable[[torch.Tensor], torch.Tensor], room: int) -> Any:
+def rebuilt(cache: Any, take: Callable[[torch.Tensor], torch.Tensor], room: int, *, one_block: bool = False) -> Any:
     """A copy of `cache` whose every layer holds `take(keys)` and `take(values)` ([rows, heads, columns, dim]) in
-    buffers of its own, with `room` free positions after them."""
+    buffers of its own, with `room` free positions after them. `one_block`: every buffer a view of one allocation
+    (layers of one shape), freed whole once no layer holds it: a long-kept copy of a few rows then leaves no heap
+    of small freed pieces behind (`prompt_states`)."""
     copied = copy.copy(cache)
     copied.layers = []
-    for layer in cache.layers:
+    block: torch.Tensor | None = None
+    for li, layer in enumerate(cache.layers):
         new = copy.copy(layer)
         buffers = []
-        for filled in (layer.keys, layer.values):
+        for vi, filled in enumerate((layer.keys, layer.values)):
             rows = take(filled)
-            buffer = rows.new_empty((*rows.shape[:2], rows.shape[2] + room, rows.shape[3]))
+            shape = (*rows.shape[:2], rows.shape[2] + room, rows.shape[3])
+            if one_block and block is None:
+                block = rows.new_empty((len(cache.layers), 2, *shape))
+            buffer = block[li, vi] if block is not None and block.shape[2:] == shape else rows.new_empty(shape)
             buffer[:, :, : rows.shape[2]] = rows
             buffers.append(buffer)
         new.adopt(buffers[0], buffers[1], buffers[0].shape[2] - room)

@@ -241,7 +241,7 @@ def row_alone(state: Prefilled, row: int) -> Prefilled:
     def own(filled: torch.Tensor) -> torch.Tensor:
         return filled[row : row + 1, :, columns]
 
-    return Prefilled(cache=rebuilt(state.cache, own, 0),
+    return Prefilled(cache=rebuilt(state.cache, own, 0, one_block=True),
                      mask=torch.ones((1, len(columns)), dtype=state.mask.dtype, device=state.mask.device),
                      last_pos=state.last_pos[row : row + 1].clone(), logits=state.logits[row : row + 1].clone())
 
