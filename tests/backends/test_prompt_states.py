@@ -38,8 +38,8 @@ def _tokens(outs: list[list]) -> list[list[list[int]]]:
 
 
 def _keep(backend: HFBackend, prompts: list[str]) -> None:
-    with backend.keeping_prompts():
-        backend.generate(prompts, max_new_tokens=8, batch_size=2)  # greedy prompts read two at a time
+    with backend.keeping_prompts():  # greedy prompts read three at a time, the samples' two at a time: the kept
+        backend.generate(prompts, max_new_tokens=8, batch_size=3)  # rows are joined in other groups than read
 
 
 def test_samples_from_kept_prompts_equal_samples_read_afresh(backend, prompts, afresh):

@@ -163,7 +163,7 @@ def run_cell(config: RunConfig, store: RunStore, dataset: str, model: str, progr
              f"(split {result.data['split']})", 0)
     ctx.backend.reset_usage()  # a remote model's calls and cost are reported per cell
     items = protocol.scorable(all_items, result)
-    ctx.backend.forget_prompts()  # what an earlier cell of this model kept and never sampled
+    ctx.backend.forget_prompts()  # what an earlier cell of this model kept if it ended by an error
     with ctx.backend.keeping_prompts(samples_follow(ctx)):
         gen_records = GenerateStage(ctx).ensure(items)
     items = [item for item in items if item.id in gen_records]  # failed remote calls: no answer, not evaluated
@@ -205,7 +205,6 @@ def run_cell(config: RunConfig, store: RunStore, dataset: str, model: str, progr
         _score_all(CellScoring(protocol, ctx, evaluated, split, unscored, result, previous, gaps), view,
                    (regime, train),
                    first_pass=r == 0)
-    ctx.backend.forget_prompts()
     result.extra_rows = protocol.extra_rows(all_items, split, result.detectors)
     return _finish(result, ctx)
 
@@ -267,6 +266,7 @@ def _score_all(cs: CellScoring, view: SignalView, train_labels: tuple[str, dict[
 
 
 def _finish(result: CellResult, ctx: CellContext) -> CellResult:
+    ctx.backend.forget_prompts()  # greedy prompts kept for samples (every way out of the cell: none are drawn now)
     result.timings = dict(ctx.timings)
     result.counts = dict(ctx.counts)
     if Capability.USAGE in ctx.backend.capabilities:  # a remote target model: calls, tokens, cost, breaker state
