@@ -14,7 +14,9 @@ decoding, nothing else in it; `ratio_over_decoding_alone_own_samples` puts `hald
 denominator (the same work in both modes, whose wall time still moves between runs). `model_positions` counts the
 token positions the target model computes per stage (rows x width of its forward calls; the token pass apart), and
 `ratio_positions_over_decoding_alone` is the first ratio in that work instead of seconds: noise-free, and what no
-scheduling can lower without reading fewer tokens. Also CPU seconds of this process
+scheduling can lower without reading fewer tokens; `model_call_kinds` splits each stage's calls into decoding steps
+(one token a row: calls and rows) and passes of several tokens a row (calls and positions), whose costs per token
+differ (benchmarks/forward_costs.py). Also CPU seconds of this process
 per mode (robust to other processes on a shared machine) and `os.getloadavg()`. `--repeat R` runs the modes R
 times in turn (each time in a fresh run directory) and reports, per mode, the run with the smallest wall time
 (`runs_wall_s` lists them all): on a shared machine the fastest run is the one least disturbed by others, and
@@ -93,7 +95,11 @@ class Positions:
     def __init__(self) -> None:
         self.stage = "other"
         self.counted: Counter[str] = Counter()
-        self.calls: Counter[str] = Counter()  # forward calls: a decoding step costs much the same at 30 rows as at 90
+        self.calls: Counter[str] = Counter()  # forward calls: each has a fixed part (a step of 8 rows ~30% of 96's)
+        # the calls that feed one token a row (decoding steps) apart, with their rows: a token decoded in a step costs
+        # 2-9 times one read in a pass of several tokens a row (benchmarks/forward_costs.py)
+        self.steps: Counter[str] = Counter()
+        self.step_rows: Counter[str] = Counter()
         self.hooked: set[int] = set()
 
     def hook(self, model: Any) -> None:
@@ -106,6 +112,16 @@ class Positions:
         if ids is not None:
             self.counted[self.stage] += int(ids.numel())
             self.calls[self.stage] += 1
+            if ids.shape[-1] == 1:
+                self.steps[self.stage] += 1
+                self.step_rows[self.stage] += int(ids.shape[0])
+
+    def kinds(self) -> dict[str, dict[str, int]]:
+        """Per stage, its decoding steps (calls, rows) and its passes of several tokens a row (calls, positions)."""
+        return {stage: {"steps": self.steps[stage], "step_rows": self.step_rows[stage],
+                        "passes": self.calls[stage] - self.steps[stage],
+                        "pass_positions": self.counted[stage] - self.step_rows[stage]}
+                for stage in sorted(self.calls)}
 
     @contextlib.contextmanager
     def during(self, stage: str) -> Iterator[None]:
@@ -182,6 +198,7 @@ def run_mode(decoder: str, n: int, max_new_tokens: int | None, root: Path) -> di
         "token_pass_s": round(token_pass_s[0], 2),  # inside generate: a second pass over prompt + answer
         "model_positions": dict(sorted(positions.counted.items())),
         "model_calls": dict(sorted(positions.calls.items())),
+        "model_call_kinds": positions.kinds(),
         "detectors_fit_score_s": round(sum(detectors.values()), 2), "per_detector_s": detectors,
         "ratio_all_over_generate_plus_sample": round(wall / decoding, 3) if decoding else None,
         "detector_errors": {d.name: d.error for d in cell.detectors if d.error},

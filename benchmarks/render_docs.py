@@ -152,11 +152,41 @@ def speed_protocol(stored: dict[str, Any]) -> list[str]:
         lines += ["", f"Token positions the model computes (rows x width of its forward calls, padding included) "
                       f"per stage, {per_mode}. The default's over the decoding alone's "
                       f"({data['decoding_alone_positions']:,}): **{data['ratio_positions_over_decoding_alone']:.3f}**."]
+    kinds = {mode: r["model_call_kinds"] for mode, r in data["modes"].items() if r.get("model_call_kinds")}
+    if kinds:
+        per_mode = "; ".join(f"{mode}: " + ", ".join(_call_kinds(stage, k) for stage, k in by_stage.items())
+                             for mode, by_stage in kinds.items())
+        lines += ["", f"Its forward calls per stage, decoding steps (one token a row) and passes of several tokens a "
+                      f"row apart (a token costs several times more in a step: the forward-cost table below), "
+                      f"{per_mode}."]
     if (reread := data.get("reread")) is not None:
         lines += ["", f"Reading the samples' prompts again (`haldet-reread` less `haldet`) costs the sample stage "
                       f"{_n(reread['sample_s'])} s, {reread['sample_positions']:,} token positions and "
                       f"{reread['sample_calls']:,} forward calls more, and the whole run {_n(reread['wall_s'])} s."]
     return lines
+
+
+def _call_kinds(stage: str, k: dict[str, int]) -> str:
+    steps = (f"{k['steps']:,} steps of {k['step_rows'] / k['steps']:.1f} rows on average" if k["steps"] else "")
+    passes = (f"{k['passes']:,} passes over {k['pass_positions']:,} positions" if k["passes"] else "")
+    return f"{stage} " + " and ".join(filter(None, (steps, passes)))
+
+
+def speed_forward_costs(stored: dict[str, Any]) -> list[str]:
+    """benchmarks/forward_costs.py: one forward call's seconds by its shape, and per token position."""
+    data = stored["data"]
+    rows = [["decoding step", str(s["rows"]), "1", f"{data['context']:,}", _n(1e3 * s["wall_s"]),
+             f"{s['ms_per_position']:.2f}"] for s in data["steps"]]
+    names = {"prompt": "pass: prompts read", "after_cache": "pass: tokens read after a cache (statements, questions)"}
+    rows += [[names.get(p["kind"], p["kind"]), str(p["rows"]), str(p["width"]), f"{p['cached']:,}",
+              _n(1e3 * p["wall_s"]), f"{p['ms_per_position']:.2f}"] for p in data["passes"]]
+    fewest, fullest = data["steps"][0], data["steps"][-1]
+    prompt = data["passes"][0]["ms_per_position"]
+    return [*_table(["forward call", "rows", "tokens a row", "cached positions a row", "ms a call",
+                     "ms a token position"], rows), "",
+            f"{data['model']} ({data['dtype']}), {data['threads']} threads. A token decoded in a step of "
+            f"{fullest['rows']} rows costs **{data['step_over_prompt_position']:.1f}x** one read in a prompt pass; "
+            f"in a step of {fewest['rows']} rows, {fewest['ms_per_position'] / prompt:.1f}x."]
 
 
 def speed_protocol_detectors(stored: dict[str, Any]) -> list[str]:
@@ -311,7 +341,7 @@ RENDER: dict[str, Callable[[dict[str, Any]], list[str]]] = {
     "scale-report": scale_report, "scale-flow": scale_flow, "scale-model": scale_model,
     "speed-generation": speed_generation, "speed-long-inputs": speed_long_inputs, "speed-protocol": speed_protocol,
     "speed-protocol-detectors": speed_protocol_detectors, "speed-protocol-groups": speed_protocol_groups,
-    "speed-peers": speed_peers, "speed-gpu": speed_gpu}
+    "speed-peers": speed_peers, "speed-gpu": speed_gpu, "speed-forward-costs": speed_forward_costs}
 
 
 def render(name: str, file: str) -> str:

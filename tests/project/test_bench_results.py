@@ -111,3 +111,27 @@ def test_protocol_reread_costs_the_reread_run_less_the_default() -> None:
     assert protocol.REREAD in protocol.MODES
     rendered = "\n".join(render.speed_protocol({"data": {"modes": {}, "reread": costs}}))
     assert "5.5 s, 70 token positions and 20 forward calls more, and the whole run 6.2" in rendered
+
+
+def test_protocol_counts_decoding_steps_apart_from_passes() -> None:
+    """benchmarks/protocol.py's `Positions` hook: a call feeding one token a row is a decoding step (its rows
+    counted), a wider one a pass (its positions counted), per stage; the rendered sentence says both."""
+    import torch
+
+    protocol, render = load("protocol"), load("render_docs")
+    positions = protocol.Positions()
+    calls = {"generate": [(8, 160), (8, 1), (5, 1), (16, 77)], "sample": [(96, 1), (96, 1), (40, 1)]}
+    for stage, shapes in calls.items():
+        with positions.during(stage):
+            for rows, width in shapes:
+                positions._count(None, (), {"input_ids": torch.zeros((rows, width), dtype=torch.long)})
+    kinds = positions.kinds()
+    assert kinds == {"generate": {"steps": 2, "step_rows": 13, "passes": 2, "pass_positions": 8 * 160 + 16 * 77},
+                     "sample": {"steps": 3, "step_rows": 232, "passes": 0, "pass_positions": 0}}
+    assert positions.counted["generate"] == 13 + 8 * 160 + 16 * 77  # every position counted once, either kind
+    stages = {"generate": 20.0, "sample": 50.0, "auxiliary": 0.0, "features": 0.0}
+    mode = {"wall_s": 80.0, "cpu_s": 150.0, "stage_wall_s": stages, "detectors_fit_score_s": 3.0,
+            "ratio_all_over_generate_plus_sample": 1.143, "runs_wall_s": [80.0], "model_call_kinds": kinds}
+    rendered = "\n".join(render.speed_protocol({"data": {"modes": {"haldet": mode}}}))
+    assert ("haldet: generate 2 steps of 6.5 rows on average and 2 passes over 2,512 positions, sample 3 steps of "
+            "77.3 rows on average." in rendered)

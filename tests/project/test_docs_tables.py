@@ -72,3 +72,21 @@ def test_a_protocol_report_renders_its_tables() -> None:
     assert "**1.149**" in table[-1]
     per = render.speed_protocol_detectors(stored)
     assert per[2] == "| `haloscope` | 2.000 | 67% |" and per[-1] == "All 3: 3.00 s."
+
+
+def test_forward_costs_render_each_call_and_the_cost_of_a_decoded_token() -> None:
+    """benchmarks/forward_costs.py's JSON renders a row per call shape, milliseconds per call and per token position,
+    and what a decoded token costs over one read in a prompt pass (0.2 / 0.8 = 0.25; 9.0 / 0.8 = 11.25)."""
+    render = load_renderer()
+    data = {"model": "m", "dtype": "float32", "threads": 2, "context": 200, "step_over_prompt_position": 2.5,
+            "steps": [{"rows": 8, "wall_s": 0.072, "ms_per_position": 9.0},
+                      {"rows": 96, "wall_s": 0.192, "ms_per_position": 2.0}],
+            "passes": [{"kind": "prompt", "rows": 8, "width": 160, "cached": 0, "wall_s": 1.024,
+                        "ms_per_position": 0.8},
+                       {"kind": "after_cache", "rows": 16, "width": 77, "cached": 200, "wall_s": 1.1,
+                        "ms_per_position": 0.893}]}
+    table = render.speed_forward_costs({"data": data})
+    assert table[2] == "| decoding step | 8 | 1 | 200 | 72.0 | 9.00 |"
+    assert table[4] == "| pass: prompts read | 8 | 160 | 0 | 1,024.0 | 0.80 |"
+    assert table[5].startswith("| pass: tokens read after a cache")
+    assert table[-1].endswith("costs **2.5x** one read in a prompt pass; in a step of 8 rows, 11.2x.")
