@@ -157,7 +157,7 @@ def speed_protocol(stored: dict[str, Any]) -> list[str]:
         per_mode = "; ".join(f"{mode}: " + ", ".join(_call_kinds(stage, k) for stage, k in by_stage.items())
                              for mode, by_stage in kinds.items())
         lines += ["", f"Its forward calls per stage, decoding steps (one token a row) and passes of several tokens a "
-                      f"row apart (a token costs several times more in a step: the forward-cost table below), "
+                      f"row apart (a token costs several times more in a step than in a pass: the forward-cost table), "
                       f"{per_mode}."]
     if (reread := data.get("reread")) is not None:
         lines += ["", f"Reading the samples' prompts again (`haldet-reread` less `haldet`) costs the sample stage "
