@@ -97,7 +97,7 @@ class Positions:
         self.counted: Counter[str] = Counter()
         self.calls: Counter[str] = Counter()  # forward calls: each has a fixed part (a step of 8 rows ~30% of 96's)
         # the calls that feed one token a row (decoding steps) apart, with their rows: a token decoded in a step costs
-        # 2-9 times one read in a pass of several tokens a row (benchmarks/forward_costs.py)
+        # 2.7-11 times one read in a pass of several tokens a row (benchmarks/forward_costs.py)
         self.steps: Counter[str] = Counter()
         self.step_rows: Counter[str] = Counter()
         self.hooked: set[int] = set()

@@ -154,11 +154,11 @@ def speed_protocol(stored: dict[str, Any]) -> list[str]:
                       f"({data['decoding_alone_positions']:,}): **{data['ratio_positions_over_decoding_alone']:.3f}**."]
     kinds = {mode: r["model_call_kinds"] for mode, r in data["modes"].items() if r.get("model_call_kinds")}
     if kinds:
-        per_mode = "; ".join(f"{mode}: " + ", ".join(_call_kinds(stage, k) for stage, k in by_stage.items())
-                             for mode, by_stage in kinds.items())
+        calls = "; ".join(f"{mode}: " + ", ".join(_call_kinds(stage, k) for stage, k in by_stage.items())
+                          for mode, by_stage in kinds.items())
         lines += ["", f"Its forward calls per stage, decoding steps (one token a row) and passes of several tokens a "
                       f"row apart (a token costs several times more in a step than in a pass: the forward-cost table), "
-                      f"{per_mode}."]
+                      f"{calls}."]
     if (reread := data.get("reread")) is not None:
         lines += ["", f"Reading the samples' prompts again (`haldet-reread` less `haldet`) costs the sample stage "
                       f"{_n(reread['sample_s'])} s, {reread['sample_positions']:,} token positions and "
