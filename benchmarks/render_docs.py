@@ -189,6 +189,68 @@ def speed_forward_costs(stored: dict[str, Any]) -> list[str]:
             f"in a step of {fewest['rows']} rows, {fewest['ms_per_position'] / prompt:.1f}x."]
 
 
+def step_seconds(steps: list[dict[str, Any]], rows: float) -> float:
+    """One decoding step of `rows` rows at the forward-cost table's prices: linear between the measured row counts,
+    the nearest segment's line beyond them."""
+    points = sorted((s["rows"], s["wall_s"]) for s in steps)
+    if len(points) == 1:
+        return float(points[0][1])
+    i = next((j for j in range(1, len(points) - 1) if rows <= points[j][0]), len(points) - 1)
+    (r0, w0), (r1, w1) = points[i - 1], points[i]
+    return max(0.0, w0 + (w1 - w0) * (rows - r0) / (r1 - r0))
+
+
+def priced(kinds: dict[str, dict[str, int]], costs: dict[str, Any]) -> tuple[float, float]:
+    """(steps s, passes s): a run's forward calls (`model_call_kinds` of some stages) at the forward-cost table's
+    prices. Each stage's steps cost a step of its mean row count (a step's cost is nearly affine in its rows); every
+    pass position costs the cheapest measured pass's price per position, so the passes' figure is a lower bound."""
+    per_position = min(p["ms_per_position"] for p in costs["passes"]) / 1e3
+    steps = sum(k["steps"] * step_seconds(costs["steps"], k["step_rows"] / k["steps"])
+                for k in kinds.values() if k["steps"])
+    return steps, sum(k["pass_positions"] for k in kinds.values()) * per_position
+
+
+def speed_protocol_priced(stored: dict[str, Any]) -> list[str]:
+    """The protocol's decoding alone and the default's model calls at the forward-cost table's prices (stored apart,
+    benchmarks/results/forward_costs.json): what the model's work accounts for, what the loop's own work adds, and
+    the least whole-run ratio the default's passes and detectors leave, were every other cost the decoding alone's."""
+    data = stored["data"]
+    costs_file = json.loads((RESULTS / "forward_costs.json").read_text())
+    costs = costs_file["data"]
+    if costs_file.get("machine") != stored.get("machine") or costs.get("threads") != data.get("threads"):
+        return [f"Not priced: the forward costs ({costs_file['machine'].get('cpu')}, {costs.get('threads')} threads) "
+                f"and the protocol ({stored['machine'].get('cpu')}, {data.get('threads')} threads) were measured on "
+                f"different machines or threads."]
+    separate, default = data["modes"]["haldet-separate"], data["modes"]["haldet"]
+    runs = {"the decoding alone (`haldet-separate`: generate less its token pass, sample)":
+            ({s: separate["model_call_kinds"][s] for s in ("generate", "sample")}, data["decoding_alone_s"]),
+            "the default (`haldet`: generate with the evidence, sample, unconditional)":
+            ({s: k for s, k in default["model_call_kinds"].items()},
+             sum(default["stage_wall_s"][s] for s in default["model_call_kinds"]))}
+    rows, sums = [], []
+    for name, (kinds, measured) in runs.items():
+        steps, passes = priced(kinds, costs)
+        n_steps = sum(k["steps"] for k in kinds.values())
+        positions = sum(k["pass_positions"] for k in kinds.values())
+        sums.append((steps, passes, measured))
+        rows.append([name, f"{n_steps:,}", _n(steps), f"{positions:,}", _n(passes), _n(steps + passes), _n(measured),
+                     _n(measured - steps - passes)])
+    (s0, p0, m0), (s1, p1, m1) = sums
+    rows.append(["the default's more", "", _n(s1 - s0), "", _n(p1 - p0), _n(s1 + p1 - s0 - p0), _n(m1 - m0),
+                 _n((m1 - s1 - p1) - (m0 - s0 - p0))])
+    detectors = default["detectors_fit_score_s"]
+    rest = default["wall_s"] - m1 - detectors  # data, labels, metrics, files: the run outside its model stages
+    as_called = (m0 + (s1 - s0) + (p1 - p0) + detectors + rest) / m0
+    no_steps = (m0 + (p1 - p0) + detectors + rest) / m0
+    return [*_table(["run", "decoding steps", "steps priced s", "pass positions", "passes priced s",
+                     "model calls priced s", "measured s", "measured less priced (the loop's own work)"], rows), "",
+            f"Were the default's own work beyond its model calls no more than the decoding alone's, its whole run "
+            f"(the detectors' {_n(detectors, 2)} s and the rest of the run's {_n(rest, 2)} s as measured) would be "
+            f"**{as_called:.3f}** of the decoding alone; with no decoding step beyond the decoding's own as well, "
+            f"only its extra passes priced, **{no_steps:.3f}** (measured: {data['ratio_over_decoding_alone']:.3f}).",
+            "", f"Priced with the forward costs stored {costs_file['date']}, commit {costs_file['commit']}."]
+
+
 def speed_protocol_detectors(stored: dict[str, Any]) -> list[str]:
     """Each detector's fit + score seconds in the default run (the `haldet` mode), dearest first."""
     per = stored["data"]["modes"]["haldet"]["per_detector_s"]
@@ -341,7 +403,8 @@ RENDER: dict[str, Callable[[dict[str, Any]], list[str]]] = {
     "scale-report": scale_report, "scale-flow": scale_flow, "scale-model": scale_model,
     "speed-generation": speed_generation, "speed-long-inputs": speed_long_inputs, "speed-protocol": speed_protocol,
     "speed-protocol-detectors": speed_protocol_detectors, "speed-protocol-groups": speed_protocol_groups,
-    "speed-peers": speed_peers, "speed-gpu": speed_gpu, "speed-forward-costs": speed_forward_costs}
+    "speed-peers": speed_peers, "speed-gpu": speed_gpu, "speed-forward-costs": speed_forward_costs,
+    "speed-protocol-priced": speed_protocol_priced}
 
 
 def render(name: str, file: str) -> str:

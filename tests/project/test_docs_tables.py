@@ -90,3 +90,48 @@ def test_forward_costs_render_each_call_and_the_cost_of_a_decoded_token() -> Non
     assert table[4] == "| pass: prompts read | 8 | 160 | 0 | 1,024.0 | 0.80 |"
     assert table[5].startswith("| pass: tokens read after a cache")
     assert table[-1].endswith("costs **2.5x** one read in a prompt pass; in a step of 8 rows, 11.2x.")
+
+
+def test_a_decoding_step_is_priced_between_and_beyond_the_measured_row_counts() -> None:
+    """Linear between measured row counts (8: 70 ms, 32: 100 ms, 96: 180 ms), the nearest segment's line beyond."""
+    render = load_renderer()
+    steps = [{"rows": 8, "wall_s": 0.07}, {"rows": 96, "wall_s": 0.18}, {"rows": 32, "wall_s": 0.10}]
+    assert abs(render.step_seconds(steps, 20) - 0.085) < 1e-12
+    assert abs(render.step_seconds(steps, 64) - 0.14) < 1e-12
+    assert abs(render.step_seconds(steps, 112) - 0.20) < 1e-12
+    assert abs(render.step_seconds(steps, 4) - 0.065) < 1e-12
+
+
+def test_the_protocol_priced_by_forward_costs_splits_model_calls_from_the_loops_own_work(tmp_path: Path) -> None:
+    """Hand-computed: steps of 8 rows cost 70 ms, of 96 rows 190 ms; a pass position 0.8 ms (the cheaper pass).
+    Decoding alone: 10 steps x 8 rows (0.7 s) + 20 x 96 (3.8 s) + 1,000 positions (0.8 s) = 5.3 s of 8.0 s measured.
+    Default: 18 x 8 (1.26 s) + 20 x 96 + 2,000 positions (1.6 s) = 6.66 s of 10.0 s. With 1.0 s of detectors and
+    1.0 s of the rest of a 12.0 s run: (8 + 0.56 + 0.8 + 2) / 8 = 1.420 as called; (8 + 0.8 + 2) / 8 = 1.350."""
+    render = load_renderer()
+    machine = {"cpu": "cpu A", "cores": 2}
+    costs = {"date": "d", "commit": "c", "machine": machine,
+             "data": {"threads": 2, "steps": [{"rows": 8, "wall_s": 0.07}, {"rows": 96, "wall_s": 0.19}],
+                      "passes": [{"ms_per_position": 0.8}, {"ms_per_position": 1.0}]}}
+    (tmp_path / "forward_costs.json").write_text(json.dumps(costs))
+    render.RESULTS = tmp_path
+
+    def kinds(steps: int, rows: int, positions: int) -> dict[str, int]:
+        return {"steps": steps, "step_rows": steps * rows, "passes": 3 if positions else 0,
+                "pass_positions": positions}
+
+    separate = {"model_call_kinds": {"generate": kinds(10, 8, 1000), "sample": kinds(20, 96, 0),
+                                     "token_pass": kinds(0, 0, 900)}}
+    default = {"model_call_kinds": {"generate": kinds(18, 8, 1500), "sample": kinds(20, 96, 0),
+                                    "unconditional": kinds(0, 0, 500)},
+               "stage_wall_s": {"generate": 5.0, "sample": 4.5, "unconditional": 0.5, "annotate": 0.2},
+               "detectors_fit_score_s": 1.0, "wall_s": 12.0}
+    stored = {"machine": machine, "data": {"threads": 2, "decoding_alone_s": 8.0, "ratio_over_decoding_alone": 1.5,
+                                           "modes": {"haldet-separate": separate, "haldet": default}}}
+    lines = render.speed_protocol_priced(stored)
+    assert lines[2].endswith("| 30 | 4.5 | 1,000 | 0.8 | 5.3 | 8.0 | 2.7 |")
+    assert lines[3].endswith("| 38 | 5.1 | 2,000 | 1.6 | 6.7 | 10.0 | 3.3 |")
+    assert lines[4] == "| the default's more |  | 0.6 |  | 0.8 | 1.4 | 2.0 | 0.6 |"
+    assert "**1.420** of the decoding alone" in lines[6] and "**1.350** (measured: 1.500)" in lines[6]
+    # negative control: forward costs from another machine are not used to price this run
+    (tmp_path / "forward_costs.json").write_text(json.dumps({**costs, "machine": {"cpu": "cpu B", "cores": 2}}))
+    assert render.speed_protocol_priced(stored)[0].startswith("Not priced: the forward costs (cpu B")
