@@ -212,7 +212,7 @@ def priced(kinds: dict[str, dict[str, int]], costs: dict[str, Any]) -> tuple[flo
 
 def speed_protocol_priced(stored: dict[str, Any]) -> list[str]:
     """The protocol's decoding alone and the default's model calls at the forward-cost table's prices (stored apart,
-    benchmarks/results/forward_costs.json): what the model's work accounts for, what the loop's own work adds, and
+    benchmarks/results/forward_costs.json): what the calls account for, what the run spends beyond their prices, and
     the least whole-run ratio the default's passes and detectors leave, were every other cost the decoding alone's."""
     data = stored["data"]
     costs_file = json.loads((RESULTS / "forward_costs.json").read_text())
@@ -243,8 +243,8 @@ def speed_protocol_priced(stored: dict[str, Any]) -> list[str]:
     as_called = (m0 + (s1 - s0) + (p1 - p0) + detectors + rest) / m0
     no_steps = (m0 + (p1 - p0) + detectors + rest) / m0
     return [*_table(["run", "decoding steps", "steps priced s", "pass positions", "passes priced s",
-                     "model calls priced s", "measured s", "measured less priced (the loop's own work)"], rows), "",
-            f"Were the default's own work beyond its model calls no more than the decoding alone's, its whole run "
+                     "model calls priced s", "measured s", "measured less priced"], rows), "",
+            f"Were the default's measured-less-priced no more than the decoding alone's, its whole run "
             f"(the detectors' {_n(detectors, 2)} s and the rest of the run's {_n(rest, 2)} s as measured) would be "
             f"**{as_called:.3f}** of the decoding alone; with no decoding step beyond the decoding's own as well, "
             f"only its extra passes priced, **{no_steps:.3f}** (measured: {data['ratio_over_decoding_alone']:.3f}).",
