@@ -203,7 +203,8 @@ def step_seconds(steps: list[dict[str, Any]], rows: float) -> float:
 def priced(kinds: dict[str, dict[str, int]], costs: dict[str, Any]) -> tuple[float, float]:
     """(steps s, passes s): a run's forward calls (`model_call_kinds` of some stages) at the forward-cost table's
     prices. Each stage's steps cost a step of its mean row count (a step's cost is nearly affine in its rows); every
-    pass position costs the cheapest measured pass's price per position, so the passes' figure is a lower bound."""
+    pass position costs the cheapest measured pass's price per position (the prompt pass; positions read after a
+    cache cost more), so the passes are not overpriced."""
     per_position = min(p["ms_per_position"] for p in costs["passes"]) / 1e3
     steps = sum(k["steps"] * step_seconds(costs["steps"], k["step_rows"] / k["steps"])
                 for k in kinds.values() if k["steps"])
