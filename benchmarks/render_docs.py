@@ -10,7 +10,8 @@ and is rewritten from benchmarks/results/FILE.json (written by a benchmark's `--
 where its numbers come from (date, commit, machine, load average). Run by hand after storing new figures:
 
     python benchmarks/render_docs.py           # rewrite the tables
-    python benchmarks/render_docs.py --check   # exit 1 when a page's table differs from its stored figures
+    python benchmarks/render_docs.py --check   # exit 1 when a page's table differs from its stored figures, or
+                                               # the README's quoted figures do (benchmarks/readme_figures.py)
 
 tests/project/test_docs_tables.py runs the check, so a number typed into a table by hand fails the tests.
 """
@@ -211,45 +212,65 @@ def priced(kinds: dict[str, dict[str, int]], costs: dict[str, Any]) -> tuple[flo
     return steps, sum(k["pass_positions"] for k in kinds.values()) * per_position
 
 
-def speed_protocol_priced(stored: dict[str, Any]) -> list[str]:
+PRICED_RUNS = ("the decoding alone (`haldet-separate`: generate less its token pass, sample)",
+               "the default (`haldet`: generate with the evidence, sample, unconditional)")
+
+
+def protocol_priced(stored: dict[str, Any]) -> dict[str, Any]:
     """The protocol's decoding alone and the default's model calls at the forward-cost table's prices (stored apart,
-    benchmarks/results/forward_costs.json): what the calls account for, what the run spends beyond their prices, and
-    the least whole-run ratio the default's passes and detectors leave, were every other cost the decoding alone's."""
+    benchmarks/results/forward_costs.json): each run's steps, passes and measured seconds; the detectors' and the
+    rest of the run's seconds; the least whole-run ratios the default's extra calls and detectors leave, were every
+    other cost the decoding alone's (`as_called`), and with no step beyond the decoding's own (`no_steps`). Holds
+    `unpriced` (why) instead when the two were measured on different machines or threads."""
     data = stored["data"]
     costs_file = json.loads((RESULTS / "forward_costs.json").read_text())
     costs = costs_file["data"]
     if costs_file.get("machine") != stored.get("machine") or costs.get("threads") != data.get("threads"):
-        return [f"Not priced: the forward costs ({costs_file['machine'].get('cpu')}, {costs.get('threads')} threads) "
-                f"and the protocol ({stored['machine'].get('cpu')}, {data.get('threads')} threads) were measured on "
-                f"different machines or threads."]
+        return {"unpriced": f"the forward costs ({costs_file['machine'].get('cpu')}, {costs.get('threads')} threads) "
+                            f"and the protocol ({stored['machine'].get('cpu')}, {data.get('threads')} threads) were "
+                            f"measured on different machines or threads"}
     separate, default = data["modes"]["haldet-separate"], data["modes"]["haldet"]
-    runs = {"the decoding alone (`haldet-separate`: generate less its token pass, sample)":
-            ({s: separate["model_call_kinds"][s] for s in ("generate", "sample")}, data["decoding_alone_s"]),
-            "the default (`haldet`: generate with the evidence, sample, unconditional)":
-            ({s: k for s, k in default["model_call_kinds"].items()},
-             sum(default["stage_wall_s"][s] for s in default["model_call_kinds"]))}
-    rows, sums = [], []
-    for name, (kinds, measured) in runs.items():
+    runs = []
+    for kinds, measured in (({s: separate["model_call_kinds"][s] for s in ("generate", "sample")},
+                             data["decoding_alone_s"]),
+                            (default["model_call_kinds"],
+                             sum(default["stage_wall_s"][s] for s in default["model_call_kinds"]))):
         steps, passes = priced(kinds, costs)
-        n_steps = sum(k["steps"] for k in kinds.values())
-        positions = sum(k["pass_positions"] for k in kinds.values())
-        sums.append((steps, passes, measured))
-        rows.append([name, f"{n_steps:,}", _n(steps), f"{positions:,}", _n(passes), _n(steps + passes), _n(measured),
-                     _n(measured - steps - passes)])
+        runs.append({"steps": sum(k["steps"] for k in kinds.values()), "steps_s": steps,
+                     "positions": sum(k["pass_positions"] for k in kinds.values()), "passes_s": passes,
+                     "measured_s": measured})
+    alone, full = runs
+    detectors = default["detectors_fit_score_s"]
+    rest = default["wall_s"] - full["measured_s"] - detectors  # data, labels, metrics, files: outside the model stages
+    extra_steps, extra_passes = full["steps_s"] - alone["steps_s"], full["passes_s"] - alone["passes_s"]
+    base = alone["measured_s"]
+    return {"runs": runs, "detectors_s": detectors, "rest_s": rest, "costs_file": costs_file,
+            "as_called": (base + extra_steps + extra_passes + detectors + rest) / base,
+            "no_steps": (base + extra_passes + detectors + rest) / base}
+
+
+def speed_protocol_priced(stored: dict[str, Any]) -> list[str]:
+    """`protocol_priced` as a table: what the calls account for and what the run spends beyond their prices."""
+    p = protocol_priced(stored)
+    if "unpriced" in p:
+        return [f"Not priced: {p['unpriced']}."]
+    rows, sums = [], []
+    for name, r in zip(PRICED_RUNS, p["runs"], strict=True):
+        calls = r["steps_s"] + r["passes_s"]
+        sums.append((r["steps_s"], r["passes_s"], r["measured_s"]))
+        rows.append([name, f"{r['steps']:,}", _n(r["steps_s"]), f"{r['positions']:,}", _n(r["passes_s"]), _n(calls),
+                     _n(r["measured_s"]), _n(r["measured_s"] - calls)])
     (s0, p0, m0), (s1, p1, m1) = sums
     rows.append(["the default's more", "", _n(s1 - s0), "", _n(p1 - p0), _n(s1 + p1 - s0 - p0), _n(m1 - m0),
                  _n((m1 - s1 - p1) - (m0 - s0 - p0))])
-    detectors = default["detectors_fit_score_s"]
-    rest = default["wall_s"] - m1 - detectors  # data, labels, metrics, files: the run outside its model stages
-    as_called = (m0 + (s1 - s0) + (p1 - p0) + detectors + rest) / m0
-    no_steps = (m0 + (p1 - p0) + detectors + rest) / m0
     return [*_table(["run", "decoding steps", "steps priced s", "pass positions", "passes priced s",
                      "model calls priced s", "measured s", "measured less priced"], rows), "",
             f"Were the default's measured-less-priced no more than the decoding alone's, its whole run "
-            f"(the detectors' {_n(detectors, 2)} s and the rest of the run's {_n(rest, 2)} s as measured) would be "
-            f"**{as_called:.3f}** of the decoding alone; with no decoding step beyond the decoding's own as well, "
-            f"only its extra passes priced, **{no_steps:.3f}** (measured: {data['ratio_over_decoding_alone']:.3f}).",
-            "", f"Priced with the forward costs stored {costs_file['date']}, commit {costs_file['commit']}."]
+            f"(the detectors' {_n(p['detectors_s'], 2)} s and the rest of the run's {_n(p['rest_s'], 2)} s as "
+            f"measured) would be **{p['as_called']:.3f}** of the decoding alone; with no decoding step beyond the "
+            f"decoding's own as well, only its extra passes priced, **{p['no_steps']:.3f}** (measured: "
+            f"{stored['data']['ratio_over_decoding_alone']:.3f}).", "",
+            f"Priced with the forward costs stored {p['costs_file']['date']}, commit {p['costs_file']['commit']}."]
 
 
 def speed_protocol_detectors(stored: dict[str, Any]) -> list[str]:
@@ -441,12 +462,18 @@ def main() -> None:
     parser.add_argument("--check", action="store_true", help="exit 1 when a table differs from its figures")
     args = parser.parse_args()
     if args.check:
-        bad = differing()
+        from readme_figures import missing  # benchmarks/readme_figures.py: it imports this module
+
+        bad, unsaid = differing(), missing()
         if bad:
             print("tables differ from benchmarks/results (edit the JSON, or rerun the benchmark with --store, then "
                   "run benchmarks/render_docs.py):\n  " + "\n  ".join(bad), file=sys.stderr)
+        if unsaid:
+            print("the README no longer quotes these stored figures as stored (update its Benchmarks section):\n  "
+                  + "\n  ".join(unsaid), file=sys.stderr)
+        if bad or unsaid:
             raise SystemExit(1)
-        print("every generated table matches its stored figures")
+        print("every generated table matches its stored figures, and the README quotes them as stored")
         return
     for page in PAGES:
         page.write_text(rendered(page.read_text()))

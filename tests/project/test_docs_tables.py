@@ -135,3 +135,37 @@ def test_the_protocol_priced_by_forward_costs_splits_model_calls_from_the_loops_
     # negative control: forward costs from another machine are not used to price this run
     (tmp_path / "forward_costs.json").write_text(json.dumps({**costs, "machine": {"cpu": "cpu B", "cores": 2}}))
     assert render.speed_protocol_priced(stored)[0].startswith("Not priced: the forward costs (cpu B")
+
+
+def load_readme_figures():  # type: ignore[no-untyped-def]
+    spec = importlib.util.spec_from_file_location("readme_figures", ROOT / "benchmarks" / "readme_figures.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_readme_quotes_every_stored_speed_figure_as_stored() -> None:
+    figures = load_readme_figures()
+    assert len(figures.quoted()) >= 8 and figures.missing() == []
+
+
+def test_a_stored_figure_the_readme_quotes_changed_alone_is_caught(tmp_path: Path) -> None:
+    """Negative control: the protocol re-stored with another ratio (the README not following) is reported, and so
+    is a README whose quoted figure was edited by hand."""
+    figures = load_readme_figures()
+    results = tmp_path / "results"
+    shutil.copytree(ROOT / "benchmarks" / "results", results)
+    stored = json.loads((results / "protocol.json").read_text())
+    stored["data"]["ratio_over_decoding_alone"] += 0.1
+    (results / "protocol.json").write_text(json.dumps(stored))
+    figures.render_docs.RESULTS = results
+    assert [f for f in figures.missing() if "the decoding alone in wall time" in f] != []
+    figures.render_docs.RESULTS = ROOT / "benchmarks" / "results"
+    readme = tmp_path / "README.md"
+    text = (ROOT / "README.md").read_text()
+    quoted = figures.quoted()[-1]  # the priced ratio
+    number = quoted.split()[-2]
+    assert number in text
+    readme.write_text(text.replace(f"\n{number} it", f"\n{number}9 it").replace(f" {number} it", f" {number}9 it"))
+    assert figures.missing(readme) == [quoted]
