@@ -41,9 +41,10 @@ def quoted() -> list[str]:
         f"the run takes {data['ratio_over_decoding_alone']:.2f}x the decoding alone in wall time "
         f"({default['wall_s']:.1f} s against {data['decoding_alone_s']:.1f} s",
         f"computes {data['ratio_positions_over_decoding_alone']:.2f}x its positions",
-        f"again, {data['reread']['wall_s']:.1f} s ({100 * data['reread']['wall_s'] / default['wall_s']:.0f}%) slower",
         f"costs {costs['step_over_prompt_position']:.1f}x one read in a prompt pass, in a step of {fewest['rows']} "
         f"rows {fewest['ms_per_position'] / prompt:.1f}x"]
+    if (reread := data.get("reread")) is not None:  # a protocol stored with its haldet-reread mode
+        figures.append(f"again, {reread['wall_s']:.1f} s ({100 * reread['wall_s'] / default['wall_s']:.0f}%) slower")
     priced = render_docs.protocol_priced(protocol)
     if "unpriced" not in priced:
         alone = priced["runs"][0]
