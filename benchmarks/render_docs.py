@@ -254,15 +254,14 @@ def speed_protocol_priced(stored: dict[str, Any]) -> list[str]:
     p = protocol_priced(stored)
     if "unpriced" in p:
         return [f"Not priced: {p['unpriced']}."]
-    rows, sums = [], []
-    for name, r in zip(PRICED_RUNS, p["runs"], strict=True):
+    alone, full = p["runs"]
+    more = {key: full[key] - alone[key] for key in ("steps_s", "passes_s", "measured_s")}
+    rows = []
+    for name, r in (*zip(PRICED_RUNS, p["runs"], strict=True), ("the default's more", more)):
         calls = r["steps_s"] + r["passes_s"]
-        sums.append((r["steps_s"], r["passes_s"], r["measured_s"]))
-        rows.append([name, f"{r['steps']:,}", _n(r["steps_s"]), f"{r['positions']:,}", _n(r["passes_s"]), _n(calls),
+        rows.append([name, f"{r['steps']:,}" if "steps" in r else "", _n(r["steps_s"]),
+                     f"{r['positions']:,}" if "positions" in r else "", _n(r["passes_s"]), _n(calls),
                      _n(r["measured_s"]), _n(r["measured_s"] - calls)])
-    (s0, p0, m0), (s1, p1, m1) = sums
-    rows.append(["the default's more", "", _n(s1 - s0), "", _n(p1 - p0), _n(s1 + p1 - s0 - p0), _n(m1 - m0),
-                 _n((m1 - s1 - p1) - (m0 - s0 - p0))])
     return [*_table(["run", "decoding steps", "steps priced s", "pass positions", "passes priced s",
                      "model calls priced s", "measured s", "measured less priced"], rows), "",
             f"Were the default's measured-less-priced no more than the decoding alone's, its whole run "

@@ -14,12 +14,17 @@ from repo_paths import REPO
 ROOT = REPO
 
 
-def load_renderer():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location("render_docs", ROOT / "benchmarks" / "render_docs.py")
+def load_benchmark(name: str):  # type: ignore[no-untyped-def]
+    """A fresh copy of benchmarks/NAME.py (its module-level paths can be pointed elsewhere without leaking)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def load_renderer():  # type: ignore[no-untyped-def]
+    return load_benchmark("render_docs")
 
 
 def test_every_table_matches_its_stored_figures() -> None:
@@ -137,31 +142,23 @@ def test_the_protocol_priced_by_forward_costs_splits_model_calls_from_the_loops_
     assert render.speed_protocol_priced(stored)[0].startswith("Not priced: the forward costs (cpu B")
 
 
-def load_readme_figures():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location("readme_figures", ROOT / "benchmarks" / "readme_figures.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_the_readme_quotes_every_stored_speed_figure_as_stored() -> None:
-    figures = load_readme_figures()
+    figures = load_benchmark("readme_figures")
     assert len(figures.quoted()) >= 8 and figures.missing() == []
 
 
-def test_a_stored_figure_the_readme_quotes_changed_alone_is_caught(tmp_path: Path) -> None:
+def test_a_stored_figure_the_readme_quotes_changed_alone_is_caught(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """Negative control: the protocol re-stored with another ratio (the README not following) is reported, and so
     is a README whose quoted figure was edited by hand."""
-    figures = load_readme_figures()
+    figures = load_benchmark("readme_figures")
     results = tmp_path / "results"
     shutil.copytree(ROOT / "benchmarks" / "results", results)
     stored = json.loads((results / "protocol.json").read_text())
     stored["data"]["ratio_over_decoding_alone"] += 0.1
     (results / "protocol.json").write_text(json.dumps(stored))
-    figures.render_docs.RESULTS = results
-    assert [f for f in figures.missing() if "the decoding alone in wall time" in f] != []
-    figures.render_docs.RESULTS = ROOT / "benchmarks" / "results"
+    with monkeypatch.context() as patch:  # readme_figures reads through the shared render_docs module
+        patch.setattr(figures.render_docs, "RESULTS", results)
+        assert [f for f in figures.missing() if "the decoding alone in wall time" in f] != []
     readme = tmp_path / "README.md"
     text = (ROOT / "README.md").read_text()
     quoted = figures.quoted()[-1]  # the priced ratio
