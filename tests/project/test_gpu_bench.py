@@ -10,16 +10,22 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from haldet.config import RunConfig
 from repo_paths import REPO
 
 BENCH = REPO / "benchmarks" / "gpu.py"
 
 
-def test_cpu_smoke_runs_every_part(tmp_path: Path, monkeypatch: Any, capsys: Any) -> None:
+def load_bench() -> Any:
     spec = importlib.util.spec_from_file_location("gpu_bench", BENCH)
     assert spec is not None and spec.loader is not None
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
+    return bench
+
+
+def test_cpu_smoke_runs_every_part(tmp_path: Path, monkeypatch: Any, capsys: Any) -> None:
+    bench = load_bench()
     monkeypatch.setattr(sys, "argv", ["gpu.py", "--cpu-smoke", "--prompts", "4", "--new-tokens", "4",
                                       "--workdir", str(tmp_path), "--out", str(tmp_path / "gpu.json")])
     bench.main()
@@ -42,3 +48,22 @@ def test_cpu_smoke_runs_every_part(tmp_path: Path, monkeypatch: Any, capsys: Any
     assert protocol["error"] == "" and protocol["stage_seconds"]["generate"] > 0
     assert set(protocol["detector_seconds"]) == {"perplexity", "ln_entropy", "saplma"}
     assert protocol["detector_errors"] == {}
+    # the default table (every package is installed here) over the decoding alone, both modes on the tiny model
+    ratio = report["protocol_ratio"]
+    assert ratio["detectors"] == len(RunConfig().detectors) and ratio["left_out"] == {}
+    assert set(ratio["modes"]) == {"haldet-separate", "haldet"}
+    assert all(mode["detector_errors"] == {} for mode in ratio["modes"].values())
+    assert ratio["decoding_alone_positions"] > 0 and ratio["ratio_positions_over_decoding_alone"] > 1  # statements,
+    assert ratio["ratio_over_decoding_alone"] > 0  # questions and the prompt-free pass are read beyond the decoding
+
+
+def test_the_ratio_leaves_out_the_detectors_whose_packages_are_missing(monkeypatch: Any) -> None:
+    """The lent GPU machine has neither spaCy nor bert-score: the detectors that split sentences or compute
+    BERTScore are left out of its default table, each with what it lacks, and nothing else is."""
+    bench = load_bench()
+    monkeypatch.setattr(bench, "installed", lambda package: package not in ("spacy", "bert_score"))
+    kept, left_out = bench.runnable_defaults()
+    assert left_out == {"selfcheck_bertscore": ["bert_score", "spacy"], "selfcheck_ngram": ["spacy"]}
+    assert kept == [name for name in RunConfig().detectors if name not in left_out]
+    monkeypatch.setattr(bench, "installed", lambda package: True)
+    assert bench.runnable_defaults() == (RunConfig().detectors, {})
