@@ -302,17 +302,22 @@ def installed(package: str) -> bool:
 
 
 def runnable_defaults() -> tuple[list[str], dict[str, list[str]]]:
-    """The default detector table less the detectors whose auxiliary packages this machine lacks (those left out,
-    with the packages each lacks)."""
+    """The default detector table less the detectors this machine cannot run, with what each lacks: an auxiliary
+    package, or an auxiliary model found neither as requested nor as its fallback (`resolve_auxiliary` looks at
+    files only; on a machine without the hub, SAR's cross-encoder and its packaged MiniLM fallback)."""
     from haldet.config import RunConfig
     from haldet.detectors.base import DETECTORS
+    from haldet.models.provenance import resolve_auxiliary
 
     kept: list[str] = []
     left_out: dict[str, list[str]] = {}
     for name in RunConfig().detectors:
-        kinds = DETECTORS.get(name).auxiliary.values()
-        lacking = sorted({AUXILIARY_PACKAGES[k] for k in kinds if k in AUXILIARY_PACKAGES
-                          and not installed(AUXILIARY_PACKAGES[k])})
+        detector = DETECTORS.get(name)()
+        lacking = sorted({f"package {AUXILIARY_PACKAGES[k]}" for k in detector.auxiliary.values()
+                          if k in AUXILIARY_PACKAGES and not installed(AUXILIARY_PACKAGES[k])})
+        if not lacking:
+            lacking = [f"model {found['requested']}" for found in resolve_auxiliary(detector).values()
+                       if "requested" in found and found.get("used", "") is None]
         if lacking:
             left_out[name] = lacking
         else:
@@ -326,8 +331,9 @@ def protocol_ratio(path: Path, device: str, n: int, new_tokens: int, root: Path,
     `haldet` and `haldet-separate` modes (each in a fresh run directory) on n HaluEval QA items. On CPU the
     statements, questions and passes the default detectors read cost as much per token as decoding does, which
     holds the ratio above 1.15 there (docs/speed.md); on a GPU a pass of many tokens costs about what one decoding
-    step does. Detectors whose auxiliary package the machine lacks are left out (`left_out`: on the lent H200,
-    the two that split sentences with spaCy), and a detector that fails is named in `detector_errors`."""
+    step does. Detectors whose auxiliary package or model the machine lacks are left out (`left_out`: on the lent
+    H200, the two that split sentences with spaCy and SAR), and a detector that fails is named in
+    `detector_errors`."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from protocol import decoding_ratios, run_mode
 

@@ -57,13 +57,21 @@ def test_cpu_smoke_runs_every_part(tmp_path: Path, monkeypatch: Any, capsys: Any
     assert ratio["ratio_over_decoding_alone"] > 0  # questions and the prompt-free pass are read beyond the decoding
 
 
-def test_the_ratio_leaves_out_the_detectors_whose_packages_are_missing(monkeypatch: Any) -> None:
-    """The lent GPU machine has neither spaCy nor bert-score: the detectors that split sentences or compute
-    BERTScore are left out of its default table, each with what it lacks, and nothing else is."""
+def test_the_ratio_leaves_out_the_detectors_whose_packages_or_models_are_missing(monkeypatch: Any) -> None:
+    """The lent GPU machine has neither spaCy nor bert-score, nor the hub or the packaged MiniLM: the detectors
+    that split sentences or compute BERTScore, and SAR, are left out of its default table, each with what it
+    lacks, and nothing else is."""
+    import haldet.models.provenance as provenance
+
     bench = load_bench()
     monkeypatch.setattr(bench, "installed", lambda package: package not in ("spacy", "bert_score"))
+    real_locate = provenance.locate
+    monkeypatch.setattr(provenance, "locate", lambda name: None if name in (
+        "cross-encoder/stsb-distilroberta-base", "minilm") else real_locate(name))
     kept, left_out = bench.runnable_defaults()
-    assert left_out == {"selfcheck_bertscore": ["bert_score", "spacy"], "selfcheck_ngram": ["spacy"]}
+    assert left_out == {"selfcheck_bertscore": ["package bert_score", "package spacy"],
+                        "selfcheck_ngram": ["package spacy"], "sar": ["model cross-encoder/stsb-distilroberta-base"]}
     assert kept == [name for name in RunConfig().detectors if name not in left_out]
     monkeypatch.setattr(bench, "installed", lambda package: True)
+    monkeypatch.setattr(provenance, "locate", real_locate)
     assert bench.runnable_defaults() == (RunConfig().detectors, {})
