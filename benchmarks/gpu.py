@@ -9,7 +9,7 @@ haldet installed. Prints JSON.
    haldet's loop against transformers `generate` (tokens/s, peak memory) on 100 synthetic prompts, then the whole
    protocol (`haldet run`: likelihood, entropy and hidden-state detectors) on 100 items of the packaged HaluEval
    QA set with that model's random weights.
-3. The default detector table's whole run over the decoding alone (benchmarks/protocol.py's ratio) with the model
+3. (`protocol_ratio`) The default detector table's whole run over the decoding alone (benchmarks/protocol.py's ratio) with the model
    of SmolLM2-135M's shape on 50 HaluEval QA items (`--ratio-items`): on CPU it stays above 1.15, the tokens the
    default detectors read costing there what decoding costs.
 
