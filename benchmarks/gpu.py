@@ -9,9 +9,9 @@ haldet installed. Prints JSON.
    haldet's loop against transformers `generate` (tokens/s, peak memory) on 100 synthetic prompts, then the whole
    protocol (`haldet run`: likelihood, entropy and hidden-state detectors) on 100 items of the packaged HaluEval
    QA set with that model's random weights.
-3. (`protocol_ratio`) The default detector table's whole run over the decoding alone (benchmarks/protocol.py's ratio) with the model
-   of SmolLM2-135M's shape on 50 HaluEval QA items (`--ratio-items`): on CPU it stays above 1.15, the tokens the
-   default detectors read costing there what decoding costs.
+3. (`protocol_ratio`) The default detector table's whole run over the decoding alone (benchmarks/protocol.py's
+   ratio) with the model of SmolLM2-135M's shape on 50 HaluEval QA items (`--ratio-items`): on CPU it stays above
+   1.15, the tokens the default detectors read costing there what decoding costs.
 
 `--cpu-smoke` runs all of it on CPU with a tiny model in seconds (the test suite runs it:
 tests/project/test_gpu_bench.py);
@@ -303,11 +303,11 @@ def installed(package: str) -> bool:
 
 def runnable_defaults() -> tuple[list[str], dict[str, list[str]]]:
     """The default detector table less the detectors this machine cannot run, with what each lacks: an auxiliary
-    package, or an auxiliary model found neither as requested nor as its fallback (`resolve_auxiliary` looks at
+    package, or an auxiliary model found neither as requested nor as its fallback (`missing_auxiliary` looks at
     files only; on a machine without the hub, SAR's cross-encoder and its packaged MiniLM fallback)."""
     from haldet.config import RunConfig
     from haldet.detectors.base import DETECTORS
-    from haldet.models.provenance import resolve_auxiliary
+    from haldet.models.provenance import missing_auxiliary
 
     kept: list[str] = []
     left_out: dict[str, list[str]] = {}
@@ -316,8 +316,7 @@ def runnable_defaults() -> tuple[list[str], dict[str, list[str]]]:
         lacking = sorted({f"package {AUXILIARY_PACKAGES[k]}" for k in detector.auxiliary.values()
                           if k in AUXILIARY_PACKAGES and not installed(AUXILIARY_PACKAGES[k])})
         if not lacking:
-            lacking = [f"model {found['requested']}" for found in resolve_auxiliary(detector).values()
-                       if "requested" in found and found.get("used", "") is None]
+            lacking = [f"model {requested}" for _param, requested in missing_auxiliary(detector)]
         if lacking:
             left_out[name] = lacking
         else:

@@ -86,6 +86,9 @@ class Detector:
     # auxiliary models that produce numbers: parameter name -> kind ("nli", "similarity", "bertscore"), plus
     # "sentences": "splitter" for detectors that split text into sentences (haldet.models.provenance resolves them)
     auxiliary: ClassVar[dict[str, str]] = {}
+    # True: without its auxiliary model every item is NaN with the reason (the run goes on); False: the model must
+    # be found, as asked or as its fallback, before the run starts (haldet.flow.run.check_auxiliary_models)
+    nan_without_auxiliary: ClassVar[bool] = False
     # what `haldet detectors list` groups and cites (every registered detector declares them on its own class,
     # tests/cli/test_detector_listing.py): the method family (information, sample consistency, internal states,
     # attention, self-assessment, judges and verifiers, ensemble), the paper it comes from, and the peer tools

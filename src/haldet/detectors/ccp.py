@@ -65,6 +65,7 @@ class CCP(UnitDetector):
     requires = UnitDetector.requires | {Signal.RESPONSE, Signal.TOKEN_TOPK_IDS, Signal.TOKEN_TOPK_LOGPROBS}
     version = "1"
     auxiliary: ClassVar[dict[str, str]] = {"nli_model": "nli"}
+    nan_without_auxiliary = True  # no NLI model: every item NaN with the reason (`token_scores`)
     aggregates: ClassVar[tuple[str, ...]] = (*AGGREGATES, "claim")
     defaults: ClassVar[dict[str, Any]] = {**UnitDetector.defaults, "nli_model": "microsoft/deberta-base-mnli",
                                           "variant": "hard", "fallback": None, "context": "sentence", "tokenizer": None,

@@ -23,6 +23,7 @@ from haldet.flow.executors import Executor, get_executor
 from haldet.flow.results import cell_entry, result_rows, unit_score_rows
 from haldet.flow.scoring import make_detector
 from haldet.judges.cascade import Cascade
+from haldet.models.provenance import missing_auxiliary
 from haldet.presets import load_preset
 from haldet.signals import Signal
 from haldet.stages.base import Progress, no_progress
@@ -86,9 +87,30 @@ def validate_names(config: RunConfig) -> None:
     check_overrides(config.templates)  # an unknown prompt template name: fail before any work
     # an LLM judge without a model, a missing template dir: fail before generating
     Cascade.from_config(config.judge, config.templates)
+    check_auxiliary_models(config)
     requires = {name: _reads(name, config) for name in config.detectors}
     # hidden-state detectors on an API model: fail before any work
     check_signals(config, requires, {name: cls.requires for name, cls in DETECTORS})
+
+
+def check_auxiliary_models(config: RunConfig) -> None:
+    """A detector's auxiliary model (NLI, similarity, BERTScore, ...) found neither as requested nor as its
+    fallback fails the run now, before the decoding, not the cell when the detector is scored hours later (a
+    detector that gives NaN with the reason without its model, `nan_without_auxiliary`, is left to do so). Files
+    only: nothing is loaded here."""
+    for name in config.detectors:
+        try:
+            detector = make_detector(name, config)
+        except (ValueError, TypeError):
+            continue  # parameters that do not build: reported when it is scored
+        if detector.nan_without_auxiliary:
+            continue
+        for param, requested in missing_auxiliary(detector):
+            raise HaldetError(f"detector {name!r} needs the model {requested!r} ({param}), and neither it nor a "
+                              "fallback is here: no local copy, no cached snapshot, and the Hugging Face hub cannot "
+                              "be reached", where=f"detector_params.{name}.{param}",
+                              hint=f"download it while online (it is cached for later runs), point {param} at a "
+                                   f"local copy, or leave {name} out")
 
 
 def _reads(name: str, config: RunConfig) -> frozenset[Signal]:

@@ -119,6 +119,13 @@ def resolve_auxiliary(det: Any) -> dict[str, dict[str, Any]]:
     return out
 
 
+def missing_auxiliary(det: Any) -> list[tuple[str, str]]:
+    """(parameter, requested name) of each auxiliary model of `det` found here neither as requested nor as its
+    fallback: no local copy, no cached snapshot, the hub unreachable. Loading it would fail."""
+    return [(param, str(found["requested"])) for param, found in resolve_auxiliary(det).items()
+            if "requested" in found and "used" in found and found["used"] is None]
+
+
 def _names(value: Any) -> list[Any]:
     """The model names of a parameter holding one name or a list of names / {"model": ...} entries."""
     items = value if isinstance(value, (list, tuple)) else [value]
