@@ -18,9 +18,11 @@ haldet (`haldet.run` in a fresh run directory), then lm-polygraph's `UEManager` 
 with its default stat calculators (`output_attentions=True`, greedy hidden states kept) and, as `lean`, with those
 two outputs off (none of the four estimators reads them): its fastest configuration is `best`. `--repeat R`
 repeats the round and keeps each contender's fastest run. Reported per contender: wall seconds of the process,
-the seconds of the work alone (haldet's stages and detectors; lm-polygraph's `UEManager` call), CPU seconds, and
-the greedy answers compared with haldet's (share identical after stripping the end-of-turn token). lm-polygraph
-lives in its own virtualenv (`--peer-python`); when it is absent the benchmark says so and exits 0.
+the seconds of the work alone (the same span on both sides: loading the tokenizer and model, decoding, scoring,
+with torch and transformers imported before it; for haldet its whole `haldet.run`, for lm-polygraph its loading and
+`UEManager` call), CPU seconds, and the greedy answers compared with haldet's (share identical after stripping the
+end-of-turn token). lm-polygraph lives in its own virtualenv (`--peer-python`); when it is absent the benchmark
+says so and exits 0.
 
 The model: haldet's converted copy of the embedded GGUF (transformers 5 writes it); lm-polygraph's transformers 4.57
 reads it through a copy of its config with `rope_theta` spelled the old way (without it, 4.x silently uses 10,000
@@ -52,6 +54,10 @@ PAIRS = {"perplexity": "Perplexity", "entropy": "MeanTokenEntropy", "lexical_sim
 # -- haldet child (the main virtualenv) -----------------------------------------------------------------------------
 def haldet_child(n: int, threads: int, out: Path) -> None:
     wall, cpu = time.perf_counter(), time.process_time()
+    # the libraries both sides need, imported before the work is timed, as the peer's child imports its own
+    import torch  # noqa: F401
+    import transformers  # noqa: F401
+
     import haldet as pipeline
     from haldet.config import RunConfig
     from haldet.store.reader import RunReader
@@ -104,6 +110,7 @@ def polygraph_child(model_dir: Path, prompts_file: Path, batch_size: int, lean: 
     torch.manual_seed(0)
     items = json.loads(prompts_file.read_text())
     ids, prompts = list(items), list(items.values())
+    work = time.perf_counter()  # from the tokenizer and model loading on, as haldet's run loads its own
     tokenizer = PreTrainedTokenizerFast(tokenizer_file=str(model_dir / "tokenizer.json"), padding_side="left")
     meta = json.loads((model_dir / "tokenizer_config.json").read_text())
     tokenizer.add_special_tokens({k: meta[k] for k in ("bos_token", "eos_token", "pad_token", "unk_token")
@@ -129,7 +136,6 @@ def polygraph_child(model_dir: Path, prompts_file: Path, batch_size: int, lean: 
                         builder_env_stat_calc=BuilderEnvironmentStatCalculator(model),
                         available_stat_calculators=calculators, generation_metrics=[], ue_metrics=[], processors=[],
                         ignore_exceptions=False, verbose=False, max_new_tokens=MAX_NEW_TOKENS)
-    work = time.perf_counter()
     manager()
     work = time.perf_counter() - work
     texts = manager.stats["greedy_texts"]
