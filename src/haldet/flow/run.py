@@ -23,7 +23,7 @@ from haldet.flow.executors import Executor, get_executor
 from haldet.flow.results import cell_entry, result_rows, unit_score_rows
 from haldet.flow.scoring import make_detector
 from haldet.judges.cascade import Cascade
-from haldet.models.provenance import missing_auxiliary
+from haldet.models.provenance import missing_auxiliary, missing_models
 from haldet.presets import load_preset
 from haldet.signals import Signal
 from haldet.stages.base import Progress, no_progress
@@ -80,14 +80,15 @@ def validate_names(config: RunConfig) -> None:
         get_suite(config.suite)
     for name in config.dataset_params:
         DATASETS.get(name, where="dataset_params")
-    for name in config.datasets:
-        get_adapter(name, config.data_dir, config.dataset_params.get(name))  # unknown name or option: fail now
+    # an unknown name or option: fail now
+    adapters = [get_adapter(name, config.data_dir, config.dataset_params.get(name)) for name in config.datasets]
     for name in config.detectors:
         DETECTORS.get(name, where="--detector")
     check_overrides(config.templates)  # an unknown prompt template name: fail before any work
     # an LLM judge without a model, a missing template dir: fail before generating
-    Cascade.from_config(config.judge, config.templates)
+    judges = Cascade.from_config(config.judge, config.templates)
     check_auxiliary_models(config)
+    check_judge_models(judges, frozenset() if config.suite else frozenset(a.task_type for a in adapters))
     requires = {name: _reads(name, config) for name in config.detectors}
     # hidden-state detectors on an API model: fail before any work
     check_signals(config, requires, {name: cls.requires for name, cls in DETECTORS})
@@ -111,6 +112,18 @@ def check_auxiliary_models(config: RunConfig) -> None:
                               "be reached", where=f"detector_params.{name}.{param}",
                               hint=f"download it while online (it is cached for later runs), point {param} at a "
                                    f"local copy, or leave {name} out")
+
+
+def check_judge_models(judges: Cascade, task_types: frozenset[str]) -> None:
+    """A local model a judge loads for these datasets' items (the similarity judge's sentence encoder, a local LLM
+    judge) that is not here fails the run now, not when the first answers are labelled after the decoding."""
+    for judge, model in judges.local_models(task_types):
+        if missing_models([model]):
+            raise HaldetError(f"judge {judge!r} needs the model {model!r} to label these datasets' answers, and it "
+                              "is not here: no local copy, no cached snapshot, and the Hugging Face hub cannot be "
+                              "reached", where="judge",
+                              hint="run `make setup` (it installs the embedded models), download the model while "
+                                   "online, or choose the judges with --judge")
 
 
 def _reads(name: str, config: RunConfig) -> frozenset[Signal]:

@@ -56,6 +56,11 @@ class Judge:
         """Whether this judge can decide items of this kind at all."""
         return True
 
+    def local_models(self, task_types: frozenset[str]) -> list[str]:
+        """The local models this judge loads to label items of these task types ("": a dataset whose rows name
+        theirs), so that a missing one fails the run before the decoding, not at the first label."""
+        return []
+
     def judge(self, instance: Instance, generation: Generation) -> Verdict:
         raise NotImplementedError
 

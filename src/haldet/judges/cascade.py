@@ -69,6 +69,10 @@ class Cascade:
     def fingerprint(self) -> list[Any]:
         return [self.name, *(j.fingerprint() for j in self.judges), [j.version for j in self.judges]]
 
+    def local_models(self, task_types: frozenset[str]) -> list[tuple[str, str]]:
+        """(judge id, model) of every local model the chain loads for items of these task types."""
+        return [(j.id, m) for j in self.judges for m in j.local_models(task_types)]
+
     def usage(self) -> dict[str, Any]:
         """Calls, tokens and cost of the judges that call a model."""
         return {j.id: j.usage_report() for j in self.judges if hasattr(j, "usage_report")}

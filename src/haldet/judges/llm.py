@@ -203,6 +203,9 @@ class LLMJudge(Judge):
     def applies(self, instance: Instance) -> bool:
         return True
 
+    def local_models(self, task_types: frozenset[str]) -> list[str]:
+        return [str(self.config.model)] if self.config.backend == "hf" and task_types else []
+
     def judge(self, instance: Instance, generation: Generation) -> Verdict:
         out: list[Verdict] = []
         self.judge_many([(instance, generation)], lambda i, v: out.append(v))

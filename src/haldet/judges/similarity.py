@@ -110,6 +110,9 @@ class ReferenceSimilarityJudge(Judge):
     def fingerprint(self) -> object:
         return [self.id, vars(self.thresholds), self.encoder, locate(self.encoder), INVENTED_SPECIFICS]
 
+    def local_models(self, task_types: frozenset[str]) -> list[str]:
+        return [self.encoder] if task_types & (SHORT_TASKS | {""}) else []
+
     def applies(self, instance: Instance) -> bool:
         refs = [normalize(r) for r in instance.references if normalize(r)]
         return (instance.task_type in SHORT_TASKS and not instance.options and not is_unanswerable(instance)

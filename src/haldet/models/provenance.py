@@ -126,6 +126,11 @@ def missing_auxiliary(det: Any) -> list[tuple[str, str]]:
             if "requested" in found and "used" in found and found["used"] is None]
 
 
+def missing_models(names: list[str]) -> list[str]:
+    """The models among `names` that cannot be loaded here: `locate` finds no file, no cached snapshot, no hub."""
+    return [name for name in names if locate(name) is None]
+
+
 def _names(value: Any) -> list[Any]:
     """The model names of a parameter holding one name or a list of names / {"model": ...} entries."""
     items = value if isinstance(value, (list, tuple)) else [value]
