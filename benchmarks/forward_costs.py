@@ -122,8 +122,7 @@ def main() -> None:
     report["step_over_prompt_position"] = round(fullest / report["passes"][0]["ms_per_position"], 2)
     report["loadavg_after"] = [round(x, 2) for x in os.getloadavg()]
     print(json.dumps(report, indent=2))
-    finish("forward_costs", report, args.store, args.check,
-           " ".join(["python benchmarks/forward_costs.py", *sys.argv[1:]]))
+    finish("forward_costs", report, args.store, args.check)
 
 
 if __name__ == "__main__":

@@ -142,7 +142,7 @@ def main() -> None:
         m["speedup_wall_vs_batched_today"] = round(m["items_per_s_wall"] / base["items_per_s_wall"], 2)
         m["speedup_cpu_vs_batched_today"] = round(m["items_per_s_cpu"] / base["items_per_s_cpu"], 2)
     print(json.dumps(report, indent=2))
-    finish("generation", report, args.store, args.check, " ".join(["python benchmarks/generation.py", *sys.argv[1:]]))
+    finish("generation", report, args.store, args.check)
 
 
 if __name__ == "__main__":

@@ -305,8 +305,7 @@ def main() -> None:
     report["speedup_work_vs_best"] = round(peers[fastest]["work_s"] / h["work_s"], 2)
     report["loadavg_after"] = [round(x, 2) for x in os.getloadavg()]
     print(json.dumps(report, indent=2))
-    finish("peers_lmpolygraph", report, args.store, args.check,
-           " ".join(["python benchmarks/peers_lmpolygraph.py", *sys.argv[1:]]))
+    finish("peers_lmpolygraph", report, args.store, args.check)
 
 
 if __name__ == "__main__":

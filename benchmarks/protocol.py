@@ -312,7 +312,7 @@ def main() -> None:
     if "haldet" in modes and "decoding_alone_positions" in report:
         report["groups"] = group_costs(modes, report["decoding_alone_s"], report["decoding_alone_positions"])
     print(json.dumps(report, indent=2))
-    finish("protocol", report, args.store, args.check, " ".join(["python benchmarks/protocol.py", *sys.argv[1:]]))
+    finish("protocol", report, args.store, args.check)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import shlex
 import subprocess
 import sys
 from datetime import UTC, datetime
@@ -113,8 +114,15 @@ def drift(stored: Any, now: Any, path: str = "", seen: list[str] | None = None) 
     return out
 
 
-def finish(name: str, data: dict[str, Any], store: str | None, check: str | None, command: str) -> None:
+def command_line() -> str:
+    """This benchmark's command as it was run, quoted so that it can be run again as written (an empty argument
+    stays `''`)."""
+    return "python " + shlex.join([f"benchmarks/{Path(sys.argv[0]).name}", *sys.argv[1:]])
+
+
+def finish(name: str, data: dict[str, Any], store: str | None, check: str | None) -> None:
     """After a benchmark: store its figures, and/or check them against stored ones (exit 1 on drift)."""
+    command = command_line()
     if check:
         stored = load(check)
         seen: list[str] = []

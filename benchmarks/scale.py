@@ -263,7 +263,7 @@ def main() -> None:
             out["report"] = part_report(sizes["report"], args.detectors, Path(tmp), args.compare_old)
     out["loadavg"] = os.getloadavg()
     print(json.dumps(out, indent=2))
-    finish("scale", out, args.store, args.check, " ".join(["python benchmarks/scale.py", *sys.argv[1:]]))
+    finish("scale", out, args.store, args.check)
 
 
 if __name__ == "__main__":

@@ -45,18 +45,25 @@ def test_check_fails_on_drift_and_passes_within_noise(tmp_path: Path, monkeypatc
     results = load("results")
     monkeypatch.setattr(results, "RESULTS", tmp_path)
     figures = {"runs": [{"items": 100, "haldet_report": {"wall_s": 10.0, "peak_rss_mb": 500.0}}]}
-    results.finish("demo", figures, "demo", None, "demo")
+    results.finish("demo", figures, "demo", None)
     results.finish("demo", {"runs": [{"items": 100, "haldet_report": {"wall_s": 11.0, "peak_rss_mb": 520.0}}]},
-                   None, "demo", "demo")  # within noise: returns
+                   None, "demo")  # within noise: returns
     with pytest.raises(SystemExit) as stop:
         results.finish("demo", {"runs": [{"items": 100, "haldet_report": {"wall_s": 10.0, "peak_rss_mb": 900.0}}]},
-                       None, "demo", "demo")
+                       None, "demo")
     assert stop.value.code == 1
     err = capsys.readouterr().err
     assert "FIGURES DRIFTED" in err and "runs[items=100].haldet_report.peak_rss_mb: stored 500.0, now 900.0" in err
     with pytest.raises(SystemExit):  # other sizes only: nothing compared is a failure too, not a pass
-        results.finish("demo", {"runs": [{"items": 7, "haldet_report": {"wall_s": 1.0}}]}, None, "demo", "demo")
+        results.finish("demo", {"runs": [{"items": 7, "haldet_report": {"wall_s": 1.0}}]}, None, "demo")
     assert "NOTHING TO CHECK" in capsys.readouterr().err
+
+
+def test_the_stored_command_runs_again_as_written(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An empty argument (`--batch-sizes ""`) was stored as nothing, so the command could not be run again."""
+    results = load("results")
+    monkeypatch.setattr(sys, "argv", ["/x/benchmarks/peers_lmpolygraph.py", "--batch-sizes", "", "--n", "50"])
+    assert results.command_line() == "python benchmarks/peers_lmpolygraph.py --batch-sizes '' --n 50"
 
 
 def test_runs_named_by_mode_and_length_are_compared_with_their_own_stored_run() -> None:

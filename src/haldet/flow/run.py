@@ -23,7 +23,7 @@ from haldet.flow.executors import Executor, get_executor
 from haldet.flow.results import cell_entry, result_rows, unit_score_rows
 from haldet.flow.scoring import make_detector
 from haldet.judges.cascade import Cascade
-from haldet.models.provenance import missing_auxiliary, missing_models
+from haldet.models.provenance import loadable, missing_auxiliary
 from haldet.presets import load_preset
 from haldet.signals import Signal
 from haldet.stages.base import Progress, no_progress
@@ -118,7 +118,7 @@ def check_judge_models(judges: Cascade, task_types: frozenset[str]) -> None:
     """A local model a judge loads for these datasets' items (the similarity judge's sentence encoder, a local LLM
     judge) that is not here fails the run now, not when the first answers are labelled after the decoding."""
     for judge, model in judges.local_models(task_types):
-        if missing_models([model]):
+        if not loadable(model):
             raise HaldetError(f"judge {judge!r} needs the model {model!r} to label these datasets' answers, and it "
                               "is not here: no local copy, no cached snapshot, and the Hugging Face hub cannot be "
                               "reached", where="judge",

@@ -126,9 +126,9 @@ def missing_auxiliary(det: Any) -> list[tuple[str, str]]:
             if "requested" in found and "used" in found and found["used"] is None]
 
 
-def missing_models(names: list[str]) -> list[str]:
-    """The models among `names` that cannot be loaded here: `locate` finds no file, no cached snapshot, no hub."""
-    return [name for name in names if locate(name) is None]
+def loadable(name: str) -> bool:
+    """Whether model `name` can be loaded here: `locate` finds a file, a cached snapshot, or the hub."""
+    return locate(name) is not None
 
 
 def _names(value: Any) -> list[Any]:
