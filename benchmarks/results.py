@@ -114,6 +114,14 @@ def drift(stored: Any, now: Any, path: str = "", seen: list[str] | None = None) 
     return out
 
 
+def other_machine(stored: dict[str, Any]) -> str:
+    """What differs between the machine of the stored figures and this one (CPU model, cores, threads), or "":
+    seconds compared across machines say as much about the machines as about the code."""
+    now = machine()
+    return ", ".join(f"{key} {stored.get(key)!r} then, {now.get(key)!r} now" for key in ("cpu", "cores", "omp_threads")
+                     if stored.get(key) != now.get(key))
+
+
 def command_line() -> str:
     """This benchmark's command as it was run, quoted so that it can be run again as written (an empty argument
     stays `''`)."""
@@ -127,6 +135,11 @@ def finish(name: str, data: dict[str, Any], store: str | None, check: str | None
         stored = load(check)
         seen: list[str] = []
         moved = drift(stored["data"], data, seen=seen)
+        elsewhere = other_machine(stored.get("machine", {}))
+        if elsewhere:
+            print(f"ANOTHER MACHINE than benchmarks/results/{check}.json's ({elsewhere}): a drift below may be the "
+                  "machine's, not the code's; compare on the stored machine, or store this machine's figures under "
+                  "a name of their own", file=sys.stderr)
         if not seen:
             print(f"NOTHING TO CHECK: no figure of this run is in benchmarks/results/{check}.json (other parts or "
                   "sizes?)", file=sys.stderr)

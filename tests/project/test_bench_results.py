@@ -4,6 +4,7 @@ far), and benchmarks/results.py's --check fails loudly when a figure drifts past
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -57,6 +58,25 @@ def test_check_fails_on_drift_and_passes_within_noise(tmp_path: Path, monkeypatc
     with pytest.raises(SystemExit):  # other sizes only: nothing compared is a failure too, not a pass
         results.finish("demo", {"runs": [{"items": 7, "haldet_report": {"wall_s": 1.0}}]}, None, "demo")
     assert "NOTHING TO CHECK" in capsys.readouterr().err
+
+
+def test_check_names_another_machine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """Figures stored on one CPU and checked on another: the check says so before any drift it reports."""
+    results = load("results")
+    monkeypatch.setattr(results, "RESULTS", tmp_path)
+    figures = {"generate": {"wall_s": 10.0}}
+    results.finish("demo", figures, "demo", None)
+    results.finish("demo", figures, None, "demo")
+    assert "ANOTHER MACHINE" not in capsys.readouterr().err  # the same machine: nothing said
+    stored = results.load("demo")
+    stored["machine"]["cpu"] = "Some Other CPU"
+    (tmp_path / "demo.json").write_text(json.dumps(stored))
+    with pytest.raises(SystemExit):
+        results.finish("demo", {"generate": {"wall_s": 20.0}}, None, "demo")
+    err = capsys.readouterr().err
+    assert "ANOTHER MACHINE" in err and "'Some Other CPU' then" in err
+    assert err.index("ANOTHER MACHINE") < err.index("FIGURES DRIFTED")
 
 
 def test_the_stored_command_runs_again_as_written(monkeypatch: pytest.MonkeyPatch) -> None:
