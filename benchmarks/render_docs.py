@@ -66,8 +66,11 @@ def provenance(stored: dict[str, Any]) -> str:
     busy = (start or load)[0] > 0.75 * (m.get("cores") or 1)
     where = (f"load average {start[0]} / {start[1]} / {start[2]} at the start ({load[0]} at the end, its own work "
              "included)" if start else f"load average {load[0]} / {load[1]} / {load[2]} at the end")
+    reference = stored.get("reference_s")  # the machine's speed then (benchmarks/results.py); older files lack it
+    speed = (f", reference workload {sum(r['wall_s'] for r in reference) / len(reference):.3f} s"
+             if reference else "")
     return (f"Stored {stored['date']}, commit {stored['commit']}, {m['cpu']} ({m['cores']} cores, "
-            f"OMP_NUM_THREADS={m['omp_threads']}), {where}"
+            f"OMP_NUM_THREADS={m['omp_threads']}{speed}), {where}"
             + (": **taken under load**, wall seconds inflated" if busy else "") + f" (`{stored['command']}`).")
 
 

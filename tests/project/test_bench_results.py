@@ -3,6 +3,7 @@ far), and benchmarks/results.py's --check fails loudly when a figure drifts past
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import sys
@@ -16,6 +17,7 @@ from repo_paths import REPO
 BENCH = REPO / "benchmarks"
 
 
+@functools.cache  # each benchmark module once (results times its reference workload when it is loaded)
 def load(name: str) -> ModuleType:
     spec = importlib.util.spec_from_file_location(f"bench_{name}", BENCH / f"{name}.py")
     assert spec is not None and spec.loader is not None
@@ -58,6 +60,53 @@ def test_check_fails_on_drift_and_passes_within_noise(tmp_path: Path, monkeypatc
     with pytest.raises(SystemExit):  # other sizes only: nothing compared is a failure too, not a pass
         results.finish("demo", {"runs": [{"items": 7, "haldet_report": {"wall_s": 1.0}}]}, None, "demo")
     assert "NOTHING TO CHECK" in capsys.readouterr().err
+
+
+def test_check_compares_seconds_at_the_stored_machine_speed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """Figures stored while the reference workload took 0.1 s, checked while it takes 0.2 s in wall time (the
+    cores shared) but as long in CPU time: wall seconds twice as long are within noise, CPU seconds twice as long
+    are not, memory is never scaled; without the scaling the wall seconds drift."""
+    results = load("results")
+    monkeypatch.setattr(results, "RESULTS", tmp_path)
+    speed = {"wall_s": 0.1, "cpu_s": 0.1}
+    monkeypatch.setattr(results, "_REFERENCE_AT_START", speed)
+    monkeypatch.setattr(results, "reference_seconds", lambda: speed)
+    results.finish("demo", {"run": {"wall_s": 10.0, "cpu_s": 10.0, "peak_rss_mb": 500.0}}, "demo", None)
+    assert results.load("demo")["reference_s"] == [speed, speed]
+    shared = {"wall_s": 0.2, "cpu_s": 0.1}
+    monkeypatch.setattr(results, "_REFERENCE_AT_START", shared)
+    monkeypatch.setattr(results, "reference_seconds", lambda: shared)
+    results.finish("demo", {"run": {"wall_s": 20.0, "cpu_s": 10.0, "peak_rss_mb": 500.0}}, None, "demo")
+    assert "2.00x as slow in wall time and 1.00x in CPU time" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        results.finish("demo", {"run": {"wall_s": 20.0, "cpu_s": 20.0, "peak_rss_mb": 1000.0}}, None, "demo")
+    err = capsys.readouterr().err
+    assert "run.cpu_s: stored 10.0, now 20.0 (+100%" in err and "run.peak_rss_mb: stored 500.0, now 1000.0" in err
+    assert "run.wall_s" not in err
+    # the negative control: the same wall seconds, the machine as fast as when stored, drift
+    monkeypatch.setattr(results, "_REFERENCE_AT_START", speed)
+    monkeypatch.setattr(results, "reference_seconds", lambda: speed)
+    with pytest.raises(SystemExit):
+        results.finish("demo", {"run": {"wall_s": 20.0, "cpu_s": 10.0, "peak_rss_mb": 500.0}}, None, "demo")
+    assert "run.wall_s: stored 10.0, now 20.0 (+100%" in capsys.readouterr().err
+    # figures stored before the reference existed: compared as measured, and said so
+    stored = results.load("demo")
+    del stored["reference_s"]
+    (tmp_path / "demo.json").write_text(json.dumps(stored))
+    monkeypatch.setattr(results, "_REFERENCE_AT_START", shared)
+    monkeypatch.setattr(results, "reference_seconds", lambda: shared)
+    with pytest.raises(SystemExit):
+        results.finish("demo", {"run": {"wall_s": 20.0, "cpu_s": 10.0, "peak_rss_mb": 500.0}}, None, "demo")
+    err = capsys.readouterr().err
+    assert "stored without the reference workload" in err and "run.wall_s: stored 10.0, now 20.0" in err
+
+
+def test_the_reference_workload_times_both_clocks() -> None:
+    """Two clocks, each a positive time of the order of the ~70 ms workload (not a constant, not zero)."""
+    first = load("results").reference_seconds(rounds=3)
+    assert set(first) == {"wall_s", "cpu_s"} and all(0.001 < v < 5 for v in first.values())
+    assert first["cpu_s"] <= first["wall_s"] * 1.2  # one thread: no more CPU than wall time, within clock noise
 
 
 def test_check_names_another_machine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
