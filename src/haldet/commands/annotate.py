@@ -11,10 +11,9 @@ from pydantic import ValidationError
 
 from haldet.backends.openai_client import accumulate_usages
 from haldet.config import JudgeConfig, RunConfig
-from haldet.datasets.base import get_adapter
 from haldet.errors import HaldetError, UnknownNameError
 from haldet.flow.cell import prepare_cell
-from haldet.flow.run import check_judge_models
+from haldet.flow.run import check_judge_models, judged_task_types
 from haldet.judges.agreement import agreement
 from haldet.judges.cascade import Cascade
 from haldet.schema import Category
@@ -74,7 +73,9 @@ def _annotate(store: RunStore, no_run: HaldetError, overrides: dict[str, Any] | 
     if unknown:
         raise HaldetError(f"dataset(s) {', '.join(unknown)} are not part of this run", where="--dataset",
                           hint=f"this run has: {', '.join(config.datasets)}")
-    _check_judges(config, wanted, [judge] if other is None else [judge, other])
+    # a judge's local model that is not here: one message now, not a failure per item after the others were judged
+    for chosen in [judge] if other is None else [judge, other]:
+        check_judge_models(Cascade.from_config(chosen, config.templates), judged_task_types(config, wanted))
     backends: dict[str, Any] = {}
     reports: list[dict[str, Any]] = []
     for model in config.models:
@@ -107,15 +108,6 @@ def _annotate(store: RunStore, no_run: HaldetError, overrides: dict[str, Any] | 
                 cell_entry[f"agreement:{judge.kind}~{other.kind}"] = report["agreement"]
             store.write_manifest(manifest)
     return reports
-
-
-def _check_judges(config: RunConfig, datasets: list[str], judges: list[JudgeConfig]) -> None:
-    """A judge's local model (the similarity judge's encoder, a local LLM judge) that is not here fails the command
-    now, with one message, not each item's label attempt after the others were judged (as `haldet run` does)."""
-    task_types = frozenset() if config.suite else frozenset(
-        get_adapter(name, config.data_dir, config.dataset_params.get(name)).task_type for name in datasets)
-    for judge in judges:
-        check_judge_models(Cascade.from_config(judge, config.templates), task_types)
 
 
 def _entry(report: dict[str, Any], previous: dict[str, Any] | None) -> dict[str, Any]:

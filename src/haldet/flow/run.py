@@ -80,15 +80,15 @@ def validate_names(config: RunConfig) -> None:
         get_suite(config.suite)
     for name in config.dataset_params:
         DATASETS.get(name, where="dataset_params")
-    # an unknown name or option: fail now
-    adapters = [get_adapter(name, config.data_dir, config.dataset_params.get(name)) for name in config.datasets]
+    for name in config.datasets:
+        get_adapter(name, config.data_dir, config.dataset_params.get(name))  # unknown name or option: fail now
     for name in config.detectors:
         DETECTORS.get(name, where="--detector")
     check_overrides(config.templates)  # an unknown prompt template name: fail before any work
     # an LLM judge without a model, a missing template dir: fail before generating
     judges = Cascade.from_config(config.judge, config.templates)
     check_auxiliary_models(config)
-    check_judge_models(judges, frozenset() if config.suite else frozenset(a.task_type for a in adapters))
+    check_judge_models(judges, judged_task_types(config, config.datasets))
     requires = {name: _reads(name, config) for name in config.detectors}
     # hidden-state detectors on an API model: fail before any work
     check_signals(config, requires, {name: cls.requires for name, cls in DETECTORS})
@@ -112,6 +112,15 @@ def check_auxiliary_models(config: RunConfig) -> None:
                               "be reached", where=f"detector_params.{name}.{param}",
                               hint=f"download it while online (it is cached for later runs), point {param} at a "
                                    f"local copy, or leave {name} out")
+
+
+def judged_task_types(config: RunConfig, datasets: list[str]) -> frozenset[str]:
+    """The task types of the items the run's judges label in these datasets (none in a suite, whose procedure
+    labels its own items)."""
+    if config.suite:
+        return frozenset()
+    return frozenset(get_adapter(name, config.data_dir, config.dataset_params.get(name)).task_type
+                     for name in datasets)
 
 
 def check_judge_models(judges: Cascade, task_types: frozenset[str]) -> None:
